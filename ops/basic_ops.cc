@@ -1,0 +1,381 @@
+// Sources (Input, Parameter, Buffer), Fill, Identity, Reshape, SumToShape
+// and the broadcasting binary ops Add, Sub, Mul, Div: the ops that gradient
+// rules of every other family build on.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/cpu_util.h"
+#include "ops/op.h"
+
+namespace loom {
+namespace {
+
+StatusOr<TensorType> TypeFromAttrs(const AttrMap& attrs) {
+  if (!attrs.Has("shape")) return InvalidArgument("missing attribute 'shape'");
+  TensorType t;
+  t.shape = Shape(attrs.Ints("shape"));
+  for (int64_t d : t.shape.dims())
+    if (d < 0) return InvalidArgument("negative extent in shape ", t.shape.ToString());
+  LOOM_ASSIGN_OR_RETURN(t.dtype, ParseDType(attrs.Str("dtype", "f32")));
+  return t;
+}
+
+// Input / Parameter / Buffer: the executor binds their tensors; no kernel.
+class SourceOp : public OpDef {
+ public:
+  explicit SourceOp(const char* name) : name_(name) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 0, name_));
+    LOOM_ASSIGN_OR_RETURN(TensorType t, TypeFromAttrs(attrs));
+    return std::vector<TensorType>{t};
+  }
+  OpCost Cost(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const override {
+    return {};
+  }
+
+ private:
+  const char* name_;
+};
+LOOM_REGISTER_OP(SourceOp, kInputOp);
+LOOM_REGISTER_OP(SourceOp, kParameterOp);
+LOOM_REGISTER_OP(SourceOp, kBufferOp);
+
+// Fill: a tensor of one value. attrs: shape, dtype, value.
+class FillOp : public OpDef {
+ public:
+  std::string name() const override { return "Fill"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 0, "Fill"));
+    LOOM_ASSIGN_OR_RETURN(TensorType t, TypeFromAttrs(attrs));
+    return std::vector<TensorType>{t};
+  }
+};
+LOOM_REGISTER_OP(FillOp);
+LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
+  ctx.out(0).Fill(ctx.attrs->Float("value"));
+  return Status::Ok();
+});
+
+// Identity: y = x (also what a pass leaves behind when it drops an op).
+class IdentityOp : public OpDef {
+ public:
+  std::string name() const override { return "Identity"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Identity"));
+    return in;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.output_grad(0));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(IdentityOp);
+
+Status CopyKernel(KernelContext& ctx) {
+  std::memcpy(ctx.out(0).raw_data(), ctx.in(0).raw_data(), ctx.in(0).nbytes());
+  return Status::Ok();
+}
+LOOM_REGISTER_KERNEL("Identity", DeviceType::kCpu, CopyKernel);
+
+// Reshape: attrs shape (one entry may be -1, inferred).
+class ReshapeOp : public OpDef {
+ public:
+  std::string name() const override { return "Reshape"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Reshape"));
+    std::vector<int64_t> dims = attrs.Ints("shape");
+    int infer = -1;
+    int64_t known = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] == -1) {
+        if (infer >= 0) return InvalidArgument("Reshape: more than one -1 in shape");
+        infer = static_cast<int>(i);
+      } else if (dims[i] < 0) {
+        return InvalidArgument("Reshape: negative extent ", dims[i]);
+      } else {
+        known *= dims[i];
+      }
+    }
+    int64_t numel = in[0].shape.numel();
+    if (infer >= 0) {
+      if (known == 0 || numel % known != 0)
+        return InvalidArgument("Reshape: cannot infer -1 for ", in[0].shape.ToString(), " into ", Shape(dims).ToString());
+      dims[infer] = numel / known;
+    }
+    if (Shape(dims).numel() != numel)
+      return InvalidArgument("Reshape: ", in[0].shape.ToString(), " has ", numel, " elements, ", Shape(dims).ToString(),
+                             " has ", Shape(dims).numel());
+    return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.Emit1("Reshape", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(ReshapeOp);
+LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCpu, CopyKernel);
+
+// SumToShape: sums a broadcast tensor back down to attrs.shape (the reverse
+// of broadcasting; gradient of broadcasting ops).
+class SumToShapeOp : public OpDef {
+ public:
+  std::string name() const override { return "SumToShape"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "SumToShape"));
+    Shape target(attrs.Ints("shape"));
+    auto b = BroadcastShapes(target, in[0].shape);
+    if (!b.ok() || *b != in[0].shape)
+      return InvalidArgument("SumToShape: ", target.ToString(), " does not broadcast to ", in[0].shape.ToString());
+    return std::vector<TensorType>{{target, in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.Emit1("BroadcastTo", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(SumToShapeOp);
+LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* out = y.data<T>();
+    std::fill(out, out + y.numel(), T(0));
+    const T* in = x.data<T>();
+    std::vector<int64_t> so = BroadcastStrides(y.shape(), x.shape());
+    std::vector<int64_t> none(x.shape().rank(), 0);
+    int64_t rows = x.shape().rank() == 0 ? 1 : x.numel() / std::max<int64_t>(1, x.shape().dim(-1));
+    if (x.numel() == 0) return;
+    ForEachBroadcast(x.shape(), so, none, 0, rows,
+                     [&](int64_t i0, int64_t o, int64_t, int64_t len, int64_t step, int64_t) {
+                       if (step == 0) {
+                         T acc = 0;
+                         for (int64_t j = 0; j < len; ++j) acc += in[i0 + j];
+                         out[o] += acc;
+                       } else {
+                         for (int64_t j = 0; j < len; ++j) out[o + j] += in[i0 + j];
+                       }
+                     });
+  });
+});
+
+// BroadcastTo: repeats x along broadcast dims to attrs.shape.
+class BroadcastToOp : public OpDef {
+ public:
+  std::string name() const override { return "BroadcastTo"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "BroadcastTo"));
+    Shape target(attrs.Ints("shape"));
+    auto b = BroadcastShapes(in[0].shape, target);
+    if (!b.ok() || *b != target)
+      return InvalidArgument("BroadcastTo: ", in[0].shape.ToString(), " does not broadcast to ", target.ToString());
+    return std::vector<TensorType>{{target, in[0].dtype}};
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.SumToShape(g.output_grad(0), g.type(g.input(0)).shape));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(BroadcastToOp);
+LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    if (y.numel() == 0) return;
+    std::vector<int64_t> si = BroadcastStrides(x.shape(), y.shape());
+    std::vector<int64_t> none(y.shape().rank(), 0);
+    int64_t rows = y.shape().rank() == 0 ? 1 : y.numel() / y.shape().dim(-1);
+    ForEachBroadcast(y.shape(), si, none, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
+      for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
+    });
+  });
+});
+
+// Binary element-wise ops with numpy broadcasting.
+enum class BinaryKind { kAdd, kSub, kMul, kDiv };
+
+class BinaryOp : public OpDef {
+ public:
+  BinaryOp(const char* name, BinaryKind kind) : name_(name), kind_(kind) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
+    if (in[0].dtype != in[1].dtype)
+      return InvalidArgument(name_, ": dtypes differ (", DTypeName(in[0].dtype), " vs ", DTypeName(in[1].dtype), ")");
+    LOOM_ASSIGN_OR_RETURN(Shape out, BroadcastShapes(in[0].shape, in[1].shape));
+    return std::vector<TensorType>{{out, in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(out[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0);
+    const Shape& sa = g.type(g.input(0)).shape;
+    const Shape& sb = g.type(g.input(1)).shape;
+    switch (kind_) {
+      case BinaryKind::kAdd:
+        g.SetInputGrad(0, g.SumToShape(dy, sa));
+        g.SetInputGrad(1, g.SumToShape(g.Emit1("Neg", {dy}), sb));
+        break;
+      case BinaryKind::kSub:
+        g.SetInputGrad(0, g.SumToShape(dy, sa));
+        if (g.NeedsInputGrad(1)) g.SetInputGrad(1, g.SumToShape(g.Emit1("Neg", {dy}), sb));
+        break;
+      case BinaryKind::kMul:
+        if (g.NeedsInputGrad(0)) g.SetInputGrad(0, g.SumToShape(g.Emit1("Mul", {dy, g.input(1)}), sa));
+        if (g.NeedsInputGrad(1)) g.SetInputGrad(1, g.SumToShape(g.Emit1("Mul", {dy, g.input(0)}), sb));
+        break;
+      case BinaryKind::kDiv: {
+        // d/da = dy / b; d/db = -dy * y / b
+        ValueId dy_over_b = g.Emit1("Div", {dy, g.input(1)});
+        g.SetInputGrad(0, g.SumToShape(dy_over_b, sa));
+        if (g.NeedsInputGrad(1))
+          g.SetInputGrad(1, g.SumToShape(g.Emit1("Neg", {g.Emit1("Mul", {dy_over_b, g.output(0)})}), sb));
+        break;
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const char* name_;
+  BinaryKind kind_;
+};
+
+LOOM_REGISTER_OP(BinaryOp, "Add", BinaryKind::kAdd);
+LOOM_REGISTER_OP(BinaryOp, "Sub", BinaryKind::kSub);
+LOOM_REGISTER_OP(BinaryOp, "Mul", BinaryKind::kMul);
+LOOM_REGISTER_OP(BinaryOp, "Div", BinaryKind::kDiv);
+
+template <BinaryKind kKind, typename T>
+inline T Apply(T a, T b) {
+  if constexpr (kKind == BinaryKind::kAdd) return a + b;
+  if constexpr (kKind == BinaryKind::kSub) return a - b;
+  if constexpr (kKind == BinaryKind::kMul) return a * b;
+  if constexpr (kKind == BinaryKind::kDiv) return a / b;
+}
+
+template <BinaryKind kKind>
+Status BinaryKernel(KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  return DispatchFloat(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    const int64_t n = y.numel();
+    if (n == 0) return;
+    if (a.shape() == b.shape()) {  // the common case: no broadcasting
+      ParallelRange(ctx.pool, n, [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) py[i] = Apply<kKind>(pa[i], pb[i]);
+      });
+      return;
+    }
+    std::vector<int64_t> sa = BroadcastStrides(a.shape(), y.shape());
+    std::vector<int64_t> sb = BroadcastStrides(b.shape(), y.shape());
+    const int64_t inner = y.shape().rank() == 0 ? 1 : y.shape().dim(-1);
+    const int64_t rows = n / std::max<int64_t>(1, inner);
+    ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
+      ForEachBroadcast(y.shape(), sa, sb, r0, r1,
+                       [&](int64_t o, int64_t ia, int64_t ib, int64_t len, int64_t step_a, int64_t step_b) {
+                         for (int64_t j = 0; j < len; ++j) py[o + j] = Apply<kKind>(pa[ia + j * step_a], pb[ib + j * step_b]);
+                       });
+    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner)));
+  });
+}
+
+LOOM_REGISTER_KERNEL("Add", DeviceType::kCpu, BinaryKernel<BinaryKind::kAdd>);
+LOOM_REGISTER_KERNEL("Sub", DeviceType::kCpu, BinaryKernel<BinaryKind::kSub>);
+LOOM_REGISTER_KERNEL("Mul", DeviceType::kCpu, BinaryKernel<BinaryKind::kMul>);
+LOOM_REGISTER_KERNEL("Div", DeviceType::kCpu, BinaryKernel<BinaryKind::kDiv>);
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Scalar ops: y = f(x; value). Neg, AddScalar, MulScalar, PowScalar.
+enum class ScalarKind { kNeg, kAdd, kMul, kPow };
+
+class ScalarOp : public OpDef {
+ public:
+  ScalarOp(const char* name, ScalarKind kind) : name_(name), kind_(kind) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
+    if (kind_ != ScalarKind::kNeg && !attrs.Has("value")) return InvalidArgument(name_, ": missing attribute 'value'");
+    return in;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel()) * (kind_ == ScalarKind::kPow ? 4 : 1);
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0);
+    double v = g.attrs().Float("value");
+    switch (kind_) {
+      case ScalarKind::kNeg: g.SetInputGrad(0, g.Emit1("Neg", {dy})); break;
+      case ScalarKind::kAdd: g.SetInputGrad(0, dy); break;
+      case ScalarKind::kMul: g.SetInputGrad(0, g.Emit1("MulScalar", {dy}, AttrMap{{"value", v}})); break;
+      case ScalarKind::kPow: {
+        // d/dx x^v = v * x^(v-1)
+        ValueId p = g.Emit1("PowScalar", {g.input(0)}, AttrMap{{"value", v - 1.0}});
+        g.SetInputGrad(0, g.Emit1("Mul", {dy, g.Emit1("MulScalar", {p}, AttrMap{{"value", v}})}));
+        break;
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const char* name_;
+  ScalarKind kind_;
+};
+
+LOOM_REGISTER_OP(ScalarOp, "Neg", ScalarKind::kNeg);
+LOOM_REGISTER_OP(ScalarOp, "AddScalar", ScalarKind::kAdd);
+LOOM_REGISTER_OP(ScalarOp, "MulScalar", ScalarKind::kMul);
+LOOM_REGISTER_OP(ScalarOp, "PowScalar", ScalarKind::kPow);
+
+template <ScalarKind kKind>
+Status ScalarKernel(KernelContext& ctx) {
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    const T v = static_cast<T>(ctx.attrs->Float("value"));
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) {
+        if constexpr (kKind == ScalarKind::kNeg) y[i] = -x[i];
+        if constexpr (kKind == ScalarKind::kAdd) y[i] = x[i] + v;
+        if constexpr (kKind == ScalarKind::kMul) y[i] = x[i] * v;
+        if constexpr (kKind == ScalarKind::kPow) y[i] = std::pow(x[i], v);
+      }
+    });
+  });
+}
+
+LOOM_REGISTER_KERNEL("Neg", DeviceType::kCpu, ScalarKernel<ScalarKind::kNeg>);
+LOOM_REGISTER_KERNEL("AddScalar", DeviceType::kCpu, ScalarKernel<ScalarKind::kAdd>);
+LOOM_REGISTER_KERNEL("MulScalar", DeviceType::kCpu, ScalarKernel<ScalarKind::kMul>);
+LOOM_REGISTER_KERNEL("PowScalar", DeviceType::kCpu, ScalarKernel<ScalarKind::kPow>);
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,155 @@
+// MatMul (2-D), BatchMatMul (leading batch dims) and Linear (y = x W^T + b,
+// PyTorch's weight layout [out, in]). All run on Gemm / BatchedGemm.
+#include "ops/gemm.h"
+#include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// Shapes of op(A) x op(B) for the last two dims, with equal leading dims.
+StatusOr<Shape> MatMulShape(const std::string& op, const Shape& a, const Shape& b, bool ta, bool tb, int min_rank) {
+  if (a.rank() < min_rank || b.rank() != a.rank())
+    return InvalidArgument(op, ": operands must both have rank ", min_rank == 2 ? "2" : ">= 3", ", got ", a.ToString(),
+                           " and ", b.ToString());
+  int r = a.rank();
+  for (int d = 0; d < r - 2; ++d)
+    if (a[d] != b[d]) return InvalidArgument(op, ": batch dims differ: ", a.ToString(), " vs ", b.ToString());
+  int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
+  int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
+  if (ka != kb)
+    return InvalidArgument(op, ": inner dims differ: ", a.ToString(), (ta ? "^T" : ""), " x ", b.ToString(),
+                           (tb ? "^T" : ""), " (", ka, " vs ", kb, ")");
+  std::vector<int64_t> out(a.dims().begin(), a.dims().end() - 2);
+  out.push_back(m);
+  out.push_back(n);
+  return Shape(out);
+}
+
+// MatMul / BatchMatMul. attrs: transpose_a, transpose_b.
+class MatMulOp : public OpDef {
+ public:
+  MatMulOp(const char* name, bool batched) : name_(name), batched_(batched) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input 0"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType({in[0].shape, in[0].dtype}, {in[0].shape, in[1].dtype}, std::string(name_) + " dtypes"));
+    if (!batched_ && in[0].shape.rank() != 2) return InvalidArgument("MatMul takes 2-D operands (use BatchMatMul), got ", in[0].shape.ToString());
+    LOOM_ASSIGN_OR_RETURN(Shape out, MatMulShape(name_, in[0].shape, in[1].shape, attrs.Bool("transpose_a"),
+                                                 attrs.Bool("transpose_b"), batched_ ? 3 : 2));
+    return std::vector<TensorType>{{out, in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const Shape& s = in[0].shape;
+    int64_t k = a.Bool("transpose_a") ? s.dim(-2) : s.dim(-1);
+    c.flops = 2.0 * static_cast<double>(out[0].shape.numel()) * static_cast<double>(k);
+    return c;
+  }
+  // y = op(A) op(B). With A' = op(A): dA' = dy B'^T, dB' = A'^T dy; then undo op.
+  Status Gradient(GradBuilder& g) const override {
+    bool ta = g.attrs().Bool("transpose_a"), tb = g.attrs().Bool("transpose_b");
+    ValueId dy = g.output_grad(0), a = g.input(0), b = g.input(1);
+    auto mm = [&](ValueId x, bool tx, ValueId y, bool ty) {
+      return g.Emit1(name_, {x, y}, AttrMap{{"transpose_a", tx}, {"transpose_b", ty}});
+    };
+    if (g.NeedsInputGrad(0)) g.SetInputGrad(0, ta ? mm(b, tb, dy, true) : mm(dy, false, b, !tb));
+    if (g.NeedsInputGrad(1)) g.SetInputGrad(1, tb ? mm(dy, true, a, ta) : mm(a, !ta, dy, false));
+    return Status::Ok();
+  }
+
+ private:
+  const char* name_;
+  bool batched_;
+};
+LOOM_REGISTER_OP(MatMulOp, "MatMul", false);
+LOOM_REGISTER_OP(MatMulOp, "BatchMatMul", true);
+
+Status MatMulKernel(KernelContext& ctx) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  bool ta = ctx.attrs->Bool("transpose_a"), tb = ctx.attrs->Bool("transpose_b");
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  int64_t m = y.shape().dim(-2), n = y.shape().dim(-1), k = ta ? sa.dim(-2) : sa.dim(-1);
+  int64_t batch = y.numel() / std::max<int64_t>(1, m * n);
+  return DispatchFloat(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    BatchedGemm<T>(ta, tb, batch, m, n, k, T(1), a.data<T>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2), b.data<T>(),
+                   sb.dim(-1), sb.dim(-1) * sb.dim(-2), T(0), y.data<T>(), n, m * n, ctx.pool);
+  });
+}
+LOOM_REGISTER_KERNEL("MatMul", DeviceType::kCpu, MatMulKernel);
+LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulKernel);
+
+// Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
+class LinearOp : public OpDef {
+ public:
+  std::string name() const override { return "Linear"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    if (in.size() != 2 && in.size() != 3) return InvalidArgument("Linear takes (x, weight[, bias]), got ", in.size(), " inputs");
+    const Shape& x = in[0].shape;
+    const Shape& w = in[1].shape;
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Linear input"));
+    if (x.rank() < 1) return InvalidArgument("Linear input must have rank >= 1");
+    LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, "Linear weight"));
+    if (w[1] != x.dim(-1))
+      return InvalidArgument("Linear: input features ", x.dim(-1), " (input ", x.ToString(), ") != weight in-features ",
+                             w[1], " (weight ", w.ToString(), ")");
+    for (const auto& t : in)
+      if (t.dtype != in[0].dtype) return InvalidArgument("Linear: dtypes differ");
+    if (in.size() == 3 && in[2].shape != Shape({w[0]}))
+      return InvalidArgument("Linear bias must be [", w[0], "], got ", in[2].shape.ToString());
+    std::vector<int64_t> out = x.dims();
+    out.back() = w[0];
+    return std::vector<TensorType>{{Shape(out), in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 2.0 * static_cast<double>(out[0].shape.numel()) * static_cast<double>(in[1].shape[1]);
+    if (in.size() == 3) c.flops += static_cast<double>(out[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0), x = g.input(0), w = g.input(1);
+    const Shape& xs = g.type(x).shape;
+    const Shape& ys = g.type(g.output(0)).shape;
+    int64_t rows = xs.numel() / xs.dim(-1);
+    // Work on 2-D views [rows, features].
+    ValueId dy2 = ys.rank() == 2 ? dy : g.Emit1("Reshape", {dy}, AttrMap{{"shape", std::vector<int64_t>{rows, ys.dim(-1)}}});
+    if (g.NeedsInputGrad(0)) {
+      ValueId dx = g.Emit1("MatMul", {dy2, w});  // [rows, out] x [out, in]
+      if (xs.rank() != 2) dx = g.Emit1("Reshape", {dx}, AttrMap{{"shape", xs.dims()}});
+      g.SetInputGrad(0, dx);
+    }
+    if (g.NeedsInputGrad(1)) {
+      ValueId x2 = xs.rank() == 2 ? x : g.Emit1("Reshape", {x}, AttrMap{{"shape", std::vector<int64_t>{rows, xs.dim(-1)}}});
+      g.SetInputGrad(1, g.Emit1("MatMul", {dy2, x2}, AttrMap{{"transpose_a", true}}));  // [out, rows] x [rows, in]
+    }
+    if (g.node().inputs.size() == 3 && g.NeedsInputGrad(2)) g.SetInputGrad(2, g.SumToShape(dy, g.type(g.input(2)).shape));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(LinearOp);
+
+LOOM_REGISTER_KERNEL("Linear", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& w = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  int64_t in_f = w.shape()[1], out_f = w.shape()[0], rows = x.numel() / std::max<int64_t>(1, in_f);
+  return DispatchFloat(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* py = y.data<T>();
+    T beta = 0;
+    if (ctx.inputs.size() == 3) {  // start from the broadcast bias, then accumulate x W^T
+      const T* b = ctx.in(2).data<T>();
+      for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out_f, py + r * out_f);
+      beta = 1;
+    }
+    Gemm<T>(false, true, rows, out_f, in_f, T(1), x.data<T>(), in_f, w.data<T>(), in_f, beta, py, out_f, ctx.pool);
+  });
+});
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,88 @@
+#include "ops/op.h"
+
+#include <algorithm>
+
+namespace loom {
+
+OpCost OpDef::Cost(const AttrMap&, const std::vector<TensorType>& inputs,
+                   const std::vector<TensorType>& outputs) const {
+  OpCost c;
+  for (const auto& t : inputs) c.bytes_read += static_cast<double>(t.shape.numel() * DTypeSize(t.dtype));
+  for (const auto& t : outputs) c.bytes_written += static_cast<double>(t.shape.numel() * DTypeSize(t.dtype));
+  return c;
+}
+
+Status OpDef::Gradient(GradBuilder&) const { return Unimplemented("op ", name(), " has no gradient rule"); }
+
+ValueId GradBuilder::SumToShape(ValueId grad, const Shape& shape) {
+  if (type(grad).shape == shape) return grad;
+  return Emit1("SumToShape", {grad}, AttrMap{{"shape", shape.dims()}});
+}
+
+OpRegistry& OpRegistry::Global() {
+  static OpRegistry* registry = new OpRegistry;
+  return *registry;
+}
+
+void OpRegistry::RegisterOp(std::unique_ptr<OpDef> op) {
+  std::string name = op->name();
+  LOOM_CHECK(!ops_.count(name), "op ", name, " registered twice");
+  ops_[name] = std::move(op);
+}
+
+void OpRegistry::RegisterKernel(const std::string& op, DeviceType device, KernelFn fn) {
+  auto key = std::make_pair(op, device);
+  LOOM_CHECK(!kernels_.count(key), "kernel for ", op, " registered twice");
+  kernels_[key] = std::move(fn);
+}
+
+const OpDef* OpRegistry::FindOp(const std::string& name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+StatusOr<const OpDef*> OpRegistry::GetOp(const std::string& name) const {
+  if (const OpDef* op = FindOp(name)) return op;
+  // Suggest ops that share a prefix, so typos are easy to fix.
+  std::string near;
+  for (const auto& [n, _] : ops_) {
+    size_t common = 0;
+    while (common < n.size() && common < name.size() && std::tolower(n[common]) == std::tolower(name[common])) ++common;
+    if (common >= 3) near += (near.empty() ? "" : ", ") + n;
+  }
+  return NotFound("unknown op '", name, "'", near.empty() ? "" : " (did you mean: " + near + "?)");
+}
+
+const KernelFn* OpRegistry::FindKernel(const std::string& op, DeviceType device) const {
+  auto it = kernels_.find(std::make_pair(op, device));
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> OpRegistry::OpNames() const {
+  std::vector<std::string> names;
+  for (const auto& [n, _] : ops_) names.push_back(n);
+  return names;
+}
+
+Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what) {
+  if (inputs.size() != n) return InvalidArgument(what, " takes ", n, " input(s), got ", inputs.size());
+  return Status::Ok();
+}
+
+Status ExpectRank(const TensorType& t, int rank, const std::string& what) {
+  if (t.shape.rank() != rank) return InvalidArgument(what, " must have rank ", rank, ", got shape ", t.shape.ToString());
+  return Status::Ok();
+}
+
+Status ExpectFloat(const TensorType& t, const std::string& what) {
+  if (t.dtype != DType::kF32 && t.dtype != DType::kF64)
+    return InvalidArgument(what, " must be f32 or f64, got ", DTypeName(t.dtype));
+  return Status::Ok();
+}
+
+Status ExpectSameType(const TensorType& a, const TensorType& b, const std::string& what) {
+  if (a != b) return InvalidArgument(what, ": ", a.ToString(), " vs ", b.ToString());
+  return Status::Ok();
+}
+
+}  // namespace loom

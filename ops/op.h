@@ -1,0 +1,147 @@
+// The operator interface. An op is defined once (OpDef: attributes, type
+// inference, cost, gradient rule) and has kernels registered per device type
+// (CPU always, CUDA under --config=cuda). A backend that has no kernel for an
+// op says so through SupportsOp; the executor and simulator route around it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "graph/attrs.h"
+#include "graph/ir.h"
+
+namespace loom {
+
+// What one execution of an op costs; the simulator's analytical model.
+struct OpCost {
+  double flops = 0;
+  double bytes_read = 0;
+  double bytes_written = 0;
+};
+
+// What a gradient rule sees and how it emits backward nodes. Implemented by
+// autodiff (graph layer); rules only build nodes, they never run kernels.
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+  virtual const Node& node() const = 0;
+  virtual const TensorType& type(ValueId v) const = 0;
+  // Gradient flowing into output i of the node, or kNoValue if none does.
+  virtual ValueId output_grad(int i) const = 0;
+  // Emits a node; its type inference must succeed (a rule emitting an
+  // ill-typed node is a bug in the rule). Returns the node's outputs.
+  virtual std::vector<ValueId> Emit(const std::string& op, const std::vector<ValueId>& inputs,
+                                    const AttrMap& attrs = {}) = 0;
+  ValueId Emit1(const std::string& op, const std::vector<ValueId>& inputs, const AttrMap& attrs = {}) {
+    return Emit(op, inputs, attrs).at(0);
+  }
+  // Whether input i needs a gradient (rules may skip work when it does not).
+  virtual bool NeedsInputGrad(int i) const = 0;
+  // Declares the gradient of input i (accumulated if called twice; ignored
+  // when the input needs none).
+  virtual void SetInputGrad(int i, ValueId grad) = 0;
+
+  // Conveniences used by many rules.
+  ValueId input(int i) const { return node().inputs.at(i); }
+  ValueId output(int i) const { return node().outputs.at(i); }
+  const AttrMap& attrs() const { return node().attrs; }
+  // Sums a broadcast gradient back to `shape` (identity when equal).
+  ValueId SumToShape(ValueId grad, const Shape& shape);
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+  virtual std::string name() const = 0;
+  // Output types from attributes and input types; errors say what is wrong
+  // with which input or attribute (the caller adds the node name).
+  virtual StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
+                                                       const std::vector<TensorType>& inputs) const = 0;
+  // Default cost: no FLOPs, reads inputs and writes outputs once.
+  virtual OpCost Cost(const AttrMap& attrs, const std::vector<TensorType>& inputs,
+                      const std::vector<TensorType>& outputs) const;
+  // Emits the backward nodes. Ops without one (integer ops, backward ops)
+  // keep the default, which fails with a message naming the op.
+  virtual Status Gradient(GradBuilder& g) const;
+  // True for ops whose result depends on the RNG stream (dropout).
+  virtual bool IsRandom() const { return false; }
+};
+
+// What a kernel gets: inputs, preallocated outputs (types from InferTypes),
+// attributes and the device's execution resources.
+struct KernelContext {
+  const Node* node = nullptr;
+  const AttrMap* attrs = nullptr;
+  std::vector<const Tensor*> inputs;
+  std::vector<Tensor*> outputs;
+  Device device = Device::Cpu();
+  ThreadPool* pool = nullptr;    // CPU kernels
+  void* stream = nullptr;        // CUDA kernels: the cudaStream_t
+  Rng* rng = nullptr;            // per node and step, for random ops
+
+  const Tensor& in(int i) const { return *inputs.at(i); }
+  Tensor& out(int i) const { return *outputs.at(i); }
+};
+
+using KernelFn = std::function<Status(KernelContext&)>;
+
+// Registry of op definitions and kernels.
+class OpRegistry {
+ public:
+  static OpRegistry& Global();
+  void RegisterOp(std::unique_ptr<OpDef> op);
+  void RegisterKernel(const std::string& op, DeviceType device, KernelFn fn);
+
+  // Null if unknown.
+  const OpDef* FindOp(const std::string& name) const;
+  StatusOr<const OpDef*> GetOp(const std::string& name) const;  // error lists close names
+  const KernelFn* FindKernel(const std::string& op, DeviceType device) const;
+  bool SupportsOp(const std::string& op, DeviceType device) const { return FindKernel(op, device) != nullptr; }
+  std::vector<std::string> OpNames() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> ops_;
+  std::map<std::pair<std::string, DeviceType>, KernelFn> kernels_;
+};
+
+// Static registration from the op's own .cc file (libraries are alwayslink).
+struct OpRegistration {
+  explicit OpRegistration(std::unique_ptr<OpDef> op) { OpRegistry::Global().RegisterOp(std::move(op)); }
+};
+struct KernelRegistration {
+  KernelRegistration(const std::string& op, DeviceType device, KernelFn fn) {
+    OpRegistry::Global().RegisterKernel(op, device, std::move(fn));
+  }
+};
+
+#define LOOM_OP_REG_NAME(line) LOOM_CONCAT(loom_op_registration_, line)
+#define LOOM_REGISTER_OP(OpClass, ...) \
+  static ::loom::OpRegistration LOOM_OP_REG_NAME(__LINE__)(std::make_unique<OpClass>(__VA_ARGS__))
+#define LOOM_REGISTER_KERNEL(op_name, device_type, ...) \
+  static ::loom::KernelRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)
+
+// Shared helpers for type inference messages.
+Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what);
+Status ExpectRank(const TensorType& t, int rank, const std::string& what);
+Status ExpectFloat(const TensorType& t, const std::string& what);
+Status ExpectSameType(const TensorType& a, const TensorType& b, const std::string& what);
+
+// Calls fn(T{}) with T = float or double for the dtype:
+//   DispatchFloat(dt, [&](auto zero) { using T = decltype(zero); ... });
+template <typename Fn>
+Status DispatchFloat(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: fn(float{}); return Status::Ok();
+    case DType::kF64: fn(double{}); return Status::Ok();
+    default: return Unimplemented("no CPU kernel for dtype ", DTypeName(dtype));
+  }
+}
+
+}  // namespace loom

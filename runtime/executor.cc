@@ -1,0 +1,185 @@
+#include "runtime/executor.h"
+
+#include <functional>
+
+#include "core/logging.h"
+#include "core/rng.h"
+
+namespace loom {
+
+namespace {
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
+  const AttrMap& a = node.attrs;
+  std::string init = a.Str("init", "zeros");
+  Rng rng = Rng::Stream(seed, HashName(node.name));
+  const int64_t n = t->numel();
+  auto fill = [&](const std::function<double()>& gen) {
+    if (t->dtype() == DType::kF32) {
+      float* p = t->data<float>();
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(gen());
+    } else if (t->dtype() == DType::kF64) {
+      double* p = t->data<double>();
+      for (int64_t i = 0; i < n; ++i) p[i] = gen();
+    } else {
+      LOOM_CHECK(false, "random init of a non-float tensor");
+    }
+  };
+  if (init == "zeros") {
+    t->Fill(0);
+  } else if (init == "ones") {
+    t->Fill(1);
+  } else if (init == "constant") {
+    t->Fill(a.Float("value"));
+  } else if (init == "normal") {
+    if (!IsFloating(t->dtype())) return InvalidArgument("normal init of non-float state '", node.name, "'");
+    double mean = a.Float("mean"), std = a.Float("std", 1.0);
+    fill([&] { return mean + std * rng.Normal(); });
+  } else if (init == "uniform") {
+    if (!IsFloating(t->dtype())) return InvalidArgument("uniform init of non-float state '", node.name, "'");
+    double lo = a.Float("low", -1.0), hi = a.Float("high", 1.0);
+    fill([&] { return rng.Uniform(lo, hi); });
+  } else {
+    return InvalidArgument("state '", node.name, "': unknown init '", init,
+                           "' (expected zeros, ones, constant, normal or uniform)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options) {
+  std::unique_ptr<Executor> e(new Executor(graph, options));
+  LOOM_RETURN_IF_ERROR(e->Prepare());
+  return e;
+}
+
+Status Executor::Prepare() {
+  if (!options_.pool) options_.pool = &ThreadPool::Default();
+  const OpRegistry& registry = OpRegistry::Global();
+  for (const Node& n : graph_.nodes()) {
+    if (IsSourceOp(n.op)) {
+      kernels_.push_back(nullptr);
+      continue;
+    }
+    const KernelFn* k = registry.FindKernel(n.op, options_.device.type);
+    if (!k) return Unimplemented("node '", n.name, "': op ", n.op, " has no kernel for ", options_.device.ToString());
+    kernels_.push_back(k);
+  }
+
+  std::set<ValueId> keep;
+  for (const auto& [name, v] : graph_.outputs()) keep.insert(v);
+  for (const StateUpdate& u : graph_.state_updates()) keep.insert(u.new_value);
+  plan_ = PlanMemory(graph_, keep);
+  LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
+  arena_ = std::make_shared<Buffer>(allocator, std::max<size_t>(plan_.arena_bytes, 1));
+  if (!arena_->data())
+    return ResourceExhausted("cannot allocate the ", plan_.arena_bytes, "-byte activation arena on ",
+                             options_.device.ToString());
+
+  int max_value = 0;
+  for (const Node& n : graph_.nodes())
+    for (ValueId v : n.outputs) max_value = std::max(max_value, v + 1);
+  values_.assign(max_value, Tensor());
+  for (const auto& [v, slot] : plan_.slots) {
+    const TensorType& t = graph_.type(v);
+    values_[v] = Tensor::View(arena_, slot.offset, t.shape, t.dtype);
+  }
+  for (const Node& n : graph_.nodes()) {
+    if (!IsStateOp(n.op)) continue;
+    const TensorType& t = graph_.type(n.outputs[0]);
+    LOOM_ASSIGN_OR_RETURN(Tensor s, Tensor::Empty(t.shape, t.dtype, options_.device));
+    state_[n.name] = s;
+    values_[n.outputs[0]] = s;
+  }
+  return Status::Ok();
+}
+
+Status Executor::InitializeState(uint64_t seed) {
+  for (const Node& n : graph_.nodes()) {
+    if (!IsStateOp(n.op)) continue;
+    const TensorType& t = graph_.type(n.outputs[0]);
+    Tensor host = Tensor::Zeros(t.shape, t.dtype);
+    LOOM_RETURN_IF_ERROR(InitTensor(n, &host, seed));
+    LOOM_RETURN_IF_ERROR(state_[n.name].CopyFrom(host));
+  }
+  return Status::Ok();
+}
+
+StatusOr<Tensor> Executor::GetState(const std::string& name) const {
+  auto it = state_.find(name);
+  if (it == state_.end()) return NotFound("no parameter or buffer named '", name, "'");
+  return it->second;
+}
+
+Status Executor::SetState(const std::string& name, const Tensor& value) {
+  auto it = state_.find(name);
+  if (it == state_.end()) return NotFound("no parameter or buffer named '", name, "'");
+  return it->second.CopyFrom(value).WithContext("setting state '" + name + "'");
+}
+
+StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string, Tensor>& feeds) {
+  size_t fed = 0;
+  for (const Node& n : graph_.nodes()) {
+    if (n.op != kInputOp) continue;
+    auto it = feeds.find(n.name);
+    if (it == feeds.end()) return InvalidArgument("input '", n.name, "' was not fed");
+    const TensorType& want = graph_.type(n.outputs[0]);
+    if (it->second.shape() != want.shape || it->second.dtype() != want.dtype)
+      return InvalidArgument("input '", n.name, "' expects ", want.ToString(), ", got ", it->second.shape().ToString(),
+                             " ", DTypeName(it->second.dtype()));
+    if (it->second.device() == options_.device) {
+      values_[n.outputs[0]] = it->second;
+    } else {
+      LOOM_ASSIGN_OR_RETURN(values_[n.outputs[0]], it->second.To(options_.device));
+    }
+    ++fed;
+  }
+  if (fed != feeds.size()) {
+    for (const auto& [name, t] : feeds) {
+      auto id = graph_.FindNode(name);
+      if (!id || graph_.node(*id).op != kInputOp) return InvalidArgument("feed '", name, "' is not an input of the graph");
+    }
+  }
+
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!kernels_[i]) continue;
+    const Node& n = nodes[i];
+    KernelContext ctx;
+    ctx.node = &n;
+    ctx.attrs = &n.attrs;
+    ctx.device = options_.device;
+    ctx.pool = options_.pool;
+    for (ValueId v : n.inputs) ctx.inputs.push_back(&values_[v]);
+    for (ValueId v : n.outputs) ctx.outputs.push_back(&values_[v]);
+    Rng rng = Rng::Stream(options_.seed, static_cast<uint64_t>(n.id), static_cast<uint64_t>(step_));
+    ctx.rng = &rng;
+    Status s = (*kernels_[i])(ctx);
+    if (!s.ok()) return s.WithContext("node '" + n.name + "' (" + n.op + ")");
+  }
+
+  std::map<std::string, Tensor> results;
+  for (const auto& [name, v] : graph_.outputs()) {
+    LOOM_ASSIGN_OR_RETURN(results[name], values_[v].To(Device::Cpu()));
+  }
+  for (const StateUpdate& u : graph_.state_updates()) {
+    LOOM_RETURN_IF_ERROR(values_[u.state].CopyFrom(values_[u.new_value]));
+  }
+  ++step_;
+  return results;
+}
+
+size_t Executor::PeakStepBytes() const {
+  size_t bytes = plan_.arena_bytes;
+  for (const auto& [name, t] : state_) bytes += t.nbytes();
+  return bytes;
+}
+
+}  // namespace loom

@@ -1,0 +1,67 @@
+// Runs a graph on one device: binds inputs, parameters and buffers, executes
+// the nodes in order with outputs placed by the static memory plan, returns
+// the graph's named outputs and applies its state updates (so one Run of a
+// training graph is one forward + backward + update step).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/ir.h"
+#include "ops/op.h"
+#include "runtime/memory_plan.h"
+
+namespace loom {
+
+struct ExecutorOptions {
+  Device device = Device::Cpu();
+  ThreadPool* pool = nullptr;  // CPU kernels; default: ThreadPool::Default()
+  uint64_t seed = 0;           // random ops draw from streams keyed by (seed, node, step)
+};
+
+class Executor {
+ public:
+  // Checks that every op has a kernel on the device and plans memory.
+  static StatusOr<std::unique_ptr<Executor>> Create(const Graph& graph, const ExecutorOptions& options = {});
+
+  // Fills every Parameter and Buffer from its initializer attributes
+  // ("init": zeros | ones | constant(value) | normal(mean, std) |
+  // uniform(low, high)). Streams are keyed by node name, so a parameter's
+  // initial value does not depend on how many others precede it.
+  Status InitializeState(uint64_t seed);
+
+  // State tensors (Parameters and Buffers), by node name.
+  const std::map<std::string, Tensor>& state() const { return state_; }
+  StatusOr<Tensor> GetState(const std::string& name) const;
+  Status SetState(const std::string& name, const Tensor& value);
+
+  // One step. `feeds` are keyed by Input node name; every Input must be fed
+  // with its exact shape and dtype. Returns copies of the graph's outputs.
+  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds);
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  // The step counter keys the random streams; a resumed run sets it back.
+  int64_t step() const { return step_; }
+  void SetStep(int64_t step) { step_ = step; }
+  // Bytes the step needs on the device: the arena plus the state tensors.
+  size_t PeakStepBytes() const;
+
+ private:
+  Executor(Graph graph, ExecutorOptions options) : graph_(std::move(graph)), options_(options) {}
+  Status Prepare();
+
+  Graph graph_;
+  ExecutorOptions options_;
+  MemoryPlan plan_;
+  std::shared_ptr<Buffer> arena_;
+  std::map<std::string, Tensor> state_;
+  std::vector<Tensor> values_;  // by ValueId: arena views, state or feeds
+  std::vector<const KernelFn*> kernels_;  // by node index
+  int64_t step_ = 0;
+};
+
+}  // namespace loom

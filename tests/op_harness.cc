@@ -1,0 +1,223 @@
+#include "tests/op_harness.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "runtime/executor.h"
+
+namespace loom::testing {
+
+Tensor ZerosF64(const Shape& shape) { return Tensor::Zeros(shape, DType::kF64); }
+
+namespace {
+
+struct OpGraph {
+  Graph graph;
+  std::vector<ValueId> inputs, outputs;
+};
+
+OpGraph BuildOpGraph(const OpCase& c, DType float_dtype) {
+  OpGraph g;
+  GraphBuilder b(&g.graph);
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const InputSpec& s = c.inputs[i];
+    DType dt = s.kind == InputSpec::Kind::kIndex ? s.index_dtype : float_dtype;
+    g.inputs.push_back(b.Input("in" + std::to_string(i), {s.shape, dt}));
+  }
+  auto outs = b.Add(c.op, g.inputs, c.attrs, "op");
+  INFO("case '" << c.name << "': building the op");
+  REQUIRE(outs.status().ToString() == "OK");
+  g.outputs = *outs;
+  for (size_t i = 0; i < g.outputs.size(); ++i) g.graph.outputs()["out" + std::to_string(i)] = g.outputs[i];
+  return g;
+}
+
+// Inputs drawn once in f64; f32 runs get the same values rounded.
+std::vector<Tensor> MakeInputs(const OpCase& c) {
+  Rng rng(c.seed);
+  std::vector<Tensor> ins;
+  for (const InputSpec& s : c.inputs) {
+    if (s.kind == InputSpec::Kind::kIndex) {
+      Tensor t = Tensor::Zeros(s.shape, s.index_dtype);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        int64_t v = rng.UniformInt(s.num_classes);
+        if (s.index_dtype == DType::kI64) t.data<int64_t>()[i] = v;
+        else t.data<int32_t>()[i] = static_cast<int32_t>(v);
+      }
+      ins.push_back(t);
+    } else {
+      Tensor t = ZerosF64(s.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) At(t, i) = rng.Uniform(s.low, s.high);
+      ins.push_back(t);
+    }
+  }
+  return ins;
+}
+
+std::map<std::string, Tensor> Feeds(const OpCase& c, const std::vector<Tensor>& ins, DType float_dtype) {
+  std::map<std::string, Tensor> feeds;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    bool is_float = c.inputs[i].kind != InputSpec::Kind::kIndex;
+    feeds["in" + std::to_string(i)] = is_float ? ins[i].Cast(float_dtype).value() : ins[i];
+  }
+  return feeds;
+}
+
+std::vector<Tensor> RunForward(const OpCase& c, const std::vector<Tensor>& ins, DType float_dtype, Device device) {
+  OpGraph g = BuildOpGraph(c, float_dtype);
+  ExecutorOptions opts;
+  opts.device = device;
+  opts.seed = c.seed;
+  auto exec = Executor::Create(g.graph, opts);
+  INFO("case '" << c.name << "' on " << device.ToString());
+  REQUIRE(exec.status().ToString() == "OK");
+  auto result = (*exec)->Run(Feeds(c, ins, float_dtype));
+  REQUIRE(result.status().ToString() == "OK");
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < g.outputs.size(); ++i) outs.push_back((*result)["out" + std::to_string(i)]);
+  return outs;
+}
+
+void CompareTensors(const std::string& what, const Tensor& expected, const Tensor& actual, double tolerance) {
+  INFO(what);
+  REQUIRE(expected.shape() == actual.shape());
+  int bad = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    double e = expected.ScalarAt(i), a = actual.ScalarAt(i);
+    bool ok = std::abs(e - a) <= tolerance * std::max(1.0, std::abs(e));
+    if (!ok && bad++ < 3) {
+      INFO("element " << i << " of " << expected.shape().ToString() << ": expected " << e << ", got " << a);
+      CHECK(ok);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+std::vector<int> Indices(const std::vector<int>& given, size_t n) {
+  if (!given.empty()) return given;
+  std::vector<int> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
+void CheckForward(const OpCase& c, const std::vector<Tensor>& ins) {
+  std::vector<Tensor> out64 = RunForward(c, ins, DType::kF64, Device::Cpu());
+  std::vector<Tensor> out32 = RunForward(c, ins, DType::kF32, Device::Cpu());
+  std::vector<Tensor> expected = c.reference(ins, c.attrs, out64);
+  for (int k : Indices(c.checked_outputs, out64.size())) {
+    REQUIRE(k < static_cast<int>(expected.size()));
+    CompareTensors("case '" + c.name + "' output " + std::to_string(k) + " f64 vs reference", expected[k], out64[k],
+                   c.f64_tolerance);
+    CompareTensors("case '" + c.name + "' output " + std::to_string(k) + " f32 vs reference", expected[k], out32[k],
+                   c.f32_tolerance);
+  }
+}
+
+void CheckGradient(const OpCase& c, const std::vector<Tensor>& ins) {
+  OpGraph g = BuildOpGraph(c, DType::kF64);
+  GraphBuilder b(&g.graph);
+  // loss = sum_k sum(out_k * w_k) with fixed random weights w_k, so every
+  // output element carries a distinct weight.
+  std::vector<int> loss_outputs = c.loss_outputs;
+  if (loss_outputs.empty())
+    for (size_t k = 0; k < g.outputs.size(); ++k)
+      if (IsFloating(g.graph.type(g.outputs[k]).dtype)) loss_outputs.push_back(static_cast<int>(k));
+  REQUIRE_FALSE(loss_outputs.empty());
+  Rng rng(c.seed + 1000);
+  std::map<std::string, Tensor> feeds = Feeds(c, ins, DType::kF64);
+  ValueId loss = kNoValue;
+  for (int k : loss_outputs) {
+    const TensorType& t = g.graph.type(g.outputs[k]);
+    std::string wname = "w" + std::to_string(k);
+    ValueId w = b.Input(wname, t);
+    Tensor wt = ZerosF64(t.shape);
+    for (int64_t i = 0; i < wt.numel(); ++i) At(wt, i) = rng.Uniform(-1, 1);
+    feeds[wname] = wt;
+    ValueId term = b.Add1("SumToShape", {b.Add1("Mul", {g.outputs[k], w}, {}, "").value()},
+                          AttrMap{{"shape", std::vector<int64_t>{}}}, "")
+                       .value();
+    loss = loss == kNoValue ? term : b.Add1("Add", {loss, term}, {}, "").value();
+  }
+  std::vector<ValueId> wrt;
+  std::vector<int> wrt_index;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (c.inputs[i].differentiable) {
+      wrt.push_back(g.inputs[i]);
+      wrt_index.push_back(static_cast<int>(i));
+    }
+  if (wrt.empty()) return;
+  auto grads = BuildGradients(&g.graph, loss, wrt);
+  INFO("case '" << c.name << "': autodiff");
+  REQUIRE(grads.status().ToString() == "OK");
+  g.graph.outputs()["loss"] = loss;
+  for (size_t j = 0; j < wrt.size(); ++j) g.graph.outputs()["grad" + std::to_string(j)] = grads->at(wrt[j]);
+
+  ExecutorOptions opts;
+  opts.seed = c.seed;
+  auto exec = Executor::Create(g.graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
+  auto run = [&](const std::map<std::string, Tensor>& f) {
+    (*exec)->SetStep(0);  // the same random stream every evaluation
+    auto r = (*exec)->Run(f);
+    REQUIRE(r.status().ToString() == "OK");
+    return *r;
+  };
+  std::map<std::string, Tensor> analytic = run(feeds);
+
+  const double eps = 1e-6;
+  for (size_t j = 0; j < wrt.size(); ++j) {
+    std::string in_name = "in" + std::to_string(wrt_index[j]);
+    Tensor x = feeds[in_name];
+    const Tensor& grad = analytic["grad" + std::to_string(j)];
+    // Check every element of small inputs, an even spread of 48 in big ones.
+    int64_t n = x.numel(), step = std::max<int64_t>(1, n / 48);
+    int bad = 0;
+    for (int64_t e = 0; e < n; e += step) {
+      double orig = At(x, e);
+      At(x, e) = orig + eps;
+      double up = run(feeds)["loss"].ScalarAt(0);
+      At(x, e) = orig - eps;
+      double down = run(feeds)["loss"].ScalarAt(0);
+      At(x, e) = orig;
+      double numeric = (up - down) / (2 * eps), got = grad.ScalarAt(e);
+      bool ok = std::abs(numeric - got) <= c.grad_tolerance * std::max(1.0, std::abs(numeric));
+      if (!ok && bad++ < 3) {
+        INFO("case '" << c.name << "' d loss / d " << in_name << "[" << e << "]: finite difference " << numeric
+                      << ", backprop " << got);
+        CHECK(ok);
+      }
+    }
+    INFO("case '" << c.name << "' gradient of " << in_name);
+    CHECK(bad == 0);
+  }
+}
+
+bool HaveCuda() {
+  static bool have = GetAllocator(Device::Cuda(0)).ok();
+  return have;
+}
+
+void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
+  if (!HaveCuda()) return;  // skipped: no GPU here
+  if (!OpRegistry::Global().SupportsOp(c.op, DeviceType::kCuda)) return;
+  std::vector<Tensor> cpu = RunForward(c, ins, DType::kF32, Device::Cpu());
+  std::vector<Tensor> gpu = RunForward(c, ins, DType::kF32, Device::Cuda(0));
+  for (int k : Indices(c.checked_outputs, cpu.size()))
+    CompareTensors("case '" + c.name + "' output " + std::to_string(k) + " cuda vs cpu", cpu[k], gpu[k],
+                   c.f32_tolerance);
+}
+
+}  // namespace
+
+void RunOpCase(const OpCase& c) {
+  std::vector<Tensor> ins = MakeInputs(c);
+  CheckForward(c, ins);
+  if (c.check_gradient) CheckGradient(c, ins);
+  CheckCudaAgainstCpu(c, ins);
+}
+
+}  // namespace loom::testing
