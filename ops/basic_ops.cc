@@ -227,7 +227,7 @@ class BinaryOp : public OpDef {
     switch (kind_) {
       case BinaryKind::kAdd:
         g.SetInputGrad(0, g.SumToShape(dy, sa));
-        g.SetInputGrad(1, g.SumToShape(g.Emit1("Neg", {dy}), sb));
+        g.SetInputGrad(1, g.SumToShape(dy, sb));
         break;
       case BinaryKind::kSub:
         g.SetInputGrad(0, g.SumToShape(dy, sa));
