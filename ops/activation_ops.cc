@@ -1,0 +1,2 @@
+// Placeholder: the activation ops family is being written.
+#include "ops/op.h"

@@ -1,0 +1,2 @@
+// Placeholder: the dropout embedding ops family is being written.
+#include "ops/op.h"

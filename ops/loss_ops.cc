@@ -1,0 +1,2 @@
+// Placeholder: the loss ops family is being written.
+#include "ops/op.h"

@@ -1,0 +1,2 @@
+// Placeholder: the rnn ops family is being written.
+#include "ops/op.h"
