@@ -21,11 +21,13 @@ StatusOr<std::vector<TensorType>> InferNodeTypes(const Graph& graph, const std::
   return out;
 }
 
-std::string GraphBuilder::ScopedName(const std::string& name) const {
-  std::string full;
-  for (const auto& s : scopes_) full += s + "/";
-  return graph_->UniqueName(full + name);
+std::string GraphBuilder::ScopePrefix() const {
+  std::string prefix;
+  for (const auto& s : scopes_) prefix += s + "/";
+  return prefix;
 }
+
+std::string GraphBuilder::ScopedName(const std::string& name) const { return graph_->UniqueName(ScopePrefix() + name); }
 
 StatusOr<std::vector<ValueId>> GraphBuilder::Add(const std::string& op, const std::vector<ValueId>& inputs,
                                                  const AttrMap& attrs, const std::string& name) {

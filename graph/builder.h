@@ -30,6 +30,8 @@ class GraphBuilder {
   void PushScope(const std::string& scope) { scopes_.push_back(scope); }
   void PopScope() { scopes_.pop_back(); }
   std::string ScopedName(const std::string& name) const;
+  // The current scope path with a trailing '/', or "" at the top.
+  std::string ScopePrefix() const;
 
   Graph* graph() const { return graph_; }
 
