@@ -1,2 +1,285 @@
-// Placeholder: the activation ops family is being written.
+// Element-wise activations (ReLU, ReLU6, LeakyReLU, GELU, Sigmoid, Tanh,
+// Hardswish, Hardsigmoid, SiLU) and unary math (Exp, Log, Sqrt, Rsqrt, Abs),
+// with PyTorch semantics. One table drives them all: a row names the op and
+// says which tensor its derivative reads (the input x, or the output y when
+// the derivative is cheaper from y, as for Sigmoid or Exp). The gradient of
+// op "Foo" is one "FooBackward" node: dx = dy * f'(saved), where the masks of
+// piecewise ops select dy rather than multiply it (so inf * 0 never
+// appears, as in PyTorch's threshold_backward).
+//
+// Attributes: LeakyReLU negative_slope (default 0.01); GELU approximate,
+// "none" (exact erf form, default) or "tanh". Backward ops carry the
+// forward node's attributes.
+#include <cmath>
+#include <string>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+enum class Unary {
+  kRelu, kRelu6, kLeakyRelu, kGelu, kSigmoid, kTanh, kHardswish, kHardsigmoid, kSilu,
+  kExp, kLog, kSqrt, kRsqrt, kAbs,
+};
+
+// What the backward op reads besides dy.
+enum class Saved { kInput, kOutput };
+
+// Attribute values, validated once by type inference and read by kernels.
+struct UnaryParams {
+  double negative_slope = 0.01;  // LeakyReLU
+  bool gelu_tanh = false;        // GELU approximate="tanh"
+};
+
+StatusOr<UnaryParams> ParseParams(Unary kind, const std::string& op, const AttrMap& attrs) {
+  UnaryParams p;
+  if (kind == Unary::kLeakyRelu) {
+    p.negative_slope = attrs.Float("negative_slope", 0.01);
+    if (!std::isfinite(p.negative_slope))
+      return InvalidArgument(op, ": attribute negative_slope must be finite, got ", p.negative_slope);
+  }
+  if (kind == Unary::kGelu) {
+    std::string approximate = attrs.Str("approximate", "none");
+    if (approximate != "none" && approximate != "tanh")
+      return InvalidArgument(op, ": attribute approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+    p.gelu_tanh = approximate == "tanh";
+  }
+  return p;
+}
+
+// sqrt(2 / pi) and 1 / sqrt(2 pi), for GELU.
+constexpr double kSqrt2OverPi = M_2_SQRTPI * M_SQRT1_2;
+constexpr double kInvSqrt2Pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
+constexpr double kGeluCubic = 0.044715;
+
+template <typename T>
+T StableSigmoid(T x) {
+  // Never exponentiates a large positive number.
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+// y = f(x). Comparisons are written so that NaN propagates (x < 0 is false
+// for NaN, which then falls through to x).
+template <Unary K, typename T>
+T Forward(T x, const UnaryParams& p) {
+  if constexpr (K == Unary::kRelu) return x < T(0) ? T(0) : x;
+  if constexpr (K == Unary::kRelu6) return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+  if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? static_cast<T>(p.negative_slope) * x : x;
+  if constexpr (K == Unary::kGelu) {
+    if (p.gelu_tanh) {
+      T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+      return T(0.5) * x * (T(1) + std::tanh(u));
+    }
+    return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(M_SQRT1_2)));
+  }
+  if constexpr (K == Unary::kSigmoid) return StableSigmoid(x);
+  if constexpr (K == Unary::kTanh) return std::tanh(x);
+  if constexpr (K == Unary::kHardswish) return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+  if constexpr (K == Unary::kHardsigmoid) return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
+  if constexpr (K == Unary::kSilu) return x * StableSigmoid(x);
+  if constexpr (K == Unary::kExp) return std::exp(x);
+  if constexpr (K == Unary::kLog) return std::log(x);
+  if constexpr (K == Unary::kSqrt) return std::sqrt(x);
+  if constexpr (K == Unary::kRsqrt) return T(1) / std::sqrt(x);
+  if constexpr (K == Unary::kAbs) return std::abs(x);
+}
+
+// dx given dy and the saved tensor s (x or y, per the table).
+template <Unary K, typename T>
+T Backward(T dy, T s, const UnaryParams& p) {
+  if constexpr (K == Unary::kRelu) return s > T(0) ? dy : T(0);  // s = y
+  if constexpr (K == Unary::kRelu6) return (s > T(0) && s < T(6)) ? dy : T(0);
+  if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : static_cast<T>(p.negative_slope) * dy;
+  if constexpr (K == Unary::kGelu) {
+    if (p.gelu_tanh) {
+      T x2 = s * s;
+      T t = std::tanh(static_cast<T>(kSqrt2OverPi) * s * (T(1) + static_cast<T>(kGeluCubic) * x2));
+      T du = static_cast<T>(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x2);
+      return dy * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
+    }
+    // Phi(x) + x phi(x)
+    T cdf = T(0.5) * (T(1) + std::erf(s * static_cast<T>(M_SQRT1_2)));
+    T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s);
+    return dy * (cdf + s * pdf);
+  }
+  if constexpr (K == Unary::kSigmoid) return dy * s * (T(1) - s);  // s = y
+  if constexpr (K == Unary::kTanh) return dy * (T(1) - s * s);      // s = y
+  if constexpr (K == Unary::kHardswish) return s < T(-3) ? T(0) : (s <= T(3) ? dy * (s / T(3) + T(0.5)) : dy);
+  if constexpr (K == Unary::kHardsigmoid) return (s > T(-3) && s < T(3)) ? dy / T(6) : T(0);
+  if constexpr (K == Unary::kSilu) {
+    T sig = StableSigmoid(s);
+    return dy * sig * (T(1) + s * (T(1) - sig));
+  }
+  if constexpr (K == Unary::kExp) return dy * s;          // s = y
+  if constexpr (K == Unary::kLog) return dy / s;          // s = x
+  if constexpr (K == Unary::kSqrt) return dy / (T(2) * s);  // s = y
+  if constexpr (K == Unary::kRsqrt) return T(-0.5) * dy * s * s * s;  // s = y = x^(-1/2)
+  if constexpr (K == Unary::kAbs) return s > T(0) ? dy : (s < T(0) ? -dy : T(0));
+}
+
+// FLOPs per element, counting each arithmetic operation, comparison and
+// transcendental call (exp, erf, tanh, log, sqrt) as one.
+double ForwardFlops(Unary k, const UnaryParams& p) {
+  switch (k) {
+    case Unary::kRelu: return 1;
+    case Unary::kRelu6: return 2;
+    case Unary::kLeakyRelu: return 2;
+    case Unary::kGelu: return p.gelu_tanh ? 9 : 5;
+    case Unary::kSigmoid: return 4;     // neg, exp, add, div
+    case Unary::kTanh: return 1;
+    case Unary::kHardswish: return 5;   // add, clamp (2), mul, div
+    case Unary::kHardsigmoid: return 4;
+    case Unary::kSilu: return 5;
+    case Unary::kExp: return 1;
+    case Unary::kLog: return 1;
+    case Unary::kSqrt: return 1;
+    case Unary::kRsqrt: return 2;
+    case Unary::kAbs: return 1;
+  }
+  return 1;
+}
+
+double BackwardFlops(Unary k, const UnaryParams& p) {
+  switch (k) {
+    case Unary::kRelu: return 1;
+    case Unary::kRelu6: return 2;
+    case Unary::kLeakyRelu: return 2;
+    case Unary::kGelu: return p.gelu_tanh ? 14 : 10;
+    case Unary::kSigmoid: return 3;
+    case Unary::kTanh: return 3;
+    case Unary::kHardswish: return 4;
+    case Unary::kHardsigmoid: return 2;
+    case Unary::kSilu: return 9;
+    case Unary::kExp: return 1;
+    case Unary::kLog: return 1;
+    case Unary::kSqrt: return 2;
+    case Unary::kRsqrt: return 4;
+    case Unary::kAbs: return 2;
+  }
+  return 1;
+}
+
+template <Unary K>
+Status ForwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) y[i] = Forward<K>(x[i], p);
+    });
+  });
+}
+
+template <Unary K>
+Status BackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* dy = ctx.in(0).data<T>();
+    const T* saved = ctx.in(1).data<T>();
+    T* dx = ctx.out(0).data<T>();
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) dx[i] = Backward<K>(dy[i], saved[i], p);
+    });
+  });
+}
+
+struct UnaryRow {
+  const char* name;
+  Unary kind;
+  Saved saved;
+  Status (*forward)(KernelContext&);
+  Status (*backward)(KernelContext&);
+};
+
+template <Unary K>
+constexpr UnaryRow Row(const char* name, Saved saved) {
+  return {name, K, saved, &ForwardKernel<K>, &BackwardKernel<K>};
+}
+
+constexpr UnaryRow kUnaryOps[] = {
+    Row<Unary::kRelu>("ReLU", Saved::kOutput),
+    Row<Unary::kRelu6>("ReLU6", Saved::kInput),
+    Row<Unary::kLeakyRelu>("LeakyReLU", Saved::kInput),
+    Row<Unary::kGelu>("GELU", Saved::kInput),
+    Row<Unary::kSigmoid>("Sigmoid", Saved::kOutput),
+    Row<Unary::kTanh>("Tanh", Saved::kOutput),
+    Row<Unary::kHardswish>("Hardswish", Saved::kInput),
+    Row<Unary::kHardsigmoid>("Hardsigmoid", Saved::kInput),
+    Row<Unary::kSilu>("SiLU", Saved::kInput),
+    Row<Unary::kExp>("Exp", Saved::kOutput),
+    Row<Unary::kLog>("Log", Saved::kInput),
+    Row<Unary::kSqrt>("Sqrt", Saved::kOutput),
+    Row<Unary::kRsqrt>("Rsqrt", Saved::kOutput),
+    Row<Unary::kAbs>("Abs", Saved::kInput),
+};
+
+// Forward op: x -> y, same type.
+class UnaryOp : public OpDef {
+ public:
+  explicit UnaryOp(const UnaryRow& row) : row_(row) {}
+  std::string name() const override { return row_.name; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, row_.name));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(row_.name) + " input"));
+    LOOM_RETURN_IF_ERROR(ParseParams(row_.kind, row_.name, attrs).status());
+    return in;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    auto p = ParseParams(row_.kind, row_.name, a);
+    c.flops = static_cast<double>(in[0].shape.numel()) * ForwardFlops(row_.kind, p.ok() ? *p : UnaryParams{});
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId saved = row_.saved == Saved::kInput ? g.input(0) : g.output(0);
+    g.SetInputGrad(0, g.Emit1(std::string(row_.name) + "Backward", {g.output_grad(0), saved}, g.attrs()));
+    return Status::Ok();
+  }
+
+ private:
+  UnaryRow row_;
+};
+
+// Backward op: (dy, saved) -> dx, all of one type.
+class UnaryBackwardOp : public OpDef {
+ public:
+  explicit UnaryBackwardOp(const UnaryRow& row) : row_(row), name_(std::string(row.name) + "Backward") {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_ + " (dy, " + (row_.saved == Saved::kInput ? "x)" : "y)")));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name_ + " dy"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], name_ + ": dy and the saved tensor differ"));
+    LOOM_RETURN_IF_ERROR(ParseParams(row_.kind, name_, attrs).status());
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    auto p = ParseParams(row_.kind, name_, a);
+    c.flops = static_cast<double>(in[0].shape.numel()) * BackwardFlops(row_.kind, p.ok() ? *p : UnaryParams{});
+    return c;
+  }
+
+ private:
+  UnaryRow row_;
+  std::string name_;
+};
+
+[[maybe_unused]] const bool kRegistered = [] {
+  for (const UnaryRow& row : kUnaryOps) {
+    OpRegistry::Global().RegisterOp(std::make_unique<UnaryOp>(row));
+    OpRegistry::Global().RegisterOp(std::make_unique<UnaryBackwardOp>(row));
+    OpRegistry::Global().RegisterKernel(row.name, DeviceType::kCpu, row.forward);
+    OpRegistry::Global().RegisterKernel(std::string(row.name) + "Backward", DeviceType::kCpu, row.backward);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace loom
