@@ -1,2 +1,429 @@
-// Placeholder: the shape ops family is being written.
+// Data-movement ops: Transpose (alias Permute), Flatten, Concat, Split, Slice
+// and SliceBackward. They only move elements, so their kernels work for every
+// dtype (dispatched on the element size) and their Cost has no FLOPs.
+//
+// Conventions:
+//   Transpose(x) attrs perm (int list, a permutation of x's axes; negative
+//     entries count from the end; absent or empty reverses the axes, numpy's
+//     default): y.shape[i] = x.shape[perm[i]].  "Permute" is the same op.
+//   Flatten(x) attrs start_dim (default 1), end_dim (default -1): PyTorch's
+//     torch.flatten; a rank-0 input becomes [1].
+//   Concat(x0, ..., xn) attr axis (default 0): all inputs share dtype, rank
+//     and every extent except `axis`.
+//   Split(x) attrs axis (default 0), sizes (int list, required, summing to
+//     x.shape[axis]): one output per entry of sizes.
+//   Slice(x) attrs axis (default 0), start (default 0), end (default: the
+//     extent), step (default 1, must be positive): Python's x[start:end:step]
+//     along `axis`, negative start/end counting from the end, clamped.
+//   SliceBackward(dy) attrs of the Slice plus shape (the Slice's input
+//     shape): scatters dy into zeros of that shape.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// Calls fn(U{}) with an unsigned integer type of the dtype's size: these
+// kernels copy elements without looking at them.
+template <typename Fn>
+Status DispatchBytes(DType dtype, Fn&& fn) {
+  switch (DTypeSize(dtype)) {
+    case 1: fn(uint8_t{}); return Status::Ok();
+    case 2: fn(uint16_t{}); return Status::Ok();
+    case 4: fn(uint32_t{}); return Status::Ok();
+    case 8: fn(uint64_t{}); return Status::Ok();
+    default: return Unimplemented("no CPU copy kernel for dtype ", DTypeName(dtype));
+  }
+}
+
+// Resolves a possibly negative axis attribute against `shape`, naming the op
+// and the input in the error.
+StatusOr<int> ResolveAxis(const std::string& op, const char* attr, int64_t axis, const Shape& shape) {
+  auto a = NormalizeAxis(axis, shape.rank());
+  if (!a.ok()) return InvalidArgument(op, ": attribute '", attr, "' = ", axis, " is out of range for input of shape ",
+                                      shape.ToString(), " (rank ", shape.rank(), ")");
+  return *a;
+}
+
+int64_t Product(const Shape& s, int begin, int end) {
+  int64_t p = 1;
+  for (int d = begin; d < end; ++d) p *= s[d];
+  return p;
+}
+
+// A tensor seen as [outer, len, inner] around one axis.
+struct AxisSplit {
+  int64_t outer, len, inner;
+};
+AxisSplit SplitAt(const Shape& s, int axis) { return {Product(s, 0, axis), s[axis], Product(s, axis + 1, s.rank())}; }
+
+// Which slabs (inner-sized rows along the axis) of one side of a copy are used:
+// slab indices start, start + step, ... within `len` slabs per outer index.
+struct SlabRange {
+  int64_t len, start, step;
+};
+
+// For each outer index o and i < count:
+//   dst[o, dst.start + i * dst.step, :] = src[o, src.start + i * src.step, :]
+// with slabs of `inner` elements. Work is split over (o, i) pairs; runs of
+// unit-step slabs are copied with one memcpy.
+template <typename T>
+void CopySlabs(const T* src, SlabRange s, T* dst, SlabRange d, int64_t outer, int64_t count, int64_t inner,
+               ThreadPool* pool) {
+  if (outer == 0 || count == 0 || inner == 0) return;
+  const bool contiguous = s.step == 1 && d.step == 1;
+  ParallelRange(pool, outer * count, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1;) {
+      const int64_t o = u / count, i = u % count;
+      const int64_t n = std::min(count - i, u1 - u);  // slabs left in this outer row
+      const T* from = src + (o * s.len + s.start + i * s.step) * inner;
+      T* to = dst + (o * d.len + d.start + i * d.step) * inner;
+      if (contiguous) {
+        std::memcpy(to, from, static_cast<size_t>(n * inner) * sizeof(T));
+      } else if (inner == 1) {
+        for (int64_t k = 0; k < n; ++k) to[k * d.step] = from[k * s.step];
+      } else {
+        for (int64_t k = 0; k < n; ++k) std::memcpy(to + k * d.step * inner, from + k * s.step * inner, inner * sizeof(T));
+      }
+      u += n;
+    }
+  }, std::max<int64_t>(1, 32768 / inner));
+}
+
+Status CopyKernel(KernelContext& ctx) {
+  if (ctx.in(0).nbytes() > 0) std::memcpy(ctx.out(0).raw_data(), ctx.in(0).raw_data(), ctx.in(0).nbytes());
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- Transpose
+
+StatusOr<std::vector<int>> ResolvePerm(const std::string& op, const AttrMap& attrs, const Shape& x) {
+  const int rank = x.rank();
+  std::vector<int64_t> given = attrs.Ints("perm");
+  std::vector<int> perm(rank);
+  if (given.empty()) {
+    for (int i = 0; i < rank; ++i) perm[i] = rank - 1 - i;
+    return perm;
+  }
+  auto bad = [&] {
+    return InvalidArgument(op, ": attribute 'perm' ", Shape(given).ToString(), " is not a permutation of the ", rank,
+                           " axes of input ", x.ToString());
+  };
+  if (static_cast<int>(given.size()) != rank) return bad();
+  std::vector<bool> seen(rank, false);
+  for (int i = 0; i < rank; ++i) {
+    auto a = NormalizeAxis(given[i], rank);
+    if (!a.ok() || seen[*a]) return bad();
+    seen[*a] = true;
+    perm[i] = *a;
+  }
+  return perm;
+}
+
+class TransposeOp : public OpDef {
+ public:
+  explicit TransposeOp(const char* name) : name_(name) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int> perm, ResolvePerm(name_, attrs, in[0].shape));
+    std::vector<int64_t> dims(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) dims[i] = in[0].shape[perm[i]];
+    return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
+  }
+  Status Gradient(GradBuilder& g) const override {
+    std::vector<int> perm = ResolvePerm(name_, g.attrs(), g.type(g.input(0)).shape).value();
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+    g.SetInputGrad(0, g.Emit1("Transpose", {g.output_grad(0)}, AttrMap{{"perm", inverse}}));
+    return Status::Ok();
+  }
+
+ private:
+  const char* name_;
+};
+LOOM_REGISTER_OP(TransposeOp, "Transpose");
+LOOM_REGISTER_OP(TransposeOp, "Permute");
+
+// Gathers y[i0, ..., ik] = x[i_perm...] by walking y in row-major order with
+// x's strides permuted. Unit dims are dropped and output dims that stay
+// adjacent in x are merged first, so e.g. [B, T, H, D] -> [B, H, T, D] walks
+// D-long contiguous runs.
+Status TransposeKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.numel() == 0) return Status::Ok();
+  std::vector<int> perm = ResolvePerm("Transpose", *ctx.attrs, x.shape()).value();
+  const std::vector<int64_t> in_strides = x.shape().Strides();
+  std::vector<int64_t> dims, strides;  // merged output dims and their strides in x
+  for (int p : perm) {
+    const int64_t n = x.shape()[p], st = in_strides[p];
+    if (n == 1) continue;
+    if (!dims.empty() && strides.back() == st * n) {  // continues the previous run in x
+      dims.back() *= n;
+      strides.back() = st;
+    } else {
+      dims.push_back(n);
+      strides.push_back(st);
+    }
+  }
+  if (dims.size() <= 1) return CopyKernel(ctx);  // the element order is unchanged
+  const Shape out(dims);
+  const std::vector<int64_t> none(dims.size(), 0);
+  const int64_t inner = dims.back(), rows = x.numel() / inner;
+  return DispatchBytes(x.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    const U* px = static_cast<const U*>(x.raw_data());
+    U* py = static_cast<U*>(y.raw_data());
+    ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
+      ForEachBroadcast(out, strides, none, r0, r1, [&](int64_t o, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
+        for (int64_t j = 0; j < len; ++j) py[o + j] = px[i + j * step];
+      });
+    }, std::max<int64_t>(1, 32768 / inner));
+  });
+}
+LOOM_REGISTER_KERNEL("Transpose", DeviceType::kCpu, TransposeKernel);
+LOOM_REGISTER_KERNEL("Permute", DeviceType::kCpu, TransposeKernel);
+
+// ------------------------------------------------------------------ Flatten
+
+class FlattenOp : public OpDef {
+ public:
+  std::string name() const override { return "Flatten"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Flatten"));
+    const Shape& x = in[0].shape;
+    // PyTorch treats a scalar as rank 1 here: start/end may be 0 or -1.
+    const Shape as_rank1 = x.rank() == 0 ? Shape({1}) : x;
+    LOOM_ASSIGN_OR_RETURN(int start, ResolveAxis("Flatten", "start_dim", attrs.Int("start_dim", 1), as_rank1));
+    LOOM_ASSIGN_OR_RETURN(int end, ResolveAxis("Flatten", "end_dim", attrs.Int("end_dim", -1), as_rank1));
+    if (start > end)
+      return InvalidArgument("Flatten: start_dim ", attrs.Int("start_dim", 1), " comes after end_dim ",
+                             attrs.Int("end_dim", -1), " for input of shape ", x.ToString());
+    std::vector<int64_t> dims(as_rank1.dims().begin(), as_rank1.dims().begin() + start);
+    dims.push_back(Product(as_rank1, start, end + 1));
+    dims.insert(dims.end(), as_rank1.dims().begin() + end + 1, as_rank1.dims().end());
+    return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.Emit1("Reshape", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(FlattenOp);
+LOOM_REGISTER_KERNEL("Flatten", DeviceType::kCpu, CopyKernel);
+
+// ------------------------------------------------------------ Concat, Split
+
+class ConcatOp : public OpDef {
+ public:
+  std::string name() const override { return "Concat"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.empty()) return InvalidArgument("Concat takes at least one input, got none");
+    const Shape& first = in[0].shape;
+    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Concat", "axis", attrs.Int("axis", 0), first));
+    std::vector<int64_t> dims = first.dims();
+    dims[axis] = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Shape& s = in[i].shape;
+      if (in[i].dtype != in[0].dtype)
+        return InvalidArgument("Concat: input ", i, " is ", DTypeName(in[i].dtype), " but input 0 is ",
+                               DTypeName(in[0].dtype));
+      bool match = s.rank() == first.rank();
+      for (int d = 0; match && d < s.rank(); ++d) match = d == axis || s[d] == first[d];
+      if (!match)
+        return InvalidArgument("Concat: input ", i, " has shape ", s.ToString(), " but input 0 has ", first.ToString(),
+                               "; all extents except axis ", axis, " must match");
+      dims[axis] += s[axis];
+    }
+    return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
+  }
+  // One Split of dy hands every input its part in a single pass.
+  Status Gradient(GradBuilder& g) const override {
+    const int n = static_cast<int>(g.node().inputs.size());
+    const int axis = NormalizeAxis(g.attrs().Int("axis", 0), g.type(g.input(0)).shape.rank()).value();
+    std::vector<int64_t> sizes(n);
+    for (int i = 0; i < n; ++i) sizes[i] = g.type(g.input(i)).shape[axis];
+    std::vector<ValueId> parts =
+        g.Emit("Split", {g.output_grad(0)}, AttrMap{{"axis", int64_t{axis}}, {"sizes", sizes}});
+    for (int i = 0; i < n; ++i) g.SetInputGrad(i, parts[i]);
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(ConcatOp);
+
+LOOM_REGISTER_KERNEL("Concat", DeviceType::kCpu, [](KernelContext& ctx) {
+  Tensor& y = ctx.out(0);
+  const int axis = NormalizeAxis(ctx.attrs->Int("axis", 0), y.shape().rank()).value();
+  const AxisSplit ys = SplitAt(y.shape(), axis);
+  return DispatchBytes(y.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    int64_t offset = 0;
+    for (const Tensor* x : ctx.inputs) {
+      const int64_t len = x->shape()[axis];
+      CopySlabs(static_cast<const U*>(x->raw_data()), {len, 0, 1}, static_cast<U*>(y.raw_data()), {ys.len, offset, 1},
+                ys.outer, len, ys.inner, ctx.pool);
+      offset += len;
+    }
+  });
+});
+
+class SplitOp : public OpDef {
+ public:
+  std::string name() const override { return "Split"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Split"));
+    const Shape& x = in[0].shape;
+    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Split", "axis", attrs.Int("axis", 0), x));
+    const std::vector<int64_t> sizes = attrs.Ints("sizes");
+    if (sizes.empty()) return InvalidArgument("Split: attribute 'sizes' is missing or empty");
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      if (s < 0) return InvalidArgument("Split: attribute 'sizes' ", Shape(sizes).ToString(), " has a negative entry");
+      total += s;
+    }
+    if (total != x[axis])
+      return InvalidArgument("Split: sizes ", Shape(sizes).ToString(), " sum to ", total, " but axis ", axis,
+                             " of input ", x.ToString(), " has extent ", x[axis]);
+    std::vector<TensorType> out;
+    for (int64_t s : sizes) {
+      std::vector<int64_t> dims = x.dims();
+      dims[axis] = s;
+      out.push_back({Shape(dims), in[0].dtype});
+    }
+    return out;
+  }
+  // Concat of the output gradients; outputs nothing flowed into count as zeros.
+  Status Gradient(GradBuilder& g) const override {
+    std::vector<ValueId> parts;
+    for (size_t i = 0; i < g.node().outputs.size(); ++i) {
+      ValueId dy = g.output_grad(static_cast<int>(i));
+      if (dy == kNoValue) {
+        const TensorType& t = g.type(g.output(static_cast<int>(i)));
+        dy = g.Emit1("Fill", {},
+                     AttrMap{{"shape", t.shape.dims()}, {"value", 0.0}, {"dtype", std::string(DTypeName(t.dtype))}});
+      }
+      parts.push_back(dy);
+    }
+    g.SetInputGrad(0, g.Emit1("Concat", parts, AttrMap{{"axis", g.attrs().Int("axis", 0)}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(SplitOp);
+
+LOOM_REGISTER_KERNEL("Split", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const int axis = NormalizeAxis(ctx.attrs->Int("axis", 0), x.shape().rank()).value();
+  const AxisSplit xs = SplitAt(x.shape(), axis);
+  return DispatchBytes(x.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    int64_t offset = 0;
+    for (Tensor* y : ctx.outputs) {
+      const int64_t len = y->shape()[axis];
+      CopySlabs(static_cast<const U*>(x.raw_data()), {xs.len, offset, 1}, static_cast<U*>(y->raw_data()), {len, 0, 1},
+                xs.outer, len, xs.inner, ctx.pool);
+      offset += len;
+    }
+  });
+});
+
+// -------------------------------------------------------- Slice (+backward)
+
+struct SliceRange {
+  int axis;
+  int64_t start, step, count;
+};
+
+// Python's slice.indices() for a positive step.
+StatusOr<SliceRange> ResolveSlice(const std::string& op, const AttrMap& attrs, const Shape& x) {
+  SliceRange r;
+  LOOM_ASSIGN_OR_RETURN(r.axis, ResolveAxis(op, "axis", attrs.Int("axis", 0), x));
+  r.step = attrs.Int("step", 1);
+  if (r.step <= 0) return InvalidArgument(op, ": attribute 'step' must be positive, got ", r.step);
+  const int64_t len = x[r.axis];
+  auto clamp = [len](int64_t i) {
+    if (i < 0) i = std::max<int64_t>(0, i + len);
+    return std::min(i, len);
+  };
+  r.start = clamp(attrs.Int("start", 0));
+  const int64_t end = clamp(attrs.Int("end", std::numeric_limits<int64_t>::max()));
+  r.count = end > r.start ? (end - r.start + r.step - 1) / r.step : 0;
+  return r;
+}
+
+Shape SlicedShape(const Shape& x, const SliceRange& r) {
+  std::vector<int64_t> dims = x.dims();
+  dims[r.axis] = r.count;
+  return Shape(dims);
+}
+
+class SliceOp : public OpDef {
+ public:
+  std::string name() const override { return "Slice"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Slice"));
+    LOOM_ASSIGN_OR_RETURN(SliceRange r, ResolveSlice("Slice", attrs, in[0].shape));
+    return std::vector<TensorType>{{SlicedShape(in[0].shape, r), in[0].dtype}};
+  }
+  // Reads only the selected elements.
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.bytes_read = c.bytes_written;
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    AttrMap attrs = g.attrs();
+    attrs.Set("shape", g.type(g.input(0)).shape.dims());
+    g.SetInputGrad(0, g.Emit1("SliceBackward", {g.output_grad(0)}, attrs));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(SliceOp);
+
+LOOM_REGISTER_KERNEL("Slice", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  SliceRange r = ResolveSlice("Slice", *ctx.attrs, x.shape()).value();
+  const AxisSplit xs = SplitAt(x.shape(), r.axis);
+  return DispatchBytes(x.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    CopySlabs(static_cast<const U*>(x.raw_data()), {xs.len, r.start, r.step}, static_cast<U*>(ctx.out(0).raw_data()),
+              {r.count, 0, 1}, xs.outer, r.count, xs.inner, ctx.pool);
+  });
+});
+
+class SliceBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "SliceBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "SliceBackward"));
+    if (!attrs.Has("shape")) return InvalidArgument("SliceBackward: missing attribute 'shape' (the Slice input's shape)");
+    const Shape x(attrs.Ints("shape"));
+    LOOM_ASSIGN_OR_RETURN(SliceRange r, ResolveSlice("SliceBackward", attrs, x));
+    if (SlicedShape(x, r) != in[0].shape)
+      return InvalidArgument("SliceBackward: gradient of shape ", in[0].shape.ToString(), " does not match the slice ",
+                             SlicedShape(x, r).ToString(), " of ", x.ToString());
+    return std::vector<TensorType>{{x, in[0].dtype}};
+  }
+};
+LOOM_REGISTER_OP(SliceBackwardOp);
+
+LOOM_REGISTER_KERNEL("SliceBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  Tensor& dx = ctx.out(0);
+  SliceRange r = ResolveSlice("SliceBackward", *ctx.attrs, dx.shape()).value();
+  const AxisSplit xs = SplitAt(dx.shape(), r.axis);
+  // All-zero bytes are zero in every dtype.
+  if (dx.nbytes() > 0) std::memset(dx.raw_data(), 0, dx.nbytes());
+  return DispatchBytes(dx.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    CopySlabs(static_cast<const U*>(ctx.in(0).raw_data()), {r.count, 0, 1}, static_cast<U*>(dx.raw_data()),
+              {xs.len, r.start, r.step}, xs.outer, r.count, xs.inner, ctx.pool);
+  });
+});
+
+}  // namespace
+}  // namespace loom
