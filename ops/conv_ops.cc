@@ -1,2 +1,623 @@
-// Placeholder: the conv ops family is being written.
+// Convolutions, NCHW / NCL with PyTorch semantics and weight layouts:
+// Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d and their backward ops.
+//
+// Every op here is one of three products over a single geometry: an "image"
+// side [N, C, H, W] and a "column" side [N, O, OH, OW], joined by a weight
+// [O, C/groups, KH, KW] (per group g: W_g is [O/g, K], K = C/g * KH * KW):
+//   forward      cols_g  = W_g * im2col(image_g)          (+ bias on O)
+//   adjoint      image_g = col2im(W_g^T * cols_g)         (+ bias on C)
+//   weight grad  dW_g    = sum_n cols_{n,g} * im2col(image_{n,g})^T
+// A convolution maps image -> cols, so its input gradient is the adjoint.
+// A transposed convolution is the same pair seen from the other side: its
+// input is the column side and its output the image, and PyTorch's layout
+// for it, [C_in, C_out/groups, KH, KW], is exactly [O, C/groups, KH, KW] of
+// that geometry. 1-D ops are 2-D ones with H = KH = 1.
+//
+// Backward ops (inputs -> output; attrs: the forward op's, plus the shape
+// the backward op cannot infer):
+//   ConvBackwardInput(dy, w) -> dx            + input_shape
+//   ConvBackwardWeight(x, dy) -> dw           + weight_shape
+//   ConvTransposeBackwardInput(dy, w) -> dx   + input_shape
+//   ConvTransposeBackwardWeight(x, dy) -> dw  + weight_shape
+//   ConvBackwardBias(dy) -> db                (sum over all dims but 1)
+// They serve the 1-D and 2-D ops alike (the rank of dy decides).
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <variant>
+
+#include "ops/cpu_util.h"
+#include "ops/gemm.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Attributes and shapes.
+
+using Pair = std::array<int64_t, 2>;  // (h, w); 1-D ops use w and keep h neutral
+
+std::string PairString(const Pair& p, int sd) {
+  return sd == 2 ? StrCat("[", p[0], ", ", p[1], "]") : StrCat("[", p[1], "]");
+}
+
+// An int or a list of `sd` ints; absent means `def` (which is also the
+// neutral value the unused h axis of 1-D ops keeps).
+StatusOr<Pair> SpatialAttr(const AttrMap& attrs, const std::string& op, const char* name, int sd, int64_t def) {
+  Pair v = {def, def};
+  auto it = attrs.values().find(name);
+  if (it == attrs.values().end()) return v;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) {
+    v[1] = *i;
+    if (sd == 2) v[0] = *i;
+    return v;
+  }
+  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
+  if (list == nullptr || static_cast<int>(list->size()) != sd)
+    return InvalidArgument(op, ": attribute '", name, "' must be an int or a list of ", sd, " int", sd == 1 ? "" : "s",
+                           ", got ", AttrValueToString(it->second));
+  v[1] = list->back();
+  if (sd == 2) v[0] = list->front();
+  return v;
+}
+
+StatusOr<std::vector<int64_t>> ShapeAttr(const AttrMap& attrs, const std::string& op, const char* name) {
+  auto it = attrs.values().find(name);
+  const auto* list = it == attrs.values().end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
+  if (list == nullptr) return InvalidArgument(op, ": missing int-list attribute '", name, "'");
+  return *list;
+}
+
+struct ConvParams {
+  int sd = 2;  // spatial dims
+  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1}, output_padding{0, 0};
+  int64_t groups = 1;
+};
+
+StatusOr<ConvParams> ParseConvParams(const AttrMap& attrs, const std::string& op, int sd, bool transpose) {
+  ConvParams p;
+  p.sd = sd;
+  LOOM_ASSIGN_OR_RETURN(p.stride, SpatialAttr(attrs, op, "stride", sd, 1));
+  LOOM_ASSIGN_OR_RETURN(p.padding, SpatialAttr(attrs, op, "padding", sd, 0));
+  LOOM_ASSIGN_OR_RETURN(p.dilation, SpatialAttr(attrs, op, "dilation", sd, 1));
+  if (transpose) {
+    LOOM_ASSIGN_OR_RETURN(p.output_padding, SpatialAttr(attrs, op, "output_padding", sd, 0));
+  } else if (attrs.Has("output_padding")) {
+    return InvalidArgument(op, ": 'output_padding' applies to transposed convolutions only");
+  }
+  if (attrs.Has("groups")) {
+    const int64_t* g = std::get_if<int64_t>(&attrs.values().at("groups"));
+    if (g == nullptr) return InvalidArgument(op, ": attribute 'groups' must be an int");
+    p.groups = *g;
+  }
+  if (p.groups < 1) return InvalidArgument(op, ": groups must be >= 1, got ", p.groups);
+  for (int a = 0; a < 2; ++a) {
+    if (p.stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(p.stride, sd));
+    if (p.dilation[a] < 1) return InvalidArgument(op, ": dilation must be >= 1, got ", PairString(p.dilation, sd));
+    if (p.padding[a] < 0) return InvalidArgument(op, ": padding must be >= 0, got ", PairString(p.padding, sd));
+    // PyTorch's rule: an output_padding of s or more would add rows that no
+    // input reaches, unless dilation spreads the kernel that far.
+    if (p.output_padding[a] < 0 || (p.output_padding[a] >= p.stride[a] && p.output_padding[a] >= p.dilation[a]))
+      return InvalidArgument(op, ": output_padding ", PairString(p.output_padding, sd),
+                             " must be >= 0 and smaller than either stride ", PairString(p.stride, sd),
+                             " or dilation ", PairString(p.dilation, sd));
+  }
+  return p;
+}
+
+// Spatial extents of [N, C, spatial...] as (h, w).
+Pair SpatialOf(const Shape& s) { return s.rank() == 4 ? Pair{s[2], s[3]} : Pair{1, s[2]}; }
+Shape WithSpatial(int64_t n, int64_t c, const Pair& sp, int sd) {
+  return sd == 2 ? Shape{n, c, sp[0], sp[1]} : Shape{n, c, sp[1]};
+}
+
+const char* LayoutName(int sd, bool weight) {
+  if (weight) return sd == 2 ? "[O, C/groups, KH, KW]" : "[O, C/groups, K]";
+  return sd == 2 ? "[N, C, H, W]" : "[N, C, L]";
+}
+
+Status CheckRanks(const std::string& op, const ConvParams& p, const Shape& x, const Shape& w, bool transpose) {
+  if (x.rank() != p.sd + 2)
+    return InvalidArgument(op, ": input x must be ", LayoutName(p.sd, false), ", got ", x.ToString());
+  if (w.rank() != p.sd + 2)
+    return InvalidArgument(op, ": weight must be ",
+                           transpose ? (p.sd == 2 ? "[C, O/groups, KH, KW]" : "[C, O/groups, K]") : LayoutName(p.sd, true),
+                           ", got ", w.ToString());
+  for (int d = 2; d < w.rank(); ++d)
+    if (w[d] < 1) return InvalidArgument(op, ": kernel extents must be positive, weight ", w.ToString());
+  return Status::Ok();
+}
+
+// y of a convolution of x [N, C, *] by w [O, C/groups, *k].
+StatusOr<Shape> ConvOutputShape(const std::string& op, const ConvParams& p, const Shape& x, const Shape& w) {
+  LOOM_RETURN_IF_ERROR(CheckRanks(op, p, x, w, false));
+  const int64_t c = x[1], o = w[0], g = p.groups;
+  if (c % g != 0)
+    return InvalidArgument(op, ": input channels ", c, " (x ", x.ToString(), ") are not divisible by groups=", g);
+  if (o % g != 0)
+    return InvalidArgument(op, ": output channels ", o, " (weight ", w.ToString(), ") are not divisible by groups=", g);
+  if (w[1] * g != c)
+    return InvalidArgument(op, ": weight ", w.ToString(), " takes ", w[1], " input channels per group, but x ",
+                           x.ToString(), " has ", c, " channels in ", g, " group(s) (", c / g, " per group)");
+  const Pair in = SpatialOf(x), k = SpatialOf(w);
+  Pair span, padded, out;
+  for (int a = 0; a < 2; ++a) {
+    span[a] = p.dilation[a] * (k[a] - 1) + 1;
+    padded[a] = in[a] + 2 * p.padding[a];
+  }
+  for (int a = 0; a < 2; ++a)
+    if (span[a] > padded[a])
+      return InvalidArgument(op, ": kernel ", PairString(k, p.sd), " with dilation ", PairString(p.dilation, p.sd),
+                             " spans ", PairString(span, p.sd), ", larger than the padded input ",
+                             PairString(padded, p.sd), " (x ", x.ToString(), ", padding ", PairString(p.padding, p.sd),
+                             ")");
+  for (int a = 0; a < 2; ++a) out[a] = (padded[a] - span[a]) / p.stride[a] + 1;
+  return WithSpatial(x[0], o, out, p.sd);
+}
+
+// y of a transposed convolution of x [N, C, *] by w [C, O/groups, *k].
+StatusOr<Shape> ConvTransposeOutputShape(const std::string& op, const ConvParams& p, const Shape& x, const Shape& w) {
+  LOOM_RETURN_IF_ERROR(CheckRanks(op, p, x, w, true));
+  const int64_t c = x[1], g = p.groups;
+  if (w[0] != c)
+    return InvalidArgument(op, ": weight ", w.ToString(), " has ", w[0], " input channels (dim 0 of [C, O/groups, ...]) but x ",
+                           x.ToString(), " has ", c);
+  if (c % g != 0)
+    return InvalidArgument(op, ": input channels ", c, " (x ", x.ToString(), ") are not divisible by groups=", g);
+  const Pair in = SpatialOf(x), k = SpatialOf(w);
+  Pair out;
+  for (int a = 0; a < 2; ++a)
+    out[a] = (in[a] - 1) * p.stride[a] - 2 * p.padding[a] + p.dilation[a] * (k[a] - 1) + p.output_padding[a] + 1;
+  for (int a = 0; a < 2; ++a)
+    if (in[a] < 1 || out[a] < 1)
+      return InvalidArgument(op, ": output would be ", PairString(out, p.sd), " for x ", x.ToString(), ", weight ",
+                             w.ToString(), ", padding ", PairString(p.padding, p.sd), ": needs positive extents");
+  return WithSpatial(x[0], w[1] * g, out, p.sd);
+}
+
+StatusOr<Shape> OutputShape(bool transpose, const std::string& op, const ConvParams& p, const Shape& x, const Shape& w) {
+  return transpose ? ConvTransposeOutputShape(op, p, x, w) : ConvOutputShape(op, p, x, w);
+}
+
+Status ExpectSameDType(const std::string& op, const std::vector<TensorType>& in, const char* const* names) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " " + names[0]));
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].dtype != in[0].dtype)
+      return InvalidArgument(op, ": ", names[i], " is ", DTypeName(in[i].dtype), " but ", names[0], " is ",
+                             DTypeName(in[0].dtype));
+  return Status::Ok();
+}
+
+// Multiply-adds of any of the three products: one per column-side element
+// per weight element of its output channel (weight dim 0 is always the
+// column side's channel count).
+double ConvFlops(const Shape& cols, const Shape& weight) {
+  if (weight.numel() == 0) return 0;
+  return 2.0 * static_cast<double>(cols.numel()) * static_cast<double>(weight.numel() / weight[0]);
+}
+
+// ---------------------------------------------------------------------------
+// CPU machinery.
+
+struct ConvGeom {
+  int64_t n, c, h, w;  // image  [N, C, H, W]
+  int64_t o, oh, ow;   // cols   [N, O, OH, OW]
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  int64_t cg() const { return c / groups; }
+  int64_t og() const { return o / groups; }
+  int64_t k() const { return cg() * kh * kw; }  // GEMM depth: rows of im2col
+  int64_t hw() const { return h * w; }
+  int64_t ohw() const { return oh * ow; }
+  // im2col of a 1x1, stride-1, unpadded conv is the image itself.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == w; }
+};
+
+ConvGeom MakeGeom(const ConvParams& p, const Shape& image, const Shape& weight, const Shape& cols) {
+  const Pair in = SpatialOf(image), k = SpatialOf(weight), out = SpatialOf(cols);
+  return ConvGeom{image[0],    image[1],    in[0],       in[1],       cols[1],     out[0],       out[1],     k[0],
+                  k[1],        p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
+}
+
+// Output positions [lo, hi) along one axis whose input coordinate
+// o * stride + off falls inside [0, in).
+void ValidRange(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+  const int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  const int64_t h = in - off <= 0 ? 0 : (in - off + stride - 1) / stride;
+  *lo = std::min(l, out);
+  *hi = std::max(*lo, std::min(h, out));
+}
+
+// Enough channels per chunk that a hand-off pays for itself.
+int64_t ChannelChunk(int64_t per_channel) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_channel)); }
+
+// Visits each (channel, tap) row of im2col: fn(row, channel plane offset,
+// kernel offsets along h and w, valid output ranges along h and w).
+template <typename Fn>
+void ForEachColRow(const ConvGeom& g, int64_t c, Fn&& fn) {
+  for (int64_t ki = 0; ki < g.kh; ++ki) {
+    const int64_t y_off = ki * g.dh - g.ph;
+    int64_t y_lo, y_hi;
+    ValidRange(y_off, g.sh, g.h, g.oh, &y_lo, &y_hi);
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      const int64_t x_off = kj * g.dw - g.pw;
+      int64_t x_lo, x_hi;
+      ValidRange(x_off, g.sw, g.w, g.ow, &x_lo, &x_hi);
+      fn((c * g.kh + ki) * g.kw + kj, y_off, x_off, y_lo, y_hi, x_lo, x_hi);
+    }
+  }
+}
+
+// col [C/g * KH * KW, OH * OW] from one group's planes x [C/g, H, W].
+template <typename T>
+void Im2Col(const ConvGeom& g, const T* x, T* col, ThreadPool* pool) {
+  const int64_t ohw = g.ohw();
+  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T* plane = x + c * g.hw();  // [H, W]
+      ForEachColRow(g, c, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
+                              int64_t x_hi) {
+        T* row = col + r * ohw;  // [OH, OW]
+        std::fill(row, row + y_lo * g.ow, T(0));
+        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
+          T* out = row + oy * g.ow;
+          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;  // plane[base + ox * sw] for ox in [x_lo, x_hi)
+          std::fill(out, out + x_lo, T(0));
+          if (g.sw == 1) {
+            std::copy(plane + base + x_lo, plane + base + x_hi, out + x_lo);
+          } else {
+            for (int64_t ox = x_lo; ox < x_hi; ++ox) out[ox] = plane[base + ox * g.sw];
+          }
+          std::fill(out + x_hi, out + g.ow, T(0));
+        }
+        std::fill(row + y_hi * g.ow, row + ohw, T(0));
+      });
+    }
+  }, ChannelChunk(g.kh * g.kw * ohw));
+}
+
+// Fills `planes` planes of `size` with bias[i] (or zero without one).
+template <typename T>
+void InitPlanes(T* p, int64_t planes, int64_t size, const T* bias) {
+  for (int64_t i = 0; i < planes; ++i) std::fill(p + i * size, p + (i + 1) * size, bias ? bias[i] : T(0));
+}
+
+// x [C/g, H, W] = bias + col2im(col [C/g * KH * KW, OH * OW]): the adjoint
+// of Im2Col. Channels own disjoint rows and planes, so they split freely.
+template <typename T>
+void Col2Im(const ConvGeom& g, const T* col, const T* bias, T* x, ThreadPool* pool) {
+  const int64_t ohw = g.ohw();
+  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* plane = x + c * g.hw();  // [H, W]
+      InitPlanes(plane, 1, g.hw(), bias ? bias + c : nullptr);
+      ForEachColRow(g, c, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
+                              int64_t x_hi) {
+        const T* row = col + r * ohw;
+        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
+          const T* in = row + oy * g.ow;
+          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;
+          for (int64_t ox = x_lo; ox < x_hi; ++ox) plane[base + ox * g.sw] += in[ox];
+        }
+      });
+    }
+  }, ChannelChunk(g.kh * g.kw * ohw));
+}
+
+// Uninitialised scratch (every use overwrites it before reading).
+template <typename T>
+std::unique_ptr<T[]> Scratch(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+}
+
+// Runs fn(task, inner_pool, scratch) for each task in [0, tasks). With at
+// least as many tasks as threads, workers take whole tasks, each with its own
+// scratch and single-threaded GEMMs (inner_pool null); otherwise tasks run
+// one by one and fn gets the pool for its im2col and GEMM.
+template <typename T, typename Fn>
+void RunTasks(ThreadPool* pool, int64_t tasks, int64_t scratch, Fn&& fn) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads > 1 && tasks >= threads) {
+    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
+      auto buf = Scratch<T>(scratch);
+      for (int64_t t = t0; t < t1; ++t) fn(t, nullptr, buf.get());
+    });
+    return;
+  }
+  auto buf = Scratch<T>(scratch);
+  for (int64_t t = 0; t < tasks; ++t) fn(t, pool, buf.get());
+}
+
+// cols [N, O, OH, OW] = W * im2col(image [N, C, H, W]) (+ bias [O]);
+// one task per (image, group).
+template <typename T>
+void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
+  const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  const bool pointwise = g.pointwise();
+  RunTasks<T>(pool, g.n * g.groups, pointwise ? 0 : k * ohw, [&](int64_t task, ThreadPool* inner, T* col) {
+    const int64_t n = task / g.groups, grp = task % g.groups;
+    const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
+    T* y = cols + (n * g.o + grp * og) * ohw;            // [O/g, OH * OW]
+    const T* src = x;                                    // [K, OH * OW]
+    if (!pointwise) {
+      Im2Col(g, x, col, inner);
+      src = col;
+    }
+    if (bias) InitPlanes(y, og, ohw, bias + grp * og);
+    Gemm<T>(false, false, og, ohw, k, T(1), w + grp * og * k, k, src, ohw, bias ? T(1) : T(0), y, ohw, inner);
+  });
+}
+
+// image [N, C, H, W] = col2im(W^T * cols [N, O, OH, OW]) (+ bias [C]).
+template <typename T>
+void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
+  const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  const bool pointwise = g.pointwise();
+  RunTasks<T>(pool, g.n * g.groups, pointwise ? 0 : k * ohw, [&](int64_t task, ThreadPool* inner, T* col) {
+    const int64_t n = task / g.groups, grp = task % g.groups;
+    const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
+    T* x = image + (n * g.c + grp * cg) * g.hw();     // [C/g, H, W]
+    const T* wg = w + grp * og * k;                   // [O/g, K]
+    const T* bg = bias ? bias + grp * cg : nullptr;
+    if (pointwise) {  // col2im is the identity: multiply straight into the image
+      if (bg) InitPlanes(x, cg, g.hw(), bg);
+      Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
+      return;
+    }
+    Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, T(0), col, ohw, inner);  // col [K, OH * OW]
+    Col2Im(g, col, bg, x, inner);
+  });
+}
+
+// dW [O, C/g, KH, KW] = sum_n cols_n * im2col(image_n)^T, per group.
+template <typename T>
+void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
+  const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  const bool pointwise = g.pointwise();
+  const int64_t scratch = pointwise ? 0 : k * ohw;
+  // dwg [O/g, K] = sum over images [n0, n1) of group grp.
+  auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, T* col) {
+    if (n0 == n1) std::fill(dwg, dwg + og * k, T(0));
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
+      const T* dy = cols + (n * g.o + grp * og) * ohw;     // [O/g, OH * OW]
+      const T* src = x;
+      if (!pointwise) {
+        Im2Col(g, x, col, inner);
+        src = col;
+      }
+      Gemm<T>(false, true, og, k, ohw, T(1), dy, ohw, src, ohw, n == n0 ? T(0) : T(1), dwg, k, inner);
+    }
+  };
+  const int threads = pool ? pool->num_threads() : 1;
+  if (threads > 1 && g.groups < threads && g.n >= threads) {
+    // Too few groups to share out: split the batch into one part per thread,
+    // each with a partial dW, and add the parts in a fixed order so results
+    // do not depend on scheduling.
+    const int64_t size = g.o * k, parts = threads;
+    std::vector<T> partial(static_cast<size_t>(parts * size));  // [parts, O, K]
+    pool->ParallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
+      auto col = Scratch<T>(scratch);
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t grp = 0; grp < g.groups; ++grp)
+          accumulate(grp, g.n * p / parts, g.n * (p + 1) / parts, partial.data() + p * size + grp * og * k, nullptr,
+                     col.get());
+    });
+    ParallelRange(pool, size, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        T s = partial[i];
+        for (int64_t p = 1; p < parts; ++p) s += partial[p * size + i];
+        dw[i] = s;
+      }
+    });
+    return;
+  }
+  RunTasks<T>(pool, g.groups, scratch, [&](int64_t grp, ThreadPool* inner, T* col) {
+    accumulate(grp, 0, g.n, dw + grp * og * k, inner, col);
+  });
+}
+
+// db [C] = sum of dy [N, C, S] over N and S.
+template <typename T>
+void BiasGrad(const T* dy, int64_t n, int64_t c, int64_t s, T* db, ThreadPool* pool) {
+  ParallelRange(pool, c, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      T total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* plane = dy + (i * c + ch) * s;
+        T part = 0;  // per plane first: shorter sums round less
+        for (int64_t j = 0; j < s; ++j) part += plane[j];
+        total += part;
+      }
+      db[ch] = total;
+    }
+  }, ChannelChunk(n * s));
+}
+
+// Which of the three products a kernel runs. `transpose` says the op is of
+// the ConvTranspose family, which only changes which input is the image in
+// the weight gradient: (x = cols, dy = image) instead of (x = image, dy = cols).
+enum class Product { kForward, kAdjoint, kWeightGrad };
+
+Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  const Tensor* bias = ctx.inputs.size() > 2 ? &ctx.in(2) : nullptr;
+  Tensor& out = ctx.out(0);
+  const int sd = a.shape().rank() - 2;
+  LOOM_ASSIGN_OR_RETURN(ConvParams p, ParseConvParams(*ctx.attrs, "convolution kernel", sd, transpose));
+  return DispatchFloat(out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pb = bias ? bias->data<T>() : nullptr;
+    switch (product) {
+      case Product::kForward:  // (image, w[, bias]) -> cols
+        ConvForward(MakeGeom(p, a.shape(), b.shape(), out.shape()), a.data<T>(), b.data<T>(), pb, out.data<T>(),
+                    ctx.pool);
+        break;
+      case Product::kAdjoint:  // (cols, w[, bias]) -> image
+        ConvAdjoint(MakeGeom(p, out.shape(), b.shape(), a.shape()), a.data<T>(), b.data<T>(), pb, out.data<T>(),
+                    ctx.pool);
+        break;
+      case Product::kWeightGrad: {  // (x, dy) -> dw
+        const Tensor& image = transpose ? b : a;
+        const Tensor& cols = transpose ? a : b;
+        ConvWeightGrad(MakeGeom(p, image.shape(), out.shape(), cols.shape()), image.data<T>(), cols.data<T>(),
+                       out.data<T>(), ctx.pool);
+        break;
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Op definitions.
+
+// Conv1d / Conv2d / ConvTranspose1d / ConvTranspose2d: (x, weight[, bias]) -> y.
+class ConvOp : public OpDef {
+ public:
+  ConvOp(const char* name, int sd, bool transpose) : name_(name), sd_(sd), transpose_(transpose) {}
+  std::string name() const override { return name_; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.size() != 2 && in.size() != 3)
+      return InvalidArgument(name_, " takes (x, weight[, bias]), got ", in.size(), " inputs");
+    static const char* const kNames[] = {"input x", "weight", "bias"};
+    LOOM_RETURN_IF_ERROR(ExpectSameDType(name_, in, kNames));
+    LOOM_ASSIGN_OR_RETURN(ConvParams p, ParseConvParams(attrs, name_, sd_, transpose_));
+    LOOM_ASSIGN_OR_RETURN(Shape y, OutputShape(transpose_, name_, p, in[0].shape, in[1].shape));
+    if (in.size() == 3 && in[2].shape != Shape({y[1]}))
+      return InvalidArgument(name_, ": bias must be [", y[1], "] (one per output channel), got ", in[2].shape.ToString());
+    return std::vector<TensorType>{{y, in[0].dtype}};
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = ConvFlops(transpose_ ? in[0].shape : out[0].shape, in[1].shape);
+    if (in.size() == 3) c.flops += static_cast<double>(out[0].shape.numel());
+    return c;
+  }
+
+  Status Gradient(GradBuilder& g) const override {
+    const ValueId dy = g.output_grad(0);
+    if (dy == kNoValue) return Status::Ok();
+    const ValueId x = g.input(0), w = g.input(1);
+    const std::string family = transpose_ ? "ConvTranspose" : "Conv";
+    if (g.NeedsInputGrad(0)) {
+      AttrMap a = g.attrs();
+      a.Set("input_shape", g.type(x).shape.dims());
+      g.SetInputGrad(0, g.Emit1(family + "BackwardInput", {dy, w}, a));
+    }
+    if (g.NeedsInputGrad(1)) {
+      AttrMap a = g.attrs();
+      a.Set("weight_shape", g.type(w).shape.dims());
+      g.SetInputGrad(1, g.Emit1(family + "BackwardWeight", {x, dy}, a));
+    }
+    if (g.node().inputs.size() == 3 && g.NeedsInputGrad(2)) g.SetInputGrad(2, g.Emit1("ConvBackwardBias", {dy}));
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_;
+  int sd_;
+  bool transpose_;
+};
+LOOM_REGISTER_OP(ConvOp, "Conv1d", 1, false);
+LOOM_REGISTER_OP(ConvOp, "Conv2d", 2, false);
+LOOM_REGISTER_OP(ConvOp, "ConvTranspose1d", 1, true);
+LOOM_REGISTER_OP(ConvOp, "ConvTranspose2d", 2, true);
+
+// The backward ops of x and w. Each rebuilds the forward geometry from its
+// attributes and the given shape and checks dy against the forward output.
+class ConvBackwardOp : public OpDef {
+ public:
+  ConvBackwardOp(const char* name, bool weight, bool transpose) : name_(name), weight_(weight), transpose_(transpose) {}
+  std::string name() const override { return name_; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
+    static const char* const kInputNames[] = {"dy", "weight"};
+    static const char* const kWeightNames[] = {"x", "dy"};
+    LOOM_RETURN_IF_ERROR(ExpectSameDType(name_, in, weight_ ? kWeightNames : kInputNames));
+    const Shape& dy = in[weight_ ? 1 : 0].shape;
+    const int sd = dy.rank() - 2;
+    if (sd != 1 && sd != 2) return InvalidArgument(name_, ": dy must have rank 3 or 4, got ", dy.ToString());
+    LOOM_ASSIGN_OR_RETURN(ConvParams p, ParseConvParams(attrs, name_, sd, transpose_));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> given, ShapeAttr(attrs, name_, weight_ ? "weight_shape" : "input_shape"));
+    const Shape x = weight_ ? in[0].shape : Shape(given);
+    const Shape w = weight_ ? Shape(given) : in[1].shape;
+    LOOM_ASSIGN_OR_RETURN(Shape expected, OutputShape(transpose_, name_, p, x, w));
+    if (expected != dy)
+      return InvalidArgument(name_, ": dy ", dy.ToString(), " is not the forward output ", expected.ToString(),
+                             " of x ", x.ToString(), " and weight ", w.ToString());
+    return std::vector<TensorType>{{Shape(given), in[0].dtype}};
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const Shape& w = weight_ ? out[0].shape : in[1].shape;
+    // The column side: dy of a convolution, x of a transposed one.
+    const Shape& cols = weight_ ? (transpose_ ? in[0].shape : in[1].shape) : (transpose_ ? out[0].shape : in[0].shape);
+    c.flops = ConvFlops(cols, w);
+    return c;
+  }
+
+ private:
+  std::string name_;
+  bool weight_;
+  bool transpose_;
+};
+LOOM_REGISTER_OP(ConvBackwardOp, "ConvBackwardInput", false, false);
+LOOM_REGISTER_OP(ConvBackwardOp, "ConvBackwardWeight", true, false);
+LOOM_REGISTER_OP(ConvBackwardOp, "ConvTransposeBackwardInput", false, true);
+LOOM_REGISTER_OP(ConvBackwardOp, "ConvTransposeBackwardWeight", true, true);
+
+// ConvBackwardBias: dy [N, C, spatial...] -> [C].
+class ConvBackwardBiasOp : public OpDef {
+ public:
+  std::string name() const override { return "ConvBackwardBias"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "ConvBackwardBias"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "ConvBackwardBias dy"));
+    if (in[0].shape.rank() < 3)
+      return InvalidArgument("ConvBackwardBias: dy must be [N, C, spatial...], got ", in[0].shape.ToString());
+    return std::vector<TensorType>{{Shape({in[0].shape[1]}), in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+};
+LOOM_REGISTER_OP(ConvBackwardBiasOp);
+
+// ---------------------------------------------------------------------------
+// CPU kernels.
+
+Status ForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, false); }
+Status AdjointKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, false); }
+Status WeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, false); }
+Status TransposeForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, true); }
+Status TransposeInputGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, true); }
+Status TransposeWeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, true); }
+
+LOOM_REGISTER_KERNEL("Conv1d", DeviceType::kCpu, ForwardKernel);
+LOOM_REGISTER_KERNEL("Conv2d", DeviceType::kCpu, ForwardKernel);
+LOOM_REGISTER_KERNEL("ConvBackwardInput", DeviceType::kCpu, AdjointKernel);
+LOOM_REGISTER_KERNEL("ConvBackwardWeight", DeviceType::kCpu, WeightGradKernel);
+LOOM_REGISTER_KERNEL("ConvTranspose1d", DeviceType::kCpu, TransposeForwardKernel);
+LOOM_REGISTER_KERNEL("ConvTranspose2d", DeviceType::kCpu, TransposeForwardKernel);
+LOOM_REGISTER_KERNEL("ConvTransposeBackwardInput", DeviceType::kCpu, TransposeInputGradKernel);
+LOOM_REGISTER_KERNEL("ConvTransposeBackwardWeight", DeviceType::kCpu, TransposeWeightGradKernel);
+
+LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  Tensor& db = ctx.out(0);
+  const int64_t n = dy.shape()[0], c = dy.shape()[1], s = c * n == 0 ? 0 : dy.numel() / (n * c);
+  return DispatchFloat(db.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    BiasGrad(dy.data<T>(), n, c, s, db.data<T>(), ctx.pool);
+  });
+});
+
+}  // namespace
+}  // namespace loom

@@ -1,5 +1,291 @@
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <variant>
+
+#include "core/thread_pool.h"
+#include "ops/op.h"
 #include "tests/op_harness.h"
 
-TEST_CASE("placeholder conv_ops") { SUCCEED("family not written yet"); }
+namespace loom::testing {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// Attributes as the reference reads them: (h, w), 1-D ops fill w only.
+std::array<int64_t, 2> Spatial(const AttrMap& attrs, const char* name, int sd, int64_t def) {
+  std::array<int64_t, 2> v = {def, def};
+  if (!attrs.Has(name)) return v;
+  const AttrValue& a = attrs.values().at(name);
+  if (const int64_t* i = std::get_if<int64_t>(&a)) {
+    v[1] = *i;
+    if (sd == 2) v[0] = *i;
+  } else {
+    const Ints& l = std::get<Ints>(a);
+    v[1] = l.back();
+    if (sd == 2) v[0] = l.front();
+  }
+  return v;
+}
+
+struct RefConv {
+  int sd;
+  std::array<int64_t, 2> stride, pad, dil, out_pad;
+  int64_t groups;
+  RefConv(const AttrMap& a, int sd_)
+      : sd(sd_),
+        stride(Spatial(a, "stride", sd_, 1)),
+        pad(Spatial(a, "padding", sd_, 0)),
+        dil(Spatial(a, "dilation", sd_, 1)),
+        out_pad(Spatial(a, "output_padding", sd_, 0)),
+        groups(a.Int("groups", 1)) {}
+};
+
+// [N, C, H, W] extents of a rank-3 or rank-4 tensor (H = 1 for rank 3).
+std::array<int64_t, 4> Dims4(const Shape& s) {
+  return s.rank() == 4 ? std::array<int64_t, 4>{s[0], s[1], s[2], s[3]} : std::array<int64_t, 4>{s[0], s[1], 1, s[2]};
+}
+
+Shape OutShape(int sd, int64_t n, int64_t c, int64_t h, int64_t w) { return sd == 2 ? Shape{n, c, h, w} : Shape{n, c, w}; }
+
+// Direct convolution: every output sums its window (gather form).
+std::vector<Tensor> ConvRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const int sd = in[0].shape().rank() - 2;
+  RefConv p(attrs, sd);
+  auto [n_, c_, h_, w_] = Dims4(in[0].shape());
+  auto [o_, cg, kh, kw] = Dims4(in[1].shape());
+  const int64_t og = o_ / p.groups;
+  const int64_t oh = (h_ + 2 * p.pad[0] - p.dil[0] * (kh - 1) - 1) / p.stride[0] + 1;
+  const int64_t ow = (w_ + 2 * p.pad[1] - p.dil[1] * (kw - 1) - 1) / p.stride[1] + 1;
+  Tensor y = ZerosF64(OutShape(sd, n_, o_, oh, ow));
+  for (int64_t n = 0; n < n_; ++n)
+    for (int64_t o = 0; o < o_; ++o)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double s = in.size() == 3 ? At(in[2], o) : 0.0;
+          for (int64_t ci = 0; ci < cg; ++ci) {
+            const int64_t c = (o / og) * cg + ci;
+            for (int64_t ki = 0; ki < kh; ++ki)
+              for (int64_t kj = 0; kj < kw; ++kj) {
+                const int64_t iy = oy * p.stride[0] - p.pad[0] + ki * p.dil[0];
+                const int64_t ix = ox * p.stride[1] - p.pad[1] + kj * p.dil[1];
+                if (iy < 0 || iy >= h_ || ix < 0 || ix >= w_) continue;
+                s += At(in[0], ((n * c_ + c) * h_ + iy) * w_ + ix) * At(in[1], ((o * cg + ci) * kh + ki) * kw + kj);
+              }
+          }
+          At(y, ((n * o_ + o) * oh + oy) * ow + ox) = s;
+        }
+  return {y};
+}
+
+// Transposed convolution as PyTorch defines it: every input element scatters
+// its weighted kernel into the output (scatter form).
+std::vector<Tensor> ConvTransposeRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const int sd = in[0].shape().rank() - 2;
+  RefConv p(attrs, sd);
+  auto [n_, c_, h_, w_] = Dims4(in[0].shape());
+  auto [wc, og, kh, kw] = Dims4(in[1].shape());
+  (void)wc;
+  const int64_t o_ = og * p.groups, cg = c_ / p.groups;
+  const int64_t oh = (h_ - 1) * p.stride[0] - 2 * p.pad[0] + p.dil[0] * (kh - 1) + p.out_pad[0] + 1;
+  const int64_t ow = (w_ - 1) * p.stride[1] - 2 * p.pad[1] + p.dil[1] * (kw - 1) + p.out_pad[1] + 1;
+  Tensor y = ZerosF64(OutShape(sd, n_, o_, oh, ow));
+  for (int64_t n = 0; n < n_; ++n)
+    for (int64_t o = 0; o < o_; ++o)
+      for (int64_t i = 0; i < oh * ow; ++i) At(y, (n * o_ + o) * oh * ow + i) = in.size() == 3 ? At(in[2], o) : 0.0;
+  for (int64_t n = 0; n < n_; ++n)
+    for (int64_t c = 0; c < c_; ++c)
+      for (int64_t iy = 0; iy < h_; ++iy)
+        for (int64_t ix = 0; ix < w_; ++ix) {
+          const double xv = At(in[0], ((n * c_ + c) * h_ + iy) * w_ + ix);
+          for (int64_t oc = 0; oc < og; ++oc)
+            for (int64_t ki = 0; ki < kh; ++ki)
+              for (int64_t kj = 0; kj < kw; ++kj) {
+                const int64_t oy = iy * p.stride[0] - p.pad[0] + ki * p.dil[0];
+                const int64_t ox = ix * p.stride[1] - p.pad[1] + kj * p.dil[1];
+                if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+                const int64_t o = (c / cg) * og + oc;
+                At(y, ((n * o_ + o) * oh + oy) * ow + ox) += xv * At(in[1], ((c * og + oc) * kh + ki) * kw + kj);
+              }
+        }
+  return {y};
+}
+
+InputSpec U(Shape s) { return InputSpec::Uniform(std::move(s)); }
+
+std::vector<OpCase> Conv2dCases() {
+  return {
+      {"conv2d 3x3 bias", "Conv2d", {}, {U({2, 3, 5, 5}), U({4, 3, 3, 3}), U({4})}, ConvRef},
+      {"conv2d stride 2 padding 1 no bias", "Conv2d", {{"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}},
+       {U({2, 2, 6, 5}), U({3, 2, 3, 3})}, ConvRef},
+      {"conv2d dilation 2 padding 2", "Conv2d", {{"dilation", Ints{2, 2}}, {"padding", Ints{2, 2}}},
+       {U({1, 2, 7, 6}), U({2, 2, 3, 3}), U({2})}, ConvRef},
+      {"conv2d non-square kernel, stride and padding, groups 2", "Conv2d",
+       {{"stride", Ints{2, 1}}, {"padding", Ints{1, 0}}, {"groups", int64_t{2}}},
+       {U({2, 4, 5, 6}), U({6, 2, 3, 2}), U({6})}, ConvRef},
+      {"conv2d depthwise (groups = C) multiplier 2", "Conv2d", {{"padding", Ints{1, 1}}, {"groups", int64_t{3}}},
+       {U({2, 3, 5, 4}), U({6, 1, 3, 3}), U({6})}, ConvRef},
+      {"conv2d three fused convs (groups 3) stride 2", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"groups", int64_t{3}}},
+       {U({2, 6, 5, 5}), U({9, 2, 3, 3}), U({9})}, ConvRef},
+      {"conv2d pointwise 1x1 groups 2", "Conv2d", {{"groups", int64_t{2}}}, {U({2, 4, 3, 3}), U({6, 2, 1, 1}), U({6})},
+       ConvRef},
+      {"conv2d 1x1 stride 2 (not pointwise)", "Conv2d", {{"stride", Ints{2, 2}}}, {U({1, 3, 5, 5}), U({2, 3, 1, 1})},
+       ConvRef},
+      {"conv2d kernel as large as the padded input", "Conv2d", {{"padding", Ints{1, 0}}},
+       {U({2, 2, 3, 4}), U({3, 2, 5, 4}), U({3})}, ConvRef},
+      {"conv2d single image (threaded GEMM)", "Conv2d", {{"padding", Ints{1, 1}}},
+       {U({1, 8, 12, 12}), U({16, 8, 3, 3}), U({16})}, ConvRef},
+  };
+}
+
+std::vector<OpCase> Conv1dCases() {
+  return {
+      {"conv1d bias", "Conv1d", {}, {U({2, 3, 7}), U({4, 3, 3}), U({4})}, ConvRef},
+      {"conv1d stride 2 padding 1 dilation 2 groups 2 (int attrs)", "Conv1d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"dilation", int64_t{2}}, {"groups", int64_t{2}}},
+       {U({2, 4, 9}), U({6, 2, 3})}, ConvRef},
+      {"conv1d depthwise (1-element list attrs)", "Conv1d",
+       {{"stride", Ints{1}}, {"padding", Ints{2}}, {"groups", int64_t{3}}}, {U({3, 3, 6}), U({3, 1, 5}), U({3})},
+       ConvRef},
+  };
+}
+
+std::vector<OpCase> ConvTransposeCases() {
+  return {
+      {"conv transpose 2d bias", "ConvTranspose2d", {}, {U({2, 3, 4, 4}), U({3, 2, 3, 3}), U({2})}, ConvTransposeRef},
+      {"conv transpose 2d stride 2 padding 1 output_padding 1", "ConvTranspose2d",
+       {{"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}, {"output_padding", Ints{1, 1}}},
+       {U({2, 2, 3, 4}), U({2, 3, 3, 3}), U({3})}, ConvTransposeRef},
+      {"conv transpose 2d groups 2 dilation 2 non-square", "ConvTranspose2d",
+       {{"groups", int64_t{2}}, {"dilation", Ints{2, 1}}, {"stride", Ints{1, 2}}, {"padding", Ints{0, 1}}},
+       {U({2, 4, 3, 3}), U({4, 3, 2, 3}), U({6})}, ConvTransposeRef},
+      {"conv transpose 2d depthwise stride 2", "ConvTranspose2d", {{"stride", int64_t{2}}, {"groups", int64_t{3}}},
+       {U({1, 3, 3, 3}), U({3, 1, 2, 2})}, ConvTransposeRef},
+      // output_padding >= stride is allowed when smaller than dilation: the
+      // extra output row is reached by no input.
+      {"conv transpose 2d output_padding below dilation", "ConvTranspose2d",
+       {{"dilation", Ints{2, 2}}, {"output_padding", Ints{1, 1}}}, {U({1, 2, 3, 3}), U({2, 2, 2, 2}), U({2})},
+       ConvTransposeRef},
+      {"conv transpose 2d 1x1", "ConvTranspose2d", {}, {U({2, 4, 3, 2}), U({4, 3, 1, 1}), U({3})}, ConvTransposeRef},
+      {"conv transpose 1d stride 3 padding 1 output_padding 2", "ConvTranspose1d",
+       {{"stride", int64_t{3}}, {"padding", int64_t{1}}, {"output_padding", int64_t{2}}},
+       {U({2, 3, 4}), U({3, 2, 3}), U({2})}, ConvTransposeRef},
+  };
+}
+
+TEST_CASE("conv ops pass the op harness") {
+  std::vector<OpCase> cases = Conv2dCases();
+  for (auto& c : Conv1dCases()) cases.push_back(c);
+  for (auto& c : ConvTransposeCases()) cases.push_back(c);
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// The kernels split work differently by thread count (whole images and
+// groups per worker, batch-split weight gradients with partial sums, or one
+// task at a time with threaded GEMM); each split must give the same result.
+TEST_CASE("conv kernels agree across thread counts") {
+  std::vector<OpCase> cases = {
+      {"batch 5 groups 1", "Conv2d", {{"padding", int64_t{1}}}, {U({5, 3, 6, 6}), U({4, 3, 3, 3}), U({4})}, ConvRef},
+      {"batch 1 groups 4", "Conv2d", {{"stride", int64_t{2}}, {"groups", int64_t{4}}}, {U({1, 8, 7, 7}), U({4, 2, 3, 3})},
+       ConvRef},
+      {"transpose batch 3", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({3, 4, 3, 3}), U({4, 2, 3, 3}), U({2})},
+       ConvTransposeRef},
+  };
+  for (int threads : {1, 3, 4}) {
+    ThreadPool::SetDefaultThreads(threads);
+    for (const OpCase& c : cases) DYNAMIC_SECTION(c.name << " on " << threads << " threads") { RunOpCase(c); }
+  }
+  ThreadPool::SetDefaultThreads(0);
+}
+
+TensorType F32(Shape s) { return {std::move(s), DType::kF32}; }
+
+// The message of InferTypes' error, or "" when it succeeds.
+std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
+  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
+  return r.ok() ? "" : r.status().message();
+}
+
+Shape InferShape(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
+  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return r->at(0).shape;
+}
+
+TEST_CASE("conv shape inference follows PyTorch") {
+  CHECK(InferShape("Conv2d", {{"stride", int64_t{2}}, {"padding", int64_t{1}}}, {F32({2, 3, 7, 9}), F32({8, 3, 3, 3})}) ==
+        Shape({2, 8, 4, 5}));
+  CHECK(InferShape("Conv2d", {{"dilation", Ints{2, 3}}, {"groups", int64_t{2}}}, {F32({1, 4, 9, 9}), F32({6, 2, 3, 3})}) ==
+        Shape({1, 6, 5, 3}));
+  CHECK(InferShape("Conv1d", {{"stride", Ints{3}}}, {F32({2, 2, 10}), F32({5, 2, 4})}) == Shape({2, 5, 3}));
+  CHECK(InferShape("ConvTranspose2d", {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"output_padding", int64_t{1}}},
+                   {F32({1, 4, 5, 5}), F32({4, 3, 3, 3})}) == Shape({1, 3, 10, 10}));
+  CHECK(InferShape("ConvTranspose2d", {{"groups", int64_t{2}}}, {F32({1, 4, 5, 5}), F32({4, 3, 3, 3})}) ==
+        Shape({1, 6, 7, 7}));
+  CHECK(InferShape("ConvBackwardBias", {}, {F32({2, 5, 3, 3})}) == Shape({5}));
+}
+
+TEST_CASE("conv shape errors name the problem") {
+  using Catch::Matchers::Contains;
+  // Channels per group of the weight do not match x.
+  CHECK_THAT(InferError("Conv2d", {{"groups", int64_t{2}}}, {F32({1, 4, 8, 8}), F32({4, 4, 3, 3})}),
+             Contains("takes 4 input channels per group") && Contains("[1, 4, 8, 8]") && Contains("2 per group"));
+  CHECK_THAT(InferError("Conv2d", {{"groups", int64_t{2}}}, {F32({1, 3, 8, 8}), F32({4, 1, 3, 3})}),
+             Contains("input channels 3") && Contains("not divisible by groups=2"));
+  CHECK_THAT(InferError("Conv2d", {{"groups", int64_t{2}}}, {F32({1, 4, 8, 8}), F32({3, 2, 3, 3})}),
+             Contains("output channels 3") && Contains("not divisible by groups=2"));
+  // Kernel larger than the padded input, plain and through dilation.
+  CHECK_THAT(InferError("Conv2d", {}, {F32({1, 1, 4, 4}), F32({1, 1, 5, 5})}),
+             Contains("larger than the padded input [4, 4]"));
+  CHECK(InferError("Conv2d", {{"padding", int64_t{1}}}, {F32({1, 1, 4, 4}), F32({1, 1, 5, 5})}).empty());
+  CHECK_THAT(InferError("Conv1d", {{"dilation", int64_t{3}}}, {F32({1, 1, 6}), F32({1, 1, 3})}),
+             Contains("spans [7]") && Contains("padded input [6]"));
+  // Ranks, bias, dtypes and attributes.
+  CHECK_THAT(InferError("Conv2d", {}, {F32({1, 4, 8}), F32({4, 4, 3, 3})}),
+             Contains("input x must be [N, C, H, W]") && Contains("[1, 4, 8]"));
+  CHECK_THAT(InferError("Conv2d", {}, {F32({1, 4, 8, 8}), F32({4, 4, 3, 3}), F32({3})}),
+             Contains("bias must be [4]") && Contains("[3]"));
+  CHECK_THAT(InferError("Conv2d", {}, {F32({1, 4, 8, 8}), {Shape({4, 4, 3, 3}), DType::kF64}}),
+             Contains("weight is f64 but input x is f32"));
+  CHECK_THAT(InferError("Conv2d", {{"stride", Ints{0, 1}}}, {F32({1, 1, 4, 4}), F32({1, 1, 3, 3})}),
+             Contains("stride must be >= 1"));
+  CHECK_THAT(InferError("Conv2d", {{"padding", Ints{1, 1, 1}}}, {F32({1, 1, 4, 4}), F32({1, 1, 3, 3})}),
+             Contains("'padding' must be an int or a list of 2 ints"));
+  CHECK_THAT(InferError("Conv1d", {{"stride", Ints{1, 1}}}, {F32({1, 1, 4}), F32({1, 1, 3})}),
+             Contains("'stride' must be an int or a list of 1 int"));
+  CHECK_THAT(InferError("Conv2d", {{"output_padding", int64_t{1}}}, {F32({1, 1, 4, 4}), F32({1, 1, 3, 3})}),
+             Contains("transposed convolutions only"));
+  CHECK_THAT(InferError("Conv2d", {}, {F32({1, 1, 4, 4})}), Contains("takes (x, weight[, bias]), got 1"));
+  // Transposed: weight layout [C_in, C_out/groups, ...] and output_padding.
+  CHECK_THAT(InferError("ConvTranspose2d", {}, {F32({1, 4, 5, 5}), F32({3, 4, 3, 3})}),
+             Contains("weight [3, 4, 3, 3] has 3 input channels") && Contains("x [1, 4, 5, 5] has 4"));
+  CHECK_THAT(InferError("ConvTranspose2d", {{"stride", int64_t{2}}, {"output_padding", int64_t{2}}},
+                        {F32({1, 4, 5, 5}), F32({4, 3, 3, 3})}),
+             Contains("output_padding [2, 2] must be >= 0 and smaller than either stride [2, 2] or dilation [1, 1]"));
+  CHECK_THAT(InferError("ConvTranspose2d", {{"padding", int64_t{3}}}, {F32({1, 4, 2, 2}), F32({4, 3, 3, 3})}),
+             Contains("output would be [-2, -2]"));
+  // Backward ops check dy against the forward geometry.
+  CHECK_THAT(InferError("ConvBackwardInput", {{"input_shape", Ints{1, 4, 8, 8}}}, {F32({1, 4, 5, 5}), F32({4, 4, 3, 3})}),
+             Contains("dy [1, 4, 5, 5] is not the forward output [1, 4, 6, 6]"));
+  CHECK_THAT(InferError("ConvBackwardWeight", {}, {F32({1, 4, 8, 8}), F32({1, 4, 6, 6})}),
+             Contains("missing int-list attribute 'weight_shape'"));
+}
+
+TEST_CASE("conv cost counts multiply-adds of the product") {
+  const OpDef* conv = OpRegistry::Global().GetOp("Conv2d").value();
+  AttrMap attrs{{"groups", int64_t{2}}, {"padding", int64_t{1}}};
+  std::vector<TensorType> in = {F32({2, 4, 8, 8}), F32({6, 2, 3, 3}), F32({6})};
+  auto out = conv->InferTypes(attrs, in).value();
+  // 2 * N * O * OH * OW * (C / groups) * KH * KW, plus one add per output for the bias.
+  CHECK(conv->Cost(attrs, in, out).flops == 2.0 * 2 * 6 * 8 * 8 * 2 * 3 * 3 + 2 * 6 * 8 * 8);
+  const OpDef* tconv = OpRegistry::Global().GetOp("ConvTranspose2d").value();
+  std::vector<TensorType> tin = {F32({1, 4, 5, 5}), F32({4, 3, 3, 3})};
+  auto tout = tconv->InferTypes({}, tin).value();
+  // Every input element meets every weight of its channel: 2 * N * C * H * W * (O / groups) * KH * KW.
+  CHECK(tconv->Cost({}, tin, tout).flops == 2.0 * 4 * 5 * 5 * 3 * 3 * 3);
+}
+
+}  // namespace
+}  // namespace loom::testing
