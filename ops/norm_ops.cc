@@ -1,2 +1,448 @@
-// Placeholder: the norm ops family is being written.
+// BatchNorm (1d and 2d in one op) and LayerNorm, with PyTorch semantics, and
+// their dedicated backward ops, which reuse the statistics the forward pass
+// saved instead of recomputing them.
+//
+// BatchNorm: inputs (x [N, C] | [N, C, L] | [N, C, H, W], gamma [C], beta [C],
+// running_mean [C], running_var [C]); attrs training (default false, as
+// torch.nn.functional.batch_norm), momentum (0.1), eps (1e-5). Outputs
+// (y, new_running_mean, new_running_var, saved_mean [C], saved_invstd [C]).
+// Training normalizes with the batch statistics (biased variance) and moves
+// the running statistics towards the batch mean and UNBIASED variance; eval
+// normalizes with the running statistics and passes them through. The saved
+// statistics are what the normalization used (batch or running), so the
+// backward op reads them the same way in both modes. Only y is
+// differentiable; outputs 1..4 are treated as constants by autodiff.
+//
+// LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
+// attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
+// saved_mean, saved_rstd), both saved statistics shaped like x's leading
+// dims. Only y is differentiable.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// Element-wise work per parallel chunk, as in ParallelRange.
+constexpr int64_t kGrain = 32768;
+
+// Items per chunk when each item costs `work` elements.
+int64_t GrainFor(int64_t work) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, work)); }
+
+double Bytes(const TensorType& t) { return static_cast<double>(t.shape.numel() * DTypeSize(t.dtype)); }
+
+Status ExpectEps(const std::string& op, double eps) {
+  if (!(eps > 0) || !std::isfinite(eps)) return InvalidArgument(op, ": attribute eps must be positive, got ", eps);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// BatchNorm
+
+// x viewed as [n, c, s]: batch, channels, and the flattened spatial dims.
+struct ChannelLayout {
+  int64_t n = 0, c = 0, s = 1;
+  int64_t per_channel() const { return n * s; }
+};
+
+ChannelLayout LayoutOf(const Shape& x) {
+  ChannelLayout l;
+  l.n = x[0];
+  l.c = x[1];
+  for (int d = 2; d < x.rank(); ++d) l.s *= x[d];
+  return l;
+}
+
+// Calls fn(offset, length) for each contiguous run of channel c's elements.
+template <typename Fn>
+void ForEachChannelRun(const ChannelLayout& l, int64_t c, Fn&& fn) {
+  for (int64_t i = 0; i < l.n; ++i) fn((i * l.c + c) * l.s, l.s);
+}
+
+const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
+
+class BatchNormOp : public OpDef {
+ public:
+  std::string name() const override { return "BatchNorm"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
+    const TensorType& x = in[0];
+    LOOM_RETURN_IF_ERROR(ExpectFloat(x, "BatchNorm x"));
+    if (x.shape.rank() < 2 || x.shape.rank() > 4)
+      return InvalidArgument("BatchNorm x must be [N, C], [N, C, L] or [N, C, H, W], got ", x.shape.ToString());
+    const Shape channels{x.shape[1]};
+    for (int i = 1; i < 5; ++i) {
+      if (in[i].shape != channels || in[i].dtype != x.dtype)
+        return InvalidArgument("BatchNorm ", kBatchNormInputs[i], " (input ", i, ") must be ", channels.ToString(), " ",
+                               DTypeName(x.dtype), " to match x ", x.ToString(), ", got ", in[i].ToString());
+    }
+    const double momentum = attrs.Float("momentum", 0.1);
+    if (!(momentum >= 0 && momentum <= 1))
+      return InvalidArgument("BatchNorm: attribute momentum must be in [0, 1], got ", momentum);
+    LOOM_RETURN_IF_ERROR(ExpectEps("BatchNorm", attrs.Float("eps", 1e-5)));
+    if (attrs.Bool("training") && LayoutOf(x.shape).per_channel() < 2)
+      return InvalidArgument("BatchNorm: training needs more than one value per channel, got x ", x.shape.ToString());
+    TensorType stat{channels, x.dtype};
+    return std::vector<TensorType>{x, stat, stat, stat, stat};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const double n = static_cast<double>(in[0].shape.numel()), channels = static_cast<double>(in[0].shape[1]);
+    if (a.Bool("training")) {
+      // sum (1), centred square-sum (3), scale and shift (2) per element;
+      // per channel: mean, variances, invstd, running updates, scale, shift.
+      c.flops = 6 * n + 14 * channels;
+      c.bytes_read += 2 * Bytes(in[0]);  // x is read by three passes
+    } else {
+      c.flops = 2 * n + 6 * channels;
+    }
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0);
+    if (dy == kNoValue) return Status::Ok();  // only the (non-differentiable) statistics are used
+    std::vector<ValueId> grads =
+        g.Emit("BatchNormBackward", {dy, g.input(0), g.input(1), g.output(3), g.output(4)},
+               AttrMap{{"training", g.attrs().Bool("training")}});
+    for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(BatchNormOp);
+
+LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
+  const bool training = ctx.attrs->Bool("training");
+  const double momentum = ctx.attrs->Float("momentum", 0.1), eps = ctx.attrs->Float("eps", 1e-5);
+  const Tensor& x = ctx.in(0);
+  const ChannelLayout l = LayoutOf(x.shape());
+  const int64_t m = l.per_channel();
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();                   // [N, C, S]
+    const T* gamma = ctx.in(1).data<T>();        // [C]
+    const T* beta = ctx.in(2).data<T>();         // [C]
+    const T* run_mean = ctx.in(3).data<T>();     // [C]
+    const T* run_var = ctx.in(4).data<T>();      // [C]
+    T* y = ctx.out(0).data<T>();                 // [N, C, S]
+    T* new_mean = ctx.out(1).data<T>();          // [C]
+    T* new_var = ctx.out(2).data<T>();           // [C]
+    T* save_mean = ctx.out(3).data<T>();         // [C]
+    T* save_invstd = ctx.out(4).data<T>();       // [C]
+    ParallelRange(ctx.pool, l.c, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        double mean, invstd;
+        if (training) {
+          // Two passes (mean, then centred squares) in double: stable for
+          // large means and long channels.
+          double sum = 0;
+          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+            for (int64_t j = 0; j < len; ++j) sum += px[o + j];
+          });
+          mean = sum / static_cast<double>(m);
+          double squares = 0;
+          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+            for (int64_t j = 0; j < len; ++j) {
+              const double d = px[o + j] - mean;
+              squares += d * d;
+            }
+          });
+          invstd = 1.0 / std::sqrt(squares / static_cast<double>(m) + eps);
+          const double unbiased = squares / static_cast<double>(m - 1);
+          new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
+          new_var[c] = static_cast<T>((1 - momentum) * run_var[c] + momentum * unbiased);
+        } else {
+          mean = run_mean[c];
+          invstd = 1.0 / std::sqrt(static_cast<double>(run_var[c]) + eps);
+          new_mean[c] = run_mean[c];
+          new_var[c] = run_var[c];
+        }
+        save_mean[c] = static_cast<T>(mean);
+        save_invstd[c] = static_cast<T>(invstd);
+        const T scale = static_cast<T>(gamma[c] * invstd);
+        const T shift = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
+        ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+          for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * scale + shift;
+        });
+      }
+    }, GrainFor(m));
+  });
+});
+
+// BatchNormBackward: (dy, x, gamma, saved_mean, saved_invstd) -> (dx, dgamma,
+// dbeta); attr training says whether the statistics were the batch's (then
+// they depend on x) or the running ones (then they are constants).
+class BatchNormBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "BatchNormBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(
+        ExpectInputs(in, 5, "BatchNormBackward (dy, x, gamma, saved_mean, saved_invstd)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormBackward dy"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "BatchNormBackward: dy and x differ"));
+    if (in[1].shape.rank() < 2) return InvalidArgument("BatchNormBackward: x must be [N, C, ...], got ", in[1].shape.ToString());
+    const TensorType stat{Shape{in[1].shape[1]}, in[1].dtype};
+    for (int i = 2; i < 5; ++i)
+      LOOM_RETURN_IF_ERROR(ExpectSameType(in[i], stat, "BatchNormBackward input " + std::to_string(i) + " vs [C]"));
+    return std::vector<TensorType>{in[1], stat, stat};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const double n = static_cast<double>(in[0].shape.numel());
+    // Reductions: dy (1), xhat (2), dy * xhat (2); dx: xhat (2) and the
+    // correction (4) in training, one multiply in eval.
+    c.flops = a.Bool("training") ? 11 * n : 6 * n;
+    c.bytes_read += Bytes(in[0]) + Bytes(in[1]);  // dy and x are read by two passes
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormBackwardOp);
+
+LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const bool training = ctx.attrs->Bool("training");
+  const ChannelLayout l = LayoutOf(ctx.in(1).shape());
+  const double m = static_cast<double>(l.per_channel());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* dy = ctx.in(0).data<T>();       // [N, C, S]
+    const T* x = ctx.in(1).data<T>();        // [N, C, S]
+    const T* gamma = ctx.in(2).data<T>();    // [C]
+    const T* mean = ctx.in(3).data<T>();     // [C]
+    const T* invstd = ctx.in(4).data<T>();   // [C]
+    T* dx = ctx.out(0).data<T>();            // [N, C, S]
+    T* dgamma = ctx.out(1).data<T>();        // [C]
+    T* dbeta = ctx.out(2).data<T>();         // [C]
+    ParallelRange(ctx.pool, l.c, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const double mu = mean[c], is = invstd[c];
+        double sum_dy = 0, sum_dy_xhat = 0;
+        ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+          for (int64_t j = 0; j < len; ++j) {
+            sum_dy += dy[o + j];
+            sum_dy_xhat += dy[o + j] * ((x[o + j] - mu) * is);
+          }
+        });
+        dbeta[c] = static_cast<T>(sum_dy);
+        dgamma[c] = static_cast<T>(sum_dy_xhat);
+        const T k = static_cast<T>(gamma[c] * is);
+        if (training) {
+          // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))
+          const T a = static_cast<T>(sum_dy / m), b = static_cast<T>(sum_dy_xhat / m);
+          const T tmu = static_cast<T>(mu), tis = static_cast<T>(is);
+          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+            for (int64_t j = 0; j < len; ++j) dx[o + j] = k * (dy[o + j] - a - (x[o + j] - tmu) * tis * b);
+          });
+        } else {
+          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+            for (int64_t j = 0; j < len; ++j) dx[o + j] = k * dy[o + j];
+          });
+        }
+      }
+    }, GrainFor(l.per_channel()));
+  });
+});
+
+// ---------------------------------------------------------------------------
+// LayerNorm
+
+// x viewed as [rows, d]: d is the normalized_shape's element count.
+struct RowLayout {
+  int64_t rows = 0, d = 1;
+};
+
+RowLayout RowsOf(const Shape& x, int normalized_rank) {
+  RowLayout l;
+  l.rows = 1;
+  for (int i = 0; i < x.rank(); ++i) (i < x.rank() - normalized_rank ? l.rows : l.d) *= x[i];
+  return l;
+}
+
+// Checks attr normalized_shape against x; returns the shape of the saved
+// statistics (x's leading dims).
+StatusOr<Shape> StatShape(const std::string& op, const AttrMap& attrs, const TensorType& x) {
+  if (!attrs.Has("normalized_shape")) return InvalidArgument(op, ": missing attribute normalized_shape");
+  const std::vector<int64_t> norm = attrs.Ints("normalized_shape");
+  const int k = static_cast<int>(norm.size());
+  if (k == 0) return InvalidArgument(op, ": attribute normalized_shape must not be empty");
+  for (int64_t d : norm)
+    if (d <= 0) return InvalidArgument(op, ": normalized_shape ", Shape(norm).ToString(), " has a non-positive extent");
+  bool matches = k <= x.shape.rank();
+  for (int i = 0; matches && i < k; ++i) matches = x.shape[x.shape.rank() - k + i] == norm[i];
+  if (!matches)
+    return InvalidArgument(op, ": normalized_shape ", Shape(norm).ToString(), " is not the trailing dims of x ",
+                           x.shape.ToString());
+  return Shape(std::vector<int64_t>(x.shape.dims().begin(), x.shape.dims().end() - k));
+}
+
+class LayerNormOp : public OpDef {
+ public:
+  std::string name() const override { return "LayerNorm"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.empty() || in.size() > 3)
+      return InvalidArgument("LayerNorm takes (x[, gamma[, beta]]), got ", in.size(), " inputs");
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "LayerNorm x"));
+    LOOM_ASSIGN_OR_RETURN(Shape stat, StatShape("LayerNorm", attrs, in[0]));
+    const TensorType affine{Shape(attrs.Ints("normalized_shape")), in[0].dtype};
+    const char* const names[] = {"x", "gamma", "beta"};
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i] != affine)
+        return InvalidArgument("LayerNorm ", names[i], " (input ", i, ") must be ", affine.ToString(),
+                               " (normalized_shape), got ", in[i].ToString());
+    LOOM_RETURN_IF_ERROR(ExpectEps("LayerNorm", attrs.Float("eps", 1e-5)));
+    return std::vector<TensorType>{in[0], {stat, in[0].dtype}, {stat, in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const double n = static_cast<double>(in[0].shape.numel()), rows = static_cast<double>(out[1].shape.numel());
+    // sum (1), centred square-sum (3), normalize (2), gamma (1), beta (1).
+    c.flops = (6 + static_cast<double>(in.size() - 1)) * n + 4 * rows;
+    c.bytes_read += 2 * Bytes(in[0]);  // three passes over x
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0);
+    if (dy == kNoValue) return Status::Ok();  // only the saved statistics are used
+    const size_t n = g.node().inputs.size();
+    std::vector<ValueId> ins = {dy, g.input(0), g.output(1), g.output(2)};
+    if (n >= 2) ins.push_back(g.input(1));
+    std::vector<ValueId> grads =
+        g.Emit("LayerNormBackward", ins, AttrMap{{"normalized_shape", g.attrs().Ints("normalized_shape")}});
+    for (size_t i = 0; i < n; ++i) g.SetInputGrad(static_cast<int>(i), grads[i]);
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(LayerNormOp);
+
+LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
+  const double eps = ctx.attrs->Float("eps", 1e-5);
+  const Tensor& x = ctx.in(0);
+  const RowLayout l = RowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();                                                  // [rows, d]
+    const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;     // [d]
+    const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;      // [d]
+    T* y = ctx.out(0).data<T>();                                                // [rows, d]
+    T* save_mean = ctx.out(1).data<T>();                                        // [rows]
+    T* save_rstd = ctx.out(2).data<T>();                                        // [rows]
+    ParallelRange(ctx.pool, l.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = px + r * l.d;
+        T* yr = y + r * l.d;
+        double sum = 0;
+        for (int64_t j = 0; j < l.d; ++j) sum += xr[j];
+        const double mean = sum / static_cast<double>(l.d);
+        double squares = 0;
+        for (int64_t j = 0; j < l.d; ++j) squares += (xr[j] - mean) * (xr[j] - mean);
+        const double rstd = 1.0 / std::sqrt(squares / static_cast<double>(l.d) + eps);
+        save_mean[r] = static_cast<T>(mean);
+        save_rstd[r] = static_cast<T>(rstd);
+        const T tmean = static_cast<T>(mean), trstd = static_cast<T>(rstd);
+        for (int64_t j = 0; j < l.d; ++j) {
+          T v = (xr[j] - tmean) * trstd;
+          if (gamma) v *= gamma[j];
+          if (beta) v += beta[j];
+          yr[j] = v;
+        }
+      }
+    }, GrainFor(l.d));
+  });
+});
+
+// LayerNormBackward: (dy, x, saved_mean, saved_rstd[, gamma]) -> dx, plus
+// (dgamma, dbeta) when gamma is given; attr normalized_shape.
+class LayerNormBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "LayerNormBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.size() != 4 && in.size() != 5)
+      return InvalidArgument("LayerNormBackward takes (dy, x, saved_mean, saved_rstd[, gamma]), got ", in.size(),
+                             " inputs");
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "LayerNormBackward x"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "LayerNormBackward: dy and x differ"));
+    LOOM_ASSIGN_OR_RETURN(Shape stat, StatShape("LayerNormBackward", attrs, in[1]));
+    const TensorType stat_type{stat, in[1].dtype};
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[2], stat_type, "LayerNormBackward saved_mean vs x's leading dims"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[3], stat_type, "LayerNormBackward saved_rstd vs x's leading dims"));
+    std::vector<TensorType> out = {in[1]};
+    if (in.size() == 5) {
+      const TensorType affine{Shape(attrs.Ints("normalized_shape")), in[1].dtype};
+      LOOM_RETURN_IF_ERROR(ExpectSameType(in[4], affine, "LayerNormBackward gamma vs normalized_shape"));
+      out.push_back(affine);  // dgamma
+      out.push_back(affine);  // dbeta
+    }
+    return out;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const double n = static_cast<double>(in[0].shape.numel());
+    // dx: gamma (1), xhat (2), two row sums (3), correction (4); dgamma and
+    // dbeta: xhat (2), dy * xhat accumulated (2), dy accumulated (1).
+    c.flops = in.size() == 5 ? 15 * n : 9 * n;
+    c.bytes_read += (in.size() == 5 ? 2 : 1) * (Bytes(in[0]) + Bytes(in[1]));  // extra passes over dy and x
+    return c;
+  }
+};
+LOOM_REGISTER_OP(LayerNormBackwardOp);
+
+LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const RowLayout l = RowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* dy = ctx.in(0).data<T>();                                         // [rows, d]
+    const T* x = ctx.in(1).data<T>();                                          // [rows, d]
+    const T* mean = ctx.in(2).data<T>();                                       // [rows]
+    const T* rstd = ctx.in(3).data<T>();                                       // [rows]
+    const T* gamma = ctx.inputs.size() == 5 ? ctx.in(4).data<T>() : nullptr;   // [d]
+    T* dx = ctx.out(0).data<T>();                                              // [rows, d]
+    // dx per row: with g = dy * gamma and xhat = (x - mean) * rstd,
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    ParallelRange(ctx.pool, l.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* dyr = dy + r * l.d;
+        const T* xr = x + r * l.d;
+        T* dxr = dx + r * l.d;
+        const T mu = mean[r], rs = rstd[r];
+        double sum_g = 0, sum_g_xhat = 0;
+        for (int64_t j = 0; j < l.d; ++j) {
+          const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
+          sum_g += g;
+          sum_g_xhat += g * ((xr[j] - mu) * rs);
+        }
+        const T a = static_cast<T>(sum_g / static_cast<double>(l.d));
+        const T b = static_cast<T>(sum_g_xhat / static_cast<double>(l.d));
+        for (int64_t j = 0; j < l.d; ++j) {
+          const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
+          dxr[j] = rs * (g - a - (xr[j] - mu) * rs * b);
+        }
+      }
+    }, GrainFor(l.d));
+    if (!gamma) return;
+    // dgamma = sum over rows of dy * xhat, dbeta = sum of dy: split over
+    // columns so each output element has one writer and a fixed order.
+    T* dgamma = ctx.out(1).data<T>();  // [d]
+    T* dbeta = ctx.out(2).data<T>();   // [d]
+    ParallelRange(ctx.pool, l.d, [&](int64_t j0, int64_t j1) {
+      std::vector<double> acc_gamma(j1 - j0, 0.0), acc_beta(j1 - j0, 0.0);
+      for (int64_t r = 0; r < l.rows; ++r) {
+        const T* dyr = dy + r * l.d;
+        const T* xr = x + r * l.d;
+        const T mu = mean[r], rs = rstd[r];
+        for (int64_t j = j0; j < j1; ++j) {
+          acc_gamma[j - j0] += dyr[j] * ((xr[j] - mu) * rs);
+          acc_beta[j - j0] += dyr[j];
+        }
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        dgamma[j] = static_cast<T>(acc_gamma[j - j0]);
+        dbeta[j] = static_cast<T>(acc_beta[j - j0]);
+      }
+    }, GrainFor(l.rows));
+  });
+});
+
+}  // namespace
+}  // namespace loom
