@@ -1,0 +1,198 @@
+// `loom bench kernels`: GEMM, Conv2d and a full MLP training step, each as a
+// rate (GFLOP/s from the ops' cost formulas) and as a fraction of the roof:
+// Eigen's own single-precision GEMM, 1024^3, measured in the same run on
+// the same number of threads (each thread multiplying its own matrices, so
+// the roof is what the cores do with Eigen's best kernel).
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "core/thread_pool.h"
+#include "graph/autodiff.h"
+#include "graph/cost.h"
+#include "graph/model.h"
+#include "graph/training.h"
+#include "models/mlp.h"
+#include "runtime/executor.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Median seconds of `reps` calls after one warm-up.
+template <typename Fn>
+double MedianSeconds(int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto s = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Eigen GEMM 1024^3 on `threads` threads at once, each its own product.
+double EigenRoofGflops(int threads, int reps) {
+  const int n = 1024;
+  std::vector<Eigen::MatrixXf> a(threads), b(threads), c(threads);
+  for (int t = 0; t < threads; ++t) {
+    a[t] = Eigen::MatrixXf::Random(n, n);
+    b[t] = Eigen::MatrixXf::Random(n, n);
+    c[t] = Eigen::MatrixXf::Zero(n, n);
+  }
+  double secs = MedianSeconds(reps, [&] {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { c[t].noalias() = a[t] * b[t]; });
+    for (auto& th : pool) th.join();
+  });
+  return 2.0 * n * n * n * threads / secs / 1e9;
+}
+
+struct Row {
+  std::string name;
+  double gflops;
+  double seconds;
+};
+
+// Times one Executor::Run of `graph` with random feeds; rate from its cost.
+StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(graph));
+  LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
+  std::map<std::string, Tensor> feeds;
+  Rng rng(7);
+  for (const Node& n : graph.nodes()) {
+    if (n.op != kInputOp) continue;
+    const TensorType& t = graph.type(n.outputs[0]);
+    Tensor x = Tensor::Zeros(t.shape, t.dtype);
+    if (t.dtype == DType::kF32) {
+      float* p = x.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>(rng.Uniform(-1, 1));
+    } else if (t.dtype == DType::kI64) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
+    }
+    feeds[n.name] = x;
+  }
+  if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
+  if (feeds.count("step")) feeds["step"].Fill(1);
+  Status status;
+  double secs = MedianSeconds(reps, [&] {
+    auto r = exec->Run(feeds);
+    if (!r.ok()) status = r.status();
+  });
+  LOOM_RETURN_IF_ERROR(status);
+  return Row{name, GraphCost(graph).flops / secs / 1e9, secs};
+}
+
+StatusOr<Graph> MatMulGraph(int64_t n) {
+  Model m;
+  Sym a = m.input("a", {n, n});
+  Sym b = m.input("b", {n, n});
+  m.set_output("c", m.op("MatMul", {a, b})[0]);
+  if (!m.status().ok()) return m.status();
+  return m.graph();
+}
+
+// One conv layer; with_backward adds d/dx and d/dweight (a training step's work).
+StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t hw, int64_t k, bool with_backward) {
+  Model m;
+  Sym x = m.input("x", {n, c, hw, hw});
+  Conv2dOptions o;
+  o.padding = {k / 2, k / 2};
+  o.bias = false;
+  Sym y = m.conv2d(x, c, {k, k}, o, "conv");
+  Sym w = m.input("w", m.shape(y));
+  Sym loss = m.op("SumToShape", {m.mul(y, w)}, AttrMap{{"shape", std::vector<int64_t>{}}})[0];
+  m.set_output(with_backward ? "loss" : "y", with_backward ? loss : y);
+  if (!m.status().ok()) return m.status();
+  Graph g = m.graph();
+  if (with_backward) {
+    std::vector<ValueId> wrt = {x.id};
+    for (NodeId id : g.NodesWithOp(kParameterOp)) wrt.push_back(g.node(id).outputs[0]);
+    LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, loss.id, wrt));
+    int i = 0;
+    for (const auto& [v, gv] : grads) g.outputs()["grad" + std::to_string(i++)] = gv;
+  }
+  return g;
+}
+
+StatusOr<Graph> MlpStepGraph(int64_t batch) {
+  Model m;
+  Sym image = m.input("image", {batch, 1, 28, 28});
+  Sym label = m.input("label", {batch}, DType::kI64);
+  Sym logits = models::Mlp(m, image);
+  m.set_output("loss", m.cross_entropy(logits, label));
+  if (!m.status().ok()) return m.status();
+  OptimizerConfig opt;
+  opt.momentum = 0.9;
+  return BuildTrainingGraph(m.graph(), "loss", opt);
+}
+
+Status BenchKernels(const Flags& flags) {
+  LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", std::thread::hardware_concurrency()));
+  LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
+  ThreadPool::SetDefaultThreads(static_cast<int>(threads));
+  const double roof1 = EigenRoofGflops(1, static_cast<int>(reps));
+  const double roof = EigenRoofGflops(static_cast<int>(threads), static_cast<int>(reps));
+  std::printf("roof: Eigen sgemm 1024^3: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %lld threads\n", roof1, roof,
+              static_cast<long long>(threads));
+
+  std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
+  cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
+  cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
+  cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 28, 3, false));
+  cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 28, 3, true));
+  cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 14, 3, false));
+  cases.emplace_back("conv2d fwd+bwd 32x128x14x14 k3", ConvGraph(32, 128, 14, 3, true));
+  cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
+  cases.emplace_back("mlp train step b512 784-256-128-10", MlpStepGraph(512));
+
+  std::printf("%-40s %12s %12s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof");
+  std::string json = "{\"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
+                     ", \"roof_1thread_gflops\": " + std::to_string(roof1) + ", \"results\": [";
+  bool first = true;
+  for (auto& [name, graph] : cases) {
+    LOOM_RETURN_IF_ERROR(graph.status().WithContext(name));
+    LOOM_ASSIGN_OR_RETURN(Row r, TimeGraph(name, *graph, static_cast<int>(reps)));
+    std::printf("%-40s %12.3f %12.1f %9.1f%%\n", r.name.c_str(), r.seconds * 1e3, r.gflops, 100.0 * r.gflops / roof);
+    std::fflush(stdout);
+    json += std::string(first ? "" : ", ") + "{\"name\": \"" + r.name + "\", \"seconds\": " + std::to_string(r.seconds) +
+            ", \"gflops\": " + std::to_string(r.gflops) + ", \"fraction_of_roof\": " + std::to_string(r.gflops / roof) +
+            "}";
+    first = false;
+  }
+  json += "]}\n";
+  if (flags.Has("json")) {
+    const std::string path = flags.Str("json", "");
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << json;
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Internal("cannot write ", path);
+    std::printf("wrote %s\n", path.c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status BenchCommand(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "kernels")
+    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]");
+  Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
+               {"reps", "timed repetitions per case; the median is reported (default 5)"},
+               {"json", "also write the results as JSON to this file"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
+  if (flags.help_requested()) {
+    std::printf("usage: loom bench kernels [flags]\n%s", flags.Help().c_str());
+    return Status::Ok();
+  }
+  return BenchKernels(flags);
+}
+
+}  // namespace loom::tools

@@ -1,0 +1,35 @@
+// A small command-line flag parser: --name value, --name=value, and boolean
+// --name. Unknown flags and bad values are errors that name the flag.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom::tools {
+
+class Flags {
+ public:
+  // `spec`: flag name -> help text; names of boolean flags end with '?'.
+  explicit Flags(std::map<std::string, std::string> spec) : spec_(std::move(spec)) {}
+  Status Parse(const std::vector<std::string>& args);
+
+  bool Has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string Str(const std::string& name, const std::string& def) const;
+  StatusOr<int64_t> Int(const std::string& name, int64_t def) const;
+  StatusOr<double> Float(const std::string& name, double def) const;
+  bool Bool(const std::string& name) const { return values_.count(name) != 0; }
+  int verbosity() const { return verbosity_; }
+  bool help_requested() const { return help_; }
+  std::string Help() const;
+
+ private:
+  std::map<std::string, std::string> spec_;
+  std::map<std::string, std::string> values_;
+  int verbosity_ = 0;
+  bool help_ = false;
+};
+
+}  // namespace loom::tools

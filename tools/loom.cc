@@ -1,0 +1,40 @@
+// The loom command line.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: loom <command> [flags]\n"
+    "commands:\n"
+    "  train          train the MLP on Fashion-MNIST (loom train --help)\n"
+    "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  loom::Status status;
+  if (command == "train") {
+    status = loom::tools::TrainCommand(rest);
+  } else if (command == "bench") {
+    status = loom::tools::BenchCommand(rest);
+  } else {
+    std::fprintf(stderr, "loom: unknown command '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "loom %s: error: %s\n", command.c_str(), status.message().c_str());
+    return 1;
+  }
+  return 0;
+}
