@@ -1,2 +1,508 @@
-// Placeholder: the reduce ops family is being written.
+// Reductions (ReduceSum, ReduceMean, ReduceMax, with ReduceMaxBackward) and
+// the softmax family (Softmax, LogSoftmax, with SoftmaxBackward and
+// LogSoftmaxBackward).
+//
+// Conventions:
+//   Reduce{Sum,Mean,Max}(x) attrs axes (int list, negative entries count from
+//     the end; absent or empty = all axes), keepdims (bool, default false:
+//     reduced axes are dropped; true: kept with extent 1). ReduceMean of an
+//     empty reduction is NaN (0 / 0); ReduceMax rejects empty reductions.
+//     ReduceMax propagates NaN; its gradient goes to the first maximum in
+//     row-major order when there are ties.
+//   ReduceMaxBackward(x, y, dy) attrs of the ReduceMax -> dx.
+//   Softmax(x), LogSoftmax(x) attr axis (default -1); computed as
+//     exp(x - max) / sum and x - max - log(sum) so large inputs do not
+//     overflow.
+//   SoftmaxBackward(y, dy), LogSoftmaxBackward(y, dy) attr axis: y is the
+//     forward output.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// ---------------------------------------------------------------- reductions
+
+// Which axes of x are reduced.
+StatusOr<std::vector<bool>> ResolveAxes(const std::string& op, const AttrMap& attrs, const Shape& x) {
+  const std::vector<int64_t> axes = attrs.Ints("axes");
+  std::vector<bool> mask(x.rank(), axes.empty());
+  for (int64_t a : axes) {
+    auto axis = NormalizeAxis(a, x.rank());
+    if (!axis.ok())
+      return InvalidArgument(op, ": attribute 'axes' ", Shape(axes).ToString(), " has axis ", a,
+                             ", out of range for input of shape ", x.ToString(), " (rank ", x.rank(), ")");
+    if (mask[*axis])
+      return InvalidArgument(op, ": attribute 'axes' ", Shape(axes).ToString(), " names axis ", *axis, " twice");
+    mask[*axis] = true;
+  }
+  return mask;
+}
+
+Shape ReducedShape(const Shape& x, const std::vector<bool>& mask, bool keepdims) {
+  std::vector<int64_t> dims;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (!mask[d]) dims.push_back(x[d]);
+    else if (keepdims) dims.push_back(1);
+  }
+  return Shape(dims);
+}
+
+int64_t ReducedCount(const Shape& x, const std::vector<bool>& mask) {
+  int64_t n = 1;
+  for (int d = 0; d < x.rank(); ++d)
+    if (mask[d]) n *= x[d];
+  return n;
+}
+
+// x seen as rows of output vectors: output element (row, j) folds the
+// `reduced` input vectors x[RowOffset(row) + ReducedOffset(r) + j], j <
+// inner. Adjacent axes of the same kind are merged and unit axes dropped, so
+// reducing the last axis walks contiguous memory and reducing a leading axis
+// adds contiguous inner vectors.
+struct ReduceLayout {
+  int64_t rows = 1, inner = 1, reduced = 1;
+  std::vector<int64_t> kept_dims, kept_strides;
+  std::vector<int64_t> red_dims, red_strides;  // never empty
+
+  ReduceLayout(const Shape& x, const std::vector<bool>& mask) {
+    const std::vector<int64_t> strides = x.Strides();
+    struct Group {
+      bool reduced;
+      int64_t size, stride;
+    };
+    std::vector<Group> groups;
+    for (int d = 0; d < x.rank(); ++d) {
+      if (x[d] == 1) continue;
+      if (!groups.empty() && groups.back().reduced == mask[d]) {
+        groups.back().size *= x[d];
+        groups.back().stride = strides[d];
+      } else {
+        groups.push_back({static_cast<bool>(mask[d]), x[d], strides[d]});
+      }
+    }
+    if (!groups.empty() && !groups.back().reduced) {
+      inner = groups.back().size;
+      groups.pop_back();
+    }
+    for (const Group& g : groups) {
+      (g.reduced ? red_dims : kept_dims).push_back(g.size);
+      (g.reduced ? red_strides : kept_strides).push_back(g.stride);
+      (g.reduced ? reduced : rows) *= g.size;
+    }
+    if (red_dims.empty()) {  // nothing (or only unit axes) reduced
+      red_dims.push_back(1);
+      red_strides.push_back(0);
+    }
+  }
+
+  int64_t RowOffset(int64_t row) const {
+    int64_t offset = 0;
+    for (int d = static_cast<int>(kept_dims.size()) - 1; d >= 0; --d) {
+      offset += (row % kept_dims[d]) * kept_strides[d];
+      row /= kept_dims[d];
+    }
+    return offset;
+  }
+
+  // Visits reduced indices [r0, r1) of the row at `base` as runs along the
+  // innermost reduced axis: fn(offset, n, stride) covers the inner vectors
+  // at offset + k * stride, k < n. fn returns false to stop early.
+  template <typename Fn>
+  void ForRuns(int64_t base, int64_t r0, int64_t r1, Fn&& fn) const {
+    if (r0 >= r1) return;
+    const int outer_rank = static_cast<int>(red_dims.size()) - 1;
+    const int64_t last = red_dims.back(), last_stride = red_strides.back();
+    std::vector<int64_t> idx(outer_rank);
+    int64_t q = r0 / last, k = r0 % last;
+    for (int d = outer_rank - 1; d >= 0; --d) {
+      idx[d] = q % red_dims[d];
+      q /= red_dims[d];
+    }
+    for (int64_t r = r0; r < r1;) {
+      int64_t offset = base + k * last_stride;
+      for (int d = 0; d < outer_rank; ++d) offset += idx[d] * red_strides[d];
+      const int64_t n = std::min(last - k, r1 - r);
+      if (!fn(offset, n, last_stride)) return;
+      r += n;
+      k = 0;
+      for (int d = outer_rank - 1; d >= 0; --d) {
+        if (++idx[d] < red_dims[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+};
+
+enum class ReduceKind { kSum, kMean, kMax };
+
+// Folds reduced indices [r0, r1) of `row` into acc[0, inner) with step(acc, x).
+template <typename T, typename Acc, typename Step>
+void FoldRange(const ReduceLayout& L, const T* x, int64_t row, int64_t r0, int64_t r1, Acc* acc, Step step) {
+  L.ForRuns(L.RowOffset(row), r0, r1, [&](int64_t offset, int64_t n, int64_t stride) {
+    if (L.inner == 1) {
+      Acc a = acc[0];
+      for (int64_t k = 0; k < n; ++k) a = step(a, x[offset + k * stride]);
+      acc[0] = a;
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        const T* p = x + offset + k * stride;
+        for (int64_t j = 0; j < L.inner; ++j) acc[j] = step(acc[j], p[j]);
+      }
+    }
+    return true;
+  });
+}
+
+// Reduces x into y. Rows are spread over the pool; when there are few rows
+// and long reductions, each row's reduction is cut into fixed blocks whose
+// partial results are combined in order, so results do not depend on the
+// number of threads.
+template <typename T, typename Acc, typename Step, typename Finish>
+void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish finish, ThreadPool* pool) {
+  const int64_t inner = L.inner;
+  if (L.rows == 0 || inner == 0) return;
+  constexpr int64_t kBlockElems = 16384;
+  const int64_t block = std::max<int64_t>(1, kBlockElems / inner);
+  if (L.rows >= 64 || L.reduced < 2 * block) {
+    const int64_t work = std::max<int64_t>(1, L.reduced * inner);
+    ParallelRange(pool, L.rows, [&](int64_t r0, int64_t r1) {
+      std::vector<Acc> acc(inner);
+      for (int64_t row = r0; row < r1; ++row) {
+        std::fill(acc.begin(), acc.end(), init);
+        FoldRange(L, x, row, 0, L.reduced, acc.data(), step);
+        for (int64_t j = 0; j < inner; ++j) y[row * inner + j] = finish(acc[j]);
+      }
+    }, std::max<int64_t>(1, 32768 / work));
+    return;
+  }
+  const int64_t blocks = (L.reduced + block - 1) / block;
+  std::vector<Acc> partial(L.rows * blocks * inner, init);
+  ParallelRange(pool, L.rows * blocks, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t row = u / blocks, b = u % blocks;
+      FoldRange(L, x, row, b * block, std::min(L.reduced, (b + 1) * block), &partial[u * inner], step);
+    }
+  }, 1);
+  for (int64_t row = 0; row < L.rows; ++row)
+    for (int64_t j = 0; j < inner; ++j) {
+      Acc acc = init;
+      for (int64_t b = 0; b < blocks; ++b) acc = step(acc, partial[(row * blocks + b) * inner + j]);
+      y[row * inner + j] = finish(acc);
+    }
+}
+
+// NaN wins, so a NaN anywhere in the reduction shows in the result.
+template <typename T>
+T MaxStep(T a, T v) {
+  return (v > a || v != v) ? v : a;
+}
+
+// Whether v is the maximum m (NaN matches NaN).
+template <typename T>
+bool IsMax(T v, T m) {
+  return v == m || (v != v && m != m);
+}
+
+class ReduceOp : public OpDef {
+ public:
+  ReduceOp(const char* name, ReduceKind kind) : name_(name), kind_(kind) {}
+  std::string name() const override { return name_; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
+    LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveAxes(name_, attrs, in[0].shape));
+    if (kind_ == ReduceKind::kMax && ReducedCount(in[0].shape, mask) == 0)
+      return InvalidArgument(name_, ": cannot take the maximum over an empty reduction (input ", in[0].shape.ToString(),
+                             ", attribute 'axes' ", Shape(attrs.Ints("axes")).ToString(), ")");
+    return std::vector<TensorType>{{ReducedShape(in[0].shape, mask, attrs.Bool("keepdims")), in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // One add (or compare) per input element; Mean divides each result once.
+    c.flops = static_cast<double>(in[0].shape.numel());
+    if (kind_ == ReduceKind::kMean) c.flops += static_cast<double>(out[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    const ValueId x = g.input(0);
+    const Shape& xs = g.type(x).shape;
+    ValueId dy = g.output_grad(0);
+    if (kind_ == ReduceKind::kMax) {
+      g.SetInputGrad(0, g.Emit1("ReduceMaxBackward", {x, g.output(0), dy}, g.attrs()));
+      return Status::Ok();
+    }
+    const std::vector<bool> mask = ResolveAxes(name_, g.attrs(), xs).value();
+    if (kind_ == ReduceKind::kMean) {
+      const int64_t n = ReducedCount(xs, mask);
+      dy = g.Emit1("MulScalar", {dy}, AttrMap{{"value", n > 0 ? 1.0 / static_cast<double>(n) : 0.0}});
+    }
+    // Put the reduced axes back as unit axes, then repeat dy along them.
+    const Shape kept = ReducedShape(xs, mask, /*keepdims=*/true);
+    if (g.type(dy).shape != kept) dy = g.Emit1("Reshape", {dy}, AttrMap{{"shape", kept.dims()}});
+    if (kept != xs) dy = g.Emit1("BroadcastTo", {dy}, AttrMap{{"shape", xs.dims()}});
+    g.SetInputGrad(0, dy);
+    return Status::Ok();
+  }
+
+ private:
+  const char* name_;
+  ReduceKind kind_;
+};
+LOOM_REGISTER_OP(ReduceOp, "ReduceSum", ReduceKind::kSum);
+LOOM_REGISTER_OP(ReduceOp, "ReduceMean", ReduceKind::kMean);
+LOOM_REGISTER_OP(ReduceOp, "ReduceMax", ReduceKind::kMax);
+
+template <ReduceKind kKind>
+Status ReduceKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const std::vector<bool> mask = ResolveAxes("Reduce", *ctx.attrs, x.shape()).value();
+  const ReduceLayout layout(x.shape(), mask);
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = ctx.out(0).data<T>();
+    if constexpr (kKind == ReduceKind::kMax) {
+      Reduce(layout, px, py, -std::numeric_limits<T>::infinity(), [](T a, T v) { return MaxStep(a, v); },
+             [](T a) { return a; }, ctx.pool);
+    } else {
+      // Sums accumulate in double: f32 sums over long axes lose digits otherwise.
+      const double scale = kKind == ReduceKind::kMean ? 1.0 / static_cast<double>(layout.reduced) : 1.0;
+      Reduce(layout, px, py, 0.0, [](double a, auto v) { return a + static_cast<double>(v); },
+             [scale](double a) { return static_cast<T>(a * scale); }, ctx.pool);
+    }
+  });
+}
+LOOM_REGISTER_KERNEL("ReduceSum", DeviceType::kCpu, ReduceKernel<ReduceKind::kSum>);
+LOOM_REGISTER_KERNEL("ReduceMean", DeviceType::kCpu, ReduceKernel<ReduceKind::kMean>);
+LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCpu, ReduceKernel<ReduceKind::kMax>);
+
+// dx = dy at the first maximum of each reduction, 0 elsewhere.
+class ReduceMaxBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "ReduceMaxBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "ReduceMaxBackward (x, y, dy)"));
+    LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> y, OpRegistry::Global().FindOp("ReduceMax")->InferTypes(attrs, {in[0]}));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[1], y[0], "ReduceMaxBackward: y must be ReduceMax(x)"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[2], y[0], "ReduceMaxBackward: dy must match y"));
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel());  // one compare per element
+    return c;
+  }
+};
+LOOM_REGISTER_OP(ReduceMaxBackwardOp);
+
+LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const std::vector<bool> mask = ResolveAxes("ReduceMaxBackward", *ctx.attrs, x.shape()).value();
+  const ReduceLayout L(x.shape(), mask);
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    const T* py = ctx.in(1).data<T>();
+    const T* pdy = ctx.in(2).data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    std::fill(pdx, pdx + x.numel(), T(0));
+    if (L.rows == 0 || L.inner == 0) return;
+    ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
+      std::vector<char> found(L.inner);
+      for (int64_t row = r0; row < r1; ++row) {
+        std::fill(found.begin(), found.end(), 0);
+        int64_t left = L.inner;
+        const T* m = py + row * L.inner;
+        const T* g = pdy + row * L.inner;
+        L.ForRuns(L.RowOffset(row), 0, L.reduced, [&](int64_t offset, int64_t n, int64_t stride) {
+          for (int64_t k = 0; k < n && left > 0; ++k) {
+            const int64_t at = offset + k * stride;
+            for (int64_t j = 0; j < L.inner; ++j)
+              if (!found[j] && IsMax(px[at + j], m[j])) {
+                pdx[at + j] = g[j];
+                found[j] = 1;
+                --left;
+              }
+          }
+          return left > 0;
+        });
+      }
+    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.reduced * L.inner)));
+  });
+});
+
+// ------------------------------------------------------------------ softmax
+
+// x seen as [outer, len, inner] around the softmax axis.
+struct AxisLayout {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+StatusOr<AxisLayout> ResolveSoftmaxAxis(const std::string& op, const AttrMap& attrs, const Shape& x) {
+  const int64_t given = attrs.Int("axis", -1);
+  auto axis = NormalizeAxis(given, x.rank());
+  if (!axis.ok())
+    return InvalidArgument(op, ": attribute 'axis' = ", given, " is out of range for input of shape ", x.ToString(),
+                           " (rank ", x.rank(), ")");
+  AxisLayout L;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d < *axis) L.outer *= x[d];
+    else if (d > *axis) L.inner *= x[d];
+  }
+  L.len = x[*axis];
+  return L;
+}
+
+// The softmax axis is walked for a block of up to kLanes neighbouring inner
+// positions at once: with inner == 1 that is one row, otherwise the inner
+// loops run over contiguous memory.
+constexpr int64_t kLanes = 64;
+
+// Calls fn(base, width) for every lane block: the block's elements for axis
+// index c are base[c * inner + j], j < width.
+template <typename Fn>
+void ForEachLaneBlock(ThreadPool* pool, const AxisLayout& L, Fn&& fn) {
+  if (L.outer == 0 || L.inner == 0) return;
+  const int64_t width = std::min(L.inner, kLanes);
+  const int64_t blocks = (L.inner + width - 1) / width;
+  ParallelRange(pool, L.outer * blocks, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t o = u / blocks, j0 = (u % blocks) * width;
+      fn(o * L.len * L.inner + j0, std::min(width, L.inner - j0));
+    }
+  }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.len * width)));
+}
+
+template <bool kLog>
+class SoftmaxOp : public OpDef {
+ public:
+  std::string name() const override { return kLog ? "LogSoftmax" : "Softmax"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name()));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name() + " input"));
+    LOOM_RETURN_IF_ERROR(ResolveSoftmaxAxis(name(), attrs, in[0].shape).status());
+    return in;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // Per element: max, subtract, exp, sum, then scale (or subtract log-sum).
+    c.flops = 5.0 * static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.Emit1(kLog ? "LogSoftmaxBackward" : "SoftmaxBackward", {g.output(0), g.output_grad(0)},
+                              AttrMap{{"axis", g.attrs().Int("axis", -1)}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(SoftmaxOp<false>);
+LOOM_REGISTER_OP(SoftmaxOp<true>);
+
+template <bool kLog>
+Status SoftmaxKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const AxisLayout L = ResolveSoftmaxAxis("Softmax", *ctx.attrs, x.shape()).value();
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = ctx.out(0).data<T>();
+    ForEachLaneBlock(ctx.pool, L, [&](int64_t base, int64_t w) {
+      std::array<T, kLanes> m;
+      std::array<double, kLanes> s{};
+      m.fill(-std::numeric_limits<T>::infinity());
+      for (int64_t c = 0; c < L.len; ++c) {
+        const T* xr = px + base + c * L.inner;
+        for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], xr[j]);
+      }
+      for (int64_t c = 0; c < L.len; ++c) {
+        const T* xr = px + base + c * L.inner;
+        T* yr = py + base + c * L.inner;
+        for (int64_t j = 0; j < w; ++j) {
+          const T e = std::exp(xr[j] - m[j]);
+          if constexpr (!kLog) yr[j] = e;
+          s[j] += e;
+        }
+      }
+      if constexpr (kLog) {
+        // (x - max) - log(sum), not x - (max + log(sum)): the shifted value
+        // is small, so f32 keeps its digits when the inputs are large.
+        std::array<T, kLanes> log_sum;
+        for (int64_t j = 0; j < w; ++j) log_sum[j] = static_cast<T>(std::log(s[j]));
+        for (int64_t c = 0; c < L.len; ++c) {
+          const T* xr = px + base + c * L.inner;
+          T* yr = py + base + c * L.inner;
+          for (int64_t j = 0; j < w; ++j) yr[j] = (xr[j] - m[j]) - log_sum[j];
+        }
+      } else {
+        std::array<T, kLanes> inv;
+        for (int64_t j = 0; j < w; ++j) inv[j] = static_cast<T>(1.0 / s[j]);
+        for (int64_t c = 0; c < L.len; ++c) {
+          T* yr = py + base + c * L.inner;
+          for (int64_t j = 0; j < w; ++j) yr[j] *= inv[j];
+        }
+      }
+    });
+  });
+}
+LOOM_REGISTER_KERNEL("Softmax", DeviceType::kCpu, SoftmaxKernel<false>);
+LOOM_REGISTER_KERNEL("LogSoftmax", DeviceType::kCpu, SoftmaxKernel<true>);
+
+// Softmax:    dx = y * (dy - sum(dy * y))
+// LogSoftmax: dx = dy - exp(y) * sum(dy)
+template <bool kLog>
+class SoftmaxBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return kLog ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name() + " (y, dy)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name() + " y"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], name() + ": y and dy differ"));
+    LOOM_RETURN_IF_ERROR(ResolveSoftmaxAxis(name(), attrs, in[0].shape).status());
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 4.0 * static_cast<double>(in[0].shape.numel());  // product/exp, sum, subtract, multiply
+    return c;
+  }
+};
+LOOM_REGISTER_OP(SoftmaxBackwardOp<false>);
+LOOM_REGISTER_OP(SoftmaxBackwardOp<true>);
+
+template <bool kLog>
+Status SoftmaxBackwardKernel(KernelContext& ctx) {
+  const Tensor& y = ctx.in(0);
+  const AxisLayout L = ResolveSoftmaxAxis("SoftmaxBackward", *ctx.attrs, y.shape()).value();
+  return DispatchFloat(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* py = y.data<T>();
+    const T* pdy = ctx.in(1).data<T>();
+    T* pdx = ctx.out(0).data<T>();
+    ForEachLaneBlock(ctx.pool, L, [&](int64_t base, int64_t w) {
+      std::array<double, kLanes> s{};
+      for (int64_t c = 0; c < L.len; ++c) {
+        const int64_t at = base + c * L.inner;
+        for (int64_t j = 0; j < w; ++j) s[j] += kLog ? pdy[at + j] : pdy[at + j] * py[at + j];
+      }
+      for (int64_t c = 0; c < L.len; ++c) {
+        const int64_t at = base + c * L.inner;
+        for (int64_t j = 0; j < w; ++j) {
+          const T sum = static_cast<T>(s[j]);
+          if constexpr (kLog) pdx[at + j] = pdy[at + j] - std::exp(py[at + j]) * sum;
+          else pdx[at + j] = py[at + j] * (pdy[at + j] - sum);
+        }
+      }
+    });
+  });
+}
+LOOM_REGISTER_KERNEL("SoftmaxBackward", DeviceType::kCpu, SoftmaxBackwardKernel<false>);
+LOOM_REGISTER_KERNEL("LogSoftmaxBackward", DeviceType::kCpu, SoftmaxBackwardKernel<true>);
+
+}  // namespace
+}  // namespace loom
