@@ -1,2 +1,306 @@
-// Placeholder: the rnn ops family is being written.
+// LSTM (one layer, time-major, PyTorch's gate order and weight layout, so
+// torch.nn.LSTM weights load as they are) and LSTMBackward (backpropagation
+// through time). Stacked LSTMs chain these ops: layer l's y is layer l+1's x.
+//
+//   pre_t = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh     [N, 4Hd], blocks i|f|g|o
+//   i, f, o = sigmoid(.), g = tanh(.)
+//   c_t = f * c_{t-1} + i * g;  h_t = o * tanh(c_t)
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/cpu_util.h"
+#include "ops/gemm.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+constexpr const char* kLstm = "LSTM";
+constexpr const char* kLstmBackward = "LSTMBackward";
+
+// Sigmoid and tanh count as this many FLOPs each in Cost() (exp, add,
+// divide and a negation, roughly).
+constexpr double kActivationFlops = 4;
+
+// Extents: x [T, N, I], hidden size Hd (the gates are 4 * Hd wide).
+struct LstmDims {
+  int64_t t = 0, n = 0, in = 0, hd = 0;
+  int64_t gates() const { return 4 * hd; }
+};
+
+Status ExpectShape(const std::string& op, const std::string& what, const TensorType& t, const Shape& want,
+                   DType dtype) {
+  if (t.shape != want) return InvalidArgument(op, ": ", what, " must be ", want.ToString(), ", got ", t.shape.ToString());
+  if (t.dtype != dtype)
+    return InvalidArgument(op, ": ", what, " must be ", DTypeName(dtype), " like x, got ", DTypeName(t.dtype));
+  return Status::Ok();
+}
+
+// Checks (x, h0, c0, w_ih, w_hh), the first five inputs of both ops.
+StatusOr<LstmDims> CheckLstmCore(const std::string& op, const std::vector<TensorType>& in) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " x"));
+  LOOM_RETURN_IF_ERROR(ExpectRank(in[0], 3, op + " x [T, N, I]"));
+  LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, op + " h0 [N, Hd]"));
+  const Shape& x = in[0].shape;
+  LstmDims n{x[0], x[1], x[2], in[1].shape[1]};
+  const DType dt = in[0].dtype;
+  if (in[1].shape[0] != n.n)
+    return InvalidArgument(op, ": h0 ", in[1].shape.ToString(), " must be [N, Hd] with N = ", n.n, " from x ",
+                           x.ToString());
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, "h0 [N, Hd]", in[1], {n.n, n.hd}, dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, "c0 [N, Hd]", in[2], {n.n, n.hd}, dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, "w_ih [4*Hd, I]", in[3], {n.gates(), n.in}, dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, "w_hh [4*Hd, Hd]", in[4], {n.gates(), n.hd}, dt));
+  return n;
+}
+
+LstmDims DimsOf(const Tensor& x, const Tensor& h0) { return {x.shape()[0], x.shape()[1], x.shape()[2], h0.shape()[1]}; }
+
+// FLOPs of the two GEMMs x W_ih^T and h W_hh^T over all steps (forward); the
+// backward runs each of them twice (data and weight gradients).
+double ProjectionFlops(const LstmDims& n) {
+  return 2.0 * static_cast<double>(n.t * n.n * n.gates()) * static_cast<double>(n.in + n.hd);
+}
+
+// Rows of N per ParallelRange chunk for the per-step element-wise passes
+// (~4k hidden units per chunk: each costs several exp/tanh).
+int64_t RowChunk(int64_t hd) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hd)); }
+
+template <typename T>
+inline T Sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+// ---------------------------------------------------------------------------
+// LSTM
+//   inputs: x [T, N, I], h0 [N, Hd], c0 [N, Hd], w_ih [4*Hd, I],
+//           w_hh [4*Hd, Hd], b_ih [4*Hd], b_hh [4*Hd] (gate blocks i, f, g, o)
+//   outputs: 0 = y [T, N, Hd] (h_1 .. h_T), 1 = h_T [N, Hd], 2 = c_T [N, Hd],
+//            3 = gates [T, N, 4*Hd] (activated i, f, g, o), 4 = cells [T, N, Hd]
+//            (c_1 .. c_T); 3 and 4 are saved for LSTMBackward.
+// With T = 0, y is empty and (h_T, c_T) = (h0, c0).
+class LstmOp : public OpDef {
+ public:
+  std::string name() const override { return kLstm; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    if (in.size() != 7)
+      return InvalidArgument(kLstm, " takes (x, h0, c0, w_ih, w_hh, b_ih, b_hh), got ", in.size(), " inputs");
+    LOOM_ASSIGN_OR_RETURN(LstmDims n, CheckLstmCore(kLstm, in));
+    const DType dt = in[0].dtype;
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, "b_ih [4*Hd]", in[5], {n.gates()}, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, "b_hh [4*Hd]", in[6], {n.gates()}, dt));
+    return std::vector<TensorType>{{{n.t, n.n, n.hd}, dt},
+                                   {{n.n, n.hd}, dt},
+                                   {{n.n, n.hd}, dt},
+                                   {{n.t, n.n, n.gates()}, dt},
+                                   {{n.t, n.n, n.hd}, dt}};
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const LstmDims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[1]};
+    // Per hidden unit and step: 4 bias adds, 5 activations (3 sigmoid, 2
+    // tanh), 3 for c_t and 1 for h_t.
+    const double units = static_cast<double>(n.t * n.n * n.hd);
+    c.flops = ProjectionFlops(n) + units * (4 + 5 * kActivationFlops + 3 + 1);
+    return c;
+  }
+
+  Status Gradient(GradBuilder& g) const override {
+    if (g.output_grad(3) != kNoValue || g.output_grad(4) != kNoValue)
+      return Unimplemented(kLstm, " outputs 3 (gates) and 4 (cells) are saved for ", kLstmBackward,
+                           " and carry no gradient; build the loss from y, h_T and c_T");
+    bool any = false;
+    for (int i = 0; i < 7; ++i) any = any || g.NeedsInputGrad(i);
+    if (!any) return Status::Ok();
+    std::vector<ValueId> ins = {g.input(0), g.input(1), g.input(2), g.input(3), g.input(4),
+                                g.output(0), g.output(3), g.output(4)};
+    for (int i = 0; i < 3; ++i) {  // output grads that do not reach the loss are zero
+      ValueId d = g.output_grad(i);
+      if (d == kNoValue) {
+        const TensorType& t = g.type(g.output(i));
+        d = g.Emit1("Fill", {},
+                    AttrMap{{"shape", t.shape.dims()}, {"value", 0.0}, {"dtype", std::string(DTypeName(t.dtype))}});
+      }
+      ins.push_back(d);
+    }
+    std::vector<ValueId> grads = g.Emit(kLstmBackward, ins);
+    for (int i = 0; i < 5; ++i) g.SetInputGrad(i, grads[i]);
+    g.SetInputGrad(5, grads[5]);  // both biases enter pre_t the same way
+    g.SetInputGrad(6, grads[5]);
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(LstmOp);
+
+Status LstmKernel(KernelContext& ctx) {
+  const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
+  const LstmDims n = DimsOf(x, h0);
+  const int64_t G = n.gates(), Hd = n.hd;
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* y = ctx.out(0).data<T>();      // [T, N, Hd]
+    T* gates = ctx.out(3).data<T>();  // [T, N, 4Hd]
+    T* cells = ctx.out(4).data<T>();  // [T, N, Hd]
+    // Every step's input projection at once: gates = x W_ih^T + (b_ih + b_hh).
+    std::vector<T> bias(static_cast<size_t>(G));  // [4Hd]
+    for (int64_t j = 0; j < G; ++j) bias[j] = ctx.in(5).data<T>()[j] + ctx.in(6).data<T>()[j];
+    for (int64_t r = 0; r < n.t * n.n; ++r) std::copy(bias.begin(), bias.end(), gates + r * G);
+    Gemm<T>(false, true, n.t * n.n, G, n.in, T(1), x.data<T>(), n.in, w_ih.data<T>(), n.in, T(1), gates, G, ctx.pool);
+
+    const T* h_prev = h0.data<T>();  // [N, Hd]
+    const T* c_prev = c0.data<T>();  // [N, Hd]
+    for (int64_t t = 0; t < n.t; ++t) {
+      T* g = gates + t * n.n * G;  // [N, 4Hd]
+      T* h = y + t * n.n * Hd;     // [N, Hd]
+      T* c = cells + t * n.n * Hd;  // [N, Hd]
+      Gemm<T>(false, true, n.n, G, Hd, T(1), h_prev, Hd, w_hh.data<T>(), Hd, T(1), g, G, ctx.pool);
+      ParallelRange(ctx.pool, n.n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* gr = g + r * G;
+          for (int64_t j = 0; j < Hd; ++j) {
+            const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = std::tanh(gr[2 * Hd + j]);
+            const T og = Sigmoid(gr[3 * Hd + j]);
+            gr[j] = ig;
+            gr[Hd + j] = fg;
+            gr[2 * Hd + j] = gg;
+            gr[3 * Hd + j] = og;
+            const int64_t e = r * Hd + j;
+            c[e] = fg * c_prev[e] + ig * gg;
+            h[e] = og * std::tanh(c[e]);
+          }
+        }
+      }, RowChunk(Hd));
+      h_prev = h;
+      c_prev = c;
+    }
+    std::memcpy(ctx.out(1).data<T>(), h_prev, static_cast<size_t>(n.n * Hd) * sizeof(T));
+    std::memcpy(ctx.out(2).data<T>(), c_prev, static_cast<size_t>(n.n * Hd) * sizeof(T));
+  });
+}
+LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCpu, LstmKernel);
+
+// ---------------------------------------------------------------------------
+// LSTMBackward
+//   inputs: x, h0, c0, w_ih, w_hh (as LSTM), y, gates, cells (LSTM outputs
+//           0, 3, 4), dy [T, N, Hd], dh_T [N, Hd], dc_T [N, Hd]
+//   outputs: dx, dh0, dc0, dw_ih, dw_hh, db [4*Hd] (the gradient of b_ih and
+//            of b_hh alike).
+// Walks the steps backwards keeping (dh, dc) for the state entering step t;
+// the pre-activation gradients of all steps are kept so that dx, dw_ih,
+// dw_hh and db are each one GEMM (or sum) over all T * N rows at the end.
+class LstmBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return kLstmBackward; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    if (in.size() != 11)
+      return InvalidArgument(kLstmBackward,
+                             " takes (x, h0, c0, w_ih, w_hh, y, gates, cells, dy, dh_T, dc_T), got ", in.size(),
+                             " inputs");
+    LOOM_ASSIGN_OR_RETURN(LstmDims n, CheckLstmCore(kLstmBackward, in));
+    const DType dt = in[0].dtype;
+    const Shape seq{n.t, n.n, n.hd}, state{n.n, n.hd};
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "y [T, N, Hd]", in[5], seq, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "gates [T, N, 4*Hd]", in[6], {n.t, n.n, n.gates()}, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "cells [T, N, Hd]", in[7], seq, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dy [T, N, Hd]", in[8], seq, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dh_T [N, Hd]", in[9], state, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dc_T [N, Hd]", in[10], state, dt));
+    return std::vector<TensorType>{in[0], in[1], in[2], in[3], in[4], {{n.gates()}, dt}};
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const LstmDims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[1]};
+    // Per hidden unit and step: tanh(c_t) again plus ~23 multiply/adds for
+    // the gate and state gradients; per gate element one add for db.
+    const double units = static_cast<double>(n.t * n.n * n.hd);
+    c.flops = 2 * ProjectionFlops(n) + units * (kActivationFlops + 23 + 4);
+    // The [T, N, 4Hd] pre-activation gradient scratch: written once, read by
+    // the recurrent GEMM, dx, dw_ih, dw_hh and db.
+    const double scratch = static_cast<double>(n.t * n.n * n.gates() * DTypeSize(in[0].dtype));
+    c.bytes_written += scratch;
+    c.bytes_read += 5 * scratch;
+    return c;
+  }
+};
+LOOM_REGISTER_OP(LstmBackwardOp);
+
+Status LstmBackwardKernel(KernelContext& ctx) {
+  const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
+  const LstmDims n = DimsOf(x, h0);
+  const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
+  LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.t, n.n, G}, x.dtype(), ctx.device));
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* y = ctx.in(5).data<T>();      // [T, N, Hd]
+    const T* gates = ctx.in(6).data<T>();  // [T, N, 4Hd], activated
+    const T* cells = ctx.in(7).data<T>();  // [T, N, Hd]
+    const T* dy = ctx.in(8).data<T>();     // [T, N, Hd]
+    T* dpre = d_pre.data<T>();             // [T, N, 4Hd]
+    // Running gradients of the state entering the current step; after the
+    // loop they are dh0 and dc0.
+    T* dh = ctx.out(1).data<T>();  // [N, Hd]
+    T* dc = ctx.out(2).data<T>();  // [N, Hd]
+    const size_t state_bytes = static_cast<size_t>(n.n * Hd) * sizeof(T);
+    std::memcpy(dh, ctx.in(9).data<T>(), state_bytes);
+    std::memcpy(dc, ctx.in(10).data<T>(), state_bytes);
+
+    for (int64_t t = n.t - 1; t >= 0; --t) {
+      const T* g = gates + t * n.n * G;
+      const T* c = cells + t * n.n * Hd;
+      const T* c_prev = t > 0 ? cells + (t - 1) * n.n * Hd : c0.data<T>();
+      const T* dy_t = dy + t * n.n * Hd;
+      T* dg = dpre + t * n.n * G;
+      ParallelRange(ctx.pool, n.n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* gr = g + r * G;
+          T* dgr = dg + r * G;
+          for (int64_t j = 0; j < Hd; ++j) {
+            const int64_t e = r * Hd + j;
+            const T ig = gr[j], fg = gr[Hd + j], gg = gr[2 * Hd + j], og = gr[3 * Hd + j];
+            const T tanh_c = std::tanh(c[e]);
+            const T dh_t = dh[e] + dy_t[e];
+            const T dc_t = dc[e] + dh_t * og * (T(1) - tanh_c * tanh_c);
+            dgr[j] = dc_t * gg * ig * (T(1) - ig);                 // d pre_i
+            dgr[Hd + j] = dc_t * c_prev[e] * fg * (T(1) - fg);     // d pre_f
+            dgr[2 * Hd + j] = dc_t * ig * (T(1) - gg * gg);        // d pre_g
+            dgr[3 * Hd + j] = dh_t * tanh_c * og * (T(1) - og);    // d pre_o
+            dc[e] = dc_t * fg;
+          }
+        }
+      }, RowChunk(Hd));
+      // dh_{t-1} = d pre_t W_hh: [N, 4Hd] x [4Hd, Hd].
+      Gemm<T>(false, false, n.n, Hd, G, T(1), dg, G, w_hh.data<T>(), Hd, T(0), dh, Hd, ctx.pool);
+    }
+
+    // dx = d pre W_ih: [T*N, 4Hd] x [4Hd, I].
+    Gemm<T>(false, false, rows, n.in, G, T(1), dpre, G, w_ih.data<T>(), n.in, T(0), ctx.out(0).data<T>(), n.in,
+            ctx.pool);
+    // dw_ih = d pre^T x: [4Hd, T*N] x [T*N, I].
+    Gemm<T>(true, false, G, n.in, rows, T(1), dpre, G, x.data<T>(), n.in, T(0), ctx.out(3).data<T>(), n.in,
+            ctx.pool);
+    // dw_hh = sum_t d pre_t^T h_{t-1}: step 0 against h0, steps 1.. against
+    // y[0 .. T-2] as one [4Hd, (T-1)N] x [(T-1)N, Hd] product.
+    T* dw_hh = ctx.out(4).data<T>();
+    if (n.t == 0) {
+      std::fill(dw_hh, dw_hh + G * Hd, T(0));
+    } else {
+      Gemm<T>(true, false, G, Hd, n.n, T(1), dpre, G, h0.data<T>(), Hd, T(0), dw_hh, Hd, ctx.pool);
+      if (n.t > 1)
+        Gemm<T>(true, false, G, Hd, (n.t - 1) * n.n, T(1), dpre + n.n * G, G, y, Hd, T(1), dw_hh, Hd, ctx.pool);
+    }
+    // db = column sums of d pre.
+    T* db = ctx.out(5).data<T>();
+    std::fill(db, db + G, T(0));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < G; ++j) db[j] += dpre[r * G + j];
+  });
+}
+LOOM_REGISTER_KERNEL(kLstmBackward, DeviceType::kCpu, LstmBackwardKernel);
+
+}  // namespace
+}  // namespace loom
