@@ -28,6 +28,10 @@ struct AttnDims {
   int64_t heads() const { return b * h; }  // independent (batch, head) problems
 };
 
+AttnDims DimsOf(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
+}
+
 StatusOr<AttnDims> CheckQkv(const std::string& op, const TensorType& q, const TensorType& k, const TensorType& v) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(q, op + " q"));
   LOOM_RETURN_IF_ERROR(ExpectRank(q, 4, op + " q [B, H, Tq, D]"));
@@ -121,7 +125,8 @@ class AttentionOp : public OpDef {
     ValueId d_out = g.output_grad(0);
     if (d_out == kNoValue) {  // only the weights reach the loss
       const TensorType& t = g.type(g.output(0));
-      d_out = g.Emit1("Fill", {}, AttrMap{{"shape", t.shape.dims()}, {"value", 0.0}, {"dtype", std::string(DTypeName(t.dtype))}});
+      d_out = g.Emit1("Fill", {},
+                      AttrMap{{"shape", t.shape.dims()}, {"value", 0.0}, {"dtype", std::string(DTypeName(t.dtype))}});
     }
     std::vector<ValueId> ins = {g.input(0), g.input(1), g.input(2), g.output(1), d_out};
     if (g.output_grad(1) != kNoValue) ins.push_back(g.output_grad(1));
@@ -180,7 +185,7 @@ void MaskedSoftmaxRow(T* row, int64_t tk, int64_t last, const uint8_t* padded) {
 Status AttentionKernel(KernelContext& ctx) {
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2);
   Tensor &out = ctx.out(0), &probs = ctx.out(1);
-  const AttnDims n{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
+  const AttnDims n = DimsOf(q, k, v);
   LOOM_ASSIGN_OR_RETURN(double scale, ResolveScale(kAttention, *ctx.attrs, n.d));
   const bool causal = ctx.attrs->Bool("causal");
   std::vector<uint8_t> padded;
@@ -256,7 +261,7 @@ LOOM_REGISTER_OP(AttentionBackwardOp);
 Status AttentionBackwardKernel(KernelContext& ctx) {
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2), &probs = ctx.in(3), &d_out = ctx.in(4);
   const Tensor* d_probs = ctx.inputs.size() == 6 ? &ctx.in(5) : nullptr;
-  const AttnDims n{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
+  const AttnDims n = DimsOf(q, k, v);
   const double scale = ctx.attrs->Float("scale");
   LOOM_ASSIGN_OR_RETURN(Tensor ds, Tensor::Empty(probs.shape(), probs.dtype(), ctx.device));  // [B, H, Tq, Tk]
   return DispatchFloat(q.dtype(), [&](auto zero) {

@@ -31,7 +31,8 @@ struct LstmDims {
 
 Status ExpectShape(const std::string& op, const std::string& what, const TensorType& t, const Shape& want,
                    DType dtype) {
-  if (t.shape != want) return InvalidArgument(op, ": ", what, " must be ", want.ToString(), ", got ", t.shape.ToString());
+  if (t.shape != want)
+    return InvalidArgument(op, ": ", what, " must be ", want.ToString(), ", got ", t.shape.ToString());
   if (t.dtype != dtype)
     return InvalidArgument(op, ": ", what, " must be ", DTypeName(dtype), " like x, got ", DTypeName(t.dtype));
   return Status::Ok();
@@ -145,8 +146,9 @@ Status LstmKernel(KernelContext& ctx) {
     T* gates = ctx.out(3).data<T>();  // [T, N, 4Hd]
     T* cells = ctx.out(4).data<T>();  // [T, N, Hd]
     // Every step's input projection at once: gates = x W_ih^T + (b_ih + b_hh).
+    const T *b_ih = ctx.in(5).data<T>(), *b_hh = ctx.in(6).data<T>();
     std::vector<T> bias(static_cast<size_t>(G));  // [4Hd]
-    for (int64_t j = 0; j < G; ++j) bias[j] = ctx.in(5).data<T>()[j] + ctx.in(6).data<T>()[j];
+    for (int64_t j = 0; j < G; ++j) bias[j] = b_ih[j] + b_hh[j];
     for (int64_t r = 0; r < n.t * n.n; ++r) std::copy(bias.begin(), bias.end(), gates + r * G);
     Gemm<T>(false, true, n.t * n.n, G, n.in, T(1), x.data<T>(), n.in, w_ih.data<T>(), n.in, T(1), gates, G, ctx.pool);
 
