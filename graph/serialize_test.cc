@@ -1,0 +1,444 @@
+#include "graph/serialize.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "runtime/executor.h"
+
+namespace loom {
+namespace {
+
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+// A fresh directory per test case under Bazel's TEST_TMPDIR.
+fs::path TempDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  fs::path dir = fs::path(tmp ? tmp : fs::temp_directory_path().string()) / ("serialize_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string ReadBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteBytes(const fs::path& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary);
+  out << data;
+}
+
+// x [4, 3] -> Linear(w1, b1) -> h*h -> Linear(w2) + Add(c) -> loss = sum(out * t),
+// gradients of all parameters and one SGD step as state updates.
+struct Mlp {
+  Graph graph;
+  ValueId x, t, w1, b1, w2, loss;
+};
+
+Mlp BuildMlp() {
+  Mlp m;
+  GraphBuilder b(&m.graph);
+  const DType dt = DType::kF32;
+  m.x = b.Input("x", {Shape({4, 3}), dt});
+  m.t = b.Input("target_weight", {Shape({4, 2}), dt});
+  b.PushScope("mlp");
+  m.w1 = b.Parameter("fc1/w", {Shape({5, 3}), dt}, AttrMap{{"init", "normal"}, {"mean", 0.0}, {"std", 0.3}});
+  m.b1 = b.Parameter("fc1/b", {Shape({5}), dt}, AttrMap{{"init", "uniform"}, {"low", -0.1}, {"high", 0.1}});
+  m.w2 = b.Parameter("fc2/w", {Shape({2, 5}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
+  ValueId c = b.Buffer("offset", {Shape({2}), dt}, AttrMap{{"init", "constant"}, {"value", 0.25}});
+  ValueId h = b.Add1("Linear", {m.x, m.w1, m.b1}, {}, "fc1").value();
+  ValueId sq = b.Add1("Mul", {h, h}, {}, "square").value();
+  ValueId y = b.Add1("Linear", {sq, m.w2}, {}, "fc2").value();
+  ValueId out = b.Add1("Add", {y, c}, {}, "out").value();
+  b.PopScope();
+  ValueId weighted = b.Add1("Mul", {out, m.t}, {}, "weighted").value();
+  m.loss = b.Add1("SumToShape", {weighted}, AttrMap{{"shape", std::vector<int64_t>{}}}, "loss").value();
+  m.graph.outputs()["loss"] = m.loss;
+  m.graph.outputs()["out"] = out;
+  auto grads = BuildGradients(&m.graph, m.loss);
+  REQUIRE(grads.ok());
+  for (ValueId p : {m.w1, m.b1, m.w2}) {
+    std::string name = m.graph.value(p).name;
+    ValueId step = b.Add1("MulScalar", {grads->at(p)}, AttrMap{{"value", 0.05}}, "sgd/" + name + "/step").value();
+    ValueId next = b.Add1("Sub", {p, step}, {}, "sgd/" + name).value();
+    m.graph.state_updates().push_back({p, next});
+    m.graph.outputs()["grad/" + name] = grads->at(p);
+  }
+  return m;
+}
+
+// Gradients by value names, since ids may differ between graphs.
+std::map<std::string, std::string> NamedGradients(const Graph& g) {
+  std::map<std::string, std::string> named;
+  for (const auto& [v, grad] : g.gradients()) named[g.value(v).name] = g.value(grad).name;
+  return named;
+}
+
+void CheckSameGraph(const Graph& expected, const Graph& actual) {
+  CHECK(actual.ToString() == expected.ToString());
+  REQUIRE(actual.num_nodes() == expected.num_nodes());
+  for (int i = 0; i < expected.num_nodes(); ++i) {
+    INFO("node " << expected.nodes()[i].name);
+    // ToString rounds floats; the attributes themselves must be exact.
+    CHECK(actual.nodes()[i].attrs == expected.nodes()[i].attrs);
+  }
+  CHECK(NamedGradients(actual) == NamedGradients(expected));
+}
+
+std::map<std::string, Tensor> MlpFeeds() {
+  Rng rng(7);
+  Tensor x = Tensor::Zeros(Shape({4, 3}), DType::kF32), t = Tensor::Zeros(Shape({4, 2}), DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+  return {{"x", x}, {"target_weight", t}};
+}
+
+// Two training steps from the same seed: every output of both steps, then
+// the state after them.
+std::map<std::string, std::vector<double>> Train(const Graph& graph) {
+  auto exec = Executor::Create(graph);
+  INFO(exec.status().ToString());
+  REQUIRE(exec.ok());
+  REQUIRE((*exec)->InitializeState(/*seed=*/42).ok());
+  std::map<std::string, std::vector<double>> results;
+  for (int step = 0; step < 2; ++step) {
+    auto out = (*exec)->Run(MlpFeeds());
+    INFO(out.status().ToString());
+    REQUIRE(out.ok());
+    for (const auto& [name, t] : *out) results["step" + std::to_string(step) + "/" + name] = t.ToDoubleVector();
+  }
+  for (const auto& [name, t] : (*exec)->state()) results["state/" + name] = t.ToDoubleVector();
+  return results;
+}
+
+TEST_CASE("an MLP training graph round-trips through text and binary files") {
+  Mlp m = BuildMlp();
+  fs::path dir = TempDir("round_trip");
+  auto expected = Train(m.graph);
+  REQUIRE(expected.size() == 2 * 5 + 4);  // 5 outputs per step, 4 state tensors
+
+  for (const char* file : {"mlp.pbtxt", "mlp.pb"}) {
+    DYNAMIC_SECTION(file) {
+      fs::path path = dir / file;
+      Status saved = SaveGraph(m.graph, path.string());
+      INFO(saved.ToString());
+      REQUIRE(saved.ok());
+      auto loaded = LoadGraph(path.string());
+      INFO(loaded.status().ToString());
+      REQUIRE(loaded.ok());
+      CheckSameGraph(m.graph, *loaded);
+      CHECK(Train(*loaded) == expected);
+      // Nothing but the file itself is left in the directory.
+      int entries = 0;
+      for (const auto& e : fs::directory_iterator(dir)) entries += e.path().filename() == file ? 0 : 1;
+      CHECK(entries == 0);
+    }
+  }
+}
+
+TEST_CASE("the text form is readable and saving is deterministic") {
+  Mlp m = BuildMlp();
+  auto text = GraphToText(m.graph);
+  REQUIRE(text.ok());
+  CHECK_THAT(*text, Contains("name: \"mlp/fc1\""));
+  CHECK_THAT(*text, Contains("op: \"Linear\""));
+  CHECK_THAT(*text, Contains("inputs {\n    name: \"mlp/fc1/w\"\n  }"));
+  CHECK_THAT(*text, Contains("key: \"init\"\n    value {\n      s: \"normal\""));
+
+  fs::path dir = TempDir("deterministic");
+  REQUIRE(SaveGraph(m.graph, (dir / "a.pb").string()).ok());
+  REQUIRE(SaveGraph(BuildMlp().graph, (dir / "b.pb").string()).ok());
+  CHECK(ReadBytes(dir / "a.pb") == ReadBytes(dir / "b.pb"));
+  // Saving again replaces the file whole.
+  REQUIRE(SaveGraph(m.graph, (dir / "a.pb").string()).ok());
+  CHECK(ReadBytes(dir / "a.pb") == ReadBytes(dir / "b.pb"));
+}
+
+TEST_CASE("attribute kinds and exact values survive the round trip") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({}), DType::kF64});  // a scalar: empty shape list
+  AttrMap attrs{{"shape", std::vector<int64_t>{}},
+                {"dtype", "f64"},
+                {"value", 0.1 + 0.2},
+                {"an_int", int64_t{-3}},
+                {"a_flag", false},
+                {"empty_string", std::string()},
+                {"floats", std::vector<double>{1e-300, -2.5, 1.0 / 3.0}}};
+  NodeId id = g.AddNode("fill", "Fill", attrs, {}, {TensorType{Shape({}), DType::kF64}});
+  ValueId sum = b.Add1("Add", {x, g.node(id).outputs[0]}, {}, "sum").value();
+  g.outputs()["sum"] = sum;
+  for (bool binary : {false, true}) {
+    INFO((binary ? "binary" : "text"));
+    auto p = GraphToProto(g);
+    REQUIRE(p.ok());
+    proto::GraphProto copy;
+    if (binary) {
+      REQUIRE(copy.ParseFromString(p->SerializeAsString()));
+    } else {
+      auto text = GraphToText(g);
+      REQUIRE(text.ok());
+      auto back = GraphFromText(*text);
+      REQUIRE(back.ok());
+      REQUIRE(GraphToProto(*back).ok());
+      copy = *GraphToProto(*back);
+    }
+    auto loaded = GraphFromProto(copy);
+    INFO(loaded.status().ToString());
+    REQUIRE(loaded.ok());
+    CHECK(loaded->node(*loaded->FindNode("fill")).attrs == attrs);
+    CHECK(loaded->ToString() == g.ToString());
+  }
+}
+
+TEST_CASE("values with clashing or custom names are referred to by id") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({2}), DType::kF32});
+  ValueId a = b.Add1("Neg", {x}, {}, "a").value();
+  ValueId c = b.Add1("Neg", {a}, {}, "c").value();
+  g.mutable_value(c).name = "a";  // two values now answer to "a"
+  ValueId d = b.Add1("Add", {a, c}, {}, "d").value();
+  g.mutable_value(d).name = "result";
+  g.outputs()["out"] = d;
+
+  auto p = GraphToProto(g);
+  REQUIRE(p.ok());
+  const proto::NodeProto& dp = p->nodes(3);
+  REQUIRE(dp.inputs_size() == 2);
+  CHECK(dp.inputs(0).ref_case() == proto::ValueRef::kId);
+  CHECK(dp.outputs(0).name() == "result");
+  CHECK(p->outputs().at("out").name() == "result");
+
+  auto loaded = GraphFromProto(*p);
+  INFO(loaded.status().ToString());
+  REQUIRE(loaded.ok());
+  CHECK(loaded->ToString() == g.ToString());
+  const Node& ld = loaded->node(*loaded->FindNode("d"));
+  CHECK(ld.inputs[0] == loaded->node(*loaded->FindNode("a")).outputs[0]);
+  CHECK(ld.inputs[1] == loaded->node(*loaded->FindNode("c")).outputs[0]);
+
+  // A hand-written reference to the ambiguous name is refused.
+  proto::GraphProto bad = *p;
+  bad.mutable_nodes(3)->mutable_inputs(0)->set_name("a");
+  auto refused = GraphFromProto(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().ToString(),
+             Contains("node 'd' (Add): input 0: value name 'a' is ambiguous (several values have it); refer to it by id"));
+}
+
+TEST_CASE("hand-written text may leave out output types") {
+  auto g = GraphFromText(R"pb(
+    nodes { name: "x" op: "Input"
+            attrs { key: "shape" value { ints { values: [2, 3] } } }
+            attrs { key: "dtype" value { s: "f64" } } }
+    nodes { name: "w" op: "Parameter"
+            attrs { key: "shape" value { ints { values: [4, 3] } } }
+            attrs { key: "dtype" value { s: "f64" } } }
+    nodes { name: "y" op: "Linear" inputs { name: "x" } inputs { name: "w" } }
+    outputs { key: "y" value { name: "y" } }
+  )pb");
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  CHECK(g->type(g->outputs().at("y")) == TensorType{Shape({2, 4}), DType::kF64});
+}
+
+// ---- bad input ----
+
+// A valid two-node graph to break in one place.
+proto::GraphProto SmallProto() {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({2, 3}), DType::kF32});
+  ValueId y = b.Add1("Neg", {x}, {}, "y").value();
+  g.outputs()["y"] = y;
+  auto p = GraphToProto(g);
+  REQUIRE(p.ok());
+  return *p;
+}
+
+std::string FromProtoError(const proto::GraphProto& p) {
+  auto g = GraphFromProto(p);
+  REQUIRE_FALSE(g.ok());
+  return g.status().ToString();
+}
+
+TEST_CASE("GraphFromProto names the node for each kind of bad input") {
+  proto::GraphProto p = SmallProto();
+  REQUIRE(GraphFromProto(p).ok());
+  SECTION("unknown op") {
+    p.mutable_nodes(1)->set_op("Negate");
+    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Negate)"));
+  }
+  SECTION("unknown input value") {
+    p.mutable_nodes(1)->mutable_inputs(0)->set_name("z");
+    CHECK_THAT(FromProtoError(p),
+               Contains("node 'y' (Neg): input 0: unknown value 'z' (no earlier node produces a value of that name)"));
+  }
+  SECTION("unknown input id") {
+    p.mutable_nodes(1)->mutable_inputs(0)->set_id(17);
+    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Neg): input 0: unknown value id 17"));
+  }
+  SECTION("an input produced later") {
+    std::swap(*p.mutable_nodes(0), *p.mutable_nodes(1));
+    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Neg): input 0: unknown value 'x'"));
+  }
+  SECTION("attribute of the wrong kind") {
+    (*p.mutable_nodes(0)->mutable_attrs())["shape"].set_s("2x3");
+    CHECK_THAT(FromProtoError(p),
+               Contains("node 'x' (Input): attribute 'shape' must be a int list (ints), got a string (s) \"2x3\""));
+  }
+  SECTION("attribute without a value") {
+    (*p.mutable_nodes(1)->mutable_attrs())["value"];
+    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Neg): attribute 'value' has no value"));
+  }
+  SECTION("stored type that type inference disagrees with") {
+    p.mutable_nodes(1)->mutable_outputs(0)->mutable_type()->set_shape(0, 7);
+    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Neg): stored output types ([7, 3] f32) differ from the inferred ([2, 3] f32)"));
+  }
+  SECTION("unknown dtype") {
+    p.mutable_nodes(1)->mutable_outputs(0)->mutable_type()->set_dtype("float17");
+    std::string msg = FromProtoError(p);
+    CHECK_THAT(msg, Contains("node 'y' (Neg): output 0"));
+    CHECK_THAT(msg, Contains("float17"));
+  }
+  SECTION("duplicate node name") {
+    p.mutable_nodes(1)->set_name("x");
+    CHECK_THAT(FromProtoError(p), Contains("node 'x' (Neg): a node of that name already exists"));
+  }
+  SECTION("graph output to nowhere") {
+    (*p.mutable_outputs())["loss"].set_name("nope");
+    CHECK_THAT(FromProtoError(p), Contains("graph output 'loss': unknown value 'nope'"));
+  }
+  SECTION("state update of an input") {
+    proto::StateUpdateProto* u = p.add_state_updates();
+    u->mutable_state()->set_name("x");
+    u->mutable_new_value()->set_name("y");
+    CHECK_THAT(FromProtoError(p), Contains("state update 0 of 'x': the state must be the output of a Parameter or Buffer node"));
+  }
+  SECTION("node count that does not match") {
+    p.set_num_nodes(3);
+    CHECK_THAT(FromProtoError(p), Contains("the graph records 3 nodes but holds 2"));
+  }
+  SECTION("newer format") {
+    p.set_format_version(2);
+    CHECK_THAT(FromProtoError(p), Contains("graph format version 2 is newer than this reader (1)"));
+  }
+}
+
+TEST_CASE("a malformed text file is reported with file, line and column") {
+  fs::path dir = TempDir("malformed");
+  fs::path path = dir / "broken.pbtxt";
+  WriteBytes(path,
+             "nodes {\n"
+             "  name: \"x\"\n"
+             "  op: Input\n"  // an unquoted string
+             "}\n");
+  auto g = LoadGraph(path.string());
+  REQUIRE_FALSE(g.ok());
+  std::string msg = g.status().ToString();
+  CHECK_THAT(msg, Contains(path.string() + ":3:7: "));
+  CHECK_THAT(msg, Contains("Expected string"));
+
+  WriteBytes(path, "nodes { name: \"x\" colour: \"red\" }\n");
+  auto unknown_field = LoadGraph(path.string());
+  REQUIRE_FALSE(unknown_field.ok());
+  // protobuf points just after the unknown field's name.
+  CHECK_THAT(unknown_field.status().ToString(), Contains(path.string() + ":1:25: "));
+  CHECK_THAT(unknown_field.status().ToString(), Contains("colour"));
+}
+
+TEST_CASE("a well-formed text file with a bad graph names the file and the node") {
+  fs::path dir = TempDir("bad_graph");
+  fs::path path = dir / "g.pbtxt";
+  WriteBytes(path, "nodes { name: \"x\" op: \"Conv9d\" }\n");
+  auto g = LoadGraph(path.string());
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.status().ToString(), Contains("graph file '" + path.string() + "': node 'x' (Conv9d)"));
+}
+
+TEST_CASE("a corrupt or truncated binary file is reported, never half-loaded") {
+  Mlp m = BuildMlp();
+  fs::path dir = TempDir("corrupt");
+  fs::path good = dir / "good.pb";
+  REQUIRE(SaveGraph(m.graph, good.string()).ok());
+  const std::string bytes = ReadBytes(good);
+  REQUIRE(bytes.size() > 100);
+
+  SECTION("garbage") {
+    fs::path path = dir / "garbage.pb";
+    WriteBytes(path, std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01 not a graph", 22));
+    auto g = LoadGraph(path.string());
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(g.status().ToString(), Contains("graph file '" + path.string() + "' (22 bytes) is not a valid binary GraphProto"));
+  }
+  SECTION("cut anywhere") {
+    // Every cut either fails to parse or lacks the closing node count.
+    fs::path path = dir / "cut.pb";
+    for (size_t keep : {bytes.size() / 3, bytes.size() / 2, bytes.size() - 1, bytes.size() - 3}) {
+      INFO("kept " << keep << " of " << bytes.size() << " bytes");
+      WriteBytes(path, bytes.substr(0, keep));
+      auto g = LoadGraph(path.string());
+      REQUIRE_FALSE(g.ok());
+      CHECK(g.status().code() == StatusCode::kDataLoss);
+      CHECK_THAT(g.status().ToString(), Contains("graph file '" + path.string() + "'"));
+    }
+  }
+  SECTION("cut exactly at a node boundary") {
+    // Parses cleanly as a shorter graph: only the node count catches it.
+    proto::GraphProto whole;
+    REQUIRE(whole.ParseFromString(bytes));
+    proto::GraphProto head;
+    head.set_format_version(whole.format_version());
+    for (int i = 0; i < 3; ++i) *head.add_nodes() = whole.nodes(i);
+    fs::path path = dir / "short.pb";
+    WriteBytes(path, head.SerializeAsString());
+    auto g = LoadGraph(path.string());
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().ToString(), Contains("is truncated: its closing node count is missing (3 nodes read)"));
+  }
+  SECTION("a text file without the .pbtxt name") {
+    fs::path path = dir / "text.pb";
+    WriteBytes(path, *GraphToText(m.graph));
+    auto g = LoadGraph(path.string());
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().ToString(), Contains("graph file '" + path.string() + "'"));
+  }
+}
+
+TEST_CASE("file errors name the file, and a failed save leaves nothing behind") {
+  fs::path dir = TempDir("files");
+  auto missing = LoadGraph((dir / "absent.pb").string());
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(missing.status().ToString(), Contains("cannot open graph file '" + (dir / "absent.pb").string() + "'"));
+
+  Mlp m = BuildMlp();
+  fs::path nowhere = dir / "no_such_dir" / "g.pbtxt";
+  Status s = SaveGraph(m.graph, nowhere.string());
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.ToString(), Contains("graph file '" + nowhere.string() + "'"));
+  CHECK(fs::is_empty(dir));
+
+  // An invalid graph is refused before anything is written.
+  m.graph.outputs()["ghost"] = 12345;
+  Status invalid = SaveGraph(m.graph, (dir / "g.pb").string());
+  REQUIRE_FALSE(invalid.ok());
+  CHECK_THAT(invalid.ToString(), Contains("saving graph file '" + (dir / "g.pb").string() +
+                                          "': cannot serialize an invalid graph: graph output 'ghost'"));
+  CHECK(fs::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace loom
