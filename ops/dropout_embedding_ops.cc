@@ -1,2 +1,246 @@
-// Placeholder: the dropout embedding ops family is being written.
+// Dropout and Embedding, with PyTorch semantics.
+//
+// Dropout: x -> (y, mask); attrs p (default 0.5), training (default true, as
+// torch.nn.functional.dropout). The mask has x's type and holds the scale
+// each element was multiplied by: 0 for a dropped element, 1 / (1 - p) for a
+// kept one, so y = x * mask and dx = dy * mask. p = 1 drops everything (the
+// mask is all 0, no division by zero); eval or p = 0 is the identity with an
+// all-ones mask. The draw comes from the node's per-step stream (ctx.rng).
+//
+// Embedding: (indices i32 | i64 [...], weight [num_embeddings, dim]) ->
+// [..., dim]; attr padding_idx (default -1: none), whose row gets no
+// gradient. Out-of-range indices fail the step with InvalidArgument. The
+// gradient w.r.t. weight is an "EmbeddingBackward" scatter-add; indices
+// have none.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Dropout
+
+// Elements per random sub-stream: each block draws from its own stream
+// derived from the node's, so the mask is the same whatever the thread
+// count and however the blocks are scheduled.
+constexpr int64_t kDropoutBlock = 16384;
+
+bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training", true) && attrs.Float("p", 0.5) > 0; }
+
+class DropoutOp : public OpDef {
+ public:
+  std::string name() const override { return "Dropout"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Dropout"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Dropout input"));
+    const double p = attrs.Float("p", 0.5);
+    if (!(p >= 0 && p <= 1)) return InvalidArgument("Dropout: attribute p must be in [0, 1], got ", p);
+    return std::vector<TensorType>{in[0], in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // One comparison against the draw and one multiply per element.
+    c.flops = DropoutActive(a) ? 2.0 * static_cast<double>(in[0].shape.numel()) : 0.0;
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dy = g.output_grad(0);
+    if (dy == kNoValue) return Status::Ok();  // the mask does not depend on x
+    g.SetInputGrad(0, DropoutActive(g.attrs()) ? g.Emit1("Mul", {dy, g.output(1)}) : dy);
+    return Status::Ok();
+  }
+  bool IsRandom() const override { return true; }
+};
+LOOM_REGISTER_OP(DropoutOp);
+
+LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
+  const double p = ctx.attrs->Float("p", 0.5);
+  const bool active = DropoutActive(*ctx.attrs);
+  const int64_t n = ctx.in(0).numel();
+  if (active && !ctx.rng) return Internal("Dropout: the executor gave no random stream");
+  const uint64_t stream_seed = active ? ctx.rng->NextU64() : 0;
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = ctx.in(0).data<T>();  // [n]
+    T* y = ctx.out(0).data<T>();       // [n]
+    T* mask = ctx.out(1).data<T>();    // [n]
+    if (!active) {
+      std::copy(x, x + n, y);
+      std::fill(mask, mask + n, T(1));
+      return;
+    }
+    const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    const int64_t blocks = (n + kDropoutBlock - 1) / kDropoutBlock;
+    ParallelRange(ctx.pool, blocks, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        Rng rng = Rng::Stream(stream_seed, static_cast<uint64_t>(b));
+        const int64_t end = std::min(n, (b + 1) * kDropoutBlock);
+        for (int64_t i = b * kDropoutBlock; i < end; ++i) {
+          mask[i] = rng.Uniform() < p ? T(0) : scale;  // P(drop) = p; p = 1 drops all
+          y[i] = x[i] * mask[i];
+        }
+      }
+    }, 1);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// Embedding
+
+// "[1, 0]": the multi-index of a flat position, for error messages.
+std::string PositionString(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = shape[d] == 0 ? 0 : flat % shape[d];
+    flat = shape[d] == 0 ? 0 : flat / shape[d];
+  }
+  return Shape(idx).ToString();
+}
+
+// Calls fn(I{}) with I = int32_t or int64_t for the index dtype.
+template <typename Fn>
+Status DispatchIndex(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kI32: return fn(int32_t{});
+    case DType::kI64: return fn(int64_t{});
+    default: return InvalidArgument("indices must be i32 or i64, got ", DTypeName(dtype));
+  }
+}
+
+// The indices as int64, or an error naming the first out-of-range one.
+StatusOr<std::vector<int64_t>> ReadIndices(const std::string& op, const Tensor& indices, int64_t num_embeddings) {
+  std::vector<int64_t> out(indices.numel());
+  Status s = DispatchIndex(indices.dtype(), [&](auto zero) -> Status {
+    using I = decltype(zero);
+    const I* p = indices.data<I>();
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t v = p[i];
+      if (v < 0 || v >= num_embeddings)
+        return InvalidArgument(op, ": index ", v, " at position ", PositionString(indices.shape(), i), " of indices ",
+                               indices.shape().ToString(), " is out of range for ", num_embeddings, " embeddings");
+      out[i] = v;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+Status ExpectIndices(const TensorType& t, const std::string& what) {
+  if (t.dtype != DType::kI32 && t.dtype != DType::kI64)
+    return InvalidArgument(what, " must be i32 or i64, got ", DTypeName(t.dtype));
+  return Status::Ok();
+}
+
+Status ExpectPaddingIdx(const std::string& op, int64_t padding_idx, int64_t num_embeddings) {
+  if (padding_idx != -1 && (padding_idx < 0 || padding_idx >= num_embeddings))
+    return InvalidArgument(op, ": attribute padding_idx must be -1 (none) or in [0, ", num_embeddings, "), got ",
+                           padding_idx);
+  return Status::Ok();
+}
+
+class EmbeddingOp : public OpDef {
+ public:
+  std::string name() const override { return "Embedding"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "Embedding (indices, weight)"));
+    LOOM_RETURN_IF_ERROR(ExpectIndices(in[0], "Embedding indices (input 0)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "Embedding weight (input 1)"));
+    LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, "Embedding weight [num_embeddings, dim] (input 1)"));
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("Embedding", attrs.Int("padding_idx", -1), in[1].shape[0]));
+    std::vector<int64_t> out = in[0].shape.dims();
+    out.push_back(in[1].shape[1]);
+    return std::vector<TensorType>{{Shape(out), in[1].dtype}};
+  }
+  OpCost Cost(const AttrMap&, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    // A gather: reads the indices and only the rows it copies.
+    OpCost c;
+    const double row_bytes = static_cast<double>(out[0].shape.numel() * DTypeSize(out[0].dtype));
+    c.bytes_read = static_cast<double>(in[0].shape.numel() * DTypeSize(in[0].dtype)) + row_bytes;
+    c.bytes_written = row_bytes;
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    if (!g.NeedsInputGrad(1)) return Status::Ok();
+    const Shape& w = g.type(g.input(1)).shape;
+    g.SetInputGrad(1, g.Emit1("EmbeddingBackward", {g.output_grad(0), g.input(0)},
+                              AttrMap{{"num_embeddings", w[0]}, {"padding_idx", g.attrs().Int("padding_idx", -1)}}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(EmbeddingOp);
+
+LOOM_REGISTER_KERNEL("Embedding", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& weight = ctx.in(1);
+  const int64_t dim = weight.shape()[1];
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("Embedding", ctx.in(0), weight.shape()[0]));
+  // Row copies are dtype-agnostic: whole rows of bytes.
+  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(weight.dtype());
+  const char* w = static_cast<const char*>(weight.raw_data());  // [num_embeddings, dim]
+  char* y = static_cast<char*>(ctx.out(0).raw_data());          // [n, dim]
+  ParallelRange(ctx.pool, static_cast<int64_t>(idx.size()), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) std::memcpy(y + i * row_bytes, w + idx[i] * row_bytes, row_bytes);
+  }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, dim)));
+  return Status::Ok();
+});
+
+// EmbeddingBackward: (dy [..., dim], indices [...]) -> dweight
+// [num_embeddings, dim]; attrs num_embeddings, padding_idx.
+class EmbeddingBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "EmbeddingBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "EmbeddingBackward (dy, indices)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "EmbeddingBackward dy"));
+    LOOM_RETURN_IF_ERROR(ExpectIndices(in[1], "EmbeddingBackward indices"));
+    const Shape& dy = in[0].shape;
+    const Shape& ids = in[1].shape;
+    bool ok = dy.rank() == ids.rank() + 1;
+    for (int d = 0; ok && d < ids.rank(); ++d) ok = dy[d] == ids[d];
+    if (!ok)
+      return InvalidArgument("EmbeddingBackward: dy ", dy.ToString(), " must be indices ", ids.ToString(), " + [dim]");
+    const int64_t num = attrs.Int("num_embeddings", -1);
+    if (num < 1) return InvalidArgument("EmbeddingBackward: attribute num_embeddings must be positive, got ", num);
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("EmbeddingBackward", attrs.Int("padding_idx", -1), num));
+    return std::vector<TensorType>{{Shape{num, dy.dim(-1)}, in[0].dtype}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel());  // one add per dy element
+    return c;
+  }
+};
+LOOM_REGISTER_OP(EmbeddingBackwardOp);
+
+LOOM_REGISTER_KERNEL("EmbeddingBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  Tensor& dw = ctx.out(0);
+  const int64_t num = dw.shape()[0], dim = dw.shape()[1];
+  const int64_t padding_idx = ctx.attrs->Int("padding_idx", -1);
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("EmbeddingBackward", ctx.in(1), num));
+  const int64_t n = static_cast<int64_t>(idx.size());
+  return DispatchFloat(dw.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* dy = ctx.in(0).data<T>();  // [n, dim]
+    T* out = dw.data<T>();              // [num_embeddings, dim]
+    // Split over columns: every output element has one writer and sums its
+    // contributions in index order, so the result is deterministic.
+    ParallelRange(ctx.pool, dim, [&](int64_t j0, int64_t j1) {
+      for (int64_t r = 0; r < num; ++r) std::fill(out + r * dim + j0, out + r * dim + j1, T(0));
+      for (int64_t i = 0; i < n; ++i) {
+        if (idx[i] == padding_idx) continue;
+        T* row = out + idx[i] * dim;
+        const T* g = dy + i * dim;
+        for (int64_t j = j0; j < j1; ++j) row[j] += g[j];
+      }
+    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n)));
+  });
+});
+
+}  // namespace
+}  // namespace loom

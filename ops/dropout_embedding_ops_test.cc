@@ -1,5 +1,241 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "runtime/executor.h"
 #include "tests/op_harness.h"
 
-TEST_CASE("placeholder dropout_embedding_ops") { SUCCEED("family not written yet"); }
+namespace loom::testing {
+namespace {
+
+// Dropout's mask is random, so the reference reads it from the op's own
+// output, snaps each element to the nearest legal value (0 or the keep
+// scale; all ones when inactive) and checks y = x * mask against that.
+std::vector<Tensor> DropoutRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>& actual) {
+  const double p = attrs.Float("p", 0.5);
+  const bool active = attrs.Bool("training", true) && p > 0;
+  const double scale = p < 1 ? 1 / (1 - p) : 0;
+  Tensor y = ZerosF64(in[0].shape()), mask = ZerosF64(in[0].shape());
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    At(mask, i) = !active ? 1.0 : (At(actual[1], i) > scale / 2 ? scale : 0.0);
+    At(y, i) = At(in[0], i) * At(mask, i);
+  }
+  return {y, mask};
+}
+
+OpCase DropoutCase(const std::string& name, Shape shape, double p, bool training) {
+  return OpCase{name, "Dropout", {{"p", p}, {"training", training}}, {InputSpec::Uniform(shape)}, DropoutRef};
+}
+
+TEST_CASE("dropout passes the op harness") {
+  std::vector<OpCase> cases = {
+      DropoutCase("dropout p 0.5", {4, 8}, 0.5, true),
+      DropoutCase("dropout p 0.2 rank 3", {3, 5, 7}, 0.2, true),
+      DropoutCase("dropout eval is the identity", {4, 5}, 0.5, false),
+      DropoutCase("dropout p 0 is the identity", {4, 5}, 0.0, true),
+      DropoutCase("dropout p 1 gives zeros", {4, 5}, 1.0, true),
+      DropoutCase("dropout large (threaded blocks)", {300, 200}, 0.3, true),
+  };
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// A one-node Dropout graph on x [n] of `dtype`, run by its own executor.
+struct DropoutRun {
+  Graph graph;
+  std::unique_ptr<Executor> exec;
+
+  DropoutRun(int64_t n, double p, uint64_t seed, DType dtype = DType::kF32, ThreadPool* pool = nullptr) {
+    GraphBuilder b(&graph);
+    ValueId x = b.Input("x", {{n}, dtype});
+    auto outs = b.Add("Dropout", {x}, {{"p", p}, {"training", true}}, "dropout");
+    REQUIRE(outs.ok());
+    graph.outputs()["y"] = (*outs)[0];
+    graph.outputs()["mask"] = (*outs)[1];
+    ExecutorOptions opts;
+    opts.seed = seed;
+    opts.pool = pool;
+    auto e = Executor::Create(graph, opts);
+    REQUIRE(e.ok());
+    exec = std::move(*e);
+  }
+  // Runs one step on x = 1 and returns the mask as doubles.
+  std::vector<double> Mask(int64_t n, DType dtype = DType::kF32) {
+    Tensor x = Tensor::Zeros({n}, dtype);
+    x.Fill(1.0);
+    auto r = exec->Run({{"x", x}});
+    REQUIRE(r.ok());
+    CHECK((*r)["y"].ToDoubleVector() == (*r)["mask"].ToDoubleVector());  // x = 1: y is the mask
+    return (*r)["mask"].ToDoubleVector();
+  }
+};
+
+double Fraction(const std::vector<double>& v, double value) {
+  return static_cast<double>(std::count(v.begin(), v.end(), value)) / static_cast<double>(v.size());
+}
+
+double FractionDifferent(const std::vector<double>& a, const std::vector<double>& b) {
+  int64_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += a[i] != b[i];
+  return static_cast<double>(diff) / static_cast<double>(a.size());
+}
+
+TEST_CASE("dropout drops a fraction p and scales the rest by 1 / (1 - p)") {
+  const int64_t n = 100000;  // the drop fraction's std is at most 0.0016
+  for (double p : {0.1, 0.5, 0.9}) {
+    INFO("p = " << p);
+    DropoutRun run(n, p, 7);
+    std::vector<double> mask = run.Mask(n);
+    CHECK(std::abs(Fraction(mask, 0.0) - p) < 0.01);
+    const double scale = static_cast<float>(1 / (1 - p));
+    CHECK(Fraction(mask, 0.0) + Fraction(mask, scale) == 1.0);
+  }
+}
+
+TEST_CASE("dropout masks differ across seeds and steps, and repeat otherwise") {
+  const int64_t n = 50000;  // spans several random blocks
+  const double p = 0.3;
+  DropoutRun run(n, p, 7);
+  std::vector<double> step0 = run.Mask(n), step1 = run.Mask(n);
+  // Independent masks disagree on 2 p (1 - p) = 42% of elements.
+  CHECK(std::abs(FractionDifferent(step0, step1) - 0.42) < 0.02);
+
+  DropoutRun other_seed(n, p, 8);
+  CHECK(std::abs(FractionDifferent(step0, other_seed.Mask(n)) - 0.42) < 0.02);
+
+  // Same seed and step: the same mask, whatever the thread count or dtype.
+  ThreadPool one(1), four(4);
+  DropoutRun serial(n, p, 7, DType::kF32, &one), parallel(n, p, 7, DType::kF32, &four);
+  CHECK(serial.Mask(n) == step0);
+  CHECK(parallel.Mask(n) == step0);
+  DropoutRun f64(n, p, 7, DType::kF64);
+  std::vector<double> mask64 = f64.Mask(n, DType::kF64);
+  for (size_t i = 0; i < mask64.size(); ++i) {
+    if ((mask64[i] == 0) != (step0[i] == 0)) FAIL("f32 and f64 masks keep different elements at " << i);
+  }
+}
+
+TEST_CASE("dropout rejects p outside [0, 1]") {
+  Graph graph;
+  GraphBuilder b(&graph);
+  ValueId x = b.Input("x", {{3}, DType::kF32});
+  auto s = b.Add("Dropout", {x}, {{"p", 1.5}}, "dropout").status();
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("p must be in [0, 1]") && Catch::Contains("1.5"));
+  CHECK(OpRegistry::Global().FindOp("Dropout")->IsRandom());
+}
+
+// Gathers rows of the weight; indices of any integer dtype.
+std::vector<Tensor> EmbeddingRef(const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
+  const int64_t dim = in[1].shape()[1];
+  std::vector<int64_t> out = in[0].shape().dims();
+  out.push_back(dim);
+  Tensor y = ZerosF64(Shape(out));
+  for (int64_t i = 0; i < in[0].numel(); ++i) {
+    const int64_t row = static_cast<int64_t>(in[0].ScalarAt(i));
+    for (int64_t j = 0; j < dim; ++j) At(y, i * dim + j) = At(in[1], row * dim + j);
+  }
+  return {y};
+}
+
+TEST_CASE("embedding passes the op harness") {
+  std::vector<OpCase> cases = {
+      {"embedding i64 [2, 3]", "Embedding", {}, {InputSpec::Index({2, 3}, 5), InputSpec::Uniform({5, 4})}, EmbeddingRef},
+      {"embedding i32 [7]", "Embedding", {}, {InputSpec::Index({7}, 6, DType::kI32), InputSpec::Uniform({6, 3})},
+       EmbeddingRef},
+      {"embedding scalar index", "Embedding", {}, {InputSpec::Index({}, 4), InputSpec::Uniform({4, 3})}, EmbeddingRef},
+      {"embedding large (threaded)", "Embedding", {},
+       {InputSpec::Index({64, 32}, 50), InputSpec::Uniform({50, 64})}, EmbeddingRef},
+  };
+  // The padding row is used by the forward pass but gets no gradient, which
+  // finite differences cannot confirm: its gradient has its own test below.
+  OpCase padded{"embedding padding_idx forward", "Embedding", {{"padding_idx", int64_t{1}}},
+                {InputSpec::Index({4, 5}, 3), InputSpec::Uniform({3, 4})}, EmbeddingRef};
+  padded.check_gradient = false;
+  cases.push_back(padded);
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+TEST_CASE("embedding gives the padding row no gradient") {
+  const std::vector<int64_t> ids = {2, 0, 2, 3, 1, 2};
+  const int64_t num = 4, dim = 3, padding = 2;
+  Graph graph;
+  GraphBuilder b(&graph);
+  ValueId indices = b.Input("ids", {{6}, DType::kI64});
+  ValueId weight = b.Input("weight", {{num, dim}, DType::kF64});
+  ValueId coeff = b.Input("coeff", {{6, dim}, DType::kF64});
+  ValueId y = b.Add1("Embedding", {indices, weight}, {{"padding_idx", padding}}, "emb").value();
+  ValueId loss =
+      b.Add1("SumToShape", {b.Add1("Mul", {y, coeff}, {}, "").value()}, {{"shape", std::vector<int64_t>{}}}, "").value();
+  auto grads = BuildGradients(&graph, loss, {weight});
+  REQUIRE(grads.ok());
+  graph.outputs()["y"] = y;
+  graph.outputs()["dweight"] = grads->at(weight);
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+
+  Tensor w = ZerosF64({num, dim}), c = ZerosF64({6, dim});
+  for (int64_t i = 0; i < w.numel(); ++i) At(w, i) = 0.5 + i;
+  for (int64_t i = 0; i < c.numel(); ++i) At(c, i) = 1.0 + 0.25 * i;
+  auto r = (*exec)->Run({{"ids", Tensor::FromVector<int64_t>({6}, ids)}, {"weight", w}, {"coeff", c}});
+  REQUIRE(r.ok());
+
+  Tensor expected = ZerosF64({num, dim});
+  for (size_t k = 0; k < ids.size(); ++k)
+    for (int64_t j = 0; j < dim; ++j) {
+      CHECK((*r)["y"].ScalarAt(k * dim + j) == At(w, ids[k] * dim + j));  // the padding row is still gathered
+      if (ids[k] != padding) At(expected, ids[k] * dim + j) += At(c, k * dim + j);
+    }
+  const Tensor& dw = (*r)["dweight"];
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    INFO("dweight element " << i);
+    CHECK(dw.ScalarAt(i) == Approx(At(expected, i)).epsilon(1e-12));
+  }
+  for (int64_t j = 0; j < dim; ++j) CHECK(dw.ScalarAt(padding * dim + j) == 0.0);
+}
+
+// Runs a one-node Embedding graph over `ids` with a [5, 2] weight.
+Status RunEmbedding(const Tensor& ids) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  ValueId in = b.Input("ids", {ids.shape(), ids.dtype()});
+  ValueId w = b.Input("weight", {{5, 2}, DType::kF32});
+  graph.outputs()["y"] = b.Add1("Embedding", {in, w}, {}, "emb").value();
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+  return (*exec)->Run({{"ids", ids}, {"weight", Tensor::Zeros({5, 2})}}).status();
+}
+
+TEST_CASE("embedding fails the step on out-of-range indices") {
+  Status s = RunEmbedding(Tensor::FromVector<int64_t>({2, 3}, {0, 1, 2, 3, 4, 5}));
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("emb") && Catch::Contains("index 5") &&
+                              Catch::Contains("position [1, 2]") && Catch::Contains("5 embeddings"));
+
+  s = RunEmbedding(Tensor::FromVector<int32_t>({2, 2}, {0, -3, 1, 1}));
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("index -3") && Catch::Contains("position [0, 1]"));
+
+  CHECK(RunEmbedding(Tensor::FromVector<int32_t>({4}, {4, 0, 3, 1})).ok());
+}
+
+TEST_CASE("embedding validates its inputs and attributes") {
+  auto add = [](const TensorType& ids, const TensorType& w, const AttrMap& attrs) {
+    Graph graph;
+    GraphBuilder b(&graph);
+    return b.Add("Embedding", {b.Input("ids", ids), b.Input("w", w)}, attrs, "emb").status();
+  };
+  Status s = add({{3}, DType::kF32}, {{5, 2}, DType::kF32}, {});
+  CHECK_THAT(s.message(), Catch::Contains("indices") && Catch::Contains("f32"));
+  s = add({{3}, DType::kI64}, {{5, 2, 1}, DType::kF32}, {});
+  CHECK_THAT(s.message(), Catch::Contains("weight") && Catch::Contains("[5, 2, 1]"));
+  s = add({{3}, DType::kI64}, {{5, 2}, DType::kF32}, {{"padding_idx", int64_t{5}}});
+  CHECK_THAT(s.message(), Catch::Contains("padding_idx") && Catch::Contains("[0, 5)"));
+  CHECK(add({{3}, DType::kI32}, {{5, 2}, DType::kF64}, {{"padding_idx", int64_t{4}}}).ok());
+}
+
+}  // namespace
+}  // namespace loom::testing
