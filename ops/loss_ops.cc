@@ -1,2 +1,664 @@
-// Placeholder: the loss ops family is being written.
+// Losses: CrossEntropy, NLL, MSE and BCEWithLogits, each with a dedicated
+// backward op. Every loss returns a scalar (shape [], the input's float
+// dtype) and takes attr reduction = "mean" (default) | "sum".
+//
+// Conventions (PyTorch's):
+//   CrossEntropy(logits, targets) attrs label_smoothing (default 0, in
+//     [0, 1]), ignore_index (default -100), reduction. logits [N, C] or
+//     [N, C, d1, ...] (or [C] for one sample), targets i32/i64 class indices
+//     [N] or [N, d1, ...] (or []). Per sample:
+//       (1 - eps) * -log p[target] + eps / C * sum_c -log p[c],
+//     p = softmax over C. Targets equal to ignore_index contribute nothing
+//     and are left out of the mean's denominator; if all are ignored the
+//     mean is NaN (0 / 0) and the gradient is zero. Other targets outside
+//     [0, C) fail the kernel with InvalidArgument naming the position.
+//   CrossEntropyBackward(logits, targets, dy), same attrs -> dlogits.
+//   NLL(log_probs, targets) attrs ignore_index, reduction: the same shapes
+//     as CrossEntropy; per sample -log_probs[target].
+//   NLLBackward(targets, dy) attrs num_classes, ignore_index, reduction ->
+//     dlog_probs.
+//   MSE(prediction, target): same shape and dtype; (prediction - target)^2.
+//   MSEBackward(prediction, target, dy) -> dprediction (dtarget is its
+//     negation).
+//   BCEWithLogits(logits, targets[, pos_weight]): targets float, the shape
+//     of logits; pos_weight broadcasts to logits (typically [C] against the
+//     last dim). Per element, with log_weight = 1 + (pos_weight - 1) * t:
+//       (1 - t) * x + log_weight * (log(1 + exp(-|x|)) + max(-x, 0)),
+//     which is max(x, 0) - x * t + log(1 + exp(-|x|)) without pos_weight,
+//     and never overflows.
+//   BCEWithLogitsBackward(dy, logits, targets[, pos_weight]) attrs
+//     reduction, wrt = "logits" | "targets" | "pos_weight" -> the per-element
+//     gradient (shape of logits; for pos_weight still to be summed to its
+//     shape).
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// ------------------------------------------------------------------ helpers
+
+StatusOr<bool> ParseMeanReduction(const std::string& op, const AttrMap& attrs) {
+  const std::string r = attrs.Str("reduction", "mean");
+  if (r != "mean" && r != "sum")
+    return InvalidArgument(op, ": attribute 'reduction' must be \"mean\" or \"sum\", got \"", r, "\"");
+  return r == "mean";
+}
+bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction", "mean") == "mean"; }
+
+std::vector<TensorType> Scalar(DType dtype) { return {TensorType{Shape{}, dtype}}; }
+
+Status ExpectScalarGrad(const std::string& op, const TensorType& dy, DType dtype) {
+  if (dy.shape.rank() != 0 || dy.dtype != dtype)
+    return InvalidArgument(op, ": dy must be a scalar [] ", DTypeName(dtype), ", got ", dy.ToString());
+  return Status::Ok();
+}
+
+// Fixed-size blocks of [0, n) are summed in parallel (in double) and the
+// block sums added in order: the result does not depend on the thread count.
+template <typename Fn>
+double BlockedSum(ThreadPool* pool, int64_t n, int64_t block, Fn&& sum_range) {
+  if (n <= 0) return 0.0;
+  block = std::max<int64_t>(1, block);
+  const int64_t blocks = (n + block - 1) / block;
+  std::vector<double> partial(blocks);
+  ParallelRange(pool, blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) partial[b] = sum_range(b * block, std::min(n, (b + 1) * block));
+  }, 1);
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+// Items per block for BlockedSum and per chunk for ParallelRange when each
+// item costs `cost` element operations.
+int64_t ItemsFor(int64_t cost) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, cost)); }
+
+// Calls fn(T{}, I{}) for the float dtype of the scores and the index dtype
+// of the targets.
+template <typename Fn>
+Status DispatchFloatIndex(DType float_dtype, DType index_dtype, Fn&& fn) {
+  Status status;
+  LOOM_RETURN_IF_ERROR(DispatchFloat(float_dtype, [&](auto zf) {
+    switch (index_dtype) {
+      case DType::kI32: fn(zf, int32_t{}); break;
+      case DType::kI64: fn(zf, int64_t{}); break;
+      default: status = Unimplemented("no CPU kernel for index dtype ", DTypeName(index_dtype));
+    }
+  }));
+  return status;
+}
+
+// ------------------------------------------------- class-index losses layout
+
+// Scores [N, C, d1, ...] (or [C]) with targets [N, d1, ...] (or []): the
+// score of sample i = n * inner + s for class c is at (n * C + c) * inner + s.
+struct ClassLayout {
+  int64_t batch = 1, classes = 0, inner = 1;
+  int64_t samples() const { return batch * inner; }
+  int64_t ScoreOffset(int64_t sample) const { return (sample / inner) * classes * inner + sample % inner; }
+};
+
+ClassLayout ClassLayoutOf(const Shape& scores) {
+  ClassLayout L;
+  if (scores.rank() == 1) {
+    L.classes = scores[0];
+    return L;
+  }
+  L.batch = scores[0];
+  L.classes = scores[1];
+  for (int d = 2; d < scores.rank(); ++d) L.inner *= scores[d];
+  return L;
+}
+
+// The targets shape that goes with a scores shape: the class dim removed.
+Shape TargetShapeFor(const Shape& scores) {
+  std::vector<int64_t> dims = scores.dims();
+  dims.erase(dims.begin() + (scores.rank() == 1 ? 0 : 1));
+  return Shape(dims);
+}
+
+// The scores shape that goes with targets and a class count.
+Shape ScoreShapeFor(const Shape& targets, int64_t classes) {
+  std::vector<int64_t> dims = targets.dims();
+  dims.insert(dims.begin() + (targets.rank() == 0 ? 0 : 1), classes);
+  return Shape(dims);
+}
+
+Status ExpectIndexTargets(const std::string& op, const TensorType& targets) {
+  if (!IsInteger(targets.dtype))
+    return InvalidArgument(op, ": targets must be integer class indices (i32 or i64), got ", DTypeName(targets.dtype));
+  return Status::Ok();
+}
+
+Status CheckClassInputs(const std::string& op, const char* scores_name, const TensorType& scores,
+                        const TensorType& targets) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(scores, op + " " + scores_name));
+  LOOM_RETURN_IF_ERROR(ExpectIndexTargets(op, targets));
+  const Shape& s = scores.shape;
+  if (s.rank() < 1)
+    return InvalidArgument(op, ": ", scores_name, " must be [N, C, ...] or [C], got ", s.ToString());
+  if (ClassLayoutOf(s).classes == 0)
+    return InvalidArgument(op, ": ", scores_name, " ", s.ToString(), " have no classes (C = 0)");
+  if (targets.shape != TargetShapeFor(s))
+    return InvalidArgument(op, ": targets ", targets.shape.ToString(), " do not match ", scores_name, " ", s.ToString(),
+                           ": expected targets ", TargetShapeFor(s).ToString(), " (", scores_name,
+                           " [N, C, d1, ...] take targets [N, d1, ...])");
+  return Status::Ok();
+}
+
+std::string PositionString(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return Shape(idx).ToString();
+}
+
+// Checks every target and counts those not ignored (the mean's denominator).
+StatusOr<int64_t> CountTargets(const std::string& op, const Tensor& targets, int64_t classes, int64_t ignore_index) {
+  int64_t count = 0;
+  Status status;
+  auto scan = [&](const auto* t) {
+    for (int64_t i = 0; i < targets.numel(); ++i) {
+      const int64_t v = t[i];
+      if (v == ignore_index) continue;
+      if (v < 0 || v >= classes) {
+        status = InvalidArgument(op, ": target ", v, " at position ", PositionString(i, targets.shape()),
+                                 " is out of range for ", classes, " classes (expected 0..", classes - 1,
+                                 " or ignore_index ", ignore_index, ")");
+        return;
+      }
+      ++count;
+    }
+  };
+  if (targets.dtype() == DType::kI32) scan(targets.data<int32_t>());
+  else scan(targets.data<int64_t>());
+  LOOM_RETURN_IF_ERROR(status);
+  return count;
+}
+
+// The scale d loss / d (per-sample term): dy, divided by the mean's count.
+template <typename T>
+T LossScale(const Tensor& dy, bool mean, int64_t count) {
+  const double g = dy.data<T>()[0];
+  return static_cast<T>(mean ? g / static_cast<double>(count) : g);
+}
+
+// ------------------------------------------------------------- CrossEntropy
+
+Status CheckCrossEntropyAttrs(const std::string& op, const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(ParseMeanReduction(op, attrs).status());
+  const double eps = attrs.Float("label_smoothing", 0.0);
+  if (!(eps >= 0.0 && eps <= 1.0))
+    return InvalidArgument(op, ": attribute 'label_smoothing' must be in [0, 1], got ", eps);
+  return Status::Ok();
+}
+
+// max and log(sum(exp(x - max))) over the C scores of one sample.
+template <typename T>
+struct LogSumExp {
+  T max;
+  double log_sum;
+};
+
+template <typename T>
+LogSumExp<T> RowLogSumExp(const T* row, int64_t classes, int64_t stride) {
+  T m = row[0];
+  for (int64_t c = 1; c < classes; ++c) m = row[c * stride] > m ? row[c * stride] : m;
+  double sum = 0;
+  for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c * stride] - m);
+  return {m, std::log(sum)};
+}
+
+class CrossEntropyOp : public OpDef {
+ public:
+  std::string name() const override { return "CrossEntropy"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "CrossEntropy (logits, targets)"));
+    LOOM_RETURN_IF_ERROR(CheckCrossEntropyAttrs("CrossEntropy", attrs));
+    LOOM_RETURN_IF_ERROR(CheckClassInputs("CrossEntropy", "logits", in[0], in[1]));
+    return Scalar(in[0].dtype);
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // Per logit: max, subtract, exp, add; label smoothing adds one more sum.
+    c.flops = (a.Float("label_smoothing", 0.0) > 0 ? 5.0 : 4.0) * static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    g.SetInputGrad(0, g.Emit1("CrossEntropyBackward", {g.input(0), g.input(1), g.output_grad(0)}, g.attrs()));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(CrossEntropyOp);
+
+LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassLayout L = ClassLayoutOf(x.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  const double eps = ctx.attrs->Float("label_smoothing", 0.0);
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropy", t, L.classes, ignore));
+  return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    const T* px = x.data<T>();
+    const I* pt = t.data<I>();
+    const double total = BlockedSum(ctx.pool, L.samples(), ItemsFor(L.classes), [&](int64_t i0, int64_t i1) {
+      double sum = 0;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t y = pt[i];
+        if (y == ignore) continue;
+        const T* row = px + L.ScoreOffset(i);
+        const LogSumExp<T> lse = RowLogSumExp(row, L.classes, L.inner);
+        // -log p[c] = log_sum - (x[c] - max); shifted values keep f32 digits.
+        double loss = (1.0 - eps) * (lse.log_sum - (row[y * L.inner] - lse.max));
+        if (eps > 0) {
+          double shifted = 0;
+          for (int64_t c = 0; c < L.classes; ++c) shifted += row[c * L.inner] - lse.max;
+          loss += eps / static_cast<double>(L.classes) * (static_cast<double>(L.classes) * lse.log_sum - shifted);
+        }
+        sum += loss;
+      }
+      return sum;
+    });
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(count) : total);
+  });
+});
+
+// dlogits = scale * (softmax - eps / C - (1 - eps) * onehot(target)); zero
+// for ignored samples.
+class CrossEntropyBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "CrossEntropyBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "CrossEntropyBackward (logits, targets, dy)"));
+    LOOM_RETURN_IF_ERROR(CheckCrossEntropyAttrs("CrossEntropyBackward", attrs));
+    LOOM_RETURN_IF_ERROR(CheckClassInputs("CrossEntropyBackward", "logits", in[0], in[1]));
+    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("CrossEntropyBackward", in[2], in[0].dtype));
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // Per logit: max, subtract, exp and sum again, then exp, scale, shift, multiply.
+    c.flops = 8.0 * static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+};
+LOOM_REGISTER_OP(CrossEntropyBackwardOp);
+
+LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassLayout L = ClassLayoutOf(x.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  const double eps = ctx.attrs->Float("label_smoothing", 0.0);
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropyBackward", t, L.classes, ignore));
+  return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    const T* px = x.data<T>();
+    const I* pt = t.data<I>();
+    T* pdx = ctx.out(0).data<T>();
+    const T scale = LossScale<T>(ctx.in(2), IsMean(*ctx.attrs), count);
+    const T smooth = static_cast<T>(eps / static_cast<double>(L.classes)), hit = static_cast<T>(1.0 - eps);
+    ParallelRange(ctx.pool, L.samples(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t y = pt[i];
+        const int64_t at = L.ScoreOffset(i);
+        if (y == ignore) {
+          for (int64_t c = 0; c < L.classes; ++c) pdx[at + c * L.inner] = T(0);
+          continue;
+        }
+        const LogSumExp<T> lse = RowLogSumExp(px + at, L.classes, L.inner);
+        const T log_sum = static_cast<T>(lse.log_sum);
+        for (int64_t c = 0; c < L.classes; ++c) {
+          const T p = std::exp((px[at + c * L.inner] - lse.max) - log_sum);
+          pdx[at + c * L.inner] = scale * (p - smooth - (c == y ? hit : T(0)));
+        }
+      }
+    }, ItemsFor(L.classes));
+  });
+});
+
+// ---------------------------------------------------------------------- NLL
+
+class NllOp : public OpDef {
+ public:
+  std::string name() const override { return "NLL"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "NLL (log_probs, targets)"));
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("NLL", attrs).status());
+    LOOM_RETURN_IF_ERROR(CheckClassInputs("NLL", "log_probs", in[0], in[1]));
+    return Scalar(in[0].dtype);
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    const double samples = static_cast<double>(in[1].shape.numel());
+    c.flops = samples;  // one add per sample
+    // Reads one score per sample, not the whole log_probs tensor.
+    c.bytes_read = samples * static_cast<double>(DTypeSize(in[0].dtype) + DTypeSize(in[1].dtype));
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    AttrMap attrs = g.attrs();
+    attrs.Set("num_classes", AttrValue(ClassLayoutOf(g.type(g.input(0)).shape).classes));
+    g.SetInputGrad(0, g.Emit1("NLLBackward", {g.input(1), g.output_grad(0)}, attrs));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(NllOp);
+
+LOOM_REGISTER_KERNEL("NLL", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& lp = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassLayout L = ClassLayoutOf(lp.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("NLL", t, L.classes, ignore));
+  return DispatchFloatIndex(lp.dtype(), t.dtype(), [&](auto zf, auto zi) {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    const T* plp = lp.data<T>();
+    const I* pt = t.data<I>();
+    const double total = BlockedSum(ctx.pool, L.samples(), ItemsFor(1), [&](int64_t i0, int64_t i1) {
+      double sum = 0;
+      for (int64_t i = i0; i < i1; ++i)
+        if (pt[i] != ignore) sum -= plp[L.ScoreOffset(i) + pt[i] * L.inner];
+      return sum;
+    });
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(count) : total);
+  });
+});
+
+class NllBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "NLLBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "NLLBackward (targets, dy)"));
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("NLLBackward", attrs).status());
+    LOOM_RETURN_IF_ERROR(ExpectIndexTargets("NLLBackward", in[0]));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "NLLBackward dy"));
+    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("NLLBackward", in[1], in[1].dtype));
+    const int64_t classes = attrs.Int("num_classes", 0);
+    if (classes <= 0) return InvalidArgument("NLLBackward: attribute 'num_classes' must be positive, got ", classes);
+    return std::vector<TensorType>{{ScoreShapeFor(in[0].shape, classes), in[1].dtype}};
+  }
+};
+LOOM_REGISTER_OP(NllBackwardOp);
+
+LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& t = ctx.in(0);
+  Tensor& dlp = ctx.out(0);
+  const ClassLayout L = ClassLayoutOf(dlp.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("NLLBackward", t, L.classes, ignore));
+  return DispatchFloatIndex(dlp.dtype(), t.dtype(), [&](auto zf, auto zi) {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    const I* pt = t.data<I>();
+    T* pd = dlp.data<T>();
+    std::fill(pd, pd + dlp.numel(), T(0));
+    const T g = -LossScale<T>(ctx.in(1), IsMean(*ctx.attrs), count);
+    for (int64_t i = 0; i < L.samples(); ++i)
+      if (pt[i] != ignore) pd[L.ScoreOffset(i) + pt[i] * L.inner] = g;
+  });
+});
+
+// ---------------------------------------------------------------------- MSE
+
+class MseOp : public OpDef {
+ public:
+  std::string name() const override { return "MSE"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "MSE (prediction, target)"));
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("MSE", attrs).status());
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "MSE prediction"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "MSE: prediction and target differ"));
+    return Scalar(in[0].dtype);
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 3.0 * static_cast<double>(in[0].shape.numel());  // subtract, square, add
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    ValueId dp = g.Emit1("MSEBackward", {g.input(0), g.input(1), g.output_grad(0)}, g.attrs());
+    g.SetInputGrad(0, dp);
+    if (g.NeedsInputGrad(1)) g.SetInputGrad(1, g.Emit1("Neg", {dp}));
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(MseOp);
+
+LOOM_REGISTER_KERNEL("MSE", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& p = ctx.in(0);
+  return DispatchFloat(p.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pp = p.data<T>();
+    const T* pt = ctx.in(1).data<T>();
+    const double total = BlockedSum(ctx.pool, p.numel(), ItemsFor(3), [&](int64_t i0, int64_t i1) {
+      double sum = 0;
+      for (int64_t i = i0; i < i1; ++i) {
+        const double d = static_cast<double>(pp[i]) - static_cast<double>(pt[i]);
+        sum += d * d;
+      }
+      return sum;
+    });
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(p.numel()) : total);
+  });
+});
+
+class MseBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "MSEBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "MSEBackward (prediction, target, dy)"));
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("MSEBackward", attrs).status());
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "MSEBackward prediction"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "MSEBackward: prediction and target differ"));
+    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("MSEBackward", in[2], in[0].dtype));
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 2.0 * static_cast<double>(in[0].shape.numel());  // subtract, multiply
+    return c;
+  }
+};
+LOOM_REGISTER_OP(MseBackwardOp);
+
+LOOM_REGISTER_KERNEL("MSEBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& p = ctx.in(0);
+  return DispatchFloat(p.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pp = p.data<T>();
+    const T* pt = ctx.in(1).data<T>();
+    T* pd = ctx.out(0).data<T>();
+    const T scale = 2 * LossScale<T>(ctx.in(2), IsMean(*ctx.attrs), p.numel());
+    ParallelRange(ctx.pool, p.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) pd[i] = scale * (pp[i] - pt[i]);
+    });
+  });
+});
+
+// ------------------------------------------------------------ BCEWithLogits
+
+Status CheckBceInputs(const std::string& op, const std::vector<TensorType>& in) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " logits"));
+  LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], op + ": logits and targets differ"));
+  if (in.size() == 3) {
+    if (in[2].dtype != in[0].dtype)
+      return InvalidArgument(op, ": pos_weight is ", DTypeName(in[2].dtype), " but logits are ", DTypeName(in[0].dtype));
+    auto b = BroadcastShapes(in[2].shape, in[0].shape);
+    if (!b.ok() || *b != in[0].shape)
+      return InvalidArgument(op, ": pos_weight ", in[2].shape.ToString(), " does not broadcast to logits ",
+                             in[0].shape.ToString(), " (use [C] for C classes on the last dim)");
+  }
+  return Status::Ok();
+}
+
+// softplus(-x) = log(1 + exp(-x)) without overflow.
+template <typename T>
+T SoftplusNeg(T x) {
+  return std::log1p(std::exp(-std::abs(x))) + std::max(-x, T(0));
+}
+
+// sigmoid(-x) without overflow.
+template <typename T>
+T SigmoidNeg(T x) {
+  if (x >= 0) {
+    const T e = std::exp(-x);
+    return e / (1 + e);
+  }
+  return 1 / (1 + std::exp(x));
+}
+
+// Visits elements [row_begin, row_end) x last dim of the logits with the
+// matching pos_weight offset: fn(i, w) (w is 0 when there is no pos_weight).
+template <typename Fn>
+void ForEachBceElement(const Shape& logits, const std::vector<int64_t>& pw_strides, int64_t row_begin, int64_t row_end,
+                       Fn&& fn) {
+  const std::vector<int64_t> none(logits.rank(), 0);
+  ForEachBroadcast(logits, pw_strides, none, row_begin, row_end,
+                   [&](int64_t o, int64_t w, int64_t, int64_t len, int64_t step, int64_t) {
+                     for (int64_t j = 0; j < len; ++j) fn(o + j, w + j * step);
+                   });
+}
+
+// Rows (last-dim runs) of the logits and the pos_weight strides against them.
+struct BceLayout {
+  int64_t rows, row_len;
+  std::vector<int64_t> pw_strides;
+};
+
+BceLayout BceLayoutOf(const KernelContext& ctx, int logits_input) {
+  const Shape& xs = ctx.in(logits_input).shape();
+  BceLayout L;
+  L.row_len = xs.rank() == 0 ? 1 : xs.dim(-1);
+  L.rows = L.row_len == 0 ? 0 : xs.numel() / L.row_len;
+  const bool has_pw = static_cast<int>(ctx.inputs.size()) > logits_input + 2;
+  L.pw_strides = has_pw ? BroadcastStrides(ctx.in(logits_input + 2).shape(), xs) : std::vector<int64_t>(xs.rank(), 0);
+  return L;
+}
+
+class BceWithLogitsOp : public OpDef {
+ public:
+  std::string name() const override { return "BCEWithLogits"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.size() != 2 && in.size() != 3)
+      return InvalidArgument("BCEWithLogits takes (logits, targets[, pos_weight]), got ", in.size(), " inputs");
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("BCEWithLogits", attrs).status());
+    LOOM_RETURN_IF_ERROR(CheckBceInputs("BCEWithLogits", in));
+    return Scalar(in[0].dtype);
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    // abs, exp, log1p, max, add, (1 - t) * x, add; pos_weight adds three.
+    c.flops = (in.size() == 3 ? 10.0 : 7.0) * static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+  Status Gradient(GradBuilder& g) const override {
+    std::vector<ValueId> ins = {g.output_grad(0)};
+    for (ValueId v : g.node().inputs) ins.push_back(v);
+    const char* wrt[] = {"logits", "targets", "pos_weight"};
+    for (int i = 0; i < static_cast<int>(g.node().inputs.size()); ++i) {
+      if (!g.NeedsInputGrad(i)) continue;
+      AttrMap attrs = g.attrs();
+      attrs.Set("wrt", wrt[i]);
+      ValueId d = g.Emit1("BCEWithLogitsBackward", ins, attrs);
+      g.SetInputGrad(i, g.SumToShape(d, g.type(g.input(i)).shape));  // pos_weight sums its broadcast
+    }
+    return Status::Ok();
+  }
+};
+LOOM_REGISTER_OP(BceWithLogitsOp);
+
+LOOM_REGISTER_KERNEL("BCEWithLogits", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const BceLayout L = BceLayoutOf(ctx, 0);
+  const bool has_pw = ctx.inputs.size() == 3;
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    const T* pt = ctx.in(1).data<T>();
+    const T* pw = has_pw ? ctx.in(2).data<T>() : nullptr;
+    const double total = BlockedSum(ctx.pool, L.rows, ItemsFor(10 * L.row_len), [&](int64_t r0, int64_t r1) {
+      double sum = 0;
+      ForEachBceElement(x.shape(), L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
+        const T log_weight = has_pw ? 1 + (pw[w] - 1) * pt[i] : T(1);
+        sum += (1 - pt[i]) * px[i] + log_weight * SoftplusNeg(px[i]);
+      });
+      return sum;
+    });
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(x.numel()) : total);
+  });
+});
+
+class BceWithLogitsBackwardOp : public OpDef {
+ public:
+  std::string name() const override { return "BCEWithLogitsBackward"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    if (in.size() != 3 && in.size() != 4)
+      return InvalidArgument("BCEWithLogitsBackward takes (dy, logits, targets[, pos_weight]), got ", in.size(),
+                             " inputs");
+    LOOM_RETURN_IF_ERROR(ParseMeanReduction("BCEWithLogitsBackward", attrs).status());
+    const std::vector<TensorType> rest(in.begin() + 1, in.end());
+    LOOM_RETURN_IF_ERROR(CheckBceInputs("BCEWithLogitsBackward", rest));
+    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("BCEWithLogitsBackward", in[0], in[1].dtype));
+    const std::string wrt = attrs.Str("wrt", "logits");
+    if (wrt != "logits" && wrt != "targets" && wrt != "pos_weight")
+      return InvalidArgument("BCEWithLogitsBackward: attribute 'wrt' must be \"logits\", \"targets\" or \"pos_weight\", got \"",
+                             wrt, "\"");
+    if (wrt == "pos_weight" && in.size() != 4)
+      return InvalidArgument("BCEWithLogitsBackward: wrt \"pos_weight\" needs the pos_weight input");
+    return std::vector<TensorType>{in[1]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 8.0 * static_cast<double>(in[1].shape.numel());  // exp and log1p or divide, plus a few mul/adds
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BceWithLogitsBackwardOp);
+
+enum class BceWrt { kLogits, kTargets, kPosWeight };
+
+LOOM_REGISTER_KERNEL("BCEWithLogitsBackward", DeviceType::kCpu, [](KernelContext& ctx) {
+  const Tensor& x = ctx.in(1);
+  const BceLayout L = BceLayoutOf(ctx, 1);
+  const bool has_pw = ctx.inputs.size() == 4;
+  const std::string wrt_name = ctx.attrs->Str("wrt", "logits");
+  const BceWrt wrt = wrt_name == "targets" ? BceWrt::kTargets : wrt_name == "pos_weight" ? BceWrt::kPosWeight : BceWrt::kLogits;
+  return DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    const T* pt = ctx.in(2).data<T>();
+    const T* pw = has_pw ? ctx.in(3).data<T>() : nullptr;
+    T* pd = ctx.out(0).data<T>();
+    const T scale = LossScale<T>(ctx.in(0), IsMean(*ctx.attrs), x.numel());
+    ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
+      ForEachBceElement(x.shape(), L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
+        const T weight = has_pw ? pw[w] : T(1);
+        switch (wrt) {
+          case BceWrt::kLogits:  // (1 - t) - log_weight * sigmoid(-x)
+            pd[i] = scale * ((1 - pt[i]) - (1 + (weight - 1) * pt[i]) * SigmoidNeg(px[i]));
+            break;
+          case BceWrt::kTargets:  // -x + (pos_weight - 1) * softplus(-x)
+            pd[i] = scale * (-px[i] + (has_pw ? (weight - 1) * SoftplusNeg(px[i]) : T(0)));
+            break;
+          case BceWrt::kPosWeight:  // t * softplus(-x)
+            pd[i] = scale * pt[i] * SoftplusNeg(px[i]);
+            break;
+        }
+      });
+    }, ItemsFor(8 * L.row_len));
+  });
+});
+
+}  // namespace
+}  // namespace loom
