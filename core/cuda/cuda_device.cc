@@ -1,0 +1,200 @@
+#include "core/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/logging.h"
+#include "core/tensor.h"
+
+namespace loom::cuda {
+
+std::string CudaErrorMessage(cudaError_t error, const char* expr, const char* file, int line) {
+  return StrCat(cudaGetErrorName(error), " (", cudaGetErrorString(error), ") in `", expr, "` at ", file, ":", line);
+}
+
+bool CudaOkOrLog(cudaError_t error, const char* expr, const char* file, int line) {
+  if (error == cudaSuccess) return true;
+  LOOM_LOG_ERROR("CUDA: {}", CudaErrorMessage(error, expr, file, line));
+  return false;
+}
+
+namespace {
+
+// The oldest architecture the kernels are compiled for (ops/cuda/BUILD).
+constexpr int kMinComputeCapability = 80;
+
+// What the process found out about CUDA, once.
+struct DeviceTable {
+  int count = 0;
+  Status unavailable;               // why count is 0; OK otherwise
+  std::vector<Status> usable;       // per device: OK or why it cannot run our kernels
+  std::mutex mu;
+  std::vector<cudaStream_t> streams;  // per device, created on first use; never destroyed
+};
+
+DeviceTable& Table() {
+  static DeviceTable* table = [] {
+    auto* t = new DeviceTable;
+    int n = 0;
+    cudaError_t error = cudaGetDeviceCount(&n);
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so later calls do not report it
+      t->unavailable = NotFound("no usable CUDA device: ", CudaErrorMessage(error, "cudaGetDeviceCount(&n)", __FILE__, __LINE__));
+      LOOM_LOG_INFO("{}", t->unavailable.message());
+      n = 0;
+    } else if (n == 0) {
+      t->unavailable = NotFound("no CUDA device (cudaGetDeviceCount found none)");
+    }
+    t->count = n;
+    t->streams.assign(n, nullptr);
+    for (int i = 0; i < n; ++i) {
+      cudaDeviceProp prop;
+      error = cudaGetDeviceProperties(&prop, i);
+      if (error != cudaSuccess) {
+        t->usable.push_back(Internal(CudaErrorMessage(error, "cudaGetDeviceProperties(&prop, i)", __FILE__, __LINE__)));
+        continue;
+      }
+      int cc = prop.major * 10 + prop.minor;
+      if (cc < kMinComputeCapability) {
+        t->usable.push_back(FailedPrecondition("cuda:", i, " (", prop.name, ") is sm_", cc, "; loom's CUDA kernels need sm_",
+                                               kMinComputeCapability, " or newer"));
+      } else {
+        t->usable.push_back(Status::Ok());
+        LOOM_LOG_INFO("cuda:{}: {} (sm_{}, {} MiB)", i, prop.name, cc, prop.totalGlobalMem >> 20);
+      }
+    }
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+int DeviceCount() { return Table().count; }
+
+Status ProbeDevice(int index) {
+  DeviceTable& t = Table();
+  if (index < 0 || index >= t.count) {
+    if (!t.unavailable.ok()) return NotFound("cuda:", index, " is not present: ", t.unavailable.message());
+    return NotFound("cuda:", index, " is not present (this machine has ", t.count, " CUDA device(s))");
+  }
+  return t.usable[index];
+}
+
+Status SetDevice(int index) {
+  LOOM_RETURN_IF_ERROR(ProbeDevice(index));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+  return Status::Ok();
+}
+
+StatusOr<cudaStream_t> DeviceStream(int index) {
+  LOOM_RETURN_IF_ERROR(ProbeDevice(index));
+  DeviceTable& t = Table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (!t.streams[index]) {
+    LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+    cudaStream_t stream = nullptr;
+    // A blocking stream: it stays ordered with the legacy default stream, so
+    // code that uses stream 0 (libraries, cudaMemcpy) cannot race with it.
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
+    t.streams[index] = stream;
+  }
+  return t.streams[index];
+}
+
+Status SynchronizeDevice(int index) {
+  LOOM_RETURN_IF_ERROR(SetDevice(index));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, DeviceStream(index));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  for (const Device& d : {dst_device, src_device}) {
+    if (d.is_cuda()) {
+      LOOM_RETURN_IF_ERROR(ProbeDevice(d.index));
+    } else if (!d.is_cpu()) {
+      return InvalidArgument("CUDA copy: unsupported device ", d.ToString());
+    }
+  }
+  if (bytes == 0) return Status::Ok();
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return Status::Ok();
+  }
+  // The copy runs on the stream of the CUDA device involved (the destination
+  // when both are), so it is ordered after the kernels that wrote the source.
+  const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  LOOM_RETURN_IF_ERROR(SetDevice(index));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, DeviceStream(index));
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    LOOM_RETURN_IF_ERROR(SynchronizeDevice(src_device.index));  // the source's writers run on its own stream
+    LOOM_RETURN_IF_ERROR(SetDevice(index));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, stream));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return Status::Ok();
+  }
+  cudaMemcpyKind kind = dst_device.is_cpu()   ? cudaMemcpyDeviceToHost
+                        : src_device.is_cpu() ? cudaMemcpyHostToDevice
+                                              : cudaMemcpyDeviceToDevice;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  // Host memory is pageable and the caller may read or free it on return;
+  // a device-to-device copy stays ordered on the stream.
+  if (kind != cudaMemcpyDeviceToDevice) LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+void* CudaAllocator::Allocate(size_t bytes) {
+  Status s = SetDevice(index_);
+  if (!s.ok()) {
+    LOOM_LOG_ERROR("CUDA allocator: {}", s.ToString());
+    return nullptr;
+  }
+  // cudaMalloc(0) yields nullptr, which Buffer reads as out of memory: give
+  // empty tensors a real (minimal) allocation.
+  void* ptr = nullptr;
+  cudaError_t error = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
+    LOOM_LOG_WARN("CUDA allocator: {} ({} bytes; {} in use on cuda:{})",
+                  CudaErrorMessage(error, "cudaMalloc(&ptr, bytes)", __FILE__, __LINE__), bytes, stats().current_bytes,
+                  index_);
+    return nullptr;
+  }
+  RecordAllocate(bytes);
+  return ptr;
+}
+
+void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  if (SetDevice(index_).ok()) {
+    cudaError_t error = cudaFree(ptr);
+    // At process exit the runtime may already be gone, and the memory with it.
+    if (error != cudaErrorCudartUnloading) CudaOkOrLog(error, "cudaFree(ptr)", __FILE__, __LINE__);
+  }
+  RecordDeallocate(bytes);
+}
+
+namespace {
+
+// Static-time registration: cheap, touches no CUDA API (probing is lazy).
+struct Registrar {
+  Registrar() {
+    RegisterAllocatorFactory(DeviceType::kCuda, [](int index) -> Allocator* {
+      Status s = ProbeDevice(index);
+      if (!s.ok()) {
+        LOOM_LOG_INFO("{}", s.message());
+        return nullptr;  // GetAllocator reports "device cuda:<index> is not present"
+      }
+      return new CudaAllocator(index);
+    });
+    RegisterDeviceCopy(DeviceType::kCuda, CopyBytes);
+  }
+};
+Registrar registrar;
+
+}  // namespace
+}  // namespace loom::cuda

@@ -1,0 +1,115 @@
+// CUDA kernels of the basic ops (ops/basic_ops.cc): Fill, Identity, Reshape,
+// the broadcasting Add/Sub/Mul/Div, BroadcastTo, SumToShape and the scalar
+// ops Neg/AddScalar/MulScalar/PowScalar. Same semantics as the CPU kernels.
+#include "ops/cuda/cuda_kernel_util.h"
+#include "ops/cuda/elementwise_kernels.h"
+
+namespace loom::cuda {
+namespace {
+
+Status FillKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  Tensor& y = ctx.out(0);
+  const double value = ctx.attrs->Float("value");
+  const int64_t n = y.numel();
+  switch (y.dtype()) {
+    case DType::kF32:
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchFill(y.data<float>(), n, static_cast<float>(value), stream));
+      break;
+    case DType::kF64:
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchFill(y.data<double>(), n, value, stream));
+      break;
+    case DType::kI32:
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchFill(y.data<int32_t>(), n, static_cast<int32_t>(value), stream));
+      break;
+    case DType::kI64:
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchFill(y.data<int64_t>(), n, static_cast<int64_t>(value), stream));
+      break;
+    case DType::kBool:
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchFill(y.data<bool>(), n, static_cast<bool>(value), stream));
+      break;
+    default:
+      return Unimplemented("no CUDA kernel for Fill on ", DTypeName(y.dtype()));
+  }
+  return Status::Ok();
+}
+LOOM_REGISTER_KERNEL("Fill", DeviceType::kCuda, FillKernel);
+
+// Identity and Reshape: a device-to-device copy (none when the memory plan
+// already placed the output on the input).
+Status CopyKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  if (x.nbytes() == 0 || y.raw_data() == x.raw_data()) return Status::Ok();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice, stream));
+  return Status::Ok();
+}
+LOOM_REGISTER_KERNEL("Identity", DeviceType::kCuda, CopyKernel);
+LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCuda, CopyKernel);
+
+template <BinaryKind kKind>
+Status BinaryKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  Tensor& y = ctx.out(0);
+  return DispatchCudaFloat(y.dtype(), ctx.node ? ctx.node->op.c_str() : "a binary op", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    if (a.shape() == b.shape()) {  // the common case: no index arithmetic
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchBinary(kKind, a.data<T>(), b.data<T>(), y.data<T>(), y.numel(), stream));
+      return Status::Ok();
+    }
+    LOOM_ASSIGN_OR_RETURN(BroadcastIndex index, MakeBroadcastIndex(y.shape(), {a.shape(), b.shape()}));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBinaryBroadcast(kKind, a.data<T>(), b.data<T>(), y.data<T>(), index, stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("Add", DeviceType::kCuda, BinaryKernel<BinaryKind::kAdd>);
+LOOM_REGISTER_KERNEL("Sub", DeviceType::kCuda, BinaryKernel<BinaryKind::kSub>);
+LOOM_REGISTER_KERNEL("Mul", DeviceType::kCuda, BinaryKernel<BinaryKind::kMul>);
+LOOM_REGISTER_KERNEL("Div", DeviceType::kCuda, BinaryKernel<BinaryKind::kDiv>);
+
+LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  return DispatchCudaFloat(y.dtype(), "BroadcastTo", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_ASSIGN_OR_RETURN(BroadcastIndex index, MakeBroadcastIndex(y.shape(), {x.shape()}));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBroadcastTo(x.data<T>(), y.data<T>(), index, stream));
+    return Status::Ok();
+  });
+});
+
+LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  return DispatchCudaFloat(y.dtype(), "SumToShape", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_ASSIGN_OR_RETURN(ReduceIndex index, MakeReduceIndex(x.shape(), y.shape()));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchSumTo(x.data<T>(), y.data<T>(), y.numel(), index, stream));
+    return Status::Ok();
+  });
+});
+
+template <UnaryKind kKind>
+Status ScalarKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  Tensor& y = ctx.out(0);
+  return DispatchCudaFloat(y.dtype(), ctx.node ? ctx.node->op.c_str() : "a scalar op", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const T value = static_cast<T>(ctx.attrs->Float("value"));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchUnary(kKind, x.data<T>(), y.data<T>(), x.numel(), value, stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("Neg", DeviceType::kCuda, ScalarKernel<UnaryKind::kNeg>);
+LOOM_REGISTER_KERNEL("AddScalar", DeviceType::kCuda, ScalarKernel<UnaryKind::kAddScalar>);
+LOOM_REGISTER_KERNEL("MulScalar", DeviceType::kCuda, ScalarKernel<UnaryKind::kMulScalar>);
+LOOM_REGISTER_KERNEL("PowScalar", DeviceType::kCuda, ScalarKernel<UnaryKind::kPowScalar>);
+
+}  // namespace
+}  // namespace loom::cuda
