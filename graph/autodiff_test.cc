@@ -64,8 +64,14 @@ std::map<ValueId, ValueId> CheckAgainstFiniteDifferences(Graph* graph, ValueId l
     const bool is_input = source.op == kInputOp;
     REQUIRE((is_input || source.op == kParameterOp));
     // The tensor to perturb: the feed itself, or a host copy of the state.
-    Tensor base = is_input ? feeds.at(source.name) : Tensor::FromVector((*exec)->GetState(source.name)->shape(),
-                                                                        (*exec)->GetState(source.name)->ToDoubleVector());
+    Tensor base;
+    if (is_input) {
+      base = feeds.at(source.name);
+    } else {
+      auto state = (*exec)->GetState(source.name);
+      REQUIRE(state.ok());
+      base = Tensor::FromVector(state->shape(), state->ToDoubleVector());
+    }
     auto set = [&](const Tensor& t) {
       if (is_input) feeds[source.name] = t;
       else REQUIRE((*exec)->SetState(source.name, t).ok());
@@ -110,8 +116,8 @@ TEST_CASE("autodiff of Linear -> square -> Linear -> weighted sum matches finite
   ValueId loss = Op(b, "SumToShape", {Op(b, "Mul", {y, c}, {}, "weighted")}, kScalarShape, "loss");
 
   Rng rng(11);
-  auto grads = CheckAgainstFiniteDifferences(&g, loss, {w1, b1, w2, x},
-                                             {{"x", RandomF64(Shape({3, 4}), &rng)}, {"c", RandomF64(Shape({3, 2}), &rng)}});
+  std::map<std::string, Tensor> feeds = {{"x", RandomF64(Shape({3, 4}), &rng)}, {"c", RandomF64(Shape({3, 2}), &rng)}};
+  auto grads = CheckAgainstFiniteDifferences(&g, loss, {w1, b1, w2, x}, feeds);
   // Recorded on the graph as well.
   for (ValueId v : {w1, b1, w2, x}) CHECK(g.gradients().at(v) == grads.at(v));
 }
@@ -140,8 +146,9 @@ TEST_CASE("autodiff accumulates a parameter used several times and zero-fills an
   ValueId loss = Op(b, "SumToShape", {Op(b, "Mul", {flat, weights})}, kScalarShape, "loss");
 
   Rng rng(5);
-  auto grads = CheckAgainstFiniteDifferences(
-      &g, loss, {w, bias, unused, x}, {{"x", RandomF64(Shape({3, 4}), &rng)}, {"weights", RandomF64(Shape({12}), &rng)}});
+  std::map<std::string, Tensor> feeds = {{"x", RandomF64(Shape({3, 4}), &rng)},
+                                         {"weights", RandomF64(Shape({12}), &rng)}};
+  auto grads = CheckAgainstFiniteDifferences(&g, loss, {w, bias, unused, x}, feeds);
 
   // The shared weight's gradient is a sum of contributions.
   CHECK(g.node(g.value(grads.at(w)).producer).op == "Add");
@@ -179,7 +186,8 @@ TEST_CASE("autodiff refuses a loss that is not a floating scalar, leaving the gr
 
   auto non_scalar = BuildGradients(&g, y);
   REQUIRE_FALSE(non_scalar.ok());
-  CHECK(non_scalar.status().ToString() == "INVALID_ARGUMENT: the loss must be a floating scalar, got [3, 2] f64 (logits)");
+  CHECK(non_scalar.status().ToString() ==
+        "INVALID_ARGUMENT: the loss must be a floating scalar, got [3, 2] f64 (logits)");
 
   auto integer = BuildGradients(&g, n);
   REQUIRE_FALSE(integer.ok());

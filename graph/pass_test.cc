@@ -136,7 +136,8 @@ TEST_CASE("a pass that leaves an invalid graph is named by the pipeline") {
   REQUIRE_FALSE(result.ok());
   std::string msg = result.status().ToString();
   CHECK_THAT(msg, Contains("pass pipeline 'opt', pass 'break-types' (2 of 3) left an invalid graph"));
-  CHECK_THAT(msg, Contains("node 'live' (Neg): stored output types ([2, 3] f64) differ from the inferred ([2, 3] f32)"));
+  CHECK_THAT(msg,
+             Contains("node 'live' (Neg): stored output types ([2, 3] f64) differ from the inferred ([2, 3] f32)"));
   CHECK(runs == 1);  // nothing runs after the failure
 }
 
@@ -158,7 +159,8 @@ TEST_CASE("the verifier runs before the first pass") {
   p.AddPass<CountingPass>("a", true, &runs);
   auto result = p.Run(&g);
   REQUIRE_FALSE(result.ok());
-  CHECK_THAT(result.status().ToString(), Contains("pass pipeline 'opt': invalid graph before the first pass: graph output 'ghost'"));
+  CHECK_THAT(result.status().ToString(),
+             Contains("pass pipeline 'opt': invalid graph before the first pass: graph output 'ghost'"));
   CHECK(runs == 0);
 }
 
@@ -213,8 +215,8 @@ TEST_CASE("pipelines nest and report the inner pass") {
   auto result = outer.Run(&g);
   REQUIRE_FALSE(result.ok());
   CHECK_THAT(result.status().ToString(),
-             Contains("pass pipeline 'outer', pass 'inner' (1 of 1): pass pipeline 'inner', pass 'break-types' (2 of 2) "
-                      "left an invalid graph"));
+             Contains("pass pipeline 'outer', pass 'inner' (1 of 1): "
+                      "pass pipeline 'inner', pass 'break-types' (2 of 2) left an invalid graph"));
 }
 
 // ---- DCE ----

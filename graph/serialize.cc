@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -135,7 +136,8 @@ class ValueTable {
     switch (ref.ref_case()) {
       case proto::ValueRef::kName: {
         if (ambiguous_.count(ref.name()))
-          return InvalidArgument("value name '", ref.name(), "' is ambiguous (several values have it); refer to it by id");
+          return InvalidArgument("value name '", ref.name(),
+                                 "' is ambiguous (several values have it); refer to it by id");
         auto it = by_name_.find(ref.name());
         if (it == by_name_.end())
           return InvalidArgument("unknown value '", ref.name(), "' (no earlier node produces a value of that name)");
@@ -268,6 +270,8 @@ Status WriteFileAtomically(const std::string& path, const std::string& data) {
 }
 
 StatusOr<std::string> ReadFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return FileError("read", path, EISDIR);
   std::ifstream in(path, std::ios::binary);
   if (!in) return FileError("open", path, errno);
   std::ostringstream data;
@@ -436,12 +440,14 @@ StatusOr<Graph> LoadGraph(const std::string& path) {
   if (IsTextPath(path)) {
     LOOM_ASSIGN_OR_RETURN(p, ParseText(data, path));
   } else {
+    // An empty buffer parses as an empty graph; say what it really is.
+    if (data.empty()) return DataLoss("graph file '", path, "' is empty");
     if (!p.ParseFromString(data))
       return DataLoss("graph file '", path, "' (", data.size(),
                       " bytes) is not a valid binary GraphProto: corrupt or truncated (text files must end in .pbtxt)");
     if (!p.has_num_nodes())
-      return DataLoss("graph file '", path, "' (", data.size(), " bytes) is truncated: its closing node count is missing (",
-                      p.nodes_size(), " nodes read)");
+      return DataLoss("graph file '", path, "' (", data.size(),
+                      " bytes) is truncated: its closing node count is missing (", p.nodes_size(), " nodes read)");
   }
   auto graph = GraphFromProto(p);
   if (!graph.ok()) return graph.status().WithContext("graph file '" + path + "'");

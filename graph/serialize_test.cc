@@ -234,7 +234,8 @@ TEST_CASE("values with clashing or custom names are referred to by id") {
   auto refused = GraphFromProto(bad);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.status().ToString(),
-             Contains("node 'd' (Add): input 0: value name 'a' is ambiguous (several values have it); refer to it by id"));
+             Contains("node 'd' (Add): input 0: value name 'a' is ambiguous (several values have it); "
+                      "refer to it by id"));
 }
 
 TEST_CASE("hand-written text may leave out output types") {
@@ -304,7 +305,8 @@ TEST_CASE("GraphFromProto names the node for each kind of bad input") {
   }
   SECTION("stored type that type inference disagrees with") {
     p.mutable_nodes(1)->mutable_outputs(0)->mutable_type()->set_shape(0, 7);
-    CHECK_THAT(FromProtoError(p), Contains("node 'y' (Neg): stored output types ([7, 3] f32) differ from the inferred ([2, 3] f32)"));
+    CHECK_THAT(FromProtoError(p),
+               Contains("node 'y' (Neg): stored output types ([7, 3] f32) differ from the inferred ([2, 3] f32)"));
   }
   SECTION("unknown dtype") {
     p.mutable_nodes(1)->mutable_outputs(0)->mutable_type()->set_dtype("float17");
@@ -324,7 +326,8 @@ TEST_CASE("GraphFromProto names the node for each kind of bad input") {
     proto::StateUpdateProto* u = p.add_state_updates();
     u->mutable_state()->set_name("x");
     u->mutable_new_value()->set_name("y");
-    CHECK_THAT(FromProtoError(p), Contains("state update 0 of 'x': the state must be the output of a Parameter or Buffer node"));
+    CHECK_THAT(FromProtoError(p),
+               Contains("state update 0 of 'x': the state must be the output of a Parameter or Buffer node"));
   }
   SECTION("node count that does not match") {
     p.set_num_nodes(3);
@@ -381,7 +384,8 @@ TEST_CASE("a corrupt or truncated binary file is reported, never half-loaded") {
     auto g = LoadGraph(path.string());
     REQUIRE_FALSE(g.ok());
     CHECK(g.status().code() == StatusCode::kDataLoss);
-    CHECK_THAT(g.status().ToString(), Contains("graph file '" + path.string() + "' (22 bytes) is not a valid binary GraphProto"));
+    CHECK_THAT(g.status().ToString(),
+               Contains("graph file '" + path.string() + "' (22 bytes) is not a valid binary GraphProto"));
   }
   SECTION("cut anywhere") {
     // Every cut either fails to parse or lacks the closing node count.
@@ -423,6 +427,16 @@ TEST_CASE("file errors name the file, and a failed save leaves nothing behind") 
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().code() == StatusCode::kNotFound);
   CHECK_THAT(missing.status().ToString(), Contains("cannot open graph file '" + (dir / "absent.pb").string() + "'"));
+
+  auto directory = LoadGraph(dir.string());
+  REQUIRE_FALSE(directory.ok());
+  CHECK_THAT(directory.status().ToString(), Contains("cannot read graph file '" + dir.string() + "': Is a directory"));
+
+  WriteBytes(dir / "empty.pb", "");
+  auto empty = LoadGraph((dir / "empty.pb").string());
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.status().ToString() == "DATA_LOSS: graph file '" + (dir / "empty.pb").string() + "' is empty");
+  fs::remove(dir / "empty.pb");
 
   Mlp m = BuildMlp();
   fs::path nowhere = dir / "no_such_dir" / "g.pbtxt";

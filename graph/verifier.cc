@@ -50,7 +50,8 @@ Status VerifyNode(const Graph& graph, const Node& n, const std::map<ValueId, int
   }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     ValueId v = n.outputs[i];
-    if (!graph.has_value(v)) return InvalidArgument(Where(n), ": output ", i, " is value ", v, ", which does not exist");
+    if (!graph.has_value(v))
+      return InvalidArgument(Where(n), ": output ", i, " is value ", v, ", which does not exist");
     const Value& value = graph.value(v);
     if (value.producer != n.id || value.output_index != static_cast<int>(i))
       return InvalidArgument(Where(n), ": output ", i, " '", value.name, "' records producer node ", value.producer,
@@ -82,23 +83,27 @@ Status VerifyGraph(const Graph& graph) {
       return Internal(Where(n), ": id ", n.id, " does not index this node");
     for (ValueId v : n.outputs) position.emplace(v, i);
   }
-  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) LOOM_RETURN_IF_ERROR(VerifyNode(graph, nodes[i], position, i));
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i)
+    LOOM_RETURN_IF_ERROR(VerifyNode(graph, nodes[i], position, i));
 
   auto exists = [&](ValueId v) { return graph.has_value(v) && position.count(v) != 0; };
   for (const auto& [name, v] : graph.outputs())
-    if (!exists(v)) return InvalidArgument("graph output '", name, "' refers to ", DescribeValue(graph, v), ", which is not produced by any node");
+    if (!exists(v))
+      return InvalidArgument("graph output '", name, "' refers to ", DescribeValue(graph, v),
+                             ", which is not produced by any node");
 
   std::set<ValueId> updated;
   for (size_t i = 0; i < graph.state_updates().size(); ++i) {
     const StateUpdate& u = graph.state_updates()[i];
     std::string where = "state update " + std::to_string(i);
-    if (!exists(u.state)) return InvalidArgument(where, ": state ", DescribeValue(graph, u.state), " is not produced by any node");
+    if (!exists(u.state))
+      return InvalidArgument(where, ": state ", DescribeValue(graph, u.state), " is not produced by any node");
     const Value& state = graph.value(u.state);
     const Node& producer = graph.node(state.producer);
     where += " of '" + state.name + "'";
     if (!IsStateOp(producer.op))
-      return InvalidArgument(where, ": the state must be the output of a Parameter or Buffer node, but it is produced by ",
-                             Where(producer));
+      return InvalidArgument(where, ": the state must be the output of a Parameter or Buffer node, but it is ",
+                             "produced by ", Where(producer));
     if (!exists(u.new_value))
       return InvalidArgument(where, ": new value ", DescribeValue(graph, u.new_value), " is not produced by any node");
     const Value& next = graph.value(u.new_value);
@@ -109,7 +114,8 @@ Status VerifyGraph(const Graph& graph) {
   }
 
   for (const auto& [v, grad] : graph.gradients()) {
-    if (!exists(v)) return InvalidArgument("gradient entry for ", DescribeValue(graph, v), ": the value is not produced by any node");
+    if (!exists(v))
+      return InvalidArgument("gradient entry for ", DescribeValue(graph, v), ": the value is not produced by any node");
     const Value& value = graph.value(v);
     std::string where = "gradient of '" + value.name + "'";
     if (!exists(grad)) return InvalidArgument(where, ": ", DescribeValue(graph, grad), " is not produced by any node");

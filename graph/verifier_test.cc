@@ -59,15 +59,19 @@ TEST_CASE("a wrong dtype or a wrong number of outputs is a type mismatch too") {
   SmallModel m = BuildSmallModel();
   SECTION("dtype") {
     m.graph.AddNode("neg", "Neg", {}, {m.x}, {TensorType{Shape({2, 3}), DType::kF64}});
-    CHECK_THAT(Verify(m.graph), Contains("node 'neg' (Neg): stored output types ([2, 3] f64) differ from the inferred ([2, 3] f32)"));
+    CHECK_THAT(Verify(m.graph),
+               Contains("node 'neg' (Neg): stored output types ([2, 3] f64) differ from the inferred ([2, 3] f32)"));
   }
   SECTION("count") {
     m.graph.AddNode("neg", "Neg", {}, {m.x}, {kF32x23, kF32x23});
-    CHECK_THAT(Verify(m.graph), Contains("node 'neg' (Neg): stored output types ([2, 3] f32, [2, 3] f32) differ from the inferred ([2, 3] f32)"));
+    CHECK_THAT(Verify(m.graph),
+               Contains("node 'neg' (Neg): stored output types ([2, 3] f32, [2, 3] f32) "
+                        "differ from the inferred ([2, 3] f32)"));
   }
   SECTION("a source whose attributes say another shape") {
     m.graph.AddNode("z", kInputOp, SourceAttrs(kF32x23), {}, {TensorType{Shape({3, 2}), DType::kF32}});
-    CHECK_THAT(Verify(m.graph), Contains("node 'z' (Input): stored output types ([3, 2] f32) differ from the inferred ([2, 3] f32)"));
+    CHECK_THAT(Verify(m.graph),
+               Contains("node 'z' (Input): stored output types ([3, 2] f32) differ from the inferred ([2, 3] f32)"));
   }
 }
 
@@ -90,20 +94,23 @@ TEST_CASE("a node using a value that runs later after SetNodeOrder is reported")
   REQUIRE(Verify(g) == "OK");
   NodeId na = g.value(a).producer, n1 = g.value(neg).producer, n2 = g.value(twice).producer;
   g.SetNodeOrder({na, n2, n1});
-  CHECK_THAT(Verify(g), Contains("node 'second' (Neg): input 0 'first' is produced by 'first', which does not run before it"));
+  CHECK_THAT(Verify(g),
+             Contains("node 'second' (Neg): input 0 'first' is produced by 'first', which does not run before it"));
 }
 
 TEST_CASE("a node using a value whose producer was removed is reported") {
   SmallModel m = BuildSmallModel();
   m.graph.RemoveNodes({m.graph.value(m.y).producer});
-  CHECK_THAT(Verify(m.graph), Contains("node 'loss' (SumToShape): input 0 is value " + std::to_string(m.y) + ", which does not exist"));
+  CHECK_THAT(Verify(m.graph),
+             Contains("node 'loss' (SumToShape): input 0 is value " + std::to_string(m.y) + ", which does not exist"));
 }
 
 TEST_CASE("a node reading its own output is reported") {
   SmallModel m = BuildSmallModel();
   NodeId id = m.graph.AddNode("loop", "Neg", {}, {m.x}, {kF32x23});
   m.graph.mutable_node(id).inputs = {m.graph.node(id).outputs[0]};
-  CHECK_THAT(Verify(m.graph), Contains("node 'loop' (Neg): input 0 'loop' is produced by 'loop', which does not run before it"));
+  CHECK_THAT(Verify(m.graph),
+             Contains("node 'loop' (Neg): input 0 'loop' is produced by 'loop', which does not run before it"));
 }
 
 TEST_CASE("an unknown op is reported with the node name") {
@@ -130,15 +137,17 @@ TEST_CASE("state updates: the state must be a Parameter or Buffer, of the same t
   SmallModel m = BuildSmallModel();
   GraphBuilder b(&m.graph);
   SECTION("mismatched type") {
-    ValueId wrong = b.Add1("Fill", {}, AttrMap{{"shape", std::vector<int64_t>{4, 3}}, {"value", 0.0}, {"dtype", "f64"}}, "w64")
-                        .value();
+    AttrMap f64_zeros{{"shape", std::vector<int64_t>{4, 3}}, {"value", 0.0}, {"dtype", "f64"}};
+    ValueId wrong = b.Add1("Fill", {}, f64_zeros, "w64").value();
     m.graph.state_updates().push_back({m.w, wrong});
-    CHECK_THAT(Verify(m.graph), Contains("state update 0 of 'w': new value 'w64' has type [4, 3] f64, the state has [4, 3] f32"));
+    CHECK_THAT(Verify(m.graph),
+               Contains("state update 0 of 'w': new value 'w64' has type [4, 3] f64, the state has [4, 3] f32"));
   }
   SECTION("not a state node") {
     ValueId neg = b.Add1("Neg", {m.x}, {}, "negx").value();
     m.graph.state_updates().push_back({m.x, neg});
-    CHECK_THAT(Verify(m.graph), Contains("state update 0 of 'x': the state must be the output of a Parameter or Buffer node, "
+    CHECK_THAT(Verify(m.graph),
+               Contains("state update 0 of 'x': the state must be the output of a Parameter or Buffer node, "
                                          "but it is produced by node 'x' (Input)"));
   }
   SECTION("updated twice") {
