@@ -36,6 +36,8 @@ StatusOr<Graph> GraphFromText(const std::string& text, const std::string& source
 // Text format when the path ends in ".pbtxt", binary otherwise. The file is
 // written to a temporary sibling and renamed into place, so `path` holds
 // either the old content or the complete new one. Errors name the file.
+// A binary file must end with GraphProto.num_nodes (SaveGraph writes it), so
+// that a file cut at a field boundary is reported rather than half-loaded.
 Status SaveGraph(const Graph& graph, const std::string& path);
 StatusOr<Graph> LoadGraph(const std::string& path);
 
