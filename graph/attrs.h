@@ -24,7 +24,12 @@ class AttrMap {
     values_[name] = std::move(value);
     return *this;
   }
+  // One overload per scalar type, so that a bool or double is never
+  // narrowed through a neighbouring overload (Set(n, 0.3) stays a double).
   AttrMap& Set(const std::string& name, int value) { return Set(name, AttrValue(static_cast<int64_t>(value))); }
+  AttrMap& Set(const std::string& name, int64_t value) { return Set(name, AttrValue(value)); }
+  AttrMap& Set(const std::string& name, bool value) { return Set(name, AttrValue(value)); }
+  AttrMap& Set(const std::string& name, double value) { return Set(name, AttrValue(value)); }
   AttrMap& Set(const std::string& name, const char* value) { return Set(name, AttrValue(std::string(value))); }
   bool Has(const std::string& name) const { return values_.count(name) != 0; }
   void Erase(const std::string& name) { values_.erase(name); }
