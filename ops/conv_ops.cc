@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <type_traits>
 #include <variant>
 
 #include "ops/cpu_util.h"
@@ -231,14 +232,54 @@ void ValidRange(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* l
 // Enough channels per chunk that a hand-off pays for itself.
 int64_t ChannelChunk(int64_t per_channel) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_channel)); }
 
-// Visits each (channel, tap) row of im2col: fn(row, channel plane offset,
-// kernel offsets along h and w, valid output ranges along h and w).
+// Groups with a single image channel and few output channels (depthwise
+// convolutions) skip im2col and GEMM: with a GEMM depth of just KH * KW and
+// a handful of rows, the product is a memory-bound GEMV, and walking the
+// kernel taps directly over the planes (ForEachTapRow) moves far less data.
+constexpr int64_t kDirectMaxGroupOutputs = 2;
+bool Direct(const ConvGeom& g) { return g.cg() == 1 && g.og() <= kDirectMaxGroupOutputs; }
+
+// Otherwise the column side is processed in tiles of output rows [y0, y1):
+// a tile's im2col block [K, (y1 - y0) * OW] is sized to stay in cache
+// between being written and being read by the GEMM (a whole image's block
+// can take megabytes). When the pool works on one tile together, the tile
+// grows with it. 1x1 convolutions need no block and take the image whole.
+constexpr int64_t kTileElems = 64 * 1024;
+
+int64_t TileRows(const ConvGeom& g, ThreadPool* inner) {
+  if (g.pointwise()) return std::max<int64_t>(1, g.oh);
+  const int64_t elems = kTileElems * (inner ? inner->num_threads() : 1);
+  return std::clamp<int64_t>(elems / std::max<int64_t>(1, g.k() * g.ow), 1, std::max<int64_t>(1, g.oh));
+}
+
+// Scratch elements a task needs for its im2col block, whether it runs alone
+// with the pool or on one worker.
+int64_t TileScratch(const ConvGeom& g, ThreadPool* pool) {
+  return g.pointwise() || Direct(g) ? 0 : g.k() * TileRows(g, pool) * g.ow;
+}
+
+// fn(y0, y1, len) for each tile of output rows; len = (y1 - y0) * OW.
 template <typename Fn>
-void ForEachColRow(const ConvGeom& g, int64_t c, Fn&& fn) {
+void ForEachTile(const ConvGeom& g, ThreadPool* inner, Fn&& fn) {
+  const int64_t rows = TileRows(g, inner);
+  for (int64_t y0 = 0; y0 < g.oh; y0 += rows) {
+    const int64_t y1 = std::min(g.oh, y0 + rows);
+    fn(y0, y1, (y1 - y0) * g.ow);
+  }
+}
+
+// Visits each (channel, tap) row of the im2col block of output rows
+// [y0, y1): fn(row, y_off, x_off, y_lo, y_hi, x_lo, x_hi), where the tap
+// reads input (oy * sh + y_off, ox * sw + x_off) and only oy in [y_lo, y_hi),
+// ox in [x_lo, x_hi) land inside the image (the rest is zero padding).
+template <typename Fn>
+void ForEachColRow(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& fn) {
   for (int64_t ki = 0; ki < g.kh; ++ki) {
     const int64_t y_off = ki * g.dh - g.ph;
     int64_t y_lo, y_hi;
     ValidRange(y_off, g.sh, g.h, g.oh, &y_lo, &y_hi);
+    y_lo = std::clamp(y_lo, y0, y1);
+    y_hi = std::clamp(y_hi, y_lo, y1);
     for (int64_t kj = 0; kj < g.kw; ++kj) {
       const int64_t x_off = kj * g.dw - g.pw;
       int64_t x_lo, x_hi;
@@ -248,19 +289,19 @@ void ForEachColRow(const ConvGeom& g, int64_t c, Fn&& fn) {
   }
 }
 
-// col [C/g * KH * KW, OH * OW] from one group's planes x [C/g, H, W].
+// col [C/g * KH * KW, (y1 - y0) * OW] from one group's planes x [C/g, H, W].
 template <typename T>
-void Im2Col(const ConvGeom& g, const T* x, T* col, ThreadPool* pool) {
-  const int64_t ohw = g.ohw();
+void Im2Col(const ConvGeom& g, const T* x, int64_t y0, int64_t y1, T* col, ThreadPool* pool) {
+  const int64_t len = (y1 - y0) * g.ow;
   ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const T* plane = x + c * g.hw();  // [H, W]
-      ForEachColRow(g, c, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
-                              int64_t x_hi) {
-        T* row = col + r * ohw;  // [OH, OW]
-        std::fill(row, row + y_lo * g.ow, T(0));
+      ForEachColRow(g, c, y0, y1, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi,
+                                      int64_t x_lo, int64_t x_hi) {
+        T* row = col + r * len;  // [y1 - y0, OW]
+        std::fill(row, row + (y_lo - y0) * g.ow, T(0));
         for (int64_t oy = y_lo; oy < y_hi; ++oy) {
-          T* out = row + oy * g.ow;
+          T* out = row + (oy - y0) * g.ow;
           const int64_t base = (oy * g.sh + y_off) * g.w + x_off;  // plane[base + ox * sw] for ox in [x_lo, x_hi)
           std::fill(out, out + x_lo, T(0));
           if (g.sw == 1) {
@@ -270,38 +311,71 @@ void Im2Col(const ConvGeom& g, const T* x, T* col, ThreadPool* pool) {
           }
           std::fill(out + x_hi, out + g.ow, T(0));
         }
-        std::fill(row + y_hi * g.ow, row + ohw, T(0));
+        std::fill(row + (y_hi - y0) * g.ow, row + len, T(0));
       });
     }
-  }, ChannelChunk(g.kh * g.kw * ohw));
+  }, ChannelChunk(g.kh * g.kw * len));
+}
+
+// x [C/g, H, W] += col2im(col [C/g * KH * KW, (y1 - y0) * OW]), the adjoint
+// of Im2Col. Channels own disjoint rows and planes, so they split freely.
+template <typename T>
+void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* x, ThreadPool* pool) {
+  const int64_t len = (y1 - y0) * g.ow;
+  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* plane = x + c * g.hw();  // [H, W]
+      ForEachColRow(g, c, y0, y1, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi,
+                                      int64_t x_lo, int64_t x_hi) {
+        const T* row = col + r * len;
+        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
+          const T* in = row + (oy - y0) * g.ow;
+          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;
+          for (int64_t ox = x_lo; ox < x_hi; ++ox) plane[base + ox * g.sw] += in[ox];
+        }
+      });
+    }
+  }, ChannelChunk(g.kh * g.kw * len));
+}
+
+// sum_j a[j] * b[j * step], with independent partial sums so that the
+// unit-stride case vectorizes (a single running sum would serialize).
+template <typename T, typename Step>
+T Dot(const T* a, const T* b, int64_t count, Step step) {
+  constexpr int kLanes = 8;
+  T part[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= count; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += a[j + l] * b[(j + l) * step];
+  T sum = 0;
+  for (; j < count; ++j) sum += a[j] * b[j * step];
+  for (int l = 0; l < kLanes; ++l) sum += part[l];
+  return sum;
+}
+
+// The direct walk of Direct() groups: each kernel tap is a shifted, strided
+// multiply-add between the image plane and a column plane.
+// fn(tap, image_index, col_index, count, stride) per output row segment;
+// stride is a compile-time 1 for unit strides, so that loop vectorizes.
+template <typename Fn>
+void ForEachTapRow(const ConvGeom& g, Fn&& fn) {
+  ForEachColRow(g, 0, 0, g.oh, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
+                                   int64_t x_hi) {
+    for (int64_t oy = y_lo; oy < y_hi && x_lo < x_hi; ++oy) {
+      const int64_t xi = (oy * g.sh + y_off) * g.w + x_off + x_lo * g.sw, yi = oy * g.ow + x_lo;
+      if (g.sw == 1) {
+        fn(r, xi, yi, x_hi - x_lo, std::integral_constant<int64_t, 1>());
+      } else {
+        fn(r, xi, yi, x_hi - x_lo, g.sw);
+      }
+    }
+  });
 }
 
 // Fills `planes` planes of `size` with bias[i] (or zero without one).
 template <typename T>
 void InitPlanes(T* p, int64_t planes, int64_t size, const T* bias) {
   for (int64_t i = 0; i < planes; ++i) std::fill(p + i * size, p + (i + 1) * size, bias ? bias[i] : T(0));
-}
-
-// x [C/g, H, W] = bias + col2im(col [C/g * KH * KW, OH * OW]): the adjoint
-// of Im2Col. Channels own disjoint rows and planes, so they split freely.
-template <typename T>
-void Col2Im(const ConvGeom& g, const T* col, const T* bias, T* x, ThreadPool* pool) {
-  const int64_t ohw = g.ohw();
-  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      T* plane = x + c * g.hw();  // [H, W]
-      InitPlanes(plane, 1, g.hw(), bias ? bias + c : nullptr);
-      ForEachColRow(g, c, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
-                              int64_t x_hi) {
-        const T* row = col + r * ohw;
-        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
-          const T* in = row + oy * g.ow;
-          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;
-          for (int64_t ox = x_lo; ox < x_hi; ++ox) plane[base + ox * g.sw] += in[ox];
-        }
-      });
-    }
-  }, ChannelChunk(g.kh * g.kw * ohw));
 }
 
 // Uninitialised scratch (every use overwrites it before reading).
@@ -333,18 +407,30 @@ void RunTasks(ThreadPool* pool, int64_t tasks, int64_t scratch, Fn&& fn) {
 template <typename T>
 void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  const bool pointwise = g.pointwise();
-  RunTasks<T>(pool, g.n * g.groups, pointwise ? 0 : k * ohw, [&](int64_t task, ThreadPool* inner, T* col) {
+  RunTasks<T>(pool, g.n * g.groups, TileScratch(g, pool), [&](int64_t task, ThreadPool* inner, T* col) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
+    const T* wg = w + grp * og * k;                      // [O/g, K]
     T* y = cols + (n * g.o + grp * og) * ohw;            // [O/g, OH * OW]
-    const T* src = x;                                    // [K, OH * OW]
-    if (!pointwise) {
-      Im2Col(g, x, col, inner);
-      src = col;
+    if (bias || Direct(g)) InitPlanes(y, og, ohw, bias ? bias + grp * og : nullptr);
+    const T beta = bias ? T(1) : T(0);
+    if (Direct(g)) {  // x is one plane [H, W]
+      for (int64_t oc = 0; oc < og; ++oc)
+        ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
+          const T wv = wg[oc * k + r];
+          T* out = y + oc * ohw + yi;
+          for (int64_t j = 0; j < count; ++j) out[j] += wv * x[xi + j * step];
+        });
+      return;
     }
-    if (bias) InitPlanes(y, og, ohw, bias + grp * og);
-    Gemm<T>(false, false, og, ohw, k, T(1), w + grp * og * k, k, src, ohw, bias ? T(1) : T(0), y, ohw, inner);
+    if (g.pointwise()) {
+      Gemm<T>(false, false, og, ohw, k, T(1), wg, k, x, ohw, beta, y, ohw, inner);
+      return;
+    }
+    ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+      Im2Col(g, x, y0, y1, col, inner);  // [K, len]
+      Gemm<T>(false, false, og, len, k, T(1), wg, k, col, len, beta, y + y0 * g.ow, ohw, inner);
+    });
   });
 }
 
@@ -352,20 +438,32 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  const bool pointwise = g.pointwise();
-  RunTasks<T>(pool, g.n * g.groups, pointwise ? 0 : k * ohw, [&](int64_t task, ThreadPool* inner, T* col) {
+  RunTasks<T>(pool, g.n * g.groups, TileScratch(g, pool), [&](int64_t task, ThreadPool* inner, T* col) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
-    T* x = image + (n * g.c + grp * cg) * g.hw();     // [C/g, H, W]
     const T* wg = w + grp * og * k;                   // [O/g, K]
     const T* bg = bias ? bias + grp * cg : nullptr;
-    if (pointwise) {  // col2im is the identity: multiply straight into the image
+    T* x = image + (n * g.c + grp * cg) * g.hw();     // [C/g, H, W]
+    if (Direct(g)) {  // x is one plane [H, W]
+      InitPlanes(x, 1, g.hw(), bg);
+      for (int64_t oc = 0; oc < og; ++oc)
+        ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
+          const T wv = wg[oc * k + r];
+          const T* in = dy + oc * ohw + yi;
+          for (int64_t j = 0; j < count; ++j) x[xi + j * step] += wv * in[j];
+        });
+      return;
+    }
+    if (g.pointwise()) {  // col2im is the identity: multiply straight into the image
       if (bg) InitPlanes(x, cg, g.hw(), bg);
       Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
       return;
     }
-    Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, T(0), col, ohw, inner);  // col [K, OH * OW]
-    Col2Im(g, col, bg, x, inner);
+    InitPlanes(x, cg, g.hw(), bg);
+    ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+      Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), col, len, inner);  // [K, len]
+      Col2Im(g, col, y0, y1, x, inner);
+    });
   });
 }
 
@@ -373,21 +471,36 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  const bool pointwise = g.pointwise();
-  const int64_t scratch = pointwise ? 0 : k * ohw;
-  // dwg [O/g, K] = sum over images [n0, n1) of group grp.
+  const int64_t scratch = TileScratch(g, pool);
+  // dwg [O/g, K] = the sum over images [n0, n1) of group grp.
   auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, T* col) {
-    if (n0 == n1) std::fill(dwg, dwg + og * k, T(0));
+    bool first = true;
+    auto product = [&](const T* dy, const T* src, int64_t len) {  // dwg (+)= dy [O/g, len] * src [K, len]^T
+      Gemm<T>(false, true, og, k, len, T(1), dy, ohw, src, len, first ? T(0) : T(1), dwg, k, inner);
+      first = false;
+    };
     for (int64_t n = n0; n < n1; ++n) {
       const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
       const T* dy = cols + (n * g.o + grp * og) * ohw;     // [O/g, OH * OW]
-      const T* src = x;
-      if (!pointwise) {
-        Im2Col(g, x, col, inner);
-        src = col;
+      if (Direct(g)) {  // x is one plane [H, W]; dwg is [O/g, KH * KW]
+        if (first) std::fill(dwg, dwg + og * k, T(0));
+        first = false;
+        for (int64_t oc = 0; oc < og; ++oc)
+          ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
+            dwg[oc * k + r] += Dot(dy + oc * ohw + yi, x + xi, count, step);
+          });
+        continue;
       }
-      Gemm<T>(false, true, og, k, ohw, T(1), dy, ohw, src, ohw, n == n0 ? T(0) : T(1), dwg, k, inner);
+      if (g.pointwise()) {
+        product(dy, x, ohw);
+        continue;
+      }
+      ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+        Im2Col(g, x, y0, y1, col, inner);
+        product(dy + y0 * g.ow, col, len);
+      });
     }
+    if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };
   const int threads = pool ? pool->num_threads() : 1;
   if (threads > 1 && g.groups < threads && g.n >= threads) {

@@ -136,6 +136,10 @@ std::vector<OpCase> Conv2dCases() {
        {U({2, 2, 3, 4}), U({3, 2, 5, 4}), U({3})}, ConvRef},
       {"conv2d single image (threaded GEMM)", "Conv2d", {{"padding", Ints{1, 1}}},
        {U({1, 8, 12, 12}), U({16, 8, 3, 3}), U({16})}, ConvRef},
+      {"conv2d single input channel, many outputs (GEMM, not the direct walk)", "Conv2d", {},
+       {U({2, 1, 6, 6}), U({4, 1, 3, 3}), U({4})}, ConvRef},
+      {"conv2d image processed in several row tiles", "Conv2d", {{"padding", Ints{1, 1}}},
+       {U({1, 16, 40, 40}), U({4, 16, 3, 3}), U({4})}, ConvRef},
   };
 }
 
@@ -168,6 +172,8 @@ std::vector<OpCase> ConvTransposeCases() {
        {{"dilation", Ints{2, 2}}, {"output_padding", Ints{1, 1}}}, {U({1, 2, 3, 3}), U({2, 2, 2, 2}), U({2})},
        ConvTransposeRef},
       {"conv transpose 2d 1x1", "ConvTranspose2d", {}, {U({2, 4, 3, 2}), U({4, 3, 1, 1}), U({3})}, ConvTransposeRef},
+      {"conv transpose 2d output in several row tiles", "ConvTranspose2d", {{"stride", int64_t{2}}},
+       {U({1, 4, 40, 40}), U({4, 16, 3, 3})}, ConvTransposeRef},
       {"conv transpose 1d stride 3 padding 1 output_padding 2", "ConvTranspose1d",
        {{"stride", int64_t{3}}, {"padding", int64_t{1}}, {"output_padding", int64_t{2}}},
        {U({2, 3, 4}), U({3, 2, 3}), U({2})}, ConvTransposeRef},
@@ -191,6 +197,11 @@ TEST_CASE("conv kernels agree across thread counts") {
        ConvRef},
       {"transpose batch 3", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({3, 4, 3, 3}), U({4, 2, 3, 3}), U({2})},
        ConvTransposeRef},
+      {"depthwise batch 3", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{2}}},
+       {U({3, 2, 5, 5}), U({4, 1, 3, 3}), U({4})}, ConvRef},
+      {"row tiles stride 2 dilation 2", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{2}}, {"dilation", int64_t{2}}},
+       {U({2, 16, 48, 48}), U({3, 16, 3, 3})}, ConvRef},
   };
   for (int threads : {1, 3, 4}) {
     ThreadPool::SetDefaultThreads(threads);
