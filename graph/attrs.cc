@@ -1,5 +1,6 @@
 #include "graph/attrs.h"
 
+#include <charconv>
 #include <sstream>
 
 namespace loom {
@@ -11,6 +12,16 @@ double AttrMap::Float(const std::string& name, double def) const {
   return Get<double>(name, def);
 }
 
+namespace {
+// The shortest text that reads back as the same double, so dumps of graphs
+// that differ in any bit of an attribute differ too.
+std::string ShortestDouble(double v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+}  // namespace
+
 std::string AttrValueToString(const AttrValue& value) {
   std::ostringstream os;
   std::visit(
@@ -18,12 +29,18 @@ std::string AttrValueToString(const AttrValue& value) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
           os << "[";
-          for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+          for (size_t i = 0; i < v.size(); ++i) {
+            os << (i ? ", " : "");
+            if constexpr (std::is_same_v<T, std::vector<double>>) os << ShortestDouble(v[i]);
+            else os << v[i];
+          }
           os << "]";
         } else if constexpr (std::is_same_v<T, bool>) {
           os << (v ? "true" : "false");
         } else if constexpr (std::is_same_v<T, std::string>) {
           os << '"' << v << '"';
+        } else if constexpr (std::is_same_v<T, double>) {
+          os << ShortestDouble(v);
         } else {
           os << v;
         }

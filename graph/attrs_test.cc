@@ -14,6 +14,9 @@ TEST_CASE("AttrMap::Set keeps each scalar's type") {
   CHECK(a.Str("mode") == "tanh");
   CHECK(a.Float("groups") == 2.0);  // ints read as floats
   CHECK(a.Int("absent", 7) == 7);
+  // Floats print exactly (shortest round-trip form).
+  CHECK(AttrMap{{"x", 0.1}}.ToString() == "{x=0.1}");
+  CHECK(AttrMap{{"x", 0.30000000000000004}}.ToString() == "{x=0.30000000000000004}");
   CHECK(a.ToString() == "{big=1099511627776, groups=2, mode=\"tanh\", momentum=0.3, training=true}");
 }
 

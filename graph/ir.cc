@@ -124,6 +124,7 @@ std::string Graph::ToString() const {
   }
   for (const auto& [name, v] : outputs_) os << "output " << name << " = " << value(v).name << "\n";
   for (const StateUpdate& u : state_updates_) os << "update " << value(u.state).name << " <- " << value(u.new_value).name << "\n";
+  for (const auto& [v, g] : gradients_) os << "gradient " << value(v).name << " = " << value(g).name << "\n";
   return os.str();
 }
 

@@ -64,6 +64,7 @@ Status Executor::Prepare() {
   if (!options_.pool) options_.pool = &ThreadPool::Default();
   const OpRegistry& registry = OpRegistry::Global();
   for (const Node& n : graph_.nodes()) {
+    node_keys_.push_back(HashName(n.name));
     if (IsSourceOp(n.op)) {
       kernels_.push_back(nullptr);
       continue;
@@ -159,7 +160,9 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     ctx.pool = options_.pool;
     for (ValueId v : n.inputs) ctx.inputs.push_back(&values_[v]);
     for (ValueId v : n.outputs) ctx.outputs.push_back(&values_[v]);
-    Rng rng = Rng::Stream(options_.seed, static_cast<uint64_t>(n.id), static_cast<uint64_t>(step_));
+    // Keyed by node name, not id: ids change when a graph is rebuilt or
+    // reloaded, names do not, so a dropout mask is a function of the model.
+    Rng rng = Rng::Stream(options_.seed, node_keys_[i], static_cast<uint64_t>(step_));
     ctx.rng = &rng;
     Status s = (*kernels_[i])(ctx);
     if (!s.ok()) return s.WithContext("node '" + n.name + "' (" + n.op + ")");

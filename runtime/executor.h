@@ -19,7 +19,7 @@ namespace loom {
 struct ExecutorOptions {
   Device device = Device::Cpu();
   ThreadPool* pool = nullptr;  // CPU kernels; default: ThreadPool::Default()
-  uint64_t seed = 0;           // random ops draw from streams keyed by (seed, node, step)
+  uint64_t seed = 0;           // random ops draw from streams keyed by (seed, node name, step)
 };
 
 class Executor {
@@ -61,6 +61,7 @@ class Executor {
   std::map<std::string, Tensor> state_;
   std::vector<Tensor> values_;  // by ValueId: arena views, state or feeds
   std::vector<const KernelFn*> kernels_;  // by node index
+  std::vector<uint64_t> node_keys_;       // by node index: the RNG stream key
   int64_t step_ = 0;
 };
 
