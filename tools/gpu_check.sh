@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# The GPU check of the CUDA backend, in two halves (see docs/cuda.md):
+#
+#   tools/gpu_check.sh prepare   here (Bazel, no GPU): builds the CUDA test
+#                                binaries and packs them, with the shared
+#                                libraries they need, into .gpu/ (git-ignored).
+#   tools/gpu_check.sh run       on the GPU machine (no Bazel, no Eigen/spdlog/
+#                                Catch2, has CUDA 13): runs them against the GPU
+#                                and writes logs and summary.txt to $OUT.
+#
+# .gpu/ layout:
+#   bin/     the test binaries (portable x86-64-v2, loom's libraries linked in)
+#   lib/     the other shared libraries they load (spdlog, fmt)
+#   compat/  libstdc++ and libgcc_s, used only if the machine's are too old
+#   glibc/   this machine's glibc and loader, used only if the machine's glibc
+#            is too old to load the binaries
+#   cuda/    libcudart, used only if the machine has no libcudart.so.13
+#            (cuBLAS is not packed: libcublasLt alone is over 500 MiB)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PACK="$ROOT/.gpu"
+TESTS=(//ops/cuda:cuda_kernels_test //ops:matmul_ops_test //ops:basic_ops_test)
+read -r -a EXTRA_TESTS <<<"${LOOM_GPU_EXTRA_TESTS:-}"  # more cc_test labels, space-separated
+TESTS+=("${EXTRA_TESTS[@]}")
+MAX_PACK_MIB=60
+BUILD_FLAGS=(--config=cuda --config=portable --dynamic_mode=off)
+
+usage() {
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit 2
+}
+
+say() { echo "gpu_check: $*"; }
+die() { echo "gpu_check: error: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- prepare --
+
+# Where a resolved library goes in the pack; "skip" for the driver and cuBLAS.
+classify() {
+  case "$(basename "$1")" in
+    libcuda.so* | libnvidia*) echo skip ;;  # the driver: always the machine's own
+    libcublas.so* | libcublasLt.so*) echo skip ;;  # too big; the machine has CUDA 13
+    libcudart.so*) echo cuda ;;
+    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*) echo glibc ;;
+    libstdc++.so.* | libgcc_s.so.*) echo compat ;;
+    *) echo lib ;;
+  esac
+}
+
+prepare() {
+  command -v bazel >/dev/null || die "prepare needs Bazel (run it on the build machine)"
+  cd "$ROOT"
+  say "building ${TESTS[*]} with ${BUILD_FLAGS[*]}"
+  bazel build "${BUILD_FLAGS[@]}" "${TESTS[@]}"
+
+  rm -rf "$PACK"
+  mkdir -p "$PACK"/{bin,lib,compat,glibc,cuda}
+  local label bin
+  for label in "${TESTS[@]}"; do
+    bin="bazel-bin/$(echo "${label#//}" | tr ':' '/')"
+    [ -x "$bin" ] || die "no binary at $bin for $label"
+    # Another build in this workspace may have replaced bazel-bin since ours:
+    # a mostly-static binary does not load Bazel's per-target libraries.
+    local deps
+    deps="$(ldd "$bin")"
+    if grep -q '_solib' <<<"$deps"; then
+      die "$bin links Bazel's _solib libraries (a concurrent build replaced it?); run prepare again"
+    fi
+    cp "$bin" "$PACK/bin/"
+    chmod u+w "$PACK/bin/$(basename "$bin")"
+  done
+
+  # The shared libraries every binary resolves here, sorted into the pack.
+  local line path dest
+  for bin in "$PACK"/bin/*; do
+    while read -r line; do
+      path="$(echo "$line" | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p; s/^\(\/[^ ]*\) (0x.*/\1/p')"
+      [ -n "$path" ] || continue
+      dest="$(classify "$path")"
+      [ "$dest" = skip ] && continue
+      cp -L "$path" "$PACK/$dest/$(basename "$path")"
+    done < <(ldd "$bin")
+    if ldd "$bin" >"$PACK/ldd.tmp" && grep -q 'not found' "$PACK/ldd.tmp"; then
+      grep 'not found' "$PACK/ldd.tmp" >&2
+      die "$bin has unresolved libraries here"
+    fi
+    rm -f "$PACK/ldd.tmp"
+  done
+
+  # The binaries must resolve their non-system libraries from the pack.
+  for bin in "$PACK"/bin/*; do
+    local resolved
+    resolved="$(LD_LIBRARY_PATH="$PACK/lib" ldd "$bin")"
+    for lib in "$PACK"/lib/*; do
+      grep -qF "=> $lib " <<<"$resolved" || die "$(basename "$bin") does not resolve $(basename "$lib") from .gpu/lib"
+    done
+  done
+  local packed=""
+  for lib in "$PACK"/lib/*; do packed+="$(basename "$lib") "; done
+  say "ldd: the binaries resolve ${packed}from .gpu/lib"
+
+  # The pack's own loader and glibc must be able to start every binary
+  # (the fallback for a GPU machine with an older glibc).
+  local cuda_here="/usr/local/cuda/lib64:/usr/local/cuda-13.0/lib"
+  for bin in "$PACK"/bin/*; do
+    "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$PACK/glibc:$PACK/compat:$PACK/lib:$cuda_here" "$bin" \
+      --help >/dev/null || die "$(basename "$bin") does not start through the packed loader"
+  done
+
+  # Smoke run here: no GPU, so the CUDA checks skip; everything else runs.
+  for bin in "$PACK"/bin/*; do
+    env -u LOOM_REQUIRE_CUDA LD_LIBRARY_PATH="$cuda_here:$PACK/lib" "$bin" >/dev/null 2>&1 || die "$(basename "$bin") fails here (run it for details)"
+  done
+  say "smoke run without GPU: all binaries pass (CUDA checks skipped)"
+
+  {
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"
+    echo "flags: ${BUILD_FLAGS[*]}"
+    echo "tests: ${TESTS[*]}"
+    (cd "$PACK" && find . -type f ! -name MANIFEST | sort | xargs sha256sum)
+  } >"$PACK/MANIFEST"
+
+  local mib
+  mib=$(( $(du -sb "$PACK" | cut -f1) / 1048576 ))
+  du -sh "$PACK"/* | sed 's/^/  /'
+  [ "$mib" -le "$MAX_PACK_MIB" ] || die ".gpu is ${mib} MiB, over the ${MAX_PACK_MIB} MiB carry budget"
+  say "packed .gpu (${mib} MiB). On the GPU machine: tools/gpu_check.sh run   (carry: .gpu)"
+}
+
+# -------------------------------------------------------------------- run --
+
+# Directories holding the CUDA 13 runtime libraries on this machine.
+find_cuda_dirs() {
+  local dirs=() d f
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+           /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/local/cuda-13.0/lib; do
+    if [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcudart.so.13" ]; then dirs+=("$d"); fi
+  done
+  if [ ${#dirs[@]} -eq 0 ]; then
+    # Elsewhere: ldconfig's cache, then pip's nvidia-* wheels (PyTorch's).
+    f="$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 /{print $NF}' | head -1 || true)"
+    if [ -n "$f" ]; then dirs+=("$(dirname "$f")"); fi
+    local site
+    site="$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)"
+    for d in $site; do
+      while read -r f; do dirs+=("$(dirname "$f")"); done < <(find "$d/nvidia" -name 'libcu*.so.13' 2>/dev/null || true)
+    done
+  fi
+  [ ${#dirs[@]} -gt 0 ] || return 0
+  # One entry per real directory (/usr/local/cuda is usually a link).
+  for d in "${dirs[@]}"; do readlink -f "$d"; done | awk 'NF && !seen[$0]++' | paste -sd:
+}
+
+run() {
+  local skip_sanitizer=0
+  for arg in "$@"; do
+    case "$arg" in
+      --no-sanitizer) skip_sanitizer=1 ;;
+      *) die "unknown option $arg" ;;
+    esac
+  done
+  cd "$ROOT"
+  OUT="${OUT:-$PACK/out}"
+  mkdir -p "$OUT"
+  [ -f "$PACK/MANIFEST" ] || die "no .gpu/MANIFEST: run 'tools/gpu_check.sh prepare' on the build machine and carry .gpu"
+  [ "$(uname -m)" = x86_64 ] || die "the pack is x86_64; this machine is $(uname -m)"
+
+  local env_log="$OUT/env.txt"
+  {
+    echo "== pack"; cat "$PACK/MANIFEST"
+    echo "== machine"; uname -a; nproc; ldd --version 2>&1 | head -1
+    echo "== nvidia-smi"; nvidia-smi 2>&1 || echo "(nvidia-smi failed)"
+    echo "== CUDA toolkit"; head -20 /usr/local/cuda/version.json 2>/dev/null || echo "(no /usr/local/cuda/version.json)"
+  } >"$env_log" 2>&1
+
+  local cuda_dirs
+  cuda_dirs="$(find_cuda_dirs)"
+  echo "== CUDA library dirs: ${cuda_dirs:-none found}" >>"$env_log"
+  local driver_dir
+  driver_dir="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF}' | head -1 | xargs -r dirname || true)"
+  echo "== driver (libcuda.so.1) dir: ${driver_dir:-from the default search path}" >>"$env_log"
+
+  # Loading tiers, tried in order until the binaries start:
+  #  native: the machine's libc and libstdc++, the pack's spdlog/fmt;
+  #  compat: + the pack's libstdc++/libgcc_s (the machine's are older);
+  #  glibc:  the pack's loader and glibc (the machine's glibc is older).
+  # The machine's CUDA libraries always come first; the pack's libcudart last.
+  local native="${cuda_dirs:+$cuda_dirs:}$PACK/lib:$PACK/cuda"
+  local compat="${cuda_dirs:+$cuda_dirs:}$PACK/lib:$PACK/compat:$PACK/cuda"
+  local glibc="$PACK/glibc:$PACK/compat:$PACK/lib:${cuda_dirs:+$cuda_dirs:}${driver_dir:+$driver_dir:}$PACK/cuda"
+  local tier="${LOOM_GPU_TIER:-}" probe="$PACK/bin/cuda_kernels_test"
+  [ -x "$probe" ] || die "no $probe in the pack"
+  if [ -n "$tier" ]; then
+    case "$tier" in native | compat | glibc) ;; *) die "LOOM_GPU_TIER must be native, compat or glibc" ;; esac
+  elif LD_LIBRARY_PATH="$native" "$probe" --help >/dev/null 2>>"$env_log"; then
+    tier=native
+  elif LD_LIBRARY_PATH="$compat" "$probe" --help >/dev/null 2>>"$env_log"; then
+    tier=compat
+  elif "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" "$probe" --help >/dev/null 2>>"$env_log"; then
+    tier=glibc
+  else
+    die "the binaries do not start on this machine in any loading tier (see $env_log)"
+  fi
+  echo "== loading tier: $tier" >>"$env_log"
+  say "loading tier: $tier; CUDA libraries from ${cuda_dirs:-the default search path}"
+
+  # Runs a pack binary with the chosen tier, at most 300 s (a hung kernel
+  # must not eat the device budget): launch BIN ARGS...
+  launch() {
+    local bin="$1"
+    shift
+    case "$tier" in
+      native) LD_LIBRARY_PATH="$native" timeout 300 "$bin" "$@" ;;
+      compat) LD_LIBRARY_PATH="$compat" timeout 300 "$bin" "$@" ;;
+      glibc) timeout 300 "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" "$bin" "$@" ;;
+    esac
+  }
+  {
+    echo "== libraries the CUDA test loads (tier $tier)"
+    case "$tier" in
+      glibc) "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" --list "$probe" ;;
+      *) LD_LIBRARY_PATH="$([ "$tier" = native ] && echo "$native" || echo "$compat")" ldd "$probe" ;;
+    esac
+  } >>"$env_log" 2>&1 || true
+
+  export LOOM_REQUIRE_CUDA=1  # a test that finds no GPU here fails instead of skipping
+  local passed=0 failed=0 summary="$OUT/summary.txt" name rc
+  : >"$summary"
+  for bin in "$PACK"/bin/*; do
+    name="$(basename "$bin")"
+    set +e
+    launch "$bin" --durations yes >"$OUT/$name.log" 2>&1 </dev/null
+    rc=$?
+    set -e
+    local totals
+    totals="$(grep -E '^(All tests passed|test cases:)' "$OUT/$name.log" | tail -1 || true)"
+    if [ "$rc" -eq 0 ]; then
+      passed=$((passed + 1))
+      echo "PASS $name: $totals" | tee -a "$summary"
+    else
+      failed=$((failed + 1))
+      echo "FAIL $name (exit $rc): ${totals:-no Catch2 summary} (see $name.log)" | tee -a "$summary"
+    fi
+  done
+
+  # Throughput of the kernels (informational; never fails the check).
+  set +e
+  launch "$PACK/bin/cuda_kernels_test" "[bench]" >"$OUT/bench.log" 2>&1 </dev/null
+  set -e
+  grep -E 'TFLOP/s|GB/s' "$OUT/bench.log" | sed 's/^/bench: /' | tee -a "$summary" || true
+
+  # Out-of-bounds and race checks of the kernels, where the toolkit has them.
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+  if [ "$skip_sanitizer" -eq 0 ] && [ -n "$sanitizer" ] && [ -x "$PACK/bin/cuda_kernels_test" ]; then
+    local target=("$PACK/bin/cuda_kernels_test")
+    if [ "$tier" = glibc ]; then
+      target=("$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" "$PACK/bin/cuda_kernels_test")
+    fi
+    set +e
+    LD_LIBRARY_PATH="$([ "$tier" = compat ] && echo "$compat" || echo "$native")" \
+      timeout 150 "$sanitizer" --tool memcheck --error-exitcode 86 "${target[@]}" >"$OUT/memcheck.log" 2>&1 </dev/null
+    rc=$?
+    set -e
+    case "$rc" in
+      0) passed=$((passed + 1)); echo "PASS memcheck cuda_kernels_test" | tee -a "$summary" ;;
+      124) echo "SKIP memcheck cuda_kernels_test: over 150 s (inconclusive)" | tee -a "$summary" ;;
+      *) failed=$((failed + 1)); echo "FAIL memcheck cuda_kernels_test (exit $rc, see memcheck.log)" | tee -a "$summary" ;;
+    esac
+  elif [ -z "$sanitizer" ]; then
+    echo "SKIP memcheck: no compute-sanitizer on this machine" | tee -a "$summary"
+  else
+    echo "SKIP memcheck: --no-sanitizer" | tee -a "$summary"
+  fi
+
+  echo "$passed passed, $failed failed" | tee -a "$summary"
+  [ "$failed" -eq 0 ]
+}
+
+case "${1:-}" in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@" ;;
+  *) usage ;;
+esac
