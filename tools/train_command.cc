@@ -14,7 +14,7 @@
 namespace loom::tools {
 
 Status TrainCommand(const std::vector<std::string>& args) {
-  Flags flags({{"epochs", "passes over the training set (default 2)"},
+  Flags flags({{"epochs", "passes over the training set (default 10)"},
                {"batch", "mini-batch size (default 128)"},
                {"lr", "learning rate (default 0.05)"},
                {"momentum", "SGD momentum (default 0.9)"},
@@ -28,7 +28,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
     return Status::Ok();
   }
   SetLogVerbosity(flags.verbosity());
-  LOOM_ASSIGN_OR_RETURN(int64_t epochs, flags.Int("epochs", 2));
+  LOOM_ASSIGN_OR_RETURN(int64_t epochs, flags.Int("epochs", 10));
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 128));
   LOOM_ASSIGN_OR_RETURN(double lr, flags.Float("lr", 0.05));
   LOOM_ASSIGN_OR_RETURN(double momentum, flags.Float("momentum", 0.9));
