@@ -1,2 +1,394 @@
-// Placeholder: the pool ops family is being written.
+// Pooling over the planes of NCHW tensors, PyTorch semantics:
+//   MaxPool2d(x) -> (y, indices)
+//     attrs kernel, stride (default: kernel), padding, dilation, ceil_mode.
+//     indices [N, C, OH, OW] i64: the flat h * W + w of each maximum in its
+//     input plane (torch's return_indices); -1 for a window that holds no
+//     input element (possible only with dilation), whose y is -inf.
+//   AvgPool2d(x) -> y
+//     attrs kernel, stride (default: kernel), padding, ceil_mode,
+//     count_include_pad (default true).
+//   AdaptiveAvgPool2d(x) -> y
+//     attr output_size; window i along an axis of extent H is
+//     [floor(i * H / out), ceil((i + 1) * H / out)).
+// kernel, stride, padding, dilation and output_size take an int or a list of
+// two. Backward ops take the forward attrs plus input_shape:
+//   MaxPool2dBackward(dy, indices) -> dx
+//   AvgPool2dBackward(dy) -> dx
+//   AdaptiveAvgPool2dBackward(dy) -> dx
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <variant>
+
+#include "ops/cpu_util.h"
 #include "ops/op.h"
+
+namespace loom {
+namespace {
+
+using Pair = std::array<int64_t, 2>;  // (h, w)
+
+std::string PairString(const Pair& p) { return StrCat("[", p[0], ", ", p[1], "]"); }
+
+// An int or a list of two; absent means `def` (no default: required).
+StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char* name, const Pair* def) {
+  auto it = attrs.values().find(name);
+  if (it == attrs.values().end()) {
+    if (def == nullptr) return InvalidArgument(op, ": missing attribute '", name, "'");
+    return *def;
+  }
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return Pair{*i, *i};
+  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
+  if (list == nullptr || list->size() != 2)
+    return InvalidArgument(op, ": attribute '", name, "' must be an int or a list of 2 ints, got ",
+                           AttrValueToString(it->second));
+  return Pair{(*list)[0], (*list)[1]};
+}
+
+StatusOr<bool> BoolAttr(const AttrMap& attrs, const std::string& op, const char* name, bool def) {
+  auto it = attrs.values().find(name);
+  if (it == attrs.values().end()) return def;
+  const bool* b = std::get_if<bool>(&it->second);
+  if (b == nullptr) return InvalidArgument(op, ": attribute '", name, "' must be a bool, got ", AttrValueToString(it->second));
+  return *b;
+}
+
+enum class PoolKind { kMax, kAvg, kAdaptiveAvg };
+
+// One output position's window along one axis: the input taps first + t *
+// step for t in [0, count) (only those inside the input), and the extent a
+// mean divides by (which counts padding under count_include_pad).
+struct Window {
+  int64_t first = 0, count = 0, extent = 0;
+};
+struct AxisWindows {
+  int64_t step = 1;
+  std::vector<Window> windows;  // one per output position
+  int64_t Taps() const {
+    int64_t n = 0;
+    for (const Window& w : windows) n += w.count;
+    return n;
+  }
+};
+
+// Sliding windows: output o starts at o * stride - padding.
+AxisWindows SlidingWindows(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, bool include_pad) {
+  AxisWindows a;
+  a.step = d;
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = o * s - p;
+    const int64_t t_lo = start >= 0 ? 0 : (-start + d - 1) / d;           // first tap at or after 0
+    const int64_t t_hi = start >= in ? 0 : std::min(k, (in - start + d - 1) / d);  // taps before in
+    Window w;
+    w.count = std::max<int64_t>(0, t_hi - t_lo);
+    w.first = start + t_lo * d;
+    // PyTorch: the padded window ends at min(start + k, in + p).
+    w.extent = include_pad ? std::min(start + k, in + p) - start : w.count;
+    a.windows.push_back(w);
+  }
+  return a;
+}
+
+AxisWindows AdaptiveWindows(int64_t in, int64_t out) {
+  AxisWindows a;
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t begin = o * in / out, end = ((o + 1) * in + out - 1) / out;
+    a.windows.push_back({begin, end - begin, end - begin});
+  }
+  return a;
+}
+
+// PyTorch's pooling_output_shape: in ceil mode the last window must still
+// start inside the input or its left padding.
+int64_t PoolExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+// A validated pool on a given input: the output shape and both axes' windows.
+struct PoolPlan {
+  Shape out;
+  AxisWindows rows, cols;
+  int64_t planes() const { return out[0] * out[1]; }
+  // Window elements visited for the whole tensor.
+  double Taps() const { return static_cast<double>(planes()) * rows.Taps() * cols.Taps(); }
+};
+
+StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrMap& attrs, const Shape& x) {
+  const bool max = kind == PoolKind::kMax;
+  if (!max && attrs.Has("dilation")) return InvalidArgument(op, " has no 'dilation' attribute");
+  if (max && attrs.Has("count_include_pad")) return InvalidArgument(op, " has no 'count_include_pad' attribute");
+  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, op, "kernel", nullptr));
+  Pair stride = kernel;
+  // An empty stride list means the default, as stride=None in PyTorch.
+  if (!(attrs.Has("stride") && attrs.values().at("stride") == AttrValue(std::vector<int64_t>{}))) {
+    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, op, "stride", &kernel));
+  }
+  const Pair zero{0, 0}, one{1, 1};
+  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, op, "padding", &zero));
+  LOOM_ASSIGN_OR_RETURN(Pair dilation, PairAttr(attrs, op, "dilation", &one));
+  LOOM_ASSIGN_OR_RETURN(bool ceil_mode, BoolAttr(attrs, op, "ceil_mode", false));
+  LOOM_ASSIGN_OR_RETURN(bool include_pad, BoolAttr(attrs, op, "count_include_pad", true));
+  for (int a = 0; a < 2; ++a) {
+    if (kernel[a] < 1) return InvalidArgument(op, ": kernel must be >= 1, got ", PairString(kernel));
+    if (stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(stride));
+    if (dilation[a] < 1) return InvalidArgument(op, ": dilation must be >= 1, got ", PairString(dilation));
+    if (padding[a] < 0 || padding[a] > kernel[a] / 2)
+      return InvalidArgument(op, ": padding ", PairString(padding), " must be between 0 and half the kernel ",
+                             PairString(kernel));
+  }
+  if (x.rank() != 4) return InvalidArgument(op, ": input x must be [N, C, H, W], got ", x.ToString());
+  const Pair in{x[2], x[3]};
+  Pair span, padded;
+  for (int a = 0; a < 2; ++a) {
+    span[a] = dilation[a] * (kernel[a] - 1) + 1;
+    padded[a] = in[a] + 2 * padding[a];
+  }
+  for (int a = 0; a < 2; ++a)
+    if (span[a] > padded[a])
+      return InvalidArgument(op, ": kernel ", PairString(kernel), (max ? " with dilation " + PairString(dilation) : ""),
+                             " spans ", PairString(span), ", larger than the padded input ", PairString(padded), " (x ",
+                             x.ToString(), ", padding ", PairString(padding), ")");
+  PoolPlan plan;
+  Pair out;
+  for (int a = 0; a < 2; ++a) out[a] = PoolExtent(in[a], kernel[a], stride[a], padding[a], dilation[a], ceil_mode);
+  plan.out = Shape{x[0], x[1], out[0], out[1]};
+  plan.rows = SlidingWindows(in[0], out[0], kernel[0], stride[0], padding[0], dilation[0], include_pad);
+  plan.cols = SlidingWindows(in[1], out[1], kernel[1], stride[1], padding[1], dilation[1], include_pad);
+  return plan;
+}
+
+StatusOr<PoolPlan> PlanAdaptive(const std::string& op, const AttrMap& attrs, const Shape& x) {
+  LOOM_ASSIGN_OR_RETURN(Pair out, PairAttr(attrs, op, "output_size", nullptr));
+  if (out[0] < 1 || out[1] < 1) return InvalidArgument(op, ": output_size must be >= 1, got ", PairString(out));
+  if (x.rank() != 4) return InvalidArgument(op, ": input x must be [N, C, H, W], got ", x.ToString());
+  if (x[2] < 1 || x[3] < 1) return InvalidArgument(op, ": input x ", x.ToString(), " has an empty plane");
+  PoolPlan plan;
+  plan.out = Shape{x[0], x[1], out[0], out[1]};
+  plan.rows = AdaptiveWindows(x[2], out[0]);
+  plan.cols = AdaptiveWindows(x[3], out[1]);
+  return plan;
+}
+
+StatusOr<PoolPlan> PlanPool(PoolKind kind, const std::string& op, const AttrMap& attrs, const Shape& x) {
+  return kind == PoolKind::kAdaptiveAvg ? PlanAdaptive(op, attrs, x) : PlanSliding(kind, op, attrs, x);
+}
+
+// Planes per parallel chunk, given the window elements one plane visits.
+int64_t PlaneChunk(const PoolPlan& plan) {
+  const double per_plane = std::max(1.0, plan.Taps() / std::max<int64_t>(1, plan.planes()));
+  return std::max<int64_t>(1, static_cast<int64_t>(32768 / per_plane));
+}
+
+// ---------------------------------------------------------------------------
+// CPU kernels. Every plane (n, c) is independent, forward and backward, so
+// all of them split over planes.
+
+// y [P, OH, OW], idx [P, OH, OW] = max and argmax of each window of x [P, H, W].
+template <typename T>
+void MaxPoolForward(const PoolPlan& plan, const Shape& xs, const T* x, T* y, int64_t* idx, ThreadPool* pool) {
+  const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* plane = x + p * h * w;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const Window& r = plan.rows.windows[oy];
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const Window& c = plan.cols.windows[ox];
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t arg = -1;
+          for (int64_t a = 0; a < r.count; ++a) {
+            const int64_t line = (r.first + a * plan.rows.step) * w;
+            for (int64_t b = 0; b < c.count; ++b) {
+              const int64_t i = line + c.first + b * plan.cols.step;
+              // NaN wins, as in PyTorch; ties keep the first maximum.
+              if (arg < 0 || plane[i] > best || std::isnan(plane[i])) {
+                best = plane[i];
+                arg = i;
+              }
+            }
+          }
+          y[(p * oh + oy) * ow + ox] = best;
+          idx[(p * oh + oy) * ow + ox] = arg;
+        }
+      }
+    }
+  }, PlaneChunk(plan));
+}
+
+// dx [P, H, W] = dy scattered to the argmax of each window.
+template <typename T>
+void MaxPoolBackward(const PoolPlan& plan, const Shape& xs, const T* dy, const int64_t* idx, T* dx, ThreadPool* pool) {
+  const int64_t hw = xs[2] * xs[3], ohw = plan.out[2] * plan.out[3];
+  ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* plane = dx + p * hw;
+      std::fill(plane, plane + hw, T(0));
+      for (int64_t o = p * ohw; o < (p + 1) * ohw; ++o)
+        if (idx[o] >= 0) plane[idx[o]] += dy[o];
+    }
+  }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, hw + ohw)));
+}
+
+// y [P, OH, OW] = sum over each window of x [P, H, W] / its extents.
+template <typename T>
+void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadPool* pool) {
+  const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* plane = x + p * h * w;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const Window& r = plan.rows.windows[oy];
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const Window& c = plan.cols.windows[ox];
+          T sum = 0;
+          for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
+            for (int64_t ix = c.first; ix < c.first + c.count; ++ix) sum += plane[iy * w + ix];
+          y[(p * oh + oy) * ow + ox] = sum / static_cast<T>(r.extent * c.extent);
+        }
+      }
+    }
+  }, PlaneChunk(plan));
+}
+
+// dx [P, H, W] = each dy [P, OH, OW] spread evenly over its window.
+template <typename T>
+void WindowMeanBackward(const PoolPlan& plan, const Shape& xs, const T* dy, T* dx, ThreadPool* pool) {
+  const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* plane = dx + p * h * w;
+      std::fill(plane, plane + h * w, T(0));
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const Window& r = plan.rows.windows[oy];
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const Window& c = plan.cols.windows[ox];
+          const T g = dy[(p * oh + oy) * ow + ox] / static_cast<T>(r.extent * c.extent);
+          for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
+            for (int64_t ix = c.first; ix < c.first + c.count; ++ix) plane[iy * w + ix] += g;
+        }
+      }
+    }
+  }, PlaneChunk(plan));
+}
+
+// ---------------------------------------------------------------------------
+// Op definitions.
+
+class PoolOp : public OpDef {
+ public:
+  PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) {}
+  std::string name() const override { return name_; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name_ + " input x"));
+    LOOM_ASSIGN_OR_RETURN(PoolPlan plan, PlanPool(kind_, name_, attrs, in[0].shape));
+    std::vector<TensorType> out = {{plan.out, in[0].dtype}};
+    if (kind_ == PoolKind::kMax) out.push_back({plan.out, DType::kI64});
+    return out;
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    auto plan = PlanPool(kind_, name_, a, in[0].shape);
+    // One compare or add per window element; averages also scale each output.
+    if (plan.ok()) c.flops = plan->Taps() + (kind_ == PoolKind::kMax ? 0.0 : static_cast<double>(plan->out.numel()));
+    return c;
+  }
+
+  Status Gradient(GradBuilder& g) const override {
+    const ValueId dy = g.output_grad(0);
+    if (dy == kNoValue) return Status::Ok();
+    AttrMap attrs = g.attrs();
+    attrs.Set("input_shape", g.type(g.input(0)).shape.dims());
+    std::vector<ValueId> inputs = {dy};
+    if (kind_ == PoolKind::kMax) inputs.push_back(g.output(1));
+    g.SetInputGrad(0, g.Emit1(name_ + "Backward", inputs, attrs));
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_;
+  PoolKind kind_;
+};
+LOOM_REGISTER_OP(PoolOp, "MaxPool2d", PoolKind::kMax);
+LOOM_REGISTER_OP(PoolOp, "AvgPool2d", PoolKind::kAvg);
+LOOM_REGISTER_OP(PoolOp, "AdaptiveAvgPool2d", PoolKind::kAdaptiveAvg);
+
+// (dy[, indices]) -> dx with the forward attrs plus input_shape.
+class PoolBackwardOp : public OpDef {
+ public:
+  PoolBackwardOp(const char* name, PoolKind kind) : name_(name), kind_(kind) {}
+  std::string name() const override { return name_; }
+
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    const bool max = kind_ == PoolKind::kMax;
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, max ? 2 : 1, name_));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name_ + " dy"));
+    if (max && (in[1].dtype != DType::kI64 || in[1].shape != in[0].shape))
+      return InvalidArgument(name_, ": indices must be i64 shaped like dy ", in[0].shape.ToString(), ", got ",
+                             in[1].ToString());
+    auto it = attrs.values().find("input_shape");
+    const auto* dims = it == attrs.values().end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
+    if (dims == nullptr) return InvalidArgument(name_, ": missing int-list attribute 'input_shape'");
+    const Shape x(*dims);
+    LOOM_ASSIGN_OR_RETURN(PoolPlan plan, PlanPool(kind_, name_, attrs, x));
+    if (plan.out != in[0].shape)
+      return InvalidArgument(name_, ": dy ", in[0].shape.ToString(), " is not the forward output ", plan.out.ToString(),
+                             " of input_shape ", x.ToString());
+    return std::vector<TensorType>{{x, in[0].dtype}};
+  }
+
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    if (kind_ == PoolKind::kMax) {
+      c.flops = static_cast<double>(in[0].shape.numel());  // one add per scattered gradient
+    } else if (auto plan = PlanPool(kind_, name_, a, out[0].shape); plan.ok()) {
+      c.flops = plan->Taps() + static_cast<double>(in[0].shape.numel());
+    }
+    return c;
+  }
+
+ private:
+  std::string name_;
+  PoolKind kind_;
+};
+LOOM_REGISTER_OP(PoolBackwardOp, "MaxPool2dBackward", PoolKind::kMax);
+LOOM_REGISTER_OP(PoolBackwardOp, "AvgPool2dBackward", PoolKind::kAvg);
+LOOM_REGISTER_OP(PoolBackwardOp, "AdaptiveAvgPool2dBackward", PoolKind::kAdaptiveAvg);
+
+// Kernels: the plan comes from the attrs and the input shape (the forward's
+// x, or the backward's dx).
+template <PoolKind kKind, bool kBackward>
+Status PoolKernel(KernelContext& ctx) {
+  const Shape& xs = kBackward ? ctx.out(0).shape() : ctx.in(0).shape();
+  LOOM_ASSIGN_OR_RETURN(PoolPlan plan, PlanPool(kKind, "pool kernel", *ctx.attrs, xs));
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = ctx.in(0).data<T>();
+    T* out = ctx.out(0).data<T>();
+    if constexpr (kKind == PoolKind::kMax && !kBackward) {
+      MaxPoolForward(plan, xs, in, out, ctx.out(1).data<int64_t>(), ctx.pool);
+    } else if constexpr (kKind == PoolKind::kMax) {
+      MaxPoolBackward(plan, xs, in, ctx.in(1).data<int64_t>(), out, ctx.pool);
+    } else if constexpr (!kBackward) {
+      WindowMean(plan, xs, in, out, ctx.pool);
+    } else {
+      WindowMeanBackward(plan, xs, in, out, ctx.pool);
+    }
+  });
+}
+
+LOOM_REGISTER_KERNEL("MaxPool2d", DeviceType::kCpu, PoolKernel<PoolKind::kMax, false>);
+LOOM_REGISTER_KERNEL("MaxPool2dBackward", DeviceType::kCpu, PoolKernel<PoolKind::kMax, true>);
+LOOM_REGISTER_KERNEL("AvgPool2d", DeviceType::kCpu, PoolKernel<PoolKind::kAvg, false>);
+LOOM_REGISTER_KERNEL("AvgPool2dBackward", DeviceType::kCpu, PoolKernel<PoolKind::kAvg, true>);
+LOOM_REGISTER_KERNEL("AdaptiveAvgPool2d", DeviceType::kCpu, PoolKernel<PoolKind::kAdaptiveAvg, false>);
+LOOM_REGISTER_KERNEL("AdaptiveAvgPool2dBackward", DeviceType::kCpu, PoolKernel<PoolKind::kAdaptiveAvg, true>);
+
+}  // namespace
+}  // namespace loom
