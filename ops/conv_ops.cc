@@ -216,8 +216,10 @@ struct ConvGeom {
 
 ConvGeom MakeGeom(const ConvParams& p, const Shape& image, const Shape& weight, const Shape& cols) {
   const Pair in = SpatialOf(image), k = SpatialOf(weight), out = SpatialOf(cols);
-  return ConvGeom{image[0],    image[1],    in[0],       in[1],       cols[1],     out[0],       out[1],     k[0],
-                  k[1],        p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
+  return ConvGeom{image[0],     image[1],     in[0],        in[1],          // image
+                  cols[1],      out[0],       out[1],                       // cols
+                  k[0],         k[1],         p.stride[0],  p.stride[1],    // kernel
+                  p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
 }
 
 // Output positions [lo, hi) along one axis whose input coordinate
@@ -412,9 +414,9 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
     const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
     const T* wg = w + grp * og * k;                      // [O/g, K]
     T* y = cols + (n * g.o + grp * og) * ohw;            // [O/g, OH * OW]
-    if (bias || Direct(g)) InitPlanes(y, og, ohw, bias ? bias + grp * og : nullptr);
-    const T beta = bias ? T(1) : T(0);
+    const T* bg = bias ? bias + grp * og : nullptr;
     if (Direct(g)) {  // x is one plane [H, W]
+      InitPlanes(y, og, ohw, bg);
       for (int64_t oc = 0; oc < og; ++oc)
         ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
           const T wv = wg[oc * k + r];
@@ -423,6 +425,8 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
         });
       return;
     }
+    if (bg) InitPlanes(y, og, ohw, bg);  // the GEMMs then accumulate onto the bias
+    const T beta = bg ? T(1) : T(0);
     if (g.pointwise()) {
       Gemm<T>(false, false, og, ohw, k, T(1), wg, k, x, ohw, beta, y, ohw, inner);
       return;
@@ -467,6 +471,11 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
   });
 }
 
+// Weight gradients split over the batch keep one partial dW per thread, up
+// to this many elements in all. Larger weights make per-image GEMMs big
+// enough to share out over the pool by themselves.
+constexpr int64_t kMaxPartialElems = 4 << 20;
+
 // dW [O, C/g, KH, KW] = sum_n cols_n * im2col(image_n)^T, per group.
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
@@ -503,11 +512,11 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
     if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };
   const int threads = pool ? pool->num_threads() : 1;
-  if (threads > 1 && g.groups < threads && g.n >= threads) {
+  const int64_t size = g.o * k, parts = threads;
+  if (threads > 1 && g.groups < threads && g.n >= threads && size * parts <= kMaxPartialElems) {
     // Too few groups to share out: split the batch into one part per thread,
     // each with a partial dW, and add the parts in a fixed order so results
     // do not depend on scheduling.
-    const int64_t size = g.o * k, parts = threads;
     std::vector<T> partial(static_cast<size_t>(parts * size));  // [parts, O, K]
     pool->ParallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
       auto col = Scratch<T>(scratch);
