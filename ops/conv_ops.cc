@@ -1,6 +1,13 @@
 // Convolutions, NCHW / NCL with PyTorch semantics and weight layouts:
 // Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d and their backward ops.
 //
+//   Conv2d(x [N, C, H, W], weight [O, C/groups, KH, KW][, bias [O]]) -> y
+//   ConvTranspose2d(x [N, C, H, W], weight [C, O/groups, KH, KW][, bias [O]]) -> y
+//   (Conv1d / ConvTranspose1d: the same with [N, C, L] and [.., .., K].)
+// attrs: stride, padding, dilation (an int or one int per spatial dim;
+// defaults 1, 0, 1), groups (default 1), and for transposed convolutions
+// output_padding (default 0, smaller than stride or dilation).
+//
 // Every op here is one of three products over a single geometry: an "image"
 // side [N, C, H, W] and a "column" side [N, O, OH, OW], joined by a weight
 // [O, C/groups, KH, KW] (per group g: W_g is [O/g, K], K = C/g * KH * KW):

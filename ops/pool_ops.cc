@@ -198,21 +198,29 @@ void MaxPoolForward(const PoolPlan& plan, const Shape& xs, const T* x, T* y, int
         const Window& r = plan.rows.windows[oy];
         for (int64_t ox = 0; ox < ow; ++ox) {
           const Window& c = plan.cols.windows[ox];
-          T best = -std::numeric_limits<T>::infinity();
-          int64_t arg = -1;
+          const int64_t o = (p * oh + oy) * ow + ox;
+          if (r.count == 0 || c.count == 0) {
+            y[o] = -std::numeric_limits<T>::infinity();
+            idx[o] = -1;
+            continue;
+          }
+          int64_t arg = r.first * w + c.first;
+          T best = plane[arg];
           for (int64_t a = 0; a < r.count; ++a) {
             const int64_t line = (r.first + a * plan.rows.step) * w;
             for (int64_t b = 0; b < c.count; ++b) {
               const int64_t i = line + c.first + b * plan.cols.step;
-              // NaN wins, as in PyTorch; ties keep the first maximum.
-              if (arg < 0 || plane[i] > best || std::isnan(plane[i])) {
-                best = plane[i];
-                arg = i;
-              }
+              // NaN wins, as in PyTorch; ties keep the first maximum. Bitwise
+              // and selects rather than branches: maxima of noisy data are
+              // unpredictable.
+              const T v = plane[i];
+              const bool take = (v > best) | std::isnan(v);
+              best = take ? v : best;
+              arg = take ? i : arg;
             }
           }
-          y[(p * oh + oy) * ow + ox] = best;
-          idx[(p * oh + oy) * ow + ox] = arg;
+          y[o] = best;
+          idx[o] = arg;
         }
       }
     }
