@@ -16,6 +16,8 @@
 #include "core/rng.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
+#include "ops/cuda/cuda_kernel_util.h"
+#include "ops/cuda/matmul_kernels.h"
 #include "ops/op.h"
 #include "runtime/executor.h"
 #include "tests/op_harness.h"
@@ -266,6 +268,103 @@ TEST_CASE("a CUDA kernel rejects tensors that are not on its device") {
   Status s = (*add)(ctx);
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("is on cpu:0"));
+}
+
+// The kernels' index arithmetic (elementwise_kernels.cu), replayed on the
+// host: checks the index builders without a GPU.
+int64_t ReplayOffset(const int64_t* dims, const int64_t* strides, int rank, int64_t i) {
+  int64_t offset = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    offset += (i % dims[d]) * strides[d];
+    i /= dims[d];
+  }
+  return offset;
+}
+
+TEST_CASE("broadcast and reduce indexes address the right elements") {
+  const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{3, 4}, {3, 4}},       {{2, 3, 4}, {4}},          {{2, 1, 4}, {3, 1}},     {{}, {2, 3}},
+      {{4, 1, 3}, {1, 5, 3}}, {{2, 1, 3, 1, 4}, {3, 2, 1}}, {{2, 1, 2, 1, 2, 1, 2, 1, 2, 3}, {3}},
+      {{5, 1}, {1, 1}},       {{0, 3}, {3}},              {{6, 7, 8}, {6, 1, 8}},
+  };
+  for (const auto& [sa, sb] : pairs) {
+    const Shape out = BroadcastShapes(sa, sb).value();
+    INFO(sa.ToString() << " with " << sb.ToString());
+    auto index = cuda::MakeBroadcastIndex(out, {sa, sb});
+    REQUIRE(index.status().ToString() == "OK");
+    CHECK(index->rank <= cuda::kMaxKernelRank);
+    int64_t n = 1;
+    for (int d = 0; d < index->rank; ++d) n *= index->dims[d];
+    CHECK(n == out.numel());
+    int bad = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      bad += ReplayOffset(index->dims, index->strides[0], index->rank, i) != BroadcastOffset(sa, out, i);
+      bad += ReplayOffset(index->dims, index->strides[1], index->rank, i) != BroadcastOffset(sb, out, i);
+    }
+    CHECK(bad == 0);
+  }
+  // Coalescing: the rank-10 case walks as [32 (b: stride 0), 3].
+  auto ten = cuda::MakeBroadcastIndex({2, 1, 2, 1, 2, 1, 2, 1, 2, 3}, {Shape{2, 1, 2, 1, 2, 1, 2, 1, 2, 3}, Shape{3}});
+  REQUIRE(ten.ok());
+  CHECK(ten->rank == 2);
+
+  const std::vector<std::pair<Shape, Shape>> reductions = {
+      {{2, 3, 4}, {3, 1}}, {{4, 5}, {}},         {{5, 2, 7}, {1, 1, 7}}, {{2, 3}, {2, 3}},
+      {{300, 33}, {33}},   {{4, 6, 10, 5}, {1, 6, 1, 5}}, {{3, 0, 2}, {1, 1, 2}}, {{1, 4}, {4}},
+  };
+  for (const auto& [in, target] : reductions) {
+    INFO("sum " << in.ToString() << " to " << target.ToString());
+    auto index = cuda::MakeReduceIndex(in, target);
+    REQUIRE(index.status().ToString() == "OK");
+    Tensor x = RandomTensor(in, DType::kF64, 9);
+    std::vector<Tensor> expected = SumToRef({x}, AttrMap{{"shape", target.dims()}}, {});
+    int64_t reduced_n = 1;
+    for (int d = 0; d < index->reduced_rank; ++d) reduced_n *= index->reduced_dims[d];
+    int bad = 0;
+    for (int64_t o = 0; o < target.numel(); ++o) {
+      const int64_t base = ReplayOffset(index->kept_dims, index->kept_strides, index->kept_rank, o);
+      double sum = 0;
+      for (int64_t j = 0; j < reduced_n; ++j)
+        sum += x.data<double>()[base + ReplayOffset(index->reduced_dims, index->reduced_strides, index->reduced_rank, j)];
+      bad += std::abs(sum - At(expected[0], o)) > 1e-12;
+    }
+    CHECK(bad == 0);
+  }
+}
+
+// What cuBLAS computes, column-major: C[i + j ldc] = sum_p op1(X1)(i, p) op2(X2)(p, j),
+// with X(r, c) stored at x[r + c ld].
+void ColumnMajorGemm(const cuda::CublasGemmShape& g, const double* x1, const double* x2, double* c) {
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        double v1 = g.transpose_first ? x1[p + i * g.ld_first] : x1[i + p * g.ld_first];
+        double v2 = g.transpose_second ? x2[j + p * g.ld_second] : x2[p + j * g.ld_second];
+        s += v1 * v2;
+      }
+      c[i + j * g.ldc] = s;
+    }
+}
+
+TEST_CASE("the row-major to cuBLAS GEMM mapping computes op(A) op(B)") {
+  const int64_t m = 7, n = 9, k = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("transpose_a " << ta << ", transpose_b " << tb);
+      Tensor a = RandomTensor(ta ? Shape{k, m} : Shape{m, k}, DType::kF64, 1);
+      Tensor b = RandomTensor(tb ? Shape{n, k} : Shape{k, n}, DType::kF64, 2);
+      const int64_t lda = a.shape()[1], ldb = b.shape()[1];
+      const cuda::CublasGemmShape g = cuda::RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
+      // cuBLAS's own argument rules.
+      CHECK(g.ld_first >= std::max<int64_t>(1, g.transpose_first ? g.k : g.m));
+      CHECK(g.ld_second >= std::max<int64_t>(1, g.transpose_second ? g.n : g.k));
+      CHECK(g.ldc >= std::max<int64_t>(1, g.m));
+      Tensor c = ZerosF64({m, n});
+      ColumnMajorGemm(g, b.data<double>(), a.data<double>(), c.data<double>());  // first operand is B
+      Tensor expected = MatMulRef({a, b}, AttrMap{{"transpose_a", ta}, {"transpose_b", tb}}, {})[0];
+      ExpectClose("row-major product through the cuBLAS mapping", expected, c, 1e-12);
+    }
 }
 
 TEST_CASE("the CUDA allocator accounts its bytes") {

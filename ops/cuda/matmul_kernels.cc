@@ -9,6 +9,7 @@
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/elementwise_kernels.h"
+#include "ops/cuda/matmul_kernels.h"
 
 namespace loom::cuda {
 namespace {
@@ -63,16 +64,16 @@ Status RowMajorGemm(const KernelContext& ctx, cudaStream_t stream, bool ta, bool
   LOOM_RETURN_IF_ERROR(FitsInt("batch", batch));
   LOOM_ASSIGN_OR_RETURN(CublasLease lease, CublasLease::Acquire(ctx.device.index, stream));
   const T alpha = 1, beta = 0;
-  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+  const CublasGemmShape g = RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
+  const cublasOperation_t op1 = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op2 = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int gm = static_cast<int>(g.m), gn = static_cast<int>(g.n), gk = static_cast<int>(g.k);
+  const int ld1 = static_cast<int>(g.ld_first), ld2 = static_cast<int>(g.ld_second), ldc = static_cast<int>(g.ldc);
   if (batch == 1) {
-    LOOM_CUBLAS_RETURN_IF_ERROR(Gemm(lease.handle(), op_b, op_a, in, im, ik, &alpha, b, static_cast<int>(ldb), a,
-                                     static_cast<int>(lda), &beta, c, in));
+    LOOM_CUBLAS_RETURN_IF_ERROR(Gemm(lease.handle(), op1, op2, gm, gn, gk, &alpha, b, ld1, a, ld2, &beta, c, ldc));
   } else {
-    LOOM_CUBLAS_RETURN_IF_ERROR(GemmStridedBatched(lease.handle(), op_b, op_a, in, im, ik, &alpha, b,
-                                                   static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a,
-                                                   &beta, c, in, m * n, static_cast<int>(batch)));
+    LOOM_CUBLAS_RETURN_IF_ERROR(GemmStridedBatched(lease.handle(), op1, op2, gm, gn, gk, &alpha, b, ld1, stride_b, a,
+                                                   ld2, stride_a, &beta, c, ldc, m * n, static_cast<int>(batch)));
   }
   return Status::Ok();
 }
