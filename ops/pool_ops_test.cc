@@ -271,6 +271,32 @@ TEST_CASE("pool cost counts window elements") {
   CHECK(max->Cost(attrs, in, max_out).flops == 6 * 49);
 }
 
+// Runs a CPU kernel directly (for values the harness cannot compare).
+void RunKernel(const std::string& op, const AttrMap& attrs, std::vector<const Tensor*> in, std::vector<Tensor*> out) {
+  KernelContext ctx;
+  ctx.attrs = &attrs;
+  ctx.inputs = std::move(in);
+  ctx.outputs = std::move(out);
+  const KernelFn* kernel = OpRegistry::Global().FindKernel(op, DeviceType::kCpu);
+  REQUIRE(kernel != nullptr);
+  Status s = (*kernel)(ctx);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+}
+
+// As in PyTorch, a NaN in a window is its maximum (so NaNs propagate).
+TEST_CASE("max pool propagates NaN") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  AttrMap attrs{{"kernel", int64_t{2}}};
+  Tensor x = Tensor::FromVector<float>({1, 1, 2, 4}, {1, nan, 3, 0, 2, 4, 5, -1});
+  Tensor y = Tensor::Zeros({1, 1, 1, 2}), idx = Tensor::Zeros({1, 1, 1, 2}, DType::kI64);
+  RunKernel("MaxPool2d", attrs, {&x}, {&y, &idx});
+  CHECK(std::isnan(y.ScalarAt(0)));
+  CHECK(idx.ScalarAt(0) == 1);
+  CHECK(y.ScalarAt(1) == 5);
+  CHECK(idx.ScalarAt(1) == 6);
+}
+
 // A window that dilation leaves with no input element gives -inf and index
 // -1 (and no gradient), rather than reading outside the plane. (Not a
 // harness case: -inf does not compare or differentiate.)
@@ -283,11 +309,7 @@ TEST_CASE("max pool window with no input element") {
   REQUIRE(types->at(0).shape == Shape({1, 2, 3, 1}));
   Tensor x = Tensor::FromVector<float>({1, 2, 3, 2}, std::vector<float>(12, 1.0f));
   Tensor y = Tensor::Zeros({1, 2, 3, 1}), idx = Tensor::Zeros({1, 2, 3, 1}, DType::kI64);
-  KernelContext ctx;
-  ctx.attrs = &attrs;
-  ctx.inputs = {&x};
-  ctx.outputs = {&y, &idx};
-  REQUIRE((*OpRegistry::Global().FindKernel("MaxPool2d", DeviceType::kCpu))(ctx).ok());
+  RunKernel("MaxPool2d", attrs, {&x}, {&y, &idx});
   for (int64_t i = 0; i < 6; ++i) {
     CHECK(y.ScalarAt(i) == -std::numeric_limits<double>::infinity());
     CHECK(idx.ScalarAt(i) == -1);
@@ -296,11 +318,7 @@ TEST_CASE("max pool window with no input element") {
   back.Set("input_shape", Ints{1, 2, 3, 2});
   Tensor dy = Tensor::FromVector<float>({1, 2, 3, 1}, std::vector<float>(6, 1.0f));
   Tensor dx = Tensor::FromVector<float>({1, 2, 3, 2}, std::vector<float>(12, 7.0f));
-  KernelContext bctx;
-  bctx.attrs = &back;
-  bctx.inputs = {&dy, &idx};
-  bctx.outputs = {&dx};
-  REQUIRE((*OpRegistry::Global().FindKernel("MaxPool2dBackward", DeviceType::kCpu))(bctx).ok());
+  RunKernel("MaxPool2dBackward", back, {&dy, &idx}, {&dx});
   for (int64_t i = 0; i < 12; ++i) CHECK(dx.ScalarAt(i) == 0.0);
 }
 
