@@ -31,7 +31,7 @@ using Pair = std::array<int64_t, 2>;  // (h, w)
 
 std::string PairString(const Pair& p) { return StrCat("[", p[0], ", ", p[1], "]"); }
 
-// An int or a list of two; absent means `def` (no default: required).
+// An int or a list of two; absent means *def (an error when def is null).
 StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char* name, const Pair* def) {
   auto it = attrs.values().find(name);
   if (it == attrs.values().end()) {
@@ -241,7 +241,8 @@ void MaxPoolBackward(const PoolPlan& plan, const Shape& xs, const T* dy, const i
   }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, hw + ohw)));
 }
 
-// y [P, OH, OW] = sum over each window of x [P, H, W] / its extents.
+// y [P, OH, OW] = sum over each window of x [P, H, W] / its extents
+// (average windows have unit steps: no dilation).
 template <typename T>
 void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
