@@ -116,7 +116,7 @@ prepare() {
 
   {
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
-    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | head -1 | awk '{print $NF}')"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(getconf GNU_LIBC_VERSION)"
     echo "flags: ${BUILD_FLAGS[*]}"
     echo "tests: ${TESTS[*]}"
     (cd "$PACK" && find . -type f ! -name MANIFEST | sort | xargs sha256sum)
@@ -170,7 +170,7 @@ run() {
   local env_log="$OUT/env.txt"
   {
     echo "== pack"; cat "$PACK/MANIFEST"
-    echo "== machine"; uname -a; nproc; ldd --version 2>&1 | head -1
+    echo "== machine"; uname -a; nproc; getconf GNU_LIBC_VERSION
     echo "== nvidia-smi"; nvidia-smi 2>&1 || echo "(nvidia-smi failed)"
     echo "== CUDA toolkit"; head -20 /usr/local/cuda/version.json 2>/dev/null || echo "(no /usr/local/cuda/version.json)"
   } >"$env_log" 2>&1
