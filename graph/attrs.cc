@@ -5,6 +5,19 @@
 
 namespace loom {
 
+namespace {
+thread_local AttrTypeErrors* active_attr_errors = nullptr;
+}  // namespace
+
+AttrTypeErrors::AttrTypeErrors() : outer_(active_attr_errors) { active_attr_errors = this; }
+AttrTypeErrors::~AttrTypeErrors() { active_attr_errors = outer_; }
+
+bool AttrTypeErrors::Record(const std::string& message) {
+  if (!active_attr_errors) return false;
+  if (active_attr_errors->first_.empty()) active_attr_errors->first_ = message;
+  return true;
+}
+
 double AttrMap::Float(const std::string& name, double def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;

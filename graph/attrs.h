@@ -15,6 +15,29 @@ namespace loom {
 
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
 
+std::string AttrValueToString(const AttrValue& value);
+
+// While one of these lives on a thread, reading an attribute as the wrong
+// type records an error (and yields the default) instead of aborting. Type
+// inference runs under one, so a mistyped attribute in a graph file or a
+// hand-built node is reported as an error naming the node, not a crash;
+// kernels only run on nodes whose inference passed.
+class AttrTypeErrors {
+ public:
+  AttrTypeErrors();
+  ~AttrTypeErrors();
+  AttrTypeErrors(const AttrTypeErrors&) = delete;
+  AttrTypeErrors& operator=(const AttrTypeErrors&) = delete;
+  // The first wrong-type read in this scope, or "".
+  const std::string& first() const { return first_; }
+  // Called by AttrMap; false when no scope is active (the caller aborts).
+  static bool Record(const std::string& message);
+
+ private:
+  AttrTypeErrors* outer_;
+  std::string first_;
+};
+
 class AttrMap {
  public:
   AttrMap() = default;
@@ -57,12 +80,16 @@ class AttrMap {
     auto it = values_.find(name);
     if (it == values_.end()) return def;
     const T* v = std::get_if<T>(&it->second);
-    LOOM_CHECK(v != nullptr, "attribute '", name, "' has another type than asked for");
+    if (v == nullptr) {
+      std::string message = "attribute '" + name + "' is " + AttrValueToString(it->second) + ", of the wrong type";
+      LOOM_CHECK(AttrTypeErrors::Record(message), "", message);
+      return def;
+    }
     return *v;
   }
   std::map<std::string, AttrValue> values_;
 };
 
-std::string AttrValueToString(const AttrValue& value);
+
 
 }  // namespace loom

@@ -21,3 +21,16 @@ TEST_CASE("AttrMap::Set keeps each scalar's type") {
 }
 
 }  // namespace loom
+
+namespace loom {
+
+TEST_CASE("a wrongly typed attribute read inside type inference is an error, not a crash") {
+  AttrMap a{{"groups", std::string("two")}};
+  {
+    AttrTypeErrors errors;
+    CHECK(a.Int("groups", 1) == 1);
+    CHECK(errors.first() == "attribute 'groups' is \"two\", of the wrong type");
+  }
+}
+
+}  // namespace loom

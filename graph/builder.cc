@@ -12,7 +12,9 @@ StatusOr<std::vector<TensorType>> InferNodeTypes(const Graph& graph, const std::
     if (!graph.has_value(v)) return InvalidArgument(where, ": input value ", v, " does not exist");
     in_types.push_back(graph.type(v));
   }
+  AttrTypeErrors attr_errors;
   auto out = (*def)->InferTypes(attrs, in_types);
+  if (out.ok() && !attr_errors.first().empty()) out = InvalidArgument(attr_errors.first());
   if (!out.ok()) {
     std::string shapes;
     for (size_t i = 0; i < in_types.size(); ++i) shapes += (i ? ", " : "") + in_types[i].ToString();

@@ -320,6 +320,7 @@ class ScalarOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
     if (kind_ != ScalarKind::kNeg && !attrs.Has("value")) return InvalidArgument(name_, ": missing attribute 'value'");
+    attrs.Float("value");  // a mistyped value is reported here, under the builder's AttrTypeErrors
     return in;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {

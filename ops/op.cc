@@ -41,16 +41,34 @@ const OpDef* OpRegistry::FindOp(const std::string& name) const {
   return it == ops_.end() ? nullptr : it->second.get();
 }
 
+namespace {
+// Case-insensitive edit distance, for "did you mean" suggestions.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (same ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+}  // namespace
+
 StatusOr<const OpDef*> OpRegistry::GetOp(const std::string& name) const {
   if (const OpDef* op = FindOp(name)) return op;
-  // Suggest ops that share a prefix, so typos are easy to fix.
-  std::string near;
-  for (const auto& [n, _] : ops_) {
-    size_t common = 0;
-    while (common < n.size() && common < name.size() && std::tolower(n[common]) == std::tolower(name[common])) ++common;
-    if (common >= 3) near += (near.empty() ? "" : ", ") + n;
-  }
-  return NotFound("unknown op '", name, "'", near.empty() ? "" : " (did you mean: " + near + "?)");
+  // Suggest the closest names (a typo or a case slip), closest first.
+  std::vector<std::pair<size_t, std::string>> near;
+  const size_t limit = std::max<size_t>(2, name.size() / 4);
+  for (const auto& [n, _] : ops_)
+    if (size_t d = EditDistance(name, n); d <= limit) near.push_back({d, n});
+  std::sort(near.begin(), near.end());
+  std::string list;
+  for (size_t i = 0; i < near.size() && i < 3; ++i) list += (i ? ", " : "") + near[i].second;
+  return NotFound("unknown op '", name, "'", list.empty() ? "" : " (did you mean " + list + "?)");
 }
 
 const KernelFn* OpRegistry::FindKernel(const std::string& op, DeviceType device) const {

@@ -164,7 +164,11 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     // reloaded, names do not, so a dropout mask is a function of the model.
     Rng rng = Rng::Stream(options_.seed, node_keys_[i], static_cast<uint64_t>(step_));
     ctx.rng = &rng;
+    // Type inference normally catches mistyped attributes; this scope covers
+    // graphs built without it (a wrong type becomes this node's error).
+    AttrTypeErrors attr_errors;
     Status s = (*kernels_[i])(ctx);
+    if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
     if (!s.ok()) return s.WithContext("node '" + n.name + "' (" + n.op + ")");
   }
 

@@ -89,6 +89,19 @@ TEST_CASE("a kernel's error names the node") {
   CHECK(r.status().message().find("9") != std::string::npos);
 }
 
+TEST_CASE("a mistyped attribute in a graph built without type inference fails the step, naming the node") {
+  Graph g;
+  NodeId x = g.AddNode("x", kInputOp, AttrMap{{"shape", std::vector<int64_t>{2}}}, {}, {{Shape{2}, DType::kF32}});
+  NodeId y = g.AddNode("scale", "MulScalar", AttrMap{{"value", std::string("two")}}, {g.node(x).outputs[0]},
+                       {{Shape{2}, DType::kF32}});
+  g.outputs()["y"] = g.node(y).outputs[0];
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  auto r = (*exec)->Run({{"x", Tensor::Zeros({2})}});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() == "node 'scale' (MulScalar): attribute 'value' is \"two\", of the wrong type");
+}
+
 TEST_CASE("state initialisation is seeded and independent of graph order") {
   auto build = [](bool extra_first) {
     Model m;
