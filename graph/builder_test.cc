@@ -45,3 +45,20 @@ TEST_CASE("the builder names the node, the op and the input types in errors") {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST_CASE("value types stay valid while nodes are appended (gradient rules rely on it)") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape{3, 5}, DType::kF32});
+  const TensorType& t = g.type(x);
+  const Shape* address = &t.shape;
+  for (int i = 0; i < 2000; ++i) REQUIRE(b.Add1("Neg", {x}, {}, "neg").ok());
+  CHECK(&g.type(x).shape == address);
+  CHECK(t.shape == Shape({3, 5}));
+}
+
+}  // namespace
+}  // namespace loom

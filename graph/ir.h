@@ -8,6 +8,7 @@
 // state_updates say which state each one replaces after the step.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -67,6 +68,8 @@ class Graph {
   NodeId AddNode(std::string name, std::string op, AttrMap attrs, std::vector<ValueId> inputs,
                  const std::vector<TensorType>& output_types);
 
+  // Node references are invalidated by AddNode, RemoveNodes and
+  // SetNodeOrder; value references stay valid until the value is removed.
   const Node& node(NodeId id) const;
   Node& mutable_node(NodeId id);
   const Value& value(ValueId id) const;
@@ -105,7 +108,9 @@ class Graph {
   void Reindex();
   std::vector<Node> nodes_;
   std::vector<int> node_slots_;  // node id -> index in nodes_, -1 if removed
-  std::vector<std::optional<Value>> values_;
+  // A deque, so that references to values (and their types) stay valid
+  // while nodes are appended: gradient rules hold types across Emit calls.
+  std::deque<std::optional<Value>> values_;
   std::map<std::string, NodeId> names_;
   std::map<std::string, ValueId> outputs_;
   std::vector<StateUpdate> state_updates_;
