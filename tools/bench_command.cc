@@ -1,8 +1,8 @@
 // `loom bench kernels`: GEMM, Conv2d and a full MLP training step, each as a
 // rate (GFLOP/s from the ops' cost formulas) and as a fraction of the roof:
-// Eigen's own single-precision GEMM, 1024^3, measured in the same run on
-// the same number of threads (each thread multiplying its own matrices, so
-// the roof is what the cores do with Eigen's best kernel).
+// Eigen's own single-precision GEMM, 1024^3, on one thread, measured in the
+// same run (before and after the kernels; the better is kept), times the
+// thread count, i.e. Eigen's best kernel scaled perfectly to every core.
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -25,9 +25,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Median seconds of `reps` calls after one warm-up.
+// The fastest of `reps` calls after one warm-up. The machines are shared
+// VMs whose neighbours steal cycles; the best time is the estimate that
+// repeats, and roof and kernels are measured the same way.
 template <typename Fn>
-double MedianSeconds(int reps, Fn&& fn) {
+double BestSeconds(int reps, Fn&& fn) {
   fn();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -35,25 +37,15 @@ double MedianSeconds(int reps, Fn&& fn) {
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return *std::min_element(t.begin(), t.end());
 }
 
-// Eigen GEMM 1024^3 on `threads` threads at once, each its own product.
-double EigenRoofGflops(int threads, int reps) {
+// Eigen GEMM 1024^3 on one thread.
+double EigenGemmGflops(int reps) {
   const int n = 1024;
-  std::vector<Eigen::MatrixXf> a(threads), b(threads), c(threads);
-  for (int t = 0; t < threads; ++t) {
-    a[t] = Eigen::MatrixXf::Random(n, n);
-    b[t] = Eigen::MatrixXf::Random(n, n);
-    c[t] = Eigen::MatrixXf::Zero(n, n);
-  }
-  double secs = MedianSeconds(reps, [&] {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { c[t].noalias() = a[t] * b[t]; });
-    for (auto& th : pool) th.join();
-  });
-  return 2.0 * n * n * n * threads / secs / 1e9;
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  double secs = BestSeconds(reps, [&] { c.noalias() = a * b; });
+  return 2.0 * n * n * n / secs / 1e9;
 }
 
 struct Row {
@@ -83,7 +75,7 @@ StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
   if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
   if (feeds.count("step")) feeds["step"].Fill(1);
   Status status;
-  double secs = MedianSeconds(reps, [&] {
+  double secs = BestSeconds(reps, [&] {
     auto r = exec->Run(feeds);
     if (!r.ok()) status = r.status();
   });
@@ -139,11 +131,7 @@ Status BenchKernels(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", std::thread::hardware_concurrency()));
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
   ThreadPool::SetDefaultThreads(static_cast<int>(threads));
-  const double roof1 = EigenRoofGflops(1, static_cast<int>(reps));
-  const double roof = EigenRoofGflops(static_cast<int>(threads), static_cast<int>(reps));
-  std::printf("roof: Eigen sgemm 1024^3: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %lld threads\n", roof1, roof,
-              static_cast<long long>(threads));
-
+  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
   cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
   cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
@@ -154,19 +142,25 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
   cases.emplace_back("mlp train step b512 784-256-128-10", MlpStepGraph(512));
 
-  std::printf("%-40s %12s %12s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof");
-  std::string json = "{\"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
-                     ", \"roof_1thread_gflops\": " + std::to_string(roof1) + ", \"results\": [";
-  bool first = true;
+  std::vector<Row> rows;
   for (auto& [name, graph] : cases) {
     LOOM_RETURN_IF_ERROR(graph.status().WithContext(name));
     LOOM_ASSIGN_OR_RETURN(Row r, TimeGraph(name, *graph, static_cast<int>(reps)));
+    rows.push_back(r);
+  }
+  const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
+  const double roof = roof1 * static_cast<double>(threads);
+  std::printf("roof: Eigen sgemm 1024^3 on 1 thread %.1f GFLOP/s; x %lld threads = %.1f GFLOP/s\n", roof1,
+              static_cast<long long>(threads), roof);
+  std::printf("%-40s %12s %12s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof");
+  std::string json = "{\"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
+                     ", \"roof_1thread_gflops\": " + std::to_string(roof1) + ", \"results\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
     std::printf("%-40s %12.3f %12.1f %9.1f%%\n", r.name.c_str(), r.seconds * 1e3, r.gflops, 100.0 * r.gflops / roof);
-    std::fflush(stdout);
-    json += std::string(first ? "" : ", ") + "{\"name\": \"" + r.name + "\", \"seconds\": " + std::to_string(r.seconds) +
+    json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name + "\", \"seconds\": " + std::to_string(r.seconds) +
             ", \"gflops\": " + std::to_string(r.gflops) + ", \"fraction_of_roof\": " + std::to_string(r.gflops / roof) +
             "}";
-    first = false;
   }
   json += "]}\n";
   if (flags.Has("json")) {
@@ -185,7 +179,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "kernels")
     return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
-               {"reps", "timed repetitions per case; the median is reported (default 5)"},
+               {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
                {"json", "also write the results as JSON to this file"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
   if (flags.help_requested()) {
