@@ -11,7 +11,8 @@ constexpr const char* kUsage =
     "usage: loom <command> [flags]\n"
     "commands:\n"
     "  train          train the MLP on Fashion-MNIST (loom train --help)\n"
-    "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n";
+    "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n"
+    "  ops            list the registered ops and the devices that have kernels for them\n";
 
 }  // namespace
 
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   loom::Status status;
   if (command == "train") {
     status = loom::tools::TrainCommand(rest);
+  } else if (command == "ops") {
+    status = loom::tools::OpsCommand(rest);
   } else if (command == "bench") {
     status = loom::tools::BenchCommand(rest);
   } else {
