@@ -17,6 +17,7 @@ status=${PIPESTATUS[0]}
 
 passed=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log" || true)
 failed=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
+skipped=$(grep -cE "^//[^ ]+ +SKIPPED" "$log" || true)  # CUDA-only targets in the CPU build
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "bazel test exited with $status (build error?)"
   grep -E "ERROR" "$log" | head -20
@@ -37,5 +38,5 @@ fi
 rm -f "$log"
 
 failed=$((failed + failed_steps))
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
