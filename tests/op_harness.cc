@@ -143,58 +143,11 @@ void CheckGradient(const OpCase& c, const std::vector<Tensor>& ins) {
                        .value();
     loss = loss == kNoValue ? term : b.Add1("Add", {loss, term}, {}, "").value();
   }
-  std::vector<ValueId> wrt;
-  std::vector<int> wrt_index;
+  std::vector<std::string> wrt;
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (c.inputs[i].differentiable) {
-      wrt.push_back(g.inputs[i]);
-      wrt_index.push_back(static_cast<int>(i));
-    }
+    if (c.inputs[i].differentiable) wrt.push_back("in" + std::to_string(i));
   if (wrt.empty()) return;
-  auto grads = BuildGradients(&g.graph, loss, wrt);
-  INFO("case '" << c.name << "': autodiff");
-  REQUIRE(grads.status().ToString() == "OK");
-  g.graph.outputs()["loss"] = loss;
-  for (size_t j = 0; j < wrt.size(); ++j) g.graph.outputs()["grad" + std::to_string(j)] = grads->at(wrt[j]);
-
-  ExecutorOptions opts;
-  opts.seed = c.seed;
-  auto exec = Executor::Create(g.graph, opts);
-  REQUIRE(exec.status().ToString() == "OK");
-  auto run = [&](const std::map<std::string, Tensor>& f) {
-    (*exec)->SetStep(0);  // the same random stream every evaluation
-    auto r = (*exec)->Run(f);
-    REQUIRE(r.status().ToString() == "OK");
-    return *r;
-  };
-  std::map<std::string, Tensor> analytic = run(feeds);
-
-  const double eps = 1e-6;
-  for (size_t j = 0; j < wrt.size(); ++j) {
-    std::string in_name = "in" + std::to_string(wrt_index[j]);
-    Tensor x = feeds[in_name];
-    const Tensor& grad = analytic["grad" + std::to_string(j)];
-    // Check every element of small inputs, an even spread of 48 in big ones.
-    int64_t n = x.numel(), step = std::max<int64_t>(1, n / 48);
-    int bad = 0;
-    for (int64_t e = 0; e < n; e += step) {
-      double orig = At(x, e);
-      At(x, e) = orig + eps;
-      double up = run(feeds)["loss"].ScalarAt(0);
-      At(x, e) = orig - eps;
-      double down = run(feeds)["loss"].ScalarAt(0);
-      At(x, e) = orig;
-      double numeric = (up - down) / (2 * eps), got = grad.ScalarAt(e);
-      bool ok = std::abs(numeric - got) <= c.grad_tolerance * std::max(1.0, std::abs(numeric));
-      if (!ok && bad++ < 3) {
-        INFO("case '" << c.name << "' d loss / d " << in_name << "[" << e << "]: finite difference " << numeric
-                      << ", backprop " << got);
-        CHECK(ok);
-      }
-    }
-    INFO("case '" << c.name << "' gradient of " << in_name);
-    CHECK(bad == 0);
-  }
+  CheckGraphGradients(g.graph, loss, feeds, wrt, c.grad_tolerance, c.seed, "case '" + c.name + "'");
 }
 
 bool HaveCuda() {
@@ -213,6 +166,68 @@ void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
 }
 
 }  // namespace
+
+void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, Tensor>& feeds,
+                         const std::vector<std::string>& wrt_nodes, double tolerance, uint64_t seed,
+                         const std::string& label) {
+  std::vector<ValueId> wrt;
+  for (const std::string& name : wrt_nodes) {
+    auto id = graph.FindNode(name);
+    INFO(label << ": no node named '" << name << "'");
+    REQUIRE(id.has_value());
+    REQUIRE(graph.node(*id).outputs.size() == 1);
+    wrt.push_back(graph.node(*id).outputs[0]);
+  }
+  auto grads = BuildGradients(&graph, loss, wrt);
+  INFO(label << ": autodiff");
+  REQUIRE(grads.status().ToString() == "OK");
+  graph.outputs()["loss"] = loss;
+  for (size_t j = 0; j < wrt.size(); ++j) graph.outputs()["grad" + std::to_string(j)] = grads->at(wrt[j]);
+
+  ExecutorOptions opts;
+  opts.seed = seed;
+  auto exec = Executor::Create(graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
+  REQUIRE((*exec)->InitializeState(seed).ok());
+  std::map<std::string, Tensor> state = (*exec)->state();  // kept fixed: the step's updates are undone
+  std::map<std::string, Tensor> f = feeds;
+  auto loss_and_grads = [&]() {
+    for (const auto& [name, t] : state) REQUIRE((*exec)->SetState(name, t).ok());
+    (*exec)->SetStep(0);  // the same random stream every evaluation
+    auto r = (*exec)->Run(f);
+    REQUIRE(r.status().ToString() == "OK");
+    return *r;
+  };
+  for (auto& [name, t] : state) t = t.To(Device::Cpu()).value();  // private copies
+  std::map<std::string, Tensor> analytic = loss_and_grads();
+
+  const double eps = 1e-6;
+  for (size_t j = 0; j < wrt.size(); ++j) {
+    const std::string& name = wrt_nodes[j];
+    Tensor& x = f.count(name) ? f[name] : state.at(name);
+    REQUIRE(x.dtype() == DType::kF64);
+    const Tensor& grad = analytic["grad" + std::to_string(j)];
+    // Check every element of small tensors, an even spread of 48 in big ones.
+    int64_t n = x.numel(), step = std::max<int64_t>(1, n / 48);
+    int bad = 0;
+    for (int64_t e = 0; e < n; e += step) {
+      double orig = At(x, e);
+      At(x, e) = orig + eps;
+      double up = loss_and_grads()["loss"].ScalarAt(0);
+      At(x, e) = orig - eps;
+      double down = loss_and_grads()["loss"].ScalarAt(0);
+      At(x, e) = orig;
+      double numeric = (up - down) / (2 * eps), got = grad.ScalarAt(e);
+      bool ok = std::abs(numeric - got) <= tolerance * std::max(1.0, std::abs(numeric));
+      if (!ok && bad++ < 3) {
+        INFO(label << " d loss / d " << name << "[" << e << "]: finite difference " << numeric << ", backprop " << got);
+        CHECK(ok);
+      }
+    }
+    INFO(label << " gradient of " << name);
+    CHECK(bad == 0);
+  }
+}
 
 void RunOpCase(const OpCase& c) {
   std::vector<Tensor> ins = MakeInputs(c);

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "graph/attrs.h"
+#include "graph/ir.h"
 
 namespace loom::testing {
 
@@ -71,6 +73,14 @@ struct OpCase {
 // Runs the three checks; reports through Catch2 (CHECK/INFO), so a failing
 // case names itself, the output or input and the first bad element.
 void RunOpCase(const OpCase& c);
+
+// Backprop against central finite differences in f64 for a whole graph:
+// d(loss)/d(node) for each named Input (fed in `feeds`) or Parameter/Buffer
+// (initialised from `seed`). For model-level tests (several ops, the model
+// API, chained layers).
+void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, Tensor>& feeds,
+                         const std::vector<std::string>& wrt_nodes, double tolerance = 1e-5, uint64_t seed = 1,
+                         const std::string& label = "graph");
 
 // Helpers for references.
 Tensor ZerosF64(const Shape& shape);
