@@ -1,0 +1,32 @@
+// Loading `loom train` config files (text protobuf, schema in
+// train_config.proto, documented in docs/train_config.md). Unknown fields,
+// wrong types and out-of-range values are errors of the form
+//   FILE:LINE: field data.batch_size: must be >= 1, got 0
+// Defaults are filled in after checking, so the resolved config written to a
+// run's folder repeats the run exactly.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/config/train_config.pb.h"
+
+namespace loom {
+
+// Parses, checks and fills defaults. `name` (the file's stem) is kept for
+// naming the run folder.
+StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path);
+// The same for text already in memory (`origin` names it in errors).
+StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin);
+
+// Checks ranges and names; `where` maps a dotted field path to "FILE:LINE"
+// (empty when the field is not in the file: the message then names the file).
+Status ValidateTrainConfig(const proto::TrainConfig& config,
+                           const std::function<std::string(const std::string&)>& where);
+void FillDefaults(proto::TrainConfig* config);
+
+std::string TrainConfigToText(const proto::TrainConfig& config);
+
+}  // namespace loom
