@@ -1,0 +1,122 @@
+#include "models/zoo.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "models/cnn.h"
+#include "models/mlp.h"
+
+namespace loom::models {
+
+StatusOr<int64_t> ModelArgs::Int(const std::string& key, int64_t def) {
+  used_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0') return InvalidArgument("argument ", key, ": '", it->second, "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<double> ModelArgs::Float(const std::string& key, double def) {
+  used_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0') return InvalidArgument("argument ", key, ": '", it->second, "' is not a number");
+  return v;
+}
+
+StatusOr<std::vector<int64_t>> ModelArgs::Ints(const std::string& key, const std::vector<int64_t>& def) {
+  used_.insert(key);
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  std::vector<int64_t> out;
+  std::stringstream ss(it->second);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0')
+      return InvalidArgument("argument ", key, ": '", it->second, "' is not a comma-separated list of integers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+Status ModelArgs::CheckAllUsed(const std::string& model) const {
+  for (const auto& [key, value] : values_) {
+    if (used_.count(key)) continue;
+    std::string known;
+    for (const auto& u : used_) known += (known.empty() ? "" : ", ") + u;
+    return InvalidArgument("model ", model, " has no argument '", key, "' (its arguments: ", known, ")");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+StatusOr<Sym> BuildMlp(Model& m, Sym input, int64_t classes, ModelArgs& args) {
+  MlpOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Ints("hidden", o.hidden));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  o.num_classes = classes;
+  for (int64_t h : o.hidden)
+    if (h < 1) return InvalidArgument("argument hidden: widths must be >= 1, got ", h);
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  return Mlp(m, input, o);
+}
+
+StatusOr<Sym> BuildCnn(Model& m, Sym input, int64_t classes, ModelArgs& args) {
+  CnnOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.channels, args.Ints("channels", o.channels));
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Int("hidden", o.hidden));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  o.num_classes = classes;
+  if (o.channels.empty()) return InvalidArgument("argument channels: needs at least one stage");
+  for (int64_t c : o.channels)
+    if (c < 1) return InvalidArgument("argument channels: must be >= 1, got ", c);
+  if (o.hidden < 1) return InvalidArgument("argument hidden: must be >= 1, got ", o.hidden);
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  return Cnn(m, input, o);
+}
+
+}  // namespace
+
+const std::vector<ZooEntry>& Zoo() {
+  static const std::vector<ZooEntry> zoo = {
+      {"mlp", "multi-layer perceptron: flatten, Linear+ReLU per width in hidden (default 256,128), classifier",
+       Task::kClassification, BuildMlp},
+      {"cnn", "small CNN: per stage in channels (default 32,64) conv3x3-BN-ReLU-maxpool2, then Linear(hidden)+ReLU, "
+              "dropout, classifier",
+       Task::kClassification, BuildCnn},
+  };
+  return zoo;
+}
+
+StatusOr<const ZooEntry*> FindModel(const std::string& name) {
+  std::string names;
+  for (const ZooEntry& e : Zoo()) {
+    if (e.name == name) return &e;
+    names += (names.empty() ? "" : ", ") + e.name;
+  }
+  return NotFound("unknown model '", name, "' (the zoo has: ", names, ")");
+}
+
+Status BuildClassifier(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
+                       const Shape& input_shape, int64_t batch, int64_t num_classes) {
+  LOOM_ASSIGN_OR_RETURN(const ZooEntry* entry, FindModel(name));
+  std::vector<int64_t> dims = {batch};
+  dims.insert(dims.end(), input_shape.dims().begin(), input_shape.dims().end());
+  Sym image = m.input("image", Shape(dims));
+  Sym label = m.input("label", {batch}, DType::kI64);
+  ModelArgs model_args(args);
+  LOOM_ASSIGN_OR_RETURN(Sym logits, entry->build(m, image, num_classes, model_args));
+  LOOM_RETURN_IF_ERROR(model_args.CheckAllUsed(name));
+  m.set_output("logits", logits);
+  m.set_output("loss", m.cross_entropy(logits, label));
+  return m.status().WithContext("model " + name);
+}
+
+}  // namespace loom::models

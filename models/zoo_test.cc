@@ -1,0 +1,43 @@
+#include "models/zoo.h"
+
+#include <catch2/catch.hpp>
+
+namespace loom::models {
+namespace {
+
+int64_t ParameterCount(const Graph& g) {
+  int64_t n = 0;
+  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
+  return n;
+}
+
+TEST_CASE("zoo models build with torch's parameter counts") {
+  {
+    Model m;
+    REQUIRE(BuildClassifier(m, "mlp", {}, {1, 28, 28}, 4, 10).ok());
+    // nn.Sequential(Flatten, Linear(784,256), ReLU, Linear(256,128), ReLU, Linear(128,10))
+    CHECK(ParameterCount(m.graph()) == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  }
+  {
+    Model m;
+    REQUIRE(BuildClassifier(m, "cnn", {}, {1, 28, 28}, 4, 10).ok());
+    // conv(1->32, 3x3, no bias) + BN(32) + conv(32->64) + BN(64) + Linear(64*7*7, 128) + Linear(128, 10)
+    CHECK(ParameterCount(m.graph()) == 32 * 9 + 64 + 64 * 32 * 9 + 128 + 3136 * 128 + 128 + 1290);
+    CHECK(m.graph().type(m.graph().outputs().at("logits")).shape == Shape({4, 10}));
+  }
+}
+
+TEST_CASE("zoo errors list what exists") {
+  Model m;
+  Status unknown = BuildClassifier(m, "resnet9000", {}, {1, 28, 28}, 4, 10);
+  CHECK(unknown.message() == "unknown model 'resnet9000' (the zoo has: mlp, cnn)");
+  Model m2;
+  Status typo = BuildClassifier(m2, "mlp", {{"hiden", "64"}}, {1, 28, 28}, 4, 10);
+  CHECK(typo.message() == "model mlp has no argument 'hiden' (its arguments: dropout, hidden)");
+  Model m3;
+  Status bad = BuildClassifier(m3, "cnn", {{"channels", "32,x"}}, {1, 28, 28}, 4, 10);
+  CHECK(bad.message() == "argument channels: '32,x' is not a comma-separated list of integers");
+}
+
+}  // namespace
+}  // namespace loom::models
