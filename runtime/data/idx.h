@@ -1,18 +1,42 @@
 // Readers for the IDX format of MNIST and Fashion-MNIST (gzip or raw).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
+#include "runtime/data/dataset.h"
 
 namespace loom {
 
-// Images as f32 in [0, 1], shape [N, rows, cols]. Errors name the file and
-// what is wrong (missing, bad magic number, truncated).
+// The Debian package dataset-fashion-mnist installs the files here.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// Published per-channel statistics of the training sets, for
+// DataLoaderOptions::mean and std.
+inline constexpr float kFashionMnistMean = 0.2860f, kFashionMnistStd = 0.3530f;
+inline constexpr float kMnistMean = 0.1307f, kMnistStd = 0.3081f;
+
+// An IDX image file ([N, H, W] bytes, magic 0x00000803) and label file ([N]
+// bytes, magic 0x00000801) as one dataset of [1, H, W] images. Errors name
+// the file and the problem: missing, bad magic number, truncated, trailing
+// bytes, a label outside [0, num_classes), image and label counts that
+// differ.
+StatusOr<std::shared_ptr<ByteImageDataset>> LoadIdxDataset(const std::string& images_path,
+                                                           const std::string& labels_path, int64_t num_classes = 10);
+
+// MNIST or Fashion-MNIST (the same file names) from `dir`. split: "train"
+// reads train-{images-idx3,labels-idx1}-ubyte, "test" reads t10k-...; each
+// file may be gzipped (a ".gz" name is preferred when both exist).
+StatusOr<std::shared_ptr<ByteImageDataset>> LoadMnist(const std::string& dir, const std::string& split);
+
+// Images as f32 in [0, 1], shape [N, rows, cols].
 StatusOr<Tensor> ReadIdxImages(const std::string& path);
 // Labels as i64, shape [N].
 StatusOr<Tensor> ReadIdxLabels(const std::string& path);
 
+// The pre-DataLoader form used by ClassifierTrainer: the whole split as
+// normalised f32 tensors. New code should use LoadMnist and a DataLoader.
 struct ImageDataset {
   Tensor images;  // [N, 1, H, W] f32, normalised with the training set's mean and std
   Tensor labels;  // [N] i64
@@ -20,12 +44,8 @@ struct ImageDataset {
   int64_t size() const { return labels.numel(); }
 };
 
-// The Debian package dataset-fashion-mnist installs the files here.
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
-
-// split: "train" (60k) or "test" (10k). Checks that image and label counts
-// agree. Normalisation uses the training set's statistics for both splits
-// (mean 0.2860, std 0.3530).
+// split: "train" (60k) or "test" (10k), as LoadMnist. Normalisation uses
+// the training set's statistics for both splits (kFashionMnistMean, Std).
 StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, const std::string& split);
 
 }  // namespace loom

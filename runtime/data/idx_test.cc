@@ -2,42 +2,45 @@
 
 #include <catch2/catch.hpp>
 
-#include <zlib.h>
-
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <vector>
+
+#include "runtime/data/test_files.h"
 
 namespace loom {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("loom_idx_test_" + name)).string();
+using testing::IdxFile;
+using testing::TempPath;
+using testing::WriteFile;
+
+std::vector<uint8_t> Ramp(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i % 256);
+  return v;
 }
 
-void WriteBytes(const std::string& path, const std::vector<unsigned char>& bytes, bool gzip) {
-  if (gzip) {
-    gzFile f = gzopen(path.c_str(), "wb");
-    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
-    gzclose(f);
-  } else {
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  }
+std::vector<uint8_t> ImageFile(uint32_t n, uint32_t rows, uint32_t cols, uint32_t magic = 0x803) {
+  return IdxFile(magic, {n, rows, cols}, Ramp(static_cast<size_t>(n) * rows * cols));
 }
 
-std::vector<unsigned char> ImageFile(uint32_t n, uint32_t rows, uint32_t cols, uint32_t magic = 0x803) {
-  std::vector<unsigned char> b;
-  for (uint32_t v : {magic, n, rows, cols})
-    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(v >> s));
-  for (uint32_t i = 0; i < n * rows * cols; ++i) b.push_back(static_cast<unsigned char>(i % 256));
-  return b;
+std::vector<uint8_t> LabelFile(const std::vector<uint8_t>& labels) {
+  return IdxFile(0x801, {static_cast<uint32_t>(labels.size())}, labels);
 }
+
+// The message of a failed load; "" when it succeeded.
+template <typename T>
+std::string ErrorOf(const StatusOr<T>& s) {
+  return s.ok() ? "" : s.status().message();
+}
+
+using Catch::Matchers::Contains;
 
 TEST_CASE("IDX images read from gzip and raw files") {
   for (bool gz : {true, false}) {
     std::string path = TempPath(gz ? "img.gz" : "img");
-    WriteBytes(path, ImageFile(2, 3, 4), gz);
+    WriteFile(path, ImageFile(2, 3, 4), gz);
     auto t = ReadIdxImages(path);
     REQUIRE(t.ok());
     CHECK(t->shape() == Shape({2, 3, 4}));
@@ -47,23 +50,86 @@ TEST_CASE("IDX images read from gzip and raw files") {
 }
 
 TEST_CASE("IDX errors name the file and the problem") {
-  std::string path = TempPath("bad");
-  auto missing = ReadIdxImages(path + "_none");
-  REQUIRE_FALSE(missing.ok());
-  CHECK(missing.status().message().find("no such file") != std::string::npos);
+  const std::string path = TempPath("bad");
+  CHECK_THAT(ErrorOf(ReadIdxImages(path + "_none")), Contains(path + "_none: no such file"));
 
-  WriteBytes(path, ImageFile(2, 3, 4, 0x801), false);
-  auto magic = ReadIdxImages(path);
-  REQUIRE_FALSE(magic.ok());
-  CHECK(magic.status().message().find(path + ": bad magic number 0x00000801") != std::string::npos);
+  WriteFile(path, ImageFile(2, 3, 4, 0x801));
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": bad magic number 0x00000801, expected 0x00000803"));
 
-  std::vector<unsigned char> truncated = ImageFile(2, 3, 4);
+  std::vector<uint8_t> truncated = ImageFile(2, 3, 4);
   truncated.resize(truncated.size() - 5);
-  WriteBytes(path, truncated, false);
-  auto t = ReadIdxImages(path);
-  REQUIRE_FALSE(t.ok());
-  CHECK(t.status().message().find("truncated") != std::string::npos);
+  WriteFile(path, truncated);
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": truncated: header promises 24 bytes of data, file has 19"));
+
+  WriteFile(path, {0, 0, 8, 3, 0, 0});
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": truncated header (6 bytes"));
+
+  std::vector<uint8_t> longer = ImageFile(2, 3, 4);
+  longer.push_back(7);
+  WriteFile(path, longer);
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": wrong size: header promises 24 bytes of data, file has 25"));
+
+  // A gzip stream cut short: zlib only reports it when the file is closed.
+  const std::string gz = TempPath("cut.gz");
+  WriteFile(gz, ImageFile(50, 28, 28), true);
+  std::filesystem::resize_file(gz, std::filesystem::file_size(gz) - 20);
+  CHECK_THAT(ErrorOf(ReadIdxImages(gz)), Contains(gz + ": truncated gzip data"));
   std::remove(path.c_str());
+  std::remove(gz.c_str());
+}
+
+TEST_CASE("LoadMnist pairs images with labels as a byte dataset") {
+  const std::string dir = TempPath("mnist");
+  std::filesystem::create_directories(dir);
+  // Training files gzipped, test files raw: both spellings are found.
+  WriteFile(dir + "/train-images-idx3-ubyte.gz", ImageFile(3, 2, 2), true);
+  WriteFile(dir + "/train-labels-idx1-ubyte.gz", LabelFile({7, 0, 9}), true);
+  WriteFile(dir + "/t10k-images-idx3-ubyte", ImageFile(1, 2, 2));
+  WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({4}));
+
+  auto train = LoadMnist(dir, "train");
+  REQUIRE(train.status().ToString() == "OK");
+  const Dataset& ds = **train;
+  CHECK(ds.size() == 3);
+  CHECK(ds.input_spec() == ExampleSpec{Shape{1, 2, 2}, DType::kF32});
+  CHECK(ds.target_spec() == ExampleSpec{Shape{}, DType::kI64});
+  CHECK(ds.num_classes() == 10);
+  float pixels[4];
+  int64_t label = -1;
+  ds.Get(1, pixels, &label);
+  CHECK(label == 0);
+  CHECK(pixels[0] == Approx(4 / 255.0f));  // the ramp continues over images: image 1 starts at byte 4
+  CHECK(pixels[3] == Approx(7 / 255.0f));
+  CHECK((*train)->pixels(2)[0] == 8);
+
+  auto test = LoadMnist(dir, "test");
+  REQUIRE(test.ok());
+  CHECK(test.value()->label(0) == 4);
+
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "val")), Contains("split must be 'train' or 'test', got 'val'"));
+
+  // Counts that differ, and a label outside the classes.
+  WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({4, 5}));
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")),
+             Contains(dir + "/t10k-images-idx3-ubyte has 1 images but " + dir + "/t10k-labels-idx1-ubyte has 2 labels"));
+  WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({10}));
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")), Contains("t10k-labels-idx1-ubyte: label 10 of example 0 is not in [0, 10)"));
+  std::filesystem::remove(dir + "/t10k-labels-idx1-ubyte");
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")), Contains(dir + "/t10k-labels-idx1-ubyte: no such file"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("LoadFashionMnist normalises the byte dataset") {
+  const std::string dir = TempPath("fashion");
+  std::filesystem::create_directories(dir);
+  WriteFile(dir + "/t10k-images-idx3-ubyte", ImageFile(2, 3, 3));
+  WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({3, 1}));
+  auto ds = LoadFashionMnist(dir, "test");
+  REQUIRE(ds.status().ToString() == "OK");
+  CHECK(ds->images.shape() == Shape({2, 1, 3, 3}));
+  CHECK(ds->labels.ScalarAt(1) == 1);
+  CHECK(ds->images.ScalarAt(10) == Approx((10 / 255.0 - kFashionMnistMean) / kFashionMnistStd));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("Fashion-MNIST loads with matching counts", "[data]") {
@@ -71,13 +137,17 @@ TEST_CASE("Fashion-MNIST loads with matching counts", "[data]") {
     WARN("dataset-fashion-mnist is not installed; skipped");
     return;
   }
-  auto test = LoadFashionMnist(kFashionMnistDir, "test");
+  auto test = LoadMnist(kFashionMnistDir, "test");
   REQUIRE(test.status().ToString() == "OK");
-  CHECK(test->images.shape() == Shape({10000, 1, 28, 28}));
-  CHECK(test->size() == 10000);
+  CHECK(test.value()->image_shape() == Shape({1, 28, 28}));
+  CHECK(test.value()->size() == 10000);
   std::vector<int> counts(10, 0);
-  for (int64_t i = 0; i < test->size(); ++i) counts[test->labels.data<int64_t>()[i]]++;
+  for (int64_t i = 0; i < test.value()->size(); ++i) counts[test.value()->label(i)]++;
   for (int c : counts) CHECK(c == 1000);  // the test split is balanced
+
+  auto legacy = LoadFashionMnist(kFashionMnistDir, "test");
+  REQUIRE(legacy.ok());
+  CHECK(legacy->images.shape() == Shape({10000, 1, 28, 28}));
 }
 
 }  // namespace

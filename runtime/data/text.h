@@ -1,0 +1,82 @@
+// Language-model data from a text file: a character- or byte-level
+// vocabulary and the file's token stream cut into windows of T tokens whose
+// targets are the next tokens (input t[s..s+T), target t[s+1..s+T+1)).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+
+namespace loom {
+
+enum class TextLevel {
+  kChar,  // Unicode code points of UTF-8 text; the vocabulary is those the file uses
+  kByte,  // raw bytes, any file; the vocabulary is all 256 byte values
+};
+
+// Token ids <-> symbols (code points or bytes). Ids of a character
+// vocabulary follow code point order, so one file always gives the same ids.
+class Vocabulary {
+ public:
+  static Vocabulary Bytes();
+  // `symbols` is the set of code points (any order, duplicates ignored).
+  static Vocabulary Characters(std::vector<char32_t> symbols);
+
+  TextLevel level() const { return level_; }
+  int64_t size() const { return level_ == TextLevel::kByte ? 256 : static_cast<int64_t>(symbols_.size()); }
+  // The code point (or byte value) of token `id`.
+  char32_t symbol(int64_t id) const { return level_ == TextLevel::kByte ? static_cast<char32_t>(id) : symbols_[id]; }
+
+  // Errors name the byte offset of invalid UTF-8 or of a character that is
+  // not in the vocabulary.
+  StatusOr<std::vector<int64_t>> Encode(const std::string& text) const;
+  // Errors name the first id outside [0, size()).
+  StatusOr<std::string> Decode(const std::vector<int64_t>& ids) const;
+
+ private:
+  TextLevel level_ = TextLevel::kByte;
+  std::vector<char32_t> symbols_;                 // id -> code point (characters only)
+  std::unordered_map<char32_t, int64_t> ids_;     // code point -> id (characters only)
+};
+
+struct TextDatasetOptions {
+  int64_t seq_len = 128;  // T, tokens per example
+  int64_t stride = 0;     // window k starts at token k * stride; 0 means seq_len (no overlap)
+  TextLevel level = TextLevel::kChar;
+  // The part of the token stream this dataset covers, [begin, end) as
+  // fractions of the file's tokens. The vocabulary always comes from the
+  // whole file, so a {0, 0.9} training and a {0.9, 1} validation split of
+  // one file share token ids.
+  double begin_fraction = 0, end_fraction = 1;
+};
+
+class TokenStreamDataset : public Dataset {
+ public:
+  // Reads `path` (gzip is unpacked). Errors name the file: missing, empty,
+  // invalid UTF-8 (at a byte offset) for kChar, or too few tokens in the
+  // chosen part for one window of seq_len + 1 tokens.
+  static StatusOr<std::shared_ptr<TokenStreamDataset>> FromFile(const std::string& path,
+                                                                const TextDatasetOptions& options);
+
+  int64_t size() const override { return windows_; }
+  ExampleSpec input_spec() const override { return {Shape{seq_len_}, DType::kI64}; }
+  ExampleSpec target_spec() const override { return {Shape{seq_len_}, DType::kI64}; }
+  int64_t num_classes() const override { return vocab_.size(); }
+  void Get(int64_t index, void* input, int64_t* target) const override;
+
+  const Vocabulary& vocabulary() const { return vocab_; }
+  // The tokens of this dataset's part of the file, in order.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+ private:
+  TokenStreamDataset(Vocabulary vocab, std::vector<int32_t> tokens, int64_t seq_len, int64_t stride);
+
+  Vocabulary vocab_;
+  std::vector<int32_t> tokens_;
+  int64_t seq_len_, stride_, windows_;
+};
+
+}  // namespace loom
