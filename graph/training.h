@@ -1,10 +1,14 @@
 // Turns a model's forward graph into the graphs that training runs:
-//  - the training step: forward + backward (autodiff) + optimizer update
-//    nodes, with every parameter and optimizer state replaced through the
-//    graph's state updates, so one Executor::Run is one step;
+//  - the training step: forward + backward (autodiff) + optional gradient
+//    clipping + optimizer update nodes, with every parameter and optimizer
+//    state replaced through the graph's state updates, so one Executor::Run
+//    is one step;
 //  - the evaluation graph: forward only, BatchNorm and Dropout in eval mode.
+// Optimizers and clipping follow torch.optim and
+// torch.nn.utils.clip_grad_norm_ (docs/optimizers.md).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "graph/ir.h"
@@ -12,22 +16,51 @@
 namespace loom {
 
 struct OptimizerConfig {
-  std::string type = "sgd";  // sgd | adam | adamw
-  double momentum = 0.0;     // sgd
-  double dampening = 0.0;    // sgd
-  bool nesterov = false;     // sgd
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  double weight_decay = 0.0;
+  std::string type = "sgd";           // sgd | adam | adamw | adadelta | rmsprop
+  double momentum = 0.0;              // sgd, rmsprop
+  double dampening = 0.0;             // sgd
+  bool nesterov = false;              // sgd
+  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw
+  bool amsgrad = false;               // adam, adamw
+  double rho = 0.9;                   // adadelta
+  double alpha = 0.99;                // rmsprop
+  bool centered = false;              // rmsprop
+  // Unset means torch's default for the type: eps 1e-6 for adadelta and
+  // 1e-8 otherwise (sgd has none); weight_decay 0.01 for adamw, 0 otherwise.
+  std::optional<double> eps;
+  std::optional<double> weight_decay;
+  // > 0: scale all gradients together so that their global L2 norm is at
+  // most this, before the update. 0: no clipping.
+  double max_grad_norm = 0.0;
+  // Adds the "grad_norm" output even when not clipping (clipping always adds
+  // it), at the cost of one read of every gradient.
+  bool output_grad_norm = false;
+
+  double EffectiveEps() const;
+  double EffectiveWeightDecay() const;
 };
 
-// Names of the scalar inputs that a training step is fed.
+// torch.optim's default learning rate for an optimizer type (1.0 for
+// adadelta, 0.01 for rmsprop, 0.001 otherwise); an error for unknown types.
+StatusOr<double> DefaultLearningRate(const std::string& optimizer_type);
+
+// Names of the scalar inputs that a training step is fed, and of the
+// gradient-norm output.
 inline constexpr const char* kLearningRateInput = "lr";
 inline constexpr const char* kStepInput = "step";  // 1-based update count
+inline constexpr const char* kGradNormOutput = "grad_norm";
 
 // `loss_output` names a scalar in forward.outputs(). The result has the same
-// outputs plus the scalar inputs "lr" and "step", one optimizer
-// state Buffer per parameter and slot ("<param>/momentum", "<param>/adam_m",
-// "<param>/adam_v"), and its state updates.
+// outputs (plus "grad_norm", the global L2 norm of the unclipped gradients,
+// when clipping or asked for), the scalar inputs "lr" and "step", one
+// zero-initialised optimizer state Buffer per parameter and slot named
+// "<param>/<slot>" with torch's state names:
+//   sgd (momentum != 0):  momentum_buffer
+//   adam, adamw:          exp_avg, exp_avg_sq (+ max_exp_avg_sq with amsgrad)
+//   adadelta:             square_avg, acc_delta
+//   rmsprop:              square_avg (+ momentum_buffer if momentum > 0,
+//                         + grad_avg if centered)
+// and the state updates of parameters and slots.
 StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const OptimizerConfig& opt);
 
 // Forward only, every "training" attribute set to false, no state updates.
