@@ -161,7 +161,9 @@ TEST_CASE("Start in mid-epoch drops the batches prepared before") {
   DataLoaderOptions o;
   o.batch_size = 4;
   o.prefetch = 3;
-  auto data = std::make_shared<IndexImages>(40, Shape{1, 2, 2});
+  // Slow examples (1 ms each), so the thread is inside a batch of epoch 0
+  // when Start(2, 7) comes, and that batch must not show up in epoch 2.
+  auto data = std::make_shared<IndexImages>(40, Shape{1, 2, 2}, 1000);
   auto reference = MakeLoader(data, o);
   const std::vector<Batch> epoch2 = Epoch(*reference, 2);
   auto loader = MakeLoader(data, o);
