@@ -1,5 +1,8 @@
 // The loom command line.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,13 +13,18 @@ namespace {
 constexpr const char* kUsage =
     "usage: loom <command> [flags]\n"
     "commands:\n"
-    "  train          train the MLP on Fashion-MNIST (loom train --help)\n"
+    "  train          train a model from a config file, or resume a run (loom train --help)\n"
     "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n"
     "  ops            list the registered ops and the devices that have kernels for them\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under `bazel run`, paths on the command line are the user's: work from
+  // the folder bazel was started in.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY")) {
+    if (chdir(dir) != 0) std::perror("loom: cannot change to BUILD_WORKING_DIRECTORY");
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

@@ -4,6 +4,8 @@
 #include <google/protobuf/text_format.h>
 
 #include <fstream>
+
+#include "graph/training.h"
 #include <set>
 #include <sstream>
 
@@ -133,7 +135,7 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
 
   const proto::ScheduleConfig& s = c.schedule();
   const std::string stype = s.type().empty() ? "constant" : s.type();
-  k.OneOf(stype, {"constant", "step", "multistep", "exponential", "cosine", "linear_warmup"}, "schedule.type");
+  k.OneOf(stype, {"constant", "step", "multistep", "exponential", "cosine", "warmup"}, "schedule.type");
   if (!s.unit().empty()) k.OneOf(s.unit(), {"epoch", "step"}, "schedule.unit");
   if (stype == "step") k.Require(s.step_size() >= 1, "schedule.step_size", StrCat("must be >= 1, got ", s.step_size()));
   if (stype == "multistep") {
@@ -166,15 +168,15 @@ void FillDefaults(proto::TrainConfig* c) {
   if (!d->has_prefetch()) d->set_prefetch(2);
   proto::OptimizerConfig* o = c->mutable_optimizer();
   if (o->type().empty()) o->set_type("sgd");
-  if (o->lr() == 0) {
-    const std::string& t = o->type();
-    o->set_lr(t == "adadelta" ? 1.0 : t == "adam" || t == "adamw" ? 1e-3 : 0.01);  // torch.optim's defaults
-  }
-  if (!o->has_beta1()) o->set_beta1(0.9);
-  if (!o->has_beta2()) o->set_beta2(0.999);
-  if (!o->has_eps()) o->set_eps(o->type() == "adadelta" ? 1e-6 : o->type() == "rmsprop" ? 1e-8 : 1e-8);
-  if (!o->has_rho()) o->set_rho(0.9);
-  if (!o->has_alpha()) o->set_alpha(0.99);
+  if (o->lr() == 0) o->set_lr(DefaultLearningRate(o->type()).value());  // type was checked
+  OptimizerConfig defaults;  // torch.optim's defaults, in one place (graph/training.h)
+  defaults.type = o->type();
+  if (!o->has_beta1()) o->set_beta1(defaults.beta1);
+  if (!o->has_beta2()) o->set_beta2(defaults.beta2);
+  if (!o->has_eps()) o->set_eps(defaults.EffectiveEps());
+  if (!o->has_weight_decay()) o->set_weight_decay(defaults.EffectiveWeightDecay());
+  if (!o->has_rho()) o->set_rho(defaults.rho);
+  if (!o->has_alpha()) o->set_alpha(defaults.alpha);
   proto::ScheduleConfig* s = c->mutable_schedule();
   if (s->type().empty()) s->set_type("constant");
   if (s->unit().empty()) s->set_unit("epoch");
