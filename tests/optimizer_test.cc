@@ -45,6 +45,8 @@ Graph ProblemGraph(DType dtype) {
 struct LoomRun {
   std::vector<double> x;          // [p, q] after the steps
   std::vector<double> grad_norm;  // per step, when the graph outputs it
+  // Optimizer state after the steps by torch's name, [p's, q's] flattened.
+  std::map<std::string, std::vector<double>> slots;
 };
 
 std::unique_ptr<Executor> MakeExecutor(const OptimizerConfig& opt, DType dtype, const Problem& pr) {
@@ -69,8 +71,11 @@ LoomRun RunLoom(const OptimizerConfig& opt, const Problem& pr, double lr, DType 
     REQUIRE(out.ok());
     if (out->count(kGradNormOutput)) r.grad_norm.push_back(out->at(kGradNormOutput).ScalarAt(0));
   }
-  r.x = exec->GetState("p")->ToDoubleVector();
-  for (double v : exec->GetState("q")->ToDoubleVector()) r.x.push_back(v);
+  // State names are "p" and "q", then "p/<slot>" and "q/<slot>" (in order).
+  for (const auto& [name, t] : exec->state()) {
+    std::vector<double>& dst = name.size() == 1 ? r.x : r.slots[name.substr(2)];
+    for (double v : t.ToDoubleVector()) dst.push_back(v);
+  }
   return r;
 }
 
@@ -140,6 +145,8 @@ LoomRun RunReference(const OptimizerConfig& o, const Problem& pr, double lr) {
     }
   }
   r.x = x;
+  r.slots = {{"momentum_buffer", buf}, {"exp_avg", m},     {"exp_avg_sq", v}, {"max_exp_avg_sq", vmax},
+             {"square_avg", sq},       {"acc_delta", acc}, {"grad_avg", gavg}};
   return r;
 }
 
@@ -149,16 +156,22 @@ std::vector<double> Initial(const Problem& pr) {
   return x;
 }
 
-// f64 to 1e-12 relative, and f32 to 1e-5 (which also covers the f32 kernels).
+// Parameters and every optimizer state slot, f64 to 1e-12 relative and f32
+// to 1e-5 (which also covers the f32 kernels).
 void Compare(const OptimizerConfig& o, double lr) {
   Problem pr;
-  const std::vector<double> want = RunReference(o, pr, lr).x, x0 = Initial(pr);
-  const std::vector<double> got = RunLoom(o, pr, lr).x, got32 = RunLoom(o, pr, lr, DType::kF32).x;
-  for (size_t i = 0; i < want.size(); ++i) {
+  const LoomRun want = RunReference(o, pr, lr), got = RunLoom(o, pr, lr), got32 = RunLoom(o, pr, lr, DType::kF32);
+  const std::vector<double> x0 = Initial(pr);
+  for (size_t i = 0; i < want.x.size(); ++i) {
     INFO(o.type << " element " << i);
-    CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
-    CHECK(got32[i] == Approx(want[i]).epsilon(1e-5).margin(1e-6));
-    CHECK(got[i] != Approx(x0[i]));  // it moved
+    CHECK(got.x[i] == Approx(want.x[i]).epsilon(1e-12));
+    CHECK(got32.x[i] == Approx(want.x[i]).epsilon(1e-5).margin(1e-6));
+    CHECK(got.x[i] != Approx(x0[i]));  // it moved
+  }
+  for (const auto& [slot, values] : got.slots) {
+    INFO(o.type << " state " << slot);
+    REQUIRE(want.slots.count(slot));
+    for (size_t i = 0; i < values.size(); ++i) CHECK(values[i] == Approx(want.slots.at(slot)[i]).epsilon(1e-12));
   }
 }
 
