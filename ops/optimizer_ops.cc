@@ -50,7 +50,8 @@ class UpdateOpDef : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " param"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], op + " grad must match the param"));
     for (size_t i = 2; i < 2 + slots; ++i)
-      LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[i], op + " state input " + std::to_string(i) + " must match the param"));
+      LOOM_RETURN_IF_ERROR(
+          ExpectSameType(in[0], in[i], op + " state input " + std::to_string(i) + " must match the param"));
     LOOM_RETURN_IF_ERROR(ExpectScalar(in[2 + slots], op + " lr"));
     LOOM_RETURN_IF_ERROR(ExpectScalar(in[3 + slots], op + " step"));
     for (size_t i = 2 + slots; i < in.size(); ++i)
@@ -289,7 +290,9 @@ class RmspropUpdateOp : public UpdateOpDef {
     RmspropAttrs a(attrs);
     return 1 + (a.momentum > 0 ? 1 : 0) + (a.centered ? 1 : 0);
   }
-  double FlopsPerElement(const AttrMap& attrs) const override { return 4.0 + 3.0 * static_cast<double>(NumSlots(attrs)); }
+  double FlopsPerElement(const AttrMap& attrs) const override {
+    return 4.0 + 3.0 * static_cast<double>(NumSlots(attrs));
+  }
 };
 LOOM_REGISTER_OP(RmspropUpdateOp);
 

@@ -493,7 +493,8 @@ TEST_CASE("the update and clipping ops check their inputs and attributes") {
   // The slot count follows the attributes.
   auto sgd = infer("SgdUpdate", {{"momentum", 0.9}}, {v, v, s, s});
   REQUIRE_FALSE(sgd.ok());
-  CHECK_THAT(sgd.status().message(), Contains("SgdUpdate (param, grad, 1 state tensor(s), lr, step) takes 5 input(s), got 4"));
+  CHECK_THAT(sgd.status().message(),
+             Contains("SgdUpdate (param, grad, 1 state tensor(s), lr, step) takes 5 input(s), got 4"));
   auto rms = infer("RmspropUpdate", {{"momentum", 0.9}, {"centered", true}}, {v, v, v, v, v, s, s});
   REQUIRE(rms.ok());
   CHECK(rms->size() == 4);
