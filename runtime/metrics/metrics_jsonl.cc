@@ -199,7 +199,7 @@ class FlatObjectParser {
     *v = 0;
     for (int i = 0; i < 4; ++i) {
       const char h = s_[pos_++];
-      uint32_t d;
+      uint32_t d = 0;
       if (h >= '0' && h <= '9') d = h - '0';
       else if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
       else if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
@@ -211,13 +211,13 @@ class FlatObjectParser {
 
   // \uXXXX (after the "\u"), with surrogate pairs, appended as UTF-8.
   Status ParseUnicodeEscape(std::string* out) {
-    uint32_t cp;
+    uint32_t cp = 0;
     LOOM_RETURN_IF_ERROR(ParseHex4(&cp));
     if (cp >= 0xDC00 && cp <= 0xDFFF) return Error("unpaired low surrogate in a \\u escape");
     if (cp >= 0xD800 && cp <= 0xDBFF) {
       if (s_.substr(pos_, 2) != "\\u") return Error("unpaired high surrogate in a \\u escape");
       pos_ += 2;
-      uint32_t low;
+      uint32_t low = 0;
       LOOM_RETURN_IF_ERROR(ParseHex4(&low));
       if (low < 0xDC00 || low > 0xDFFF) return Error("high surrogate not followed by a low one");
       cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
