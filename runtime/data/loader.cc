@@ -233,11 +233,15 @@ void DataLoader::Augment(int64_t epoch, int64_t example, const float* src, float
         std::fill(out, out + out_w, 0.0f);
         continue;
       }
+      // Output x reads source column first + step * x; columns outside the
+      // image (the zero padding) bound the range [x0, x1) that reads pixels.
       const float* row = src + (c * h + sy) * w;
-      for (int64_t x = 0; x < out_w; ++x) {
-        const int64_t sx = (flip ? out_w - 1 - x : x) + left - pad;
-        out[x] = sx >= 0 && sx < w ? row[sx] : 0.0f;
-      }
+      const int64_t step = flip ? -1 : 1, first = (flip ? out_w - 1 : 0) + left - pad;
+      const int64_t x0 = std::clamp<int64_t>(flip ? first - w + 1 : -first, 0, out_w);
+      const int64_t x1 = std::clamp<int64_t>(flip ? first + 1 : w - first, x0, out_w);
+      std::fill(out, out + x0, 0.0f);
+      for (int64_t x = x0; x < x1; ++x) out[x] = row[first + step * x];
+      std::fill(out + x1, out + out_w, 0.0f);
     }
   }
 }

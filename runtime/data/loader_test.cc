@@ -280,6 +280,34 @@ TEST_CASE("Random crop and flip give the expected pixels") {
     CHECK(seen[{k, true}] > 0);
   }
 
+  // Padding wider than the crop (windows may lie wholly in the padding),
+  // against a direct reading of RandomCrop: the crop of the zero-padded
+  // image at some (top, left), flipped or not.
+  o.crop_padding = 3;
+  o.crop_height = 3;
+  o.crop_width = 1;
+  auto wide = MakeLoader(std::make_shared<TinyImage>(), o);
+  auto padded = [](int64_t c, int64_t y, int64_t x) -> float {  // the 8x8 padded image
+    const float pixels[8] = {1, 2, 3, 4, 10, 20, 30, 40};
+    y -= 3;
+    x -= 3;
+    return y >= 0 && y < 2 && x >= 0 && x < 2 ? pixels[c * 4 + y * 2 + x] : 0.0f;
+  };
+  std::set<std::vector<float>> candidates;
+  for (int64_t top = 0; top <= 5; ++top)
+    for (int64_t left = 0; left <= 7; ++left) {  // a 1-wide crop looks the same flipped
+      std::vector<float> crop;
+      for (int64_t c = 0; c < 2; ++c)
+        for (int64_t y = 0; y < 3; ++y) crop.push_back(padded(c, top + y, left));
+      candidates.insert(crop);
+    }
+  std::set<std::vector<float>> got;
+  for (int64_t epoch = 0; epoch < 4; ++epoch)
+    for (const Batch& b : Epoch(*wide, epoch))
+      for (int64_t r = 0; r < b.valid; ++r) got.insert(std::vector<float>(b.input.data<float>() + r * 6, b.input.data<float>() + r * 6 + 6));
+  for (const std::vector<float>& crop : got) CHECK(candidates.count(crop) == 1);
+  CHECK(got.size() == candidates.size());  // 256 draws find all 9 distinct crops
+
   // A crop smaller than the image, without padding: windows of the image.
   o.crop_padding = 0;
   o.crop_height = 1;
