@@ -3,7 +3,7 @@
 // training position, seeds, the trainer's own values, the resolved config and
 // the model fingerprint. The format and how resume works: docs/checkpoints.md.
 //
-//   Checkpoint c = *CaptureExecutorState(exec);  // runtime/checkpoint/executor_state.h
+//   LOOM_ASSIGN_OR_RETURN(Checkpoint c, CaptureExecutorState(exec));  // executor_state.h
 //   c.position.global_step = step; c.config_text = config; ...
 //   LOOM_RETURN_IF_ERROR(SaveCheckpoint("runs/a/ckpt-100.loom", c));
 //   LOOM_ASSIGN_OR_RETURN(Checkpoint back, LoadCheckpoint("runs/a/ckpt-100.loom"));

@@ -111,7 +111,7 @@ TEST_CASE("The model fingerprint lists every parameter and buffer with its type,
   CHECK(std::count(fp.begin(), fp.end(), '\n') == 14);  // 6 parameters, 6 momentum slots, 2 BatchNorm statistics
 }
 
-TEST_CASE("Captured state is a copy that restores bit for bit into a new executor") {
+TEST_CASE("Captured state is a copy that goes through a file and restores bit for bit into a new executor") {
   const Graph graph = TrainingGraph({});
   std::unique_ptr<Executor> a = NewExecutor(graph, /*initialize=*/true);
   RunSteps(a.get(), 1, 2);
@@ -123,8 +123,13 @@ TEST_CASE("Captured state is a copy that restores bit for bit into a new executo
   RunSteps(a.get(), 3, 3);  // the executor moves on; the capture must not
   for (const auto& [name, t] : c->tensors) CHECK(Bytes(t) == captured.at(name));
 
+  // Through a file and into a fresh executor.
+  const std::string path = (TempDir("capture") / "c.loom").string();
+  REQUIRE(SaveCheckpoint(path, *c).ok());
+  StatusOr<Checkpoint> loaded = LoadCheckpoint(path);
+  REQUIRE(loaded.status().ToString() == "OK");
   std::unique_ptr<Executor> b = NewExecutor(graph, /*initialize=*/false);
-  REQUIRE(RestoreExecutorState(*c, b.get()).ToString() == "OK");
+  REQUIRE(RestoreExecutorState(*loaded, b.get()).ToString() == "OK");
   CHECK(StateBytes(*b) == captured);
   CHECK(b->step() == 2);
 }
