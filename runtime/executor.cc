@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <chrono>
 #include <functional>
 
 #include "core/logging.h"
@@ -65,6 +66,7 @@ Status Executor::Prepare() {
   const OpRegistry& registry = OpRegistry::Global();
   for (const Node& n : graph_.nodes()) {
     node_keys_.push_back(HashName(n.name));
+    if (options_.profile) profile_.push_back({n.name, n.op, 0.0, 0});
     if (IsSourceOp(n.op)) {
       kernels_.push_back(nullptr);
       continue;
@@ -167,7 +169,12 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     // Type inference normally catches mistyped attributes; this scope covers
     // graphs built without it (a wrong type becomes this node's error).
     AttrTypeErrors attr_errors;
+    const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status s = (*kernels_[i])(ctx);
+    if (options_.profile) {
+      profile_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++profile_[i].calls;
+    }
     if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
     if (!s.ok()) return s.WithContext("node '" + n.name + "' (" + n.op + ")");
   }

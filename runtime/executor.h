@@ -20,6 +20,14 @@ struct ExecutorOptions {
   Device device = Device::Cpu();
   ThreadPool* pool = nullptr;  // CPU kernels; default: ThreadPool::Default()
   uint64_t seed = 0;           // random ops draw from streams keyed by (seed, node name, step)
+  bool profile = false;        // time every kernel (see Executor::profile())
+};
+
+// Time spent per node, summed over the steps run with profiling on.
+struct NodeProfile {
+  std::string node, op;
+  double seconds = 0;
+  int64_t calls = 0;
 };
 
 class Executor {
@@ -49,6 +57,8 @@ class Executor {
   void SetStep(int64_t step) { step_ = step; }
   // Bytes the step needs on the device: the arena plus the state tensors.
   size_t PeakStepBytes() const;
+  // Per node, in execution order (empty unless options.profile).
+  const std::vector<NodeProfile>& profile() const { return profile_; }
 
  private:
   Executor(Graph graph, ExecutorOptions options) : graph_(std::move(graph)), options_(options) {}
@@ -62,6 +72,7 @@ class Executor {
   std::vector<Tensor> values_;  // by ValueId: arena views, state or feeds
   std::vector<const KernelFn*> kernels_;  // by node index
   std::vector<uint64_t> node_keys_;       // by node index: the RNG stream key
+  std::vector<NodeProfile> profile_;      // by node index, when profiling
   int64_t step_ = 0;
 };
 

@@ -16,6 +16,8 @@
 #include "graph/model.h"
 #include "graph/training.h"
 #include "models/mlp.h"
+#include "models/zoo.h"
+#include "runtime/config/train_config.h"
 #include "runtime/executor.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -173,11 +175,103 @@ Status BenchKernels(const Flags& flags) {
   return Status::Ok();
 }
 
+// Random feeds for every Input of `graph` (f32 uniform, i64 in [0, 10)).
+std::map<std::string, Tensor> RandomFeeds(const Graph& graph) {
+  std::map<std::string, Tensor> feeds;
+  Rng rng(7);
+  for (const Node& n : graph.nodes()) {
+    if (n.op != kInputOp) continue;
+    const TensorType& t = graph.type(n.outputs[0]);
+    Tensor x = Tensor::Zeros(t.shape, t.dtype);
+    if (t.dtype == DType::kF32) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+    } else if (t.dtype == DType::kI64) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
+    }
+    feeds[n.name] = x;
+  }
+  if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
+  if (feeds.count("step")) feeds["step"].Fill(1);
+  return feeds;
+}
+
+// `loom bench profile`: where a training step's time goes, per op type and
+// per node, for the model and batch of a config (random data of its shape).
+Status BenchProfile(const Flags& flags) {
+  if (!flags.Has("config")) return InvalidArgument("loom bench profile needs --config FILE");
+  LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(int64_t steps, flags.Int("steps", 20));
+  LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
+  if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
+  Shape example;
+  const std::string& ds = config.data().dataset();
+  if (ds == "fashion_mnist" || ds == "mnist") example = Shape{1, 28, 28};
+  else if (ds == "cifar10") example = Shape{3, 32, 32};
+  else if (ds == "synthetic") example = Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end()));
+  else return Unimplemented("profile of dataset ", ds);
+  const int64_t classes = ds == "synthetic" ? config.data().num_classes() : 10;
+  Model m;
+  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
+                                               {config.model().args().begin(), config.model().args().end()}, example,
+                                               config.data().batch_size(), classes));
+  OptimizerConfig opt;
+  opt.type = config.optimizer().type();
+  opt.momentum = config.optimizer().momentum();
+  LOOM_ASSIGN_OR_RETURN(Graph train, BuildTrainingGraph(m.graph(), "loss", opt));
+  ExecutorOptions eo;
+  eo.profile = true;
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
+  LOOM_RETURN_IF_ERROR(exec->InitializeState(0));
+  std::map<std::string, Tensor> feeds = RandomFeeds(train);
+  LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());  // warm-up, not profiled below
+  for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
+  auto start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
+  const double total = std::chrono::duration<double>(Clock::now() - start).count();
+
+  std::map<std::string, std::pair<double, double>> by_op;  // seconds, FLOPs
+  double kernel_total = 0;
+  for (size_t i = 0; i < exec->profile().size(); ++i) {
+    const NodeProfile& p = exec->profile()[i];
+    by_op[p.op].first += p.seconds;
+    by_op[p.op].second += NodeCost(train, train.nodes()[i]).flops * static_cast<double>(steps);
+    kernel_total += p.seconds;
+  }
+  std::vector<std::pair<std::string, std::pair<double, double>>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  const int64_t batch = config.data().batch_size();
+  std::printf("%s: %lld steps of batch %lld, %.2f ms/step, %.0f samples/s, %.1f GFLOP/s (%d threads)\n",
+              config.model().name().c_str(), static_cast<long long>(steps), static_cast<long long>(batch),
+              1e3 * total / steps, steps * batch / total, GraphCost(train).flops * steps / total / 1e9,
+              ThreadPool::Default().num_threads());
+  std::printf("%-34s %10s %8s %10s\n", "op", "ms/step", "share", "GFLOP/s");
+  for (const auto& [op, v] : rows) {
+    if (v.first <= 0) continue;
+    std::printf("%-34s %10.3f %7.1f%% %10.1f\n", op.c_str(), 1e3 * v.first / steps, 100 * v.first / total,
+                v.first > 0 ? v.second / v.first / 1e9 : 0.0);
+  }
+  std::printf("%-34s %10.3f %7.1f%%\n", "(executor outside kernels)", 1e3 * (total - kernel_total) / steps,
+              100 * (total - kernel_total) / total);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status BenchCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "profile") {
+    Flags flags({{"config", "the training config whose model and batch to profile"},
+                 {"steps", "profiled steps (default 20)"},
+                 {"threads", "CPU threads (default: the config's)"}});
+    LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
+    if (flags.help_requested()) {
+      std::printf("usage: loom bench profile --config FILE [flags]\n%s", flags.Help().c_str());
+      return Status::Ok();
+    }
+    return BenchProfile(flags);
+  }
   if (args.empty() || args[0] != "kernels")
-    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]");
+    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]\n"
+                           "       loom bench profile --config FILE [--steps N]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
                {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
                {"json", "also write the results as JSON to this file"}});

@@ -128,7 +128,7 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
             "needs momentum > 0 and dampening 0");
   if (o.has_beta1()) k.InRange(o.beta1(), 0, 1, true, "optimizer.beta1");
   if (o.has_beta2()) k.InRange(o.beta2(), 0, 1, true, "optimizer.beta2");
-  if (o.has_eps()) k.Require(o.eps() > 0, "optimizer.eps", StrCat("must be > 0, got ", o.eps()));
+  if (o.has_eps()) k.Require(o.eps() >= 0, "optimizer.eps", StrCat("must be >= 0, got ", o.eps()));
   if (o.has_rho()) k.InRange(o.rho(), 0, 1, false, "optimizer.rho");
   if (o.has_alpha()) k.InRange(o.alpha(), 0, 1, false, "optimizer.alpha");
   k.Require(o.clip_grad_norm() >= 0, "optimizer.clip_grad_norm", StrCat("must be >= 0, got ", o.clip_grad_norm()));
