@@ -77,7 +77,11 @@ StatusOr<EventWriter> EventWriter::Create(const std::string& dir) {
     tb::Event first;
     first.set_wall_time(now);
     first.set_file_version(kEventFileVersion);
-    LOOM_RETURN_IF_ERROR(writer.Write(first));
+    if (Status s = writer.Write(first); !s.ok()) {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);  // no event file without its file_version
+      return s;
+    }
     return writer;
   }
 }

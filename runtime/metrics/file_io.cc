@@ -13,7 +13,7 @@ namespace loom::metrics {
 Status FileError(const std::string& what, const std::string& path, int err) {
   std::string message = StrCat("cannot ", what, " '", path, "': ", std::strerror(err));
   if (err == ENOENT) return Status(StatusCode::kNotFound, message);
-  if (err == ENOSPC || err == EDQUOT) return Status(StatusCode::kResourceExhausted, message);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return Status(StatusCode::kResourceExhausted, message);
   return Status(StatusCode::kInvalidArgument, message);
 }
 
@@ -55,12 +55,20 @@ void AppendFile::Close() {
 
 Status AppendFile::Append(std::string_view data) {
   LOOM_CHECK(fd_ >= 0, "append to a closed (moved-from) file");
+  const off_t start = ::lseek(fd_, 0, SEEK_END);
+  if (start < 0) return FileError("seek in", path_, errno);
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return FileError("write to", path_, errno);
+      const int err = errno;
+      // Cut off the part that was written (a disk filled up midway), so the
+      // file never ends in half a record.
+      if (done > 0 && ::ftruncate(fd_, start) != 0)
+        return Status(StatusCode::kDataLoss, StrCat(FileError("write to", path_, err).message(),
+                                                    "; removing the partial record also failed"));
+      return FileError("write to", path_, err);
     }
     done += static_cast<size_t>(n);
   }

@@ -27,7 +27,8 @@ class AppendFile {
   AppendFile& operator=(const AppendFile&) = delete;
   ~AppendFile();
 
-  // Writes all of `data` at the end of the file.
+  // Writes all of `data` at the end of the file, or (on an error midway)
+  // none of it.
   Status Append(std::string_view data);
   const std::string& path() const { return path_; }
 
