@@ -9,8 +9,7 @@ std::string ExampleSpec::ToString() const { return StrCat(shape.ToString(), " ",
 
 StatusOr<std::shared_ptr<ByteImageDataset>> ByteImageDataset::Create(const Shape& image_shape,
                                                                      std::vector<uint8_t> pixels,
-                                                                     std::vector<uint8_t> labels,
-                                                                     int64_t num_classes) {
+                                                                     std::vector<uint8_t> labels, int64_t num_classes) {
   if (image_shape.rank() != 3 || image_shape.numel() == 0)
     return InvalidArgument("images must have a non-empty shape [C, H, W], got ", image_shape.ToString());
   if (num_classes < 1 || num_classes > 256)

@@ -1,6 +1,5 @@
 // CIFAR-10, synthetic and text datasets, on files the tests write.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -37,7 +36,8 @@ std::vector<uint8_t> CifarRecords(int first, int count) {
 TEST_CASE("CIFAR-10 binary batches load in order") {
   const std::string dir = TempPath("cifar");
   std::filesystem::create_directories(dir);
-  for (int f = 1; f <= 5; ++f) WriteFile(dir + "/data_batch_" + std::to_string(f) + ".bin", CifarRecords(3 * (f - 1), 3));
+  for (int f = 1; f <= 5; ++f)
+    WriteFile(dir + "/data_batch_" + std::to_string(f) + ".bin", CifarRecords(3 * (f - 1), 3));
   WriteFile(dir + "/test_batch.bin", CifarRecords(100, 2));
 
   auto train = LoadCifar10(dir, "train");
@@ -224,8 +224,9 @@ TEST_CASE("Text splits share the file's vocabulary") {
   CHECK(valid->size() == 3);  // (10 - 4) / 3 + 1
 
   o.seq_len = 10;
-  CHECK_THAT(ErrorOf(TokenStreamDataset::FromFile(path, o)),
-             Contains(path + ": tokens [30, 40) of 40 (fractions [0.75, 1)) are 10, too few for one window of seq_len 10"));
+  CHECK_THAT(
+      ErrorOf(TokenStreamDataset::FromFile(path, o)),
+      Contains(path + ": tokens [30, 40) of 40 (fractions [0.75, 1)) are 10, too few for one window of seq_len 10"));
   o.begin_fraction = 0.5;
   o.end_fraction = 0.5;
   CHECK_THAT(ErrorOf(TokenStreamDataset::FromFile(path, o)), Contains("need 0 <= begin_fraction < end_fraction <= 1"));

@@ -45,8 +45,7 @@ StatusOr<IdxBytes> ReadIdx(const std::string& path, uint32_t magic, int dims) {
     total *= static_cast<size_t>(idx.dims.back());
   }
   const size_t have = file.size() - header;
-  if (have < total)
-    return DataLoss(path, ": truncated: header promises ", total, " bytes of data, file has ", have);
+  if (have < total) return DataLoss(path, ": truncated: header promises ", total, " bytes of data, file has ", have);
   if (have > total)
     return DataLoss(path, ": wrong size: header promises ", total, " bytes of data, file has ", have, " (",
                     have - total, " trailing bytes)");

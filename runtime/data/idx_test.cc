@@ -1,7 +1,6 @@
 #include "runtime/data/idx.h"
 
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -59,7 +58,8 @@ TEST_CASE("IDX errors name the file and the problem") {
   std::vector<uint8_t> truncated = ImageFile(2, 3, 4);
   truncated.resize(truncated.size() - 5);
   WriteFile(path, truncated);
-  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": truncated: header promises 24 bytes of data, file has 19"));
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)),
+             Contains(path + ": truncated: header promises 24 bytes of data, file has 19"));
 
   WriteFile(path, {0, 0, 8, 3, 0, 0});
   CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": truncated header (6 bytes"));
@@ -67,7 +67,8 @@ TEST_CASE("IDX errors name the file and the problem") {
   std::vector<uint8_t> longer = ImageFile(2, 3, 4);
   longer.push_back(7);
   WriteFile(path, longer);
-  CHECK_THAT(ErrorOf(ReadIdxImages(path)), Contains(path + ": wrong size: header promises 24 bytes of data, file has 25"));
+  CHECK_THAT(ErrorOf(ReadIdxImages(path)),
+             Contains(path + ": wrong size: header promises 24 bytes of data, file has 25"));
 
   // A gzip stream cut short: zlib only reports it when the file is closed.
   const std::string gz = TempPath("cut.gz");
@@ -110,10 +111,11 @@ TEST_CASE("LoadMnist pairs images with labels as a byte dataset") {
 
   // Counts that differ, and a label outside the classes.
   WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({4, 5}));
-  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")),
-             Contains(dir + "/t10k-images-idx3-ubyte has 1 images but " + dir + "/t10k-labels-idx1-ubyte has 2 labels"));
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")), Contains(dir + "/t10k-images-idx3-ubyte has 1 images but " + dir +
+                                                       "/t10k-labels-idx1-ubyte has 2 labels"));
   WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({10}));
-  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")), Contains("t10k-labels-idx1-ubyte: label 10 of example 0 is not in [0, 10)"));
+  CHECK_THAT(ErrorOf(LoadMnist(dir, "test")),
+             Contains("t10k-labels-idx1-ubyte: label 10 of example 0 is not in [0, 10)"));
   std::filesystem::remove(dir + "/t10k-labels-idx1-ubyte");
   CHECK_THAT(ErrorOf(LoadMnist(dir, "test")), Contains(dir + "/t10k-labels-idx1-ubyte: no such file"));
   std::filesystem::remove_all(dir);

@@ -49,9 +49,10 @@ Status DataLoader::Init() {
   if (crop || o.random_flip || normalize) {
     const Shape& s = example_in_.shape;
     if (example_in_.dtype != DType::kF32 || s.rank() != 3)
-      return InvalidArgument("DataLoader: crop, flip and normalisation apply to f32 images [C, H, W], the dataset's "
-                             "inputs are ",
-                             example_in_.ToString());
+      return InvalidArgument(
+          "DataLoader: crop, flip and normalisation apply to f32 images [C, H, W], the dataset's "
+          "inputs are ",
+          example_in_.ToString());
     if (o.crop_height < 0 || o.crop_width < 0 || o.crop_padding < 0)
       return InvalidArgument("DataLoader: crop_height, crop_width and crop_padding must be >= 0, got ", o.crop_height,
                              ", ", o.crop_width, ", ", o.crop_padding);
@@ -101,7 +102,8 @@ std::vector<int64_t> DataLoader::EpochOrder(int64_t epoch) const {
   std::iota(order.begin(), order.end(), 0);
   if (!options_.shuffle) return order;
   Rng rng = Rng::Stream(options_.seed, kShuffleStream, static_cast<uint64_t>(epoch));
-  for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) std::swap(order[i], order[rng.UniformInt(i + 1)]);
+  for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
+    std::swap(order[i], order[rng.UniformInt(i + 1)]);
   return order;
 }
 

@@ -51,11 +51,11 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Tensor input;   // f32 [B, C, H, W] (after crop) or i64 tokens [B, T]
-  Tensor target;  // i64 [B] labels or [B, T] tokens
+  Tensor input;       // f32 [B, C, H, W] (after crop) or i64 tokens [B, T]
+  Tensor target;      // i64 [B] labels or [B, T] tokens
   int64_t valid = 0;  // rows [0, valid) are examples, the rest padding
   int64_t epoch = 0;
-  int64_t index = 0;             // the batch's position in its epoch
+  int64_t index = 0;              // the batch's position in its epoch
   std::vector<int64_t> examples;  // dataset indices of the valid rows
 };
 
@@ -112,9 +112,9 @@ class DataLoader {
 
   std::shared_ptr<const Dataset> data_;
   DataLoaderOptions options_;
-  ExampleSpec example_in_;  // what the dataset gives
-  Shape example_out_;       // one row of a batch (the example after cropping)
-  bool augment_ = false;    // crop or flip: examples go through a scratch buffer
+  ExampleSpec example_in_;             // what the dataset gives
+  Shape example_out_;                  // one row of a batch (the example after cropping)
+  bool augment_ = false;               // crop or flip: examples go through a scratch buffer
   std::vector<float> mean_, inv_std_;  // per channel; empty = no normalisation
   Shape input_shape_, target_shape_;
   DType input_dtype_ = DType::kF32;
@@ -126,9 +126,9 @@ class DataLoader {
   bool started_ = false;
   int64_t epoch_ = 0;
   std::shared_ptr<const std::vector<int64_t>> order_;
-  int64_t next_ = 0;           // the next batch Next returns
-  int64_t produce_next_ = 0;   // the next batch the producer makes
-  uint64_t generation_ = 0;    // bumped by Start: batches of older ones are dropped
+  int64_t next_ = 0;          // the next batch Next returns
+  int64_t produce_next_ = 0;  // the next batch the producer makes
+  uint64_t generation_ = 0;   // bumped by Start: batches of older ones are dropped
   std::deque<StatusOr<Batch>> queue_;
   bool stop_ = false;
   double wait_seconds_ = 0;

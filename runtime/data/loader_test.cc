@@ -1,8 +1,7 @@
 #include "runtime/data/loader.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -304,7 +303,8 @@ TEST_CASE("Random crop and flip give the expected pixels") {
   std::set<std::vector<float>> got;
   for (int64_t epoch = 0; epoch < 4; ++epoch)
     for (const Batch& b : Epoch(*wide, epoch))
-      for (int64_t r = 0; r < b.valid; ++r) got.insert(std::vector<float>(b.input.data<float>() + r * 6, b.input.data<float>() + r * 6 + 6));
+      for (int64_t r = 0; r < b.valid; ++r)
+        got.insert(std::vector<float>(b.input.data<float>() + r * 6, b.input.data<float>() + r * 6 + 6));
   for (const std::vector<float>& crop : got) CHECK(candidates.count(crop) == 1);
   CHECK(got.size() == candidates.size());  // 256 draws find all 9 distinct crops
 
@@ -345,7 +345,8 @@ TEST_CASE("Augmentation is a pure function of seed, epoch and example") {
     std::map<int64_t, std::vector<double>> rows;
     for (const Batch& b : batches)
       for (int64_t r = 0; r < b.valid; ++r)
-        rows[b.examples[r]] = std::vector<double>(b.input.data<float>() + r * 108, b.input.data<float>() + (r + 1) * 108);
+        rows[b.examples[r]] =
+            std::vector<double>(b.input.data<float>() + r * 108, b.input.data<float>() + (r + 1) * 108);
     return rows;
   };
   const auto epoch1 = by_example(Epoch(*ordered, 1));
@@ -413,16 +414,22 @@ TEST_CASE("Destroying a loader early does not hang") {
   auto slow = std::make_shared<IndexImages>(400, Shape{1, 2, 2}, 2000);
   const auto start = std::chrono::steady_clock::now();
   { auto never_started = MakeLoader(slow, o); }
-  { auto queue_full = MakeLoader(slow, o);
+  {
+    auto queue_full = MakeLoader(slow, o);
     REQUIRE(queue_full->Start(0).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
-  { auto mid_batch = MakeLoader(slow, o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {
+    auto mid_batch = MakeLoader(slow, o);
     REQUIRE(mid_batch->Start(0).ok());
     Batch b;
-    REQUIRE(mid_batch->Next(&b).value()); }
-  { auto restarted = MakeLoader(slow, o);
+    REQUIRE(mid_batch->Next(&b).value());
+  }
+  {
+    auto restarted = MakeLoader(slow, o);
     REQUIRE(restarted->Start(0).ok());
-    REQUIRE(restarted->Start(1, 3).ok()); }
+    REQUIRE(restarted->Start(1, 3).ok());
+  }
   // Each teardown waits for at most the batch in hand (4 x 2 ms).
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }
@@ -447,7 +454,8 @@ TEST_CASE("Loader errors") {
 
   o.mean = {0.5f, 0.5f};
   o.std = {0.5f, 0.5f};
-  CHECK_THAT(error(images, o), Contains("mean and std need 1 or 3 values each (one per channel of [3, 4, 4]), got 2 and 2"));
+  CHECK_THAT(error(images, o),
+             Contains("mean and std need 1 or 3 values each (one per channel of [3, 4, 4]), got 2 and 2"));
   o.mean = {0.5f, 0.5f, 0.5f};
   o.std = {0.5f, 0.0f, 0.5f};
   CHECK_THAT(error(images, o), Contains("channel 1 has mean 0.5 and std 0; std must be finite and > 0"));

@@ -121,8 +121,7 @@ StatusOr<std::string> Vocabulary::Decode(const std::vector<int64_t>& ids) const 
   return text;
 }
 
-TokenStreamDataset::TokenStreamDataset(Vocabulary vocab, std::vector<int32_t> tokens, int64_t seq_len,
-                                       int64_t stride)
+TokenStreamDataset::TokenStreamDataset(Vocabulary vocab, std::vector<int32_t> tokens, int64_t seq_len, int64_t stride)
     : vocab_(std::move(vocab)), tokens_(std::move(tokens)), seq_len_(seq_len), stride_(stride) {
   // Every window needs seq_len inputs plus the one token after them.
   windows_ = (static_cast<int64_t>(tokens_.size()) - seq_len_ - 1) / stride_ + 1;
@@ -130,7 +129,8 @@ TokenStreamDataset::TokenStreamDataset(Vocabulary vocab, std::vector<int32_t> to
 
 StatusOr<std::shared_ptr<TokenStreamDataset>> TokenStreamDataset::FromFile(const std::string& path,
                                                                            const TextDatasetOptions& options) {
-  if (options.seq_len < 1) return InvalidArgument("text dataset ", path, ": seq_len must be >= 1, got ", options.seq_len);
+  if (options.seq_len < 1)
+    return InvalidArgument("text dataset ", path, ": seq_len must be >= 1, got ", options.seq_len);
   if (options.stride < 0) return InvalidArgument("text dataset ", path, ": stride must be >= 0, got ", options.stride);
   if (!(options.begin_fraction >= 0 && options.begin_fraction < options.end_fraction && options.end_fraction <= 1))
     return InvalidArgument("text dataset ", path, ": need 0 <= begin_fraction < end_fraction <= 1, got [",
@@ -155,9 +155,9 @@ StatusOr<std::shared_ptr<TokenStreamDataset>> TokenStreamDataset::FromFile(const
   const auto begin = static_cast<int64_t>(std::floor(options.begin_fraction * static_cast<double>(total)));
   const auto end = static_cast<int64_t>(std::floor(options.end_fraction * static_cast<double>(total)));
   if (end - begin < options.seq_len + 1)
-    return InvalidArgument(path, ": tokens [", begin, ", ", end, ") of ", total, " (fractions [", options.begin_fraction,
-                           ", ", options.end_fraction, ")) are ", end - begin, ", too few for one window of seq_len ",
-                           options.seq_len, " plus its next-token target");
+    return InvalidArgument(path, ": tokens [", begin, ", ", end, ") of ", total, " (fractions [",
+                           options.begin_fraction, ", ", options.end_fraction, ")) are ", end - begin,
+                           ", too few for one window of seq_len ", options.seq_len, " plus its next-token target");
   std::vector<int32_t> tokens(ids.begin() + begin, ids.begin() + end);
   return std::shared_ptr<TokenStreamDataset>(new TokenStreamDataset(
       std::move(vocab), std::move(tokens), options.seq_len, options.stride > 0 ? options.stride : options.seq_len));

@@ -38,8 +38,8 @@ class Vocabulary {
 
  private:
   TextLevel level_ = TextLevel::kByte;
-  std::vector<char32_t> symbols_;                 // id -> code point (characters only)
-  std::unordered_map<char32_t, int64_t> ids_;     // code point -> id (characters only)
+  std::vector<char32_t> symbols_;              // id -> code point (characters only)
+  std::unordered_map<char32_t, int64_t> ids_;  // code point -> id (characters only)
 };
 
 struct TextDatasetOptions {
