@@ -11,5 +11,6 @@ namespace loom::tools {
 Status TrainCommand(const std::vector<std::string>& args);
 Status BenchCommand(const std::vector<std::string>& args);
 Status OpsCommand(const std::vector<std::string>& args);
+Status CheckpointCommand(const std::vector<std::string>& args);
 
 }  // namespace loom::tools

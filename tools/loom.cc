@@ -15,7 +15,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train          train a model from a config file, or resume a run (loom train --help)\n"
     "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n"
-    "  ops            list the registered ops and the devices that have kernels for them\n";
+    "  ops            list the registered ops and the devices that have kernels for them\n"
+    "  checkpoint F   the training position and per-tensor checksums of checkpoint F\n";
 
 }  // namespace
 
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   loom::Status status;
   if (command == "train") {
     status = loom::tools::TrainCommand(rest);
+  } else if (command == "checkpoint") {
+    status = loom::tools::CheckpointCommand(rest);
   } else if (command == "ops") {
     status = loom::tools::OpsCommand(rest);
   } else if (command == "bench") {
