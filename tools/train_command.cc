@@ -33,6 +33,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
     const std::string dir = flags.Str("resume", "");
     if (flags.Has("out") && flags.Str("out", "") != dir) return InvalidArgument("--out and --resume name different folders");
     if (config_path.empty()) config_path = dir + "/config.pbtxt";
+    if (!std::filesystem::exists(dir + "/config.pbtxt"))
+      return NotFound(dir, " holds no run to resume (no config.pbtxt)");
     run.resume = true;
   } else if (config_path.empty()) {
     return InvalidArgument("--config FILE is required (e.g. models/configs/fashion_mnist_mlp.pbtxt), or --resume DIR");

@@ -421,31 +421,32 @@ StatusOr<RunResult> Trainer::Run() {
 StatusOr<RunResult> RunTraining(const RunOptions& options) {
   std::string out_dir = options.config.out_dir().empty() ? DefaultOutDir(options.config_name) : options.config.out_dir();
   const std::string config_path = out_dir + "/config.pbtxt";
+  RunOptions run_options = options;
+  run_options.config.set_out_dir(out_dir);
+  const std::string config_text = TrainConfigToText(run_options.config);
   if (options.resume) {
+    // The run's own config decides; flags that would change it are refused.
     if (!fs::exists(config_path)) return NotFound(out_dir, " holds no run to resume (no config.pbtxt)");
+    LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
+    if (TrainConfigToText(saved) != config_text)
+      return FailedPrecondition("the config differs from the run's own ", config_path,
+                                " (resume without --config, or with the same config and flags)");
   } else {
     std::error_code ec;
     if (fs::exists(out_dir) && !fs::is_empty(out_dir, ec))
       return FailedPrecondition("the output folder ", out_dir, " is not empty: resume it with --resume ", out_dir,
                                 " or choose another --out");
-    fs::create_directories(out_dir, ec);
-    if (ec) return Internal("cannot create ", out_dir, ": ", ec.message());
   }
-  proto::TrainConfig resolved = options.config;
-  resolved.set_out_dir(out_dir);
-  RunOptions run_options = options;
-  run_options.config = resolved;
-  if (options.resume) {
-    // The run's own config decides; flags that would change it are refused.
-    LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
-    if (TrainConfigToText(saved) != TrainConfigToText(resolved))
-      return FailedPrecondition("the config differs from the run's own ", config_path,
-                                " (resume without --config, or with the same config and flags)");
-  } else {
-    LOOM_RETURN_IF_ERROR(WriteFileAtomically(config_path, TrainConfigToText(resolved)));
-  }
+  // Everything that can fail on bad input (data files, model, checkpoint)
+  // happens before the run folder is made, so a failed start leaves nothing.
   Trainer trainer(run_options, out_dir);
   LOOM_RETURN_IF_ERROR(trainer.Prepare());
+  if (!options.resume) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) return Internal("cannot create ", out_dir, ": ", ec.message());
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(config_path, config_text));
+  }
   return trainer.Run();
 }
 
