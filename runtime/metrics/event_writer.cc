@@ -64,7 +64,8 @@ StatusOr<EventWriter> EventWriter::Create(const std::string& dir) {
   const double now = WallTimeNow();
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(std::floor(now)));
-  const std::string base = (std::filesystem::path(dir) / StrCat("events.out.tfevents.", stamp, ".", Hostname())).string();
+  const std::string base =
+      (std::filesystem::path(dir) / StrCat("events.out.tfevents.", stamp, ".", Hostname())).string();
   for (int suffix = 0;; ++suffix) {
     const std::string path = suffix == 0 ? base : StrCat(base, ".", suffix);
     auto file = AppendFile::Open(path, AppendFile::Mode::kCreateNew);
@@ -114,7 +115,8 @@ StatusOr<std::vector<EventWriter>> CreateReplicaEventWriters(const std::string& 
   std::vector<EventWriter> writers;
   writers.reserve(static_cast<size_t>(replicas));
   for (int64_t r = 0; r < replicas; ++r) {
-    LOOM_ASSIGN_OR_RETURN(EventWriter w, EventWriter::Create((std::filesystem::path(dir) / ReplicaDirName(r)).string()));
+    LOOM_ASSIGN_OR_RETURN(EventWriter w,
+                          EventWriter::Create((std::filesystem::path(dir) / ReplicaDirName(r)).string()));
     writers.push_back(std::move(w));
   }
   return writers;

@@ -32,9 +32,7 @@ StatusOr<AppendFile> AppendFile::Open(const std::string& path, Mode mode) {
   return AppendFile(path, fd);
 }
 
-AppendFile::AppendFile(AppendFile&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {
-  other.fd_ = -1;
-}
+AppendFile::AppendFile(AppendFile&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) { other.fd_ = -1; }
 
 AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
   if (this != &other) {
@@ -66,8 +64,8 @@ Status AppendFile::Append(std::string_view data) {
       // Cut off the part that was written (a disk filled up midway), so the
       // file never ends in half a record.
       if (done > 0 && ::ftruncate(fd_, start) != 0)
-        return Status(StatusCode::kDataLoss, StrCat(FileError("write to", path_, err).message(),
-                                                    "; removing the partial record also failed"));
+        return Status(StatusCode::kDataLoss,
+                      StrCat(FileError("write to", path_, err).message(), "; removing the partial record also failed"));
       return FileError("write to", path_, err);
     }
     done += static_cast<size_t>(n);

@@ -1,8 +1,10 @@
 #include "runtime/metrics/metrics_jsonl.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <set>
 
@@ -10,7 +12,8 @@ namespace loom::metrics {
 
 namespace {
 
-constexpr const char* kFixedFields[] = {"replica", "epoch", "step", "split", "loss", "accuracy", "samples_per_s", "time_s"};
+constexpr const char* kFixedFields[] = {"replica", "epoch",    "step",          "split",
+                                        "loss",    "accuracy", "samples_per_s", "time_s"};
 
 bool IsFixedField(std::string_view name) {
   for (const char* f : kFixedFields)
@@ -20,25 +23,25 @@ bool IsFixedField(std::string_view name) {
 
 // ---- writing ----
 
+// JSON's two-character escapes: the character and the letter after the
+// backslash. (Readers also accept "\/" for '/', which needs no escape.)
+constexpr std::pair<char, char> kShortEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'\n', 'n'}, {'\r', 'r'},
+                                                   {'\t', 't'}, {'\b', 'b'},  {'\f', 'f'}};
+
 void AppendJsonString(std::string_view s, std::string* out) {
   out->push_back('"');
   for (const char c : s) {
-    switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          *out += buf;
-        } else {
-          out->push_back(c);  // bytes >= 0x80 pass through: names are UTF-8
-        }
+    const auto* escape =
+        std::find_if(std::begin(kShortEscapes), std::end(kShortEscapes), [c](const auto& e) { return e.first == c; });
+    if (escape != std::end(kShortEscapes)) {
+      out->push_back('\\');
+      out->push_back(escape->second);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      *out += buf;
+    } else {
+      out->push_back(c);  // bytes >= 0x80 pass through: names are UTF-8
     }
   }
   out->push_back('"');
@@ -179,18 +182,18 @@ class FlatObjectParser {
       }
       if (pos_ >= s_.size()) return Error("unterminated escape");
       const char e = s_[pos_++];
-      switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u': LOOM_RETURN_IF_ERROR(ParseUnicodeEscape(out)); break;
-        default: return Error("unknown escape '\\", e, "'");
+      if (e == 'u') {
+        LOOM_RETURN_IF_ERROR(ParseUnicodeEscape(out));
+        continue;
       }
+      if (e == '/') {
+        out->push_back('/');
+        continue;
+      }
+      const auto* escape = std::find_if(std::begin(kShortEscapes), std::end(kShortEscapes),
+                                        [e](const auto& x) { return x.second == e; });
+      if (escape == std::end(kShortEscapes)) return Error("unknown escape '\\", e, "'");
+      out->push_back(escape->first);
     }
   }
 
@@ -200,10 +203,14 @@ class FlatObjectParser {
     for (int i = 0; i < 4; ++i) {
       const char h = s_[pos_++];
       uint32_t d = 0;
-      if (h >= '0' && h <= '9') d = h - '0';
-      else if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
-      else return Error("bad hex digit in a \\u escape");
+      if (h >= '0' && h <= '9')
+        d = h - '0';
+      else if (h >= 'a' && h <= 'f')
+        d = h - 'a' + 10;
+      else if (h >= 'A' && h <= 'F')
+        d = h - 'A' + 10;
+      else
+        return Error("bad hex digit in a \\u escape");
       *v = *v * 16 + d;
     }
     return Status::Ok();
@@ -269,8 +276,10 @@ StatusOr<int64_t> ToInt(const std::string& key, const JsonScalar& v) {
 
 const char* SplitName(Split split) {
   switch (split) {
-    case Split::kTrain: return "train";
-    case Split::kTest: return "test";
+    case Split::kTrain:
+      return "train";
+    case Split::kTest:
+      return "test";
   }
   LOOM_CHECK(false, "unknown Split ", static_cast<int>(split));
   return "";
@@ -300,7 +309,8 @@ StatusOr<std::string> FormatMetricsLine(const MetricsRecord& r) {
   std::set<std::string_view> seen;
   for (const auto& [name, value] : r.extra) {
     if (name.empty()) return InvalidArgument("metrics record: an extra field has an empty name");
-    if (IsFixedField(name)) return InvalidArgument("metrics record: extra field \"", name, "\" clashes with a fixed field");
+    if (IsFixedField(name))
+      return InvalidArgument("metrics record: extra field \"", name, "\" clashes with a fixed field");
     if (!seen.insert(name).second) return InvalidArgument("metrics record: extra field \"", name, "\" appears twice");
   }
   std::string out = "{";

@@ -52,8 +52,7 @@ StatusOr<MetricsRecord> ParseMetricsLine(std::string_view line);
 class MetricsWriter {
  public:
   // kAppend continues an existing file (a resumed run); kTruncate starts it afresh.
-  static StatusOr<MetricsWriter> Open(const std::string& path,
-                                      AppendFile::Mode mode = AppendFile::Mode::kAppend);
+  static StatusOr<MetricsWriter> Open(const std::string& path, AppendFile::Mode mode = AppendFile::Mode::kAppend);
 
   Status Write(const MetricsRecord& record);
   const std::string& path() const { return file_.path(); }

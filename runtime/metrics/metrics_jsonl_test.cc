@@ -51,9 +51,8 @@ std::string ParseError(const std::string& line) {
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 TEST_CASE("a record is one JSON object with the fixed fields, then the extra ones") {
-  CHECK(Line(TestRecord()) ==
-        R"({"replica":1,"epoch":2,"step":300,"split":"test","loss":0.25,"accuracy":0.875,)"
-        R"("samples_per_s":1234.5,"time_s":12.5,"lr":0.05,"perplexity":1.284})");
+  CHECK(Line(TestRecord()) == R"({"replica":1,"epoch":2,"step":300,"split":"test","loss":0.25,"accuracy":0.875,)"
+                              R"("samples_per_s":1234.5,"time_s":12.5,"lr":0.05,"perplexity":1.284})");
   CHECK(Parse(Line(TestRecord())) == TestRecord());
 }
 
@@ -63,7 +62,8 @@ TEST_CASE("accuracy is omitted when the task has none") {
   r.split = Split::kTrain;
   r.extra.clear();
   const std::string line = Line(r);
-  CHECK(line == R"({"replica":1,"epoch":2,"step":300,"split":"train","loss":0.25,"samples_per_s":1234.5,"time_s":12.5})");
+  CHECK(line ==
+        R"({"replica":1,"epoch":2,"step":300,"split":"train","loss":0.25,"samples_per_s":1234.5,"time_s":12.5})");
   MetricsRecord back = Parse(line);
   CHECK_FALSE(back.accuracy.has_value());
   CHECK(back == r);
@@ -105,10 +105,14 @@ TEST_CASE("NaN and infinities are written as null and read back as NaN") {
 
 TEST_CASE("field names are JSON-escaped and read back unchanged") {
   MetricsRecord r = TestRecord();
-  const std::string name = "a\"b\\c\nd\te\x01" "f/\xc3\xa9";  // split: \x01f would be one escape
+  const std::string name =
+      "a\"b\\c\nd\te\x01"
+      "f/\xc3\xa9";  // split: \x01f would be one escape
   r.extra = {{name, 1.5}};
   const std::string line = Line(r);
-  CHECK(line.find(R"("a\"b\\c\nd\te\u0001f/)" "\xc3\xa9" R"(":1.5})") != std::string::npos);
+  CHECK(line.find(R"("a\"b\\c\nd\te\u0001f/)"
+                  "\xc3\xa9"
+                  R"(":1.5})") != std::string::npos);
   CHECK(line.find('\n') == std::string::npos);
   MetricsRecord back = Parse(line);
   REQUIRE(back.extra.size() == 1);

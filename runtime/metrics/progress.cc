@@ -29,8 +29,10 @@ std::string FormatDuration(double seconds) {
   const auto total = static_cast<long long>(std::llround(seconds));
   const long long h = total / 3600, m = total / 60 % 60, s = total % 60;
   char buf[48];
-  if (h > 0) std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", h, m, s);
-  else std::snprintf(buf, sizeof(buf), "%lld:%02lld", m, s);
+  if (h > 0)
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", h, m, s);
+  else
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", m, s);
   return buf;
 }
 
@@ -81,8 +83,10 @@ void ProgressBar::PrintLine(std::string_view line) {
 
 void ProgressBar::Finish() {
   if (have_update_ && !shown_latest_) {
-    if (tty_) Draw();
-    else EmitLine();
+    if (tty_)
+      Draw();
+    else
+      EmitLine();
   }
   if (bar_visible_) {
     std::fputc('\n', out_);
@@ -131,11 +135,12 @@ std::string ProgressBar::Render(int width) const {
   std::string times = FormatDuration(elapsed) + " elapsed";
   if (total > 0) {
     const int64_t done = step_ - options_.first_step;
-    const double left = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(std::max<int64_t>(0, total - step_)) : -1;
+    const double left =
+        done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(std::max<int64_t>(0, total - step_)) : -1;
     times += ", " + FormatDuration(left) + " left";
   }
-  const std::string stats = count + " | loss " + Format("%.4f", loss_) + " | " + Format("%.0f", samples_per_s_) +
-                            " samples/s | " + times;
+  const std::string stats =
+      count + " | loss " + Format("%.4f", loss_) + " | " + Format("%.0f", samples_per_s_) + " samples/s | " + times;
   const std::string label = label_.empty() ? "" : label_ + " ";
   if (width <= 0) return label + stats;
 

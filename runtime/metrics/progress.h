@@ -17,13 +17,13 @@
 namespace loom::metrics {
 
 struct ProgressOptions {
-  int64_t total_steps = 0;            // 0: unknown, so no bar and no time left
-  std::optional<bool> tty;            // unset: whether the output is a terminal (isatty)
-  double redraw_interval_s = 0.25;    // terminal: at most four redraws a second
-  int64_t line_every_steps = 100;     // not a terminal: one line per this many steps
-  int columns = 0;                    // terminal width; 0: ask the terminal (80 if it will not say)
-  int64_t first_step = 0;             // steps done before this process (a resumed run)
-  std::function<double()> clock;      // seconds, monotonic; unset: steady_clock (tests pass a fake)
+  int64_t total_steps = 0;          // 0: unknown, so no bar and no time left
+  std::optional<bool> tty;          // unset: whether the output is a terminal (isatty)
+  double redraw_interval_s = 0.25;  // terminal: at most four redraws a second
+  int64_t line_every_steps = 100;   // not a terminal: one line per this many steps
+  int columns = 0;                  // terminal width; 0: ask the terminal (80 if it will not say)
+  int64_t first_step = 0;           // steps done before this process (a resumed run)
+  std::function<double()> clock;    // seconds, monotonic; unset: steady_clock (tests pass a fake)
 };
 
 class ProgressBar {
@@ -71,9 +71,9 @@ class ProgressBar {
   double samples_per_s_ = 0;
   double update_time_ = 0;
 
-  bool bar_visible_ = false;   // terminal: the bar is on the current line
-  size_t bar_length_ = 0;      // its length, to blank it out
-  bool shown_latest_ = true;   // the latest update has been drawn or printed
+  bool bar_visible_ = false;  // terminal: the bar is on the current line
+  size_t bar_length_ = 0;     // its length, to blank it out
+  bool shown_latest_ = true;  // the latest update has been drawn or printed
   double last_draw_ = 0;
   int64_t last_line_step_ = 0;  // not a terminal: the step of the last line printed
 };

@@ -125,8 +125,9 @@ TEST_CASE("terminal: redrawn in place with '\\r', at most every redraw interval"
   CHECK(Count(text, '\r') == 26);  // the last step was already shown
   const std::vector<std::string> draws = Split(text.substr(1), '\r');
   CHECK(draws[1].find("step 5/100 (5%)") != std::string::npos);
-  CHECK(draws.back() ==
-        "[==============================] step 100/100 (100%) | loss 0.5000 | 100 samples/s | 0:06 elapsed, 0:00 left\n");
+  CHECK(
+      draws.back() ==
+      "[==============================] step 100/100 (100%) | loss 0.5000 | 100 samples/s | 0:06 elapsed, 0:00 left\n");
 }
 
 TEST_CASE("terminal: Finish shows a throttled last update") {

@@ -6,10 +6,9 @@ namespace loom::metrics {
 
 StatusOr<RunLogger> RunLogger::Create(const std::string& dir, const RunLoggerOptions& options) {
   if (options.replicas < 1) return InvalidArgument("run logger for ", options.replicas, " replicas: need at least one");
-  LOOM_ASSIGN_OR_RETURN(
-      MetricsWriter metrics,
-      MetricsWriter::Open((std::filesystem::path(dir) / kMetricsFileName).string(),
-                          options.resume ? AppendFile::Mode::kAppend : AppendFile::Mode::kTruncate));
+  LOOM_ASSIGN_OR_RETURN(MetricsWriter metrics,
+                        MetricsWriter::Open((std::filesystem::path(dir) / kMetricsFileName).string(),
+                                            options.resume ? AppendFile::Mode::kAppend : AppendFile::Mode::kTruncate));
   std::vector<EventWriter> events;
   if (options.tensorboard && options.replicas == 1) {
     LOOM_ASSIGN_OR_RETURN(EventWriter w, EventWriter::Create(dir));

@@ -18,8 +18,8 @@ inline constexpr char kMetricsFileName[] = "metrics.jsonl";
 
 struct RunLoggerOptions {
   int64_t replicas = 1;
-  bool resume = false;       // append to an existing metrics.jsonl instead of starting it afresh
-  bool tensorboard = true;   // write event files
+  bool resume = false;      // append to an existing metrics.jsonl instead of starting it afresh
+  bool tensorboard = true;  // write event files
 };
 
 class RunLogger {

@@ -39,9 +39,15 @@ std::string FormatNumber(std::optional<double> v, NumberStyle style, int precisi
   if (std::isinf(*v)) return *v > 0 ? "inf" : "-inf";
   char buf[64];
   switch (style) {
-    case NumberStyle::kInteger: std::snprintf(buf, sizeof(buf), "%.0f", *v); break;
-    case NumberStyle::kFixed: std::snprintf(buf, sizeof(buf), "%.*f", precision, *v); break;
-    case NumberStyle::kScientific: std::snprintf(buf, sizeof(buf), "%.*e", std::max(0, precision - 1), *v); break;
+    case NumberStyle::kInteger:
+      std::snprintf(buf, sizeof(buf), "%.0f", *v);
+      break;
+    case NumberStyle::kFixed:
+      std::snprintf(buf, sizeof(buf), "%.*f", precision, *v);
+      break;
+    case NumberStyle::kScientific:
+      std::snprintf(buf, sizeof(buf), "%.*e", std::max(0, precision - 1), *v);
+      break;
   }
   return buf;
 }

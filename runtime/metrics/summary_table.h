@@ -18,7 +18,7 @@
 namespace loom::metrics {
 
 struct SummaryRow {
-  std::string name;  // shown in the first column, e.g. the replica index
+  std::string name;                                    // shown in the first column, e.g. the replica index
   std::vector<std::pair<std::string, double>> values;  // a column a row lacks shows "-"
 };
 

@@ -133,11 +133,12 @@ TEST_CASE("FinalMetrics takes each replica's last record of each split") {
   std::vector<SummaryRow> rows = FinalMetrics(records);
   REQUIRE(rows.size() == 2);
   CHECK(rows[0].name == "0");
-  std::vector<std::pair<std::string, double>> want0 = {{"step", 200},          {"train/loss", 0.5},
-                                                       {"train/samples_per_s", 100}, {"test/loss", 0.3},
-                                                       {"test/accuracy", 0.85}, {"test/samples_per_s", 100}};
+  std::vector<std::pair<std::string, double>> want0 = {
+      {"step", 200},      {"train/loss", 0.5},     {"train/samples_per_s", 100},
+      {"test/loss", 0.3}, {"test/accuracy", 0.85}, {"test/samples_per_s", 100}};
   CHECK(rows[0].values == want0);
-  std::vector<std::pair<std::string, double>> want1 = {{"step", 200}, {"train/loss", 0.6}, {"train/samples_per_s", 100}};
+  std::vector<std::pair<std::string, double>> want1 = {
+      {"step", 200}, {"train/loss", 0.6}, {"train/samples_per_s", 100}};
   CHECK(rows[1].values == want1);
 
   SummaryOptions options;
