@@ -19,6 +19,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <variant>
 
 #include "ops/cpu_util.h"
@@ -65,6 +66,9 @@ struct Window {
 struct AxisWindows {
   int64_t step = 1;
   std::vector<Window> windows;  // one per output position
+  // Sliding windows only: output o's taps start at o * stride - padding;
+  // those whose window holds all `kernel` taps are [full_lo, full_hi).
+  int64_t stride = 1, padding = 0, kernel = 0, full_lo = 0, full_hi = 0;
   int64_t Taps() const {
     int64_t n = 0;
     for (const Window& w : windows) n += w.count;
@@ -76,6 +80,9 @@ struct AxisWindows {
 AxisWindows SlidingWindows(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, bool include_pad) {
   AxisWindows a;
   a.step = d;
+  a.stride = s;
+  a.padding = p;
+  a.kernel = k;
   for (int64_t o = 0; o < out; ++o) {
     const int64_t start = o * s - p;
     const int64_t t_lo = start >= 0 ? 0 : (-start + d - 1) / d;           // first tap at or after 0
@@ -87,6 +94,11 @@ AxisWindows SlidingWindows(int64_t in, int64_t out, int64_t k, int64_t s, int64_
     w.extent = include_pad ? std::min(start + k, in + p) - start : w.count;
     a.windows.push_back(w);
   }
+  // Whole windows are contiguous: the clipped ones sit at the two ends.
+  a.full_lo = 0;
+  while (a.full_lo < out && a.windows[a.full_lo].count != k) ++a.full_lo;
+  a.full_hi = a.full_lo;
+  while (a.full_hi < out && a.windows[a.full_hi].count == k) ++a.full_hi;
   return a;
 }
 
@@ -187,41 +199,126 @@ int64_t PlaneChunk(const PoolPlan& plan) {
 // CPU kernels. Every plane (n, c) is independent, forward and backward, so
 // all of them split over planes.
 
+// Folds tap x[i] into a running max and argmax: NaN wins, as in PyTorch,
+// and ties keep the first maximum.
+template <typename T>
+void MaxTap(T v, int64_t i, T& best, int64_t& arg) {
+  const bool take = (v > best) | std::isnan(v);
+  best = take ? v : best;
+  arg = take ? i : arg;
+}
+
+// kBytes of T lanes (GCC/Clang vector extensions) and integer lanes of the
+// same width, which hold the argmax (plane offsets) and compare masks.
+template <typename T, int kBytes>
+struct Lanes {
+  static constexpr int64_t kCount = kBytes / sizeof(T);
+  using Int = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  typedef T Vec __attribute__((vector_size(kBytes)));
+  typedef Int IntVec __attribute__((vector_size(kBytes)));
+};
+
+// y[ox], idx[ox] for the kCount outputs from ox0, whose column windows are
+// whole (cols.kernel taps, output ox's first at ox * stride - padding), over
+// row window r. The running max and argmax of all the outputs stay in SIMD
+// registers and every tap updates them with one select, in the same tap
+// order as MaxTap. Scalar selects on unpredictable maxima compile to
+// mispredicted branches, and pooled rows are often too short (7 or 14) for
+// auto-vectorised loops, which leave them in scalar tails.
+template <int kBytes, typename T, typename Stride>
+void MaxPoolLanes(const T* plane, int64_t w, const Window& r, int64_t row_step, const AxisWindows& cols, int64_t ox0,
+                  Stride stride, T* y, int64_t* idx) {
+  using L = Lanes<T, kBytes>;
+  typename L::Vec best{}, v{};
+  typename L::IntVec arg{}, lane{};
+  for (int64_t l = 0; l < L::kCount; ++l) lane[l] = static_cast<typename L::Int>(l * stride);
+  for (int64_t a = 0; a < r.count; ++a) {
+    for (int64_t b = 0; b < cols.kernel; ++b) {
+      const int64_t line = (r.first + a * row_step) * w + b * cols.step - cols.padding + ox0 * stride;
+      for (int64_t l = 0; l < L::kCount; ++l) v[l] = plane[line + l * stride];
+      const typename L::IntVec i = static_cast<typename L::Int>(line) + lane;
+      const typename L::IntVec take = (a == 0 && b == 0) ? ~typename L::IntVec{} : (v > best) | (v != v);
+      best = take ? v : best;
+      arg = take ? i : arg;
+    }
+  }
+  for (int64_t l = 0; l < L::kCount; ++l) {
+    y[ox0 + l] = best[l];
+    idx[ox0 + l] = arg[l];
+  }
+}
+
+// The whole-window outputs [lo, hi) of one row in blocks of SIMD lanes (32
+// or 16 bytes); the last block overlaps the one before it rather than
+// leaving a scalar tail. Returns false (nothing done) for rows shorter than
+// a 16-byte block.
+template <typename T, typename Stride>
+bool MaxPoolWhole(const T* plane, int64_t w, const Window& r, int64_t row_step, const AxisWindows& cols, int64_t lo,
+                  int64_t hi, Stride stride, T* y, int64_t* idx) {
+  auto blocks = [&](auto lanes, auto block) {
+    for (int64_t ox = lo; ox < hi; ox += lanes) block(std::min(ox, hi - lanes));
+  };
+  if (hi - lo >= Lanes<T, 32>::kCount) {
+    blocks(Lanes<T, 32>::kCount,
+           [&](int64_t ox0) { MaxPoolLanes<32>(plane, w, r, row_step, cols, ox0, stride, y, idx); });
+  } else if (hi - lo >= Lanes<T, 16>::kCount) {
+    blocks(Lanes<T, 16>::kCount,
+           [&](int64_t ox0) { MaxPoolLanes<16>(plane, w, r, row_step, cols, ox0, stride, y, idx); });
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // y [P, OH, OW], idx [P, OH, OW] = max and argmax of each window of x [P, H, W].
 template <typename T>
 void MaxPoolForward(const PoolPlan& plan, const Shape& xs, const T* x, T* y, int64_t* idx, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  const AxisWindows& cols = plan.cols;
+  // f32 lanes hold plane offsets in 32 bits.
+  const bool lanes_fit = sizeof(T) == 8 || h * w <= std::numeric_limits<int32_t>::max();
   ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* plane = x + p * h * w;
       for (int64_t oy = 0; oy < oh; ++oy) {
         const Window& r = plan.rows.windows[oy];
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const Window& c = plan.cols.windows[ox];
-          const int64_t o = (p * oh + oy) * ow + ox;
+        T* yr = y + (p * oh + oy) * ow;
+        int64_t* ir = idx + (p * oh + oy) * ow;
+        // One output at a time: clipped windows at the edges, and rows the
+        // SIMD blocks do not take.
+        auto scan = [&](int64_t ox) {
+          const Window& c = cols.windows[ox];
           if (r.count == 0 || c.count == 0) {
-            y[o] = -std::numeric_limits<T>::infinity();
-            idx[o] = -1;
-            continue;
+            yr[ox] = -std::numeric_limits<T>::infinity();
+            ir[ox] = -1;
+            return;
           }
           int64_t arg = r.first * w + c.first;
           T best = plane[arg];
           for (int64_t a = 0; a < r.count; ++a) {
             const int64_t line = (r.first + a * plan.rows.step) * w;
             for (int64_t b = 0; b < c.count; ++b) {
-              const int64_t i = line + c.first + b * plan.cols.step;
-              // NaN wins, as in PyTorch; ties keep the first maximum. Bitwise
-              // and selects rather than branches: maxima of noisy data are
-              // unpredictable.
-              const T v = plane[i];
-              const bool take = (v > best) | std::isnan(v);
-              best = take ? v : best;
-              arg = take ? i : arg;
+              const int64_t i = line + c.first + b * cols.step;
+              MaxTap(plane[i], i, best, arg);
             }
           }
-          y[o] = best;
-          idx[o] = arg;
+          yr[ox] = best;
+          ir[ox] = arg;
+        };
+        int64_t lo = cols.full_lo, hi = cols.full_hi;
+        bool done = false;
+        if (r.count > 0 && lanes_fit) {
+          if (cols.stride == 1) {
+            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, std::integral_constant<int64_t, 1>(), yr, ir);
+          } else if (cols.stride == 2) {
+            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, std::integral_constant<int64_t, 2>(), yr, ir);
+          } else {
+            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, cols.stride, yr, ir);
+          }
         }
+        if (!done) lo = hi = ow;
+        for (int64_t ox = 0; ox < lo; ++ox) scan(ox);
+        for (int64_t ox = hi; ox < ow; ++ox) scan(ox);
       }
     }
   }, PlaneChunk(plan));
