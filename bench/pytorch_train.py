@@ -76,7 +76,7 @@ def main():
     secs = time.perf_counter() - start
     print(json.dumps({"framework": "pytorch", "version": torch.__version__, "model": args.model,
                       "batch": args.batch, "threads": args.threads, "steps": args.steps,
-                      "samples_per_s": args.steps * args.batch / secs, "final_loss": float(loss)}))
+                      "samples_per_s": args.steps * args.batch / secs, "final_loss": float(loss.detach())}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // CRC32C against published check values, and the hardware and table paths
 // against each other.
-#include "runtime/checkpoint/crc32c.h"
+#include "core/crc32c.h"
 
 #include <catch2/catch.hpp>
 

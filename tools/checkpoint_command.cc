@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "tools/commands.h"
 
 namespace loom::tools {

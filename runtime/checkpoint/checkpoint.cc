@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/checkpoint.pb.h"
-#include "runtime/checkpoint/crc32c.h"
+#include "core/crc32c.h"
 
 // Tensor bytes are written as they lie in memory, so files move between
 // little-endian hosts only (every host loom builds for).

@@ -11,7 +11,7 @@
 #include <limits>
 #include <sstream>
 
-#include "runtime/checkpoint/crc32c.h"
+#include "core/crc32c.h"
 #include "runtime/checkpoint/run_dir.h"
 
 namespace loom {

@@ -11,7 +11,7 @@
 #include <limits>
 #include <system_error>
 
-#include "runtime/metrics/crc32c.h"
+#include "runtime/metrics/masked_crc.h"
 
 namespace loom::metrics {
 
@@ -56,7 +56,7 @@ std::string FrameRecord(std::string_view data) {
   AppendLittleEndian(data.size(), 8, &out);
   AppendLittleEndian(MaskCrc32c(Crc32c(out.data(), 8)), 4, &out);
   out.append(data);
-  AppendLittleEndian(MaskCrc32c(Crc32c(data)), 4, &out);
+  AppendLittleEndian(MaskCrc32c(Crc32cOf(data)), 4, &out);
   return out;
 }
 
@@ -145,7 +145,7 @@ StatusOr<std::vector<tb::Event>> ReadEventFile(const std::string& path) {
       return error(length, " data bytes is more than one event can hold");
     const std::string_view payload(p + kHeaderBytes, static_cast<size_t>(length));
     const uint32_t data_crc = static_cast<uint32_t>(ReadLittleEndian(p + kHeaderBytes + length, 4));
-    const uint32_t want_data_crc = MaskCrc32c(Crc32c(payload));
+    const uint32_t want_data_crc = MaskCrc32c(Crc32cOf(payload));
     if (data_crc != want_data_crc)
       return error("data CRC mismatch (stored ", Hex32(data_crc), ", computed ", Hex32(want_data_crc), ")");
     tb::Event event;

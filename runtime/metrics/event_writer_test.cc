@@ -10,7 +10,7 @@
 #include <iterator>
 #include <regex>
 
-#include "runtime/metrics/crc32c.h"
+#include "runtime/metrics/masked_crc.h"
 #include "runtime/metrics/run_logger.h"
 #include "runtime/metrics/test_dir.h"
 
