@@ -51,6 +51,6 @@ printf "%-6s %14s %18s %8s\n" model "loom samples/s" "torch $version" ratio
 for model in mlp cnn; do
   l=$(loom_rate "$model")
   t=$(torch_rate "$model")
-  printf "%-6s %14.0f %18.0f %7.2fx\n" "$model" "$l" "$t" "$(echo "$l / $t" | bc -l)"
+  printf "%-6s %14.0f %18.0f %7.2fx\n" "$model" "$l" "$t" "$(awk -v a="$l" -v b="$t" 'BEGIN {print a / b}')"
 done
 echo "($threads threads, $steps steps of batch 128 each, $(date -u +%Y-%m-%d))"
