@@ -59,6 +59,7 @@ struct Batch {
   std::vector<int64_t> examples;  // dataset indices of the valid rows
 };
 
+// One thread drives a loader: Start and Next must not race each other.
 class DataLoader {
  public:
   // Errors: an empty dataset, batch_size < 1, drop_last with fewer examples
