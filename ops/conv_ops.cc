@@ -347,19 +347,11 @@ void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* x, Threa
   }, ChannelChunk(g.kh * g.kw * len));
 }
 
-// sum_j a[j] * b[j * step], with independent partial sums so that the
-// unit-stride case vectorizes (a single running sum would serialize).
+// sum_j a[j] * b[j * step]; LaneSum's partial sums let the unit-stride
+// case vectorise.
 template <typename T, typename Step>
 T Dot(const T* a, const T* b, int64_t count, Step step) {
-  constexpr int kLanes = 8;
-  T part[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= count; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) part[l] += a[j + l] * b[(j + l) * step];
-  T sum = 0;
-  for (; j < count; ++j) sum += a[j] * b[j * step];
-  for (int l = 0; l < kLanes; ++l) sum += part[l];
-  return sum;
+  return LaneSum<T>(count, [&](int64_t j) { return a[j] * b[j * step]; });
 }
 
 // The direct walk of Direct() groups: each kernel tap is a shifted, strided

@@ -20,6 +20,23 @@ void ParallelRange(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_chunk = 327
   pool->ParallelFor(n, min_chunk, fn);
 }
 
+// Sum of term(i) for i in [0, n), accumulated in Acc in kSumLanes independent
+// partial sums (a single running sum is a chain of dependent adds, which
+// neither vectorises nor pipelines) combined in a fixed order: the result
+// depends on n and the terms only, never on threads.
+constexpr int kSumLanes = 8;
+template <typename Acc, typename Term>
+Acc LaneSum(int64_t n, Term&& term) {
+  Acc part[kSumLanes] = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) part[l] += term(i + l);
+  Acc sum = 0;
+  for (; i < n; ++i) sum += term(i);
+  for (int l = 0; l < kSumLanes; ++l) sum += part[l];
+  return sum;
+}
+
 // Strides (in elements) of `in` broadcast against `out`: 0 on broadcast dims.
 // `in` is right-aligned to `out`'s rank.
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);

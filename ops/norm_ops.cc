@@ -18,6 +18,7 @@
 // saved_mean, saved_rstd), both saved statistics shaped like x's leading
 // dims. Only y is differentiable.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -61,6 +62,20 @@ ChannelLayout LayoutOf(const Shape& x) {
 template <typename Fn>
 void ForEachChannelRun(const ChannelLayout& l, int64_t c, Fn&& fn) {
   for (int64_t i = 0; i < l.n; ++i) fn((i * l.c + c) * l.s, l.s);
+}
+
+// The sums over channel c's elements of each term(offset), in double. Runs
+// go one at a time, so that every sum reads a run while it is in cache;
+// [N, C] input (runs of one) is one strided sequence instead.
+template <typename... Terms>
+std::array<double, sizeof...(Terms)> ChannelSums(const ChannelLayout& l, int64_t c, Terms&&... terms) {
+  if (l.s == 1) return {LaneSum<double>(l.n, [&](int64_t i) { return terms(i * l.c + c); })...};
+  std::array<double, sizeof...(Terms)> sums{};
+  ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
+    size_t k = 0;
+    ((sums[k++] += LaneSum<double>(len, [&](int64_t j) { return terms(o + j); })), ...);
+  });
+  return sums;
 }
 
 const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
@@ -138,18 +153,11 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
         if (training) {
           // Two passes (mean, then centred squares) in double: stable for
           // large means and long channels.
-          double sum = 0;
-          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-            for (int64_t j = 0; j < len; ++j) sum += px[o + j];
-          });
-          mean = sum / static_cast<double>(m);
-          double squares = 0;
-          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-            for (int64_t j = 0; j < len; ++j) {
-              const double d = px[o + j] - mean;
-              squares += d * d;
-            }
-          });
+          mean = ChannelSums(l, c, [&](int64_t i) { return static_cast<double>(px[i]); })[0] / static_cast<double>(m);
+          const double squares = ChannelSums(l, c, [&](int64_t i) {
+            const double d = px[i] - mean;
+            return d * d;
+          })[0];
           invstd = 1.0 / std::sqrt(squares / static_cast<double>(m) + eps);
           const double unbiased = squares / static_cast<double>(m - 1);
           new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
@@ -218,13 +226,9 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
     ParallelRange(ctx.pool, l.c, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const double mu = mean[c], is = invstd[c];
-        double sum_dy = 0, sum_dy_xhat = 0;
-        ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-          for (int64_t j = 0; j < len; ++j) {
-            sum_dy += dy[o + j];
-            sum_dy_xhat += dy[o + j] * ((x[o + j] - mu) * is);
-          }
-        });
+        const auto [sum_dy, sum_dy_centred] = ChannelSums(
+            l, c, [&](int64_t i) { return static_cast<double>(dy[i]); }, [&](int64_t i) { return dy[i] * (x[i] - mu); });
+        const double sum_dy_xhat = sum_dy_centred * is;
         dbeta[c] = static_cast<T>(sum_dy);
         dgamma[c] = static_cast<T>(sum_dy_xhat);
         const T k = static_cast<T>(gamma[c] * is);
@@ -332,11 +336,9 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
       for (int64_t r = r0; r < r1; ++r) {
         const T* xr = px + r * l.d;
         T* yr = y + r * l.d;
-        double sum = 0;
-        for (int64_t j = 0; j < l.d; ++j) sum += xr[j];
-        const double mean = sum / static_cast<double>(l.d);
-        double squares = 0;
-        for (int64_t j = 0; j < l.d; ++j) squares += (xr[j] - mean) * (xr[j] - mean);
+        const double mean = LaneSum<double>(l.d, [&](int64_t j) { return static_cast<double>(xr[j]); }) /
+                            static_cast<double>(l.d);
+        const double squares = LaneSum<double>(l.d, [&](int64_t j) { return (xr[j] - mean) * (xr[j] - mean); });
         const double rstd = 1.0 / std::sqrt(squares / static_cast<double>(l.d) + eps);
         save_mean[r] = static_cast<T>(mean);
         save_rstd[r] = static_cast<T>(rstd);
@@ -406,18 +408,12 @@ LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ct
         const T* xr = x + r * l.d;
         T* dxr = dx + r * l.d;
         const T mu = mean[r], rs = rstd[r];
-        double sum_g = 0, sum_g_xhat = 0;
-        for (int64_t j = 0; j < l.d; ++j) {
-          const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
-          sum_g += g;
-          sum_g_xhat += g * ((xr[j] - mu) * rs);
-        }
+        auto g = [&](int64_t j) { return gamma ? dyr[j] * gamma[j] : dyr[j]; };
+        const double sum_g = LaneSum<double>(l.d, g);
+        const double sum_g_xhat = LaneSum<double>(l.d, [&](int64_t j) { return g(j) * ((xr[j] - mu) * rs); });
         const T a = static_cast<T>(sum_g / static_cast<double>(l.d));
         const T b = static_cast<T>(sum_g_xhat / static_cast<double>(l.d));
-        for (int64_t j = 0; j < l.d; ++j) {
-          const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
-          dxr[j] = rs * (g - a - (xr[j] - mu) * rs * b);
-        }
+        for (int64_t j = 0; j < l.d; ++j) dxr[j] = rs * (g(j) - a - (xr[j] - mu) * rs * b);
       }
     }, GrainFor(l.d));
     if (!gamma) return;
