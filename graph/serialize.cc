@@ -1,5 +1,7 @@
 #include "graph/serialize.h"
 
+#include "core/file_util.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -234,41 +236,6 @@ Status FileError(const std::string& what, const std::string& path, int err) {
   return Status(StatusCode::kInvalidArgument, message);
 }
 
-// Writes `data` to a fresh sibling of `path`, syncs it and renames it over
-// `path`; on any failure the sibling is removed and `path` is untouched.
-Status WriteFileAtomically(const std::string& path, const std::string& data) {
-  static std::atomic<int> counter{0};
-  const std::string tmp = StrCat(path, ".tmp-", ::getpid(), "-", counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return FileError("create a temporary file for", path, errno);
-  auto fail = [&](int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return FileError("write", path, err);
-  };
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail(errno);
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return FileError("write", path, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return FileError("rename a temporary file onto", path, err);
-  }
-  return Status::Ok();
-}
-
 StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return FileError("read", path, EISDIR);
@@ -431,7 +398,7 @@ Status SaveGraph(const Graph& graph, const std::string& path) {
     coded.Trim();  // flush into `data` before it is written
     if (!ok || coded.HadError()) return Internal("binary serialization of graph file '", path, "' failed");
   }
-  return WriteFileAtomically(path, data);
+  return WriteFileAtomically(path, data).WithContext("saving the graph");
 }
 
 StatusOr<Graph> LoadGraph(const std::string& path) {

@@ -442,7 +442,7 @@ TEST_CASE("file errors name the file, and a failed save leaves nothing behind") 
   fs::path nowhere = dir / "no_such_dir" / "g.pbtxt";
   Status s = SaveGraph(m.graph, nowhere.string());
   REQUIRE_FALSE(s.ok());
-  CHECK_THAT(s.ToString(), Contains("graph file '" + nowhere.string() + "'"));
+  CHECK_THAT(s.ToString(), Contains("saving the graph: cannot create a temporary file for '" + nowhere.string() + "'"));
   CHECK(fs::is_empty(dir));
 
   // An invalid graph is refused before anything is written.

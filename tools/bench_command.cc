@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/cost.h"
@@ -167,9 +168,7 @@ Status BenchKernels(const Flags& flags) {
   json += "]}\n";
   if (flags.Has("json")) {
     const std::string path = flags.Str("json", "");
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << json;
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Internal("cannot write ", path);
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(path, json));
     std::printf("wrote %s\n", path.c_str());
   }
   return Status::Ok();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/file_util.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "graph/model.h"
@@ -171,19 +172,6 @@ std::string DefaultOutDir(const std::string& config_name) {
   std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
   return "runs/" + config_name + "-" + stamp;
-}
-
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) return Internal("cannot write ", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Internal("cannot rename ", tmp, " to ", path, ": ", ec.message());
-  return Status::Ok();
 }
 
 // The state of the training loop between steps.
