@@ -33,6 +33,33 @@ void ByteImageDataset::Get(int64_t index, void* input, int64_t* target) const {
   *target = labels_[index];
 }
 
+namespace {
+
+class SlicedDataset final : public Dataset {
+ public:
+  SlicedDataset(std::shared_ptr<const Dataset> base, int64_t begin, int64_t end)
+      : base_(std::move(base)), begin_(begin), size_(end - begin) {}
+  int64_t size() const override { return size_; }
+  ExampleSpec input_spec() const override { return base_->input_spec(); }
+  ExampleSpec target_spec() const override { return base_->target_spec(); }
+  int64_t num_classes() const override { return base_->num_classes(); }
+  void Get(int64_t index, void* input, int64_t* target) const override { base_->Get(begin_ + index, input, target); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  int64_t begin_, size_;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const Dataset>> SliceDataset(std::shared_ptr<const Dataset> base, int64_t begin, int64_t end) {
+  if (!base) return InvalidArgument("SliceDataset: no dataset");
+  if (begin < 0 || begin >= end || end > base->size())
+    return InvalidArgument("SliceDataset: examples [", begin, ", ", end, ") are not a non-empty part of a dataset of ",
+                           base->size(), " examples");
+  return std::shared_ptr<const Dataset>(std::make_shared<SlicedDataset>(std::move(base), begin, end));
+}
+
 StatusOr<ChannelStats> ComputeChannelStats(const Dataset& data) {
   const ExampleSpec in = data.input_spec();
   if (in.dtype != DType::kF32 || in.shape.rank() != 3)

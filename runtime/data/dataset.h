@@ -77,6 +77,11 @@ class ByteImageDataset : public Dataset {
   int64_t num_classes_;
 };
 
+// Examples [begin, end) of `base` as a dataset of their own (sharing base's
+// storage): a quick run on the first n examples, or a validation split held
+// out of a training set. Errors name the range and the base's size.
+StatusOr<std::shared_ptr<const Dataset>> SliceDataset(std::shared_ptr<const Dataset> base, int64_t begin, int64_t end);
+
 // Per-channel mean and standard deviation of an image dataset's inputs (as
 // Get returns them, so in [0, 1]) over all examples: the values for
 // DataLoaderOptions::mean and std when a dataset has no published ones.

@@ -94,6 +94,27 @@ TEST_CASE("ByteImageDataset checks sizes and labels") {
              Contains("[C, H, W], got [4]"));
 }
 
+TEST_CASE("A slice of a dataset is a dataset of its examples") {
+  auto base = ByteImageDataset::Create(Shape{1, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, 4).value();
+  auto slice = SliceDataset(base, 1, 3);
+  REQUIRE(slice.ok());
+  const Dataset& ds = **slice;
+  CHECK(ds.size() == 2);
+  CHECK(ds.input_spec() == base->input_spec());
+  CHECK(ds.target_spec() == base->target_spec());
+  CHECK(ds.num_classes() == 4);
+  float pixels[2];
+  int64_t label = -1;
+  ds.Get(1, pixels, &label);  // base example 2
+  CHECK(label == 2);
+  CHECK(pixels[1] == Approx(5 / 255.0f));
+  CHECK_THAT(ErrorOf(SliceDataset(base, 2, 5)),
+             Contains("examples [2, 5) are not a non-empty part of a dataset of 4 examples"));
+  CHECK_THAT(ErrorOf(SliceDataset(base, 2, 2)), Contains("examples [2, 2) are not"));
+  CHECK_THAT(ErrorOf(SliceDataset(base, -1, 2)), Contains("examples [-1, 2) are not"));
+  CHECK_THAT(ErrorOf(SliceDataset(nullptr, 0, 1)), Contains("no dataset"));
+}
+
 TEST_CASE("Channel statistics of a byte image dataset") {
   // Two 2-channel 1x2 images: channel 0 holds 0 and 255 (mean 1/2, std 1/2),
   // channel 1 is all 51 (0.2, std 0).
