@@ -100,19 +100,4 @@ StatusOr<Tensor> ReadIdxLabels(const std::string& path) {
   return t;
 }
 
-StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, const std::string& split) {
-  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<ByteImageDataset> bytes, LoadMnist(dir, split));
-  const Shape& image = bytes->image_shape();
-  ImageDataset ds;
-  ds.images = Tensor::Zeros({bytes->size(), image[0], image[1], image[2]}, DType::kF32);
-  ds.labels = Tensor::Zeros({bytes->size()}, DType::kI64);
-  const int64_t per_image = image.numel();
-  for (int64_t i = 0; i < bytes->size(); ++i) {
-    float* dst = ds.images.data<float>() + i * per_image;
-    bytes->Get(i, dst, ds.labels.data<int64_t>() + i);
-    for (int64_t j = 0; j < per_image; ++j) dst[j] = (dst[j] - kFashionMnistMean) / kFashionMnistStd;
-  }
-  return ds;
-}
-
 }  // namespace loom

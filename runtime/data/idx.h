@@ -35,17 +35,4 @@ StatusOr<Tensor> ReadIdxImages(const std::string& path);
 // Labels as i64, shape [N].
 StatusOr<Tensor> ReadIdxLabels(const std::string& path);
 
-// The pre-DataLoader form used by ClassifierTrainer: the whole split as
-// normalised f32 tensors. New code should use LoadMnist and a DataLoader.
-struct ImageDataset {
-  Tensor images;  // [N, 1, H, W] f32, normalised with the training set's mean and std
-  Tensor labels;  // [N] i64
-  int64_t num_classes = 10;
-  int64_t size() const { return labels.numel(); }
-};
-
-// split: "train" (60k) or "test" (10k), as LoadMnist. Normalisation uses
-// the training set's statistics for both splits (kFashionMnistMean, Std).
-StatusOr<ImageDataset> LoadFashionMnist(const std::string& dir, const std::string& split);
-
 }  // namespace loom

@@ -121,19 +121,6 @@ TEST_CASE("LoadMnist pairs images with labels as a byte dataset") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("LoadFashionMnist normalises the byte dataset") {
-  const std::string dir = TempPath("fashion");
-  std::filesystem::create_directories(dir);
-  WriteFile(dir + "/t10k-images-idx3-ubyte", ImageFile(2, 3, 3));
-  WriteFile(dir + "/t10k-labels-idx1-ubyte", LabelFile({3, 1}));
-  auto ds = LoadFashionMnist(dir, "test");
-  REQUIRE(ds.status().ToString() == "OK");
-  CHECK(ds->images.shape() == Shape({2, 1, 3, 3}));
-  CHECK(ds->labels.ScalarAt(1) == 1);
-  CHECK(ds->images.ScalarAt(10) == Approx((10 / 255.0 - kFashionMnistMean) / kFashionMnistStd));
-  std::filesystem::remove_all(dir);
-}
-
 TEST_CASE("Fashion-MNIST loads with matching counts", "[data]") {
   if (!std::filesystem::exists(kFashionMnistDir)) {
     WARN("dataset-fashion-mnist is not installed; skipped");
@@ -146,10 +133,6 @@ TEST_CASE("Fashion-MNIST loads with matching counts", "[data]") {
   std::vector<int> counts(10, 0);
   for (int64_t i = 0; i < test.value()->size(); ++i) counts[test.value()->label(i)]++;
   for (int c : counts) CHECK(c == 1000);  // the test split is balanced
-
-  auto legacy = LoadFashionMnist(kFashionMnistDir, "test");
-  REQUIRE(legacy.ok());
-  CHECK(legacy->images.shape() == Shape({10000, 1, 28, 28}));
 }
 
 }  // namespace

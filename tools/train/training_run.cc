@@ -52,21 +52,6 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
 
 namespace {
 
-// The first `limit` examples of a dataset (config train_limit / test_limit).
-class HeadDataset final : public Dataset {
- public:
-  HeadDataset(std::shared_ptr<const Dataset> base, int64_t limit) : base_(std::move(base)), size_(limit) {}
-  int64_t size() const override { return size_; }
-  ExampleSpec input_spec() const override { return base_->input_spec(); }
-  ExampleSpec target_spec() const override { return base_->target_spec(); }
-  int64_t num_classes() const override { return base_->num_classes(); }
-  void Get(int64_t index, void* input, int64_t* target) const override { base_->Get(index, input, target); }
-
- private:
-  std::shared_ptr<const Dataset> base_;
-  int64_t size_;
-};
-
 struct Datasets {
   std::shared_ptr<const Dataset> train, test;
   std::vector<float> mean, std;  // the dataset's published normalisation
@@ -101,10 +86,12 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
   } else {
     return Unimplemented("data.dataset '", name, "' needs a language model; the zoo has only classifiers so far");
   }
-  if (d.train_limit() > 0 && d.train_limit() < out.train->size())
-    out.train = std::make_shared<HeadDataset>(out.train, d.train_limit());
-  if (d.test_limit() > 0 && d.test_limit() < out.test->size())
-    out.test = std::make_shared<HeadDataset>(out.test, d.test_limit());
+  if (d.train_limit() > 0 && d.train_limit() < out.train->size()) {
+    LOOM_ASSIGN_OR_RETURN(out.train, SliceDataset(out.train, 0, d.train_limit()));
+  }
+  if (d.test_limit() > 0 && d.test_limit() < out.test->size()) {
+    LOOM_ASSIGN_OR_RETURN(out.test, SliceDataset(out.test, 0, d.test_limit()));
+  }
   return out;
 }
 
