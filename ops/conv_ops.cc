@@ -219,6 +219,11 @@ struct ConvGeom {
   int64_t ohw() const { return oh * ow; }
   // im2col of a 1x1, stride-1, unpadded conv is the image itself.
   bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == w; }
+  // The planes im2col reads and col2im writes: zero-padded copies when the
+  // convolution pads (see PadPlanes), else the image's own.
+  bool padded() const { return ph > 0 || pw > 0; }
+  int64_t hp() const { return h + 2 * ph; }
+  int64_t wp() const { return w + 2 * pw; }
 };
 
 ConvGeom MakeGeom(const ConvParams& p, const Shape& image, const Shape& weight, const Shape& cols) {
@@ -267,6 +272,9 @@ int64_t TileScratch(const ConvGeom& g, ThreadPool* pool) {
   return g.pointwise() || Direct(g) ? 0 : g.k() * TileRows(g, pool) * g.ow;
 }
 
+// Scratch elements for one group's padded planes (PadPlanes).
+int64_t PadScratch(const ConvGeom& g) { return g.padded() && !Direct(g) ? g.cg() * g.hp() * g.wp() : 0; }
+
 // fn(y0, y1, len) for each tile of output rows; len = (y1 - y0) * OW.
 template <typename Fn>
 void ForEachTile(const ConvGeom& g, ThreadPool* inner, Fn&& fn) {
@@ -298,53 +306,92 @@ void ForEachColRow(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& fn
   }
 }
 
-// col [C/g * KH * KW, (y1 - y0) * OW] from one group's planes x [C/g, H, W].
-template <typename T>
-void Im2Col(const ConvGeom& g, const T* x, int64_t y0, int64_t y1, T* col, ThreadPool* pool) {
-  const int64_t len = (y1 - y0) * g.ow;
-  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const T* plane = x + c * g.hw();  // [H, W]
-      ForEachColRow(g, c, y0, y1, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi,
-                                      int64_t x_lo, int64_t x_hi) {
-        T* row = col + r * len;  // [y1 - y0, OW]
-        std::fill(row, row + (y_lo - y0) * g.ow, T(0));
-        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
-          T* out = row + (oy - y0) * g.ow;
-          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;  // plane[base + ox * sw] for ox in [x_lo, x_hi)
-          std::fill(out, out + x_lo, T(0));
-          if (g.sw == 1) {
-            std::copy(plane + base + x_lo, plane + base + x_hi, out + x_lo);
-          } else {
-            for (int64_t ox = x_lo; ox < x_hi; ++ox) out[ox] = plane[base + ox * g.sw];
-          }
-          std::fill(out + x_hi, out + g.ow, T(0));
-        }
-        std::fill(row + (y_hi - y0) * g.ow, row + len, T(0));
-      });
-    }
-  }, ChannelChunk(g.kh * g.kw * len));
+// Calls fn(stride) with a compile-time 1 for unit strides, so that the
+// loops stepping by it vectorise, and with the value otherwise.
+template <typename Fn>
+void WithStride(int64_t stride, Fn&& fn) {
+  if (stride == 1) {
+    fn(std::integral_constant<int64_t, 1>());
+  } else {
+    fn(stride);
+  }
 }
 
-// x [C/g, H, W] += col2im(col [C/g * KH * KW, (y1 - y0) * OW]), the adjoint
-// of Im2Col. Channels own disjoint rows and planes, so they split freely.
+// xp [C/g, HP, WP] = one group's planes x [C/g, H, W] inside a zero border of
+// the padding: every kernel tap of every output then lands inside xp, and
+// im2col and col2im are plain strided row copies (per-row bounds and short
+// library copies cost more than the copy itself on small planes).
 template <typename T>
-void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* x, ThreadPool* pool) {
-  const int64_t len = (y1 - y0) * g.ow;
-  ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      T* plane = x + c * g.hw();  // [H, W]
-      ForEachColRow(g, c, y0, y1, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi,
-                                      int64_t x_lo, int64_t x_hi) {
-        const T* row = col + r * len;
-        for (int64_t oy = y_lo; oy < y_hi; ++oy) {
-          const T* in = row + (oy - y0) * g.ow;
-          const int64_t base = (oy * g.sh + y_off) * g.w + x_off;
-          for (int64_t ox = x_lo; ox < x_hi; ++ox) plane[base + ox * g.sw] += in[ox];
-        }
-      });
+void PadPlanes(const ConvGeom& g, const T* x, T* xp) {
+  std::fill(xp, xp + g.cg() * g.hp() * g.wp(), T(0));
+  for (int64_t c = 0; c < g.cg(); ++c)
+    for (int64_t iy = 0; iy < g.h; ++iy) {
+      const T* src = x + (c * g.h + iy) * g.w;
+      T* dst = xp + (c * g.hp() + iy + g.ph) * g.wp() + g.pw;
+      for (int64_t ix = 0; ix < g.w; ++ix) dst[ix] = src[ix];
     }
-  }, ChannelChunk(g.kh * g.kw * len));
+}
+
+// x [C/g, H, W] = the inside of xp [C/g, HP, WP] (+ bias [C/g]), the adjoint
+// of PadPlanes after col2im has accumulated into xp.
+template <typename T>
+void UnpadPlanes(const ConvGeom& g, const T* xp, const T* bias, T* x) {
+  for (int64_t c = 0; c < g.cg(); ++c) {
+    const T b = bias ? bias[c] : T(0);
+    for (int64_t iy = 0; iy < g.h; ++iy) {
+      const T* src = xp + (c * g.hp() + iy + g.ph) * g.wp() + g.pw;
+      T* dst = x + (c * g.h + iy) * g.w;
+      for (int64_t ix = 0; ix < g.w; ++ix) dst[ix] = b + src[ix];
+    }
+  }
+}
+
+// Calls fn(row, src, dst) for each row of the im2col block of output rows
+// [y0, y1): src points at output row oy's first tap in planes xp [C/g, HP,
+// WP] (with no padding left to apply), dst at its segment of OW columns.
+template <typename Fn>
+void ForEachTapLine(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& fn) {
+  const int64_t hp = g.padded() ? g.hp() : g.h, wp = g.padded() ? g.wp() : g.w;
+  for (int64_t ki = 0; ki < g.kh; ++ki)
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      const int64_t r = (c * g.kh + ki) * g.kw + kj;
+      for (int64_t oy = y0; oy < y1; ++oy)
+        fn(r, (c * hp + oy * g.sh + ki * g.dh) * wp + kj * g.dw, (oy - y0) * g.ow);
+    }
+}
+
+// col [C/g * KH * KW, (y1 - y0) * OW] from one group's planes xp (padded, or
+// the image when the convolution does not pad).
+template <typename T>
+void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, ThreadPool* pool) {
+  const int64_t len = (y1 - y0) * g.ow;
+  WithStride(g.sw, [&](auto sw) {
+    ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t src, int64_t dst) {
+          T* out = col + r * len + dst;
+          const T* in = xp + src;
+          for (int64_t ox = 0; ox < g.ow; ++ox) out[ox] = in[ox * sw];
+        });
+    }, ChannelChunk(g.kh * g.kw * len));
+  });
+}
+
+// xp += col2im(col [C/g * KH * KW, (y1 - y0) * OW]), the adjoint of Im2Col.
+// Channels own disjoint rows and planes, so they split freely.
+template <typename T>
+void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* xp, ThreadPool* pool) {
+  const int64_t len = (y1 - y0) * g.ow;
+  WithStride(g.sw, [&](auto sw) {
+    ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t dst, int64_t src) {
+          const T* in = col + r * len + src;
+          T* out = xp + dst;
+          for (int64_t ox = 0; ox < g.ow; ++ox) out[ox * sw] += in[ox];
+        });
+    }, ChannelChunk(g.kh * g.kw * len));
+  });
 }
 
 // sum_j a[j] * b[j * step]; LaneSum's partial sums let the unit-stride
@@ -385,22 +432,39 @@ std::unique_ptr<T[]> Scratch(int64_t n) {
   return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
 }
 
-// Runs fn(task, inner_pool, scratch) for each task in [0, tasks). With at
-// least as many tasks as threads, workers take whole tasks, each with its own
-// scratch and single-threaded GEMMs (inner_pool null); otherwise tasks run
-// one by one and fn gets the pool for its im2col and GEMM.
+// A task's scratch: its im2col block and its group's padded planes.
+template <typename T>
+struct Workspace {
+  Workspace(const ConvGeom& g, ThreadPool* pool)
+      : buf(Scratch<T>(TileScratch(g, pool) + PadScratch(g))), col(buf.get()), pad(col + TileScratch(g, pool)) {}
+  // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
+  const T* Planes(const ConvGeom& g, const T* x) {
+    if (!g.padded()) return x;
+    PadPlanes(g, x, pad);
+    return pad;
+  }
+  std::unique_ptr<T[]> buf;
+  T* col;
+  T* pad;
+};
+
+// Runs fn(task, inner_pool, workspace) for each task in [0, tasks). With at
+// least as many tasks as threads, workers take whole tasks as they finish
+// others (ParallelTasks), each with its own workspace and single-threaded
+// GEMMs (inner_pool null); otherwise tasks run one by one and fn gets the
+// pool for its im2col and GEMM.
 template <typename T, typename Fn>
-void RunTasks(ThreadPool* pool, int64_t tasks, int64_t scratch, Fn&& fn) {
+void RunTasks(ThreadPool* pool, const ConvGeom& g, int64_t tasks, Fn&& fn) {
   const int threads = pool ? pool->num_threads() : 1;
   if (threads > 1 && tasks >= threads) {
-    pool->ParallelFor(tasks, 1, [&](int64_t t0, int64_t t1) {
-      auto buf = Scratch<T>(scratch);
-      for (int64_t t = t0; t < t1; ++t) fn(t, nullptr, buf.get());
+    ParallelTasks(pool, tasks, [&](auto next) {
+      Workspace<T> ws(g, pool);
+      for (int64_t t; (t = next()) >= 0;) fn(t, nullptr, ws);
     });
     return;
   }
-  auto buf = Scratch<T>(scratch);
-  for (int64_t t = 0; t < tasks; ++t) fn(t, pool, buf.get());
+  Workspace<T> ws(g, pool);
+  for (int64_t t = 0; t < tasks; ++t) fn(t, pool, ws);
 }
 
 // cols [N, O, OH, OW] = W * im2col(image [N, C, H, W]) (+ bias [O]);
@@ -408,7 +472,7 @@ void RunTasks(ThreadPool* pool, int64_t tasks, int64_t scratch, Fn&& fn) {
 template <typename T>
 void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  RunTasks<T>(pool, g.n * g.groups, TileScratch(g, pool), [&](int64_t task, ThreadPool* inner, T* col) {
+  RunTasks<T>(pool, g, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
     const T* wg = w + grp * og * k;                      // [O/g, K]
@@ -430,9 +494,10 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
       Gemm<T>(false, false, og, ohw, k, T(1), wg, k, x, ohw, beta, y, ohw, inner);
       return;
     }
+    const T* xp = ws.Planes(g, x);
     ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-      Im2Col(g, x, y0, y1, col, inner);  // [K, len]
-      Gemm<T>(false, false, og, len, k, T(1), wg, k, col, len, beta, y + y0 * g.ow, ohw, inner);
+      Im2Col(g, xp, y0, y1, ws.col, inner);  // [K, len]
+      Gemm<T>(false, false, og, len, k, T(1), wg, k, ws.col, len, beta, y + y0 * g.ow, ohw, inner);
     });
   });
 }
@@ -441,7 +506,7 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  RunTasks<T>(pool, g.n * g.groups, TileScratch(g, pool), [&](int64_t task, ThreadPool* inner, T* col) {
+  RunTasks<T>(pool, g, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
     const T* wg = w + grp * og * k;                   // [O/g, K]
@@ -462,26 +527,34 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
       Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
       return;
     }
-    InitPlanes(x, cg, g.hw(), bg);
+    // col2im accumulates into the padded planes (then copied out) or x.
+    T* xp = g.padded() ? ws.pad : x;
+    if (g.padded()) {
+      std::fill(xp, xp + PadScratch(g), T(0));
+    } else {
+      InitPlanes(x, cg, g.hw(), bg);
+    }
     ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-      Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), col, len, inner);  // [K, len]
-      Col2Im(g, col, y0, y1, x, inner);
+      Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), ws.col, len, inner);  // [K, len]
+      Col2Im(g, ws.col, y0, y1, xp, inner);
     });
+    if (g.padded()) UnpadPlanes(g, xp, bg, x);
   });
 }
 
-// Weight gradients split over the batch keep one partial dW per thread, up
-// to this many elements in all. Larger weights make per-image GEMMs big
-// enough to share out over the pool by themselves.
+// Weight gradients sum over the batch in up to kMaxBatchBlocks blocks of
+// images, each into its own partial dW (at most kMaxPartialElems elements in
+// all), added up in block order: the blocks share out over the threads, and
+// the result depends on the batch and weight sizes only, never on threads.
+constexpr int64_t kMaxBatchBlocks = 32;
 constexpr int64_t kMaxPartialElems = 4 << 20;
 
 // dW [O, C/g, KH, KW] = sum_n cols_n * im2col(image_n)^T, per group.
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  const int64_t scratch = TileScratch(g, pool);
   // dwg [O/g, K] = the sum over images [n0, n1) of group grp.
-  auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, T* col) {
+  auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, Workspace<T>& ws) {
     bool first = true;
     auto product = [&](const T* dy, const T* src, int64_t len) {  // dwg (+)= dy [O/g, len] * src [K, len]^T
       Gemm<T>(false, true, og, k, len, T(1), dy, ohw, src, len, first ? T(0) : T(1), dwg, k, inner);
@@ -503,38 +576,28 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         product(dy, x, ohw);
         continue;
       }
+      const T* xp = ws.Planes(g, x);
       ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-        Im2Col(g, x, y0, y1, col, inner);
-        product(dy + y0 * g.ow, col, len);
+        Im2Col(g, xp, y0, y1, ws.col, inner);
+        product(dy + y0 * g.ow, ws.col, len);
       });
     }
     if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };
-  const int threads = pool ? pool->num_threads() : 1;
-  const int64_t size = g.o * k, parts = threads;
-  if (threads > 1 && g.groups < threads && g.n >= threads && size * parts <= kMaxPartialElems) {
-    // Too few groups to share out: split the batch into one part per thread,
-    // each with a partial dW, and add the parts in a fixed order so results
-    // do not depend on scheduling.
-    std::vector<T> partial(static_cast<size_t>(parts * size));  // [parts, O, K]
-    pool->ParallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
-      auto col = Scratch<T>(scratch);
-      for (int64_t p = p0; p < p1; ++p)
-        for (int64_t grp = 0; grp < g.groups; ++grp)
-          accumulate(grp, g.n * p / parts, g.n * (p + 1) / parts, partial.data() + p * size + grp * og * k, nullptr,
-                     col.get());
-    });
-    ParallelRange(pool, size, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        T s = partial[i];
-        for (int64_t p = 1; p < parts; ++p) s += partial[p * size + i];
-        dw[i] = s;
-      }
-    });
-    return;
-  }
-  RunTasks<T>(pool, g.groups, scratch, [&](int64_t grp, ThreadPool* inner, T* col) {
-    accumulate(grp, 0, g.n, dw + grp * og * k, inner, col);
+  const int64_t size = g.o * k;
+  const int64_t blocks = std::clamp<int64_t>(std::min(kMaxPartialElems / std::max<int64_t>(1, size), g.n), 1,
+                                             kMaxBatchBlocks);
+  std::vector<T> partial(static_cast<size_t>(blocks > 1 ? blocks * size : 0));  // [blocks, O, K]
+  T* const out = blocks > 1 ? partial.data() : dw;
+  RunTasks<T>(pool, g, blocks * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
+    const int64_t b = task / g.groups, grp = task % g.groups;
+    accumulate(grp, g.n * b / blocks, g.n * (b + 1) / blocks, out + b * size + grp * og * k, inner, ws);
+  });
+  if (blocks == 1) return;
+  ParallelRange(pool, size, [&](int64_t i0, int64_t i1) {
+    std::copy(partial.data() + i0, partial.data() + i1, dw + i0);
+    for (int64_t b = 1; b < blocks; ++b)
+      for (int64_t i = i0; i < i1; ++i) dw[i] += partial[b * size + i];
   });
 }
 

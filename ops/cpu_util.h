@@ -1,6 +1,8 @@
 // Small helpers shared by CPU kernels.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +20,28 @@ void ParallelRange(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min_chunk = 327
     return;
   }
   pool->ParallelFor(n, min_chunk, fn);
+}
+
+// Runs worker(next) once per thread of the pool, where next() hands out the
+// tasks [0, tasks) one at a time and -1 when none are left. Faster threads
+// take more tasks, so a core slowed by a neighbouring process delays the
+// others by one task at most (a static split waits for its whole share).
+// Results must not depend on which thread runs which task.
+template <typename Worker>
+void ParallelTasks(ThreadPool* pool, int64_t tasks, Worker&& worker) {
+  std::atomic<int64_t> counter{0};
+  auto next = [&] {
+    const int64_t t = counter.fetch_add(1, std::memory_order_relaxed);
+    return t < tasks ? t : int64_t{-1};
+  };
+  const int64_t threads = pool ? std::min<int64_t>(pool->num_threads(), tasks) : 1;
+  if (threads <= 1) {
+    worker(next);
+    return;
+  }
+  pool->ParallelFor(threads, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) worker(next);
+  });
 }
 
 // Sum of term(i) for i in [0, n), accumulated in Acc in kSumLanes independent
