@@ -2,7 +2,8 @@
 """The PyTorch side of bench/train_vs_pytorch.sh: trains loom's zoo MLP or CNN
 (same layers, initialisation family, batch, optimizer and thread count) on the
 real Fashion-MNIST data held in memory, and prints one JSON line with the
-steady-state training throughput.
+steady-state training throughput (the median of 100-step windows, like the
+train lines of loom's metrics.jsonl).
 
 Usage: pytorch_train.py --model mlp|cnn --batch 128 --steps 200 --threads 2
 """
@@ -46,6 +47,7 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--window", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
     args = p.parse_args()
@@ -70,13 +72,20 @@ def main():
 
     for i in range(args.warmup):
         step(i)
-    start = time.perf_counter()
-    for i in range(args.steps):
-        loss = step(args.warmup + i)
-    secs = time.perf_counter() - start
+    # The median over windows of `window` steps, as loom's metrics.jsonl
+    # reports its training rate (the machines are shared and noisy).
+    rates = []
+    i = args.warmup
+    while len(rates) * args.window < args.steps:
+        start = time.perf_counter()
+        for _ in range(args.window):
+            loss = step(i)
+            i += 1
+        rates.append(args.window * args.batch / (time.perf_counter() - start))
+    rates.sort()
     print(json.dumps({"framework": "pytorch", "version": torch.__version__, "model": args.model,
-                      "batch": args.batch, "threads": args.threads, "steps": args.steps,
-                      "samples_per_s": args.steps * args.batch / secs, "final_loss": float(loss.detach())}))
+                      "batch": args.batch, "threads": args.threads, "steps": len(rates) * args.window,
+                      "samples_per_s": rates[(len(rates) - 1) // 2], "final_loss": float(loss.detach())}))
 
 
 if __name__ == "__main__":
