@@ -58,24 +58,41 @@ ChannelLayout LayoutOf(const Shape& x) {
   return l;
 }
 
-// Calls fn(offset, length) for each contiguous run of channel c's elements.
+// Calls fn(c, offset, length) for every plane (n, c), the contiguous runs
+// of channel elements, in parallel.
 template <typename Fn>
-void ForEachChannelRun(const ChannelLayout& l, int64_t c, Fn&& fn) {
-  for (int64_t i = 0; i < l.n; ++i) fn((i * l.c + c) * l.s, l.s);
+void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
+  ParallelRange(pool, l.n * l.c, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) fn(p % l.c, p * l.s, l.s);
+  }, GrainFor(l.s));
 }
 
-// The sums over channel c's elements of each term(offset), in double. Runs
-// go one at a time, so that every sum reads a run while it is in cache;
-// [N, C] input (runs of one) is one strided sequence instead.
+// Per channel c, the sums over its elements of each term(offset, c), in
+// double. Planes are summed in memory order (a channel's planes lie a whole
+// batch item apart: walking them channel by channel defeats the prefetcher)
+// and their sums added per channel in batch order, so the result does not
+// depend on threads. [N, C] input (planes of one element) sums each channel
+// as one strided sequence instead.
 template <typename... Terms>
-std::array<double, sizeof...(Terms)> ChannelSums(const ChannelLayout& l, int64_t c, Terms&&... terms) {
-  if (l.s == 1) return {LaneSum<double>(l.n, [&](int64_t i) { return terms(i * l.c + c); })...};
-  std::array<double, sizeof...(Terms)> sums{};
-  ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-    size_t k = 0;
-    ((sums[k++] += LaneSum<double>(len, [&](int64_t j) { return terms(o + j); })), ...);
+std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayout& l, ThreadPool* pool,
+                                                              const Terms&... terms) {
+  using Sums = std::array<double, sizeof...(Terms)>;
+  std::vector<Sums> channel(l.c, Sums{});
+  if (l.s == 1) {
+    ParallelRange(pool, l.c, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        channel[c] = {LaneSum<double>(l.n, [&](int64_t i) { return terms(i * l.c + c, c); })...};
+    }, GrainFor(l.n));
+    return channel;
+  }
+  std::vector<Sums> plane(l.n * l.c);
+  ForEachPlane(l, pool, [&](int64_t c, int64_t o, int64_t len) {
+    plane[o / l.s] = {LaneSum<double>(len, [&](int64_t j) { return terms(o + j, c); })...};
   });
-  return sums;
+  for (int64_t i = 0; i < l.n; ++i)
+    for (int64_t c = 0; c < l.c; ++c)
+      for (size_t k = 0; k < channel[c].size(); ++k) channel[c][k] += plane[i * l.c + c][k];
+  return channel;
 }
 
 const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
@@ -147,36 +164,46 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
     T* new_var = ctx.out(2).data<T>();           // [C]
     T* save_mean = ctx.out(3).data<T>();         // [C]
     T* save_invstd = ctx.out(4).data<T>();       // [C]
-    ParallelRange(ctx.pool, l.c, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        double mean, invstd;
-        if (training) {
-          // Two passes (mean, then centred squares) in double: stable for
-          // large means and long channels.
-          mean = ChannelSums(l, c, [&](int64_t i) { return static_cast<double>(px[i]); })[0] / static_cast<double>(m);
-          const double squares = ChannelSums(l, c, [&](int64_t i) {
-            const double d = px[i] - mean;
+    // Training normalizes with statistics from one pass in double over
+    // d = x - pivot, the pivot being one of the channel's values: centred on
+    // a sample, squares - sum^2 / m cancels as little as a second pass
+    // around the mean would, even for large means, and x is read once less.
+    std::vector<double> pivot(training ? l.c : 0);
+    for (size_t c = 0; c < pivot.size(); ++c) pivot[c] = px[c * l.s];
+    std::vector<std::array<double, 2>> sums;  // per channel: sum of d, of d^2
+    if (training) {
+      sums = ChannelSums(
+          l, ctx.pool, [&](int64_t i, int64_t c) { return px[i] - pivot[c]; },
+          [&](int64_t i, int64_t c) {
+            const double d = px[i] - pivot[c];
             return d * d;
-          })[0];
-          invstd = 1.0 / std::sqrt(squares / static_cast<double>(m) + eps);
-          const double unbiased = squares / static_cast<double>(m - 1);
-          new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
-          new_var[c] = static_cast<T>((1 - momentum) * run_var[c] + momentum * unbiased);
-        } else {
-          mean = run_mean[c];
-          invstd = 1.0 / std::sqrt(static_cast<double>(run_var[c]) + eps);
-          new_mean[c] = run_mean[c];
-          new_var[c] = run_var[c];
-        }
-        save_mean[c] = static_cast<T>(mean);
-        save_invstd[c] = static_cast<T>(invstd);
-        const T scale = static_cast<T>(gamma[c] * invstd);
-        const T shift = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
-        ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-          for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * scale + shift;
-        });
+          });
+    }
+    std::vector<T> scale(l.c), shift(l.c);  // y = x * scale + shift per channel
+    for (int64_t c = 0; c < l.c; ++c) {
+      double mean, invstd;
+      if (training) {
+        mean = pivot[c] + sums[c][0] / static_cast<double>(m);
+        const double squares = std::max(0.0, sums[c][1] - sums[c][0] * sums[c][0] / static_cast<double>(m));
+        invstd = 1.0 / std::sqrt(squares / static_cast<double>(m) + eps);
+        const double unbiased = squares / static_cast<double>(m - 1);
+        new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
+        new_var[c] = static_cast<T>((1 - momentum) * run_var[c] + momentum * unbiased);
+      } else {
+        mean = run_mean[c];
+        invstd = 1.0 / std::sqrt(static_cast<double>(run_var[c]) + eps);
+        new_mean[c] = run_mean[c];
+        new_var[c] = run_var[c];
       }
-    }, GrainFor(m));
+      save_mean[c] = static_cast<T>(mean);
+      save_invstd[c] = static_cast<T>(invstd);
+      scale[c] = static_cast<T>(gamma[c] * invstd);
+      shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
+    }
+    ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+      const T a = scale[c], b = shift[c];
+      for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
+    });
   });
 });
 
@@ -223,29 +250,29 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
     T* dx = ctx.out(0).data<T>();            // [N, C, S]
     T* dgamma = ctx.out(1).data<T>();        // [C]
     T* dbeta = ctx.out(2).data<T>();         // [C]
-    ParallelRange(ctx.pool, l.c, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const double mu = mean[c], is = invstd[c];
-        const auto [sum_dy, sum_dy_centred] = ChannelSums(
-            l, c, [&](int64_t i) { return static_cast<double>(dy[i]); }, [&](int64_t i) { return dy[i] * (x[i] - mu); });
-        const double sum_dy_xhat = sum_dy_centred * is;
-        dbeta[c] = static_cast<T>(sum_dy);
-        dgamma[c] = static_cast<T>(sum_dy_xhat);
-        const T k = static_cast<T>(gamma[c] * is);
-        if (training) {
-          // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))
-          const T a = static_cast<T>(sum_dy / m), b = static_cast<T>(sum_dy_xhat / m);
-          const T tmu = static_cast<T>(mu), tis = static_cast<T>(is);
-          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-            for (int64_t j = 0; j < len; ++j) dx[o + j] = k * (dy[o + j] - a - (x[o + j] - tmu) * tis * b);
-          });
-        } else {
-          ForEachChannelRun(l, c, [&](int64_t o, int64_t len) {
-            for (int64_t j = 0; j < len; ++j) dx[o + j] = k * dy[o + j];
-          });
-        }
+    const auto sums = ChannelSums(
+        l, ctx.pool, [&](int64_t i, int64_t) { return static_cast<double>(dy[i]); },
+        [&](int64_t i, int64_t c) { return dy[i] * (x[i] - static_cast<double>(mean[c])); });
+    // Per channel: dx = k * (dy - a - (x - mean) * invstd * b) in training,
+    // that is gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), and
+    // k * dy in eval.
+    std::vector<T> k(l.c), a(l.c), b(l.c);
+    for (int64_t c = 0; c < l.c; ++c) {
+      const double is = invstd[c], sum_dy = sums[c][0], sum_dy_xhat = sums[c][1] * is;
+      dbeta[c] = static_cast<T>(sum_dy);
+      dgamma[c] = static_cast<T>(sum_dy_xhat);
+      k[c] = static_cast<T>(gamma[c] * is);
+      a[c] = static_cast<T>(sum_dy / m);
+      b[c] = static_cast<T>(sum_dy_xhat / m);
+    }
+    ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+      const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];
+      if (training) {
+        for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * (dy[o + j] - ac - (x[o + j] - mu) * is * bc);
+      } else {
+        for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * dy[o + j];
       }
-    }, GrainFor(l.per_channel()));
+    });
   });
 });
 
