@@ -125,10 +125,10 @@ class BatchNormOp : public OpDef {
     OpCost c = OpDef::Cost(a, in, out);
     const double n = static_cast<double>(in[0].shape.numel()), channels = static_cast<double>(in[0].shape[1]);
     if (a.Bool("training")) {
-      // sum (1), centred square-sum (3), scale and shift (2) per element;
+      // shifted sum (2), square-sum (2), scale and shift (2) per element;
       // per channel: mean, variances, invstd, running updates, scale, shift.
       c.flops = 6 * n + 14 * channels;
-      c.bytes_read += 2 * Bytes(in[0]);  // x is read by three passes
+      c.bytes_read += Bytes(in[0]);  // x is read by two passes (statistics, normalize)
     } else {
       c.flops = 2 * n + 6 * channels;
     }
