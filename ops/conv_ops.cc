@@ -346,9 +346,10 @@ void UnpadPlanes(const ConvGeom& g, const T* xp, const T* bias, T* x) {
   }
 }
 
-// Calls fn(row, src, dst) for each row of the im2col block of output rows
-// [y0, y1): src points at output row oy's first tap in planes xp [C/g, HP,
-// WP] (with no padding left to apply), dst at its segment of OW columns.
+// Calls fn(row, at, col) for channel c's rows of the im2col block of output
+// rows [y0, y1), once per output row oy: `at` is the offset in planes xp of
+// the tap of oy's first output (xp holds the padding, if any), `col` the
+// offset of oy's OW columns in the block row.
 template <typename Fn>
 void ForEachTapLine(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& fn) {
   const int64_t hp = g.padded() ? g.hp() : g.h, wp = g.padded() ? g.wp() : g.w;
@@ -368,9 +369,9 @@ void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, Thre
   WithStride(g.sw, [&](auto sw) {
     ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
-        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t src, int64_t dst) {
-          T* out = col + r * len + dst;
-          const T* in = xp + src;
+        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
+          T* out = col + r * len + cols;
+          const T* in = xp + at;
           for (int64_t ox = 0; ox < g.ow; ++ox) out[ox] = in[ox * sw];
         });
     }, ChannelChunk(g.kh * g.kw * len));
@@ -385,9 +386,9 @@ void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* xp, Thre
   WithStride(g.sw, [&](auto sw) {
     ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
-        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t dst, int64_t src) {
-          const T* in = col + r * len + src;
-          T* out = xp + dst;
+        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
+          const T* in = col + r * len + cols;
+          T* out = xp + at;
           for (int64_t ox = 0; ox < g.ow; ++ox) out[ox * sw] += in[ox];
         });
     }, ChannelChunk(g.kh * g.kw * len));
