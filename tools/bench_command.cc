@@ -57,10 +57,8 @@ struct Row {
   double seconds;
 };
 
-// Times one Executor::Run of `graph` with random feeds; rate from its cost.
-StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
-  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(graph));
-  LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
+// Random feeds for every Input of `graph` (f32 uniform, i64 in [0, 10)).
+std::map<std::string, Tensor> RandomFeeds(const Graph& graph) {
   std::map<std::string, Tensor> feeds;
   Rng rng(7);
   for (const Node& n : graph.nodes()) {
@@ -68,8 +66,7 @@ StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
     const TensorType& t = graph.type(n.outputs[0]);
     Tensor x = Tensor::Zeros(t.shape, t.dtype);
     if (t.dtype == DType::kF32) {
-      float* p = x.data<float>();
-      for (int64_t i = 0; i < x.numel(); ++i) p[i] = static_cast<float>(rng.Uniform(-1, 1));
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
     } else if (t.dtype == DType::kI64) {
       for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
     }
@@ -77,6 +74,14 @@ StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
   }
   if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
   if (feeds.count("step")) feeds["step"].Fill(1);
+  return feeds;
+}
+
+// Times one Executor::Run of `graph` with random feeds; rate from its cost.
+StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(graph));
+  LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
+  std::map<std::string, Tensor> feeds = RandomFeeds(graph);
   Status status;
   double secs = BestSeconds(reps, [&] {
     auto r = exec->Run(feeds);
@@ -172,26 +177,6 @@ Status BenchKernels(const Flags& flags) {
     std::printf("wrote %s\n", path.c_str());
   }
   return Status::Ok();
-}
-
-// Random feeds for every Input of `graph` (f32 uniform, i64 in [0, 10)).
-std::map<std::string, Tensor> RandomFeeds(const Graph& graph) {
-  std::map<std::string, Tensor> feeds;
-  Rng rng(7);
-  for (const Node& n : graph.nodes()) {
-    if (n.op != kInputOp) continue;
-    const TensorType& t = graph.type(n.outputs[0]);
-    Tensor x = Tensor::Zeros(t.shape, t.dtype);
-    if (t.dtype == DType::kF32) {
-      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
-    } else if (t.dtype == DType::kI64) {
-      for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
-    }
-    feeds[n.name] = x;
-  }
-  if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
-  if (feeds.count("step")) feeds["step"].Fill(1);
-  return feeds;
 }
 
 // `loom bench profile`: where a training step's time goes, per op type and
