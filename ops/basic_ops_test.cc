@@ -3,41 +3,10 @@
 #include <cmath>
 
 #include "tests/op_harness.h"
+#include "tests/reference_ops.h"
 
 namespace loom::testing {
 namespace {
-
-// Naive broadcasting: maps an output multi-index to an input offset.
-int64_t BroadcastOffset(const Shape& in, const Shape& out, int64_t flat) {
-  int64_t offset = 0, stride = 1;
-  for (int d = out.rank() - 1, di = in.rank() - 1; d >= 0; --d, --di) {
-    int64_t coord = flat % out[d];
-    flat /= out[d];
-    if (di >= 0) {
-      if (in[di] != 1) offset += coord * stride;
-      stride *= in[di];
-    }
-  }
-  return offset;
-}
-
-ReferenceFn BinaryRef(double (*f)(double, double)) {
-  return [f](const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
-    Shape out = BroadcastShapes(in[0].shape(), in[1].shape()).value();
-    Tensor y = ZerosF64(out);
-    for (int64_t i = 0; i < out.numel(); ++i)
-      At(y, i) = f(At(in[0], BroadcastOffset(in[0].shape(), out, i)), At(in[1], BroadcastOffset(in[1].shape(), out, i)));
-    return std::vector<Tensor>{y};
-  };
-}
-
-ReferenceFn UnaryRef(std::function<double(double)> f) {
-  return [f](const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
-    Tensor y = ZerosF64(in[0].shape());
-    for (int64_t i = 0; i < y.numel(); ++i) At(y, i) = f(At(in[0], i));
-    return std::vector<Tensor>{y};
-  };
-}
 
 std::vector<OpCase> Cases() {
   auto add = [](double a, double b) { return a + b; };

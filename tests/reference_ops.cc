@@ -1,0 +1,80 @@
+#include "tests/reference_ops.h"
+
+#include <algorithm>
+
+namespace loom::testing {
+
+int64_t BroadcastOffset(const Shape& in, const Shape& out, int64_t flat) {
+  int64_t offset = 0, stride = 1;
+  for (int d = out.rank() - 1, di = in.rank() - 1; d >= 0; --d, --di) {
+    int64_t coord = flat % out[d];
+    flat /= out[d];
+    if (di >= 0) {
+      if (in[di] != 1) offset += coord * stride;
+      stride *= in[di];
+    }
+  }
+  return offset;
+}
+
+// op(A) op(B) over any number of leading batch dims.
+std::vector<Tensor> MatMulRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const bool ta = attrs.Bool("transpose_a"), tb = attrs.Bool("transpose_b");
+  const Shape& sa = in[0].shape();
+  const Shape& sb = in[1].shape();
+  const int r = sa.rank();
+  const int64_t ra = sa[r - 2], ca = sa[r - 1], rb = sb[r - 2], cb = sb[r - 1];
+  const int64_t m = ta ? ca : ra, k = ta ? ra : ca, n = tb ? rb : cb;
+  std::vector<int64_t> out = sa.dims();
+  out[r - 2] = m;
+  out[r - 1] = n;
+  Tensor y = ZerosF64(Shape(out));
+  const int64_t batch = y.numel() / std::max<int64_t>(1, m * n);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          double a = ta ? At(in[0], b * ra * ca + p * ca + i) : At(in[0], b * ra * ca + i * ca + p);
+          double bv = tb ? At(in[1], b * rb * cb + j * cb + p) : At(in[1], b * rb * cb + p * cb + j);
+          s += a * bv;
+        }
+        At(y, b * m * n + i * n + j) = s;
+      }
+  return {y};
+}
+
+std::vector<Tensor> LinearRef(const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
+  const Shape& x = in[0].shape();
+  const int64_t in_f = x.dim(-1), out_f = in[1].shape()[0], rows = x.numel() / in_f;
+  std::vector<int64_t> out = x.dims();
+  out.back() = out_f;
+  Tensor y = ZerosF64(Shape(out));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out_f; ++o) {
+      double s = in.size() == 3 ? At(in[2], o) : 0.0;
+      for (int64_t i = 0; i < in_f; ++i) s += At(in[0], r * in_f + i) * At(in[1], o * in_f + i);
+      At(y, r * out_f + o) = s;
+    }
+  return {y};
+}
+
+ReferenceFn BinaryRef(double (*f)(double, double)) {
+  return [f](const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
+    Shape out = BroadcastShapes(in[0].shape(), in[1].shape()).value();
+    Tensor y = ZerosF64(out);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      At(y, i) = f(At(in[0], BroadcastOffset(in[0].shape(), out, i)), At(in[1], BroadcastOffset(in[1].shape(), out, i)));
+    return std::vector<Tensor>{y};
+  };
+}
+
+ReferenceFn UnaryRef(std::function<double(double)> f) {
+  return [f](const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
+    Tensor y = ZerosF64(in[0].shape());
+    for (int64_t i = 0; i < y.numel(); ++i) At(y, i) = f(At(in[0], i));
+    return std::vector<Tensor>{y};
+  };
+}
+
+}  // namespace loom::testing
