@@ -163,12 +163,6 @@ TEST_CASE("loss ops pass the op harness") {
   for (const OpCase& c : Cases()) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
-std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
-  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
-  REQUIRE_FALSE(r.ok());
-  return r.status().message();
-}
-
 TEST_CASE("losses reject mismatched inputs and bad attributes with clear messages") {
   using Catch::Matchers::Contains;
   const TensorType logits{{4, 3}, DType::kF32};

@@ -138,12 +138,6 @@ TEST_CASE("reduce and softmax ops pass the op harness") {
   for (const OpCase& c : Cases()) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
-std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
-  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
-  REQUIRE_FALSE(r.ok());
-  return r.status().message();
-}
-
 TEST_CASE("reductions and softmax reject bad attributes with clear messages") {
   using Catch::Matchers::Contains;
   TensorType x{{2, 3, 4}, DType::kF32};

@@ -172,12 +172,6 @@ TEST_CASE("shape ops pass the op harness") {
   for (const OpCase& c : Cases()) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
-std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
-  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
-  REQUIRE_FALSE(r.ok());
-  return r.status().message();
-}
-
 TEST_CASE("shape ops reject bad attributes and shapes with clear messages") {
   using Catch::Matchers::Contains;
   TensorType x{{2, 3, 4}, DType::kF32};

@@ -229,6 +229,12 @@ void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, 
   }
 }
 
+std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& inputs) {
+  auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, inputs);
+  REQUIRE_FALSE(r.ok());
+  return r.status().message();
+}
+
 void RunOpCase(const OpCase& c) {
   std::vector<Tensor> ins = MakeInputs(c);
   CheckForward(c, ins);

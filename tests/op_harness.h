@@ -82,6 +82,10 @@ void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, 
                          const std::vector<std::string>& wrt_nodes, double tolerance = 1e-5, uint64_t seed = 1,
                          const std::string& label = "graph");
 
+// The error message of an op's type inference for these inputs (the
+// inference must fail).
+std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& inputs);
+
 // Helpers for references.
 Tensor ZerosF64(const Shape& shape);
 inline double& At(Tensor& t, int64_t i) { return t.data<double>()[i]; }
