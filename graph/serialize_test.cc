@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/temp_files.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,26 +19,9 @@ namespace {
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
-// A fresh directory per test case under Bazel's TEST_TMPDIR.
-fs::path TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  fs::path dir = fs::path(tmp ? tmp : fs::temp_directory_path().string()) / ("serialize_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteBytes(const fs::path& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary);
-  out << data;
-}
+fs::path TempDir(const std::string& name) { return testing::FreshTempDir("serialize_test_" + name); }
+using testing::ReadBytes;
+using testing::WriteBytes;
 
 // x [4, 3] -> Linear(w1, b1) -> h*h -> Linear(w2) + Add(c) -> loss = sum(out * t),
 // gradients of all parameters and one SGD step as state updates.

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/temp_files.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -20,26 +22,9 @@ namespace {
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
-// A fresh directory per test case under Bazel's TEST_TMPDIR.
-fs::path TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  fs::path dir = fs::path(tmp ? tmp : fs::temp_directory_path().string()) / ("checkpoint_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteBytes(const fs::path& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-}
+fs::path TempDir(const std::string& name) { return testing::FreshTempDir("checkpoint_test_" + name); }
+using testing::ReadBytes;
+using testing::WriteBytes;
 
 std::string Bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw_data()), t.nbytes()); }
 
