@@ -5,7 +5,8 @@
 // each element was multiplied by: 0 for a dropped element, 1 / (1 - p) for a
 // kept one, so y = x * mask and dx = dy * mask. p = 1 drops everything (the
 // mask is all 0, no division by zero); eval or p = 0 is the identity with an
-// all-ones mask. The draw comes from the node's per-step stream (ctx.rng).
+// all-ones mask. The draw comes from the node's per-step stream (ctx.rng);
+// fused replicas (attrs replica_seeds, replica_axis) draw one mask each.
 //
 // Embedding: (indices i32 | i64 [...], weight [num_embeddings, dim]) ->
 // [..., dim]; attr padding_idx (default -1: none), whose row gets no
@@ -41,6 +42,14 @@ class DropoutOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Dropout input"));
     const double p = attrs.Float("p", 0.5);
     if (!(p >= 0 && p <= 1)) return InvalidArgument("Dropout: attribute p must be in [0, 1], got ", p);
+    if (attrs.Has("replica_seeds")) {
+      const int64_t axis = attrs.Int("replica_axis");
+      if (axis < 0 || axis >= in[0].shape.rank())
+        return InvalidArgument("Dropout: replica_axis ", axis, " is outside input ", in[0].shape.ToString());
+      if (in[0].shape[static_cast<int>(axis)] != static_cast<int64_t>(attrs.Ints("replica_seeds").size()))
+        return InvalidArgument("Dropout: ", attrs.Ints("replica_seeds").size(), " replica seeds for replica axis ",
+                               axis, " of input ", in[0].shape.ToString());
+    }
     return std::vector<TensorType>{in[0], in[0]};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -64,7 +73,22 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   const bool active = DropoutActive(*ctx.attrs);
   const int64_t n = ctx.in(0).numel();
   if (active && !ctx.rng) return Internal("Dropout: the executor gave no random stream");
-  const uint64_t stream_seed = active ? ctx.rng->NextU64() : 0;
+  // Fused replicas (graph/fusion.h): replica r's elements, in the order a
+  // single model holds them, draw from the stream of replica r's seed, so
+  // its mask is the one the single model would draw.
+  std::vector<uint64_t> stream_seeds;
+  int64_t replicas = 1, outer = 1, inner = n;
+  if (active && ctx.attrs->Has("replica_seeds")) {
+    const Shape& s = ctx.in(0).shape();
+    const int axis = static_cast<int>(ctx.attrs->Int("replica_axis"));
+    replicas = s[axis];
+    for (int d = 0; d < axis; ++d) outer *= s[d];
+    inner = n / std::max<int64_t>(1, outer * replicas);
+    for (int64_t seed : ctx.attrs->Ints("replica_seeds"))
+      stream_seeds.push_back(ctx.StreamFor(static_cast<uint64_t>(seed)).NextU64());
+  } else if (active) {
+    stream_seeds.push_back(ctx.rng->NextU64());
+  }
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = ctx.in(0).data<T>();  // [n]
@@ -76,14 +100,17 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
       return;
     }
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-    const int64_t blocks = (n + kDropoutBlock - 1) / kDropoutBlock;
-    ParallelRange(ctx.pool, blocks, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        Rng rng = Rng::Stream(stream_seed, static_cast<uint64_t>(b));
-        const int64_t end = std::min(n, (b + 1) * kDropoutBlock);
+    const int64_t per_replica = outer * inner;
+    const int64_t blocks = (per_replica + kDropoutBlock - 1) / kDropoutBlock;
+    ParallelRange(ctx.pool, replicas * blocks, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t r = t / blocks, b = t % blocks;
+        Rng rng = Rng::Stream(stream_seeds[r], static_cast<uint64_t>(b));
+        const int64_t end = std::min(per_replica, (b + 1) * kDropoutBlock);
         for (int64_t i = b * kDropoutBlock; i < end; ++i) {
-          mask[i] = rng.Uniform() < p ? T(0) : scale;  // P(drop) = p; p = 1 drops all
-          y[i] = x[i] * mask[i];
+          const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
+          mask[at] = rng.Uniform() < p ? T(0) : scale;  // P(drop) = p; p = 1 drops all
+          y[at] = x[at] * mask[at];
         }
       }
     }, 1);

@@ -85,6 +85,10 @@ struct KernelContext {
   ThreadPool* pool = nullptr;    // CPU kernels
   void* stream = nullptr;        // CUDA kernels: the cudaStream_t
   Rng* rng = nullptr;            // per node and step, for random ops
+  // What rng was made from: Rng::Stream(seed, rng_key, step). Fused
+  // replicas draw from their own seeds' streams with StreamFor.
+  uint64_t rng_key = 0, step = 0;
+  Rng StreamFor(uint64_t seed) const { return Rng::Stream(seed, rng_key, step); }
 
   const Tensor& in(int i) const { return *inputs.at(i); }
   Tensor& out(int i) const { return *outputs.at(i); }

@@ -16,20 +16,29 @@ uint64_t HashName(const std::string& s) {
   return h;
 }
 
+// Fills t from the node's initializer. A fused state tensor [R, ...]
+// (attr replica_seeds, graph/fusion.h) fills chunk r from replica r's seed,
+// as the single model would be filled with that seed.
 Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
   const AttrMap& a = node.attrs;
   std::string init = a.Str("init", "zeros");
-  Rng rng = Rng::Stream(seed, HashName(node.name));
-  const int64_t n = t->numel();
-  auto fill = [&](const std::function<double()>& gen) {
-    if (t->dtype() == DType::kF32) {
-      float* p = t->data<float>();
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(gen());
-    } else if (t->dtype() == DType::kF64) {
-      double* p = t->data<double>();
-      for (int64_t i = 0; i < n; ++i) p[i] = gen();
-    } else {
-      LOOM_CHECK(false, "random init of a non-float tensor");
+  std::vector<uint64_t> seeds;
+  for (int64_t s : a.Ints("replica_seeds")) seeds.push_back(static_cast<uint64_t>(s));
+  if (seeds.empty()) seeds.push_back(seed);
+  const int64_t n = t->numel() / static_cast<int64_t>(seeds.size());
+  auto fill = [&](const std::function<double(Rng&)>& gen) {
+    for (size_t r = 0; r < seeds.size(); ++r) {
+      Rng rng = Rng::Stream(seeds[r], HashName(node.name));
+      const int64_t begin = static_cast<int64_t>(r) * n;
+      if (t->dtype() == DType::kF32) {
+        float* p = t->data<float>() + begin;
+        for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(gen(rng));
+      } else if (t->dtype() == DType::kF64) {
+        double* p = t->data<double>() + begin;
+        for (int64_t i = 0; i < n; ++i) p[i] = gen(rng);
+      } else {
+        LOOM_CHECK(false, "random init of a non-float tensor");
+      }
     }
   };
   if (init == "zeros") {
@@ -41,11 +50,11 @@ Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
   } else if (init == "normal") {
     if (!IsFloating(t->dtype())) return InvalidArgument("normal init of non-float state '", node.name, "'");
     double mean = a.Float("mean"), std = a.Float("std", 1.0);
-    fill([&] { return mean + std * rng.Normal(); });
+    fill([&](Rng& rng) { return mean + std * rng.Normal(); });
   } else if (init == "uniform") {
     if (!IsFloating(t->dtype())) return InvalidArgument("uniform init of non-float state '", node.name, "'");
     double lo = a.Float("low", -1.0), hi = a.Float("high", 1.0);
-    fill([&] { return rng.Uniform(lo, hi); });
+    fill([&](Rng& rng) { return rng.Uniform(lo, hi); });
   } else {
     return InvalidArgument("state '", node.name, "': unknown init '", init,
                            "' (expected zeros, ones, constant, normal or uniform)");
@@ -164,7 +173,9 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     for (ValueId v : n.outputs) ctx.outputs.push_back(&values_[v]);
     // Keyed by node name, not id: ids change when a graph is rebuilt or
     // reloaded, names do not, so a dropout mask is a function of the model.
-    Rng rng = Rng::Stream(options_.seed, node_keys_[i], static_cast<uint64_t>(step_));
+    ctx.rng_key = node_keys_[i];
+    ctx.step = static_cast<uint64_t>(step_);
+    Rng rng = ctx.StreamFor(options_.seed);
     ctx.rng = &rng;
     // Type inference normally catches mistyped attributes; this scope covers
     // graphs built without it (a wrong type becomes this node's error).

@@ -1,0 +1,353 @@
+// Horizontal fusion, op by op: for every forward op of the catalogue, the
+// fused graph of R = 3 replicas (graph/fusion.h), each with its own
+// parameters, must compute exactly what 3 separate single-op graphs compute:
+// the same outputs, the same parameter gradients per replica and, for inputs
+// that all replicas share, the sum of the replicas' gradients. Everything
+// runs in f64, so the tolerance (1e-9 relative) only absorbs a different
+// summation order (a batched GEMM, a grouped convolution).
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/rng.h"
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "graph/fusion.h"
+#include "runtime/executor.h"
+
+namespace loom {
+namespace {
+
+constexpr int kR = 3;
+const std::vector<uint64_t> kSeeds = {101, 202, 303};
+
+enum class Kind {
+  kReplicated,       // a Parameter: its own values per replica
+  kShared,           // an Input fed once for all replicas
+  kPerReplicaInput,  // an Input with its own data per replica
+};
+
+struct In {
+  Shape shape;
+  Kind kind = Kind::kReplicated;
+  DType dtype = DType::kF64;
+  double lo = -1, hi = 1;  // values drawn uniformly (integers: in [lo, hi])
+};
+
+In Rep(Shape s, double lo = -1, double hi = 1) { return {std::move(s), Kind::kReplicated, DType::kF64, lo, hi}; }
+In Shr(Shape s, double lo = -1, double hi = 1) { return {std::move(s), Kind::kShared, DType::kF64, lo, hi}; }
+In SharedIndex(Shape s, int64_t n) { return {std::move(s), Kind::kShared, DType::kI64, 0, double(n - 1)}; }
+In ReplicaIndex(Shape s, int64_t n) { return {std::move(s), Kind::kPerReplicaInput, DType::kI64, 0, double(n - 1)}; }
+
+struct FuseCase {
+  std::string label;
+  std::string op;
+  AttrMap attrs;
+  std::vector<In> in;
+  std::vector<std::string> unfused;  // FusionOptions::unfused_layers
+  std::vector<int> loss_outputs;     // outputs the loss reads (default: every float output)
+};
+
+std::string InName(size_t i) { return "in" + std::to_string(i); }
+
+Tensor Random(const In& in, uint64_t key1, uint64_t key2) {
+  Rng rng = Rng::Stream(7, key1, key2);
+  Tensor t = Tensor::Zeros(in.shape, in.dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (in.dtype == DType::kI64)
+      t.data<int64_t>()[i] = static_cast<int64_t>(in.lo) + rng.UniformInt(static_cast<int64_t>(in.hi - in.lo) + 1);
+    else
+      t.data<double>()[i] = rng.Uniform(in.lo, in.hi);
+  }
+  return t;
+}
+
+// [R, ...] from R tensors of one shape.
+Tensor Stack(const std::vector<Tensor>& parts) {
+  std::vector<int64_t> dims = parts[0].shape().dims();
+  dims.insert(dims.begin(), static_cast<int64_t>(parts.size()));
+  Tensor t = Tensor::Zeros(Shape(dims), parts[0].dtype());
+  const size_t bytes = parts[0].nbytes();
+  for (size_t r = 0; r < parts.size(); ++r)
+    std::memcpy(static_cast<char*>(t.raw_data()) + r * bytes, parts[r].raw_data(), bytes);
+  return t;
+}
+
+// Chunk r of a fused [R, ...] tensor, as doubles.
+std::vector<double> Chunk(const Tensor& t, int r) {
+  const std::vector<double> all = t.ToDoubleVector();
+  const size_t n = all.size() / kR;
+  return std::vector<double>(all.begin() + r * n, all.begin() + (r + 1) * n);
+}
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+      continue;
+    }
+    const double tol = 1e-9 * std::max(1.0, std::abs(want[i]));
+    if (std::abs(got[i] - want[i]) > tol) {
+      INFO("element " << i << ": fused " << got[i] << " vs separate " << want[i]);
+      CHECK(false);
+      return;
+    }
+  }
+}
+
+// The single-replica graph: the op on its inputs, outputs "out<i>", and a
+// scalar "loss" = sum_i sum(out_i * probe_i) over its float outputs.
+Graph BuildSingle(const FuseCase& c, std::vector<TensorType>* probe_types) {
+  Graph g;
+  GraphBuilder b(&g);
+  std::vector<ValueId> ins;
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const TensorType t{c.in[i].shape, c.in[i].dtype};
+    ins.push_back(c.in[i].kind == Kind::kReplicated ? b.Parameter(InName(i), t, {}) : b.Input(InName(i), t));
+  }
+  auto outs = b.Add(c.op, ins, c.attrs, "layer");
+  INFO(c.label);
+  REQUIRE(outs.ok());
+  ValueId loss = kNoValue;
+  for (size_t i = 0; i < outs->size(); ++i) {
+    const ValueId out = (*outs)[i];
+    g.outputs()["out" + std::to_string(i)] = out;
+    if (!IsFloating(g.type(out).dtype)) continue;
+    if (!c.loss_outputs.empty() &&
+        std::find(c.loss_outputs.begin(), c.loss_outputs.end(), static_cast<int>(i)) == c.loss_outputs.end())
+      continue;
+    probe_types->push_back(g.type(out));
+    const ValueId probe = b.Input("probe" + std::to_string(i), g.type(out));
+    ValueId term = *b.Add1("ReduceSum", {*b.Add1("Mul", {out, probe}, {}, "loss/mul")}, {}, "loss/sum");
+    loss = loss == kNoValue ? term : *b.Add1("Add", {loss, term}, {}, "loss/add");
+  }
+  REQUIRE(loss != kNoValue);
+  g.outputs()["loss"] = loss;
+  return g;
+}
+
+// Adds d(loss)/d(every float in<i>) as outputs "grad<i>"; `loss` is a
+// scalar value of g.
+void AddGradients(Graph* g, ValueId loss, const FuseCase& c) {
+  std::vector<ValueId> wrt;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    if (c.in[i].dtype == DType::kI64) continue;
+    wrt.push_back(g->node(*g->FindNode(InName(i))).outputs[0]);
+    which.push_back(i);
+  }
+  if (wrt.empty()) return;
+  auto grads = BuildGradients(g, loss, wrt);
+  if (!grads.ok()) FAIL(c.label << ": " << grads.status().ToString());
+  for (size_t k = 0; k < wrt.size(); ++k) g->outputs()["grad" + std::to_string(which[k])] = grads->at(wrt[k]);
+}
+
+std::map<std::string, Tensor> RunGraph(const Graph& g, uint64_t seed, const std::map<std::string, Tensor>& state,
+                                       const std::map<std::string, Tensor>& feeds, const std::string& label) {
+  INFO(label);
+  auto e = Executor::Create(g, ExecutorOptions{Device::Cpu(), nullptr, seed, false});
+  REQUIRE(e.ok());
+  for (const auto& [name, t] : state) REQUIRE((*e)->SetState(name, t).ok());
+  auto out = (*e)->Run(feeds);
+  if (!out.ok()) FAIL(out.status().ToString());
+  return *out;
+}
+
+void CheckFusedAgainstSeparate(const FuseCase& c) {
+  INFO("case: " << c.label);
+  std::vector<TensorType> probe_types;
+  const Graph single = BuildSingle(c, &probe_types);
+
+  FusionOptions options;
+  options.replicas = kR;
+  options.seeds = kSeeds;
+  options.unfused_layers = c.unfused;
+  for (size_t i = 0; i < c.in.size(); ++i)
+    if (c.in[i].kind == Kind::kPerReplicaInput) options.per_replica_inputs.insert(InName(i));
+  auto fused = FuseReplicas(single, options);
+  if (!fused.ok()) FAIL(fused.status().ToString());
+  {
+    GraphBuilder b(&*fused);
+    auto total = b.Add1("ReduceSum", {fused->outputs().at("loss")}, {}, "loss/replicas");
+    REQUIRE(total.ok());
+    AddGradients(&*fused, *total, c);
+  }
+  Graph separate = single;
+  AddGradients(&separate, separate.outputs().at("loss"), c);
+
+  // Inputs: per replica, or one for all.
+  std::vector<std::vector<Tensor>> values(c.in.size());
+  for (size_t i = 0; i < c.in.size(); ++i)
+    for (int r = 0; r < (c.in[i].kind == Kind::kShared ? 1 : kR); ++r) values[i].push_back(Random(c.in[i], i, r));
+  std::map<std::string, Tensor> probes;
+  for (size_t i = 0; i < probe_types.size(); ++i)
+    probes["probe" + std::to_string(i)] = Random(Shr(probe_types[i].shape), 100 + i, 0);
+
+  std::vector<std::map<std::string, Tensor>> single_out;
+  for (int r = 0; r < kR; ++r) {
+    std::map<std::string, Tensor> state, feeds = probes;
+    for (size_t i = 0; i < c.in.size(); ++i) {
+      const Tensor& v = values[i][c.in[i].kind == Kind::kShared ? 0 : r];
+      (c.in[i].kind == Kind::kReplicated ? state : feeds)[InName(i)] = v;
+    }
+    single_out.push_back(RunGraph(separate, kSeeds[r], state, feeds, "separate replica " + std::to_string(r)));
+  }
+  std::map<std::string, Tensor> state, feeds = probes;
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const Tensor v = c.in[i].kind == Kind::kShared ? values[i][0] : Stack(values[i]);
+    (c.in[i].kind == Kind::kReplicated ? state : feeds)[InName(i)] = v;
+  }
+  const auto fused_out = RunGraph(*fused, 999, state, feeds, "fused");
+
+  for (const auto& [name, t] : single_out[0]) {
+    const Tensor& f = fused_out.at(name);
+    const bool shared_grad =
+        name.rfind("grad", 0) == 0 && c.in[std::stoul(name.substr(4))].kind == Kind::kShared;
+    if (shared_grad) {  // a shared input's gradient sums the replicas'
+      std::vector<double> sum(t.numel(), 0.0);
+      for (int r = 0; r < kR; ++r) {
+        const auto v = single_out[r].at(name).ToDoubleVector();
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] += v[k];
+      }
+      ExpectClose(f.ToDoubleVector(), sum, name + " (shared input, summed over replicas)");
+      continue;
+    }
+    REQUIRE(f.numel() == kR * t.numel());
+    for (int r = 0; r < kR; ++r)
+      ExpectClose(Chunk(f, r), single_out[r].at(name).ToDoubleVector(), name + " of replica " + std::to_string(r));
+  }
+}
+
+AttrMap A(std::initializer_list<std::pair<const std::string, AttrValue>> init) { return AttrMap(init); }
+
+std::vector<FuseCase> Cases() {
+  std::vector<FuseCase> cases;
+  auto add = [&](std::string label, std::string op, AttrMap attrs, std::vector<In> in,
+                 std::vector<std::string> unfused = {}) {
+    cases.push_back({std::move(label), std::move(op), std::move(attrs), std::move(in), std::move(unfused), {}});
+  };
+  // Element-wise unary ops, on per-replica and on shared inputs.
+  for (const char* op : {"Identity", "Neg", "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Hardswish", "Hardsigmoid",
+                         "SiLU", "Exp", "Abs"}) {
+    add(std::string(op) + " replicated", op, {}, {Rep({4, 5}, -4, 4)});
+  }
+  add("LeakyReLU", "LeakyReLU", A({{"negative_slope", 0.2}}), {Rep({4, 5})});
+  add("GELU tanh", "GELU", A({{"approximate", "tanh"}}), {Rep({2, 3, 4})});
+  for (const char* op : {"Log", "Sqrt", "Rsqrt"}) add(std::string(op), op, {}, {Rep({3, 4}, 0.5, 2)});
+  add("AddScalar", "AddScalar", A({{"value", 0.5}}), {Rep({3, 4})});
+  add("MulScalar", "MulScalar", A({{"value", -2.0}}), {Rep({3, 4})});
+  add("PowScalar", "PowScalar", A({{"value", 3.0}}), {Rep({3, 4})});
+  // Broadcasting binary ops: shared data against per-replica parameters.
+  add("Add shared x + bias", "Add", {}, {Shr({4, 3, 5}), Rep({5})});
+  add("Sub bias - shared x", "Sub", {}, {Rep({3, 1}), Shr({4, 3, 5})});
+  add("Mul replicated", "Mul", {}, {Rep({4, 3, 5}), Rep({3, 1})});
+  add("Div", "Div", {}, {Rep({2, 3}), Rep({3}, 0.5, 2)});
+  add("Add scalar param", "Add", {}, {Shr({2, 3}), Rep({})});
+  // Products.
+  add("Linear shared x", "Linear", {}, {Shr({4, 6}), Rep({5, 6}), Rep({5})});
+  add("Linear shared 3-D x, no bias", "Linear", {}, {Shr({2, 3, 6}), Rep({5, 6})});
+  add("Linear replicated x", "Linear", {}, {Rep({4, 6}), Rep({5, 6}), Rep({5})});
+  add("Linear unfused", "Linear", {}, {Shr({4, 6}), Rep({5, 6}), Rep({5})}, {"layer"});
+  add("MatMul", "MatMul", {}, {Rep({3, 4}), Rep({4, 5})});
+  add("MatMul shared a, transposed b", "MatMul", A({{"transpose_b", true}}), {Shr({3, 4}), Rep({5, 4})});
+  add("BatchMatMul", "BatchMatMul", A({{"transpose_a", true}}), {Rep({2, 4, 3}), Rep({2, 4, 5})});
+  // Convolutions: a plain conv on shared x, grouped convs on replicated x.
+  add("Conv2d shared x", "Conv2d", A({{"padding", int64_t{1}}}), {Shr({2, 3, 5, 5}), Rep({4, 3, 3, 3}), Rep({4})});
+  add("Conv2d replicated x, stride 2", "Conv2d", A({{"stride", int64_t{2}}}), {Rep({2, 3, 5, 5}), Rep({4, 3, 3, 3})});
+  add("Conv2d groups 2 shared x", "Conv2d", A({{"groups", int64_t{2}}}), {Shr({2, 4, 4, 4}), Rep({6, 2, 3, 3}), Rep({6})});
+  add("Conv1d", "Conv1d", A({{"padding", int64_t{1}}}), {Shr({2, 3, 7}), Rep({4, 3, 3}), Rep({4})});
+  add("ConvTranspose2d", "ConvTranspose2d", A({{"stride", int64_t{2}}}),
+      {Shr({2, 3, 3, 3}), Rep({3, 2, 3, 3}), Rep({2})});
+  add("ConvTranspose1d groups 2", "ConvTranspose1d", A({{"groups", int64_t{2}}}),
+      {Rep({2, 4, 5}), Rep({4, 3, 2}), Rep({6})});
+  // Normalization.
+  add("BatchNorm train 4-D", "BatchNorm", A({{"training", true}}),
+      {Rep({3, 2, 3, 3}), Rep({2}), Rep({2}), Rep({2}), Rep({2}, 0.5, 2)});
+  add("BatchNorm train [N, C] shared x", "BatchNorm", A({{"training", true}}),
+      {Shr({5, 3}), Rep({3}), Rep({3}), Rep({3}), Rep({3}, 0.5, 2)});
+  add("BatchNorm eval", "BatchNorm", A({{"training", false}}),
+      {Rep({2, 3, 4}), Rep({3}), Rep({3}), Rep({3}), Rep({3}, 0.5, 2)});
+  add("LayerNorm affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{5}}}),
+      {Rep({2, 3, 5}), Rep({5}), Rep({5})});
+  add("LayerNorm shared x", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{3, 4}}}),
+      {Shr({2, 3, 4}), Rep({3, 4}), Rep({3, 4})});
+  add("LayerNorm no affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{4}}}), {Rep({3, 4})});
+  // Pooling.
+  add("MaxPool2d", "MaxPool2d", A({{"kernel", int64_t{2}}}), {Rep({2, 3, 4, 4})});
+  add("AvgPool2d", "AvgPool2d", A({{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}}),
+      {Rep({2, 2, 5, 5})});
+  add("AdaptiveAvgPool2d", "AdaptiveAvgPool2d", A({{"output_size", int64_t{2}}}), {Rep({2, 3, 5, 5})});
+  // Shape ops.
+  add("Reshape", "Reshape", A({{"shape", std::vector<int64_t>{3, -1}}}), {Rep({2, 3, 4})});
+  add("Reshape keeps batch", "Reshape", A({{"shape", std::vector<int64_t>{2, 12}}}), {Rep({2, 3, 4})});
+  add("Flatten", "Flatten", {}, {Rep({2, 3, 4})});
+  add("Transpose", "Transpose", A({{"perm", std::vector<int64_t>{2, 0, 1}}}), {Rep({2, 3, 4})});
+  add("Permute", "Permute", A({{"perm", std::vector<int64_t>{1, 0}}}), {Rep({2, 3})});
+  add("Concat shared + replicated", "Concat", A({{"axis", int64_t{1}}}), {Shr({2, 3}), Rep({2, 2})});
+  add("Split", "Split", A({{"axis", int64_t{-1}}, {"sizes", std::vector<int64_t>{1, 3}}}), {Rep({2, 4})});
+  add("Slice", "Slice", A({{"axis", int64_t{1}}, {"start", int64_t{1}}, {"end", int64_t{4}}, {"step", int64_t{2}}}),
+      {Rep({2, 5})});
+  add("BroadcastTo", "BroadcastTo", A({{"shape", std::vector<int64_t>{2, 3, 4}}}), {Rep({3, 1})});
+  add("SumToShape", "SumToShape", A({{"shape", std::vector<int64_t>{3, 1}}}), {Rep({2, 3, 4})});
+  add("Fill", "Fill", A({{"shape", std::vector<int64_t>{2, 2}}, {"dtype", "f64"}, {"value", 1.5}}), {});
+  // Reductions and softmax.
+  add("ReduceSum all", "ReduceSum", {}, {Rep({2, 3})});
+  add("ReduceMean axis keepdims", "ReduceMean", A({{"axes", std::vector<int64_t>{-1}}, {"keepdims", true}}),
+      {Rep({2, 3, 4})});
+  add("ReduceMax axis 0", "ReduceMax", A({{"axes", std::vector<int64_t>{0}}}), {Rep({4, 3})});
+  add("Softmax", "Softmax", {}, {Rep({2, 5}, -3, 3)});
+  add("LogSoftmax axis 0", "LogSoftmax", A({{"axis", int64_t{0}}}), {Rep({4, 3}, -3, 3)});
+  // Random, lookup, attention, recurrent.
+  add("Dropout replicated", "Dropout", A({{"p", 0.3}}), {Rep({6, 7})});
+  add("Dropout shared x", "Dropout", A({{"p", 0.5}}), {Shr({5, 4})});
+  add("Dropout eval", "Dropout", A({{"p", 0.5}, {"training", false}}), {Rep({5, 4})});
+  add("Embedding shared indices", "Embedding", {}, {SharedIndex({2, 3}, 5), Rep({5, 4})});
+  add("Embedding per-replica indices", "Embedding", A({{"padding_idx", int64_t{1}}}),
+      {ReplicaIndex({4}, 6), Rep({6, 3})});
+  add("ScaledDotProductAttention", "ScaledDotProductAttention", {},
+      {Rep({2, 2, 3, 4}), Rep({2, 2, 5, 4}), Rep({2, 2, 5, 3})});
+  add("ScaledDotProductAttention causal, shared q", "ScaledDotProductAttention", A({{"causal", true}}),
+      {Shr({1, 2, 4, 3}), Rep({1, 2, 4, 3}), Rep({1, 2, 4, 3})});
+  add("LSTM", "LSTM", {},
+      {Shr({3, 2, 4}), Shr({2, 3}), Shr({2, 3}), Rep({12, 4}, -0.5, 0.5), Rep({12, 3}, -0.5, 0.5), Rep({12}),
+       Rep({12})});
+  cases.back().loss_outputs = {0, 1, 2};  // y, h_T, c_T (gates and cells are saved for the backward op)
+  // Losses: the fused loss is the replicas' own losses, [R].
+  add("CrossEntropy", "CrossEntropy", A({{"label_smoothing", 0.1}}), {Rep({4, 5}, -2, 2), SharedIndex({4}, 5)});
+  add("CrossEntropy per-replica targets", "CrossEntropy", A({{"reduction", "sum"}}),
+      {Rep({4, 3}), ReplicaIndex({4}, 3)});
+  add("NLL", "NLL", {}, {Rep({4, 5}, -3, -0.1), SharedIndex({4}, 5)});
+  add("MSE shared target", "MSE", {}, {Rep({3, 4}), Shr({3, 4})});
+  add("BCEWithLogits", "BCEWithLogits", {}, {Rep({3, 4}), Shr({3, 4}, 0, 1), Rep({4}, 0.5, 2)});
+  return cases;
+}
+
+// Ops that never appear in a graph being fused: fusion runs on the forward
+// graph, before autodiff and the optimizer add these.
+bool IsTrainingOnlyOp(const std::string& op) {
+  static const std::set<std::string> ops = {"SgdUpdate", "AdamUpdate", "AdadeltaUpdate", "RmspropUpdate",
+                                            "SquaredNorm", "ClipScale",  "IsFinite",       "Input",
+                                            "Parameter",  "Buffer"};
+  return ops.count(op) || op.find("Backward") != std::string::npos;
+}
+
+TEST_CASE("every forward op of the catalogue has a fusion case") {
+  std::set<std::string> covered;
+  for (const FuseCase& c : Cases()) covered.insert(c.op);
+  for (const std::string& op : OpRegistry::Global().OpNames()) {
+    if (IsTrainingOnlyOp(op)) continue;
+    INFO("op " << op << " has no case in tests/fusion_ops_test.cc");
+    CHECK(covered.count(op) == 1);
+  }
+}
+
+TEST_CASE("fused ops of 3 replicas equal 3 separate ops, forward and backward") {
+  for (const FuseCase& c : Cases()) CheckFusedAgainstSeparate(c);
+}
+
+}  // namespace
+}  // namespace loom
