@@ -1,6 +1,9 @@
 #include "graph/training.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "graph/autodiff.h"
 #include "graph/builder.h"
@@ -26,49 +29,185 @@ StatusOr<OptimizerDefaults> FindOptimizer(const std::string& type) {
 
 // The update op of a configuration, its attributes, and its state slots in
 // the op's input order (which slots exist follows the same attributes the
-// op's type inference reads).
+// op's type inference reads). Fused replicas (graph/fusion.h) share the op
+// and its boolean flags; each float hyper-parameter becomes a list with one
+// value per replica.
 struct UpdateSpec {
   std::string op;
   AttrMap attrs;
   std::vector<std::string> slots;
 };
 
-UpdateSpec MakeUpdateSpec(const OptimizerConfig& o) {
-  const double wd = o.EffectiveWeightDecay();
+StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<OptimizerConfig>& opts, bool fused) {
+  const OptimizerConfig& o = opts[0];
+  for (size_t r = 1; r < opts.size(); ++r) {
+    const OptimizerConfig& p = opts[r];
+    if (p.type != o.type || p.nesterov != o.nesterov || p.amsgrad != o.amsgrad || p.centered != o.centered)
+      return InvalidArgument("replica ", r, " has optimizer ", p.type, " (nesterov ", p.nesterov, ", amsgrad ",
+                             p.amsgrad, ", centered ", p.centered, ") but replica 0 has ", o.type, " (nesterov ",
+                             o.nesterov, ", amsgrad ", o.amsgrad, ", centered ", o.centered,
+                             "): fused replicas share one optimizer type and its flags");
+  }
+  auto value = [&](const std::function<double(const OptimizerConfig&)>& get) -> AttrValue {
+    if (!fused) return get(o);
+    std::vector<double> v;
+    for (const OptimizerConfig& p : opts) v.push_back(get(p));
+    return v;
+  };
+  auto any = [&](const std::function<bool(const OptimizerConfig&)>& pred) {
+    return std::any_of(opts.begin(), opts.end(), pred);
+  };
+  const AttrValue wd = value([](const OptimizerConfig& p) { return p.EffectiveWeightDecay(); });
+  const AttrValue eps = value([](const OptimizerConfig& p) { return p.EffectiveEps(); });
+  const AttrValue momentum = value([](const OptimizerConfig& p) { return p.momentum; });
+  UpdateSpec s;
   if (o.type == "sgd") {
-    UpdateSpec s{"SgdUpdate",
-                 {{"momentum", o.momentum}, {"dampening", o.dampening}, {"weight_decay", wd}, {"nesterov", o.nesterov}},
-                 {}};
-    if (o.momentum != 0) s.slots.push_back("momentum_buffer");
-    return s;
-  }
-  if (o.type == "adam" || o.type == "adamw") {
-    UpdateSpec s{"AdamUpdate",
-                 {{"beta1", o.beta1},
-                  {"beta2", o.beta2},
-                  {"eps", o.EffectiveEps()},
-                  {"weight_decay", wd},
-                  {"decoupled", o.type == "adamw"},
-                  {"amsgrad", o.amsgrad}},
-                 {"exp_avg", "exp_avg_sq"}};
+    s = {"SgdUpdate",
+         {{"momentum", momentum},
+          {"dampening", value([](const OptimizerConfig& p) { return p.dampening; })},
+          {"weight_decay", wd},
+          {"nesterov", o.nesterov}},
+         {}};
+    if (any([](const OptimizerConfig& p) { return p.momentum != 0; })) s.slots.push_back("momentum_buffer");
+  } else if (o.type == "adam" || o.type == "adamw") {
+    s = {"AdamUpdate",
+         {{"beta1", value([](const OptimizerConfig& p) { return p.beta1; })},
+          {"beta2", value([](const OptimizerConfig& p) { return p.beta2; })},
+          {"eps", eps},
+          {"weight_decay", wd},
+          {"decoupled", o.type == "adamw"},
+          {"amsgrad", o.amsgrad}},
+         {"exp_avg", "exp_avg_sq"}};
     if (o.amsgrad) s.slots.push_back("max_exp_avg_sq");
-    return s;
+  } else if (o.type == "adadelta") {
+    s = {"AdadeltaUpdate",
+         {{"rho", value([](const OptimizerConfig& p) { return p.rho; })}, {"eps", eps}, {"weight_decay", wd}},
+         {"square_avg", "acc_delta"}};
+  } else {  // rmsprop (the type was validated by FindOptimizer)
+    s = {"RmspropUpdate",
+         {{"alpha", value([](const OptimizerConfig& p) { return p.alpha; })},
+          {"eps", eps},
+          {"weight_decay", wd},
+          {"momentum", momentum},
+          {"centered", o.centered}},
+         {"square_avg"}};
+    if (any([](const OptimizerConfig& p) { return p.momentum > 0; })) s.slots.push_back("momentum_buffer");
+    if (o.centered) s.slots.push_back("grad_avg");
   }
-  if (o.type == "adadelta")
-    return {"AdadeltaUpdate",
-            {{"rho", o.rho}, {"eps", o.EffectiveEps()}, {"weight_decay", wd}},
-            {"square_avg", "acc_delta"}};
-  // rmsprop (the type was validated by FindOptimizer).
-  UpdateSpec s{"RmspropUpdate",
-               {{"alpha", o.alpha},
-                {"eps", o.EffectiveEps()},
-                {"weight_decay", wd},
-                {"momentum", o.momentum},
-                {"centered", o.centered}},
-               {"square_avg"}};
-  if (o.momentum > 0) s.slots.push_back("momentum_buffer");
-  if (o.centered) s.slots.push_back("grad_avg");
+  if (fused) s.attrs.Set("replicas", static_cast<int64_t>(opts.size()));
   return s;
+}
+
+// The training step of an unfused model (replicas = 0) or of R fused
+// replicas (replicas = opts.size()): see the header.
+StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
+                          const std::vector<OptimizerConfig>& opts, bool fused, bool isolate_divergence) {
+  auto it = forward.outputs().find(loss_output);
+  if (it == forward.outputs().end()) return InvalidArgument("the model has no output named '", loss_output, "'");
+  if (opts.empty()) return InvalidArgument("no optimizer configuration");
+  const int64_t replicas = fused ? static_cast<int64_t>(opts.size()) : 0;
+  bool clip = false, output_norm = false;
+  for (const OptimizerConfig& o : opts) {
+    LOOM_RETURN_IF_ERROR(FindOptimizer(o.type).status());
+    if (!(o.max_grad_norm >= 0))
+      return InvalidArgument("max_grad_norm must be >= 0 (0 = no clipping), got ", o.max_grad_norm);
+    clip = clip || o.max_grad_norm > 0;
+    output_norm = output_norm || o.output_grad_norm;
+  }
+  for (const char* name : {kGradNormOutput, kActiveOutput})
+    if (forward.outputs().count(name)) return InvalidArgument("the model already has an output named '", name, "'");
+  LOOM_ASSIGN_OR_RETURN(const UpdateSpec spec, MakeUpdateSpec(opts, fused));
+
+  Graph g = forward;
+  GraphBuilder b(&g);
+  const ValueId loss = it->second;
+  if (fused && g.type(loss).shape != Shape({replicas}))
+    return InvalidArgument("the fused loss must hold one value per replica, [", replicas, "], got ",
+                           g.type(loss).shape.ToString());
+  // The replicas' losses add up: each replica gets exactly its own gradient.
+  ValueId total = loss;
+  if (fused) {
+    LOOM_ASSIGN_OR_RETURN(total, b.Add1("ReduceSum", {loss}, {}, "loss/replicas"));
+  }
+  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, total));
+  if (grads.empty()) return InvalidArgument("the model has no parameters to train");
+
+  const DType dtype = g.type(grads.begin()->first).dtype;
+  const Shape per_replica = fused ? Shape({replicas}) : Shape{};
+  const ValueId lr = b.Input(kLearningRateInput, {per_replica, dtype});
+  const ValueId step = b.Input(kStepInput, {Shape{}, dtype});
+
+  // Clipping as torch.nn.utils.clip_grad_norm_: one norm over all gradients
+  // (of each replica), one factor for all of them.
+  ValueId squared_norm = kNoValue;
+  if (clip || output_norm || (fused && isolate_divergence)) {
+    std::vector<ValueId> all;
+    for (const auto& [param, grad] : grads) all.push_back(grad);
+    AttrMap attrs;
+    if (fused) attrs.Set("replicas", replicas);
+    LOOM_ASSIGN_OR_RETURN(squared_norm, b.Add1("SquaredNorm", all, attrs, "grad_clip/squared_norm"));
+  }
+  if (clip || output_norm) {
+    LOOM_ASSIGN_OR_RETURN(ValueId norm, b.Add1("Sqrt", {squared_norm}, {}, "grad_clip/norm"));
+    g.outputs()[kGradNormOutput] = norm;
+    if (clip) {
+      // A replica without clipping clips at +inf: its factor is 1.
+      std::vector<double> max_norms;
+      for (const OptimizerConfig& o : opts)
+        max_norms.push_back(o.max_grad_norm > 0 ? o.max_grad_norm : std::numeric_limits<double>::infinity());
+      AttrMap attrs;
+      if (fused) {
+        attrs.Set("max_norm", max_norms);
+        attrs.Set("replicas", replicas);
+      } else {
+        attrs.Set("max_norm", max_norms[0]);
+      }
+      LOOM_ASSIGN_OR_RETURN(ValueId scale, b.Add1("ClipScale", {norm}, attrs, "grad_clip/scale"));
+      for (auto& [param, grad] : grads) {
+        const std::string pname = g.node(g.value(param).producer).name;
+        ValueId factor = scale;
+        if (fused) {
+          std::vector<int64_t> dims(g.type(grad).shape.rank(), 1);
+          dims[0] = replicas;
+          LOOM_ASSIGN_OR_RETURN(factor, b.Add1("Reshape", {scale}, {{"shape", dims}}, pname + "/clip_factor"));
+        }
+        LOOM_ASSIGN_OR_RETURN(grad, b.Add1("Mul", {grad, factor}, {}, pname + "/clipped_grad"));
+      }
+    }
+  }
+
+  // Which replicas update this step: those the caller keeps running
+  // (replica_mask) and, when isolating divergence, whose loss and gradients
+  // are finite. A replica left out keeps its parameters and state.
+  ValueId active = kNoValue;
+  if (fused) {
+    active = b.Input(kReplicaMaskInput, {per_replica, dtype});
+    if (isolate_divergence) {
+      LOOM_ASSIGN_OR_RETURN(ValueId finite_grads, b.Add1("IsFinite", {squared_norm}, {}, "divergence/grads"));
+      LOOM_ASSIGN_OR_RETURN(ValueId finite_loss, b.Add1("IsFinite", {loss}, {}, "divergence/loss"));
+      LOOM_ASSIGN_OR_RETURN(ValueId finite, b.Add1("Mul", {finite_grads, finite_loss}, {}, "divergence/finite"));
+      LOOM_ASSIGN_OR_RETURN(active, b.Add1("Mul", {finite, active}, {}, "divergence/active"));
+    }
+    g.outputs()[kActiveOutput] = active;
+  }
+
+  for (const auto& [param, grad] : grads) {
+    const std::string pname = g.node(g.value(param).producer).name;
+    const TensorType t = g.type(param);
+    std::vector<ValueId> inputs = {param, grad}, slots;
+    for (const std::string& slot : spec.slots) {
+      AttrMap init{{"init", "zeros"}};
+      slots.push_back(b.Buffer(pname + "/" + slot, t, init));
+      inputs.push_back(slots.back());
+    }
+    inputs.push_back(lr);
+    inputs.push_back(step);
+    if (fused) inputs.push_back(active);
+    LOOM_ASSIGN_OR_RETURN(auto outs, b.Add(spec.op, inputs, spec.attrs, pname + "/update"));
+    g.state_updates().push_back({param, outs[0]});
+    for (size_t k = 0; k < slots.size(); ++k) g.state_updates().push_back({slots[k], outs[1 + k]});
+  }
+  return g;
 }
 
 }  // namespace
@@ -91,57 +230,12 @@ StatusOr<double> DefaultLearningRate(const std::string& optimizer_type) {
 }
 
 StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const OptimizerConfig& opt) {
-  auto it = forward.outputs().find(loss_output);
-  if (it == forward.outputs().end()) return InvalidArgument("the model has no output named '", loss_output, "'");
-  LOOM_RETURN_IF_ERROR(FindOptimizer(opt.type).status());
-  if (!(opt.max_grad_norm >= 0))
-    return InvalidArgument("max_grad_norm must be >= 0 (0 = no clipping), got ", opt.max_grad_norm);
-  const bool clip = opt.max_grad_norm > 0;
-  if ((clip || opt.output_grad_norm) && forward.outputs().count(kGradNormOutput))
-    return InvalidArgument("the model already has an output named '", kGradNormOutput, "'");
-  Graph g = forward;
-  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, it->second));
-  if (grads.empty()) return InvalidArgument("the model has no parameters to train");
+  return BuildStep(forward, loss_output, {opt}, /*fused=*/false, /*isolate_divergence=*/false);
+}
 
-  GraphBuilder b(&g);
-  const DType dtype = g.type(grads.begin()->first).dtype;
-  const ValueId lr = b.Input(kLearningRateInput, {Shape{}, dtype});
-  const ValueId step = b.Input(kStepInput, {Shape{}, dtype});
-
-  // Clipping as torch.nn.utils.clip_grad_norm_: one norm over all gradients,
-  // one factor for all of them.
-  if (clip || opt.output_grad_norm) {
-    std::vector<ValueId> all;
-    for (const auto& [param, grad] : grads) all.push_back(grad);
-    LOOM_ASSIGN_OR_RETURN(ValueId sq, b.Add1("SquaredNorm", all, {}, "grad_clip/squared_norm"));
-    LOOM_ASSIGN_OR_RETURN(ValueId norm, b.Add1("Sqrt", {sq}, {}, "grad_clip/norm"));
-    g.outputs()[kGradNormOutput] = norm;
-    if (clip) {
-      LOOM_ASSIGN_OR_RETURN(ValueId scale,
-                            b.Add1("ClipScale", {norm}, {{"max_norm", opt.max_grad_norm}}, "grad_clip/scale"));
-      for (auto& [param, grad] : grads) {
-        const std::string pname = g.node(g.value(param).producer).name;
-        LOOM_ASSIGN_OR_RETURN(grad, b.Add1("Mul", {grad, scale}, {}, pname + "/clipped_grad"));
-      }
-    }
-  }
-
-  const UpdateSpec spec = MakeUpdateSpec(opt);
-  for (const auto& [param, grad] : grads) {
-    const std::string pname = g.node(g.value(param).producer).name;
-    const TensorType t = g.type(param);
-    std::vector<ValueId> inputs = {param, grad}, slots;
-    for (const std::string& slot : spec.slots) {
-      slots.push_back(b.Buffer(pname + "/" + slot, t, AttrMap{{"init", "zeros"}}));
-      inputs.push_back(slots.back());
-    }
-    inputs.push_back(lr);
-    inputs.push_back(step);
-    LOOM_ASSIGN_OR_RETURN(auto outs, b.Add(spec.op, inputs, spec.attrs, pname + "/update"));
-    g.state_updates().push_back({param, outs[0]});
-    for (size_t k = 0; k < slots.size(); ++k) g.state_updates().push_back({slots[k], outs[1 + k]});
-  }
-  return g;
+StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
+                                        const std::vector<OptimizerConfig>& per_replica, bool isolate_divergence) {
+  return BuildStep(fused, loss_output, per_replica, /*fused=*/true, isolate_divergence);
 }
 
 StatusOr<Graph> BuildEvalGraph(const Graph& forward) {

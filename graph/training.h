@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "graph/ir.h"
 
@@ -49,6 +50,10 @@ StatusOr<double> DefaultLearningRate(const std::string& optimizer_type);
 inline constexpr const char* kLearningRateInput = "lr";
 inline constexpr const char* kStepInput = "step";  // 1-based update count
 inline constexpr const char* kGradNormOutput = "grad_norm";
+// Fused training only: which replicas the step may update (fed, [R]) and
+// which it did update (output, [R]); both 1 or 0 per replica.
+inline constexpr const char* kReplicaMaskInput = "replica_mask";
+inline constexpr const char* kActiveOutput = "active";
 
 // `loss_output` names a scalar in forward.outputs(). The result has the same
 // outputs (plus "grad_norm", the global L2 norm of the unclipped gradients,
@@ -62,6 +67,20 @@ inline constexpr const char* kGradNormOutput = "grad_norm";
 //                         + grad_avg if centered)
 // and the state updates of parameters and slots.
 StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const OptimizerConfig& opt);
+
+// The training step of R fused replicas (graph/fusion.h), replica r trained
+// with per_replica[r] (R = per_replica.size()). As above, except:
+//  - the fused `loss_output` is [R]; the gradients are those of its sum, so
+//    each replica gets exactly its own gradient;
+//  - input "lr" is [R]; every optimizer hyper-parameter and the clipping
+//    norm may differ per replica; type and boolean flags must not;
+//  - "grad_norm" (when clipping or asked for) is [R], each replica's norm;
+//  - input "replica_mask" [R] says which replicas may update; output
+//    "active" [R] says which did. With isolate_divergence, a replica whose
+//    loss or gradient norm is NaN or inf does not update (its parameters and
+//    optimizer state stay as they were) and the others are untouched.
+StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
+                                        const std::vector<OptimizerConfig>& per_replica, bool isolate_divergence);
 
 // Forward only, every "training" attribute set to false, no state updates.
 StatusOr<Graph> BuildEvalGraph(const Graph& forward);
