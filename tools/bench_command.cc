@@ -1,3 +1,5 @@
+// `loom bench kernels`, `loom bench profile` and `loom bench fusion`.
+//
 // `loom bench kernels`: GEMM, Conv2d and a full MLP training step, each as a
 // rate (GFLOP/s from the ops' cost formulas) and as a fraction of the roof:
 // Eigen's own single-precision GEMM, 1024^3, on one thread, measured in the
@@ -14,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/cost.h"
+#include "graph/fusion.h"
 #include "graph/model.h"
 #include "graph/training.h"
 #include "models/mlp.h"
@@ -22,6 +25,7 @@
 #include "runtime/executor.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/train/training_run.h"
 
 namespace loom::tools {
 namespace {
@@ -179,6 +183,23 @@ Status BenchKernels(const Flags& flags) {
   return Status::Ok();
 }
 
+// The per-example input shape and class count of a config's dataset,
+// without loading it (benchmarks feed random data of that shape).
+struct ExampleShape {
+  Shape shape;
+  int64_t classes = 10;
+};
+
+StatusOr<ExampleShape> ExampleOf(const proto::TrainConfig& config) {
+  const std::string& ds = config.data().dataset();
+  if (ds == "fashion_mnist" || ds == "mnist") return ExampleShape{Shape{1, 28, 28}, 10};
+  if (ds == "cifar10") return ExampleShape{Shape{3, 32, 32}, 10};
+  if (ds == "synthetic")
+    return ExampleShape{Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end())),
+                        config.data().num_classes()};
+  return Unimplemented("benchmarks of dataset ", ds);
+}
+
 // `loom bench profile`: where a training step's time goes, per op type and
 // per node, for the model and batch of a config (random data of its shape).
 Status BenchProfile(const Flags& flags) {
@@ -187,21 +208,13 @@ Status BenchProfile(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t steps, flags.Int("steps", 20));
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
-  Shape example;
-  const std::string& ds = config.data().dataset();
-  if (ds == "fashion_mnist" || ds == "mnist") example = Shape{1, 28, 28};
-  else if (ds == "cifar10") example = Shape{3, 32, 32};
-  else if (ds == "synthetic") example = Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end()));
-  else return Unimplemented("profile of dataset ", ds);
-  const int64_t classes = ds == "synthetic" ? config.data().num_classes() : 10;
+  LOOM_ASSIGN_OR_RETURN(const ExampleShape ex, ExampleOf(config));
   Model m;
   LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
-                                               {config.model().args().begin(), config.model().args().end()}, example,
-                                               config.data().batch_size(), classes));
-  OptimizerConfig opt;
-  opt.type = config.optimizer().type();
-  opt.momentum = config.optimizer().momentum();
-  LOOM_ASSIGN_OR_RETURN(Graph train, BuildTrainingGraph(m.graph(), "loss", opt));
+                                               {config.model().args().begin(), config.model().args().end()}, ex.shape,
+                                               config.data().batch_size(), ex.classes));
+  LOOM_ASSIGN_OR_RETURN(Graph train,
+                        BuildTrainingGraph(m.graph(), "loss", train::ToOptimizerConfig(config.optimizer())));
   ExecutorOptions eo;
   eo.profile = true;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
@@ -239,9 +252,149 @@ Status BenchProfile(const Flags& flags) {
   return Status::Ok();
 }
 
+// `loom bench fusion`: for each replica count R, R copies of a config's
+// model trained fused (one graph, graph/fusion.h) against the same R models
+// trained one after another, on random data of the config's shapes. Rates
+// are samples/s counted over all replicas (R * batch per step), each the
+// best of `reps` timed steps after a warm-up; the roof is Eigen's 1-thread
+// SGEMM times the threads, measured in the same run.
+struct FusionRow {
+  int64_t replicas = 0;
+  double fused_samples_per_s = 0, serial_samples_per_s = 0;
+  double fused_gflops = 0;  // the R models' own training FLOPs per second
+  size_t fused_peak_bytes = 0, serial_peak_bytes = 0;
+};
+
+StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1)
+      return InvalidArgument("--", flag, ": expected positive integers separated by commas, got '", text, "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+Status BenchFusion(const Flags& flags) {
+  if (!flags.Has("config")) return InvalidArgument("loom bench fusion needs --config FILE");
+  LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts,
+                        ParseIntList("replicas", flags.Str("replicas", "1,2,4,8,16")));
+  LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
+  LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
+  if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
+  threads = ThreadPool::Default().num_threads();
+  LOOM_ASSIGN_OR_RETURN(const ExampleShape ex, ExampleOf(config));
+  const int64_t batch = config.data().batch_size();
+  Model m;
+  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
+                                               {config.model().args().begin(), config.model().args().end()}, ex.shape,
+                                               batch, ex.classes));
+  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
+  LOOM_ASSIGN_OR_RETURN(Graph single, BuildTrainingGraph(m.graph(), "loss", opt));
+  const double single_flops = GraphCost(single).flops;
+  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
+
+  std::vector<FusionRow> rows;
+  for (int64_t r : replica_counts) {
+    FusionRow row;
+    row.replicas = r;
+    FusionOptions fo;
+    fo.replicas = static_cast<int>(r);
+    for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
+    LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
+    LOOM_ASSIGN_OR_RETURN(Graph fused, BuildFusedTrainingGraph(fused_forward, "loss",
+                                                               std::vector<OptimizerConfig>(r, opt), true));
+    LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused));
+    LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
+    std::map<std::string, Tensor> feeds = RandomFeeds(fused);
+    feeds[kReplicaMaskInput].Fill(1);
+    Status status;
+    const double fused_secs = BestSeconds(static_cast<int>(reps), [&] {
+      auto out = exec->Run(feeds);
+      if (!out.ok()) status = out.status();
+    });
+    LOOM_RETURN_IF_ERROR(status);
+    row.fused_peak_bytes = exec->PeakStepBytes();
+    exec.reset();
+
+    // The same R models, one after another.
+    std::vector<std::unique_ptr<Executor>> serial;
+    for (int64_t i = 0; i < r; ++i) {
+      LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(single));
+      LOOM_RETURN_IF_ERROR(e->InitializeState(static_cast<uint64_t>(i + 1)));
+      serial.push_back(std::move(e));
+    }
+    const std::map<std::string, Tensor> single_feeds = RandomFeeds(single);
+    const double serial_secs = BestSeconds(static_cast<int>(reps), [&] {
+      for (auto& e : serial) {
+        auto out = e->Run(single_feeds);
+        if (!out.ok()) status = out.status();
+      }
+    });
+    LOOM_RETURN_IF_ERROR(status);
+    row.serial_peak_bytes = serial[0]->PeakStepBytes();
+    row.fused_samples_per_s = static_cast<double>(r * batch) / fused_secs;
+    row.serial_samples_per_s = static_cast<double>(r * batch) / serial_secs;
+    row.fused_gflops = static_cast<double>(r) * single_flops / fused_secs / 1e9;
+    rows.push_back(row);
+  }
+  const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
+  const double roof = roof1 * static_cast<double>(threads);
+
+  std::printf("%s, batch %lld, %s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
+              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str(),
+              static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
+  std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
+              "GFLOP/s", "of roof", "fused MiB", "serial MiB");
+  std::string json = "{\"model\": \"" + config.model().name() + "\", \"batch\": " + std::to_string(batch) +
+                     ", \"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
+                     ", \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const FusionRow& r = rows[i];
+    const double speedup = r.fused_samples_per_s / r.serial_samples_per_s;
+    std::printf("%8lld %14.0f %14.0f %8.2fx %10.1f %7.1f%% %12.1f %12.1f\n", static_cast<long long>(r.replicas),
+                r.fused_samples_per_s, r.serial_samples_per_s, speedup, r.fused_gflops, 100 * r.fused_gflops / roof,
+                r.fused_peak_bytes / 1048576.0, r.serial_peak_bytes / 1048576.0);
+    json += std::string(i ? ", " : "") + "{\"replicas\": " + std::to_string(r.replicas) +
+            ", \"fused_samples_per_s\": " + std::to_string(r.fused_samples_per_s) +
+            ", \"serial_samples_per_s\": " + std::to_string(r.serial_samples_per_s) +
+            ", \"speedup\": " + std::to_string(speedup) + ", \"fused_gflops\": " + std::to_string(r.fused_gflops) +
+            ", \"fraction_of_roof\": " + std::to_string(r.fused_gflops / roof) +
+            ", \"fused_peak_bytes\": " + std::to_string(r.fused_peak_bytes) +
+            ", \"serial_peak_bytes\": " + std::to_string(r.serial_peak_bytes) + "}";
+  }
+  json += "]}\n";
+  if (flags.Has("json")) {
+    const std::string path = flags.Str("json", "");
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(path, json));
+    std::printf("wrote %s\n", path.c_str());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status BenchCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "fusion") {
+    Flags flags({{"config", "the training config whose model, batch and optimizer to fuse"},
+                 {"replicas", "replica counts to measure, e.g. 1,2,4,8,16 (the default)"},
+                 {"reps", "timed steps per measurement; the fastest is reported (default 5)"},
+                 {"threads", "CPU threads (default: the config's)"},
+                 {"json", "also write the results as JSON to this file"}});
+    LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
+    if (flags.help_requested()) {
+      std::printf("usage: loom bench fusion --config FILE [flags]\n%s", flags.Help().c_str());
+      return Status::Ok();
+    }
+    return BenchFusion(flags);
+  }
   if (!args.empty() && args[0] == "profile") {
     Flags flags({{"config", "the training config whose model and batch to profile"},
                  {"steps", "profiled steps (default 20)"},
@@ -255,7 +408,8 @@ Status BenchCommand(const std::vector<std::string>& args) {
   }
   if (args.empty() || args[0] != "kernels")
     return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]\n"
-                           "       loom bench profile --config FILE [--steps N]");
+                           "       loom bench profile --config FILE [--steps N]\n"
+                           "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
                {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
                {"json", "also write the results as JSON to this file"}});

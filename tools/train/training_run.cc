@@ -50,6 +50,23 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
   return Status::Ok();
 }
 
+OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
+  OptimizerConfig o;
+  o.type = p.type();
+  o.momentum = p.momentum();
+  o.dampening = p.dampening();
+  o.nesterov = p.nesterov();
+  o.beta1 = p.beta1();
+  o.beta2 = p.beta2();
+  o.rho = p.rho();
+  o.alpha = p.alpha();
+  o.centered = p.centered();
+  if (p.has_eps()) o.eps = p.eps();
+  if (p.has_weight_decay()) o.weight_decay = p.weight_decay();
+  o.max_grad_norm = p.clip_grad_norm();
+  return o;
+}
+
 namespace {
 
 struct Datasets {
@@ -114,23 +131,6 @@ DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& dat
     o.crop_padding = d.augment().random_crop_padding();
     o.random_flip = d.augment().horizontal_flip();
   }
-  return o;
-}
-
-OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
-  OptimizerConfig o;
-  o.type = p.type();
-  o.momentum = p.momentum();
-  o.dampening = p.dampening();
-  o.nesterov = p.nesterov();
-  o.beta1 = p.beta1();
-  o.beta2 = p.beta2();
-  o.rho = p.rho();
-  o.alpha = p.alpha();
-  o.centered = p.centered();
-  if (p.has_eps()) o.eps = p.eps();
-  if (p.has_weight_decay()) o.weight_decay = p.weight_decay();
-  o.max_grad_norm = p.clip_grad_norm();
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "graph/training.h"
 #include "runtime/config/train_config.h"
 
 namespace loom::train {
@@ -41,5 +42,8 @@ struct Overrides {
   std::optional<std::string> out_dir;
 };
 Status ApplyOverrides(const Overrides& o, proto::TrainConfig* config);
+
+// The graph layer's optimizer settings for a config's optimizer block.
+OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p);
 
 }  // namespace loom::train
