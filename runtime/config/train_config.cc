@@ -3,11 +3,15 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
-
-#include "graph/training.h"
+#include <map>
 #include <set>
 #include <sstream>
+
+#include "graph/training.h"
+#include "runtime/config/replicas.h"
 
 namespace loom {
 
@@ -30,6 +34,8 @@ class CollectErrors : public pb::io::ErrorCollector {
 };
 
 // "FILE:LINE" of a dotted field path, or "" when the file does not set it.
+// A repeated field's element is named by an index ("replicas[2].optimizer.lr");
+// without one, the first element.
 std::string Locate(const pb::TextFormat::ParseInfoTree& root, const pb::Descriptor* type, const std::string& origin,
                    const std::string& path) {
   const pb::TextFormat::ParseInfoTree* tree = &root;
@@ -38,9 +44,17 @@ std::string Locate(const pb::TextFormat::ParseInfoTree& root, const pb::Descript
   std::vector<std::string> names;
   while (std::getline(parts, part, '.')) names.push_back(part);
   for (size_t i = 0; i < names.size(); ++i) {
-    const pb::FieldDescriptor* field = type->FindFieldByName(names[i]);
-    if (!field) return "";
-    const int index = field->is_repeated() ? 0 : -1;
+    std::string name = names[i];
+    int element = -1;
+    const size_t bracket = name.find('[');
+    if (bracket != std::string::npos) {
+      if (name.back() != ']') return "";
+      element = std::atoi(name.substr(bracket + 1, name.size() - bracket - 2).c_str());
+      name = name.substr(0, bracket);
+    }
+    const pb::FieldDescriptor* field = type->FindFieldByName(name);
+    if (!field || (element >= 0 && !field->is_repeated())) return "";
+    const int index = field->is_repeated() ? std::max(element, 0) : -1;
     if (i + 1 == names.size()) {
       pb::TextFormat::ParseLocation loc = tree->GetLocation(field, index);
       return loc.line < 0 ? "" : StrCat(origin, ":", loc.line + 1);
@@ -52,18 +66,24 @@ std::string Locate(const pb::TextFormat::ParseInfoTree& root, const pb::Descript
   return "";
 }
 
-// Collects the first failed check as "WHERE: field PATH: message".
+using FieldFn = std::function<std::string(const std::string&)>;
+
+// Collects the first failed check as "WHERE: field NAME: message", NAME being
+// how `name` shows the dotted field path.
 class Checker {
  public:
-  Checker(const std::function<std::string(const std::string&)>& where, std::string origin)
-      : where_(where), origin_(std::move(origin)) {}
+  Checker(const FieldFn& where, std::string origin, const FieldFn& name)
+      : where_(where), name_(name), origin_(std::move(origin)) {}
 
   bool Present(const std::string& field) const { return !where_(field).empty(); }
 
-  void Require(bool ok, const std::string& field, const std::string& message) {
+  // `block`: where to point when the file does not set `field` (the block
+  // that lacks it), if anywhere.
+  void Require(bool ok, const std::string& field, const std::string& message, const std::string& block = "") {
     if (ok || !status_.ok()) return;
     std::string at = where_(field);
-    status_ = InvalidArgument(at.empty() ? origin_ : at, ": field ", field, ": ", message);
+    if (at.empty() && !block.empty()) at = where_(block);
+    status_ = InvalidArgument(at.empty() ? origin_ : at, ": field ", name_ ? name_(field) : field, ": ", message);
   }
   // A count that is "unset" at 0 but, when written in the file, must be >= min.
   void AtLeast(int64_t value, int64_t min, const std::string& field) {
@@ -82,15 +102,179 @@ class Checker {
   const Status& status() const { return status_; }
 
  private:
-  const std::function<std::string(const std::string&)>& where_;
+  const FieldFn& where_;
+  const FieldFn& name_;
   std::string origin_;
   Status status_;
 };
 
+bool IsInteger(const pb::FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A sweep value for field `f` (null: unknown field, checked elsewhere).
+void CheckSweepValue(Checker& k, const pb::FieldDescriptor* f, double v, const std::string& field) {
+  k.Require(std::isfinite(v), field, StrCat("must be a finite number, got ", v));
+  if (!f || !IsInteger(f)) return;
+  constexpr double kLimit = 9007199254740992.0;  // 2^53: integers a double holds exactly
+  k.Require(std::fabs(v) <= kLimit, field,
+            StrCat("must be within +-2^53 for the integer field ", f->name(), ", got ", v));
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64 || f->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT32)
+    k.Require(v >= 0, field, StrCat("must be >= 0 for ", f->name(), ", got ", v));
+}
+
+// The replicas, sweep and fusion blocks (the replicas' own values are checked
+// when they are expanded, runtime/config/replicas.cc).
+void ValidateFusion(const proto::TrainConfig& c, Checker& k) {
+  std::string allowed;
+  for (const auto& f : SweepableFields()) allowed += (allowed.empty() ? "" : ", ") + f;
+
+  k.Require(c.replicas_size() == 0 || !c.has_sweep(), "sweep",
+            "cannot be combined with replicas (list the replicas or sweep, not both)");
+  k.Require(c.replicas_size() <= kMaxReplicas, "replicas",
+            StrCat("lists ", c.replicas_size(), " replicas, more than the limit of ", kMaxReplicas));
+  const std::string base_type = c.optimizer().type().empty() ? "sgd" : c.optimizer().type();
+  std::map<std::string, int> names;
+  for (int i = 0; i < c.replicas_size(); ++i) {
+    const proto::ReplicaConfig& r = c.replicas(i);
+    const std::string at = StrCat("replicas[", i, "]");
+    const std::string name = r.name().empty() ? StrCat("r", i) : r.name();
+    auto [it, fresh] = names.emplace(name, i);
+    k.Require(fresh, at + ".name", StrCat("'", name, "' is also the name of replicas[", it->second, "]"));
+    const std::string& type = r.optimizer().type();
+    k.Require(type.empty() || type == base_type, at + ".optimizer.type",
+              StrCat("must be the base optimizer's '", base_type,
+                     "' (the replicas share one fused optimizer), got '", type, "'"));
+    // Flags that select the optimizer's algorithm are shared the same way.
+    const pb::Descriptor* od = proto::OptimizerConfig::descriptor();
+    const pb::Reflection* refl = proto::OptimizerConfig::GetReflection();
+    for (int f = 0; f < od->field_count(); ++f) {
+      const pb::FieldDescriptor* field = od->field(f);
+      if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_BOOL || !refl->HasField(r.optimizer(), field)) continue;
+      const bool mine = refl->GetBool(r.optimizer(), field), base = refl->GetBool(c.optimizer(), field);
+      k.Require(mine == base, StrCat(at, ".optimizer.", field->name()),
+                StrCat("must be the same for every replica (the replicas share one fused optimizer): the base has ",
+                       base ? "true" : "false"));
+    }
+  }
+
+  if (c.has_sweep()) {
+    const proto::SweepConfig& sw = c.sweep();
+    k.Require(!sw.method().empty(), "sweep.method", "is required: grid or random", "sweep");
+    if (!sw.method().empty()) k.OneOf(sw.method(), {"grid", "random"}, "sweep.method");
+    const bool grid = sw.method() == "grid", random = sw.method() == "random";
+    k.Require(sw.param_size() > 0, "sweep.param", "needs at least one param (a field and its values or range)",
+              "sweep");
+    std::map<std::string, int> swept;
+    double replicas = 1;
+    for (int j = 0; j < sw.param_size(); ++j) {
+      const proto::SweepParam& p = sw.param(j);
+      const std::string at = StrCat("sweep.param[", j, "]");
+      const pb::FieldDescriptor* f = SweepableField(p.field());
+      if (p.field().empty()) {
+        k.Require(false, at + ".field", StrCat("is required (one of: ", allowed, ")"), at);
+      } else {
+        k.Require(f != nullptr, at + ".field",
+                  StrCat("'", p.field(), "' is not a per-replica field (allowed: ", allowed, ")"));
+        auto [it, fresh] = swept.emplace(p.field(), j);
+        k.Require(fresh, at + ".field", StrCat("'", p.field(), "' is already swept by sweep.param[", it->second, "]"));
+      }
+      for (double v : p.values()) CheckSweepValue(k, f, v, at + ".values");
+      replicas *= std::max(1, p.values_size());
+      if (grid) {
+        k.Require(p.values_size() > 0, at + ".values", "is required: a grid param needs values", at);
+        k.Require(!p.has_min(), at + ".min", "is for random sweeps (a grid param takes values)");
+        k.Require(!p.has_max(), at + ".max", "is for random sweeps (a grid param takes values)");
+        k.Require(p.distribution().empty(), at + ".distribution", "is for random sweeps (a grid param takes values)");
+      } else if (random) {
+        const std::string dist =
+            !p.distribution().empty() ? p.distribution() : p.values_size() > 0 ? "choice" : "uniform";
+        k.OneOf(dist, {"choice", "log_uniform", "uniform"}, at + ".distribution");
+        if (dist == "choice") {
+          k.Require(p.values_size() > 0, at + ".values", "is required: a choice param needs values", at);
+          k.Require(!p.has_min(), at + ".min", "is for uniform and log_uniform (choice takes values)");
+          k.Require(!p.has_max(), at + ".max", "is for uniform and log_uniform (choice takes values)");
+        } else if (dist == "uniform" || dist == "log_uniform") {
+          k.Require(p.values_size() == 0, at + ".values", StrCat("are for choice (", dist, " takes min and max)"));
+          k.Require(p.has_min(), at + ".min", StrCat("is required for ", dist, " (the range [min, max))"), at);
+          k.Require(p.has_max(), at + ".max", StrCat("is required for ", dist, " (the range [min, max))"), at);
+          if (p.has_min()) CheckSweepValue(k, f, p.min(), at + ".min");
+          if (p.has_max()) CheckSweepValue(k, f, p.max(), at + ".max");
+          if (p.has_min() && p.has_max())
+            k.Require(p.min() < p.max(), at + ".max", StrCat("must be > min (", p.min(), "), got ", p.max()));
+          if (dist == "log_uniform" && p.has_min())
+            k.Require(p.min() > 0, at + ".min", StrCat("must be > 0 for log_uniform, got ", p.min()));
+        }
+      }
+    }
+    if (grid) {
+      k.Require(sw.count() == 0, "sweep.count",
+                "is for random sweeps (a grid has one replica per combination of the params' values)");
+      k.Require(replicas <= kMaxReplicas, "sweep",
+                StrCat("gives ", replicas,
+                       " replicas (the product of the params' value counts), more than the limit of ", kMaxReplicas));
+    }
+    if (random) {
+      k.Require(sw.count() >= 1, "sweep.count", StrCat("must be >= 1 for a random sweep, got ", sw.count()), "sweep");
+      k.Require(sw.count() <= kMaxReplicas, "sweep.count",
+                StrCat("must be <= ", kMaxReplicas, " (the replica limit), got ", sw.count()));
+    }
+  }
+
+  const proto::FusionConfig& fu = c.fusion();
+  std::map<std::string, int> layers;
+  for (int i = 0; i < fu.unfused_layers_size(); ++i) {
+    const std::string at = StrCat("fusion.unfused_layers[", i, "]");
+    const std::string& layer = fu.unfused_layers(i);
+    // (A list written as [a, b] has one location, its first element's.)
+    k.Require(!layer.empty(), at, "must name a layer (a node-name prefix such as \"fc1\"), got \"\"",
+              "fusion.unfused_layers");
+    auto [it, fresh] = layers.emplace(layer, i);
+    k.Require(fresh, at, StrCat("'", layer, "' is already listed as fusion.unfused_layers[", it->second, "]"),
+              "fusion.unfused_layers");
+  }
+  if (fu.has_early_stop()) {
+    const proto::EarlyStopConfig& e = fu.early_stop();
+    k.Require(e.after_epochs() >= 1, "fusion.early_stop.after_epochs", StrCat("must be >= 1, got ", e.after_epochs()),
+              "fusion.early_stop");
+    k.AtLeast(e.every_epochs(), 1, "fusion.early_stop.every_epochs");
+    const double keep = e.keep_fraction();
+    k.Require((keep == 0 && !k.Present("fusion.early_stop.keep_fraction")) || (keep > 0 && keep < 1),
+              "fusion.early_stop.keep_fraction", StrCat("must be in (0, 1), got ", keep));
+    if (!e.metric().empty())
+      k.OneOf(e.metric(), {"test_accuracy", "test_loss", "train_loss"}, "fusion.early_stop.metric");
+    const std::string metric = e.metric().empty() ? "test_accuracy" : e.metric();
+    const int64_t eval = c.eval_every_epochs() > 0 ? c.eval_every_epochs() : 1;
+    if (metric.rfind("test_", 0) == 0 && eval > 1) {
+      // Decisions use the test metric, so they fall on evaluation epochs.
+      k.Require(e.after_epochs() % eval == 0, "fusion.early_stop.after_epochs",
+                StrCat("must be a multiple of eval_every_epochs (", eval, ") for the metric ", metric, ", got ",
+                       e.after_epochs()));
+      const int64_t every = e.every_epochs() > 0 ? e.every_epochs() : 1;
+      k.Require(
+          every % eval == 0, "fusion.early_stop.every_epochs",
+          StrCat("must be a multiple of eval_every_epochs (", eval, ") for the metric ", metric, ", got ", every));
+    }
+  }
+}
+
 }  // namespace
 
 Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std::string(const std::string&)>& where) {
-  Checker k(where, "config");
+  return ValidateTrainConfig(c, where, nullptr);
+}
+
+Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std::string(const std::string&)>& where,
+                           const std::function<std::string(const std::string&)>& name) {
+  Checker k(where, "config", name);
   k.Require(!c.model().name().empty(), "model.name", "is required (a model of the zoo, e.g. \"mlp\")");
 
   const proto::DataConfig& d = c.data();
@@ -119,7 +303,7 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   const proto::OptimizerConfig& o = c.optimizer();
   const std::string type = o.type().empty() ? "sgd" : o.type();
   k.OneOf(type, {"sgd", "adam", "adamw", "adadelta", "rmsprop"}, "optimizer.type");
-  k.Require(o.lr() > 0 || (o.lr() == 0 && !k.Present("optimizer.lr")), "optimizer.lr",
+  k.Require(o.lr() > 0 || (o.lr() == 0 && !o.has_lr() && !k.Present("optimizer.lr")), "optimizer.lr",
             StrCat("must be > 0, got ", o.lr()));
   k.InRange(o.momentum(), 0, 1, true, "optimizer.momentum");
   k.InRange(o.dampening(), 0, 1, false, "optimizer.dampening");
@@ -156,6 +340,7 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   k.Require(c.checkpoint_every_steps() >= 0, "checkpoint_every_steps",
             StrCat("must be >= 0, got ", c.checkpoint_every_steps()));
   k.AtLeast(c.keep_checkpoints(), 1, "keep_checkpoints");
+  ValidateFusion(c, k);
   return k.status();
 }
 
@@ -187,6 +372,16 @@ void FillDefaults(proto::TrainConfig* c) {
   if (c->log_every_steps() == 0) c->set_log_every_steps(50);
   if (c->keep_checkpoints() == 0) c->set_keep_checkpoints(3);
   if (!c->has_tensorboard()) c->set_tensorboard(true);
+  if (c->has_fusion() || IsFused(*c)) {
+    proto::FusionConfig* f = c->mutable_fusion();
+    if (!f->has_isolate_divergence()) f->set_isolate_divergence(true);
+    if (f->has_early_stop()) {
+      proto::EarlyStopConfig* e = f->mutable_early_stop();
+      if (e->every_epochs() == 0) e->set_every_epochs(1);
+      if (e->keep_fraction() == 0) e->set_keep_fraction(0.5);
+      if (e->metric().empty()) e->set_metric("test_accuracy");
+    }
+  }
 }
 
 StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
@@ -200,6 +395,8 @@ StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std
     return InvalidArgument(errors.first().empty() ? origin + ": cannot parse the config" : errors.first());
   auto where = [&](const std::string& path) { return Locate(tree, proto::TrainConfig::descriptor(), origin, path); };
   Status s = ValidateTrainConfig(config, where);
+  // A fused config's replicas must each be a valid config too.
+  if (s.ok() && IsFused(config)) s = ExpandReplicas(config, where).status();
   if (!s.ok()) {
     // Messages about a field the file does not set name the file alone.
     std::string m = s.message();

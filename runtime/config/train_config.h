@@ -23,8 +23,18 @@ StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std
 
 // Checks ranges and names; `where` maps a dotted field path to "FILE:LINE"
 // (empty when the field is not in the file: the message then names the file).
+// The replicas, sweep and fusion blocks are checked here too; each replica's
+// own config is checked when it is expanded (runtime/config/replicas.h),
+// which LoadTrainConfig and ParseTrainConfig do for a fused config.
 Status ValidateTrainConfig(const proto::TrainConfig& config,
                            const std::function<std::string(const std::string&)>& where);
+// The same, with `name` choosing how a message names a field (a dotted path):
+// the expanded replicas of a fused config say "replicas[2].optimizer.lr".
+Status ValidateTrainConfig(const proto::TrainConfig& config,
+                           const std::function<std::string(const std::string&)>& where,
+                           const std::function<std::string(const std::string&)>& name);
+// Defaults of a fused config's fusion block (isolate_divergence true; early
+// stop every 1 epoch, keep 0.5, metric test_accuracy) are filled here too.
 void FillDefaults(proto::TrainConfig* config);
 
 std::string TrainConfigToText(const proto::TrainConfig& config);

@@ -53,6 +53,30 @@ TEST_CASE("config errors name the file, the line and the field") {
         "cfg.pbtxt:3: field epochs: must be >= 1, got -2");
 }
 
+TEST_CASE("optimizer and schedule scalars have presence; defaults are as before") {
+  auto c = ParseTrainConfig(R"(
+    model { name: "mlp" }
+    data { dataset: "fashion_mnist" }
+    optimizer { type: "sgd" momentum: 0 }
+    schedule { warmup_steps: 0 }
+  )", "cfg.pbtxt");
+  REQUIRE(c.ok());
+  CHECK(c->optimizer().has_momentum());  // an explicit 0 is kept ...
+  CHECK_FALSE(c->optimizer().has_dampening());
+  CHECK(c->optimizer().lr() == 1e-3);  // ... and unset fields get the same defaults
+  CHECK(c->schedule().has_warmup_steps());
+  CHECK(c->schedule().gamma() == 0.1);
+  CHECK_FALSE(c->has_fusion());  // a single model gets no fusion block
+  const std::string text = TrainConfigToText(*c);
+  CHECK(text.find("momentum: 0") != std::string::npos);
+  auto again = ParseTrainConfig(text, "resolved");
+  REQUIRE(again.ok());
+  CHECK(TrainConfigToText(*again) == text);
+  // An lr of 0 written in the file is still an error, as before.
+  CHECK(Error("model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\noptimizer { lr: 0 }") ==
+        "cfg.pbtxt:3: field optimizer.lr: must be > 0, got 0");
+}
+
 TEST_CASE("a missing config file is a clear error") {
   auto c = LoadTrainConfig("/nonexistent/cfg.pbtxt");
   REQUIRE_FALSE(c.ok());
