@@ -2,21 +2,25 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "core/file_util.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
+#include "graph/fusion.h"
 #include "graph/model.h"
 #include "graph/training.h"
 #include "models/zoo.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/executor_state.h"
 #include "runtime/checkpoint/run_dir.h"
+#include "runtime/config/replicas.h"
 #include "runtime/data/cifar.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
@@ -161,6 +165,22 @@ std::string DefaultOutDir(const std::string& config_name) {
   return "runs/" + config_name + "-" + stamp;
 }
 
+// Per-replica bookkeeping of a fused run (graph/fusion.h). A replica leaves
+// the fused array when it diverges (it is frozen at its last finite state)
+// or when the early-stop rule stops it; the array is then re-fused without
+// it, so it costs nothing from then on. Its final state is kept aside
+// ("retired/<r>/<tensor>" in checkpoints) for `loom export`.
+struct ReplicaState {
+  std::string label;
+  std::string status = "running";  // running | diverged | stopped
+  int64_t since_step = 0;          // when it left the array
+  double train_loss = NAN, test_loss = NAN, test_accuracy = NAN;
+  double lr = 0, grad_norm = 0;
+  double window_loss = 0;
+};
+
+constexpr char kRetiredPrefix[] = "retired/";
+
 // The state of the training loop between steps.
 class Trainer {
  public:
@@ -170,7 +190,16 @@ class Trainer {
   StatusOr<RunResult> Run();
 
  private:
-  Status Evaluate(double* loss, double* accuracy);
+  bool fused() const { return !specs_.empty(); }
+  // Replicas in the array now (1 for an unfused run).
+  int64_t array_size() const { return fused() ? static_cast<int64_t>(alive_.size()) : 1; }
+  // (Re)builds the training and evaluation executors for alive_; state of
+  // replicas still in the array moves over from the previous executors.
+  Status BuildArray(bool initialize);
+  // Takes the replicas at array positions `positions` out of the array.
+  Status Retire(const std::vector<int64_t>& positions, const std::string& status, metrics::ProgressBar* progress);
+  Status ApplyEarlyStop(metrics::ProgressBar* progress);
+  Status Evaluate(std::vector<double>* loss, std::vector<double>* accuracy);
   Status SaveCheckpoint();
   Status RestoreLatest();
   double Elapsed() const { return elapsed_before_ + std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -180,12 +209,20 @@ class Trainer {
   std::string out_dir_;
   Datasets data_;
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
+  Graph train_forward_, eval_forward_;  // one model
   std::unique_ptr<Executor> train_, eval_;
-  std::unique_ptr<Schedule> schedule_;
+  std::vector<std::unique_ptr<Schedule>> schedules_;  // per replica (one when unfused)
   std::string fingerprint_;
   std::string config_text_;
   DType dtype_ = DType::kF32;
   int64_t total_steps_ = 0;
+  // Fused runs: the replicas' configs, their states, and which of them (by
+  // index) form the array now, in array order.
+  std::vector<ReplicaSpec> specs_;
+  std::vector<ReplicaState> replicas_;
+  std::vector<int64_t> alive_;
+  std::map<std::string, Tensor> retired_;  // "retired/<r>/<name>"
+  std::vector<int64_t> kept_rows_;         // Retire -> BuildArray: old array rows that stay
   // Position: the next batch to train on is batch_in_epoch_ of epoch_.
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
   double elapsed_before_ = 0;  // seconds of earlier processes of a resumed run
@@ -195,6 +232,13 @@ class Trainer {
 Status Trainer::Prepare() {
   config_text_ = TrainConfigToText(c_);
   if (c_.threads() > 0) ThreadPool::SetDefaultThreads(static_cast<int>(c_.threads()));
+  if (IsFused(c_)) {
+    LOOM_ASSIGN_OR_RETURN(specs_, ExpandReplicas(c_));
+    for (size_t r = 0; r < specs_.size(); ++r) {
+      replicas_.push_back(ReplicaState{specs_[r].label});
+      alive_.push_back(static_cast<int64_t>(r));
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(data_, LoadDatasets(c_.data()));
   LOOM_ASSIGN_OR_RETURN(train_loader_, DataLoader::Create(data_.train, LoaderOptions(c_, data_, true)));
   LOOM_ASSIGN_OR_RETURN(test_loader_, DataLoader::Create(data_.test, LoaderOptions(c_, data_, false)));
@@ -213,22 +257,125 @@ Status Trainer::Prepare() {
   LOOM_RETURN_IF_ERROR(models::BuildClassifier(eval_model, c_.model().name(),
                                                {c_.model().args().begin(), c_.model().args().end()}, example,
                                                c_.data().eval_batch_size(), classes));
-  OptimizerConfig opt = ToOptimizerConfig(c_.optimizer());
-  opt.output_grad_norm = true;
-  LOOM_ASSIGN_OR_RETURN(Graph train_graph, BuildTrainingGraph(train_model.graph(), "loss", opt));
-  ExecutorOptions eo;
-  eo.seed = c_.seed();
-  LOOM_ASSIGN_OR_RETURN(train_, Executor::Create(train_graph, eo));
-  LOOM_ASSIGN_OR_RETURN(eval_, Executor::Create(eval_model.graph(), eo));
-  LOOM_RETURN_IF_ERROR(train_->InitializeState(c_.seed()));
-  fingerprint_ = ModelFingerprint(train_graph);
+  train_forward_ = train_model.graph();
+  eval_forward_ = eval_model.graph();
+  LOOM_RETURN_IF_ERROR(BuildArray(/*initialize=*/true));
 
   const int64_t per_epoch = train_loader_->batches_per_epoch();
   total_steps_ = per_epoch * c_.epochs();
   if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
-  LOOM_ASSIGN_OR_RETURN(schedule_, BuildSchedule(c_, per_epoch, total_steps_));
+  if (fused()) {
+    for (size_t r = 0; r < specs_.size(); ++r) {
+      auto schedule = BuildSchedule(specs_[r].config, per_epoch, total_steps_);
+      if (!schedule.ok()) return schedule.status().WithContext("replica " + specs_[r].label);
+      schedules_.push_back(std::move(*schedule));
+    }
+  } else {
+    LOOM_ASSIGN_OR_RETURN(auto schedule, BuildSchedule(c_, per_epoch, total_steps_));
+    schedules_.push_back(std::move(schedule));
+  }
   if (opt_.resume) LOOM_RETURN_IF_ERROR(RestoreLatest());
   return Status::Ok();
+}
+
+Status Trainer::BuildArray(bool initialize) {
+  Graph train_graph, eval_graph;
+  ExecutorOptions eo;
+  eo.seed = c_.seed();
+  if (!fused()) {
+    OptimizerConfig opt = ToOptimizerConfig(c_.optimizer());
+    opt.output_grad_norm = true;
+    LOOM_ASSIGN_OR_RETURN(train_graph, BuildTrainingGraph(train_forward_, "loss", opt));
+    eval_graph = eval_forward_;
+  } else {
+    FusionOptions fo;
+    fo.replicas = static_cast<int>(alive_.size());
+    fo.unfused_layers.assign(c_.fusion().unfused_layers().begin(), c_.fusion().unfused_layers().end());
+    std::vector<OptimizerConfig> opts;
+    for (int64_t r : alive_) {
+      fo.seeds.push_back(specs_[r].config.seed());
+      opts.push_back(ToOptimizerConfig(specs_[r].config.optimizer()));
+      opts.back().output_grad_norm = true;
+    }
+    const bool isolate = !c_.fusion().has_isolate_divergence() || c_.fusion().isolate_divergence();
+    LOOM_ASSIGN_OR_RETURN(Graph fused_train, FuseReplicas(train_forward_, fo));
+    LOOM_ASSIGN_OR_RETURN(train_graph, BuildFusedTrainingGraph(fused_train, "loss", opts, isolate));
+    LOOM_ASSIGN_OR_RETURN(eval_graph, FuseReplicas(eval_forward_, fo));
+  }
+  LOOM_ASSIGN_OR_RETURN(auto train, Executor::Create(train_graph, eo));
+  LOOM_ASSIGN_OR_RETURN(eval_, Executor::Create(eval_graph, eo));
+  if (initialize) {
+    LOOM_RETURN_IF_ERROR(train->InitializeState(c_.seed()));
+  } else {
+    // Rows of the replicas that stay, in their new order.
+    const std::vector<int64_t>& kept = kept_rows_;
+    for (const auto& [name, t] : train->state()) {
+      LOOM_ASSIGN_OR_RETURN(Tensor old, train_->GetState(name));
+      const size_t row = old.nbytes() / static_cast<size_t>(old.shape()[0]);
+      Tensor host = Tensor::Zeros(t.shape(), t.dtype());
+      for (size_t i = 0; i < kept.size(); ++i)
+        std::memcpy(static_cast<char*>(host.raw_data()) + i * row,
+                    static_cast<const char*>(old.raw_data()) + static_cast<size_t>(kept[i]) * row, row);
+      LOOM_RETURN_IF_ERROR(train->SetState(name, host));
+    }
+    train->SetStep(train_->step());
+  }
+  train_ = std::move(train);
+  fingerprint_ = ModelFingerprint(train_graph);
+  return Status::Ok();
+}
+
+Status Trainer::Retire(const std::vector<int64_t>& positions, const std::string& status,
+                       metrics::ProgressBar* progress) {
+  if (positions.empty()) return Status::Ok();
+  std::vector<int64_t> alive;
+  kept_rows_.clear();
+  for (size_t i = 0; i < alive_.size(); ++i) {
+    const int64_t r = alive_[i];
+    if (std::find(positions.begin(), positions.end(), static_cast<int64_t>(i)) == positions.end()) {
+      alive.push_back(r);
+      kept_rows_.push_back(static_cast<int64_t>(i));
+      continue;
+    }
+    // Keep the replica's final state, as a single model's tensors.
+    for (const auto& [name, t] : train_->state()) {
+      const int64_t rows = t.shape()[0];
+      LOOM_ASSIGN_OR_RETURN(Tensor row, t.Reshape(Shape({rows, t.numel() / rows})));
+      Tensor host = Tensor::Zeros(Shape(std::vector<int64_t>(t.shape().dims().begin() + 1, t.shape().dims().end())),
+                                  t.dtype());
+      std::memcpy(host.raw_data(), static_cast<const char*>(row.raw_data()) + i * host.nbytes(), host.nbytes());
+      retired_[kRetiredPrefix + std::to_string(r) + "/" + name] = host;
+    }
+    replicas_[r].status = status;
+    replicas_[r].since_step = step_;
+    progress->PrintLine(StrCat("replica ", replicas_[r].label, ": ", status, " at step ", step_, " (train loss ",
+                               replicas_[r].train_loss, ")"));
+  }
+  alive_ = alive;
+  if (alive_.empty()) return Status::Ok();
+  return BuildArray(/*initialize=*/false);
+}
+
+// Ranks the running replicas by the rule's metric and stops the worst.
+Status Trainer::ApplyEarlyStop(metrics::ProgressBar* progress) {
+  if (!fused() || !c_.fusion().has_early_stop() || alive_.size() <= 1) return Status::Ok();
+  const proto::EarlyStopConfig& e = c_.fusion().early_stop();
+  const int64_t every = std::max<int64_t>(1, e.every_epochs());
+  if (epoch_ < e.after_epochs() || (epoch_ - e.after_epochs()) % every != 0) return Status::Ok();
+  const std::string metric = e.metric().empty() ? "test_accuracy" : e.metric();
+  auto score = [&](int64_t r) {  // higher is better; NaN ranks last
+    const ReplicaState& s = replicas_[r];
+    const double v = metric == "test_accuracy" ? s.test_accuracy : metric == "test_loss" ? -s.test_loss : -s.train_loss;
+    return std::isnan(v) ? -INFINITY : v;
+  };
+  std::vector<int64_t> order(alive_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return score(alive_[a]) > score(alive_[b]); });
+  const double fraction = e.keep_fraction() > 0 ? e.keep_fraction() : 0.5;
+  const size_t keep = std::max<size_t>(1, static_cast<size_t>(std::ceil(fraction * alive_.size())));
+  std::vector<int64_t> stop(order.begin() + static_cast<std::ptrdiff_t>(std::min(keep, order.size())), order.end());
+  return Retire(stop, StrCat("stopped by early stop (", metric, ", epoch ", epoch_, ")"), progress);
 }
 
 Status Trainer::RestoreLatest() {
@@ -237,6 +384,27 @@ Status Trainer::RestoreLatest() {
   if (ckpt.config_text != config_text_)
     return FailedPrecondition(latest.path, " was written by a run with another config; resume with the run's own ",
                               out_dir_, "/config.pbtxt");
+  if (fused()) {
+    // Rebuild the array the checkpoint holds: the replicas still running.
+    alive_.clear();
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      const std::string key = "replica_" + std::to_string(r);
+      if (auto it = ckpt.string_values.find(key + "/status"); it != ckpt.string_values.end())
+        replicas_[r].status = it->second;
+      if (auto it = ckpt.int_values.find(key + "/since_step"); it != ckpt.int_values.end())
+        replicas_[r].since_step = it->second;
+      if (replicas_[r].status == "running") alive_.push_back(static_cast<int64_t>(r));
+    }
+    for (auto it = ckpt.tensors.begin(); it != ckpt.tensors.end();) {
+      if (it->first.rfind(kRetiredPrefix, 0) != 0) {
+        ++it;
+        continue;
+      }
+      retired_[it->first] = it->second;
+      it = ckpt.tensors.erase(it);
+    }
+    if (alive_.size() != specs_.size()) LOOM_RETURN_IF_ERROR(BuildArray(/*initialize=*/true));
+  }
   LOOM_RETURN_IF_ERROR(RestoreExecutorState(ckpt, train_.get()));
   step_ = ckpt.position.global_step;
   epoch_ = ckpt.position.epoch;
@@ -249,40 +417,59 @@ Status Trainer::RestoreLatest() {
 }
 
 Status Trainer::SaveCheckpoint() {
-  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt, CaptureExecutorState(*train_));
+  Checkpoint ckpt;
+  if (!alive_.empty() || !fused()) {
+    LOOM_ASSIGN_OR_RETURN(ckpt, CaptureExecutorState(*train_));
+  }
   ckpt.position.global_step = step_;
   ckpt.position.epoch = epoch_;
   ckpt.position.batch_in_epoch = batch_in_epoch_;
   ckpt.seeds["seed"] = c_.seed();
   ckpt.float_values["elapsed_s"] = Elapsed();
   ckpt.config_text = config_text_;
-  ckpt.model_fingerprint = fingerprint_;
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    const std::string key = "replica_" + std::to_string(r);
+    ckpt.string_values[key + "/status"] = replicas_[r].status;
+    ckpt.int_values[key + "/since_step"] = replicas_[r].since_step;
+  }
+  for (const auto& [name, t] : retired_) ckpt.tensors[name] = t;
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 
-Status Trainer::Evaluate(double* loss, double* accuracy) {
+// Per replica in the array: the test loss and accuracy.
+Status Trainer::Evaluate(std::vector<double>* loss, std::vector<double>* accuracy) {
   for (const auto& [name, t] : eval_->state()) LOOM_RETURN_IF_ERROR(eval_->SetState(name, train_->state().at(name)));
   LOOM_RETURN_IF_ERROR(test_loader_->Start(0));
+  const int64_t n = array_size();
   Batch batch;
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
+  std::vector<double> loss_sum(n, 0.0);
+  std::vector<int64_t> correct(n, 0);
+  int64_t seen = 0;
   for (;;) {
     LOOM_ASSIGN_OR_RETURN(bool more, test_loader_->Next(&batch));
     if (!more) break;
     LOOM_ASSIGN_OR_RETURN(auto out, eval_->Run({{"image", batch.input}, {"label", batch.target}}));
-    const Tensor& logits = out["logits"];
-    const int64_t classes = logits.shape()[1];
-    const float* pl = logits.data<float>();
-    for (int64_t i = 0; i < batch.valid; ++i) {
-      const float* row = pl + i * classes;
-      correct += (std::max_element(row, row + classes) - row) == batch.target.data<int64_t>()[i];
+    const Tensor& logits = out["logits"];  // [B, C], fused [R, B, C]
+    const int64_t classes = logits.shape().dim(-1);
+    const int64_t rows = logits.numel() / classes / n;
+    const std::vector<double> losses = out["loss"].ToDoubleVector();
+    for (int64_t r = 0; r < n; ++r) {
+      const float* pl = logits.data<float>() + r * rows * classes;
+      for (int64_t i = 0; i < batch.valid; ++i) {
+        const float* row = pl + i * classes;
+        correct[r] += (std::max_element(row, row + classes) - row) == batch.target.data<int64_t>()[i];
+      }
+      // The loss is the mean over the valid rows (padding has the ignored label).
+      loss_sum[r] += losses[r] * static_cast<double>(batch.valid);
     }
-    // The loss is the mean over the valid rows (padding has the ignored label).
-    loss_sum += out["loss"].ScalarAt(0) * static_cast<double>(batch.valid);
     seen += batch.valid;
   }
-  *loss = loss_sum / std::max<int64_t>(1, seen);
-  *accuracy = static_cast<double>(correct) / std::max<int64_t>(1, seen);
+  loss->assign(n, 0.0);
+  accuracy->assign(n, 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    (*loss)[r] = loss_sum[r] / std::max<int64_t>(1, seen);
+    (*accuracy)[r] = static_cast<double>(correct[r]) / std::max<int64_t>(1, seen);
+  }
   return Status::Ok();
 }
 
@@ -290,18 +477,21 @@ StatusOr<RunResult> Trainer::Run() {
   metrics::RunLoggerOptions lo;
   lo.resume = opt_.resume;
   lo.tensorboard = c_.tensorboard();
+  lo.replicas = fused() ? static_cast<int64_t>(specs_.size()) : 1;
   LOOM_ASSIGN_OR_RETURN(metrics::RunLogger logger, metrics::RunLogger::Create(out_dir_, lo));
   metrics::ProgressOptions po;
   po.total_steps = total_steps_;
   po.first_step = step_;
   po.line_every_steps = c_.log_every_steps();
   metrics::ProgressBar progress(opt_.console, po);
-  progress.PrintLine(StrCat("run ", out_dir_, ": model ", c_.model().name(), ", ", data_.train->size(), " training and ",
-                            data_.test->size(), " test examples, ", total_steps_, " steps, ",
-                            ThreadPool::Default().num_threads(), " threads"));
+  progress.PrintLine(StrCat("run ", out_dir_, ": model ", c_.model().name(),
+                            fused() ? StrCat(", ", specs_.size(), " fused replicas") : std::string(), ", ",
+                            data_.train->size(), " training and ", data_.test->size(), " test examples, ",
+                            total_steps_, " steps, ", ThreadPool::Default().num_threads(), " threads"));
+  for (const ReplicaState& r : replicas_) progress.PrintLine(StrCat("  replica ", r.label));
 
   const int64_t batch = c_.data().batch_size();
-  Tensor lr = Tensor::Zeros({}, dtype_), step_t = Tensor::Zeros({}, dtype_);
+  Tensor step_t = Tensor::Zeros({}, dtype_);
   RunResult result;
   result.out_dir = out_dir_;
   double window_loss = 0, last_loss = 0;
@@ -309,7 +499,7 @@ StatusOr<RunResult> Trainer::Run() {
   auto window_start = Clock::now();
   bool evaluated_at_end = false;
   Batch b;
-  auto done = [&] { return step_ >= total_steps_; };
+  auto done = [&] { return step_ >= total_steps_ || (fused() && alive_.empty()); };
 
   while (!done() && epoch_ < c_.epochs()) {
     LOOM_RETURN_IF_ERROR(train_loader_->Start(epoch_, batch_in_epoch_));
@@ -317,30 +507,78 @@ StatusOr<RunResult> Trainer::Run() {
       if (done()) break;
       LOOM_ASSIGN_OR_RETURN(bool more, train_loader_->Next(&b));
       if (!more) break;
-      const double rate = schedule_->LearningRate(step_);
-      lr.Fill(rate);
+      const int64_t n = array_size();
+      Tensor lr = Tensor::Zeros(fused() ? Shape({n}) : Shape{}, dtype_);
+      for (int64_t i = 0; i < n; ++i) {
+        const double rate = schedules_[fused() ? alive_[i] : 0]->LearningRate(step_);
+        lr.data<float>()[i] = static_cast<float>(rate);
+        if (fused()) replicas_[alive_[i]].lr = rate;
+      }
       step_t.Fill(static_cast<double>(step_ + 1));
-      LOOM_ASSIGN_OR_RETURN(auto out, train_->Run({{"image", b.input}, {"label", b.target}, {"lr", lr}, {"step", step_t}}));
+      std::map<std::string, Tensor> feeds = {{"image", b.input}, {"label", b.target}, {"lr", lr}, {"step", step_t}};
+      if (fused()) {
+        Tensor mask = Tensor::Zeros({n}, dtype_);
+        mask.Fill(1);
+        feeds[kReplicaMaskInput] = mask;
+      }
+      LOOM_ASSIGN_OR_RETURN(auto out, train_->Run(feeds));
       ++step_;
       ++batch_in_epoch_;
-      last_loss = out["loss"].ScalarAt(0);
-      if (!std::isfinite(last_loss))
-        return FailedPrecondition("the loss became ", last_loss, " at step ", step_, " (epoch ", epoch_ + 1,
-                                  "); lower optimizer.lr or set optimizer.clip_grad_norm");
+      const std::vector<double> losses = out["loss"].ToDoubleVector();
+      if (!fused()) {
+        last_loss = losses[0];
+        if (!std::isfinite(last_loss))
+          return FailedPrecondition("the loss became ", last_loss, " at step ", step_, " (epoch ", epoch_ + 1,
+                                    "); lower optimizer.lr or set optimizer.clip_grad_norm");
+      } else {
+        // Replicas the step did not update diverged: they leave the array.
+        const std::vector<double> active = out[kActiveOutput].ToDoubleVector();
+        const std::vector<double> norms = out[kGradNormOutput].ToDoubleVector();
+        std::vector<int64_t> diverged;
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          ReplicaState& s = replicas_[alive_[i]];
+          s.train_loss = losses[i];
+          s.grad_norm = norms[i];
+          if (active[i] == 0) {
+            diverged.push_back(i);
+            continue;
+          }
+          s.window_loss += losses[i];
+          sum += losses[i];
+        }
+        LOOM_RETURN_IF_ERROR(Retire(diverged, "diverged (loss or gradient not finite)", &progress));
+        if (alive_.empty())
+          return FailedPrecondition("every replica diverged by step ", step_, " (epoch ", epoch_ + 1,
+                                    "); lower the learning rates or set optimizer.clip_grad_norm");
+        last_loss = sum / static_cast<double>(n - static_cast<int64_t>(diverged.size()));
+      }
       window_loss += last_loss;
       ++window_steps;
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-      const double samples_per_s = secs > 0 ? window_steps * batch / secs : 0;
+      const double samples_per_s = secs > 0 ? window_steps * batch * n / secs : 0;
       progress.Update(step_, last_loss, samples_per_s);
       if (step_ % c_.log_every_steps() == 0) {
         metrics::MetricsRecord r;
         r.epoch = epoch_ + 1;
         r.step = step_;
-        r.loss = window_loss / window_steps;
         r.samples_per_s = samples_per_s;
         r.time_s = Elapsed();
-        r.extra = {{"lr", rate}, {"grad_norm", out[kGradNormOutput].ScalarAt(0)}};
-        LOOM_RETURN_IF_ERROR(logger.Log(r));
+        if (!fused()) {
+          r.loss = window_loss / window_steps;
+          r.extra = {{"lr", schedules_[0]->LearningRate(step_ - 1)}, {"grad_norm", out[kGradNormOutput].ScalarAt(0)}};
+          LOOM_RETURN_IF_ERROR(logger.Log(r));
+        } else {
+          r.samples_per_s = samples_per_s / static_cast<double>(alive_.size());
+          for (int64_t rep : alive_) {
+            ReplicaState& s = replicas_[rep];
+            r.replica = rep;
+            r.loss = s.window_loss / window_steps;
+            r.extra = {{"lr", s.lr}, {"grad_norm", s.grad_norm}};
+            LOOM_RETURN_IF_ERROR(logger.Log(r));
+          }
+        }
+        for (ReplicaState& s : replicas_) s.window_loss = 0;
         window_loss = 0;
         window_steps = 0;
         window_start = Clock::now();
@@ -354,39 +592,77 @@ StatusOr<RunResult> Trainer::Run() {
       batch_in_epoch_ = 0;
     }
     const bool last = done() || epoch_ >= c_.epochs();
-    if (epoch_finished || last) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
     if ((epoch_finished && epoch_ % c_.eval_every_epochs() == 0) || last) {
-      double loss = 0, accuracy = 0;
+      std::vector<double> loss, accuracy;
       LOOM_RETURN_IF_ERROR(Evaluate(&loss, &accuracy));
       metrics::MetricsRecord r;
       r.epoch = epoch_finished ? epoch_ : epoch_ + 1;
       r.step = step_;
       r.split = metrics::Split::kTest;
-      r.loss = loss;
-      r.accuracy = accuracy;
       r.time_s = Elapsed();
-      LOOM_RETURN_IF_ERROR(logger.Log(r));
-      progress.PrintLine(StrCat("epoch ", r.epoch, " step ", step_, ": train loss ", last_loss, ", test loss ", loss,
-                                ", test accuracy ", accuracy, " (", metrics::FormatDuration(r.time_s), ")"));
-      result.test_loss = loss;
-      result.test_accuracy = accuracy;
+      for (int64_t i = 0; i < array_size(); ++i) {
+        r.replica = fused() ? alive_[i] : 0;
+        r.loss = loss[i];
+        r.accuracy = accuracy[i];
+        LOOM_RETURN_IF_ERROR(logger.Log(r));
+        if (fused()) {
+          replicas_[alive_[i]].test_loss = loss[i];
+          replicas_[alive_[i]].test_accuracy = accuracy[i];
+        }
+      }
+      const size_t best = std::max_element(accuracy.begin(), accuracy.end()) - accuracy.begin();
+      progress.PrintLine(StrCat("epoch ", r.epoch, " step ", step_, ": train loss ", last_loss,
+                                fused() ? StrCat(" (mean of ", array_size(), ")") : std::string(), ", test loss ",
+                                loss[best], ", test accuracy ", accuracy[best],
+                                fused() ? StrCat(" (best: ", replicas_[alive_[best]].label, ")") : std::string(),
+                                " (", metrics::FormatDuration(r.time_s), ")"));
+      result.test_loss = loss[best];
+      result.test_accuracy = accuracy[best];
       evaluated_at_end = last;
+      if (epoch_finished && !last) LOOM_RETURN_IF_ERROR(ApplyEarlyStop(&progress));
     }
+    if (epoch_finished || last) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
   }
-  if (!evaluated_at_end) {  // e.g. resumed after the last step: report once more
-    LOOM_RETURN_IF_ERROR(Evaluate(&result.test_loss, &result.test_accuracy));
+  if (!evaluated_at_end && !(fused() && alive_.empty())) {  // e.g. resumed after the last step: report once more
+    std::vector<double> loss, accuracy;
+    LOOM_RETURN_IF_ERROR(Evaluate(&loss, &accuracy));
+    const size_t best = std::max_element(accuracy.begin(), accuracy.end()) - accuracy.begin();
+    result.test_loss = loss[best];
+    result.test_accuracy = accuracy[best];
+    for (int64_t i = 0; fused() && i < array_size(); ++i) {
+      replicas_[alive_[i]].test_loss = loss[i];
+      replicas_[alive_[i]].test_accuracy = accuracy[i];
+    }
   }
   progress.Finish();
   result.steps = step_;
   result.final_train_loss = last_loss;
   result.seconds = Elapsed();
-  metrics::SummaryRow row{"0", {{"steps", static_cast<double>(step_)},
-                                {"train_loss", last_loss},
-                                {"test_loss", result.test_loss},
-                                {"test_accuracy", result.test_accuracy},
-                                {"time_s", result.seconds}}};
-  LOOM_ASSIGN_OR_RETURN(std::string table, metrics::FormatSummaryTable({row}));
+  std::vector<metrics::SummaryRow> rows;
+  metrics::SummaryOptions so;
+  if (!fused()) {
+    rows.push_back({"0", {{"steps", static_cast<double>(step_)},
+                          {"train_loss", last_loss},
+                          {"test_loss", result.test_loss},
+                          {"test_accuracy", result.test_accuracy},
+                          {"time_s", result.seconds}}});
+  } else {
+    so.rank_by = "test_accuracy";
+    for (const ReplicaState& s : replicas_) {
+      const double steps = s.status == "running" ? static_cast<double>(step_) : static_cast<double>(s.since_step);
+      rows.push_back({s.label, {{"steps", steps},
+                                {"train_loss", s.train_loss},
+                                {"test_loss", s.test_loss},
+                                {"test_accuracy", s.test_accuracy}}});
+      result.replicas.push_back({s.label, s.status, s.train_loss, s.test_loss, s.test_accuracy});
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(std::string table, metrics::FormatSummaryTable(rows, so));
   std::fprintf(opt_.console, "%s", table.c_str());
+  for (const ReplicaState& s : replicas_)
+    if (s.status != "running")
+      std::fprintf(opt_.console, "replica %s: %s at step %lld\n", s.label.c_str(), s.status.c_str(),
+                   static_cast<long long>(s.since_step));
   std::fprintf(opt_.console, "run folder: %s\n", out_dir_.c_str());
   return result;
 }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "graph/training.h"
 #include "runtime/config/train_config.h"
@@ -24,13 +25,21 @@ struct RunOptions {
   FILE* console = stdout;     // progress and summaries
 };
 
+// A fused run's replica at the end of the run.
+struct ReplicaResult {
+  std::string label;
+  std::string status;  // running | diverged ... | stopped ...
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+};
+
 struct RunResult {
   std::string out_dir;
   int64_t steps = 0;
   double final_train_loss = 0;
   double test_loss = 0;
-  double test_accuracy = 0;
+  double test_accuracy = 0;  // fused runs: the best replica's
   double seconds = 0;
+  std::vector<ReplicaResult> replicas;  // fused runs, in config order
 };
 
 StatusOr<RunResult> RunTraining(const RunOptions& options);
