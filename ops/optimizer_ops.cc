@@ -10,9 +10,20 @@
 // that change during training (lr, the 1-based step count) are scalar inputs
 // fed each step; the rest are attributes. Every op takes lr and step, used or
 // not, so that the training graph wires all optimizers the same way.
+//
+// Fused replicas (horizontal fusion): with the int attribute replicas = R >= 1
+// every tensor is [R, ...] and replica r owns the contiguous chunk r. The
+// signature becomes
+//   (param, grad, slot_1 .. slot_k, lr[R], step, active[R]) -> (new_param, new_slot_1 .. new_slot_k)
+// each float attribute is one float or a list of R floats, and replica r is
+// updated by the unfused kernel's own loop with its own scalars when
+// active[r] != 0, and copied unchanged (frozen) when active[r] == 0.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <optional>
+#include <variant>
 
 #include "ops/cpu_util.h"
 #include "ops/op.h"
@@ -26,14 +37,85 @@ Status ExpectScalar(const TensorType& t, const std::string& what) {
 }
 
 // `!(v >= lo)` so that NaN fails too.
-Status ExpectAtLeast(const std::string& op, const char* attr, double v, double lo) {
+Status ExpectAtLeast(const std::string& op, const std::string& attr, double v, double lo) {
   if (!(v >= lo)) return InvalidArgument(op, ": ", attr, " must be >= ", lo, ", got ", v);
   return Status::Ok();
 }
 
-Status ExpectInRange(const std::string& op, const char* attr, double v, double lo, double hi, bool hi_open) {
+Status ExpectInRange(const std::string& op, const std::string& attr, double v, double lo, double hi, bool hi_open) {
   if (!(v >= lo && (hi_open ? v < hi : v <= hi)))
     return InvalidArgument(op, ": ", attr, " must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ", v);
+  return Status::Ok();
+}
+
+// ---- Replicas (horizontal fusion) ----
+
+// The `replicas` attribute: 0 (or absent) for an unfused op, else R >= 1.
+int64_t Replicas(const AttrMap& attrs) { return attrs.Int("replicas"); }
+
+Status CheckReplicas(const std::string& op, const AttrMap& attrs) {
+  const int64_t r = Replicas(attrs);
+  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  return Status::Ok();
+}
+
+// A float attribute given as a list (one value per replica), or nullopt when
+// it is absent or a single number.
+std::optional<std::vector<double>> FloatList(const AttrMap& attrs, const std::string& name) {
+  auto it = attrs.values().find(name);
+  if (it == attrs.values().end()) return std::nullopt;
+  if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
+    return std::vector<double>(v->begin(), v->end());
+  return std::nullopt;
+}
+
+// Replica r's value of a float attribute: entry r of a list, or the single
+// value (the default when absent). Lists are only read after
+// CheckFloatAttrs accepted them.
+double ReplicaFloat(const AttrMap& attrs, const std::string& name, double def, int64_t r) {
+  if (auto list = FloatList(attrs, name)) {
+    LOOM_CHECK(r >= 0 && r < static_cast<int64_t>(list->size()), "attribute ", name, " has no value for replica ", r);
+    return (*list)[static_cast<size_t>(r)];
+  }
+  return attrs.Float(name, def);
+}
+
+// A list-valued float attribute needs replicas = R and exactly R values.
+Status CheckFloatAttrs(const std::string& op, const AttrMap& attrs, const std::vector<std::string>& names) {
+  const int64_t replicas = Replicas(attrs);
+  for (const std::string& name : names) {
+    auto list = FloatList(attrs, name);
+    if (!list) continue;
+    const auto len = static_cast<int64_t>(list->size());
+    if (replicas == 0)
+      return InvalidArgument(op, ": attribute ", name, " is a list of ", len,
+                             " value(s); per-replica values need the attribute replicas");
+    if (len != replicas)
+      return InvalidArgument(op, ": attribute ", name, " must be one float or a list of replicas = ", replicas,
+                             " floats, got a list of ", len);
+  }
+  return Status::Ok();
+}
+
+// How many sets of scalars an op's attributes describe: 1 unfused, R fused.
+int64_t ReplicaCount(const AttrMap& attrs) { return std::max<int64_t>(1, Replicas(attrs)); }
+
+// The attribute's name in a message: "momentum", or "momentum[2]" for
+// replica 2 of a fused op.
+std::string AttrLabel(const std::string& name, const AttrMap& attrs, int64_t r) {
+  return Replicas(attrs) > 0 ? name + "[" + std::to_string(r) + "]" : name;
+}
+
+// Fused tensors are [R, ...]: rank >= 1 and dim 0 == R.
+Status ExpectReplicaDim(const TensorType& t, int64_t replicas, const std::string& what) {
+  if (t.shape.rank() < 1 || t.shape[0] != replicas)
+    return InvalidArgument(what, " must have dim 0 == replicas = ", replicas, ", got shape ", t.shape.ToString());
+  return Status::Ok();
+}
+
+Status ExpectShape(const TensorType& t, const Shape& shape, const std::string& what) {
+  if (t.shape != shape) return InvalidArgument(what, " must have shape ", shape.ToString(), ", got ", t.shape.ToString());
   return Status::Ok();
 }
 
@@ -42,21 +124,41 @@ Status ExpectInRange(const std::string& op, const char* attr, double v, double l
 class UpdateOpDef : public OpDef {
  public:
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const final {
-    LOOM_RETURN_IF_ERROR(CheckAttrs(attrs));
-    const size_t slots = NumSlots(attrs);
     const std::string op = name();
-    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 4 + slots, op + " (param, grad, " + std::to_string(slots) +
-                                                         " state tensor(s), lr, step)"));
+    LOOM_RETURN_IF_ERROR(CheckReplicas(op, attrs));
+    LOOM_RETURN_IF_ERROR(CheckFloatAttrs(op, attrs, FloatAttrs()));
+    for (int64_t r = 0; r < ReplicaCount(attrs); ++r) LOOM_RETURN_IF_ERROR(CheckAttrs(attrs, r));
+    const size_t slots = NumSlots(attrs);
+    const int64_t replicas = Replicas(attrs);
+    if (replicas == 0) {
+      LOOM_RETURN_IF_ERROR(ExpectInputs(in, 4 + slots, op + " (param, grad, " + std::to_string(slots) +
+                                                           " state tensor(s), lr, step)"));
+    } else {
+      LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5 + slots, op + " (param, grad, " + std::to_string(slots) +
+                                                           " state tensor(s), lr[R], step, active[R]) with replicas = " +
+                                                           std::to_string(replicas)));
+    }
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " param"));
+    if (replicas > 0)
+      for (size_t i = 0; i < 2 + slots; ++i)
+        LOOM_RETURN_IF_ERROR(ExpectReplicaDim(
+            in[i], replicas, op + (i == 0 ? " param" : i == 1 ? " grad" : " state input " + std::to_string(i))));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], op + " grad must match the param"));
     for (size_t i = 2; i < 2 + slots; ++i)
       LOOM_RETURN_IF_ERROR(
           ExpectSameType(in[0], in[i], op + " state input " + std::to_string(i) + " must match the param"));
-    LOOM_RETURN_IF_ERROR(ExpectScalar(in[2 + slots], op + " lr"));
+    if (replicas == 0) {
+      LOOM_RETURN_IF_ERROR(ExpectScalar(in[2 + slots], op + " lr"));
+    } else {
+      LOOM_RETURN_IF_ERROR(ExpectShape(in[2 + slots], Shape{replicas}, op + " lr (one per replica)"));
+    }
     LOOM_RETURN_IF_ERROR(ExpectScalar(in[3 + slots], op + " step"));
+    if (replicas > 0)
+      LOOM_RETURN_IF_ERROR(ExpectShape(in[4 + slots], Shape{replicas}, op + " active (one flag per replica)"));
     for (size_t i = 2 + slots; i < in.size(); ++i)
       if (in[i].dtype != in[0].dtype)
-        return InvalidArgument(op, ": lr and step must have the param's dtype ", DTypeName(in[0].dtype), ", got ",
+        return InvalidArgument(op, replicas > 0 ? ": lr, step and active" : ": lr and step",
+                               " must have the param's dtype ", DTypeName(in[0].dtype), ", got ",
                                DTypeName(in[i].dtype));
     return std::vector<TensorType>(1 + slots, in[0]);
   }
@@ -67,47 +169,92 @@ class UpdateOpDef : public OpDef {
   }
 
  protected:
-  virtual Status CheckAttrs(const AttrMap& attrs) const = 0;
+  // The float attributes, each one float or (fused) a list of R floats.
+  virtual std::vector<std::string> FloatAttrs() const = 0;
+  // Range checks of replica r's values (r = 0 when unfused).
+  virtual Status CheckAttrs(const AttrMap& attrs, int64_t r) const = 0;
   virtual size_t NumSlots(const AttrMap& attrs) const = 0;
   virtual double FlopsPerElement(const AttrMap& attrs) const = 0;
 };
 
-// What every update kernel reads: the param, its gradient, the slots (in and
-// out), lr and step.
+// One contiguous piece of an update: the whole tensors of an unfused op, or
+// one replica's chunk of a fused one, with that piece's lr.
 template <typename T>
-struct UpdateArgs {
-  explicit UpdateArgs(KernelContext& ctx)
-      : n(ctx.in(0).numel()), p(ctx.in(0).data<T>()), g(ctx.in(1).data<T>()), new_p(ctx.out(0).data<T>()) {
-    const size_t slots = ctx.outputs.size() - 1;
-    for (size_t k = 0; k < slots; ++k) {
-      slot.push_back(ctx.in(static_cast<int>(2 + k)).data<T>());
-      new_slot.push_back(ctx.out(static_cast<int>(1 + k)).data<T>());
-    }
-    lr = ctx.in(static_cast<int>(2 + slots)).data<T>()[0];
-    step = static_cast<double>(ctx.in(static_cast<int>(3 + slots)).data<T>()[0]);
-  }
-  int64_t n;
-  const T* p;
-  const T* g;
-  T* new_p;
+struct UpdateChunk {
+  int64_t n = 0;
+  const T* p = nullptr;
+  const T* g = nullptr;
+  T* new_p = nullptr;
   std::vector<const T*> slot;
   std::vector<T*> new_slot;
-  T lr;
-  double step;
+  T lr = 0;
+  double step = 0;
 };
+
+void CopyChunk(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+// Runs update(chunk, r) on the whole tensors when unfused (r = 0), or once
+// per active replica r on its chunk; a frozen replica (active[r] == 0) gets
+// a bit-exact copy of its param and slot chunks.
+template <typename T, typename Update>
+void ForEachReplica(KernelContext& ctx, Update&& update) {
+  const size_t slots = ctx.outputs.size() - 1;
+  UpdateChunk<T> all;
+  all.n = ctx.in(0).numel();
+  all.p = ctx.in(0).data<T>();
+  all.g = ctx.in(1).data<T>();
+  all.new_p = ctx.out(0).data<T>();
+  for (size_t k = 0; k < slots; ++k) {
+    all.slot.push_back(ctx.in(static_cast<int>(2 + k)).data<T>());
+    all.new_slot.push_back(ctx.out(static_cast<int>(1 + k)).data<T>());
+  }
+  const T* lr = ctx.in(static_cast<int>(2 + slots)).data<T>();
+  all.step = static_cast<double>(ctx.in(static_cast<int>(3 + slots)).data<T>()[0]);
+  const int64_t replicas = Replicas(*ctx.attrs);
+  if (replicas == 0) {
+    all.lr = lr[0];
+    update(all, int64_t{0});
+    return;
+  }
+  const T* active = ctx.in(static_cast<int>(4 + slots)).data<T>();
+  const int64_t n = all.n / replicas;
+  for (int64_t r = 0; r < replicas; ++r) {
+    const int64_t at = r * n;
+    UpdateChunk<T> c;
+    c.n = n;
+    c.p = all.p + at;
+    c.g = all.g + at;
+    c.new_p = all.new_p + at;
+    for (size_t k = 0; k < slots; ++k) {
+      c.slot.push_back(all.slot[k] + at);
+      c.new_slot.push_back(all.new_slot[k] + at);
+    }
+    c.lr = lr[r];
+    c.step = all.step;
+    if (active[r] != T(0)) {
+      update(c, r);
+    } else {
+      const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+      CopyChunk(c.new_p, c.p, bytes);
+      for (size_t k = 0; k < slots; ++k) CopyChunk(c.new_slot[k], c.slot[k], bytes);
+    }
+  }
+}
 
 // ---- SGD ----
 
 // SgdUpdate(param, grad, [momentum_buffer], lr, step). The buffer exists only
-// when momentum != 0; on step 1 it starts as the gradient itself, as in
-// torch.optim.SGD.
+// when momentum != 0 (fused: in any replica); on step 1 it starts as the
+// gradient itself, as in torch.optim.SGD.
 struct SgdAttrs {
   double momentum, dampening, weight_decay;
   bool nesterov;
-  explicit SgdAttrs(const AttrMap& a)
-      : momentum(a.Float("momentum")),
-        dampening(a.Float("dampening")),
-        weight_decay(a.Float("weight_decay")),
+  explicit SgdAttrs(const AttrMap& a, int64_t r = 0)
+      : momentum(ReplicaFloat(a, "momentum", 0, r)),
+        dampening(ReplicaFloat(a, "dampening", 0, r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
         nesterov(a.Bool("nesterov")) {}
 };
 
@@ -116,38 +263,56 @@ class SgdUpdateOp : public UpdateOpDef {
   std::string name() const override { return "SgdUpdate"; }
 
  protected:
-  Status CheckAttrs(const AttrMap& attrs) const override {
-    SgdAttrs a(attrs);
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "momentum", a.momentum, 0));
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "weight_decay", a.weight_decay, 0));
-    if (a.nesterov && (a.momentum <= 0 || a.dampening != 0))
-      return InvalidArgument("SgdUpdate: nesterov needs momentum > 0 and dampening = 0");
+  std::vector<std::string> FloatAttrs() const override { return {"momentum", "dampening", "weight_decay"}; }
+  Status CheckAttrs(const AttrMap& attrs, int64_t r) const override {
+    SgdAttrs a(attrs, r);
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("momentum", attrs, r), a.momentum, 0));
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("weight_decay", attrs, r), a.weight_decay, 0));
+    if (a.nesterov && (a.momentum <= 0 || a.dampening != 0)) {
+      if (Replicas(attrs) == 0) return InvalidArgument("SgdUpdate: nesterov needs momentum > 0 and dampening = 0");
+      return InvalidArgument("SgdUpdate: nesterov needs momentum > 0 and dampening = 0 in every replica; replica ", r,
+                             " has momentum ", a.momentum, " and dampening ", a.dampening);
+    }
     return Status::Ok();
   }
-  size_t NumSlots(const AttrMap& attrs) const override { return SgdAttrs(attrs).momentum != 0 ? 1 : 0; }
+  size_t NumSlots(const AttrMap& attrs) const override {
+    for (int64_t r = 0; r < ReplicaCount(attrs); ++r)
+      if (SgdAttrs(attrs, r).momentum != 0) return 1;
+    return 0;
+  }
   double FlopsPerElement(const AttrMap& attrs) const override { return NumSlots(attrs) ? 7.0 : 4.0; }
 };
 LOOM_REGISTER_OP(SgdUpdateOp);
 
+// One piece of an SGD update; the momentum buffer is slot 0 when has_buf.
+template <typename T>
+void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf, ThreadPool* pool) {
+  const T momentum = static_cast<T>(a.momentum), dampening = static_cast<T>(a.dampening);
+  const T wd = static_cast<T>(a.weight_decay);
+  const bool first_step = u.step <= 1;
+  ParallelRange(pool, u.n, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      T d = u.g[i] + wd * u.p[i];
+      if (has_buf) {
+        const T b = first_step ? d : momentum * u.slot[0][i] + (T(1) - dampening) * d;
+        u.new_slot[0][i] = b;
+        d = a.nesterov ? d + momentum * b : b;
+      }
+      u.new_p[i] = u.p[i] - u.lr * d;
+    }
+  });
+}
+
 LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const UpdateArgs<T> u(ctx);
-    const SgdAttrs a(*ctx.attrs);
-    const T momentum = static_cast<T>(a.momentum), dampening = static_cast<T>(a.dampening);
-    const T wd = static_cast<T>(a.weight_decay);
-    const bool has_buf = !u.slot.empty();
-    const bool first_step = u.step <= 1;
-    ParallelRange(ctx.pool, u.n, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) {
-        T d = u.g[i] + wd * u.p[i];
-        if (has_buf) {
-          const T b = first_step ? d : momentum * u.slot[0][i] + (T(1) - dampening) * d;
-          u.new_slot[0][i] = b;
-          d = a.nesterov ? d + momentum * b : b;
-        }
-        u.new_p[i] = u.p[i] - u.lr * d;
-      }
+    ForEachReplica<T>(ctx, [&](const UpdateChunk<T>& u, int64_t r) {
+      const SgdAttrs a(*ctx.attrs, r);
+      // A fused replica without momentum is plain SGD; its buffer chunk stays.
+      const bool has_buf = Replicas(*ctx.attrs) == 0 ? !u.slot.empty() : a.momentum != 0;
+      if (!has_buf && !u.slot.empty())
+        CopyChunk(u.new_slot[0], u.slot[0], static_cast<size_t>(u.n) * sizeof(T));
+      SgdChunk(u, a, has_buf, ctx.pool);
     });
   });
 });
@@ -160,11 +325,11 @@ LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
 struct AdamAttrs {
   double beta1, beta2, eps, weight_decay;
   bool decoupled, amsgrad;
-  explicit AdamAttrs(const AttrMap& a)
-      : beta1(a.Float("beta1", 0.9)),
-        beta2(a.Float("beta2", 0.999)),
-        eps(a.Float("eps", 1e-8)),
-        weight_decay(a.Float("weight_decay")),
+  explicit AdamAttrs(const AttrMap& a, int64_t r = 0)
+      : beta1(ReplicaFloat(a, "beta1", 0.9, r)),
+        beta2(ReplicaFloat(a, "beta2", 0.999, r)),
+        eps(ReplicaFloat(a, "eps", 1e-8, r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
         decoupled(a.Bool("decoupled")),
         amsgrad(a.Bool("amsgrad")) {}
 };
@@ -174,43 +339,48 @@ class AdamUpdateOp : public UpdateOpDef {
   std::string name() const override { return "AdamUpdate"; }
 
  protected:
-  Status CheckAttrs(const AttrMap& attrs) const override {
-    AdamAttrs a(attrs);
-    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), "beta1", a.beta1, 0, 1, true));
-    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), "beta2", a.beta2, 0, 1, true));
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "eps", a.eps, 0));
-    return ExpectAtLeast(name(), "weight_decay", a.weight_decay, 0);
+  std::vector<std::string> FloatAttrs() const override { return {"beta1", "beta2", "eps", "weight_decay"}; }
+  Status CheckAttrs(const AttrMap& attrs, int64_t r) const override {
+    AdamAttrs a(attrs, r);
+    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), AttrLabel("beta1", attrs, r), a.beta1, 0, 1, true));
+    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), AttrLabel("beta2", attrs, r), a.beta2, 0, 1, true));
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("eps", attrs, r), a.eps, 0));
+    return ExpectAtLeast(name(), AttrLabel("weight_decay", attrs, r), a.weight_decay, 0);
   }
   size_t NumSlots(const AttrMap& attrs) const override { return AdamAttrs(attrs).amsgrad ? 3 : 2; }
   double FlopsPerElement(const AttrMap& attrs) const override { return NumSlots(attrs) == 3 ? 13.0 : 12.0; }
 };
 LOOM_REGISTER_OP(AdamUpdateOp);
 
+template <typename T>
+void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a, ThreadPool* pool) {
+  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
+  // Bias corrections in double: beta^step underflows gracefully there.
+  const T bc1 = static_cast<T>(1.0 - std::pow(a.beta1, u.step));
+  const T sqrt_bc2 = static_cast<T>(std::sqrt(1.0 - std::pow(a.beta2, u.step)));
+  const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
+  ParallelRange(pool, u.n, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      T pi = u.p[i];
+      T gi = u.g[i];
+      if (a.decoupled) pi -= u.lr * wd * pi;  // AdamW: decay the weight itself
+      else gi += wd * pi;                     // Adam: L2 through the gradient
+      const T mi = b1 * u.slot[0][i] + (T(1) - b1) * gi;
+      const T vi = b2 * u.slot[1][i] + (T(1) - b2) * gi * gi;
+      u.new_slot[0][i] = mi;
+      u.new_slot[1][i] = vi;
+      T v_used = vi;
+      if (a.amsgrad) v_used = u.new_slot[2][i] = std::max(u.slot[2][i], vi);
+      u.new_p[i] = pi - (u.lr / bc1) * mi / (std::sqrt(v_used) / sqrt_bc2 + eps);
+    }
+  });
+}
+
 LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const UpdateArgs<T> u(ctx);
-    const AdamAttrs a(*ctx.attrs);
-    const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
-    // Bias corrections in double: beta^step underflows gracefully there.
-    const T bc1 = static_cast<T>(1.0 - std::pow(a.beta1, u.step));
-    const T sqrt_bc2 = static_cast<T>(std::sqrt(1.0 - std::pow(a.beta2, u.step)));
-    const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
-    ParallelRange(ctx.pool, u.n, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) {
-        T pi = u.p[i];
-        T gi = u.g[i];
-        if (a.decoupled) pi -= u.lr * wd * pi;  // AdamW: decay the weight itself
-        else gi += wd * pi;                     // Adam: L2 through the gradient
-        const T mi = b1 * u.slot[0][i] + (T(1) - b1) * gi;
-        const T vi = b2 * u.slot[1][i] + (T(1) - b2) * gi * gi;
-        u.new_slot[0][i] = mi;
-        u.new_slot[1][i] = vi;
-        T v_used = vi;
-        if (a.amsgrad) v_used = u.new_slot[2][i] = std::max(u.slot[2][i], vi);
-        u.new_p[i] = pi - (u.lr / bc1) * mi / (std::sqrt(v_used) / sqrt_bc2 + eps);
-      }
-    });
+    ForEachReplica<T>(ctx,
+                      [&](const UpdateChunk<T>& u, int64_t r) { AdamChunk(u, AdamAttrs(*ctx.attrs, r), ctx.pool); });
   });
 });
 
@@ -219,8 +389,10 @@ LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
 // AdadeltaUpdate(param, grad, square_avg, acc_delta, lr, step); step unused.
 struct AdadeltaAttrs {
   double rho, eps, weight_decay;
-  explicit AdadeltaAttrs(const AttrMap& a)
-      : rho(a.Float("rho", 0.9)), eps(a.Float("eps", 1e-6)), weight_decay(a.Float("weight_decay")) {}
+  explicit AdadeltaAttrs(const AttrMap& a, int64_t r = 0)
+      : rho(ReplicaFloat(a, "rho", 0.9, r)),
+        eps(ReplicaFloat(a, "eps", 1e-6, r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)) {}
 };
 
 class AdadeltaUpdateOp : public UpdateOpDef {
@@ -228,67 +400,78 @@ class AdadeltaUpdateOp : public UpdateOpDef {
   std::string name() const override { return "AdadeltaUpdate"; }
 
  protected:
-  Status CheckAttrs(const AttrMap& attrs) const override {
-    AdadeltaAttrs a(attrs);
-    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), "rho", a.rho, 0, 1, false));
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "eps", a.eps, 0));
-    return ExpectAtLeast(name(), "weight_decay", a.weight_decay, 0);
+  std::vector<std::string> FloatAttrs() const override { return {"rho", "eps", "weight_decay"}; }
+  Status CheckAttrs(const AttrMap& attrs, int64_t r) const override {
+    AdadeltaAttrs a(attrs, r);
+    LOOM_RETURN_IF_ERROR(ExpectInRange(name(), AttrLabel("rho", attrs, r), a.rho, 0, 1, false));
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("eps", attrs, r), a.eps, 0));
+    return ExpectAtLeast(name(), AttrLabel("weight_decay", attrs, r), a.weight_decay, 0);
   }
   size_t NumSlots(const AttrMap&) const override { return 2; }
   double FlopsPerElement(const AttrMap&) const override { return 16.0; }
 };
 LOOM_REGISTER_OP(AdadeltaUpdateOp);
 
+template <typename T>
+void AdadeltaChunk(const UpdateChunk<T>& u, const AdadeltaAttrs& a, ThreadPool* pool) {
+  const T rho = static_cast<T>(a.rho), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
+  ParallelRange(pool, u.n, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      const T gi = u.g[i] + wd * u.p[i];
+      const T sq = rho * u.slot[0][i] + (T(1) - rho) * gi * gi;
+      const T delta = std::sqrt(u.slot[1][i] + eps) / std::sqrt(sq + eps) * gi;
+      u.new_slot[0][i] = sq;
+      u.new_slot[1][i] = rho * u.slot[1][i] + (T(1) - rho) * delta * delta;
+      u.new_p[i] = u.p[i] - u.lr * delta;
+    }
+  });
+}
+
 LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const UpdateArgs<T> u(ctx);
-    const AdadeltaAttrs a(*ctx.attrs);
-    const T rho = static_cast<T>(a.rho), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
-    ParallelRange(ctx.pool, u.n, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) {
-        const T gi = u.g[i] + wd * u.p[i];
-        const T sq = rho * u.slot[0][i] + (T(1) - rho) * gi * gi;
-        const T delta = std::sqrt(u.slot[1][i] + eps) / std::sqrt(sq + eps) * gi;
-        u.new_slot[0][i] = sq;
-        u.new_slot[1][i] = rho * u.slot[1][i] + (T(1) - rho) * delta * delta;
-        u.new_p[i] = u.p[i] - u.lr * delta;
-      }
-    });
+    ForEachReplica<T>(
+        ctx, [&](const UpdateChunk<T>& u, int64_t r) { AdadeltaChunk(u, AdadeltaAttrs(*ctx.attrs, r), ctx.pool); });
   });
 });
 
 // ---- RMSprop ----
 
 // RmspropUpdate(param, grad, square_avg, [momentum_buffer], [grad_avg], lr,
-// step): the momentum buffer only when momentum > 0, the gradient average
-// only when centered; step unused.
+// step): the momentum buffer only when momentum > 0 (fused: in any replica),
+// the gradient average only when centered; step unused.
 struct RmspropAttrs {
   double alpha, eps, weight_decay, momentum;
   bool centered;
-  explicit RmspropAttrs(const AttrMap& a)
-      : alpha(a.Float("alpha", 0.99)),
-        eps(a.Float("eps", 1e-8)),
-        weight_decay(a.Float("weight_decay")),
-        momentum(a.Float("momentum")),
+  explicit RmspropAttrs(const AttrMap& a, int64_t r = 0)
+      : alpha(ReplicaFloat(a, "alpha", 0.99, r)),
+        eps(ReplicaFloat(a, "eps", 1e-8, r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
+        momentum(ReplicaFloat(a, "momentum", 0, r)),
         centered(a.Bool("centered")) {}
 };
+
+bool RmspropHasBuffer(const AttrMap& attrs) {
+  for (int64_t r = 0; r < ReplicaCount(attrs); ++r)
+    if (RmspropAttrs(attrs, r).momentum > 0) return true;
+  return false;
+}
 
 class RmspropUpdateOp : public UpdateOpDef {
  public:
   std::string name() const override { return "RmspropUpdate"; }
 
  protected:
-  Status CheckAttrs(const AttrMap& attrs) const override {
-    RmspropAttrs a(attrs);
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "alpha", a.alpha, 0));
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "eps", a.eps, 0));
-    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), "weight_decay", a.weight_decay, 0));
-    return ExpectAtLeast(name(), "momentum", a.momentum, 0);
+  std::vector<std::string> FloatAttrs() const override { return {"alpha", "eps", "weight_decay", "momentum"}; }
+  Status CheckAttrs(const AttrMap& attrs, int64_t r) const override {
+    RmspropAttrs a(attrs, r);
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("alpha", attrs, r), a.alpha, 0));
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("eps", attrs, r), a.eps, 0));
+    LOOM_RETURN_IF_ERROR(ExpectAtLeast(name(), AttrLabel("weight_decay", attrs, r), a.weight_decay, 0));
+    return ExpectAtLeast(name(), AttrLabel("momentum", attrs, r), a.momentum, 0);
   }
   size_t NumSlots(const AttrMap& attrs) const override {
-    RmspropAttrs a(attrs);
-    return 1 + (a.momentum > 0 ? 1 : 0) + (a.centered ? 1 : 0);
+    return 1 + (RmspropHasBuffer(attrs) ? 1 : 0) + (RmspropAttrs(attrs).centered ? 1 : 0);
   }
   double FlopsPerElement(const AttrMap& attrs) const override {
     return 4.0 + 3.0 * static_cast<double>(NumSlots(attrs));
@@ -296,37 +479,51 @@ class RmspropUpdateOp : public UpdateOpDef {
 };
 LOOM_REGISTER_OP(RmspropUpdateOp);
 
+// One piece of an RMSprop update: square_avg is slot 0, the momentum buffer
+// slot buf_slot (when has_buf), the gradient average slot avg_slot (when
+// centered).
+template <typename T>
+void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, size_t buf_slot, size_t avg_slot,
+                  ThreadPool* pool) {
+  const T alpha = static_cast<T>(a.alpha), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
+  const T momentum = static_cast<T>(a.momentum);
+  ParallelRange(pool, u.n, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      const T gi = u.g[i] + wd * u.p[i];
+      const T sq = alpha * u.slot[0][i] + (T(1) - alpha) * gi * gi;
+      u.new_slot[0][i] = sq;
+      T var = sq;
+      if (a.centered) {
+        const T ga = alpha * u.slot[avg_slot][i] + (T(1) - alpha) * gi;
+        u.new_slot[avg_slot][i] = ga;
+        // Non-negative in exact arithmetic; the clamp keeps rounding from
+        // turning a vanishing variance into NaN.
+        var = std::max(T(0), sq - ga * ga);
+      }
+      const T step_dir = gi / (std::sqrt(var) + eps);
+      if (has_buf) {
+        const T b = momentum * u.slot[buf_slot][i] + step_dir;
+        u.new_slot[buf_slot][i] = b;
+        u.new_p[i] = u.p[i] - u.lr * b;
+      } else {
+        u.new_p[i] = u.p[i] - u.lr * step_dir;
+      }
+    }
+  });
+}
+
 LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const UpdateArgs<T> u(ctx);
-    const RmspropAttrs a(*ctx.attrs);
-    const T alpha = static_cast<T>(a.alpha), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
-    const T momentum = static_cast<T>(a.momentum);
-    const bool has_buf = a.momentum > 0;
-    const size_t buf_slot = 1, avg_slot = has_buf ? 2 : 1;
-    ParallelRange(ctx.pool, u.n, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) {
-        const T gi = u.g[i] + wd * u.p[i];
-        const T sq = alpha * u.slot[0][i] + (T(1) - alpha) * gi * gi;
-        u.new_slot[0][i] = sq;
-        T var = sq;
-        if (a.centered) {
-          const T ga = alpha * u.slot[avg_slot][i] + (T(1) - alpha) * gi;
-          u.new_slot[avg_slot][i] = ga;
-          // Non-negative in exact arithmetic; the clamp keeps rounding from
-          // turning a vanishing variance into NaN.
-          var = std::max(T(0), sq - ga * ga);
-        }
-        const T step_dir = gi / (std::sqrt(var) + eps);
-        if (has_buf) {
-          const T b = momentum * u.slot[buf_slot][i] + step_dir;
-          u.new_slot[buf_slot][i] = b;
-          u.new_p[i] = u.p[i] - u.lr * b;
-        } else {
-          u.new_p[i] = u.p[i] - u.lr * step_dir;
-        }
-      }
+    const bool op_has_buf = RmspropHasBuffer(*ctx.attrs);
+    const size_t buf_slot = 1, avg_slot = op_has_buf ? 2 : 1;
+    ForEachReplica<T>(ctx, [&](const UpdateChunk<T>& u, int64_t r) {
+      const RmspropAttrs a(*ctx.attrs, r);
+      // A fused replica without momentum leaves its buffer chunk as it is.
+      const bool has_buf = a.momentum > 0;
+      if (op_has_buf && !has_buf)
+        CopyChunk(u.new_slot[buf_slot], u.slot[buf_slot], static_cast<size_t>(u.n) * sizeof(T));
+      RmspropChunk(u, a, has_buf, buf_slot, avg_slot, ctx.pool);
     });
   });
 });
@@ -336,17 +533,25 @@ LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
 // SquaredNorm(x_1, ..., x_n) -> scalar sum of squares of every element of
 // every input (any shapes, one float dtype). Partial results of several
 // SquaredNorm nodes add up, so the reduction can be split across devices.
+// With replicas = R every input is [R, ...] and the output is [R]: entry r
+// sums replica r's chunks only.
 class SquaredNormOp : public OpDef {
  public:
   std::string name() const override { return "SquaredNorm"; }
-  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
+                                               const std::vector<TensorType>& in) const override {
     if (in.empty()) return InvalidArgument("SquaredNorm needs at least one input");
+    LOOM_RETURN_IF_ERROR(CheckReplicas("SquaredNorm", attrs));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "SquaredNorm input 0"));
     for (size_t i = 1; i < in.size(); ++i)
       if (in[i].dtype != in[0].dtype)
         return InvalidArgument("SquaredNorm: input ", i, " is ", DTypeName(in[i].dtype), ", input 0 is ",
                                DTypeName(in[0].dtype));
-    return std::vector<TensorType>{{Shape{}, in[0].dtype}};
+    const int64_t replicas = Replicas(attrs);
+    if (replicas == 0) return std::vector<TensorType>{{Shape{}, in[0].dtype}};
+    for (size_t i = 0; i < in.size(); ++i)
+      LOOM_RETURN_IF_ERROR(ExpectReplicaDim(in[i], replicas, "SquaredNorm input " + std::to_string(i)));
+    return std::vector<TensorType>{{Shape{replicas}, in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -380,15 +585,26 @@ double SumOfSquares(const T* x, int64_t n, ThreadPool* pool) {
 LOOM_REGISTER_KERNEL("SquaredNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    double total = 0;
-    for (const Tensor* t : ctx.inputs) total += SumOfSquares(t->data<T>(), t->numel(), ctx.pool);
-    ctx.out(0).data<T>()[0] = static_cast<T>(total);
+    const int64_t replicas = Replicas(*ctx.attrs);
+    // Unfused: one sum over whole tensors; fused: one per replica's chunks,
+    // each exactly the unfused sum of those chunks.
+    const int64_t sums = std::max<int64_t>(1, replicas);
+    for (int64_t r = 0; r < sums; ++r) {
+      double total = 0;
+      for (const Tensor* t : ctx.inputs) {
+        const int64_t n = t->numel() / sums;
+        total += SumOfSquares(t->data<T>() + r * n, n, ctx.pool);
+      }
+      ctx.out(0).data<T>()[r] = static_cast<T>(total);
+    }
   });
 });
 
-// ClipScale(total_norm) -> scalar min(1, max_norm / (total_norm + 1e-6)), the
-// factor torch.nn.utils.clip_grad_norm_ multiplies every gradient by. A NaN
-// norm gives a NaN factor, as in torch (error_if_nonfinite = False).
+// ClipScale(total_norm) -> min(1, max_norm / (total_norm + 1e-6)), the factor
+// torch.nn.utils.clip_grad_norm_ multiplies every gradient by. A NaN norm
+// gives a NaN factor, as in torch (error_if_nonfinite = False). Unfused the
+// norm is a scalar; with replicas = R it is [R] (one norm per replica), the
+// output has its shape and max_norm is one float or a list of R floats.
 constexpr double kClipEps = 1e-6;
 
 class ClipScaleOp : public OpDef {
@@ -397,14 +613,24 @@ class ClipScaleOp : public OpDef {
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "ClipScale (total_norm)"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "ClipScale total_norm"));
-    LOOM_RETURN_IF_ERROR(ExpectScalar(in[0], "ClipScale total_norm"));
-    const double max_norm = attrs.Float("max_norm");
-    if (!(max_norm > 0)) return InvalidArgument("ClipScale: max_norm must be > 0, got ", max_norm);
-    return std::vector<TensorType>{{Shape{}, in[0].dtype}};
+    LOOM_RETURN_IF_ERROR(CheckReplicas("ClipScale", attrs));
+    const int64_t replicas = Replicas(attrs);
+    if (replicas == 0 && in[0].shape.numel() != 1)
+      return InvalidArgument("ClipScale total_norm must be a scalar, got ", in[0].shape.ToString(),
+                             " (per-replica norms [R] need the attribute replicas = R)");
+    if (replicas > 0)
+      LOOM_RETURN_IF_ERROR(ExpectShape(in[0], Shape{replicas}, "ClipScale total_norm (one norm per replica)"));
+    LOOM_RETURN_IF_ERROR(CheckFloatAttrs("ClipScale", attrs, {"max_norm"}));
+    for (int64_t r = 0; r < ReplicaCount(attrs); ++r) {
+      const double max_norm = ReplicaFloat(attrs, "max_norm", 0, r);
+      if (!(max_norm > 0))
+        return InvalidArgument("ClipScale: ", AttrLabel("max_norm", attrs, r), " must be > 0, got ", max_norm);
+    }
+    return std::vector<TensorType>{{replicas == 0 ? Shape{} : in[0].shape, in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    c.flops = 3;
+    c.flops = 3.0 * static_cast<double>(out[0].shape.numel());
     return c;
   }
 };
@@ -413,8 +639,45 @@ LOOM_REGISTER_OP(ClipScaleOp);
 LOOM_REGISTER_KERNEL("ClipScale", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const double coef = ctx.attrs->Float("max_norm") / (static_cast<double>(ctx.in(0).data<T>()[0]) + kClipEps);
-    ctx.out(0).data<T>()[0] = static_cast<T>(coef > 1 ? 1.0 : coef);  // NaN stays NaN
+    const T* norm = ctx.in(0).data<T>();
+    T* out = ctx.out(0).data<T>();
+    for (int64_t r = 0; r < ReplicaCount(*ctx.attrs); ++r) {
+      const double coef = ReplicaFloat(*ctx.attrs, "max_norm", 0, r) / (static_cast<double>(norm[r]) + kClipEps);
+      out[r] = static_cast<T>(coef > 1 ? 1.0 : coef);  // NaN stays NaN
+    }
+  });
+});
+
+// ---- Divergence detection ----
+
+// IsFinite(x) -> 1 where x is finite, 0 where it is NaN or +-inf (same shape
+// and dtype). Fused training freezes a diverged replica with
+//   active = IsFinite(squared grad norm[R]) * IsFinite(loss[R]) * mask[R].
+// No gradient: it only feeds the update ops' `active` input.
+class IsFiniteOp : public OpDef {
+ public:
+  std::string name() const override { return "IsFinite"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "IsFinite (x)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "IsFinite x"));
+    return std::vector<TensorType>{in[0]};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = static_cast<double>(in[0].shape.numel());
+    return c;
+  }
+};
+LOOM_REGISTER_OP(IsFiniteOp);
+
+LOOM_REGISTER_KERNEL("IsFinite", DeviceType::kCpu, [](KernelContext& ctx) {
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) y[i] = std::isfinite(x[i]) ? T(1) : T(0);
+    });
   });
 });
 

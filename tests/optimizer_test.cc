@@ -3,8 +3,12 @@
 // (and f32 with a looser tolerance); the clipping ops on their own; errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
+#include <variant>
 
 #include "graph/builder.h"
 #include "graph/model.h"
@@ -376,8 +380,9 @@ TEST_CASE("the gradient norm can be an output without clipping") {
   for (int s = 0; s < kSteps; ++s) CHECK(f32.grad_norm[s] == Approx(want.grad_norm[s]).epsilon(1e-6));
 }
 
-// Runs one op on fed inputs; returns its first output.
-StatusOr<Tensor> RunOp(const std::string& op, const std::vector<Tensor>& inputs, const AttrMap& attrs) {
+// Runs one op on fed inputs; returns all its outputs.
+StatusOr<std::vector<Tensor>> RunOpOutputs(const std::string& op, const std::vector<Tensor>& inputs,
+                                           const AttrMap& attrs) {
   Graph g;
   GraphBuilder b(&g);
   std::vector<ValueId> ids;
@@ -387,11 +392,19 @@ StatusOr<Tensor> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
     ids.push_back(b.Input(name, {inputs[i].shape(), inputs[i].dtype()}));
     feeds[name] = inputs[i];
   }
-  LOOM_ASSIGN_OR_RETURN(ValueId y, b.Add1(op, ids, attrs, "op"));
-  g.outputs()["y"] = y;
+  LOOM_ASSIGN_OR_RETURN(std::vector<ValueId> ys, b.Add(op, ids, attrs, "op"));
+  for (size_t i = 0; i < ys.size(); ++i) g.outputs()["y" + std::to_string(i)] = ys[i];
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(g));
   LOOM_ASSIGN_OR_RETURN(auto out, exec->Run(feeds));
-  return out.at("y");
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < ys.size(); ++i) result.push_back(out.at("y" + std::to_string(i)));
+  return result;
+}
+
+// Runs one op on fed inputs; returns its first output.
+StatusOr<Tensor> RunOp(const std::string& op, const std::vector<Tensor>& inputs, const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunOpOutputs(op, inputs, attrs));
+  return out.at(0);
 }
 
 TEST_CASE("SquaredNorm and ClipScale compute clip_grad_norm_'s norm and factor") {
@@ -520,6 +533,539 @@ TEST_CASE("the update and clipping ops check their inputs and attributes") {
   auto vector_norm = infer("ClipScale", {{"max_norm", 1.0}}, {v});
   REQUIRE_FALSE(vector_norm.ok());
   CHECK_THAT(vector_norm.status().message(), Contains("ClipScale total_norm must be a scalar"));
+}
+
+// ---- Fused replicas (horizontal fusion) ----
+//
+// A fused update op (attribute replicas = R) must do, chunk by chunk, exactly
+// what R unfused ops do with each replica's own scalars: the tests run both
+// and compare bit patterns; a frozen replica (active = 0) keeps its old bits.
+
+constexpr int64_t kR = 3;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The bit pattern of every element (f32 or f64), for bit-exact comparisons.
+std::vector<uint64_t> Bits(const Tensor& t) {
+  std::vector<uint64_t> bits(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kF32) {
+      uint32_t u;
+      std::memcpy(&u, t.data<float>() + i, sizeof u);
+      bits[static_cast<size_t>(i)] = u;
+    } else {
+      std::memcpy(&bits[static_cast<size_t>(i)], t.data<double>() + i, sizeof(double));
+    }
+  }
+  return bits;
+}
+
+// The first element whose bits differ, or -1 when a and b are bit for bit
+// equal (a size mismatch is element 0).
+int64_t FirstBitDifference(const Tensor& a, const Tensor& b) {
+  const std::vector<uint64_t> x = Bits(a), y = Bits(b);
+  if (x.size() != y.size()) return 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] != y[i]) return static_cast<int64_t>(i);
+  return -1;
+}
+
+// Chunk r of a fused [R, ...] tensor, as a copy shaped like the rest.
+Tensor ChunkOf(const Tensor& fused, int64_t r) {
+  const std::vector<int64_t>& d = fused.shape().dims();
+  Tensor c = Tensor::Zeros(Shape(std::vector<int64_t>(d.begin() + 1, d.end())), fused.dtype());
+  std::memcpy(c.raw_data(), static_cast<const char*>(fused.raw_data()) + r * c.nbytes(), c.nbytes());
+  return c;
+}
+
+// [R, ...] from R tensors of one shape.
+Tensor Stack(const std::vector<Tensor>& parts) {
+  std::vector<int64_t> d = parts[0].shape().dims();
+  d.insert(d.begin(), static_cast<int64_t>(parts.size()));
+  Tensor t = Tensor::Zeros(Shape(d), parts[0].dtype());
+  for (size_t r = 0; r < parts.size(); ++r)
+    std::memcpy(static_cast<char*>(t.raw_data()) + r * parts[r].nbytes(), parts[r].raw_data(), parts[r].nbytes());
+  return t;
+}
+
+// The unfused attributes of replica r: entry r of every list, no replicas.
+AttrMap ReplicaAttrs(const AttrMap& fused, int64_t r) {
+  AttrMap a;
+  for (const auto& [name, value] : fused.values()) {
+    if (name == "replicas") continue;
+    if (const auto* list = std::get_if<std::vector<double>>(&value)) a.Set(name, (*list)[static_cast<size_t>(r)]);
+    else a.Set(name, value);
+  }
+  return a;
+}
+
+// Whether some replica's value of a float attribute (absent: 0) passes.
+bool AnyValue(const AttrMap& a, const std::string& name, const std::function<bool(double)>& pred) {
+  if (!a.Has(name)) return pred(0);
+  const AttrValue& v = a.values().at(name);
+  if (const auto* list = std::get_if<std::vector<double>>(&v)) return std::any_of(list->begin(), list->end(), pred);
+  return pred(std::get<double>(v));
+}
+
+// The state slots of an update op, in input order (docs/optimizers.md).
+std::vector<std::string> SlotNames(const std::string& op, const AttrMap& a) {
+  if (op == "SgdUpdate")
+    return AnyValue(a, "momentum", [](double m) { return m != 0; }) ? std::vector<std::string>{"momentum_buffer"}
+                                                                     : std::vector<std::string>{};
+  if (op == "AdamUpdate") {
+    std::vector<std::string> s = {"exp_avg", "exp_avg_sq"};
+    if (a.Bool("amsgrad")) s.push_back("max_exp_avg_sq");
+    return s;
+  }
+  if (op == "AdadeltaUpdate") return {"square_avg", "acc_delta"};
+  REQUIRE(op == "RmspropUpdate");
+  std::vector<std::string> s = {"square_avg"};
+  if (AnyValue(a, "momentum", [](double m) { return m > 0; })) s.push_back("momentum_buffer");
+  if (a.Bool("centered")) s.push_back("grad_avg");
+  return s;
+}
+
+struct FusedCase {
+  std::string name, op;
+  AttrMap attrs;               // without replicas; float lists have kR entries
+  std::vector<double> lr;      // per replica
+  Shape chunk{4, 5};           // one replica's parameter shape
+};
+
+// Which replicas update at steps 1..4: all, then replica 1 frozen twice
+// (its gradient is NaN, as after a divergence), then replica 0 frozen while
+// replica 1 resumes from its frozen state.
+const std::vector<std::vector<double>> kActive = {{1, 1, 1}, {1, 0, 1}, {1, 0, 1}, {0, 1, 1}};
+
+// A fused run of kActive.size() steps against kR unfused runs on the chunks.
+void CheckFusedMatchesUnfused(const FusedCase& c, DType dt) {
+  INFO(c.name << " in " << DTypeName(dt));
+  AttrMap fused_attrs = c.attrs;
+  fused_attrs.Set("replicas", kR);
+  const std::vector<std::string> fused_slots = SlotNames(c.op, fused_attrs);
+  const int64_t n = c.chunk.numel();
+  // Unfused state per replica: param and slots by name.
+  std::vector<Tensor> p(kR);
+  std::vector<std::map<std::string, Tensor>> slots(kR);
+  std::vector<AttrMap> replica_attrs(kR);
+  for (int64_t r = 0; r < kR; ++r) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(1.0 + 0.7 * static_cast<double>(i) + 2.1 * r);
+    p[r] = MakeTensor(dt, c.chunk, v);
+    replica_attrs[r] = ReplicaAttrs(fused_attrs, r);
+    for (const std::string& name : SlotNames(c.op, replica_attrs[r])) slots[r][name] = Tensor::Zeros(c.chunk, dt);
+  }
+  // Fused state. A slot that replica r does not use (SGD momentum 0) starts
+  // at a marker value that must survive every step.
+  constexpr double kUnused = 7.25;
+  Tensor fp = Stack(p);
+  std::vector<Tensor> fslots;
+  for (const std::string& name : fused_slots) {
+    std::vector<Tensor> parts;
+    for (int64_t r = 0; r < kR; ++r) {
+      Tensor t = Tensor::Zeros(c.chunk, dt);
+      if (!slots[r].count(name)) t.Fill(kUnused);
+      parts.push_back(t);
+    }
+    fslots.push_back(Stack(parts));
+  }
+  for (size_t s = 0; s < kActive.size(); ++s) {
+    const double step = static_cast<double>(s + 1);
+    INFO("step " << step);
+    // Gradients from the unfused params (they change every step); a frozen
+    // replica's gradient is NaN, which must not reach its state.
+    std::vector<Tensor> g(kR);
+    for (int64_t r = 0; r < kR; ++r) {
+      std::vector<double> pv = p[r].ToDoubleVector(), gv(pv.size());
+      for (size_t i = 0; i < pv.size(); ++i)
+        gv[i] = kActive[s][r] != 0 ? (0.5 + 0.25 * r) * pv[i] + 0.1 * std::cos(step + static_cast<double>(i)) : kNaN;
+      g[r] = MakeTensor(dt, c.chunk, gv);
+    }
+    std::vector<Tensor> in = {fp, Stack(g)};
+    for (const Tensor& t : fslots) in.push_back(t);
+    in.push_back(MakeTensor(dt, {kR}, c.lr));
+    in.push_back(MakeTensor(dt, {}, {step}));
+    in.push_back(MakeTensor(dt, {kR}, kActive[s]));
+    auto fused = RunOpOutputs(c.op, in, fused_attrs);
+    REQUIRE(fused.status().ToString() == "OK");
+    REQUIRE(fused->size() == 1 + fused_slots.size());
+    for (int64_t r = 0; r < kR; ++r) {
+      INFO("replica " << r);
+      const std::vector<uint64_t> old_p = Bits(p[r]);
+      if (kActive[s][r] != 0) {
+        const std::vector<std::string> names = SlotNames(c.op, replica_attrs[r]);
+        std::vector<Tensor> rin = {p[r], g[r]};
+        for (const std::string& name : names) rin.push_back(slots[r][name]);
+        rin.push_back(MakeTensor(dt, {}, {c.lr[r]}));
+        rin.push_back(MakeTensor(dt, {}, {step}));
+        auto out = RunOpOutputs(c.op, rin, replica_attrs[r]);
+        REQUIRE(out.status().ToString() == "OK");
+        REQUIRE(out->size() == 1 + names.size());
+        p[r] = (*out)[0];
+        for (size_t k = 0; k < names.size(); ++k) slots[r][names[k]] = (*out)[1 + k];
+        CHECK(Bits(p[r]) != old_p);  // it moved, so the comparison below means something
+      }
+      CHECK(FirstBitDifference(ChunkOf((*fused)[0], r), p[r]) == -1);
+      for (size_t k = 0; k < fused_slots.size(); ++k) {
+        INFO("slot " << fused_slots[k]);
+        const Tensor got = ChunkOf((*fused)[1 + k], r);
+        if (slots[r].count(fused_slots[k])) {
+          CHECK(FirstBitDifference(got, slots[r][fused_slots[k]]) == -1);
+        } else {
+          const std::vector<double> values = got.ToDoubleVector();
+          CHECK(std::count(values.begin(), values.end(), kUnused) == n);
+        }
+      }
+    }
+    fp = (*fused)[0];
+    for (size_t k = 0; k < fused_slots.size(); ++k) fslots[k] = (*fused)[1 + k];
+  }
+}
+
+void CheckFusedMatchesUnfused(const FusedCase& c) {
+  CheckFusedMatchesUnfused(c, DType::kF64);
+  CheckFusedMatchesUnfused(c, DType::kF32);
+}
+
+using Floats = std::vector<double>;
+
+TEST_CASE("fused SGD updates each replica as an unfused SGD with its own hyper-parameters") {
+  const Floats lr = {0.1, 0.05, 0.2};
+  CheckFusedMatchesUnfused({"plain", "SgdUpdate", {}, lr});
+  CheckFusedMatchesUnfused({"weight decay", "SgdUpdate", {{"weight_decay", Floats{0.0, 0.05, 0.3}}}, lr});
+  CheckFusedMatchesUnfused({"momentum and dampening",
+                            "SgdUpdate",
+                            {{"momentum", Floats{0.9, 0.5, 0.8}},
+                             {"dampening", Floats{0.0, 0.3, 0.1}},
+                             {"weight_decay", 0.01}},
+                            lr});
+  CheckFusedMatchesUnfused({"nesterov",
+                            "SgdUpdate",
+                            {{"momentum", Floats{0.9, 0.5, 0.7}}, {"nesterov", true}, {"weight_decay", Floats{0.1, 0, 0.02}}},
+                            lr});
+  // A single float applies to every replica.
+  CheckFusedMatchesUnfused({"shared momentum", "SgdUpdate", {{"momentum", 0.9}}, lr});
+}
+
+TEST_CASE("fused SGD: a replica with momentum 0 is plain SGD and leaves its buffer chunk alone") {
+  const Floats lr = {0.1, 0.05, 0.2};
+  // Replica 1 has momentum 0 (the op still keeps one buffer for all three).
+  CheckFusedMatchesUnfused({"mixed momentum", "SgdUpdate", {{"momentum", Floats{0.9, 0.0, 0.5}}}, lr});
+  CheckFusedMatchesUnfused({"mixed momentum, dampening", "SgdUpdate",
+                            {{"momentum", Floats{0.0, 0.8, 0.0}}, {"dampening", Floats{0.5, 0.2, 0.0}}}, lr});
+  // All momenta 0: no buffer at all.
+  auto out = RunOpOutputs("SgdUpdate",
+                          {MakeTensor(DType::kF64, {kR}, {1, 2, 3}), MakeTensor(DType::kF64, {kR}, {1, 1, 1}),
+                           MakeTensor(DType::kF64, {kR}, {0.1, 0.2, 0.3}), MakeTensor(DType::kF64, {}, {1}),
+                           MakeTensor(DType::kF64, {kR}, {1, 1, 0})},
+                          {{"replicas", kR}, {"momentum", Floats{0, 0, 0}}});
+  REQUIRE(out.ok());
+  REQUIRE(out->size() == 1);
+  // By hand: p - lr * g per replica, replica 2 frozen.
+  CHECK((*out)[0].ToDoubleVector() == std::vector<double>{1 - 0.1, 2 - 0.2, 3});
+}
+
+TEST_CASE("fused SGD follows each replica's lr and weight decay (by hand)") {
+  // p = [[1, -2], [0.5, 4], [3, 3]], g = 1, lr = [0.1, 0.2, 0.3], wd = [0, 0.5, 0.25]:
+  // new p = p - lr * (g + wd * p), replica 2 frozen.
+  auto out = RunOpOutputs("SgdUpdate",
+                          {MakeTensor(DType::kF64, {kR, 2}, {1, -2, 0.5, 4, 3, 3}),
+                           MakeTensor(DType::kF64, {kR, 2}, {1, 1, 1, 1, kInf, kNaN}),
+                           MakeTensor(DType::kF64, {kR}, {0.1, 0.2, 0.3}), MakeTensor(DType::kF64, {}, {1}),
+                           MakeTensor(DType::kF64, {kR}, {1, 2, 0})},
+                          {{"replicas", kR}, {"weight_decay", Floats{0, 0.5, 0.25}}});
+  REQUIRE(out.ok());
+  const std::vector<double> got = (*out)[0].ToDoubleVector();
+  const std::vector<double> want = {1 - 0.1, -2 - 0.1, 0.5 - 0.2 * 1.25, 4 - 0.2 * 3, 3, 3};
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-15));
+}
+
+TEST_CASE("fused Adam, AdamW and AMSGrad update each replica as the unfused op") {
+  const Floats lr = {0.01, 0.003, 0.02};
+  CheckFusedMatchesUnfused({"adam", "AdamUpdate", {{"beta1", Floats{0.9, 0.8, 0.5}}, {"beta2", Floats{0.999, 0.9, 0.99}}},
+                            lr});
+  CheckFusedMatchesUnfused({"adam L2",
+                            "AdamUpdate",
+                            {{"eps", Floats{1e-8, 1e-3, 1e-6}}, {"weight_decay", Floats{0.1, 0.0, 0.01}}},
+                            lr});
+  CheckFusedMatchesUnfused({"adamw",
+                            "AdamUpdate",
+                            {{"decoupled", true}, {"weight_decay", Floats{0.01, 0.1, 0.5}}, {"beta1", Floats{0.9, 0.7, 0.0}}},
+                            lr});
+  CheckFusedMatchesUnfused({"amsgrad",
+                            "AdamUpdate",
+                            {{"amsgrad", true}, {"beta2", Floats{0.5, 0.9, 0.3}}, {"weight_decay", 0.05}},
+                            lr});
+  CheckFusedMatchesUnfused({"adamw amsgrad",
+                            "AdamUpdate",
+                            {{"decoupled", true}, {"amsgrad", true}, {"weight_decay", Floats{0.01, 0.2, 0.0}}},
+                            lr});
+}
+
+TEST_CASE("fused Adadelta updates each replica as the unfused op") {
+  CheckFusedMatchesUnfused({"adadelta",
+                            "AdadeltaUpdate",
+                            {{"rho", Floats{0.9, 0.5, 1.0}}, {"eps", Floats{1e-6, 1e-4, 1e-2}},
+                             {"weight_decay", Floats{0, 0.1, 0.01}}},
+                            {1.0, 0.5, 2.0}});
+}
+
+TEST_CASE("fused RMSprop updates each replica as the unfused op") {
+  const Floats lr = {0.01, 0.003, 0.02};
+  CheckFusedMatchesUnfused({"rmsprop", "RmspropUpdate", {{"alpha", Floats{0.99, 0.9, 0.5}}}, lr});
+  CheckFusedMatchesUnfused({"centered momentum",
+                            "RmspropUpdate",
+                            {{"centered", true},
+                             {"momentum", Floats{0.8, 0.5, 0.9}},
+                             {"alpha", Floats{0.9, 0.99, 0.7}},
+                             {"eps", Floats{1e-8, 1e-4, 1e-6}},
+                             {"weight_decay", Floats{0.05, 0, 0.1}}},
+                            lr});
+  // Replica 0 without momentum: its momentum buffer chunk stays as it was.
+  CheckFusedMatchesUnfused({"centered mixed momentum", "RmspropUpdate",
+                            {{"centered", true}, {"momentum", Floats{0.0, 0.5, 0.9}}}, lr});
+  CheckFusedMatchesUnfused({"mixed momentum", "RmspropUpdate", {{"momentum", Floats{0.3, 0.0, 0.0}}}, lr});
+}
+
+TEST_CASE("fused updates of chunks large enough to run on several threads") {
+  // 70000 elements a replica: more than ParallelRange's two chunks of 32768.
+  CheckFusedMatchesUnfused({"adam big",
+                            "AdamUpdate",
+                            {{"beta1", Floats{0.9, 0.8, 0.5}}, {"amsgrad", true}},
+                            {0.01, 0.003, 0.02},
+                            Shape{70000}},
+                           DType::kF32);
+  CheckFusedMatchesUnfused({"sgd big", "SgdUpdate", {{"momentum", Floats{0.9, 0, 0.5}}}, {0.1, 0.05, 0.2},
+                            Shape{7, 10000}},
+                           DType::kF64);
+}
+
+TEST_CASE("fused update ops cost what the unfused op costs on the same elements") {
+  const TensorType p{Shape{kR, 4}, DType::kF32}, v{Shape{kR}, DType::kF32}, s{Shape{}, DType::kF32};
+  const TensorType flat{Shape{kR * 4}, DType::kF32};
+  const OpDef* sgd = OpRegistry::Global().FindOp("SgdUpdate");
+  REQUIRE(sgd != nullptr);
+  const OpCost fused = sgd->Cost({{"replicas", kR}, {"momentum", Floats{0, 0.9, 0}}}, {p, p, p, v, s, v}, {p, p});
+  const OpCost unfused = sgd->Cost({{"momentum", 0.9}}, {flat, flat, flat, s, s}, {flat, flat});
+  CHECK(fused.flops == 7 * 12);
+  CHECK(fused.flops == unfused.flops);
+  const OpDef* rms = OpRegistry::Global().FindOp("RmspropUpdate");
+  CHECK(rms->Cost({{"replicas", kR}, {"momentum", Floats{0, 0, 0.5}}, {"centered", true}}, {p, p, p, p, p, v, s, v},
+                  {p, p, p, p})
+            .flops == (4 + 3 * 3) * 12);
+}
+
+TEST_CASE("fused SquaredNorm sums each replica's chunks as the unfused op does") {
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    INFO(DTypeName(dt));
+    // Inputs of several shapes, one with chunks of more than one block of the
+    // deterministic reduction (1 << 14 elements).
+    std::vector<Tensor> in;
+    for (const Shape& shape : {Shape{kR, 5}, Shape{kR, 2, 2}, Shape{kR}, Shape{kR, 40000}}) {
+      std::vector<double> v(static_cast<size_t>(shape.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i) + 0.1);
+      in.push_back(MakeTensor(dt, shape, v));
+    }
+    auto fused = RunOp("SquaredNorm", in, {{"replicas", kR}});
+    REQUIRE(fused.ok());
+    REQUIRE(fused->shape() == Shape{kR});
+    for (int64_t r = 0; r < kR; ++r) {
+      INFO("replica " << r);
+      std::vector<Tensor> chunks;
+      double naive = 0;
+      for (const Tensor& t : in) {
+        chunks.push_back(ChunkOf(t, r));
+        for (double x : chunks.back().ToDoubleVector()) naive += x * x;
+      }
+      auto unfused = RunOp("SquaredNorm", chunks, {});
+      REQUIRE(unfused.ok());
+      CHECK(fused->ScalarAt(r) == unfused->ScalarAt(0));  // bit for bit
+      CHECK(fused->ScalarAt(r) == Approx(naive).epsilon(dt == DType::kF64 ? 1e-12 : 1e-6));
+    }
+    // Exact by hand: replica r's chunk is all (r + 1) / 2.
+    const int64_t n = 3 * (1 << 14) + 5;
+    std::vector<double> v;
+    for (int64_t r = 0; r < kR; ++r) v.insert(v.end(), n, 0.5 * static_cast<double>(r + 1));
+    auto big = RunOp("SquaredNorm", {MakeTensor(dt, {kR, n}, v)}, {{"replicas", kR}});
+    REQUIRE(big.ok());
+    for (int64_t r = 0; r < kR; ++r) CHECK(big->ScalarAt(r) == 0.25 * static_cast<double>((r + 1) * (r + 1) * n));
+  }
+}
+
+TEST_CASE("ClipScale takes per-replica norms and per-replica max_norm") {
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    INFO(DTypeName(dt));
+    const Floats norms = {13, 4, 5}, max_norm = {6.5, 1, 20};
+    const double tol = dt == DType::kF64 ? 1e-15 : 1e-7;
+    auto fused = RunOp("ClipScale", {MakeTensor(dt, {kR}, norms)}, {{"replicas", kR}, {"max_norm", max_norm}});
+    REQUIRE(fused.ok());
+    REQUIRE(fused->shape() == Shape{kR});
+    CHECK(fused->ScalarAt(0) == Approx(6.5 / (13 + 1e-6)).epsilon(tol));
+    CHECK(fused->ScalarAt(1) == Approx(1 / (4 + 1e-6)).epsilon(tol));
+    CHECK(fused->ScalarAt(2) == 1.0);
+    for (int64_t r = 0; r < kR; ++r) {
+      INFO("replica " << r);
+      auto one = RunOp("ClipScale", {MakeTensor(dt, {}, {norms[r]})}, {{"max_norm", max_norm[r]}});
+      REQUIRE(one.ok());
+      CHECK(Bits(*one) == std::vector<uint64_t>{Bits(*fused)[r]});
+    }
+    // One max_norm for every replica; a NaN norm stays NaN.
+    auto shared = RunOp("ClipScale", {MakeTensor(dt, {kR}, {13, kNaN, 0.5})}, {{"replicas", kR}, {"max_norm", 2.0}});
+    REQUIRE(shared.ok());
+    CHECK(shared->ScalarAt(0) == Approx(2.0 / (13 + 1e-6)).epsilon(tol));
+    CHECK(std::isnan(shared->ScalarAt(1)));
+    CHECK(shared->ScalarAt(2) == 1.0);
+  }
+}
+
+TEST_CASE("IsFinite is 1 for finite values and 0 for NaN and infinities") {
+  const double big = std::numeric_limits<double>::max(), tiny = std::numeric_limits<double>::denorm_min();
+  auto f64 = RunOp("IsFinite", {MakeTensor(DType::kF64, {2, 4}, {0, -1.5, kNaN, kInf, -kInf, big, tiny, -0.0})}, {});
+  REQUIRE(f64.ok());
+  CHECK(f64->shape() == Shape{2, 4});
+  CHECK(f64->dtype() == DType::kF64);
+  CHECK(f64->ToDoubleVector() == std::vector<double>{1, 1, 0, 0, 0, 1, 1, 1});
+  const float fbig = std::numeric_limits<float>::max(), ftiny = std::numeric_limits<float>::denorm_min();
+  auto f32 = RunOp("IsFinite",
+                   {Tensor::FromVector<float>({7}, {3.f, std::nanf(""), std::numeric_limits<float>::infinity(),
+                                                    -std::numeric_limits<float>::infinity(), fbig, -fbig, ftiny})},
+                   {});
+  REQUIRE(f32.ok());
+  CHECK(f32->dtype() == DType::kF32);
+  CHECK(f32->ToDoubleVector() == std::vector<double>{1, 0, 0, 0, 1, 1, 1});
+  // Large enough for several threads; one bad element in the middle.
+  std::vector<double> many(100000, 2.0);
+  many[70001] = kNaN;
+  auto par = RunOp("IsFinite", {MakeTensor(DType::kF32, {100000}, many)}, {});
+  REQUIRE(par.ok());
+  const std::vector<double> flags = par->ToDoubleVector();
+  CHECK(std::count(flags.begin(), flags.end(), 0.0) == 1);
+  CHECK(flags[70001] == 0);
+}
+
+TEST_CASE("divergence detection freezes a replica whose gradient or loss is not finite") {
+  // active = IsFinite(squared grad norm) * IsFinite(loss) * mask, then one
+  // fused SGD step: replica 0 has an infinite gradient, replica 1 a NaN
+  // loss, replica 3 is masked off; only replica 2 moves.
+  Graph g;
+  GraphBuilder b(&g);
+  const TensorType pt{Shape{4, 2}, DType::kF64}, rt{Shape{4}, DType::kF64}, st{Shape{}, DType::kF64};
+  ValueId p = b.Input("p", pt), grad = b.Input("g", pt), loss = b.Input("loss", rt), mask = b.Input("mask", rt),
+          lr = b.Input("lr", rt), step = b.Input("step", st);
+  auto sq = b.Add1("SquaredNorm", {grad}, {{"replicas", int64_t{4}}}, "sq");
+  REQUIRE(sq.ok());
+  auto fin_g = b.Add1("IsFinite", {*sq}, {}, "finite_grad");
+  auto fin_l = b.Add1("IsFinite", {loss}, {}, "finite_loss");
+  REQUIRE((fin_g.ok() && fin_l.ok()));
+  auto both = b.Add1("Mul", {*fin_g, *fin_l}, {}, "both");
+  REQUIRE(both.ok());
+  auto active = b.Add1("Mul", {*both, mask}, {}, "active");
+  REQUIRE(active.ok());
+  auto upd = b.Add1("SgdUpdate", {p, grad, lr, step, *active}, {{"replicas", int64_t{4}}}, "update");
+  REQUIRE(upd.ok());
+  g.outputs()["p"] = *upd;
+  g.outputs()["active"] = *active;
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  auto out = (*exec)->Run({{"p", MakeTensor(DType::kF64, {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})},
+                           {"g", MakeTensor(DType::kF64, {4, 2}, {kInf, 1, 1, 1, 1, 1, 1, 1})},
+                           {"loss", MakeTensor(DType::kF64, {4}, {0.5, kNaN, 0.5, 0.5})},
+                           {"mask", MakeTensor(DType::kF64, {4}, {1, 1, 1, 0})},
+                           {"lr", MakeTensor(DType::kF64, {4}, {0.5, 0.5, 0.5, 0.5})},
+                           {"step", MakeTensor(DType::kF64, {}, {1})}});
+  REQUIRE(out.ok());
+  CHECK(out->at("active").ToDoubleVector() == std::vector<double>{0, 0, 1, 0});
+  CHECK(out->at("p").ToDoubleVector() == std::vector<double>{1, 2, 3, 4, 4.5, 5.5, 7, 8});
+}
+
+TEST_CASE("the fused ops check replicas, shapes and per-replica attributes") {
+  using Catch::Matchers::Contains;
+  const TensorType p{Shape{kR, 4}, DType::kF64}, v{Shape{kR}, DType::kF64}, s{Shape{}, DType::kF64};
+  auto error = [](const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
+    auto r = OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
+    REQUIRE_FALSE(r.ok());
+    return r.status().message();
+  };
+  auto infer = [](const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
+    return OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
+  };
+  const AttrMap fused = {{"replicas", kR}};
+  auto ok = infer("SgdUpdate", fused, {p, p, v, s, v});
+  REQUIRE(ok.ok());
+  CHECK(*ok == std::vector<TensorType>{p});
+  auto adam = infer("AdamUpdate", {{"replicas", kR}, {"amsgrad", true}}, {p, p, p, p, p, v, s, v});
+  REQUIRE(adam.ok());
+  CHECK(adam->size() == 4);
+
+  // List lengths.
+  CHECK_THAT(error("SgdUpdate", {{"replicas", kR}, {"momentum", Floats{0.9, 0.9}}}, {p, p, p, v, s, v}),
+             Contains("SgdUpdate: attribute momentum must be one float or a list of replicas = 3 floats, got a list "
+                      "of 2"));
+  CHECK_THAT(error("AdamUpdate", {{"replicas", kR}, {"eps", Floats{1, 2, 3, 4}}}, {p, p, p, p, v, s, v}),
+             Contains("attribute eps must be one float or a list of replicas = 3 floats, got a list of 4"));
+  CHECK_THAT(error("SgdUpdate", {{"momentum", Floats{0.9, 0.9, 0.9}}}, {p, p, p, s, s}),
+             Contains("SgdUpdate: attribute momentum is a list of 3 value(s); per-replica values need the attribute "
+                      "replicas"));
+  CHECK_THAT(error("SgdUpdate", {{"replicas", int64_t{-2}}}, {p, p, v, s, v}),
+             Contains("SgdUpdate: replicas must be >= 1 (absent or 0 = unfused), got -2"));
+  // Range checks per value, naming the replica.
+  CHECK_THAT(error("SgdUpdate", {{"replicas", kR}, {"momentum", Floats{0.9, -0.1, 0}}}, {p, p, p, v, s, v}),
+             Contains("SgdUpdate: momentum[1] must be >= 0, got -0.1"));
+  CHECK_THAT(error("AdamUpdate", {{"replicas", kR}, {"beta2", Floats{0.9, 0.99, 1.0}}}, {p, p, p, p, v, s, v}),
+             Contains("AdamUpdate: beta2[2] must be in [0, 1), got 1"));
+  CHECK_THAT(error("AdadeltaUpdate", {{"replicas", kR}, {"rho", Floats{kNaN, 0.9, 0.9}}}, {p, p, p, p, v, s, v}),
+             Contains("AdadeltaUpdate: rho[0] must be in [0, 1], got nan"));
+  CHECK_THAT(error("RmspropUpdate", {{"replicas", kR}, {"alpha", Floats{0.9, 0.9, -1}}}, {p, p, p, v, s, v}),
+             Contains("RmspropUpdate: alpha[2] must be >= 0, got -1"));
+  CHECK_THAT(error("SgdUpdate", {{"replicas", kR}, {"nesterov", true}, {"momentum", Floats{0.9, 0, 0.9}}},
+                   {p, p, p, v, s, v}),
+             Contains("nesterov needs momentum > 0 and dampening = 0 in every replica; replica 1 has momentum 0"));
+  // Inputs: lr per replica, the active flags, dim 0 == R everywhere.
+  CHECK_THAT(error("SgdUpdate", fused, {p, p, s, s, v}),
+             Contains("SgdUpdate lr (one per replica) must have shape [3], got []"));
+  CHECK_THAT(error("SgdUpdate", fused, {p, p, v, s}),
+             Contains("SgdUpdate (param, grad, 0 state tensor(s), lr[R], step, active[R]) with replicas = 3 takes 5 "
+                      "input(s), got 4"));
+  CHECK_THAT(error("SgdUpdate", fused, {p, p, v, s, s}),
+             Contains("SgdUpdate active (one flag per replica) must have shape [3], got []"));
+  CHECK_THAT(error("SgdUpdate", fused, {p, p, v, v, v}), Contains("SgdUpdate step must be a scalar"));
+  const TensorType p2{Shape{2, 4}, DType::kF64};
+  CHECK_THAT(error("SgdUpdate", fused, {p2, p2, v, s, v}),
+             Contains("SgdUpdate param must have dim 0 == replicas = 3, got shape [2, 4]"));
+  CHECK_THAT(error("SgdUpdate", fused, {s, s, v, s, v}),
+             Contains("SgdUpdate param must have dim 0 == replicas = 3, got shape []"));
+  CHECK_THAT(error("SgdUpdate", fused, {p, p2, v, s, v}),
+             Contains("SgdUpdate grad must have dim 0 == replicas = 3, got shape [2, 4]"));
+  CHECK_THAT(error("AdamUpdate", fused, {p, p, p, p2, v, s, v}),
+             Contains("AdamUpdate state input 3 must have dim 0 == replicas = 3, got shape [2, 4]"));
+  CHECK_THAT(error("AdamUpdate", fused, {p, p, p, {Shape{kR, 5}, DType::kF64}, v, s, v}),
+             Contains("AdamUpdate state input 3 must match the param"));
+  CHECK_THAT(error("SgdUpdate", fused, {p, p, v, s, {Shape{kR}, DType::kF32}}),
+             Contains("SgdUpdate: lr, step and active must have the param's dtype f64, got f32"));
+
+  // SquaredNorm, ClipScale, IsFinite.
+  auto sq = infer("SquaredNorm", fused, {p, v});
+  REQUIRE(sq.ok());
+  CHECK((*sq)[0].shape == Shape{kR});
+  CHECK_THAT(error("SquaredNorm", fused, {p, p2}),
+             Contains("SquaredNorm input 1 must have dim 0 == replicas = 3, got shape [2, 4]"));
+  CHECK_THAT(error("SquaredNorm", fused, {p, s}), Contains("SquaredNorm input 1 must have dim 0 == replicas = 3"));
+  CHECK_THAT(error("ClipScale", {{"replicas", kR}, {"max_norm", 1.0}}, {s}),
+             Contains("ClipScale total_norm (one norm per replica) must have shape [3], got []"));
+  CHECK_THAT(error("ClipScale", {{"replicas", kR}, {"max_norm", Floats{1, 2}}}, {v}),
+             Contains("ClipScale: attribute max_norm must be one float or a list of replicas = 3 floats, got a list of "
+                      "2"));
+  CHECK_THAT(error("ClipScale", {{"replicas", kR}, {"max_norm", Floats{1, 0, 2}}}, {v}),
+             Contains("ClipScale: max_norm[1] must be > 0, got 0"));
+  CHECK_THAT(error("ClipScale", {{"max_norm", 1.0}}, {v}),
+             Contains("ClipScale total_norm must be a scalar, got [3] (per-replica norms [R] need the attribute "
+                      "replicas = R)"));
+  CHECK_THAT(error("IsFinite", {}, {{Shape{2}, DType::kI64}}), Contains("IsFinite x must be f32 or f64, got i64"));
+  CHECK_THAT(error("IsFinite", {}, {v, v}), Contains("IsFinite (x) takes 1 input(s), got 2"));
+  const OpDef* is_finite = OpRegistry::Global().FindOp("IsFinite");
+  REQUIRE(is_finite != nullptr);
+  CHECK(OpRegistry::Global().SupportsOp("IsFinite", DeviceType::kCpu));
 }
 
 }  // namespace
