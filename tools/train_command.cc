@@ -18,7 +18,9 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"epochs", "override the config's epochs"},
                {"max-steps", "stop after this many optimizer steps"},
                {"seed", "override the config's seed"},
-               {"threads", "CPU threads (0 = all cores)"}});
+               {"threads", "CPU threads (0 = all cores)"},
+               {"init-from", "start from the parameters and buffers of this single-model checkpoint "
+                             "(e.g. one replica written by loom export); every fused replica starts from it"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::printf("usage: loom train --config FILE.pbtxt [flags]\n       loom train --resume DIR\n%s",
@@ -57,6 +59,10 @@ Status TrainCommand(const std::vector<std::string>& args) {
   if (flags.Has("out")) o.out_dir = flags.Str("out", "");
   LOOM_RETURN_IF_ERROR(train::ApplyOverrides(o, &run.config));
   run.config_name = std::filesystem::path(config_path).stem().string();
+  if (flags.Has("init-from")) {
+    if (run.resume) return InvalidArgument("--init-from starts a new run; it cannot be combined with --resume");
+    run.init_from = flags.Str("init-from", "");
+  }
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   (void)result;
   return Status::Ok();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -199,6 +200,8 @@ class Trainer {
   // Takes the replicas at array positions `positions` out of the array.
   Status Retire(const std::vector<int64_t>& positions, const std::string& status, metrics::ProgressBar* progress);
   Status ApplyEarlyStop(metrics::ProgressBar* progress);
+  // Parameters and buffers from a single-model checkpoint (--init-from).
+  Status InitFrom(const std::string& path);
   Status Evaluate(std::vector<double>* loss, std::vector<double>* accuracy);
   Status SaveCheckpoint();
   Status RestoreLatest();
@@ -274,7 +277,34 @@ Status Trainer::Prepare() {
     LOOM_ASSIGN_OR_RETURN(auto schedule, BuildSchedule(c_, per_epoch, total_steps_));
     schedules_.push_back(std::move(schedule));
   }
+  if (!opt_.init_from.empty()) LOOM_RETURN_IF_ERROR(InitFrom(opt_.init_from));
   if (opt_.resume) LOOM_RETURN_IF_ERROR(RestoreLatest());
+  return Status::Ok();
+}
+
+Status Trainer::InitFrom(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt, LoadCheckpoint(path));
+  for (const Node& n : train_forward_.nodes()) {
+    if (!IsStateOp(n.op)) continue;
+    auto it = ckpt.tensors.find(n.name);
+    const TensorType& want = train_forward_.type(n.outputs[0]);
+    if (it == ckpt.tensors.end())
+      return InvalidArgument(path, ": no tensor '", n.name, "' (", want.ToString(), ") for the model's ", n.op);
+    if (it->second.shape() != want.shape || it->second.dtype() != want.dtype)
+      return InvalidArgument(path, ": tensor '", n.name, "' is ", it->second.shape().ToString(), " ",
+                             DTypeName(it->second.dtype()), ", the model's ", n.op, " is ", want.ToString());
+    Tensor value = it->second;
+    if (fused()) {  // the same start for every replica
+      const int64_t rows = array_size();
+      std::vector<int64_t> dims = want.shape.dims();
+      dims.insert(dims.begin(), rows);
+      Tensor tiled = Tensor::Zeros(Shape(dims), want.dtype);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(static_cast<char*>(tiled.raw_data()) + r * value.nbytes(), value.raw_data(), value.nbytes());
+      value = tiled;
+    }
+    LOOM_RETURN_IF_ERROR(train_->SetState(n.name, value));
+  }
   return Status::Ok();
 }
 

@@ -22,6 +22,9 @@ struct RunOptions {
   proto::TrainConfig config;  // resolved (defaults filled, flags applied)
   std::string config_name;    // names the run folder when out_dir is empty
   bool resume = false;        // continue the run in config.out_dir()
+  // A single-model checkpoint whose parameters and buffers (not optimizer
+  // state) the model starts from; every fused replica starts from it.
+  std::string init_from;
   FILE* console = stdout;     // progress and summaries
 };
 
