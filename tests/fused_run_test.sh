@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One fused `loom train` run of 4 replicas end to end: a diverging replica is
+# frozen and reported while the others go on, the early stop re-fuses the
+# array smaller, and the run folder has one metrics stream and one
+# TensorBoard curve per replica and a ranked summary.
+set -euo pipefail
+loom="$1"
+config="$2"
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  echo "dataset-fashion-mnist is not installed (tools/setup.sh installs it): skipped"
+  exit 0
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; cat "$work/run.log"; exit 1; }
+
+"$loom" train --config "$config" --out "$work/run" >"$work/run.log" 2>&1 || fail "the run failed"
+grep -qE "replica huge [^:]*: diverged" "$work/run.log" || fail "replica huge was not reported as diverged"
+grep -q "stopped by early stop (test_accuracy, epoch 1)" "$work/run.log" || fail "no replica was stopped early"
+# Of base, slow, damped the early stop keeps ceil(0.5 * 3) = 2.
+[ "$(grep -c 'stopped by early stop.*(train loss' "$work/run.log")" -eq 1 ] || fail "expected exactly one early-stopped replica"
+for r in 0 1 3; do
+  grep -q "\"replica\":$r," "$work/run/metrics.jsonl" || fail "metrics.jsonl has no line of replica $r"
+  ls "$work/run/replica_$r"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard events for replica $r"
+done
+# Replica 2 diverged within the first steps, before the first report.
+if grep -q '"replica":2,' "$work/run/metrics.jsonl"; then fail "the diverged replica was logged"; fi
+grep -q "ranked by test_accuracy" "$work/run.log" || fail "no ranked summary"
+[ "$(grep -cE '^ +[0-9]+  (base|slow|huge|damped)' "$work/run.log")" -eq 4 ] || fail "the summary does not list 4 replicas"
+# The final checkpoint holds the 2 running replicas as an array and the 2
+# retired ones aside.
+final=$(ls "$work/run" | grep -E '^ckpt-[0-9]+\.loom$' | sort -t- -k2 -n | tail -1)
+"$loom" checkpoint "$work/run/$final" >"$work/ckpt.txt"
+grep -qE '^tensor +fc1/weight +f32 \[2, 64, 784\]' "$work/ckpt.txt" || { cat "$work/ckpt.txt" | head -20; fail "fc1/weight is not [2, 64, 784]"; }
+grep -qE '^tensor +retired/2/fc1/weight +f32 \[64, 784\]' "$work/ckpt.txt" || fail "the diverged replica's tensors are not in the checkpoint"
+echo "PASS"
