@@ -353,17 +353,8 @@ TEST_CASE("ExpandReplicas checks configs built in code") {
   CHECK(r.status().message() == "config: field replicas: lists 1026 replicas, more than the limit of 1024");
 }
 
-// A shipped config (models/configs/NAME): from the runfiles when declared as
-// data, else from the source tree that this package's runfile links to.
-std::string Shipped(const std::string& name) {
-  namespace fs = std::filesystem;
-  const std::string rel = "models/configs/" + name;
-  if (fs::exists(rel)) return rel;
-  std::error_code ec;
-  const fs::path proto = fs::canonical("runtime/config/train_config.proto", ec);
-  REQUIRE_FALSE(ec);
-  return (proto.parent_path().parent_path().parent_path() / rel).string();
-}
+// A shipped config (models/configs/NAME), a data dependency of the test.
+std::string Shipped(const std::string& name) { return "models/configs/" + name; }
 
 std::vector<double> Lrs(const std::vector<ReplicaSpec>& r) {
   std::vector<double> out;
