@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <filesystem>
 #include <set>
 
 #include "runtime/config/train_config.h"
