@@ -62,6 +62,7 @@ LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
 class IdentityOp : public OpDef {
  public:
   std::string name() const override { return "Identity"; }
+  bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Identity"));
     return in;
@@ -83,6 +84,7 @@ LOOM_REGISTER_KERNEL("Identity", DeviceType::kCpu, CopyKernel);
 class ReshapeOp : public OpDef {
  public:
   std::string name() const override { return "Reshape"; }
+  bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Reshape"));
     std::vector<int64_t> dims = attrs.Ints("shape");

@@ -72,6 +72,19 @@ class OpDef {
   virtual Status Gradient(GradBuilder& g) const;
   // True for ops whose result depends on the RNG stream (dropout).
   virtual bool IsRandom() const { return false; }
+  // True for ops whose only output is input 0's elements in the same order
+  // (Reshape, Flatten, Identity): the executor makes it a view of the input
+  // and runs no kernel.
+  virtual bool IsView() const { return false; }
+  // The input that output `output` may be written over, or -1: the kernel
+  // reads each element of that input before it writes the same element of
+  // the output, and reads no other element of it (element-wise updates).
+  // The memory plan uses it to update optimizer state in place.
+  virtual int InPlaceInput(const AttrMap& attrs, int output) const {
+    (void)attrs;
+    (void)output;
+    return -1;
+  }
 };
 
 // What a kernel gets: inputs, preallocated outputs (types from InferTypes),

@@ -167,6 +167,9 @@ class UpdateOpDef : public OpDef {
     c.flops = FlopsPerElement(a) * static_cast<double>(in[0].shape.numel());
     return c;
   }
+  // The new param and slots may overwrite the old ones: every kernel is
+  // element-wise (see the *Chunk functions).
+  int InPlaceInput(const AttrMap&, int output) const final { return output == 0 ? 0 : output + 1; }
 
  protected:
   // The float attributes, each one float or (fused) a list of R floats.

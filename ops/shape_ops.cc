@@ -195,6 +195,7 @@ LOOM_REGISTER_KERNEL("Permute", DeviceType::kCpu, TransposeKernel);
 class FlattenOp : public OpDef {
  public:
   std::string name() const override { return "Flatten"; }
+  bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Flatten"));
     const Shape& x = in[0].shape;

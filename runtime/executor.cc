@@ -74,6 +74,7 @@ Status Executor::Prepare() {
   if (!options_.pool) options_.pool = &ThreadPool::Default();
   const OpRegistry& registry = OpRegistry::Global();
   for (const Node& n : graph_.nodes()) {
+    node_index_[n.id] = static_cast<int>(node_keys_.size());
     node_keys_.push_back(HashName(n.name));
     if (options_.profile) profile_.push_back({n.name, n.op, 0.0, 0});
     if (IsSourceOp(n.op)) {
@@ -89,6 +90,12 @@ Status Executor::Prepare() {
   for (const auto& [name, v] : graph_.outputs()) keep.insert(v);
   for (const StateUpdate& u : graph_.state_updates()) keep.insert(u.new_value);
   plan_ = PlanMemory(graph_, keep);
+  // A view runs no kernel (in-place results are written by their op's).
+  for (const auto& [v, root] : plan_.aliases) {
+    const Node& producer = graph_.node(graph_.value(v).producer);
+    const OpDef* def = registry.FindOp(producer.op);
+    if (def && def->IsView()) kernels_[node_index_.at(producer.id)] = nullptr;
+  }
   LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
   arena_ = std::make_shared<Buffer>(allocator, std::max<size_t>(plan_.arena_bytes, 1));
   if (!arena_->data())
@@ -153,6 +160,10 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     }
     ++fed;
   }
+  // Aliases see their root's bytes; a fed root changes every step.
+  for (const auto& [v, root] : plan_.aliases) {
+    LOOM_ASSIGN_OR_RETURN(values_[v], values_[root].Reshape(graph_.type(v).shape));
+  }
   if (fed != feeds.size()) {
     for (const auto& [name, t] : feeds) {
       auto id = graph_.FindNode(name);
@@ -195,6 +206,7 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     LOOM_ASSIGN_OR_RETURN(results[name], values_[v].To(Device::Cpu()));
   }
   for (const StateUpdate& u : graph_.state_updates()) {
+    if (values_[u.new_value].raw_data() == values_[u.state].raw_data()) continue;  // updated in place
     LOOM_RETURN_IF_ERROR(values_[u.state].CopyFrom(values_[u.new_value]));
   }
   ++step_;

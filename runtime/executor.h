@@ -72,6 +72,7 @@ class Executor {
   std::vector<Tensor> values_;  // by ValueId: arena views, state or feeds
   std::vector<const KernelFn*> kernels_;  // by node index
   std::vector<uint64_t> node_keys_;       // by node index: the RNG stream key
+  std::map<NodeId, int> node_index_;      // node id -> index in execution order
   std::vector<NodeProfile> profile_;      // by node index, when profiling
   int64_t step_ = 0;
 };

@@ -120,5 +120,88 @@ TEST_CASE("state initialisation is seeded and independent of graph order") {
   CHECK_FALSE(a->GetState("fc/weights").ok());
 }
 
+TEST_CASE("views share their input's bytes and keep it alive while they are used") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape{2, 3}, DType::kF32});
+  ValueId fed_view = b.Add1("Reshape", {x}, {{"shape", std::vector<int64_t>{6}}}, "fed_view").value();
+  ValueId n = b.Add1("Neg", {fed_view}, {}, "neg").value();
+  ValueId v = b.Add1("Reshape", {n}, {{"shape", std::vector<int64_t>{3, 2}}}, "view").value();
+  ValueId t = b.Add1("Neg", {b.Add1("Flatten", {v}, {{"start_dim", int64_t{0}}}, "flat").value()}, {}, "neg2").value();
+  // The first Neg's bytes are read through the views after neg2 ran.
+  ValueId y = b.Add1("Add", {t, b.Add1("Identity", {n}, {}, "id").value()}, {}, "sum").value();
+  g.outputs()["y"] = y;
+  g.outputs()["v"] = v;
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  CHECK((*exec)->memory_plan().aliases.size() == 4);
+  CHECK((*exec)->memory_plan().slots.count(v) == 0);
+  for (float base : {1.0f, 10.0f}) {  // a fed root changes every step
+    auto out = (*exec)->Run({{"x", Tensor::FromVector<float>({2, 3}, {base, 2, 3, 4, 5, 6})}});
+    REQUIRE(out.ok());
+    CHECK(out->at("v").shape() == Shape({3, 2}));
+    CHECK(out->at("v").data<float>()[0] == -base);
+    CHECK(out->at("y").data<float>()[0] == 0.0f);   // -(-x) + (-x)... = x - x
+    CHECK(out->at("y").data<float>()[5] == 0.0f);
+  }
+}
+
+TEST_CASE("optimizer updates write the state in place when nothing reads it afterwards") {
+  Graph g;
+  GraphBuilder b(&g);
+  const TensorType t{Shape{4}, DType::kF32};
+  ValueId w = b.Parameter("w", t, {{"init", "ones"}});
+  ValueId grad = b.Input("grad", t);
+  ValueId lr = b.Input("lr", {Shape{}, DType::kF32});
+  ValueId step = b.Input("step", {Shape{}, DType::kF32});
+  ValueId buf = b.Buffer("w/momentum_buffer", t, {{"init", "zeros"}});
+  auto outs = b.Add("SgdUpdate", {w, grad, buf, lr, step},
+                    {{"momentum", 0.5}, {"dampening", 0.0}, {"weight_decay", 0.0}, {"nesterov", false}}, "update");
+  REQUIRE(outs.ok());
+  g.state_updates().push_back({w, (*outs)[0]});
+  g.state_updates().push_back({buf, (*outs)[1]});
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  CHECK((*exec)->memory_plan().slots.empty());  // both results live in the state tensors
+  REQUIRE((*exec)->InitializeState(0).ok());
+  std::map<std::string, Tensor> feeds = {{"grad", Tensor::FromVector<float>({4}, {1, 2, 3, 4})},
+                                         {"lr", Tensor::FromVector<float>({}, {0.5f})},
+                                         {"step", Tensor::FromVector<float>({}, {1})}};
+  REQUIRE((*exec)->Run(feeds).ok());
+  feeds["step"] = Tensor::FromVector<float>({}, {2});
+  REQUIRE((*exec)->Run(feeds).ok());
+  // Step 1: buf = g, w = 1 - 0.5 g. Step 2: buf = 0.5 g + g, w -= 0.5 * 1.5 g.
+  const Tensor w_now = (*exec)->GetState("w").value();
+  const Tensor b_now = (*exec)->GetState("w/momentum_buffer").value();
+  for (int i = 0; i < 4; ++i) {
+    const float gi = static_cast<float>(i + 1);
+    CHECK(b_now.data<float>()[i] == 1.5f * gi);
+    CHECK(w_now.data<float>()[i] == 1.0f - 0.5f * gi - 0.75f * gi);
+  }
+}
+
+TEST_CASE("a parameter that is also read as an output is not updated in place") {
+  Graph g;
+  GraphBuilder b(&g);
+  const TensorType t{Shape{2}, DType::kF32};
+  ValueId w = b.Parameter("w", t, {{"init", "ones"}});
+  ValueId lr = b.Input("lr", {Shape{}, DType::kF32});
+  ValueId step = b.Input("step", {Shape{}, DType::kF32});
+  auto outs = b.Add("SgdUpdate", {w, b.Input("grad", t), lr, step},
+                    {{"momentum", 0.0}, {"dampening", 0.0}, {"weight_decay", 0.0}, {"nesterov", false}}, "update");
+  REQUIRE(outs.ok());
+  g.state_updates().push_back({w, (*outs)[0]});
+  g.outputs()["w_before"] = b.Add1("Identity", {w}, {}, "w_before").value();
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  REQUIRE((*exec)->InitializeState(0).ok());
+  auto out = (*exec)->Run({{"grad", Tensor::FromVector<float>({2}, {1, 1})},
+                           {"lr", Tensor::FromVector<float>({}, {0.25f})},
+                           {"step", Tensor::FromVector<float>({}, {1})}});
+  REQUIRE(out.ok());
+  CHECK(out->at("w_before").data<float>()[0] == 1.0f);  // the value the step read
+  CHECK((*exec)->GetState("w").value().data<float>()[0] == 0.75f);
+}
+
 }  // namespace
 }  // namespace loom

@@ -213,13 +213,24 @@ Status BenchProfile(const Flags& flags) {
   LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
                                                {config.model().args().begin(), config.model().args().end()}, ex.shape,
                                                config.data().batch_size(), ex.classes));
-  LOOM_ASSIGN_OR_RETURN(Graph train,
-                        BuildTrainingGraph(m.graph(), "loss", train::ToOptimizerConfig(config.optimizer())));
+  LOOM_ASSIGN_OR_RETURN(int64_t replicas, flags.Int("replicas", 0));
+  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
+  Graph train;
+  if (replicas > 0) {  // the fused step of that many replicas
+    FusionOptions fo;
+    fo.replicas = static_cast<int>(replicas);
+    for (int64_t i = 0; i < replicas; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
+    LOOM_ASSIGN_OR_RETURN(Graph fused, FuseReplicas(m.graph(), fo));
+    LOOM_ASSIGN_OR_RETURN(train, BuildFusedTrainingGraph(fused, "loss", std::vector<OptimizerConfig>(replicas, opt), true));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(train, BuildTrainingGraph(m.graph(), "loss", opt));
+  }
   ExecutorOptions eo;
   eo.profile = true;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
   LOOM_RETURN_IF_ERROR(exec->InitializeState(0));
   std::map<std::string, Tensor> feeds = RandomFeeds(train);
+  if (feeds.count(kReplicaMaskInput)) feeds[kReplicaMaskInput].Fill(1);
   LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());  // warm-up, not profiled below
   for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
   auto start = Clock::now();
@@ -236,7 +247,7 @@ Status BenchProfile(const Flags& flags) {
   }
   std::vector<std::pair<std::string, std::pair<double, double>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  const int64_t batch = config.data().batch_size();
+  const int64_t batch = config.data().batch_size() * std::max<int64_t>(1, replicas);
   std::printf("%s: %lld steps of batch %lld, %.2f ms/step, %.0f samples/s, %.1f GFLOP/s (%d threads)\n",
               config.model().name().c_str(), static_cast<long long>(steps), static_cast<long long>(batch),
               1e3 * total / steps, steps * batch / total, GraphCost(train).flops * steps / total / 1e9,
@@ -398,6 +409,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "profile") {
     Flags flags({{"config", "the training config whose model and batch to profile"},
                  {"steps", "profiled steps (default 20)"},
+                 {"replicas", "profile the fused step of this many replicas (batch = replicas x the config's)"},
                  {"threads", "CPU threads (default: the config's)"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {
