@@ -212,6 +212,13 @@ class Trainer {
   std::string out_dir_;
   Datasets data_;
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
+  // fusion.per_replica_data_order: one training loader per replica, each
+  // shuffling with the replica's seed; the fused graph's image and label
+  // inputs are then [R, batch, ...].
+  std::vector<std::unique_ptr<DataLoader>> replica_loaders_;
+  bool per_replica_data() const { return !replica_loaders_.empty(); }
+  // The next training batch of the array: shared, or stacked per replica.
+  StatusOr<bool> NextBatch(std::map<std::string, Tensor>* feeds);
   Graph train_forward_, eval_forward_;  // one model
   std::unique_ptr<Executor> train_, eval_;
   std::vector<std::unique_ptr<Schedule>> schedules_;  // per replica (one when unfused)
@@ -245,6 +252,12 @@ Status Trainer::Prepare() {
   LOOM_ASSIGN_OR_RETURN(data_, LoadDatasets(c_.data()));
   LOOM_ASSIGN_OR_RETURN(train_loader_, DataLoader::Create(data_.train, LoaderOptions(c_, data_, true)));
   LOOM_ASSIGN_OR_RETURN(test_loader_, DataLoader::Create(data_.test, LoaderOptions(c_, data_, false)));
+  if (fused() && c_.fusion().per_replica_data_order()) {
+    for (const ReplicaSpec& spec : specs_) {
+      LOOM_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(data_.train, LoaderOptions(spec.config, data_, true)));
+      replica_loaders_.push_back(std::move(loader));
+    }
+  }
 
   // The same model twice: a training graph at the training batch size and an
   // evaluation graph (BatchNorm and Dropout in eval mode) at the eval batch.
@@ -328,9 +341,10 @@ Status Trainer::BuildArray(bool initialize) {
       opts.back().output_grad_norm = true;
     }
     const bool isolate = !c_.fusion().has_isolate_divergence() || c_.fusion().isolate_divergence();
+    LOOM_ASSIGN_OR_RETURN(eval_graph, FuseReplicas(eval_forward_, fo));  // evaluation data is shared
+    if (per_replica_data()) fo.per_replica_inputs = {"image", "label"};
     LOOM_ASSIGN_OR_RETURN(Graph fused_train, FuseReplicas(train_forward_, fo));
     LOOM_ASSIGN_OR_RETURN(train_graph, BuildFusedTrainingGraph(fused_train, "loss", opts, isolate));
-    LOOM_ASSIGN_OR_RETURN(eval_graph, FuseReplicas(eval_forward_, fo));
   }
   LOOM_ASSIGN_OR_RETURN(auto train, Executor::Create(train_graph, eo));
   LOOM_ASSIGN_OR_RETURN(eval_, Executor::Create(eval_graph, eo));
@@ -353,6 +367,34 @@ Status Trainer::BuildArray(bool initialize) {
   train_ = std::move(train);
   fingerprint_ = ModelFingerprint(train_graph);
   return Status::Ok();
+}
+
+StatusOr<bool> Trainer::NextBatch(std::map<std::string, Tensor>* feeds) {
+  Batch b;
+  if (!per_replica_data()) {
+    LOOM_ASSIGN_OR_RETURN(bool more, train_loader_->Next(&b));
+    (*feeds)["image"] = b.input;
+    (*feeds)["label"] = b.target;
+    return more;
+  }
+  std::vector<Batch> batches(alive_.size());
+  for (size_t i = 0; i < alive_.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(bool more, replica_loaders_[alive_[i]]->Next(&batches[i]));
+    if (!more) return false;  // the loaders have the same number of batches
+  }
+  for (const char* name : {"image", "label"}) {
+    const bool image = std::string(name) == "image";
+    const Tensor& first = image ? batches[0].input : batches[0].target;
+    std::vector<int64_t> dims = first.shape().dims();
+    dims.insert(dims.begin(), static_cast<int64_t>(batches.size()));
+    Tensor stacked = Tensor::Zeros(Shape(dims), first.dtype());
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const Tensor& t = image ? batches[i].input : batches[i].target;
+      std::memcpy(static_cast<char*>(stacked.raw_data()) + i * t.nbytes(), t.raw_data(), t.nbytes());
+    }
+    (*feeds)[name] = stacked;
+  }
+  return true;
 }
 
 Status Trainer::Retire(const std::vector<int64_t>& positions, const std::string& status,
@@ -528,14 +570,18 @@ StatusOr<RunResult> Trainer::Run() {
   int64_t window_steps = 0;
   auto window_start = Clock::now();
   bool evaluated_at_end = false;
-  Batch b;
   auto done = [&] { return step_ >= total_steps_ || (fused() && alive_.empty()); };
 
   while (!done() && epoch_ < c_.epochs()) {
-    LOOM_RETURN_IF_ERROR(train_loader_->Start(epoch_, batch_in_epoch_));
+    if (per_replica_data()) {
+      for (int64_t r : alive_) LOOM_RETURN_IF_ERROR(replica_loaders_[r]->Start(epoch_, batch_in_epoch_));
+    } else {
+      LOOM_RETURN_IF_ERROR(train_loader_->Start(epoch_, batch_in_epoch_));
+    }
     for (;;) {
       if (done()) break;
-      LOOM_ASSIGN_OR_RETURN(bool more, train_loader_->Next(&b));
+      std::map<std::string, Tensor> feeds;
+      LOOM_ASSIGN_OR_RETURN(bool more, NextBatch(&feeds));
       if (!more) break;
       const int64_t n = array_size();
       Tensor lr = Tensor::Zeros(fused() ? Shape({n}) : Shape{}, dtype_);
@@ -545,7 +591,8 @@ StatusOr<RunResult> Trainer::Run() {
         if (fused()) replicas_[alive_[i]].lr = rate;
       }
       step_t.Fill(static_cast<double>(step_ + 1));
-      std::map<std::string, Tensor> feeds = {{"image", b.input}, {"label", b.target}, {"lr", lr}, {"step", step_t}};
+      feeds["lr"] = lr;
+      feeds["step"] = step_t;
       if (fused()) {
         Tensor mask = Tensor::Zeros({n}, dtype_);
         mask.Fill(1);
