@@ -12,5 +12,9 @@ Status TrainCommand(const std::vector<std::string>& args);
 Status BenchCommand(const std::vector<std::string>& args);
 Status OpsCommand(const std::vector<std::string>& args);
 Status CheckpointCommand(const std::vector<std::string>& args);
+// Fused replicas (docs/fusion_tools.md): how many fit in a device's memory,
+// and one replica of a fused run's checkpoint as a single model's.
+Status PlanCommand(const std::vector<std::string>& args);
+Status ExportCommand(const std::vector<std::string>& args);
 
 }  // namespace loom::tools

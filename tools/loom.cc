@@ -16,7 +16,9 @@ constexpr const char* kUsage =
     "  train          train a model from a config file, or resume a run (loom train --help)\n"
     "  bench kernels  GEMM, Conv2d and MLP-step throughput against the Eigen GEMM roof\n"
     "  ops            list the registered ops and the devices that have kernels for them\n"
-    "  checkpoint F   the training position and per-tensor checksums of checkpoint F\n";
+    "  checkpoint F   the training position and per-tensor checksums of checkpoint F\n"
+    "  plan           how many fused replicas of a config's model fit in memory (loom plan --help)\n"
+    "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n";
 
 }  // namespace
 
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
     status = loom::tools::OpsCommand(rest);
   } else if (command == "bench") {
     status = loom::tools::BenchCommand(rest);
+  } else if (command == "plan") {
+    status = loom::tools::PlanCommand(rest);
+  } else if (command == "export") {
+    status = loom::tools::ExportCommand(rest);
   } else {
     std::fprintf(stderr, "loom: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;

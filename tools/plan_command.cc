@@ -1,0 +1,299 @@
+// `loom plan --config FILE [--memory SIZE] [--device NAME] [--max-replicas N]`:
+// how many fused replicas of a config's model fit in a device's memory,
+// from the graph and the static memory plan (runtime/step_memory.h), not by
+// running steps. For R = 1, 2, 4, ... the fused training step is built as
+// `loom bench fusion` builds it and its peak estimated; between the last
+// power of two that fits and the first that does not, a binary search finds
+// the largest R that fits. docs/fusion_tools.md.
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/file_util.h"
+#include "graph/fusion.h"
+#include "graph/model.h"
+#include "graph/training.h"
+#include "models/zoo.h"
+#include "runtime/config/train_config.h"
+#include "runtime/step_memory.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/train/training_run.h"
+
+namespace loom::tools {
+namespace {
+
+constexpr double kMiB = 1048576.0;
+
+// Devices by name: memory as marketed (decimal GB; the usable memory that
+// nvidia-smi reports is a little more for most of them, and the CUDA context
+// takes some of it back). "cpu" is this machine's physical memory.
+struct KnownDevice {
+  const char* name;
+  double gigabytes;  // 0: this machine's physical memory
+  const char* what;
+};
+constexpr KnownDevice kDevices[] = {
+    {"h200", 141, "NVIDIA H200, 141 GB HBM3e"},
+    {"h100", 80, "NVIDIA H100, 80 GB HBM3"},
+    {"a100", 80, "NVIDIA A100, 80 GB HBM2e"},
+    {"a100-80gb", 80, "NVIDIA A100, 80 GB HBM2e"},
+    {"a100-40gb", 40, "NVIDIA A100, 40 GB HBM2"},
+    {"v100", 16, "NVIDIA V100, 16 GB HBM2"},
+    {"v100-32gb", 32, "NVIDIA V100, 32 GB HBM2"},
+    {"t4", 16, "NVIDIA T4, 16 GB GDDR6"},
+    {"rtx4090", 24, "NVIDIA GeForce RTX 4090, 24 GB GDDR6X"},
+    {"cpu", 0, "this machine's physical memory"},
+};
+
+std::string KnownDeviceNames() {
+  std::string s;
+  for (const KnownDevice& d : kDevices) s += std::string(s.empty() ? "" : ", ") + d.name;
+  return s;
+}
+
+uint64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// "16GiB", "80GB", "512MiB", "1.5TiB", "1e9", "4096" (bytes); the unit may
+// follow a space and is case-insensitive; K/M/G/T alone are binary.
+StatusOr<uint64_t> ParseMemorySize(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("--memory '", text, "': ", why,
+                           " (examples: 16GiB, 80GB, 512MiB, 1.5TiB, 1000000 for bytes; "
+                           "units B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024))");
+  };
+  size_t pos = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &pos);
+  } catch (...) {
+    return bad("not a size");
+  }
+  std::string unit;
+  for (size_t i = pos; i < text.size(); ++i)
+    if (!std::isspace(static_cast<unsigned char>(text[i]))) unit += static_cast<char>(std::tolower(text[i]));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},         {"b", 1},          {"kb", 1e3},          {"mb", 1e6},          {"gb", 1e9},
+      {"tb", 1e12},    {"k", 1024.0},     {"m", kMiB},          {"g", kMiB * 1024},   {"t", kMiB * kMiB},
+      {"kib", 1024.0}, {"mib", kMiB},     {"gib", kMiB * 1024}, {"tib", kMiB * kMiB},
+  };
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end()) return bad("unknown unit '" + unit + "'");
+  const double bytes = number * it->second;
+  if (!std::isfinite(bytes) || bytes <= 0) return bad("must be more than 0 bytes");
+  if (bytes >= 1.8e19) return bad("too large");
+  return static_cast<uint64_t>(std::floor(bytes));
+}
+
+// "64 MiB", "141 GB", "7.61 GiB".
+std::string FormatBytes(uint64_t b) {
+  char s[64];
+  const uint64_t kGiB = uint64_t{1} << 30, kMiBi = uint64_t{1} << 20;
+  if (b % kGiB == 0) {
+    std::snprintf(s, sizeof(s), "%llu GiB", static_cast<unsigned long long>(b / kGiB));
+  } else if (b % 1000000000 == 0) {
+    std::snprintf(s, sizeof(s), "%llu GB", static_cast<unsigned long long>(b / 1000000000));
+  } else if (b % kMiBi == 0) {
+    std::snprintf(s, sizeof(s), "%llu MiB", static_cast<unsigned long long>(b / kMiBi));
+  } else if (b >= kGiB) {
+    std::snprintf(s, sizeof(s), "%.2f GiB", static_cast<double>(b) / static_cast<double>(kGiB));
+  } else if (b >= kMiBi) {
+    std::snprintf(s, sizeof(s), "%.2f MiB", static_cast<double>(b) / kMiB);
+  } else {
+    std::snprintf(s, sizeof(s), "%llu bytes", static_cast<unsigned long long>(b));
+  }
+  return s;
+}
+
+// The example shape of a config's dataset (as `loom bench` has it).
+StatusOr<std::pair<Shape, int64_t>> ExampleOf(const proto::TrainConfig& config) {
+  const std::string& ds = config.data().dataset();
+  if (ds == "fashion_mnist" || ds == "mnist") return std::make_pair(Shape{1, 28, 28}, int64_t{10});
+  if (ds == "cifar10") return std::make_pair(Shape{3, 32, 32}, int64_t{10});
+  if (ds == "synthetic")
+    return std::make_pair(
+        Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end())),
+        static_cast<int64_t>(config.data().num_classes()));
+  return Unimplemented("loom plan: dataset '", ds, "' has no known example shape");
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof(u), "\\u%04x", c);
+      out += u;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct Row {
+  int64_t replicas = 0;
+  StepMemory memory;      // the fused training step
+  size_t eval_bytes = 0;  // --with-eval: the evaluation executor's state, arena and batch
+  bool fits = false;
+  size_t total() const { return memory.total() + eval_bytes; }
+};
+
+Status Plan(const Flags& flags) {
+  if (!flags.Has("config")) return InvalidArgument("loom plan needs --config FILE");
+  const std::string config_path = flags.Str("config", "");
+  LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(config_path));
+  LOOM_ASSIGN_OR_RETURN(int64_t max_replicas, flags.Int("max-replicas", 1024));
+  if (max_replicas < 1 || max_replicas > (int64_t{1} << 20))
+    return InvalidArgument("--max-replicas must be in [1, 1048576], got ", max_replicas);
+
+  // The device: its memory (unless --memory) and whether the host's copies
+  // land on it (cpu) or not (the GPUs).
+  const std::string device_name = flags.Str("device", "cpu");
+  const KnownDevice* device = nullptr;
+  for (const KnownDevice& d : kDevices)
+    if (device_name == d.name) device = &d;
+  if (!device) return InvalidArgument("unknown device '", device_name, "' (known: ", KnownDeviceNames(), ")");
+  const bool is_cpu = device->gigabytes == 0;
+  uint64_t memory = 0;
+  if (flags.Has("memory")) {
+    LOOM_ASSIGN_OR_RETURN(memory, ParseMemorySize(flags.Str("memory", "")));
+  } else if (is_cpu) {
+    memory = PhysicalMemory();
+    if (memory == 0) return FailedPrecondition("cannot read this machine's physical memory; give --memory SIZE");
+  } else {
+    memory = static_cast<uint64_t>(device->gigabytes * 1e9);
+  }
+  const Device accounting = is_cpu ? Device::Cpu() : Device::Cuda(0);
+
+  LOOM_ASSIGN_OR_RETURN(const auto example, ExampleOf(config));
+  const int64_t batch = config.data().batch_size();
+  Model m;
+  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
+                                               {config.model().args().begin(), config.model().args().end()},
+                                               example.first, batch, example.second));
+  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
+  // loom train also keeps an executor of the evaluation graph (BatchNorm and
+  // Dropout in eval mode, at eval_batch_size) with its own state tensors.
+  const bool with_eval = flags.Bool("with-eval");
+  Model eval_model;
+  eval_model.set_training(false);
+  if (with_eval)
+    LOOM_RETURN_IF_ERROR(models::BuildClassifier(eval_model, config.model().name(),
+                                                 {config.model().args().begin(), config.model().args().end()},
+                                                 example.first, config.data().eval_batch_size(), example.second));
+
+  std::map<int64_t, Row> rows;
+  auto evaluate = [&](int64_t r) -> StatusOr<bool> {
+    FusionOptions fo;
+    fo.replicas = static_cast<int>(r);
+    for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
+    LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
+    LOOM_ASSIGN_OR_RETURN(Graph fused,
+                          BuildFusedTrainingGraph(fused_forward, "loss", std::vector<OptimizerConfig>(r, opt), true));
+    Row row;
+    row.replicas = r;
+    LOOM_ASSIGN_OR_RETURN(row.memory, EstimateStepMemory(fused, accounting));
+    if (with_eval) {
+      LOOM_ASSIGN_OR_RETURN(Graph fused_eval, FuseReplicas(eval_model.graph(), fo));
+      LOOM_ASSIGN_OR_RETURN(StepMemory e, EstimateStepMemory(fused_eval, accounting));
+      row.eval_bytes = e.state_bytes + e.arena_bytes + e.input_bytes;
+    }
+    row.fits = row.total() <= memory;
+    rows[r] = row;
+    return row.fits;
+  };
+
+  // Powers of two (and the limit), then a binary search between the last
+  // that fits (lo) and the first that does not (hi).
+  int64_t lo = 0, hi = 0;
+  for (int64_t r = 1;; r *= 2) {
+    const int64_t at = std::min(r, max_replicas);
+    LOOM_ASSIGN_OR_RETURN(bool fits, evaluate(at));
+    if (!fits) {
+      hi = at;
+      break;
+    }
+    lo = at;
+    if (at == max_replicas) break;
+  }
+  while (hi > 0 && hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    LOOM_ASSIGN_OR_RETURN(bool fits, evaluate(mid));
+    (fits ? lo : hi) = mid;
+  }
+
+  if (flags.Has("json")) {
+    std::string json = StrCat("{\"config\": ", JsonString(config_path), ", \"model\": ", JsonString(config.model().name()),
+                              ", \"batch\": ", batch, ", \"device\": \"", device->name,
+                              "\", \"memory_bytes\": ", memory, ", \"with_eval\": ", with_eval ? "true" : "false", ", \"largest_fitting\": ", lo,
+                              ", \"limited_by_max_replicas\": ", hi == 0 ? "true" : "false", ", \"rows\": [");
+    bool first = true;
+    for (const auto& [r, row] : rows) {
+      const StepMemory& s = row.memory;
+      json += StrCat(first ? "" : ", ", "{\"replicas\": ", r, ", \"state_bytes\": ", s.state_bytes,
+                     ", \"arena_bytes\": ", s.arena_bytes, ", \"input_bytes\": ", s.input_bytes,
+                     ", \"transient_bytes\": ", s.transient_bytes, ", \"step_bytes\": ", s.total(),
+                     ", \"eval_bytes\": ", row.eval_bytes, ", \"total_bytes\": ", row.total(),
+                     ", \"fits\": ", row.fits ? "true" : "false", "}");
+      first = false;
+    }
+    json += "]}\n";
+    const std::string path = flags.Str("json", "");
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(path, json));
+  }
+  const std::string size = FormatBytes(memory);
+  std::printf("%s: model %s, batch %lld, optimizer %s; fused training step of R replicas\n", config_path.c_str(),
+              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str());
+  std::printf("%8s %12s %16s %12s%s %12s %6s\n", "R", "state MiB", "activations MiB", "other MiB",
+              with_eval ? "     eval MiB" : "", "total MiB", "fits");
+  for (const auto& [r, row] : rows) {
+    const StepMemory& s = row.memory;
+    char eval[32] = "";
+    if (with_eval) std::snprintf(eval, sizeof(eval), " %12.2f", row.eval_bytes / kMiB);
+    std::printf("%8lld %12.2f %16.2f %12.2f%s %12.2f %6s\n", static_cast<long long>(r), s.state_bytes / kMiB,
+                s.arena_bytes / kMiB, (s.input_bytes + s.transient_bytes) / kMiB, eval, row.total() / kMiB,
+                row.fits ? "yes" : "no");
+  }
+  std::printf("largest R that fits in %s (%s): %lld%s\n", size.c_str(), device->name, static_cast<long long>(lo),
+              hi == 0 ? " (the --max-replicas limit; more may fit)" : "");
+  std::printf("(state: parameters, buffers and optimizer slots; activations: the step's arena; other: the fed "
+              "batch and %s%s)\n",
+              is_cpu ? "the largest host copy (initial state, outputs) or kernel scratch"
+                     : "the next step's copy of a feed or kernel scratch",
+              with_eval ? "; eval: the evaluation executor's parameters, buffers, arena and batch"
+                        : "; not counted: the evaluation executor of loom train (--with-eval counts it)");
+  std::printf("estimated from loom's own memory plan (the same arena on CPU and CUDA); CUDA library workspaces "
+              "such as cuBLAS's and the CUDA context are not counted\n");
+
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PlanCommand(const std::vector<std::string>& args) {
+  Flags flags({{"config", "the training config whose model, batch and optimizer to fuse"},
+               {"memory", "the memory to fit in: 16GiB, 80GB, 512MiB, 1.5TiB or bytes (default: the device's)"},
+               {"device", StrCat("whose memory (unless --memory) and accounting: ", KnownDeviceNames(),
+                                 " (default cpu: this machine)")},
+               {"max-replicas", "the most replicas to consider (default 1024)"},
+               {"with-eval?", "also count the evaluation executor that loom train keeps (its own parameters and "
+                              "buffers, an arena at eval_batch_size)"},
+               {"json", "also write the rows and the answer as JSON to this file"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: loom plan --config FILE [--memory SIZE] [--device NAME] [--max-replicas N] [--with-eval] [--json FILE]\n%s",
+                flags.Help().c_str());
+    return Status::Ok();
+  }
+  return Plan(flags);
+}
+
+}  // namespace loom::tools
