@@ -98,7 +98,11 @@ Status Export(const Flags& flags) {
     if (!IsReplicaValue(k)) out.float_values[k] = v;
   for (const auto& [k, v] : in.string_values)
     if (!IsReplicaValue(k)) out.string_values[k] = v;
-  out.config_text = TrainConfigToText(specs[r].config);
+  // The replica's own config, minus the fused run's folder: training from
+  // it must not write into that run.
+  proto::TrainConfig replica_config = specs[r].config;
+  replica_config.clear_out_dir();
+  out.config_text = TrainConfigToText(replica_config);
   LOOM_RETURN_IF_ERROR(SaveCheckpoint(out_path, out));
 
   size_t bytes = 0;
