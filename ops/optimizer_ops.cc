@@ -575,10 +575,14 @@ double SumOfSquares(const T* x, int64_t n, ThreadPool* pool) {
       pool, blocks,
       [&](int64_t s, int64_t e) {
         for (int64_t b = s; b < e; ++b) {
-          double acc = 0;
-          for (int64_t i = b * kBlock, end = std::min(n, i + kBlock); i < end; ++i)
-            acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-          partial[b] = acc;
+          // Independent lanes: a single running sum would serialize on the
+          // add latency; the lane order is fixed, so results stay exact
+          // functions of the data.
+          const T* xb = x + b * kBlock;
+          partial[b] = LaneSum<double>(std::min(kBlock, n - b * kBlock), [&](int64_t i) {
+            const double v = static_cast<double>(xb[i]);
+            return v * v;
+          });
         }
       },
       /*min_chunk=*/2);
