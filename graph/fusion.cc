@@ -1,7 +1,6 @@
 #include "graph/fusion.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <numeric>
 
@@ -374,7 +373,6 @@ class Fuser {
     const bool transposed = n.op.rfind("ConvTranspose", 0) == 0;
     const int64_t groups = n.attrs.Int("groups", 1);
     const Shape xs = SingleShape(in[0]);
-    const Shape ws = SingleShape(in[1]);
     const Shape ys = src_.type(n.outputs[0]).shape;
     const bool shared_x = !in[0].replicated() && groups == 1 && !transposed;
     ValueId x = in[0].v;
@@ -395,7 +393,6 @@ class Fuser {
     }
     AttrMap attrs = n.attrs;
     if (!shared_x) attrs.Set("groups", groups * r_);
-    (void)ws;
     LOOM_ASSIGN_OR_RETURN(ValueId y, Emit(n.op, ins, attrs, n.name));
     LOOM_ASSIGN_OR_RETURN(ValueId out, Reshape(y, InsertDim(ys, 1, r_), n.name + "/split_replicas"));
     MapOutputs(n, {out}, {1});
