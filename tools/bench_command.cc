@@ -310,6 +310,17 @@ Status BenchFusion(const Flags& flags) {
   const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
   LOOM_ASSIGN_OR_RETURN(Graph single, BuildTrainingGraph(m.graph(), "loss", opt));
   const double single_flops = GraphCost(single).flops;
+  // Layers left unfused (run once per replica): the config's, or --unfused.
+  std::vector<std::string> unfused(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
+  if (flags.Has("unfused")) {
+    unfused.clear();
+    const std::string list = flags.Str("unfused", "");
+    for (size_t at = 0; at < list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      if (comma > at) unfused.push_back(list.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
   const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
 
   std::vector<FusionRow> rows;
@@ -318,6 +329,7 @@ Status BenchFusion(const Flags& flags) {
     row.replicas = r;
     FusionOptions fo;
     fo.replicas = static_cast<int>(r);
+    fo.unfused_layers = unfused;
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
     LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
     LOOM_ASSIGN_OR_RETURN(Graph fused, BuildFusedTrainingGraph(fused_forward, "loss",
@@ -359,8 +371,10 @@ Status BenchFusion(const Flags& flags) {
   const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
   const double roof = roof1 * static_cast<double>(threads);
 
-  std::printf("%s, batch %lld, %s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
-              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str(),
+  std::string unfused_note;
+  for (const std::string& l : unfused) unfused_note += (unfused_note.empty() ? ", unfused: " : ",") + l;
+  std::printf("%s, batch %lld, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
+              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str(), unfused_note.c_str(),
               static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
   std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");
@@ -396,6 +410,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "fusion") {
     Flags flags({{"config", "the training config whose model, batch and optimizer to fuse"},
                  {"replicas", "replica counts to measure, e.g. 1,2,4,8,16 (the default)"},
+                 {"unfused", "layers to leave unfused, e.g. fc1,fc2 (default: the config's fusion.unfused_layers)"},
                  {"reps", "timed steps per measurement; the fastest is reported (default 5)"},
                  {"threads", "CPU threads (default: the config's)"},
                  {"json", "also write the results as JSON to this file"}});
