@@ -1,7 +1,14 @@
-// Row-major GEMM on the CPU: C = alpha * op(A) * op(B) + beta * C, with
-// Eigen doing the blocked multiply and the thread pool splitting C into
-// column (or row) panels. All CPU ops that reduce to matrix products
-// (Linear, MatMul, BatchMatMul, convolution via im2col) call this.
+// Row-major GEMM on the CPU: C = alpha * op(A) * op(B) + beta * C. All CPU
+// ops that reduce to matrix products (Linear, MatMul, BatchMatMul,
+// convolution via im2col) call this.
+//
+// Single precision runs a packed, cache-blocked AVX2/FMA kernel (6 x 16
+// register tiles, see gemm.cc) where the build has AVX2 and FMA, else Eigen;
+// double precision always runs Eigen. beta == 0 never reads C (it may hold
+// garbage), and in the AVX2 path alpha == 0 or k == 0 reads neither A nor B.
+// A product big enough is split into one panel of C per thread; in the AVX2
+// path each element's sum runs in the same order whatever the split, so
+// results are bit-identical for any thread count.
 #pragma once
 
 #include <cstdint>
