@@ -178,6 +178,28 @@ class Fuser {
     return Reshape(moved, InsertDim(Shape(padded), t, r_), name + "/align");
   }
 
+  // x as [d0, R*d1, ...]: the replica axis merged into dim 1 (channels,
+  // heads), where ops that work per plane or per head see R times as many.
+  StatusOr<ValueId> MergeIntoDim1(const FusedValue& x, const std::string& name) {
+    LOOM_ASSIGN_OR_RETURN(ValueId v, Replicated(x, 1, name));
+    std::vector<int64_t> d = SingleShape(x).dims();
+    d[1] *= r_;
+    return Reshape(v, Shape(d), name + "/merge_replicas");
+  }
+
+  // Maps n's outputs, computed on values merged by MergeIntoDim1, back to
+  // [d0, R, d1, ...] (replica axis 1).
+  Status MapMergedOutputs(const Node& n, const std::vector<ValueId>& outs) {
+    std::vector<ValueId> fused;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(ValueId v, Reshape(outs[i], InsertDim(src_.type(n.outputs[i]).shape, 1, r_),
+                                               n.name + "/split_replicas" + std::to_string(i)));
+      fused.push_back(v);
+    }
+    MapOutputs(n, fused, std::vector<int>(fused.size(), 1));
+    return Status::Ok();
+  }
+
   // ---- rules ----
 
   Status FuseNode(const Node& n) {
@@ -372,15 +394,11 @@ class Fuser {
   Status FuseConv(const Node& n, const std::vector<FusedValue>& in) {
     const bool transposed = n.op.rfind("ConvTranspose", 0) == 0;
     const int64_t groups = n.attrs.Int("groups", 1);
-    const Shape xs = SingleShape(in[0]);
     const Shape ys = src_.type(n.outputs[0]).shape;
     const bool shared_x = !in[0].replicated() && groups == 1 && !transposed;
     ValueId x = in[0].v;
     if (!shared_x) {
-      LOOM_ASSIGN_OR_RETURN(ValueId x1, Replicated(in[0], 1, n.name + "/x"));
-      std::vector<int64_t> d = xs.dims();
-      d[1] *= r_;
-      LOOM_ASSIGN_OR_RETURN(x, Reshape(x1, Shape(d), n.name + "/x_channels"));
+      LOOM_ASSIGN_OR_RETURN(x, MergeIntoDim1(in[0], n.name + "/x"));
     }
     std::vector<ValueId> ins = {x};
     for (size_t i = 1; i < in.size(); ++i) {
@@ -403,10 +421,7 @@ class Fuser {
   Status FuseBatchNorm(const Node& n, const std::vector<FusedValue>& in) {
     const Shape xs = SingleShape(in[0]);
     const int64_t c = xs[1];
-    LOOM_ASSIGN_OR_RETURN(ValueId x1, Replicated(in[0], 1, n.name + "/x"));
-    std::vector<int64_t> d = xs.dims();
-    d[1] *= r_;
-    LOOM_ASSIGN_OR_RETURN(ValueId x, Reshape(x1, Shape(d), n.name + "/x_channels"));
+    LOOM_ASSIGN_OR_RETURN(ValueId x, MergeIntoDim1(in[0], n.name + "/x"));
     std::vector<ValueId> ins = {x};
     for (size_t i = 1; i < in.size(); ++i) {
       const std::string pname = n.name + "/param" + std::to_string(i);
@@ -457,20 +472,9 @@ class Fuser {
 
   // Pooling works per plane: [N, R*C, H, W].
   Status FusePool(const Node& n, const std::vector<FusedValue>& in) {
-    const Shape xs = SingleShape(in[0]);
-    LOOM_ASSIGN_OR_RETURN(ValueId x1, MoveAxis(in[0], 1, n.name + "/x"));
-    std::vector<int64_t> d = xs.dims();
-    d[1] *= r_;
-    LOOM_ASSIGN_OR_RETURN(ValueId x, Reshape(x1, Shape(d), n.name + "/x_channels"));
+    LOOM_ASSIGN_OR_RETURN(ValueId x, MergeIntoDim1(in[0], n.name + "/x"));
     LOOM_ASSIGN_OR_RETURN(auto outs, b_.Add(n.op, {x}, n.attrs, n.name));
-    std::vector<ValueId> fused;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      LOOM_ASSIGN_OR_RETURN(ValueId v, Reshape(outs[i], InsertDim(src_.type(n.outputs[i]).shape, 1, r_),
-                                               n.name + "/split_replicas" + std::to_string(i)));
-      fused.push_back(v);
-    }
-    MapOutputs(n, fused, std::vector<int>(fused.size(), 1));
-    return Status::Ok();
+    return MapMergedOutputs(n, outs);
   }
 
   Status FuseReshape(const Node& n, const std::vector<FusedValue>& in) {
@@ -588,23 +592,12 @@ class Fuser {
     if (in.size() > 3 && in[3].replicated()) return PerReplica(n, in);
     std::vector<ValueId> ins;
     for (size_t i = 0; i < 3; ++i) {
-      const std::string name = n.name + "/in" + std::to_string(i);
-      LOOM_ASSIGN_OR_RETURN(ValueId v, Replicated(in[i], 1, name));
-      std::vector<int64_t> d = SingleShape(in[i]).dims();
-      d[1] *= r_;
-      LOOM_ASSIGN_OR_RETURN(v, Reshape(v, Shape(d), name + "/heads"));
+      LOOM_ASSIGN_OR_RETURN(ValueId v, MergeIntoDim1(in[i], n.name + "/in" + std::to_string(i)));
       ins.push_back(v);
     }
     if (in.size() > 3) ins.push_back(in[3].v);
     LOOM_ASSIGN_OR_RETURN(auto outs, b_.Add(n.op, ins, n.attrs, n.name));
-    std::vector<ValueId> fused;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      LOOM_ASSIGN_OR_RETURN(ValueId v, Reshape(outs[i], InsertDim(src_.type(n.outputs[i]).shape, 1, r_),
-                                               n.name + "/split_replicas" + std::to_string(i)));
-      fused.push_back(v);
-    }
-    MapOutputs(n, fused, std::vector<int>(fused.size(), 1));
-    return Status::Ok();
+    return MapMergedOutputs(n, outs);
   }
 
   const Graph& src_;
