@@ -16,5 +16,8 @@ Status CheckpointCommand(const std::vector<std::string>& args);
 // and one replica of a fused run's checkpoint as a single model's.
 Status PlanCommand(const std::vector<std::string>& args);
 Status ExportCommand(const std::vector<std::string>& args);
+// A zoo model's layers, parameters and FLOPs; its forward graph to a file
+// (docs/inspect.md).
+Status InspectCommand(const std::vector<std::string>& args);
 
 }  // namespace loom::tools

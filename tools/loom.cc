@@ -18,7 +18,8 @@ constexpr const char* kUsage =
     "  ops            list the registered ops and the devices that have kernels for them\n"
     "  checkpoint F   the training position and per-tensor checksums of checkpoint F\n"
     "  plan           how many fused replicas of a config's model fit in memory (loom plan --help)\n"
-    "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n";
+    "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n"
+    "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n";
 
 }  // namespace
 
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
     status = loom::tools::PlanCommand(rest);
   } else if (command == "export") {
     status = loom::tools::ExportCommand(rest);
+  } else if (command == "inspect") {
+    status = loom::tools::InspectCommand(rest);
   } else {
     std::fprintf(stderr, "loom: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
