@@ -46,7 +46,7 @@ expect "out of range" "range.pbtxt:3: field optimizer.lr: must be > 0, got -0.1"
 
 cfg model 'model { name: "resnet9000" }
 data { dataset: "fashion_mnist" }'
-expect "unknown model" "unknown model 'resnet9000' (the zoo has: mlp, cnn)" -- train --config "$work/model.pbtxt" --out "$work/out"
+expect "unknown model" "unknown model 'resnet9000' (the zoo has: mlp, cnn" -- train --config "$work/model.pbtxt" --out "$work/out"
 
 cfg arg 'model { name: "mlp" args { key: "hiden" value: "64" } }
 data { dataset: "fashion_mnist" }'
