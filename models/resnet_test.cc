@@ -1,0 +1,184 @@
+// ResNet-18/101 as torchvision builds them: parameter counts and names, a
+// forward pass and training steps through the executor, and horizontal
+// fusion (R = 2) against separate models.
+#include "models/resnet.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <set>
+
+#include "core/rng.h"
+#include "graph/fusion.h"
+#include "graph/training.h"
+#include "runtime/executor.h"
+
+namespace loom::models {
+namespace {
+
+int64_t ParameterCount(const Graph& g) {
+  int64_t n = 0;
+  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
+  return n;
+}
+
+std::set<std::string> ParameterNames(const Graph& g) {
+  std::set<std::string> names;
+  for (NodeId id : g.NodesWithOp(kParameterOp)) names.insert(g.node(id).name);
+  return names;
+}
+
+Tensor RandomImages(const Shape& s, DType dtype, uint64_t key) {
+  Rng rng = Rng::Stream(7, key);
+  Tensor t = Tensor::Zeros(s, DType::kF64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(-1, 1);
+  return *t.Cast(dtype);
+}
+
+Tensor Scalar(double v) {
+  Tensor t = Tensor::Zeros({}, DType::kF32);
+  t.Fill(v);
+  return t;
+}
+
+// image [batch, 3, size, size] -> "logits", and with "label" [batch] "loss".
+void BuildClassifier(Model& m, const ResNetOptions& o, int64_t batch, int64_t size) {
+  Sym image = m.input("image", {batch, 3, size, size});
+  Sym label = m.input("label", {batch}, DType::kI64);
+  Sym logits = ResNet(m, image, o);
+  m.set_output("logits", logits);
+  m.set_output("loss", m.cross_entropy(logits, label));
+  REQUIRE(m.status().ok());
+}
+
+TEST_CASE("resnet18 and resnet101 have torchvision's parameter counts and names") {
+  {
+    Model m;
+    BuildClassifier(m, ResNet18Options(1000), 1, 224);
+    CHECK(ParameterCount(m.graph()) == 11689512);  // torchvision resnet18
+    CHECK(m.graph().type(m.graph().outputs().at("logits")).shape == Shape({1, 1000}));
+    const auto names = ParameterNames(m.graph());
+    for (const char* n : {"conv1/weight", "bn1/weight", "bn1/bias", "layer1/0/conv1/weight", "layer1/1/bn2/bias",
+                          "layer2/0/downsample/0/weight", "layer2/0/downsample/1/weight", "layer4/1/conv2/weight",
+                          "fc/weight", "fc/bias"})
+      CHECK(names.count(n) == 1);
+    CHECK(names.count("layer1/0/downsample/0/weight") == 0);  // BasicBlock: no shape change in layer1
+    CHECK(names.count("conv1/bias") == 0);
+    CHECK(names.size() == 62);  // torchvision: len(list(resnet18().parameters())) == 62
+  }
+  {
+    Model m;
+    BuildClassifier(m, ResNet101Options(1000), 1, 224);
+    CHECK(ParameterCount(m.graph()) == 44549160);  // torchvision resnet101
+    const auto names = ParameterNames(m.graph());
+    for (const char* n : {"layer1/0/downsample/0/weight", "layer1/0/conv3/weight", "layer3/22/bn3/weight",
+                          "layer4/2/conv3/weight", "fc/weight"})
+      CHECK(names.count(n) == 1);
+    CHECK(names.size() == 314);  // torchvision: len(list(resnet101().parameters())) == 314
+    // v1.5: the stride sits on the 3x3 conv; 224 -> 112 (conv1) -> 56 (maxpool) -> 28 -> 14 -> 7.
+    const Graph& g = m.graph();
+    for (NodeId id : g.NodesWithOp("Conv2d")) {
+      const Node& n = g.node(id);
+      if (n.name == "layer2/0/conv1") CHECK(g.type(n.outputs[0]).shape == Shape({1, 128, 56, 56}));
+      if (n.name == "layer2/0/conv2") CHECK(g.type(n.outputs[0]).shape == Shape({1, 128, 28, 28}));
+      if (n.name == "layer4/2/conv3") CHECK(g.type(n.outputs[0]).shape == Shape({1, 2048, 7, 7}));
+    }
+  }
+  {
+    // The C++ builder with the CIFAR stem: 3x3 conv1 instead of 7x7, otherwise the same.
+    Model m;
+    Sym x = m.input("image", {1, 3, 32, 32});
+    ResNetOptions o = ResNet18Options(10);
+    o.stem = ResNetStem::kCifar;
+    Sym logits = ResNet(m, x, o);
+    REQUIRE(m.status().ok());
+    CHECK(m.shape(logits) == Shape({1, 10}));
+    CHECK(ParameterCount(m.graph()) == 11689512 - 3 * 64 * (49 - 9) - 513 * 990);  // 7x7 -> 3x3 conv1, fc 1000 -> 10
+  }
+}
+
+TEST_CASE("resnet stems parse by name") {
+  CHECK(*ParseResNetStem("imagenet") == ResNetStem::kImageNet);
+  CHECK(*ParseResNetStem("cifar") == ResNetStem::kCifar);
+  auto bad = ParseResNetStem("imagnet");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "argument stem: 'imagnet' is not a ResNet stem (imagenet, cifar)");
+}
+
+TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
+  Model m;
+  ResNetOptions o = ResNet18Options(10);
+  o.stem = ResNetStem::kCifar;
+  BuildClassifier(m, o, 2, 32);
+  const Tensor images = RandomImages({2, 3, 32, 32}, DType::kF32, 1);
+  Tensor labels = Tensor::Zeros({2}, DType::kI64);
+  labels.data<int64_t>()[0] = 3;
+  labels.data<int64_t>()[1] = 7;
+
+  auto fwd = Executor::Create(m.graph());
+  REQUIRE(fwd.ok());
+  REQUIRE((*fwd)->InitializeState(0).ok());
+  auto out = (*fwd)->Run({{"image", images}, {"label", labels}});
+  if (!out.ok()) FAIL(out.status().ToString());
+  CHECK(out->at("logits").shape() == Shape({2, 10}));
+  for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));
+
+  OptimizerConfig sgd;
+  sgd.momentum = 0.9;
+  auto train = BuildTrainingGraph(m.graph(), "loss", sgd);
+  if (!train.ok()) FAIL(train.status().ToString());
+  auto exec = Executor::Create(*train);
+  REQUIRE(exec.ok());
+  REQUIRE((*exec)->InitializeState(0).ok());
+  std::vector<double> losses;
+  for (int step = 1; step <= 4; ++step) {
+    auto r = (*exec)->Run({{"image", images}, {"label", labels}, {"lr", Scalar(0.01)}, {"step", Scalar(step)}});
+    if (!r.ok()) FAIL(r.status().ToString());
+    losses.push_back(r->at("loss").ScalarAt(0));
+  }
+  INFO("losses " << losses[0] << " " << losses[1] << " " << losses[2] << " " << losses[3]);
+  for (double l : losses) CHECK(std::isfinite(l));
+  CHECK(losses[0] == Approx(out->at("loss").ScalarAt(0)).epsilon(1e-5));  // the same forward, same seed
+  CHECK(losses.back() < losses.front());
+}
+
+TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)") {
+  const std::vector<uint64_t> seeds = {5, 9};
+  Model m(DType::kF64);
+  Sym x = m.input("image", {2, 3, 16, 16});
+  ResNetOptions o = ResNet18Options(10);
+  o.width = 8;
+  o.stem = ResNetStem::kCifar;
+  m.set_output("logits", ResNet(m, x, o));
+  REQUIRE(m.status().ok());
+  const Tensor images = RandomImages({2, 3, 16, 16}, DType::kF64, 2);
+
+  auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
+  if (!fused.ok()) FAIL(fused.status().ToString());
+  auto fe = Executor::Create(*fused);
+  REQUIRE(fe.ok());
+  REQUIRE((*fe)->InitializeState(0).ok());  // replica r starts as a single model with seeds[r]
+  auto fout = (*fe)->Run({{"image", images}});
+  if (!fout.ok()) FAIL(fout.status().ToString());
+  const Tensor& flogits = fout->at("logits");
+  REQUIRE(flogits.shape() == Shape({2, 2, 10}));
+  const std::vector<double> fused_values = flogits.ToDoubleVector();
+
+  std::vector<std::vector<double>> separate;
+  for (int r = 0; r < 2; ++r) {
+    INFO("replica " << r);
+    auto se = Executor::Create(m.graph());
+    REQUIRE(se.ok());
+    REQUIRE((*se)->InitializeState(seeds[r]).ok());
+    auto sout = (*se)->Run({{"image", images}});
+    REQUIRE(sout.ok());
+    const std::vector<double> want = sout->at("logits").ToDoubleVector();
+    REQUIRE(want.size() == 20);
+    for (size_t i = 0; i < want.size(); ++i)
+      CHECK(std::abs(fused_values[r * 20 + i] - want[i]) <= 1e-9 * std::max(1.0, std::abs(want[i])));
+    separate.push_back(want);
+  }
+  CHECK(separate[0] != separate[1]);  // the replicas really have different parameters
+}
+
+}  // namespace
+}  // namespace loom::models
