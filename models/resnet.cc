@@ -1,7 +1,6 @@
 #include "models/resnet.h"
 
 #include <cmath>
-#include <memory>
 #include <optional>
 
 namespace loom::models {
@@ -29,9 +28,9 @@ namespace {
 Sym Conv(Model& m, Sym x, int64_t out, int64_t k, int64_t stride, int64_t pad, const std::string& name) {
   if (!m.status().ok() || !x.valid()) return {};
   const int64_t in = m.shape(x)[1];
-  const double std = std::sqrt(2.0 / static_cast<double>(out * k * k));
+  const double stddev = std::sqrt(2.0 / static_cast<double>(out * k * k));
   // The same names as Model::conv2d ("<name>/weight" under the current scope).
-  Sym w = m.parameter(name + "/weight", {out, in, k, k}, InitNormal(0.0, std));
+  Sym w = m.parameter(name + "/weight", {out, in, k, k}, InitNormal(0.0, stddev));
   AttrMap a{{"stride", std::vector<int64_t>{stride, stride}},
             {"padding", std::vector<int64_t>{pad, pad}},
             {"dilation", std::vector<int64_t>{1, 1}},
