@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "graph/fusion.h"
 #include "graph/training.h"
+#include "models/zoo.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
@@ -102,6 +103,37 @@ TEST_CASE("resnet stems parse by name") {
   auto bad = ParseResNetStem("imagnet");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() == "argument stem: 'imagnet' is not a ResNet stem (imagenet, cifar)");
+}
+
+TEST_CASE("the zoo's resnet18 and resnet101 check their arguments") {
+  {
+    Model m;
+    REQUIRE(models::BuildClassifier(m, "resnet18", {}, {3, 224, 224}, 1, 1000).ok());
+    CHECK(ParameterCount(m.graph()) == 11689512);
+  }
+  {
+    Model m;
+    REQUIRE(models::BuildClassifier(m, "resnet101", {{"stem", "imagenet"}}, {3, 224, 224}, 1, 1000).ok());
+    CHECK(ParameterCount(m.graph()) == 44549160);
+  }
+  {
+    // Fashion-MNIST-sized: 1 channel, 28x28, the CIFAR stem at width 16.
+    Model m;
+    REQUIRE(models::BuildClassifier(m, "resnet18", {{"stem", "cifar"}, {"width", "16"}}, {1, 28, 28}, 2, 10).ok());
+    CHECK(m.graph().type(m.graph().outputs().at("logits")).shape == Shape({2, 10}));
+  }
+  Model m1;
+  Status stem = models::BuildClassifier(m1, "resnet18", {{"stem", "imagnet"}}, {3, 32, 32}, 2, 10);
+  CHECK(stem.message() == "argument stem: 'imagnet' is not a ResNet stem (imagenet, cifar)");
+  Model m2;
+  Status typo = models::BuildClassifier(m2, "resnet101", {{"widht", "8"}}, {3, 32, 32}, 2, 10);
+  CHECK(typo.message() == "model resnet101 has no argument 'widht' (its arguments: stem, width)");
+  Model m3;
+  Status width = models::BuildClassifier(m3, "resnet18", {{"width", "0"}}, {3, 32, 32}, 2, 10);
+  CHECK(width.message() == "argument width: must be >= 1, got 0");
+  Model m4;
+  Status number = models::BuildClassifier(m4, "resnet18", {{"stem", "3"}}, {3, 32, 32}, 2, 10);
+  CHECK(number.message() == "argument stem: '3' is not a ResNet stem (imagenet, cifar)");
 }
 
 TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {

@@ -5,6 +5,7 @@
 
 #include "models/cnn.h"
 #include "models/mlp.h"
+#include "models/resnet.h"
 
 namespace loom::models {
 
@@ -16,6 +17,12 @@ StatusOr<int64_t> ModelArgs::Int(const std::string& key, int64_t def) {
   long long v = std::strtoll(it->second.c_str(), &end, 10);
   if (it->second.empty() || *end != '\0') return InvalidArgument("argument ", key, ": '", it->second, "' is not an integer");
   return static_cast<int64_t>(v);
+}
+
+std::string ModelArgs::Str(const std::string& key, const std::string& def) {
+  used_.insert(key);
+  auto it = values_.find(key);
+  return it == values_.end() ? def : it->second;
 }
 
 StatusOr<double> ModelArgs::Float(const std::string& key, double def) {
@@ -82,6 +89,17 @@ StatusOr<Sym> BuildCnn(Model& m, Sym input, int64_t classes, ModelArgs& args) {
   return Cnn(m, input, o);
 }
 
+StatusOr<Sym> BuildResNet(Model& m, Sym input, int64_t classes, ModelArgs& args, ResNetOptions o) {
+  const std::string stem = args.Str("stem", "imagenet");
+  LOOM_ASSIGN_OR_RETURN(o.stem, ParseResNetStem(stem));
+  LOOM_ASSIGN_OR_RETURN(o.width, args.Int("width", o.width));
+  o.num_classes = classes;
+  if (o.width < 1) return InvalidArgument("argument width: must be >= 1, got ", o.width);
+  if (m.shape(input).rank() != 4)
+    return InvalidArgument("resnet needs [batch, channels, height, width] images, got ", m.shape(input).ToString());
+  return ResNet(m, input, o);
+}
+
 }  // namespace
 
 const std::vector<ZooEntry>& Zoo() {
@@ -91,6 +109,18 @@ const std::vector<ZooEntry>& Zoo() {
       {"cnn", "small CNN: per stage in channels (default 32,64) conv3x3-BN-ReLU-maxpool2, then Linear(hidden)+ReLU, "
               "dropout, classifier",
        Task::kClassification, BuildCnn},
+      {"resnet18", "torchvision's resnet18: BasicBlock stages 2,2,2,2; stem imagenet (7x7/2 conv, 3x3/2 max-pool) or "
+                   "cifar (3x3/1 conv, no pool); width: base width (default 64)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildResNet(m, x, classes, args, ResNet18Options());
+       }},
+      {"resnet101", "torchvision's resnet101: Bottleneck (v1.5) stages 3,4,23,3; stem imagenet or cifar; width: base "
+                    "width (default 64)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildResNet(m, x, classes, args, ResNet101Options());
+       }},
   };
   return zoo;
 }

@@ -21,6 +21,7 @@ class ModelArgs {
   explicit ModelArgs(std::map<std::string, std::string> values) : values_(std::move(values)) {}
 
   StatusOr<int64_t> Int(const std::string& key, int64_t def);
+  std::string Str(const std::string& key, const std::string& def);
   StatusOr<double> Float(const std::string& key, double def);
   StatusOr<std::vector<int64_t>> Ints(const std::string& key, const std::vector<int64_t>& def);  // "256,128"
   // Fails naming the first argument no Int/Float/Ints call asked for.
