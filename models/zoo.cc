@@ -3,9 +3,11 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "models/alexnet.h"
 #include "models/cnn.h"
 #include "models/mlp.h"
 #include "models/resnet.h"
+#include "models/vgg.h"
 
 namespace loom::models {
 
@@ -100,6 +102,25 @@ StatusOr<Sym> BuildResNet(Model& m, Sym input, int64_t classes, ModelArgs& args,
   return ResNet(m, input, o);
 }
 
+StatusOr<Sym> BuildAlexNet(Model& m, Sym input, int64_t classes, ModelArgs& args) {
+  AlexNetOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  o.num_classes = classes;
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  if (m.shape(input).rank() != 4)
+    return InvalidArgument("alexnet needs [batch, channels, height, width] images, got ", m.shape(input).ToString());
+  return AlexNet(m, input, o);
+}
+
+StatusOr<Sym> BuildVgg(Model& m, Sym input, int64_t classes, ModelArgs& args, VggOptions o) {
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  o.num_classes = classes;
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  if (m.shape(input).rank() != 4)
+    return InvalidArgument("vgg needs [batch, channels, height, width] images, got ", m.shape(input).ToString());
+  return Vgg(m, input, o);
+}
+
 }  // namespace
 
 const std::vector<ZooEntry>& Zoo() {
@@ -120,6 +141,16 @@ const std::vector<ZooEntry>& Zoo() {
        Task::kClassification,
        [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
          return BuildResNet(m, x, classes, args, ResNet101Options());
+       }},
+      {"alexnet", "torchvision's alexnet: 5 convs (with bias) + ReLU, 3 max-pools, adaptive 6x6 average pool, "
+                  "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5)",
+       Task::kClassification, BuildAlexNet},
+      {"vgg16", "torchvision's vgg16 (configuration D, no BatchNorm): 13 conv3x3 (with bias) + ReLU, 5 max-pools, "
+                "adaptive 7x7 average pool, Linear(4096)-ReLU-dropout twice, classifier; inputs >= 32x32; dropout "
+                "(default 0.5)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildVgg(m, x, classes, args, Vgg16Options());
        }},
   };
   return zoo;
