@@ -1,11 +1,13 @@
 #include "models/zoo.h"
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "models/alexnet.h"
 #include "models/cnn.h"
 #include "models/mlp.h"
+#include "models/mobilenet.h"
 #include "models/resnet.h"
 #include "models/vgg.h"
 
@@ -102,6 +104,20 @@ StatusOr<Sym> BuildResNet(Model& m, Sym input, int64_t classes, ModelArgs& args,
   return ResNet(m, input, o);
 }
 
+// MobileNetV2 (v3 = nothing) or V3 of a size: args dropout, width_mult.
+StatusOr<Sym> BuildMobileNet(Model& m, Sym input, int64_t classes, ModelArgs& args,
+                             std::optional<MobileNetV3Size> v3) {
+  MobileNetOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.width_mult, args.Float("width_mult", o.width_mult));
+  o.num_classes = classes;
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  if (!(o.width_mult > 0)) return InvalidArgument("argument width_mult: must be > 0, got ", o.width_mult);
+  if (m.shape(input).rank() != 4)
+    return InvalidArgument("mobilenet needs [batch, channels, height, width] images, got ", m.shape(input).ToString());
+  return v3 ? MobileNetV3(m, input, *v3, o) : MobileNetV2(m, input, o);
+}
+
 StatusOr<Sym> BuildAlexNet(Model& m, Sym input, int64_t classes, ModelArgs& args) {
   AlexNetOptions o;
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
@@ -151,6 +167,24 @@ const std::vector<ZooEntry>& Zoo() {
        Task::kClassification,
        [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
          return BuildVgg(m, x, classes, args, Vgg16Options());
+       }},
+      {"mobilenet_v2", "torchvision's mobilenet_v2: inverted residuals (expand 6, ReLU6), last channel 1280, "
+                       "dropout (default 0.2), width_mult (default 1.0)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildMobileNet(m, x, classes, args, std::nullopt);
+       }},
+      {"mobilenet_v3_small", "torchvision's mobilenet_v3_small: squeeze-excite, hardswish, last channel 1024, "
+                             "dropout (default 0.2), width_mult (default 1.0)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildMobileNet(m, x, classes, args, MobileNetV3Size::kSmall);
+       }},
+      {"mobilenet_v3_large", "torchvision's mobilenet_v3_large: squeeze-excite, hardswish, last channel 1280, "
+                             "dropout (default 0.2), width_mult (default 1.0)",
+       Task::kClassification,
+       [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
+         return BuildMobileNet(m, x, classes, args, MobileNetV3Size::kLarge);
        }},
   };
   return zoo;

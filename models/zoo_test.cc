@@ -43,4 +43,18 @@ TEST_CASE("zoo errors list what exists") {
 }
 
 }  // namespace
+TEST_CASE("the zoo's mobilenets have torchvision's parameter counts") {
+  const std::pair<const char*, int64_t> expected[] = {
+      {"mobilenet_v2", 3504872}, {"mobilenet_v3_small", 2542856}, {"mobilenet_v3_large", 5483032}};
+  for (const auto& [name, count] : expected) {
+    INFO(name);
+    Model m;
+    REQUIRE(BuildClassifier(m, name, {}, {3, 224, 224}, 1, 1000).ok());
+    CHECK(ParameterCount(m.graph()) == count);
+  }
+  Model m;
+  Status bad = BuildClassifier(m, "mobilenet_v2", {{"width_mult", "0"}}, {3, 32, 32}, 1, 10);
+  CHECK(bad.message() == "argument width_mult: must be > 0, got 0");
+}
+
 }  // namespace loom::models
