@@ -222,6 +222,11 @@ EOF
   else
     fail "loom train --init-from r1.loom: $(tail -3 "$work/run2.log")"
   fi
+  # ... but not into another model: the error names the tensor and both shapes.
+  sed 's/value: "16"/value: "24"/' "$work/fused.pbtxt" >"$work/wider.pbtxt"
+  expect_error "init-from another model" "r1.loom: tensor 'fc1/weight' is [16, 784] f32, the model's Parameter is [24, 784] f32" \
+    -- train --config "$work/wider.pbtxt" --init-from "$work/r1.loom" --out "$work/run3"
+  [ ! -e "$work/run3" ] && ok "a refused --init-from writes no run folder" || fail "run3 was created"
 
   expect_error "replica out of range" "--replica 3: $ckpt holds replicas 0 to 2:" \
     -- export --checkpoint "$ckpt" --replica 3 --out "$work/x.loom"
