@@ -194,6 +194,7 @@ Status Plan(const Flags& flags) {
   auto evaluate = [&](int64_t r) -> StatusOr<bool> {
     FusionOptions fo;
     fo.replicas = static_cast<int>(r);
+    fo.unfused_layers.assign(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
     LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
     LOOM_ASSIGN_OR_RETURN(Graph fused,
