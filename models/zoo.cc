@@ -8,6 +8,7 @@
 #include "models/cnn.h"
 #include "models/mlp.h"
 #include "models/mobilenet.h"
+#include "models/pointnet.h"
 #include "models/resnet.h"
 #include "models/vgg.h"
 
@@ -137,6 +138,26 @@ StatusOr<Sym> BuildVgg(Model& m, Sym input, int64_t classes, ModelArgs& args, Vg
   return Vgg(m, input, o);
 }
 
+// PointNet: args dropout, feature_transform (0/1), regularizer (its weight).
+// The feature-transform regularizer goes out as the graph output
+// "regularizer", which BuildClassifier adds to the loss.
+StatusOr<Sym> BuildPointNet(Model& m, Sym input, int64_t classes, ModelArgs& args) {
+  PointNetOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(int64_t ft, args.Int("feature_transform", 1));
+  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.Float("regularizer", o.regularizer_weight));
+  o.num_classes = classes;
+  o.feature_transform = ft != 0;
+  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
+  if (ft != 0 && ft != 1) return InvalidArgument("argument feature_transform: must be 0 or 1, got ", ft);
+  if (o.regularizer_weight < 0) return InvalidArgument("argument regularizer: must be >= 0, got ", o.regularizer_weight);
+  if (m.shape(input).rank() != 3 || m.shape(input)[1] != 3)
+    return InvalidArgument("pointnet_cls needs [batch, 3, points] point clouds, got ", m.shape(input).ToString());
+  PointNetResult r = PointNetCls(m, input, o);
+  if (r.regularizer.valid()) m.set_output("regularizer", r.regularizer);
+  return r.logits;
+}
+
 }  // namespace
 
 const std::vector<ZooEntry>& Zoo() {
@@ -186,6 +207,11 @@ const std::vector<ZooEntry>& Zoo() {
        [](Model& m, Sym x, int64_t classes, ModelArgs& args) {
          return BuildMobileNet(m, x, classes, args, MobileNetV3Size::kLarge);
        }},
+      {"pointnet_cls", "PointNet classification as fxia22/pointnet.pytorch's PointNetCls(feature_transform=True) on "
+                       "[3, points] inputs: STN3d, conv1d 64, STNkd(64), conv1d 128, 1024, max over points, "
+                       "Linear 512-256 with BN, classifier; dropout (default 0.3), feature_transform (default 1), "
+                       "regularizer (default 0.001: its weight, added to the loss)",
+       Task::kClassification, BuildPointNet},
   };
   return zoo;
 }
@@ -210,7 +236,12 @@ Status BuildClassifier(Model& m, const std::string& name, const std::map<std::st
   LOOM_ASSIGN_OR_RETURN(Sym logits, entry->build(m, image, num_classes, model_args));
   LOOM_RETURN_IF_ERROR(model_args.CheckAllUsed(name));
   m.set_output("logits", logits);
-  m.set_output("loss", m.cross_entropy(logits, label));
+  Sym loss = m.cross_entropy(logits, label);
+  // A model may add a scalar term to the loss as the output "regularizer"
+  // (pointnet_cls: the feature-transform regularizer).
+  auto reg = m.graph().outputs().find("regularizer");
+  if (reg != m.graph().outputs().end()) loss = m.add(loss, Sym{reg->second});
+  m.set_output("loss", loss);
   return m.status().WithContext("model " + name);
 }
 

@@ -36,6 +36,7 @@ std::vector<SmallModel> SmallModels() {
       {"mobilenet_v2", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
       {"mobilenet_v3_small", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
       {"mobilenet_v3_large", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
+      {"pointnet_cls", {{"dropout", "0"}}, {3, 32}},
   };
 }
 

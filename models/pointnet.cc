@@ -1,0 +1,97 @@
+#include "models/pointnet.h"
+
+#include <optional>
+
+namespace loom::models {
+namespace {
+
+// The first output of m.op (invalid after an error, which m.status() keeps).
+Sym Op1(Model& m, const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
+        const std::string& name = "") {
+  std::vector<Sym> outs = m.op(op, inputs, attrs, name);
+  return outs.empty() ? Sym{} : outs[0];
+}
+
+// The k x k identity as a constant [1, k*k] that no input or parameter feeds
+// (so training leaves it alone and fusion shares it between replicas). There
+// is no eye op or initializer, so: Concat(ones [k, 1], zeros [k, k]) along
+// axis 1 is [k, k+1] with rows [1, 0, ..., 0]; flattened, its ones sit at
+// i * (k+1), which is exactly where the flattened identity has them; the first
+// k*k entries are the identity.
+Sym FlatIdentity(Model& m, int64_t k) {
+  const std::string dt(DTypeName(m.dtype()));
+  Sym ones = Op1(m, "Fill", {}, {{"shape", std::vector<int64_t>{k, 1}}, {"value", 1.0}, {"dtype", dt}}, "eye/ones");
+  Sym zeros = Op1(m, "Fill", {}, {{"shape", std::vector<int64_t>{k, k}}, {"value", 0.0}, {"dtype", dt}}, "eye/zeros");
+  Sym rows = m.concat({ones, zeros}, 1);  // [k, k+1]
+  Sym flat = m.slice(m.reshape(rows, {k * (k + 1)}), 0, 0, k * k);
+  return m.reshape(flat, {1, k * k});
+}
+
+Sym MaxOverPoints(Model& m, Sym x) {  // [B, C, N] -> [B, C]
+  return Op1(m, "ReduceMax", {x}, {{"axes", std::vector<int64_t>{2}}, {"keepdims", false}});
+}
+
+Sym ConvBn(Model& m, Sym x, int64_t out, const std::string& conv, const std::string& bn, bool relu = true) {
+  Sym y = m.batch_norm(m.conv1d(x, out, 1, {}, conv), {}, bn);
+  return relu ? m.relu(y) : y;
+}
+
+// fxia22's STN3d (k = 3) and STNkd: x [B, k, N] -> the transform [B, k, k].
+Sym Stn(Model& m, Sym x, int64_t k, const std::string& name) {
+  if (!x.valid()) return {};
+  auto s = m.scope(name);
+  const int64_t b = m.shape(x)[0];
+  Sym h = ConvBn(m, x, 64, "conv1", "bn1");
+  h = ConvBn(m, h, 128, "conv2", "bn2");
+  h = ConvBn(m, h, 1024, "conv3", "bn3");
+  h = MaxOverPoints(m, h);
+  h = m.relu(m.batch_norm(m.linear(h, 512, {}, "fc1"), {}, "bn4"));
+  h = m.relu(m.batch_norm(m.linear(h, 256, {}, "fc2"), {}, "bn5"));
+  h = m.add(m.linear(h, k * k, {}, "fc3"), FlatIdentity(m, k));  // [B, k*k] + [1, k*k]
+  return m.reshape(h, {b, k, k});
+}
+
+// fxia22: x.transpose(2, 1) bmm trans, transposed back: [B, k, N] -> [B, k, N].
+Sym Apply(Model& m, Sym x, Sym trans) {
+  Sym xt = m.transpose(x, {0, 2, 1});                // [B, N, k]
+  Sym y = Op1(m, "BatchMatMul", {xt, trans});      // [B, N, k]
+  return m.transpose(y, {0, 2, 1});
+}
+
+// fxia22's feature_transform_regularizer: mean_b ||I - A A^T||_F^2.
+Sym Regularizer(Model& m, Sym a, double weight) {
+  if (!a.valid()) return {};
+  const int64_t k = m.shape(a)[1];
+  Sym aat = Op1(m, "BatchMatMul", {a, a}, {{"transpose_b", true}});  // [B, k, k]
+  Sym d = m.sub(aat, m.reshape(FlatIdentity(m, k), {1, k, k}));
+  Sym per_example = m.sum(m.mul(d, d), {1, 2});  // [B]
+  return m.scale(m.mean(per_example), weight);
+}
+
+}  // namespace
+
+PointNetResult PointNetCls(Model& m, Sym x, const PointNetOptions& o, const std::string& name) {
+  std::optional<Model::Scope> outer;
+  if (!name.empty()) outer.emplace(m.scope(name));
+  PointNetResult r;
+  Sym g;
+  {
+    auto feat = m.scope("feat");
+    Sym h = Apply(m, x, Stn(m, x, 3, "stn"));
+    h = ConvBn(m, h, 64, "conv1", "bn1");
+    if (o.feature_transform) {
+      Sym trans_feat = Stn(m, h, 64, "fstn");
+      h = Apply(m, h, trans_feat);
+      r.regularizer = Regularizer(m, trans_feat, o.regularizer_weight);
+    }
+    h = ConvBn(m, h, 128, "conv2", "bn2");
+    h = ConvBn(m, h, 1024, "conv3", "bn3", /*relu=*/false);
+    g = MaxOverPoints(m, h);  // [B, 1024]
+  }
+  Sym h = m.relu(m.batch_norm(m.linear(g, 512, {}, "fc1"), {}, "bn1"));
+  h = m.relu(m.batch_norm(m.dropout(m.linear(h, 256, {}, "fc2"), o.dropout, "dropout"), {}, "bn2"));
+  r.logits = m.linear(h, o.num_classes, {}, "fc3");
+  return r;
+}
+
+}  // namespace loom::models
