@@ -47,7 +47,9 @@ const std::vector<ZooEntry>& Zoo();
 StatusOr<const ZooEntry*> FindModel(const std::string& name);  // error lists the zoo
 
 // Builds a classifier graph with the inputs "image" [batch, input_shape...]
-// and "label" [batch] and the outputs "logits" and "loss" (cross-entropy).
+// and "label" [batch] and the outputs "logits" and "loss" (cross-entropy,
+// plus the model's "regularizer" output when its builder sets one, as
+// PointNet's feature-transform regularizer).
 Status BuildClassifier(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
                        const Shape& input_shape, int64_t batch, int64_t num_classes);
 
