@@ -10,22 +10,15 @@
 #include "models/alexnet.h"
 #include "models/vgg.h"
 #include "models/zoo.h"
+#include "models/model_test_util.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
 namespace {
 
-int64_t ParameterCount(const Graph& g) {
-  int64_t n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
-  return n;
-}
-
-std::set<std::string> ParameterNames(const Graph& g) {
-  std::set<std::string> names;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) names.insert(g.node(id).name);
-  return names;
-}
+using testing::ParameterCount;
+using testing::ParameterNames;
+using testing::RandomInput;
 
 // The output shape of every node, by name.
 std::map<std::string, Shape> NodeShapes(const Graph& g) {
@@ -39,13 +32,6 @@ const Node* FindNamed(const Graph& g, const std::string& name) {
   for (const Node& n : g.nodes())
     if (n.name == name) return &n;
   return nullptr;
-}
-
-Tensor RandomImages(const Shape& s, uint64_t key) {
-  Rng rng = Rng::Stream(7, key);
-  Tensor t = Tensor::Zeros(s, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(-1, 1);
-  return *t.Cast(DType::kF32);
 }
 
 TEST_CASE("alexnet has torchvision's parameter count, names and shapes") {
@@ -161,7 +147,7 @@ TEST_CASE("alexnet runs forward at 63x63 (the smallest valid size)") {
   REQUIRE((*exec)->InitializeState(0).ok());
   Tensor labels = Tensor::Zeros({1}, DType::kI64);
   labels.data<int64_t>()[0] = 3;
-  auto out = (*exec)->Run({{"image", RandomImages({1, 3, 63, 63}, 1)}, {"label", labels}});
+  auto out = (*exec)->Run({{"image", RandomInput({1, 3, 63, 63}, DType::kF32, 1)}, {"label", labels}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("logits").shape() == Shape({1, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));
@@ -180,7 +166,7 @@ TEST_CASE("vgg16 runs forward at 32x32 (adaptive pool repeats 1x1 to 7x7)") {
   auto exec = Executor::Create(m.graph());
   REQUIRE(exec.ok());
   REQUIRE((*exec)->InitializeState(0).ok());
-  auto out = (*exec)->Run({{"image", RandomImages({1, 3, 32, 32}, 2)}});
+  auto out = (*exec)->Run({{"image", RandomInput({1, 3, 32, 32}, DType::kF32, 2)}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("logits").shape() == Shape({1, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));

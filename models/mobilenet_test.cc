@@ -9,29 +9,15 @@
 #include <set>
 
 #include "core/rng.h"
+#include "models/model_test_util.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
 namespace {
 
-int64_t ParameterCount(const Graph& g) {
-  int64_t n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
-  return n;
-}
-
-std::set<std::string> ParameterNames(const Graph& g) {
-  std::set<std::string> names;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) names.insert(g.node(id).name);
-  return names;
-}
-
-Tensor RandomImages(const Shape& s, DType dtype, uint64_t key) {
-  Rng rng = Rng::Stream(7, key);
-  Tensor t = Tensor::Zeros(s, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(-1, 1);
-  return *t.Cast(dtype);
-}
+using testing::ParameterCount;
+using testing::ParameterNames;
+using testing::RandomInput;
 
 using Builder = std::function<Sym(Model&, Sym, const MobileNetOptions&)>;
 
@@ -159,7 +145,7 @@ TEST_CASE("mobilenets run forward at 32x32 with 10 classes") {
       auto exec = Executor::Create(m.graph());
       REQUIRE(exec.ok());
       REQUIRE((*exec)->InitializeState(0).ok());
-      auto out = (*exec)->Run({{"image", RandomImages({batch, 3, 32, 32}, DType::kF32, 1)}});
+      auto out = (*exec)->Run({{"image", RandomInput({batch, 3, 32, 32}, DType::kF32, 1)}});
       if (!out.ok()) FAIL(out.status().ToString());
       const Tensor& logits = out->at("logits");
       CHECK(logits.shape() == Shape({batch, 10}));

@@ -10,29 +10,15 @@
 
 #include "core/rng.h"
 #include "models/zoo.h"
+#include "models/model_test_util.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
 namespace {
 
-int64_t ParameterCount(const Graph& g) {
-  int64_t n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
-  return n;
-}
-
-std::set<std::string> ParameterNames(const Graph& g) {
-  std::set<std::string> names;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) names.insert(g.node(id).name);
-  return names;
-}
-
-Tensor RandomPoints(const Shape& s, DType dtype, uint64_t key) {
-  Rng rng = Rng::Stream(7, key);
-  Tensor t = Tensor::Zeros(s, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(-1, 1);
-  return *t.Cast(dtype);
-}
+using testing::ParameterCount;
+using testing::ParameterNames;
+using testing::RandomInput;
 
 TEST_CASE("pointnet_cls has fxia22's parameter count and names") {
   Model m;
@@ -74,7 +60,7 @@ TEST_CASE("pointnet_cls runs forward at [2, 3, 32] with 10 classes") {
     auto exec = Executor::Create(m.graph());
     REQUIRE(exec.ok());
     REQUIRE((*exec)->InitializeState(0).ok());
-    auto out = (*exec)->Run({{"image", RandomPoints({2, 3, 32}, DType::kF32, 1)}});
+    auto out = (*exec)->Run({{"image", RandomInput({2, 3, 32}, DType::kF32, 1)}});
     if (!out.ok()) FAIL(out.status().ToString());
     const Tensor& logits = out->at("logits");
     CHECK(logits.shape() == Shape({2, 10}));
@@ -107,7 +93,7 @@ TEST_CASE("with a zero fstn fc3 the feature transform is the identity and the re
     REQUIRE(t.ok());
     REQUIRE((*exec)->SetState(p, Tensor::Zeros(t->shape(), DType::kF64)).ok());
   }
-  auto out = (*exec)->Run({{"image", RandomPoints({2, 3, 8}, DType::kF64, 2)}});
+  auto out = (*exec)->Run({{"image", RandomInput({2, 3, 8}, DType::kF64, 2)}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("regularizer").ScalarAt(0) == Approx(0.0).margin(1e-12));
 }

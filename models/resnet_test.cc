@@ -11,29 +11,15 @@
 #include "graph/fusion.h"
 #include "graph/training.h"
 #include "models/zoo.h"
+#include "models/model_test_util.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
 namespace {
 
-int64_t ParameterCount(const Graph& g) {
-  int64_t n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
-  return n;
-}
-
-std::set<std::string> ParameterNames(const Graph& g) {
-  std::set<std::string> names;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) names.insert(g.node(id).name);
-  return names;
-}
-
-Tensor RandomImages(const Shape& s, DType dtype, uint64_t key) {
-  Rng rng = Rng::Stream(7, key);
-  Tensor t = Tensor::Zeros(s, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(-1, 1);
-  return *t.Cast(dtype);
-}
+using testing::ParameterCount;
+using testing::ParameterNames;
+using testing::RandomInput;
 
 Tensor Scalar(double v) {
   Tensor t = Tensor::Zeros({}, DType::kF32);
@@ -141,7 +127,7 @@ TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
   ResNetOptions o = ResNet18Options(10);
   o.stem = ResNetStem::kCifar;
   BuildClassifier(m, o, 2, 32);
-  const Tensor images = RandomImages({2, 3, 32, 32}, DType::kF32, 1);
+  const Tensor images = RandomInput({2, 3, 32, 32}, DType::kF32, 1);
   Tensor labels = Tensor::Zeros({2}, DType::kI64);
   labels.data<int64_t>()[0] = 3;
   labels.data<int64_t>()[1] = 7;
@@ -182,7 +168,7 @@ TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)
   o.stem = ResNetStem::kCifar;
   m.set_output("logits", ResNet(m, x, o));
   REQUIRE(m.status().ok());
-  const Tensor images = RandomImages({2, 3, 16, 16}, DType::kF64, 2);
+  const Tensor images = RandomInput({2, 3, 16, 16}, DType::kF64, 2);
 
   auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
   if (!fused.ok()) FAIL(fused.status().ToString());

@@ -1,3 +1,4 @@
+#include "models/model_test_util.h"
 #include "models/zoo.h"
 
 #include <catch2/catch.hpp>
@@ -5,11 +6,7 @@
 namespace loom::models {
 namespace {
 
-int64_t ParameterCount(const Graph& g) {
-  int64_t n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += g.type(g.node(id).outputs[0]).shape.numel();
-  return n;
-}
+using testing::ParameterCount;
 
 TEST_CASE("zoo models build with torch's parameter counts") {
   {
