@@ -15,6 +15,7 @@
 #include "graph/training.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
+#include "tests/small_nets.h"
 
 namespace loom {
 namespace {
@@ -151,25 +152,11 @@ TEST_CASE("the estimate is the allocator's peak at the shipped configs' sizes") 
 
 TEST_CASE("the estimate counts the scratch of the LSTM and attention backward kernels") {
   Model t;
-  {
-    Sym tokens = t.input("tokens", {3, 5}, DType::kI64);
-    Sym labels = t.input("label", {3}, DType::kI64);
-    Sym x = t.embedding(tokens, 11, 8, -1, "embed");
-    Sym a = t.multi_head_attention(x, x, 2, {/*causal=*/true}, {}, "attn");
-    Sym h = t.layer_norm(t.add(x, a), {8}, 1e-5, "ln1");
-    Sym logits = t.linear(t.mean(h, {1}), 4, {}, "head");
-    t.set_output("loss", t.cross_entropy(logits, labels));
-    REQUIRE(t.status().ok());
-  }
+  testing::TransformerBlock(t);
+  REQUIRE(t.status().ok());
   Model l;
-  {
-    Sym x = l.input("seq", {4, 3, 5});
-    Sym labels = l.input("label", {3}, DType::kI64);
-    Sym y = l.lstm(x, 6, {/*num_layers=*/2}, "lstm");
-    Sym last = l.reshape(l.slice(y, 0, 3, 4), {3, 6});
-    l.set_output("loss", l.cross_entropy(l.linear(last, 4, {}, "head"), labels));
-    REQUIRE(l.status().ok());
-  }
+  testing::LstmClassifier(l);
+  REQUIRE(l.status().ok());
   OptimizerConfig sgd;
   sgd.momentum = 0.9;
   CheckGraph("transformer block, fused R=2", Fused(t.graph(), 2, sgd));

@@ -22,6 +22,7 @@
 #include "graph/training.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
+#include "tests/small_nets.h"
 
 namespace loom {
 namespace {
@@ -74,15 +75,7 @@ std::vector<Net> Nets() {
                   ImageBatches({4, 1, 8, 8}, 3)});
   nets.push_back({"transformer block",
                   [](Model& m) {
-                    Sym tokens = m.input("tokens", {3, 5}, DType::kI64);
-                    Sym labels = m.input("label", {3}, DType::kI64);
-                    Sym x = m.embedding(tokens, 11, 8, -1, "embed");
-                    Sym a = m.multi_head_attention(x, x, 2, {/*causal=*/true}, {}, "attn");
-                    Sym h = m.layer_norm(m.add(x, a), {8}, 1e-5, "ln1");
-                    Sym f = m.linear(m.dropout(m.gelu(m.linear(h, 16, {}, "ffn1")), 0.1, "drop"), 8, {}, "ffn2");
-                    h = m.layer_norm(m.add(h, f), {8}, 1e-5, "ln2");
-                    Sym logits = m.linear(m.mean(h, {1}), 4, {}, "head");
-                    m.set_output("loss", m.cross_entropy(logits, labels));
+                    testing::TransformerBlock(m);
                     REQUIRE(m.status().ok());
                   },
                   [](int step, DType) {
@@ -91,11 +84,7 @@ std::vector<Net> Nets() {
                   }});
   nets.push_back({"lstm classifier",
                   [](Model& m) {
-                    Sym x = m.input("seq", {4, 3, 5});
-                    Sym labels = m.input("label", {3}, DType::kI64);
-                    Sym y = m.lstm(x, 6, {/*num_layers=*/2}, "lstm");
-                    Sym last = m.reshape(m.slice(y, 0, 3, 4), {3, 6});
-                    m.set_output("loss", m.cross_entropy(m.linear(last, 4, {}, "head"), labels));
+                    testing::LstmClassifier(m);
                     REQUIRE(m.status().ok());
                   },
                   [](int step, DType dtype) {
