@@ -81,8 +81,8 @@ expect_err "unknown cnn argument" "model cnn has no argument 'width'" -- inspect
 expect_err "malformed --set" "--set 'hidden': expected key=value" -- inspect --model mlp --set hidden
 expect_err "--set without value" "flag --set needs a value" -- inspect --model mlp --set
 expect_err "bad --input" "--input '1,x,28'" -- inspect --model mlp --input 1,x,28
-expect_err "empty --input dim" "--input '1,,28': empty dimension" -- inspect --model mlp --input 1,,28
-expect_err "zero --input dim" "--input '0,28,28': dimensions must be >= 1" -- inspect --model mlp --input 0,28,28
+expect_err "empty --input dim" "--input '1,,28': empty item" -- inspect --model mlp --input 1,,28
+expect_err "zero --input dim" "--input '0,28,28': items must be >= 1" -- inspect --model mlp --input 0,28,28
 expect_err "bad --batch" "--batch must be >= 1" -- inspect --model mlp --batch 0
 expect_err "unknown flag" "unknown flag --foo" -- inspect --model mlp --foo 1
 expect_err "bad model value" "argument hidden: widths must be >= 1" -- inspect --model mlp --set hidden=0

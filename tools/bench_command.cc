@@ -276,27 +276,10 @@ struct FusionRow {
   size_t fused_peak_bytes = 0, serial_peak_bytes = 0;
 };
 
-StatusOr<std::vector<int64_t>> ParseIntList(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1)
-      return InvalidArgument("--", flag, ": expected positive integers separated by commas, got '", text, "'");
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
-}
-
 Status BenchFusion(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench fusion needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts,
-                        ParseIntList("replicas", flags.Str("replicas", "1,2,4,8,16")));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts, flags.PositiveInts("replicas", {1, 2, 4, 8, 16}));
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
@@ -311,16 +294,8 @@ Status BenchFusion(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(Graph single, BuildTrainingGraph(m.graph(), "loss", opt));
   const double single_flops = GraphCost(single).flops;
   // Layers left unfused (run once per replica): the config's, or --unfused.
-  std::vector<std::string> unfused(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
-  if (flags.Has("unfused")) {
-    unfused.clear();
-    const std::string list = flags.Str("unfused", "");
-    for (size_t at = 0; at < list.size();) {
-      const size_t comma = std::min(list.find(',', at), list.size());
-      if (comma > at) unfused.push_back(list.substr(at, comma - at));
-      at = comma + 1;
-    }
-  }
+  const std::vector<std::string> unfused =
+      flags.List("unfused", {config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end()});
   const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
 
   std::vector<FusionRow> rows;

@@ -61,6 +61,44 @@ StatusOr<double> Flags::Float(const std::string& name, double def) const {
   return v;
 }
 
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+StatusOr<std::vector<int64_t>> Flags::PositiveInts(const std::string& name, const std::vector<int64_t>& def) const {
+  if (!Has(name)) return def;
+  const std::string text = Str(name, "");
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("--", name, " '", text, "': ", why,
+                           " (expected positive integers separated by commas, e.g. 1,28,28)");
+  };
+  std::vector<int64_t> out;
+  for (const std::string& item : SplitCommas(text)) {
+    if (item.empty()) return bad("empty item");
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0') return bad("'" + item + "' is not an integer");
+    if (v < 1) return bad("items must be >= 1, got " + item);
+    out.push_back(static_cast<int64_t>(v));
+  }
+  return out;
+}
+
+std::vector<std::string> Flags::List(const std::string& name, const std::vector<std::string>& def) const {
+  if (!Has(name)) return def;
+  std::vector<std::string> out;
+  for (std::string& item : SplitCommas(Str(name, "")))
+    if (!item.empty()) out.push_back(std::move(item));
+  return out;
+}
+
 std::string Flags::Help() const {
   std::string h = "flags:\n";
   for (const auto& [name, text] : spec_) {

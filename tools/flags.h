@@ -10,6 +10,9 @@
 
 namespace loom::tools {
 
+// "a,,b" -> {"a", "", "b"}; "" -> {""}.
+std::vector<std::string> SplitCommas(const std::string& text);
+
 class Flags {
  public:
   // `spec`: flag name -> help text; names of boolean flags end with '?'.
@@ -20,6 +23,11 @@ class Flags {
   std::string Str(const std::string& name, const std::string& def) const;
   StatusOr<int64_t> Int(const std::string& name, int64_t def) const;
   StatusOr<double> Float(const std::string& name, double def) const;
+  // A comma-separated list of positive integers ("1,2,4"); errors name the
+  // flag, the text and the bad item.
+  StatusOr<std::vector<int64_t>> PositiveInts(const std::string& name, const std::vector<int64_t>& def) const;
+  // A comma-separated list of names; empty items are dropped.
+  std::vector<std::string> List(const std::string& name, const std::vector<std::string>& def) const;
   bool Bool(const std::string& name) const { return values_.count(name) != 0; }
   int verbosity() const { return verbosity_; }
   bool help_requested() const { return help_; }

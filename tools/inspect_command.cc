@@ -26,28 +26,6 @@ constexpr const char* kUsage =
     "usage: loom inspect --model NAME [--set key=value ...] [--input C,H,W] [--classes N] [--batch B] "
     "[--params] [--export FILE]\n";
 
-// "1,28,28" -> [1, 28, 28]; every dimension a positive integer.
-StatusOr<Shape> ParseInputShape(const std::string& text) {
-  const auto bad = [&](const std::string& why) {
-    return InvalidArgument("--input '", text, "': ", why, " (expected positive integers separated by commas, e.g. 1,28,28)");
-  };
-  std::vector<int64_t> dims;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (part.empty()) return bad("empty dimension");
-    char* end = nullptr;
-    const long long v = std::strtoll(part.c_str(), &end, 10);
-    if (*end != '\0') return bad("'" + part + "' is not an integer");
-    if (v < 1) return bad("dimensions must be >= 1, got " + part);
-    dims.push_back(static_cast<int64_t>(v));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return Shape(dims);
-}
-
 // 235146 -> "235,146".
 std::string Grouped(double x) {
   char s[64];
@@ -86,7 +64,8 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
     return InvalidArgument("loom inspect needs --model NAME (the zoo has: ", names, ")");
   }
   const std::string name = flags.Str("model", "");
-  LOOM_ASSIGN_OR_RETURN(Shape input, ParseInputShape(flags.Str("input", "1,28,28")));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> input_dims, flags.PositiveInts("input", {1, 28, 28}));
+  const Shape input(input_dims);
   LOOM_ASSIGN_OR_RETURN(int64_t classes, flags.Int("classes", 10));
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 1));
   if (classes < 1) return InvalidArgument("--classes must be >= 1, got ", classes);
