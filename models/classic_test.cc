@@ -147,7 +147,7 @@ TEST_CASE("alexnet runs forward at 63x63 (the smallest valid size)") {
   REQUIRE((*exec)->InitializeState(0).ok());
   Tensor labels = Tensor::Zeros({1}, DType::kI64);
   labels.data<int64_t>()[0] = 3;
-  auto out = (*exec)->Run({{"image", RandomInput({1, 3, 63, 63}, DType::kF32, 1)}, {"label", labels}});
+  auto out = (*exec)->Run({{"input", RandomInput({1, 3, 63, 63}, DType::kF32, 1)}, {"target", labels}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("logits").shape() == Shape({1, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));
@@ -157,7 +157,7 @@ TEST_CASE("alexnet runs forward at 63x63 (the smallest valid size)") {
 TEST_CASE("vgg16 runs forward at 32x32 (adaptive pool repeats 1x1 to 7x7)") {
   Model m;
   m.set_training(false);
-  Sym x = m.input("image", {1, 3, 32, 32});
+  Sym x = m.input("input", {1, 3, 32, 32});
   Sym logits = Vgg(m, x, Vgg16Options(10));
   m.set_output("logits", logits);
   REQUIRE(m.status().ok());
@@ -166,7 +166,7 @@ TEST_CASE("vgg16 runs forward at 32x32 (adaptive pool repeats 1x1 to 7x7)") {
   auto exec = Executor::Create(m.graph());
   REQUIRE(exec.ok());
   REQUIRE((*exec)->InitializeState(0).ok());
-  auto out = (*exec)->Run({{"image", RandomInput({1, 3, 32, 32}, DType::kF32, 2)}});
+  auto out = (*exec)->Run({{"input", RandomInput({1, 3, 32, 32}, DType::kF32, 2)}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("logits").shape() == Shape({1, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));

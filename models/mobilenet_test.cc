@@ -38,7 +38,7 @@ TEST_CASE("MakeDivisible is torchvision's _make_divisible") {
 TEST_CASE("mobilenet_v2 and mobilenet_v3 have torchvision's parameter counts and names") {
   {
     Model m;
-    Sym logits = MobileNetV2(m, m.input("image", {1, 3, 224, 224}), {});
+    Sym logits = MobileNetV2(m, m.input("input", {1, 3, 224, 224}), {});
     REQUIRE(m.status().ok());
     CHECK(m.shape(logits) == Shape({1, 1000}));
     CHECK(ParameterCount(m.graph()) == 3504872);  // torchvision mobilenet_v2
@@ -64,7 +64,7 @@ TEST_CASE("mobilenet_v2 and mobilenet_v3 have torchvision's parameter counts and
   }
   {
     Model m;
-    Sym logits = MobileNetV3(m, m.input("image", {1, 3, 224, 224}), MobileNetV3Size::kSmall, {});
+    Sym logits = MobileNetV3(m, m.input("input", {1, 3, 224, 224}), MobileNetV3Size::kSmall, {});
     REQUIRE(m.status().ok());
     CHECK(m.shape(logits) == Shape({1, 1000}));
     CHECK(ParameterCount(m.graph()) == 2542856);  // torchvision mobilenet_v3_small
@@ -80,7 +80,7 @@ TEST_CASE("mobilenet_v2 and mobilenet_v3 have torchvision's parameter counts and
   }
   {
     Model m;
-    Sym logits = MobileNetV3(m, m.input("image", {1, 3, 224, 224}), MobileNetV3Size::kLarge, {});
+    Sym logits = MobileNetV3(m, m.input("input", {1, 3, 224, 224}), MobileNetV3Size::kLarge, {});
     REQUIRE(m.status().ok());
     CHECK(m.shape(logits) == Shape({1, 1000}));
     CHECK(ParameterCount(m.graph()) == 5483032);  // torchvision mobilenet_v3_large
@@ -104,7 +104,7 @@ TEST_CASE("width_mult scales the channels as torchvision does") {
   o.num_classes = 10;
   {
     Model m;
-    MobileNetV2(m, m.input("image", {1, 3, 224, 224}), o);
+    MobileNetV2(m, m.input("input", {1, 3, 224, 224}), o);
     REQUIRE(m.status().ok());
     for (NodeId id : m.graph().NodesWithOp(kParameterOp)) {
       const Node& n = m.graph().node(id);
@@ -114,7 +114,7 @@ TEST_CASE("width_mult scales the channels as torchvision does") {
   }
   {
     Model m;
-    MobileNetV3(m, m.input("image", {1, 3, 224, 224}), MobileNetV3Size::kLarge, o);
+    MobileNetV3(m, m.input("input", {1, 3, 224, 224}), MobileNetV3Size::kLarge, o);
     REQUIRE(m.status().ok());
     for (NodeId id : m.graph().NodesWithOp(kParameterOp)) {
       const Node& n = m.graph().node(id);
@@ -139,13 +139,13 @@ TEST_CASE("mobilenets run forward at 32x32 with 10 classes") {
       m.set_training(training);
       MobileNetOptions o;
       o.num_classes = 10;
-      m.set_output("logits", build(m, m.input("image", {batch, 3, 32, 32}), o));
+      m.set_output("logits", build(m, m.input("input", {batch, 3, 32, 32}), o));
       INFO(m.status().ToString());
       REQUIRE(m.status().ok());
       auto exec = Executor::Create(m.graph());
       REQUIRE(exec.ok());
       REQUIRE((*exec)->InitializeState(0).ok());
-      auto out = (*exec)->Run({{"image", RandomInput({batch, 3, 32, 32}, DType::kF32, 1)}});
+      auto out = (*exec)->Run({{"input", RandomInput({batch, 3, 32, 32}, DType::kF32, 1)}});
       if (!out.ok()) FAIL(out.status().ToString());
       const Tensor& logits = out->at("logits");
       CHECK(logits.shape() == Shape({batch, 10}));

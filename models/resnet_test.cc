@@ -27,10 +27,10 @@ Tensor Scalar(double v) {
   return t;
 }
 
-// image [batch, 3, size, size] -> "logits", and with "label" [batch] "loss".
+// image [batch, 3, size, size] -> "logits", and with "target" [batch] "loss".
 void BuildClassifier(Model& m, const ResNetOptions& o, int64_t batch, int64_t size) {
-  Sym image = m.input("image", {batch, 3, size, size});
-  Sym label = m.input("label", {batch}, DType::kI64);
+  Sym image = m.input("input", {batch, 3, size, size});
+  Sym label = m.input("target", {batch}, DType::kI64);
   Sym logits = ResNet(m, image, o);
   m.set_output("logits", logits);
   m.set_output("loss", m.cross_entropy(logits, label));
@@ -73,7 +73,7 @@ TEST_CASE("resnet18 and resnet101 have torchvision's parameter counts and names"
   {
     // The C++ builder with the CIFAR stem: 3x3 conv1 instead of 7x7, otherwise the same.
     Model m;
-    Sym x = m.input("image", {1, 3, 32, 32});
+    Sym x = m.input("input", {1, 3, 32, 32});
     ResNetOptions o = ResNet18Options(10);
     o.stem = ResNetStem::kCifar;
     Sym logits = ResNet(m, x, o);
@@ -135,7 +135,7 @@ TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
   auto fwd = Executor::Create(m.graph());
   REQUIRE(fwd.ok());
   REQUIRE((*fwd)->InitializeState(0).ok());
-  auto out = (*fwd)->Run({{"image", images}, {"label", labels}});
+  auto out = (*fwd)->Run({{"input", images}, {"target", labels}});
   if (!out.ok()) FAIL(out.status().ToString());
   CHECK(out->at("logits").shape() == Shape({2, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));
@@ -149,7 +149,7 @@ TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
   REQUIRE((*exec)->InitializeState(0).ok());
   std::vector<double> losses;
   for (int step = 1; step <= 4; ++step) {
-    auto r = (*exec)->Run({{"image", images}, {"label", labels}, {"lr", Scalar(0.01)}, {"step", Scalar(step)}});
+    auto r = (*exec)->Run({{"input", images}, {"target", labels}, {"lr", Scalar(0.01)}, {"step", Scalar(step)}});
     if (!r.ok()) FAIL(r.status().ToString());
     losses.push_back(r->at("loss").ScalarAt(0));
   }
@@ -162,7 +162,7 @@ TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
 TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)") {
   const std::vector<uint64_t> seeds = {5, 9};
   Model m(DType::kF64);
-  Sym x = m.input("image", {2, 3, 16, 16});
+  Sym x = m.input("input", {2, 3, 16, 16});
   ResNetOptions o = ResNet18Options(10);
   o.width = 8;
   o.stem = ResNetStem::kCifar;
@@ -175,7 +175,7 @@ TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)
   auto fe = Executor::Create(*fused);
   REQUIRE(fe.ok());
   REQUIRE((*fe)->InitializeState(0).ok());  // replica r starts as a single model with seeds[r]
-  auto fout = (*fe)->Run({{"image", images}});
+  auto fout = (*fe)->Run({{"input", images}});
   if (!fout.ok()) FAIL(fout.status().ToString());
   const Tensor& flogits = fout->at("logits");
   REQUIRE(flogits.shape() == Shape({2, 2, 10}));
@@ -187,7 +187,7 @@ TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)
     auto se = Executor::Create(m.graph());
     REQUIRE(se.ok());
     REQUIRE((*se)->InitializeState(seeds[r]).ok());
-    auto sout = (*se)->Run({{"image", images}});
+    auto sout = (*se)->Run({{"input", images}});
     REQUIRE(sout.ok());
     const std::vector<double> want = sout->at("logits").ToDoubleVector();
     REQUIRE(want.size() == 20);

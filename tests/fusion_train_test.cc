@@ -53,8 +53,8 @@ Tensor RandomLabels(const Shape& s, int64_t classes, uint64_t key) {
 
 std::function<std::map<std::string, Tensor>(int, DType)> ImageBatches(Shape image, int64_t classes) {
   return [image, classes](int step, DType dtype) {
-    return std::map<std::string, Tensor>{{"image", RandomFloat(image, dtype, step)},
-                                         {"label", RandomLabels({image[0]}, classes, step)}};
+    return std::map<std::string, Tensor>{{"input", RandomFloat(image, dtype, step)},
+                                         {"target", RandomLabels({image[0]}, classes, step)}};
   };
 }
 
@@ -80,7 +80,7 @@ std::vector<Net> Nets() {
                   },
                   [](int step, DType) {
                     return std::map<std::string, Tensor>{{"tokens", RandomLabels({3, 5}, 11, 100 + step)},
-                                                         {"label", RandomLabels({3}, 4, step)}};
+                                                         {"target", RandomLabels({3}, 4, step)}};
                   }});
   nets.push_back({"lstm classifier",
                   [](Model& m) {
@@ -89,7 +89,7 @@ std::vector<Net> Nets() {
                   },
                   [](int step, DType dtype) {
                     return std::map<std::string, Tensor>{{"seq", RandomFloat({4, 3, 5}, dtype, step)},
-                                                         {"label", RandomLabels({3}, 4, step)}};
+                                                         {"target", RandomLabels({3}, 4, step)}};
                   }});
   return nets;
 }

@@ -29,7 +29,7 @@ struct Result {
 // `steps` SGD steps through the public API: DataLoader batches into the
 // training-step graph, then the eval graph over test batches.
 Result Train(const Model& m, int64_t steps, double lr) {
-  const int64_t batch = m.shape(Sym{m.graph().node(*m.graph().FindNode("image")).outputs[0]})[0];
+  const int64_t batch = m.shape(Sym{m.graph().node(*m.graph().FindNode("input")).outputs[0]})[0];
   auto train_data = LoadMnist(kFashionMnistDir, "train");
   auto test_data = LoadMnist(kFashionMnistDir, "test");
   REQUIRE(train_data.ok());
@@ -65,7 +65,7 @@ Result Train(const Model& m, int64_t steps, double lr) {
   for (int64_t step = 1; step <= steps; ++step) {
     REQUIRE(*(*train_loader)->Next(&b));
     Tensor step_t = Tensor::FromVector<float>({}, {static_cast<float>(step)});
-    auto out = (*train)->Run({{"image", b.input}, {"label", b.target}, {"lr", lr_t}, {"step", step_t}});
+    auto out = (*train)->Run({{"input", b.input}, {"target", b.target}, {"lr", lr_t}, {"step", step_t}});
     REQUIRE(out.status().ToString() == "OK");
     losses.push_back(out->at("loss").ScalarAt(0));
   }
@@ -76,7 +76,7 @@ Result Train(const Model& m, int64_t steps, double lr) {
   REQUIRE((*test_loader)->Start(0).ok());
   int64_t seen = 0, correct = 0;
   while (seen < 2000 && *(*test_loader)->Next(&b)) {
-    auto out = (*eval)->Run({{"image", b.input}, {"label", b.target}});
+    auto out = (*eval)->Run({{"input", b.input}, {"target", b.target}});
     REQUIRE(out.ok());
     const Tensor& logits = out->at("logits");
     for (int64_t i = 0; i < b.valid; ++i) {
@@ -92,8 +92,8 @@ Result Train(const Model& m, int64_t steps, double lr) {
 TEST_CASE("an MLP trains on Fashion-MNIST: loss falls 3x, accuracy > 0.75") {
   if (!HaveData()) return;
   Model m;
-  Sym image = m.input("image", {64, 1, 28, 28});
-  Sym label = m.input("label", {64}, DType::kI64);
+  Sym image = m.input("input", {64, 1, 28, 28});
+  Sym label = m.input("target", {64}, DType::kI64);
   Sym logits = models::Mlp(m, image, {{128}, 10, 0.0});
   m.set_output("logits", logits);
   m.set_output("loss", m.cross_entropy(logits, label));
@@ -109,8 +109,8 @@ TEST_CASE("an MLP trains on Fashion-MNIST: loss falls 3x, accuracy > 0.75") {
 TEST_CASE("a small CNN (conv, batch norm, pooling, dropout) trains on Fashion-MNIST") {
   if (!HaveData()) return;
   Model m;
-  Sym image = m.input("image", {32, 1, 28, 28});
-  Sym label = m.input("label", {32}, DType::kI64);
+  Sym image = m.input("input", {32, 1, 28, 28});
+  Sym label = m.input("target", {32}, DType::kI64);
   Sym h = image;
   {
     auto block = m.scope("block1");

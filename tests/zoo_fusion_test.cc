@@ -17,40 +17,55 @@ namespace {
 struct SmallModel {
   std::string name;
   std::map<std::string, std::string> args;
-  Shape example;  // per-example input shape
+  models::DataSpec data;  // per-example input and target; num_classes is kClasses
   bool fused_check = true;
 };
+
+constexpr int64_t kBatch = 2, kClasses = 5;
+
+// f32 examples of `shape` with one class each.
+models::DataSpec Features(const Shape& shape) { return {shape, DType::kF32, Shape{}, kClasses}; }
+// Token windows of length t whose targets are t tokens (vocabulary kClasses).
+models::DataSpec Tokens(int64_t t) { return {Shape{t}, DType::kI64, Shape{t}, kClasses}; }
 
 // Dropout off (where the model has it), so the loss is a function of the
 // parameters and the batch only.
 std::vector<SmallModel> SmallModels() {
   return {
-      {"mlp", {{"hidden", "12"}}, {1, 6, 6}},
-      {"cnn", {{"channels", "3,4"}, {"hidden", "8"}, {"dropout", "0"}}, {1, 8, 8}},
-      {"resnet18", {{"stem", "cifar"}, {"width", "4"}}, {3, 8, 8}},
-      {"resnet101", {{"stem", "cifar"}, {"width", "2"}}, {3, 8, 8}},
-      {"alexnet", {{"dropout", "0"}}, {3, 63, 63}},
+      {"mlp", {{"hidden", "12"}}, Features({1, 6, 6})},
+      {"cnn", {{"channels", "3,4"}, {"hidden", "8"}, {"dropout", "0"}}, Features({1, 8, 8})},
+      {"resnet18", {{"stem", "cifar"}, {"width", "4"}}, Features({3, 8, 8})},
+      {"resnet101", {{"stem", "cifar"}, {"width", "2"}}, Features({3, 8, 8})},
+      {"alexnet", {{"dropout", "0"}}, Features({3, 63, 63})},
       // 134M parameters whatever the input: the fused f64 copy would take
       // gigabytes, so VGG-16 gets the training-step check only.
-      {"vgg16", {{"dropout", "0"}}, {3, 32, 32}, false},
-      {"mobilenet_v2", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
-      {"mobilenet_v3_small", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
-      {"mobilenet_v3_large", {{"width_mult", "0.25"}, {"dropout", "0"}}, {3, 16, 16}},
-      {"pointnet_cls", {{"dropout", "0"}}, {3, 32}},
+      {"vgg16", {{"dropout", "0"}}, Features({3, 32, 32}), false},
+      {"mobilenet_v2", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
+      {"mobilenet_v3_small", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
+      {"mobilenet_v3_large", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
+      {"pointnet_cls", {{"dropout", "0"}}, Features({3, 32})},
   };
 }
 
-constexpr int64_t kBatch = 2, kClasses = 5;
-
-std::map<std::string, Tensor> FixedBatch(const Shape& example, DType dtype) {
-  std::vector<int64_t> dims = example.dims();
+Shape Batched(const Shape& s) {
+  std::vector<int64_t> dims = s.dims();
   dims.insert(dims.begin(), kBatch);
+  return Shape(dims);
+}
+
+// Features uniform in [-1, 1) (or tokens uniform in the vocabulary) and
+// targets i % kClasses.
+std::map<std::string, Tensor> FixedBatch(const models::DataSpec& data, DType dtype) {
   Rng rng(3);
-  Tensor image = Tensor::Zeros(Shape(dims), DType::kF64);
-  for (int64_t i = 0; i < image.numel(); ++i) image.data<double>()[i] = rng.Uniform(-1, 1);
-  Tensor label = Tensor::Zeros({kBatch}, DType::kI64);
-  for (int64_t i = 0; i < kBatch; ++i) label.data<int64_t>()[i] = i % kClasses;
-  return {{"image", *image.Cast(dtype)}, {"label", label}};
+  Tensor input = Tensor::Zeros(Batched(data.input), data.input_dtype == DType::kI64 ? DType::kI64 : DType::kF64);
+  for (int64_t i = 0; i < input.numel(); ++i) {
+    if (input.dtype() == DType::kI64) input.data<int64_t>()[i] = rng.UniformInt(kClasses);
+    else input.data<double>()[i] = rng.Uniform(-1, 1);
+  }
+  if (input.dtype() == DType::kF64) input = *input.Cast(dtype);
+  Tensor target = Tensor::Zeros(Batched(data.target), DType::kI64);
+  for (int64_t i = 0; i < target.numel(); ++i) target.data<int64_t>()[i] = i % kClasses;
+  return {{"input", input}, {"target", target}};
 }
 
 TEST_CASE("the zoo covers every model of this test") {
@@ -62,14 +77,18 @@ TEST_CASE("one training step lowers each zoo model's loss on a fixed batch") {
   for (const SmallModel& s : SmallModels()) {
     INFO(s.name);
     Model m;
-    REQUIRE(models::BuildClassifier(m, s.name, s.args, s.example, kBatch, kClasses).ok());
+    {
+      const Status built = models::BuildSupervised(m, s.name, s.args, s.data, kBatch);
+      INFO(built.ToString());
+      REQUIRE(built.ok());
+    }
     OptimizerConfig opt;  // plain SGD
     auto g = BuildTrainingGraph(m.graph(), "loss", opt);
     REQUIRE(g.ok());
     auto e = Executor::Create(*g);
     REQUIRE(e.ok());
     REQUIRE((*e)->InitializeState(1).ok());
-    auto feeds = FixedBatch(s.example, DType::kF32);
+    auto feeds = FixedBatch(s.data, DType::kF32);
     feeds["lr"] = Tensor::FromVector<float>({}, {0.01f});
     feeds["step"] = Tensor::FromVector<float>({}, {1});
     auto first = (*e)->Run(feeds);
@@ -89,16 +108,20 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
     if (!s.fused_check) continue;
     INFO(s.name);
     Model m(DType::kF64);
-    REQUIRE(models::BuildClassifier(m, s.name, s.args, s.example, kBatch, kClasses).ok());
+    {
+      const Status built = models::BuildSupervised(m, s.name, s.args, s.data, kBatch);
+      INFO(built.ToString());
+      REQUIRE(built.ok());
+    }
     auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
     if (!fused.ok()) FAIL(fused.status().ToString());
     auto fe = Executor::Create(*fused);
     REQUIRE(fe.ok());
     REQUIRE((*fe)->InitializeState(0).ok());
-    const auto feeds = FixedBatch(s.example, DType::kF64);
+    const auto feeds = FixedBatch(s.data, DType::kF64);
     auto fused_out = (*fe)->Run(feeds);
     REQUIRE(fused_out.ok());
-    const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, B, C]
+    const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, B, ..., C]
     for (int r = 0; r < 2; ++r) {
       auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
       REQUIRE(se.ok());

@@ -129,8 +129,8 @@ StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t hw, int64_t k, bool with
 
 StatusOr<Graph> MlpStepGraph(int64_t batch) {
   Model m;
-  Sym image = m.input("image", {batch, 1, 28, 28});
-  Sym label = m.input("label", {batch}, DType::kI64);
+  Sym image = m.input("input", {batch, 1, 28, 28});
+  Sym label = m.input("target", {batch}, DType::kI64);
   Sym logits = models::Mlp(m, image);
   m.set_output("loss", m.cross_entropy(logits, label));
   if (!m.status().ok()) return m.status();

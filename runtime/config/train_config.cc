@@ -298,6 +298,11 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   if (d.dataset() == "text") {
     k.Require(!d.path().empty(), "data.path", "is required for the text dataset (a text file)");
     k.AtLeast(d.sequence_length(), 1, "data.sequence_length");
+    if (!d.text_level().empty()) k.OneOf(d.text_level(), {"char", "byte"}, "data.text_level");
+    if (!d.text_target().empty()) k.OneOf(d.text_target(), {"next", "masked", "reversed"}, "data.text_target");
+    if (d.has_test_fraction())
+      k.Require(d.test_fraction() > 0 && d.test_fraction() < 1, "data.test_fraction",
+                StrCat("must be in (0, 1), got ", d.test_fraction()));
   }
 
   const proto::OptimizerConfig& o = c.optimizer();
@@ -351,6 +356,11 @@ void FillDefaults(proto::TrainConfig* c) {
   if (!d->has_shuffle()) d->set_shuffle(true);
   if (!d->has_drop_last()) d->set_drop_last(true);
   if (!d->has_prefetch()) d->set_prefetch(2);
+  if (d->dataset() == "text") {
+    if (d->text_level().empty()) d->set_text_level("char");
+    if (d->text_target().empty()) d->set_text_target("next");
+    if (!d->has_test_fraction()) d->set_test_fraction(0.1);
+  }
   proto::OptimizerConfig* o = c->mutable_optimizer();
   if (o->type().empty()) o->set_type("sgd");
   if (o->lr() == 0) o->set_lr(DefaultLearningRate(o->type()).value());  // type was checked

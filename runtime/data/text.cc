@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/rng.h"
 #include "runtime/data/file_io.h"
 
 namespace loom {
@@ -155,6 +156,64 @@ void TokenStreamDataset::Get(int64_t index, void* input, int64_t* target) const 
     in[t] = window[t];
     target[t] = window[t + 1];
   }
+}
+
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+Status CheckTokenBase(const std::shared_ptr<const Dataset>& base, const char* what) {
+  if (!base) return InvalidArgument(what, ": no base dataset");
+  const ExampleSpec in = base->input_spec();
+  if (in.dtype != DType::kI64 || in.shape.rank() != 1)
+    return InvalidArgument(what, ": needs token windows (i64 [T]) as inputs, got ", in.ToString());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<MaskedTokenDataset>> MaskedTokenDataset::Create(std::shared_ptr<const Dataset> base,
+                                                                         double fraction, uint64_t seed) {
+  LOOM_RETURN_IF_ERROR(CheckTokenBase(base, "MaskedTokenDataset"));
+  if (!(fraction > 0 && fraction <= 1))
+    return InvalidArgument("MaskedTokenDataset: the mask fraction must be in (0, 1], got ", fraction);
+  return std::shared_ptr<MaskedTokenDataset>(new MaskedTokenDataset(std::move(base), fraction, seed));
+}
+
+void MaskedTokenDataset::Get(int64_t index, void* input, int64_t* target) const {
+  const int64_t t_len = base_->input_spec().shape.numel();
+  std::vector<int64_t> next(t_len);  // the base's next-token targets, unused
+  base_->Get(index, input, next.data());
+  int64_t* tokens = static_cast<int64_t*>(input);
+  Rng rng = Rng::Stream(seed_, static_cast<uint64_t>(index));
+  const int64_t vocab = base_->num_classes();
+  for (int64_t t = 0; t < t_len; ++t) {
+    // Three draws per position whatever the outcome, so positions do not
+    // shift each other's choices.
+    const double select = rng.Uniform(), how = rng.Uniform();
+    const int64_t random_token = rng.UniformInt(vocab);
+    if (select >= fraction_) {
+      target[t] = -100;
+      continue;
+    }
+    target[t] = tokens[t];
+    if (how < 0.8) tokens[t] = mask_token();
+    else if (how < 0.9) tokens[t] = random_token;
+  }
+}
+
+StatusOr<std::shared_ptr<ReversedTokenDataset>> ReversedTokenDataset::Create(std::shared_ptr<const Dataset> base) {
+  LOOM_RETURN_IF_ERROR(CheckTokenBase(base, "ReversedTokenDataset"));
+  return std::shared_ptr<ReversedTokenDataset>(new ReversedTokenDataset(std::move(base)));
+}
+
+void ReversedTokenDataset::Get(int64_t index, void* input, int64_t* target) const {
+  const int64_t t_len = base_->input_spec().shape.numel();
+  std::vector<int64_t> next(t_len);
+  base_->Get(index, input, next.data());
+  const int64_t* tokens = static_cast<const int64_t*>(input);
+  for (int64_t t = 0; t < t_len; ++t) target[t] = tokens[t_len - 1 - t];
 }
 
 }  // namespace loom

@@ -80,3 +80,54 @@ class TokenStreamDataset : public Dataset {
 };
 
 }  // namespace loom
+
+namespace loom {
+
+// Masked-language-model examples from a token dataset, as BERT's pre-training
+// makes them: each position is selected with probability `fraction`; a
+// selected token is replaced by the mask token (80%), a random token (10%)
+// or kept (10%), and its target is the original token; targets of the other
+// positions are -100 (not scored). The mask token is the id
+// base->num_classes(), so num_classes() is one more than the base's. The
+// choice is a function of (seed, example index): the same example is masked
+// the same way in every epoch (BERT's static masking).
+class MaskedTokenDataset : public Dataset {
+ public:
+  static StatusOr<std::shared_ptr<MaskedTokenDataset>> Create(std::shared_ptr<const Dataset> base, double fraction,
+                                                              uint64_t seed);
+
+  int64_t size() const override { return base_->size(); }
+  ExampleSpec input_spec() const override { return base_->input_spec(); }
+  ExampleSpec target_spec() const override { return base_->input_spec(); }
+  int64_t num_classes() const override { return base_->num_classes() + 1; }
+  void Get(int64_t index, void* input, int64_t* target) const override;
+
+  int64_t mask_token() const { return base_->num_classes(); }
+
+ private:
+  MaskedTokenDataset(std::shared_ptr<const Dataset> base, double fraction, uint64_t seed)
+      : base_(std::move(base)), fraction_(fraction), seed_(seed) {}
+  std::shared_ptr<const Dataset> base_;
+  double fraction_;
+  uint64_t seed_;
+};
+
+// Sequence-to-sequence examples from a token dataset: the target is the input
+// window reversed. A translation task whose answer is known, for the
+// encoder-decoder models where no parallel corpus is at hand.
+class ReversedTokenDataset : public Dataset {
+ public:
+  static StatusOr<std::shared_ptr<ReversedTokenDataset>> Create(std::shared_ptr<const Dataset> base);
+
+  int64_t size() const override { return base_->size(); }
+  ExampleSpec input_spec() const override { return base_->input_spec(); }
+  ExampleSpec target_spec() const override { return base_->input_spec(); }
+  int64_t num_classes() const override { return base_->num_classes(); }
+  void Get(int64_t index, void* input, int64_t* target) const override;
+
+ private:
+  explicit ReversedTokenDataset(std::shared_ptr<const Dataset> base) : base_(std::move(base)) {}
+  std::shared_ptr<const Dataset> base_;
+};
+
+}  // namespace loom

@@ -26,6 +26,7 @@
 #include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
 #include "runtime/data/synthetic.h"
+#include "runtime/data/text.h"
 #include "runtime/executor.h"
 #include "runtime/metrics/progress.h"
 #include "runtime/metrics/run_logger.h"
@@ -105,8 +106,29 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
     o.seed = 2;
     o.size = std::max<int64_t>(1, d.num_examples() / 5);
     LOOM_ASSIGN_OR_RETURN(out.test, SyntheticDataset::Create(o));
+  } else if (name == "text") {
+    // One file: the first 1 - test_fraction of its tokens train, the rest test.
+    TextDatasetOptions o;
+    o.seq_len = d.sequence_length();
+    o.level = d.text_level() == "byte" ? TextLevel::kByte : TextLevel::kChar;
+    o.end_fraction = 1 - d.test_fraction();
+    std::shared_ptr<const Dataset> train, test;
+    LOOM_ASSIGN_OR_RETURN(train, TokenStreamDataset::FromFile(d.path(), o));
+    o.begin_fraction = o.end_fraction;
+    o.end_fraction = 1;
+    LOOM_ASSIGN_OR_RETURN(test, TokenStreamDataset::FromFile(d.path(), o));
+    if (d.text_target() == "masked") {
+      // Fixed masks: different for the two parts, the same every epoch.
+      LOOM_ASSIGN_OR_RETURN(train, MaskedTokenDataset::Create(train, 0.15, 1));
+      LOOM_ASSIGN_OR_RETURN(test, MaskedTokenDataset::Create(test, 0.15, 2));
+    } else if (d.text_target() == "reversed") {
+      LOOM_ASSIGN_OR_RETURN(train, ReversedTokenDataset::Create(train));
+      LOOM_ASSIGN_OR_RETURN(test, ReversedTokenDataset::Create(test));
+    }
+    out.train = train;
+    out.test = test;
   } else {
-    return Unimplemented("data.dataset '", name, "' needs a language model; the zoo has only classifiers so far");
+    return Unimplemented("data.dataset '", name, "'");
   }
   if (d.train_limit() > 0 && d.train_limit() < out.train->size()) {
     LOOM_ASSIGN_OR_RETURN(out.train, SliceDataset(out.train, 0, d.train_limit()));
@@ -115,6 +137,11 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
     LOOM_ASSIGN_OR_RETURN(out.test, SliceDataset(out.test, 0, d.test_limit()));
   }
   return out;
+}
+
+models::DataSpec DataSpecOf(const Dataset& data) {
+  return models::DataSpec{data.input_spec().shape, data.input_spec().dtype, data.target_spec().shape,
+                          data.num_classes()};
 }
 
 DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& data, bool training) {
@@ -261,18 +288,14 @@ Status Trainer::Prepare() {
 
   // The same model twice: a training graph at the training batch size and an
   // evaluation graph (BatchNorm and Dropout in eval mode) at the eval batch.
-  const Shape& in_shape = train_loader_->input_shape();
-  const Shape example(std::vector<int64_t>(in_shape.dims().begin() + 1, in_shape.dims().end()));
-  const int64_t classes = data_.train->num_classes();
+  const models::DataSpec spec = DataSpecOf(*data_.train);
+  const std::map<std::string, std::string> model_args(c_.model().args().begin(), c_.model().args().end());
   Model train_model;
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(train_model, c_.model().name(),
-                                               {c_.model().args().begin(), c_.model().args().end()}, example,
-                                               c_.data().batch_size(), classes));
+  LOOM_RETURN_IF_ERROR(models::BuildSupervised(train_model, c_.model().name(), model_args, spec, c_.data().batch_size()));
   Model eval_model;
   eval_model.set_training(false);
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(eval_model, c_.model().name(),
-                                               {c_.model().args().begin(), c_.model().args().end()}, example,
-                                               c_.data().eval_batch_size(), classes));
+  LOOM_RETURN_IF_ERROR(
+      models::BuildSupervised(eval_model, c_.model().name(), model_args, spec, c_.data().eval_batch_size()));
   train_forward_ = train_model.graph();
   eval_forward_ = eval_model.graph();
   LOOM_RETURN_IF_ERROR(BuildArray(/*initialize=*/true));
@@ -342,7 +365,7 @@ Status Trainer::BuildArray(bool initialize) {
     }
     const bool isolate = !c_.fusion().has_isolate_divergence() || c_.fusion().isolate_divergence();
     LOOM_ASSIGN_OR_RETURN(eval_graph, FuseReplicas(eval_forward_, fo));  // evaluation data is shared
-    if (per_replica_data()) fo.per_replica_inputs = {"image", "label"};
+    if (per_replica_data()) fo.per_replica_inputs = {"input", "target"};
     LOOM_ASSIGN_OR_RETURN(Graph fused_train, FuseReplicas(train_forward_, fo));
     LOOM_ASSIGN_OR_RETURN(train_graph, BuildFusedTrainingGraph(fused_train, "loss", opts, isolate));
   }
@@ -373,8 +396,8 @@ StatusOr<bool> Trainer::NextBatch(std::map<std::string, Tensor>* feeds) {
   Batch b;
   if (!per_replica_data()) {
     LOOM_ASSIGN_OR_RETURN(bool more, train_loader_->Next(&b));
-    (*feeds)["image"] = b.input;
-    (*feeds)["label"] = b.target;
+    (*feeds)["input"] = b.input;
+    (*feeds)["target"] = b.target;
     return more;
   }
   std::vector<Batch> batches(alive_.size());
@@ -382,14 +405,14 @@ StatusOr<bool> Trainer::NextBatch(std::map<std::string, Tensor>* feeds) {
     LOOM_ASSIGN_OR_RETURN(bool more, replica_loaders_[alive_[i]]->Next(&batches[i]));
     if (!more) return false;  // the loaders have the same number of batches
   }
-  for (const char* name : {"image", "label"}) {
-    const bool image = std::string(name) == "image";
-    const Tensor& first = image ? batches[0].input : batches[0].target;
+  for (const char* name : {"input", "target"}) {
+    const bool input = std::string(name) == "input";
+    const Tensor& first = input ? batches[0].input : batches[0].target;
     std::vector<int64_t> dims = first.shape().dims();
     dims.insert(dims.begin(), static_cast<int64_t>(batches.size()));
     Tensor stacked = Tensor::Zeros(Shape(dims), first.dtype());
     for (size_t i = 0; i < batches.size(); ++i) {
-      const Tensor& t = image ? batches[i].input : batches[i].target;
+      const Tensor& t = input ? batches[i].input : batches[i].target;
       std::memcpy(static_cast<char*>(stacked.raw_data()) + i * t.nbytes(), t.raw_data(), t.nbytes());
     }
     (*feeds)[name] = stacked;
@@ -508,7 +531,8 @@ Status Trainer::SaveCheckpoint() {
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 
-// Per replica in the array: the test loss and accuracy.
+// Per replica in the array: the test loss and accuracy over the scored target
+// entries (one per example for classifiers, one per token for token models).
 Status Trainer::Evaluate(std::vector<double>* loss, std::vector<double>* accuracy) {
   for (const auto& [name, t] : eval_->state()) LOOM_RETURN_IF_ERROR(eval_->SetState(name, train_->state().at(name)));
   LOOM_RETURN_IF_ERROR(test_loader_->Start(0));
@@ -516,31 +540,37 @@ Status Trainer::Evaluate(std::vector<double>* loss, std::vector<double>* accurac
   Batch batch;
   std::vector<double> loss_sum(n, 0.0);
   std::vector<int64_t> correct(n, 0);
-  int64_t seen = 0;
+  int64_t scored = 0;  // target entries that count (not padding, not unmasked tokens)
   for (;;) {
     LOOM_ASSIGN_OR_RETURN(bool more, test_loader_->Next(&batch));
     if (!more) break;
-    LOOM_ASSIGN_OR_RETURN(auto out, eval_->Run({{"image", batch.input}, {"label", batch.target}}));
-    const Tensor& logits = out["logits"];  // [B, C], fused [R, B, C]
+    LOOM_ASSIGN_OR_RETURN(auto out, eval_->Run({{"input", batch.input}, {"target", batch.target}}));
+    const Tensor& logits = out["logits"];  // [B, target..., C], fused [R, B, target..., C]
     const int64_t classes = logits.shape().dim(-1);
-    const int64_t rows = logits.numel() / classes / n;
+    const int64_t rows = logits.numel() / classes / n;  // = batch.target.numel()
+    const int64_t* targets = batch.target.data<int64_t>();
+    const int64_t valid_rows = batch.valid * (rows / batch.target.shape()[0]);
+    int64_t batch_scored = 0;
+    for (int64_t i = 0; i < valid_rows; ++i) batch_scored += targets[i] != models::kIgnoreTarget;
     const std::vector<double> losses = out["loss"].ToDoubleVector();
     for (int64_t r = 0; r < n; ++r) {
       const float* pl = logits.data<float>() + r * rows * classes;
-      for (int64_t i = 0; i < batch.valid; ++i) {
+      for (int64_t i = 0; i < valid_rows; ++i) {
+        if (targets[i] == models::kIgnoreTarget) continue;
         const float* row = pl + i * classes;
-        correct[r] += (std::max_element(row, row + classes) - row) == batch.target.data<int64_t>()[i];
+        correct[r] += (std::max_element(row, row + classes) - row) == targets[i];
       }
-      // The loss is the mean over the valid rows (padding has the ignored label).
-      loss_sum[r] += losses[r] * static_cast<double>(batch.valid);
+      // The loss is the mean over the scored entries (padding rows have
+      // ignored targets), so weigh it by their number.
+      loss_sum[r] += losses[r] * static_cast<double>(batch_scored);
     }
-    seen += batch.valid;
+    scored += batch_scored;
   }
   loss->assign(n, 0.0);
   accuracy->assign(n, 0.0);
   for (int64_t r = 0; r < n; ++r) {
-    (*loss)[r] = loss_sum[r] / std::max<int64_t>(1, seen);
-    (*accuracy)[r] = static_cast<double>(correct[r]) / std::max<int64_t>(1, seen);
+    (*loss)[r] = loss_sum[r] / std::max<int64_t>(1, scored);
+    (*accuracy)[r] = static_cast<double>(correct[r]) / std::max<int64_t>(1, scored);
   }
   return Status::Ok();
 }
