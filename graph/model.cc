@@ -10,6 +10,7 @@ AttrMap InitOnes() { return AttrMap{{"init", "ones"}}; }
 AttrMap InitConstant(double value) { return AttrMap{{"init", "constant"}, {"value", value}}; }
 AttrMap InitUniform(double low, double high) { return AttrMap{{"init", "uniform"}, {"low", low}, {"high", high}}; }
 AttrMap InitNormal(double mean, double std) { return AttrMap{{"init", "normal"}, {"mean", mean}, {"std", std}}; }
+AttrMap InitSinusoidalPositions() { return AttrMap{{"init", "sinusoidal"}}; }
 
 namespace {
 std::string Lower(const std::string& s) {

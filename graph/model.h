@@ -207,5 +207,10 @@ AttrMap InitOnes();
 AttrMap InitConstant(double value);
 AttrMap InitUniform(double low, double high);
 AttrMap InitNormal(double mean, double std);
+// For a [max_len, dim] Buffer: the sinusoidal position encoding of
+// "Attention Is All You Need" as PyTorch's word_language_model builds it, row
+// pos, columns 2i and 2i+1: sin and cos of pos * exp(-2i * ln(10000) / dim).
+// A constant (the same for every seed), not a trained parameter.
+AttrMap InitSinusoidalPositions();
 
 }  // namespace loom

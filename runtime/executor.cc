@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 
 #include "core/logging.h"
@@ -55,9 +56,23 @@ Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
     if (!IsFloating(t->dtype())) return InvalidArgument("uniform init of non-float state '", node.name, "'");
     double lo = a.Float("low", -1.0), hi = a.Float("high", 1.0);
     fill([&](Rng& rng) { return rng.Uniform(lo, hi); });
+  } else if (init == "sinusoidal") {
+    // [..., max_len, dim]; a fused [R, max_len, dim] gets the same table per
+    // replica (it does not depend on the seed).
+    if ((t->dtype() != DType::kF32 && t->dtype() != DType::kF64) || t->shape().rank() < 2)
+      return InvalidArgument("sinusoidal init of state '", node.name, "' needs an f32 or f64 [max_len, dim] tensor, got ",
+                             t->shape().ToString(), " ", DTypeName(t->dtype()));
+    const int64_t rows = t->shape().dim(-2), dim = t->shape().dim(-1);
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      const int64_t pos = (i / dim) % rows, col = i % dim, even = col - col % 2;
+      const double angle = static_cast<double>(pos) * std::exp(static_cast<double>(even) * -std::log(10000.0) / dim);
+      const double v = col % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      if (t->dtype() == DType::kF32) t->data<float>()[i] = static_cast<float>(v);
+      else t->data<double>()[i] = v;
+    }
   } else {
     return InvalidArgument("state '", node.name, "': unknown init '", init,
-                           "' (expected zeros, ones, constant, normal or uniform)");
+                           "' (expected zeros, ones, constant, normal, uniform or sinusoidal)");
   }
   return Status::Ok();
 }

@@ -120,6 +120,44 @@ TEST_CASE("state initialisation is seeded and independent of graph order") {
   CHECK_FALSE(a->GetState("fc/weights").ok());
 }
 
+TEST_CASE("a sinusoidal buffer holds PyTorch's position encoding, the same for every seed and replica") {
+  // pe [7, 6] as word_language_model's PositionalEncoding(d_model=6,
+  // max_len=7) builds it (torch, float64): rows 2 and 6.
+  const std::vector<double> row2 = {0.909297426825682, -0.416146836547142, 0.0926985007787272,
+                                    0.99569422412374,  0.00430885604674281, 0.999990716836696};
+  const std::vector<double> row6 = {-0.279415498198926, 0.960170286650366, 0.274909265000599,
+                                    0.961470174273144,  0.012926248143199, 0.999916452564383};
+  for (int64_t replicas : {1, 2}) {
+    INFO("replicas " << replicas);
+    Graph g;
+    GraphBuilder b(&g);
+    AttrMap init = InitSinusoidalPositions();
+    Shape shape = replicas == 1 ? Shape{7, 6} : Shape{replicas, 7, 6};
+    if (replicas > 1) init.Set("replica_seeds", std::vector<int64_t>{3, 4});  // as graph/fusion.cc marks fused state
+    g.outputs()["pe"] = b.Buffer("pe", {shape, DType::kF64}, init);
+    auto exec = Executor::Create(g).value();
+    REQUIRE(exec->InitializeState(11).ok());
+    const std::vector<double> pe = exec->GetState("pe")->ToDoubleVector();
+    REQUIRE(pe.size() == static_cast<size_t>(replicas * 42));
+    for (int64_t r = 0; r < replicas; ++r) {
+      const double* table = pe.data() + r * 42;
+      for (int c = 0; c < 6; ++c) {
+        CHECK(table[c] == (c % 2 == 0 ? 0.0 : 1.0));  // position 0: sin 0, cos 0
+        CHECK(table[2 * 6 + c] == Approx(row2[c]).margin(1e-14));
+        CHECK(table[6 * 6 + c] == Approx(row6[c]).margin(1e-14));
+      }
+    }
+    REQUIRE(exec->InitializeState(12).ok());
+    CHECK(exec->GetState("pe")->ToDoubleVector() == pe);
+  }
+  Graph g;
+  GraphBuilder b(&g);
+  g.outputs()["pe"] = b.Buffer("pe", {Shape{6}, DType::kF32}, InitSinusoidalPositions());
+  auto exec = Executor::Create(g).value();
+  const Status s = exec->InitializeState(0);
+  CHECK(s.message() == "sinusoidal init of state 'pe' needs an f32 or f64 [max_len, dim] tensor, got [6] f32");
+}
+
 TEST_CASE("views share their input's bytes and keep it alive while they are used") {
   Graph g;
   GraphBuilder b(&g);
