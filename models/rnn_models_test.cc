@@ -1,0 +1,248 @@
+// rnnlm, rnntc and nmt: parameter counts at the defaults against the PyTorch
+// rebuilds in bench/reference_models.py (built, not run), logits shapes,
+// nmt's teacher forcing (the scores at position t do not see target[t] or
+// later), one SGD step lowering each model's loss on a fixed batch, and 2
+// fused replicas (graph/fusion.h) computing 2 separate models' logits.
+#include "models/rnn_models.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+
+#include "core/rng.h"
+#include "graph/fusion.h"
+#include "graph/training.h"
+#include "models/model_test_util.h"
+#include "runtime/executor.h"
+
+namespace loom::models {
+namespace {
+
+using testing::ParameterCount;
+using testing::ParameterNames;
+
+Shape ParameterShape(const Graph& g, const std::string& name) {
+  for (NodeId id : g.NodesWithOp(kParameterOp))
+    if (g.node(id).name == name) return g.type(g.node(id).outputs[0]).shape;
+  return Shape();  // not found
+}
+
+// Token ids uniform in [0, vocab), a function of `key` only.
+Tensor RandomTokens(const Shape& s, int64_t vocab, uint64_t key) {
+  Rng rng = Rng::Stream(11, key);
+  Tensor t = Tensor::Zeros(s, DType::kI64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = rng.UniformInt(vocab);
+  return t;
+}
+
+TEST_CASE("rnnlm has word_language_model's parameter count at the defaults") {
+  Model m;
+  Sym logits = RnnLm(m, m.input("input", {2, 20}, DType::kI64), {});
+  INFO(m.status().ToString());
+  REQUIRE(m.status().ok());
+  CHECK(m.shape(logits) == Shape({2, 20, 10000}));
+  // /usr/bin/python3 bench/reference_models.py rnnlm (torch 1.13):
+  // RNNModel('LSTM', 10000, 1024, 1024, 2), untied.
+  CHECK(ParameterCount(m.graph()) == 37283600);
+  CHECK(ParameterNames(m.graph()) ==
+        std::set<std::string>{"encoder/weight", "rnn/l0/weight_ih", "rnn/l0/weight_hh", "rnn/l0/bias_ih",
+                              "rnn/l0/bias_hh", "rnn/l1/weight_ih", "rnn/l1/weight_hh", "rnn/l1/bias_ih",
+                              "rnn/l1/bias_hh", "decoder/weight", "decoder/bias"});
+  CHECK(ParameterShape(m.graph(), "rnn/l1/weight_ih") == Shape({4 * 1024, 1024}));
+}
+
+TEST_CASE("rnntc has the reference's parameter count at the defaults") {
+  Model m;
+  Sym logits = RnnTc(m, m.input("input", {2, 20}, DType::kI64), {});
+  INFO(m.status().ToString());
+  REQUIRE(m.status().ok());
+  CHECK(m.shape(logits) == Shape({2, 2}));
+  // bench/reference_models.py rnntc: vocab 32000, 4 layers of 1024, 2 classes.
+  CHECK(ParameterCount(m.graph()) == 66357250);
+  const auto names = ParameterNames(m.graph());
+  CHECK(names.size() == 1 + 4 * 4 + 2);
+  for (const char* n : {"embedding/weight", "rnn/l3/bias_hh", "fc/weight", "fc/bias"}) CHECK(names.count(n) == 1);
+}
+
+TEST_CASE("nmt has the reference's parameter count at the defaults") {
+  Model m;
+  Sym logits = Nmt(m, m.input("input", {2, 20}, DType::kI64), m.input("target", {2, 20}, DType::kI64), {});
+  INFO(m.status().ToString());
+  REQUIRE(m.status().ok());
+  CHECK(m.shape(logits) == Shape({2, 20, 20480}));
+  // bench/reference_models.py nmt: vocab 20480, embed = hidden = 2048, 2+2
+  // layers, GlobalAttention("general"), generator.
+  CHECK(ParameterCount(m.graph()) == 272717824);
+  CHECK(ParameterShape(m.graph(), "encoder/embedding/weight") == Shape({20480, 2048}));
+  CHECK(ParameterShape(m.graph(), "decoder/embedding/weight") == Shape({20481, 2048}));  // + the start token
+  CHECK(ParameterShape(m.graph(), "attn/linear_in/weight") == Shape({2048, 2048}));
+  CHECK(ParameterShape(m.graph(), "attn/linear_out/weight") == Shape({2048, 4096}));
+  CHECK(ParameterShape(m.graph(), "generator/bias") == Shape({20480}));
+  const auto names = ParameterNames(m.graph());
+  CHECK(names.count("attn/linear_in/bias") == 0);
+  CHECK(names.count("decoder/rnn/l1/weight_hh") == 1);
+}
+
+// A small model of each kind on batch 2: builder(m, input, target) -> logits.
+struct Small {
+  std::string name;
+  Shape input, target;
+  int64_t input_vocab;  // ids of "input" are below this
+  Shape logits;
+  std::function<Sym(Model&, Sym, Sym)> build;
+};
+
+std::vector<Small> SmallModels() {
+  RnnLmOptions lm;
+  lm.vocab = 7, lm.embed = 5, lm.hidden = 6, lm.dropout = 0;
+  RnnTcOptions tc;
+  tc.vocab = 9, tc.num_classes = 3, tc.embed = 5, tc.hidden = 6, tc.layers = 3, tc.dropout = 0;
+  NmtOptions mt;
+  mt.vocab = 7, mt.embed = 5, mt.hidden = 6, mt.dropout = 0;
+  return {
+      {"rnnlm", {2, 6}, {2, 6}, 7, {2, 6, 7}, [lm](Model& m, Sym x, Sym) { return RnnLm(m, x, lm); }},
+      {"rnntc", {2, 6}, {2}, 9, {2, 3}, [tc](Model& m, Sym x, Sym) { return RnnTc(m, x, tc); }},
+      // Source and target lengths differ: the attention spans the source.
+      {"nmt", {2, 5}, {2, 6}, 7, {2, 6, 7}, [mt](Model& m, Sym x, Sym y) { return Nmt(m, x, y, mt); }},
+  };
+}
+
+// Sets "logits" and "loss" (mean cross-entropy over the target entries).
+void BuildWithLoss(Model& m, const Small& s) {
+  Sym x = m.input("input", s.input, DType::kI64);
+  Sym y = m.input("target", s.target, DType::kI64);
+  Sym logits = s.build(m, x, y);
+  if (!logits.valid()) return;
+  m.set_output("logits", logits);
+  const int64_t classes = m.shape(logits).dim(-1), rows = s.target.numel();
+  m.set_output("loss", m.cross_entropy(m.reshape(logits, {rows, classes}), m.reshape(y, {rows})));
+}
+
+std::map<std::string, Tensor> FixedBatch(const Small& s) {
+  return {{"input", RandomTokens(s.input, s.input_vocab, 1)},
+          {"target", RandomTokens(s.target, s.logits.dim(-1), 2)}};
+}
+
+TEST_CASE("the recurrent models run forward at small sizes") {
+  for (const Small& s : SmallModels()) {
+    INFO(s.name);
+    Model m;
+    BuildWithLoss(m, s);
+    INFO(m.status().ToString());
+    REQUIRE(m.status().ok());
+    CHECK(m.shape(Sym{m.graph().outputs().at("logits")}) == s.logits);
+    auto e = Executor::Create(m.graph());
+    REQUIRE(e.ok());
+    REQUIRE((*e)->InitializeState(0).ok());
+    auto out = (*e)->Run(FixedBatch(s));
+    if (!out.ok()) FAIL(out.status().ToString());
+    CHECK(out->at("logits").shape() == s.logits);
+    bool differ = false;  // the logits depend on the tokens, not constants
+    const std::vector<double> v = out->at("logits").ToDoubleVector();
+    for (double x : v) {
+      CHECK(std::isfinite(x));
+      differ = differ || x != v[0];
+    }
+    CHECK(differ);
+  }
+}
+
+TEST_CASE("nmt's decoder reads the target shifted right") {
+  const Small s = SmallModels()[2];
+  Model m(DType::kF64);
+  BuildWithLoss(m, s);
+  REQUIRE(m.status().ok());
+  auto e = Executor::Create(m.graph());
+  REQUIRE(e.ok());
+  REQUIRE((*e)->InitializeState(3).ok());
+  auto feeds = FixedBatch(s);
+  auto base = (*e)->Run(feeds);
+  REQUIRE(base.ok());
+  const std::vector<double> before = base->at("logits").ToDoubleVector();  // [2, 6, 7]
+  const int64_t t_len = 6, classes = 7;
+  for (int64_t t = 0; t < t_len; ++t) {
+    INFO("changed target[1][" << t << "]");
+    auto changed = feeds;
+    changed["target"] = Tensor::Zeros(s.target, DType::kI64);  // tensors share storage when copied
+    REQUIRE(changed["target"].CopyFrom(feeds["target"]).ok());
+    int64_t& id = changed["target"].data<int64_t>()[t_len + t];
+    id = (id + 1) % classes;
+    auto out = (*e)->Run(changed);
+    REQUIRE(out.ok());
+    const std::vector<double> after = out->at("logits").ToDoubleVector();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t p = 0; p < t_len; ++p) {
+        double diff = 0;
+        for (int64_t c = 0; c < classes; ++c) {
+          const size_t i = static_cast<size_t>((b * t_len + p) * classes + c);
+          diff = std::max(diff, std::abs(after[i] - before[i]));
+        }
+        INFO("row " << b << " position " << p << " max change " << diff);
+        // Only row 1 from position t+1 on sees the change (the last target
+        // entry is never read).
+        if (b == 1 && p == t + 1) CHECK(diff > 1e-6);
+        else if (b == 0 || p <= t) CHECK(diff == 0.0);
+      }
+  }
+}
+
+TEST_CASE("one SGD step lowers each recurrent model's loss on a fixed batch") {
+  for (const Small& s : SmallModels()) {
+    INFO(s.name);
+    Model m;
+    BuildWithLoss(m, s);
+    REQUIRE(m.status().ok());
+    OptimizerConfig opt;  // plain SGD
+    auto g = BuildTrainingGraph(m.graph(), "loss", opt);
+    if (!g.ok()) FAIL(g.status().ToString());
+    auto e = Executor::Create(*g);
+    REQUIRE(e.ok());
+    REQUIRE((*e)->InitializeState(1).ok());
+    auto feeds = FixedBatch(s);
+    feeds["lr"] = Tensor::FromVector<float>({}, {0.1f});
+    feeds["step"] = Tensor::FromVector<float>({}, {1});
+    auto first = (*e)->Run(feeds);
+    if (!first.ok()) FAIL(first.status().ToString());
+    auto second = (*e)->Run(feeds);  // reports the loss after the first update
+    REQUIRE(second.ok());
+    const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
+    INFO("loss " << before << " -> " << after);
+    CHECK(std::isfinite(before));
+    CHECK(after < before);
+  }
+}
+
+TEST_CASE("each recurrent model fused as 2 replicas computes 2 separate models' logits") {
+  const std::vector<uint64_t> seeds = {7, 8};
+  for (const Small& s : SmallModels()) {
+    INFO(s.name);
+    Model m(DType::kF64);
+    BuildWithLoss(m, s);
+    REQUIRE(m.status().ok());
+    auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
+    if (!fused.ok()) FAIL(fused.status().ToString());
+    auto fe = Executor::Create(*fused);
+    REQUIRE(fe.ok());
+    REQUIRE((*fe)->InitializeState(0).ok());
+    const auto feeds = FixedBatch(s);
+    auto fused_out = (*fe)->Run(feeds);
+    if (!fused_out.ok()) FAIL(fused_out.status().ToString());
+    const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, ...]
+    for (int r = 0; r < 2; ++r) {
+      auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
+      REQUIRE(se.ok());
+      REQUIRE((*se)->InitializeState(seeds[r]).ok());
+      auto out = (*se)->Run(feeds);
+      REQUIRE(out.ok());
+      const std::vector<double> logits = out->at("logits").ToDoubleVector();
+      REQUIRE(fused_logits.size() == 2 * logits.size());
+      for (size_t i = 0; i < logits.size(); ++i) {
+        INFO("replica " << r << " logit " << i);
+        CHECK(std::abs(fused_logits[r * logits.size() + i] - logits[i]) <= 1e-9 * std::max(1.0, std::abs(logits[i])));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::models
