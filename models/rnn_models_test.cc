@@ -13,6 +13,7 @@
 #include "graph/fusion.h"
 #include "graph/training.h"
 #include "models/model_test_util.h"
+#include "models/zoo.h"
 #include "runtime/executor.h"
 
 namespace loom::models {
@@ -209,6 +210,40 @@ TEST_CASE("one SGD step lowers each recurrent model's loss on a fixed batch") {
     INFO("loss " << before << " -> " << after);
     CHECK(std::isfinite(before));
     CHECK(after < before);
+  }
+}
+
+TEST_CASE("the zoo's recurrent models check their arguments") {
+  const DataSpec windows{Shape{6}, DType::kI64, Shape{6}, 7};
+  const DataSpec classes{Shape{6}, DType::kI64, Shape{}, 3};
+  struct Bad {
+    std::string model, key, value, error;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"rnnlm", "embed", "0", "argument embed: must be >= 1, got 0"},
+           {"rnnlm", "hidden", "-2", "argument hidden: must be >= 1, got -2"},
+           {"rnnlm", "layers", "0", "argument layers: must be >= 1, got 0"},
+           {"rnnlm", "dropout", "1", "argument dropout: must be in [0, 1), got 1"},
+           {"rnntc", "vocab", "0", "argument vocab: must be >= 1, got 0"},
+           {"rnntc", "layers", "x", "argument layers: 'x' is not an integer"},
+           {"nmt", "dropout", "-0.5", "argument dropout: must be in [0, 1), got -0.5"},
+           {"nmt", "vocab", "9", "model nmt has no argument 'vocab'"},
+       }) {
+    INFO(b.model << " " << b.key << "=" << b.value);
+    Model m;
+    const Status s = BuildSupervised(m, b.model, {{b.key, b.value}}, b.model == "rnntc" ? classes : windows, 2);
+    REQUIRE(!s.ok());
+    CHECK_THAT(s.ToString(), Catch::Contains(b.error));
+  }
+  for (const char* name : {"rnnlm", "rnntc", "nmt"}) {
+    INFO(name);
+    Model m;
+    const bool per_example = std::string(name) == "rnntc";
+    const Status s = BuildSupervised(m, name, {{"embed", "4"}, {"hidden", "4"}}, per_example ? classes : windows, 2);
+    INFO(s.ToString());
+    CHECK(s.ok());
+    Model wrong;  // the other kind of target
+    CHECK(!BuildSupervised(wrong, name, {{"embed", "4"}, {"hidden", "4"}}, per_example ? windows : classes, 2).ok());
   }
 }
 
