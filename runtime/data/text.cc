@@ -65,6 +65,15 @@ Status ForEachCodePoint(const std::string& text, Fn fn) {
 
 }  // namespace
 
+StatusOr<std::vector<char32_t>> DecodeUtf8(const std::string& text) {
+  std::vector<char32_t> cps;
+  LOOM_RETURN_IF_ERROR(ForEachCodePoint(text, [&](char32_t cp, size_t) {
+    cps.push_back(cp);
+    return Status::Ok();
+  }));
+  return cps;
+}
+
 Vocabulary Vocabulary::Bytes() { return Vocabulary(); }
 
 Vocabulary Vocabulary::Characters(std::vector<char32_t> symbols) {
@@ -127,13 +136,9 @@ StatusOr<std::shared_ptr<TokenStreamDataset>> TokenStreamDataset::FromFile(const
 
   Vocabulary vocab = Vocabulary::Bytes();
   if (options.level == TextLevel::kChar) {
-    std::vector<char32_t> seen;
-    Status s = ForEachCodePoint(text, [&](char32_t cp, size_t) {
-      seen.push_back(cp);
-      return Status::Ok();
-    });
-    if (!s.ok()) return DataLoss(path, ": ", s.message(), " (TextLevel::kByte reads any file)");
-    vocab = Vocabulary::Characters(std::move(seen));
+    StatusOr<std::vector<char32_t>> seen = DecodeUtf8(text);
+    if (!seen.ok()) return DataLoss(path, ": ", seen.status().message(), " (TextLevel::kByte reads any file)");
+    vocab = Vocabulary::Characters(std::move(seen).value());
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> ids, vocab.Encode(text));
 

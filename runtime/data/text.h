@@ -42,6 +42,11 @@ class Vocabulary {
   std::unordered_map<char32_t, int64_t> ids_;  // code point -> id (characters only)
 };
 
+// The code points of UTF-8 `text`, in order. Errors name the byte offset of
+// invalid UTF-8 (overlong forms, surrogates and values above U+10FFFF are
+// invalid too). Shared by the text datasets to build character vocabularies.
+StatusOr<std::vector<char32_t>> DecodeUtf8(const std::string& text);
+
 struct TextDatasetOptions {
   int64_t seq_len = 128;  // T, tokens per example
   int64_t stride = 0;     // window k starts at token k * stride; 0 means seq_len (no overlap)
@@ -65,6 +70,7 @@ class TokenStreamDataset : public Dataset {
   ExampleSpec input_spec() const override { return {Shape{seq_len_}, DType::kI64}; }
   ExampleSpec target_spec() const override { return {Shape{seq_len_}, DType::kI64}; }
   int64_t num_classes() const override { return vocab_.size(); }
+  int64_t input_vocabulary() const override { return vocab_.size(); }
   void Get(int64_t index, void* input, int64_t* target) const override;
 
   const Vocabulary& vocabulary() const { return vocab_; }
@@ -100,6 +106,7 @@ class MaskedTokenDataset : public Dataset {
   ExampleSpec input_spec() const override { return base_->input_spec(); }
   ExampleSpec target_spec() const override { return base_->input_spec(); }
   int64_t num_classes() const override { return base_->num_classes() + 1; }
+  int64_t input_vocabulary() const override { return base_->input_vocabulary() + 1; }
   void Get(int64_t index, void* input, int64_t* target) const override;
 
   int64_t mask_token() const { return base_->num_classes(); }
@@ -123,6 +130,7 @@ class ReversedTokenDataset : public Dataset {
   ExampleSpec input_spec() const override { return base_->input_spec(); }
   ExampleSpec target_spec() const override { return base_->input_spec(); }
   int64_t num_classes() const override { return base_->num_classes(); }
+  int64_t input_vocabulary() const override { return base_->input_vocabulary(); }
   void Get(int64_t index, void* input, int64_t* target) const override;
 
  private:
