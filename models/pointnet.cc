@@ -70,28 +70,46 @@ Sym Regularizer(Model& m, Sym a, double weight) {
 
 }  // namespace
 
+PointNetFeatures PointNetFeat(Model& m, Sym x, bool feature_transform, double regularizer_weight, bool per_point) {
+  auto feat = m.scope("feat");
+  PointNetFeatures f;
+  Sym h = Apply(m, x, Stn(m, x, 3, "stn"));
+  h = ConvBn(m, h, 64, "conv1", "bn1");
+  if (feature_transform) {
+    Sym trans_feat = Stn(m, h, 64, "fstn");
+    h = Apply(m, h, trans_feat);
+    f.regularizer = Regularizer(m, trans_feat, regularizer_weight);
+  }
+  Sym point_features = h;  // [B, 64, N]
+  h = ConvBn(m, h, 128, "conv2", "bn2");
+  h = ConvBn(m, h, 1024, "conv3", "bn3", /*relu=*/false);
+  f.global = MaxOverPoints(m, h);  // [B, 1024]
+  if (per_point && f.global.valid()) {
+    const Shape& s = m.shape(h);  // [B, 1024, N]
+    Sym repeated = Op1(m, "BroadcastTo", {m.reshape(f.global, {s[0], s[1], 1})}, {{"shape", s.dims()}});
+    f.per_point = m.concat({repeated, point_features}, 1);  // fxia22: cat([x, pointfeat], 1)
+  }
+  return f;
+}
+
 PointNetResult PointNetCls(Model& m, Sym x, const PointNetOptions& o, const std::string& name) {
   std::optional<Model::Scope> outer;
   if (!name.empty()) outer.emplace(m.scope(name));
-  PointNetResult r;
-  Sym g;
-  {
-    auto feat = m.scope("feat");
-    Sym h = Apply(m, x, Stn(m, x, 3, "stn"));
-    h = ConvBn(m, h, 64, "conv1", "bn1");
-    if (o.feature_transform) {
-      Sym trans_feat = Stn(m, h, 64, "fstn");
-      h = Apply(m, h, trans_feat);
-      r.regularizer = Regularizer(m, trans_feat, o.regularizer_weight);
-    }
-    h = ConvBn(m, h, 128, "conv2", "bn2");
-    h = ConvBn(m, h, 1024, "conv3", "bn3", /*relu=*/false);
-    g = MaxOverPoints(m, h);  // [B, 1024]
-  }
-  Sym h = m.relu(m.batch_norm(m.linear(g, 512, {}, "fc1"), {}, "bn1"));
+  PointNetFeatures f = PointNetFeat(m, x, o.feature_transform, o.regularizer_weight, /*per_point=*/false);
+  Sym h = m.relu(m.batch_norm(m.linear(f.global, 512, {}, "fc1"), {}, "bn1"));
   h = m.relu(m.batch_norm(m.dropout(m.linear(h, 256, {}, "fc2"), o.dropout, "dropout"), {}, "bn2"));
-  r.logits = m.linear(h, o.num_classes, {}, "fc3");
-  return r;
+  return {m.linear(h, o.num_classes, {}, "fc3"), f.regularizer};
+}
+
+PointNetResult PointNetDenseCls(Model& m, Sym x, const PointNetSegOptions& o, const std::string& name) {
+  std::optional<Model::Scope> outer;
+  if (!name.empty()) outer.emplace(m.scope(name));
+  PointNetFeatures f = PointNetFeat(m, x, o.feature_transform, o.regularizer_weight, /*per_point=*/true);
+  Sym h = ConvBn(m, f.per_point, 512, "conv1", "bn1");
+  h = ConvBn(m, h, 256, "conv2", "bn2");
+  h = ConvBn(m, h, 128, "conv3", "bn3");
+  Sym scores = m.conv1d(h, o.num_parts, 1, {}, "conv4");  // [B, parts, N]
+  return {m.transpose(scores, {0, 2, 1}), f.regularizer};  // [B, N, parts]
 }
 
 }  // namespace loom::models

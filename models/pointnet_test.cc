@@ -1,7 +1,8 @@
-// PointNetCls as fxia22/pointnet.pytorch builds it: the parameter count at 40
-// classes and 1024 points (built, not run), and a forward pass through the
-// executor at [2, 3, 32] with 10 classes; the zoo's pointnet_cls adds the
-// feature-transform regularizer to the loss.
+// PointNetCls and PointNetDenseCls as fxia22/pointnet.pytorch builds them:
+// the parameter counts (built, not run), a forward pass through the executor
+// at [2, 3, 32]; the zoo's pointnet_cls and pointnet_seg add the
+// feature-transform regularizer to the loss, and one SGD step lowers
+// pointnet_seg's per-point loss.
 #include "models/pointnet.h"
 
 #include <catch2/catch.hpp>
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "core/rng.h"
+#include "graph/training.h"
 #include "models/zoo.h"
 #include "models/model_test_util.h"
 #include "runtime/executor.h"
@@ -105,6 +107,117 @@ TEST_CASE("the zoo's pointnet_cls adds the regularizer to the loss") {
   CHECK(m.graph().outputs().count("loss") == 1);
   Model bad;
   CHECK(!BuildClassifier(bad, "pointnet_cls", {}, Shape({3, 8, 8}), 2, 5).ok());
+}
+
+TEST_CASE("pointnet_seg has fxia22's PointNetDenseCls parameter count and names") {
+  // bench/reference_models.py pointnet_seg: PointNetDenseCls(k, feature_transform=True)
+  // rebuilt from pointnet/model.py; sum(p.numel()) is 3527629 at k = 4 and
+  // 3533563 at k = 50, over 70 tensors.
+  for (auto [parts, count] : {std::pair<int64_t, int64_t>{4, 3527629}, {50, 3533563}}) {
+    INFO("parts " << parts);
+    Model m;
+    PointNetSegOptions o;
+    o.num_parts = parts;
+    PointNetResult r = PointNetDenseCls(m, m.input("input", {2, 3, 1024}), o);
+    INFO(m.status().ToString());
+    REQUIRE(m.status().ok());
+    CHECK(m.shape(r.logits) == Shape({2, 1024, parts}));
+    CHECK(m.shape(r.regularizer) == Shape({}));
+    CHECK(ParameterCount(m.graph()) == count);
+    const auto names = ParameterNames(m.graph());
+    CHECK(names.size() == 70);
+    for (const char* n : {"feat/stn/conv1/weight", "feat/fstn/fc3/bias", "feat/conv3/weight", "feat/bn3/bias",
+                          "conv1/weight", "bn1/weight", "conv3/bias", "bn3/bias", "conv4/weight", "conv4/bias"})
+      CHECK(names.count(n) == 1);
+    for (NodeId id : m.graph().NodesWithOp(kParameterOp)) {
+      const Node& n = m.graph().node(id);
+      if (n.name == "conv1/weight") CHECK(m.graph().type(n.outputs[0]).shape == Shape({512, 1088, 1}));
+      if (n.name == "conv4/weight") CHECK(m.graph().type(n.outputs[0]).shape == Shape({parts, 128, 1}));
+    }
+  }
+}
+
+TEST_CASE("pointnet_seg's per-point features are the global features beside the point features") {
+  // Eval mode: every example's logits at point n depend on that point and
+  // the cloud's max-pooled features; permuting the points permutes the rows.
+  Model m(DType::kF64);
+  m.set_training(false);
+  PointNetSegOptions o;
+  o.num_parts = 3;
+  PointNetResult r = PointNetDenseCls(m, m.input("input", {2, 3, 8}), o);
+  m.set_output("logits", r.logits);
+  REQUIRE(m.status().ok());
+  auto exec = Executor::Create(m.graph());
+  REQUIRE(exec.ok());
+  REQUIRE((*exec)->InitializeState(0).ok());
+  Tensor x = RandomInput({2, 3, 8}, DType::kF64, 3);
+  Tensor reversed = Tensor::Zeros({2, 3, 8}, DType::kF64);  // x with the points in reverse order
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t n = 0; n < 8; ++n)
+        reversed.data<double>()[(b * 3 + c) * 8 + n] = x.data<double>()[(b * 3 + c) * 8 + (7 - n)];
+  auto out = (*exec)->Run({{"input", x}});
+  auto out_reversed = (*exec)->Run({{"input", reversed}});
+  REQUIRE(out.ok());
+  REQUIRE(out_reversed.ok());
+  const Tensor& logits = out->at("logits");
+  CHECK(logits.shape() == Shape({2, 8, 3}));
+  const std::vector<double> a = logits.ToDoubleVector(), b = out_reversed->at("logits").ToDoubleVector();
+  bool differ_between_points = false;
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t n = 0; n < 8; ++n)
+      for (int64_t k = 0; k < 3; ++k) {
+        const double v = a[(e * 8 + n) * 3 + k];
+        CHECK(v == Approx(b[(e * 8 + (7 - n)) * 3 + k]).epsilon(1e-9));
+        differ_between_points = differ_between_points || v != a[(e * 8) * 3 + k];
+      }
+  CHECK(differ_between_points);
+}
+
+TEST_CASE("one training step lowers pointnet_seg's per-point loss on a fixed batch") {
+  constexpr int64_t kPoints = 32, kParts = 4, kBatch = 2;
+  Model m;
+  const DataSpec data{Shape{3, kPoints}, DType::kF32, Shape{kPoints}, kParts};
+  {
+    const Status built = BuildSupervised(m, "pointnet_seg", {}, data, kBatch);
+    INFO(built.ToString());
+    REQUIRE(built.ok());
+  }
+  CHECK(m.shape(Sym{m.graph().outputs().at("logits")}) == Shape({kBatch, kPoints, kParts}));
+  CHECK(m.graph().outputs().count(kAuxLossOutput) == 1);
+  auto g = BuildTrainingGraph(m.graph(), "loss", OptimizerConfig{});  // plain SGD
+  REQUIRE(g.ok());
+  auto e = Executor::Create(*g);
+  REQUIRE(e.ok());
+  REQUIRE((*e)->InitializeState(1).ok());
+  Tensor target = Tensor::Zeros({kBatch, kPoints}, DType::kI64);
+  for (int64_t i = 0; i < target.numel(); ++i) target.data<int64_t>()[i] = (i * 7) % kParts;
+  std::map<std::string, Tensor> feeds = {{"input", RandomInput({kBatch, 3, kPoints}, DType::kF32, 4)},
+                                         {"target", target},
+                                         {"lr", Tensor::FromVector<float>({}, {0.01f})},
+                                         {"step", Tensor::FromVector<float>({}, {1})}};
+  auto first = (*e)->Run(feeds);
+  REQUIRE(first.ok());
+  auto second = (*e)->Run(feeds);  // the loss after the first update
+  REQUIRE(second.ok());
+  const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
+  INFO("loss " << before << " -> " << after);
+  CHECK(std::isfinite(before));
+  CHECK(after < before);
+}
+
+TEST_CASE("the zoo's pointnet_seg wants point clouds and a part label per point") {
+  Model one_class;
+  const Status s = BuildClassifier(one_class, "pointnet_seg", {}, Shape({3, 16}), 2, 4);
+  CHECK(!s.ok());
+  INFO(s.ToString());
+  CHECK(s.ToString().find("pointnet_seg") != std::string::npos);
+  CHECK(s.ToString().find("targets") != std::string::npos);
+  Model image;
+  CHECK(!BuildSupervised(image, "pointnet_seg", {}, DataSpec{Shape{3, 4, 4}, DType::kF32, Shape{4}, 4}, 2).ok());
+  Model bad_arg;
+  CHECK(!BuildSupervised(bad_arg, "pointnet_seg", {{"feature_transform", "2"}},
+                         DataSpec{Shape{3, 16}, DType::kF32, Shape{16}, 4}, 2).ok());
 }
 
 }  // namespace
