@@ -97,6 +97,16 @@ Sym Model::parameter(const std::string& name, const Shape& shape, const AttrMap&
   return {builder_.Parameter(LayerName(name, name), {shape, dtype_}, init)};
 }
 
+Sym Model::buffer(const std::string& name, const Shape& shape, const AttrMap& init) {
+  if (!status_.ok()) return {};
+  return {builder_.Buffer(LayerName(name, name), {shape, dtype_}, init)};
+}
+
+void Model::update_state(Sym state, Sym new_value) {
+  if (!Check({state, new_value})) return;
+  graph_.state_updates().push_back({state.id, new_value.id});
+}
+
 Sym Model::Param(const std::string& layer, const std::string& name, const Shape& shape, const AttrMap& init) {
   return {builder_.Parameter(layer + "/" + name, {shape, dtype_}, init)};
 }
@@ -180,7 +190,7 @@ Sym Model::batch_norm(Sym x, const BatchNormOptions& opts, const std::string& na
     return {};
   }
   int64_t c = shape(x)[1];
-  Sym gamma = Param(layer, "weight", {c}, InitOnes());
+  Sym gamma = Param(layer, "weight", {c}, opts.weight_init.Has("init") ? opts.weight_init : InitOnes());
   Sym beta = Param(layer, "bias", {c}, InitZeros());
   Sym mean = Buffer(layer, "running_mean", {c}, InitZeros());
   Sym var = Buffer(layer, "running_var", {c}, InitOnes());

@@ -69,6 +69,7 @@ struct Pool2dOptions {
 struct BatchNormOptions {
   double momentum = 0.1;
   double eps = 1e-5;
+  AttrMap weight_init;  // the scale's initializer (InitNormal, ...); none set: ones
 };
 
 struct CrossEntropyOptions {
@@ -101,6 +102,10 @@ class Model {
   Sym input(const std::string& name, const Shape& shape);
   Sym input(const std::string& name, const Shape& shape, DType dtype);
   Sym parameter(const std::string& name, const Shape& shape, const AttrMap& init);
+  // State that is not trained (running statistics), and the value it takes
+  // after each training step (BatchNorm registers its own).
+  Sym buffer(const std::string& name, const Shape& shape, const AttrMap& init);
+  void update_state(Sym state, Sym new_value);
 
   // --- layers (name: the layer name; empty = the op's name, made unique)
   Sym linear(Sym x, int64_t out_features, const LinearOptions& opts = {}, const std::string& name = "");

@@ -129,7 +129,14 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   if (fused) {
     LOOM_ASSIGN_OR_RETURN(total, b.Add1("ReduceSum", {loss}, {}, "loss/replicas"));
   }
-  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, total));
+  std::vector<ValueId> trainable;
+  const std::string& scope = opts[0].trainable_scope;
+  if (!scope.empty()) {
+    for (NodeId id : g.NodesWithOp(kParameterOp))
+      if (g.node(id).name.rfind(scope + "/", 0) == 0) trainable.push_back(g.node(id).outputs[0]);
+    if (trainable.empty()) return InvalidArgument("the model has no parameters under '", scope, "/' to train");
+  }
+  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, total, trainable));
   if (grads.empty()) return InvalidArgument("the model has no parameters to train");
 
   const DType dtype = g.type(grads.begin()->first).dtype;

@@ -36,6 +36,10 @@ struct OptimizerConfig {
   // Adds the "grad_norm" output even when not clipping (clipping always adds
   // it), at the cost of one read of every gradient.
   bool output_grad_norm = false;
+  // Empty: train every Parameter. Otherwise only those named "<scope>/...";
+  // the others are read as constants (a GAN step trains one of its two
+  // networks). Fused steps take it from the first replica's config.
+  std::string trainable_scope;
 
   double EffectiveEps() const;
   double EffectiveWeightDecay() const;

@@ -45,6 +45,9 @@ struct DataSpec {
   DType input_dtype = DType::kF32;  // kI64 tokens; anything else: features in the model's float type
   Shape target;                     // [] one class, [T] tokens, [N] a label per point
   int64_t num_classes = 10;         // classes, or the vocabulary size
+  // Token inputs: their ids are in [0, vocabulary); 0: not said (language
+  // models take num_classes, as their inputs and targets share ids).
+  int64_t vocabulary = 0;
 };
 
 // A builder may set this scalar output; BuildSupervised adds it to the loss
@@ -57,15 +60,28 @@ struct ModelInputs {
   Sym input;   // [B, input...]
   Sym target;  // [B, target...] i64; read only by models fed their targets (NMT's teacher forcing)
   int64_t num_classes = 0;
+  int64_t vocabulary = 0;  // DataSpec::vocabulary
 };
 
+// What the logits score.
+enum class Prediction {
+  kPerExample,   // one class per example: logits [B, classes], targets [B]
+  kPerPosition,  // one class per position along the input's last axis (a
+                 // token, a point): logits [B, L, classes], targets [B, L]
+};
+
+// One of a GAN's two alternating training steps.
+enum class GanStep { kDiscriminator, kGenerator };
 struct ZooEntry {
   std::string name;
   std::string description;
   InputKind input = InputKind::kFeatures;
+  Prediction prediction = Prediction::kPerExample;
   // Returns logits [B, target..., num_classes]: one row of class scores per
   // target entry.
   std::function<StatusOr<Sym>(Model&, const ModelInputs&, ModelArgs&)> build;
+  // GANs (dcgan) leave `build` empty and set `gan`: BuildGanStep below.
+  std::function<Status(Model&, const Shape& image, int64_t batch, GanStep, ModelArgs&)> gan;
 };
 
 const std::vector<ZooEntry>& Zoo();
@@ -80,6 +96,27 @@ StatusOr<const ZooEntry*> FindModel(const std::string& name);  // error lists th
 constexpr int64_t kIgnoreTarget = -100;
 Status BuildSupervised(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
                        const DataSpec& data, int64_t batch);
+
+// A GAN's networks are scoped "netG" and "netD" (PyTorch's DCGAN names); a
+// step trains only its own network's parameters.
+constexpr const char* kGeneratorScope = "netG";
+constexpr const char* kDiscriminatorScope = "netD";
+
+// Builds the forward graph of one training step of a zoo GAN for images of
+// `image` shape [C, H, W] (tools/train/gan_run.h alternates the two):
+//  kDiscriminator: inputs "real" [batch, C, H, W] and "noise" [batch, nz];
+//    outputs "loss" = BCE(D(real), 1) + BCE(D(G(noise)), 0), "d_real" and
+//    "d_fake" (the mean of D's sigmoid output on each batch);
+//  kGenerator: input "noise"; outputs "loss" = BCE(D(G(noise)), 1), "d_fake"
+//    and "fake" = G(noise) [batch, C, H, W] in [-1, 1].
+// Errors name the model; a supervised model is an error here, as a GAN is
+// in BuildSupervised.
+Status BuildGanStep(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
+                    const Shape& image, int64_t batch, GanStep step);
+
+// The data spec a model expects for per-example inputs of `input` shape:
+// f32 features or i64 tokens, and the targets its prediction needs.
+DataSpec ExpectedData(const ZooEntry& entry, const Shape& input, int64_t num_classes);
 
 // BuildSupervised for f32 examples of `input_shape` with one class each.
 Status BuildClassifier(Model& m, const std::string& name, const std::map<std::string, std::string>& args,

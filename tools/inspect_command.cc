@@ -1,6 +1,6 @@
 // `loom inspect --model NAME [--set key=value ...] [--input C,H,W] [--classes N]
 // [--batch B] [--params] [--export FILE]`: builds a zoo model's forward graph
-// (models::BuildClassifier, as `loom train` builds it) and prints one row per
+// (models::BuildSupervised, as `loom train` builds it) and prints one row per
 // layer: its name, op, output shape, the parameter elements it owns and its
 // forward FLOPs (graph/cost.h). Then the totals: parameters (Parameter
 // elements only), buffers (BatchNorm running statistics and the like) and
@@ -23,7 +23,7 @@ namespace loom::tools {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: loom inspect --model NAME [--set key=value ...] [--input C,H,W] [--classes N] [--batch B] "
+    "usage: loom inspect --model NAME [--set key=value ...] [--input C,H,W | T] [--classes N] [--batch B] "
     "[--params] [--export FILE]\n";
 
 // 235146 -> "235,146".
@@ -64,7 +64,11 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
     return InvalidArgument("loom inspect needs --model NAME (the zoo has: ", names, ")");
   }
   const std::string name = flags.Str("model", "");
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> input_dims, flags.PositiveInts("input", {1, 28, 28}));
+  LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(name));
+  // Token models read T token ids per example; the others C,H,W (or C,N) features.
+  const bool tokens = entry->input == models::InputKind::kTokens;
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> input_dims,
+                        flags.PositiveInts("input", tokens ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 28, 28}));
   const Shape input(input_dims);
   LOOM_ASSIGN_OR_RETURN(int64_t classes, flags.Int("classes", 10));
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 1));
@@ -72,7 +76,8 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
   if (batch < 1) return InvalidArgument("--batch must be >= 1, got ", batch);
 
   Model m;
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, name, model_args, input, batch, classes));
+  LOOM_RETURN_IF_ERROR(
+      models::BuildSupervised(m, name, model_args, models::ExpectedData(*entry, input, classes), batch));
   const Graph& g = m.graph();
 
   // One row per non-source node; each Parameter or Buffer belongs to the
@@ -117,8 +122,8 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
     std::string shape_text = "[" + std::to_string(batch);
     for (int64_t d : input.dims()) shape_text += ", " + std::to_string(d);
     shape_text += "]";
-    std::printf("model %s: input %s, %lld classes\n\n", name.c_str(), shape_text.c_str(),
-                static_cast<long long>(classes));
+    std::printf("model %s: input %s%s, %lld %s\n\n", name.c_str(), shape_text.c_str(), tokens ? " token ids" : "",
+                static_cast<long long>(classes), tokens ? "tokens in the vocabulary" : "classes");
     size_t wn = 5, wo = 2, ws = 12, wp = 10, wf = 13;
     std::vector<std::string> pcol, fcol;
     for (const LayerRow& r : rows) {

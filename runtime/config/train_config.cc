@@ -278,7 +278,7 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   k.Require(!c.model().name().empty(), "model.name", "is required (a model of the zoo, e.g. \"mlp\")");
 
   const proto::DataConfig& d = c.data();
-  k.OneOf(d.dataset(), {"fashion_mnist", "mnist", "cifar10", "synthetic", "text"}, "data.dataset");
+  k.OneOf(d.dataset(), {"fashion_mnist", "mnist", "cifar10", "synthetic", "text", "text_classes", "point_clouds"}, "data.dataset");
   k.AtLeast(d.batch_size(), 1, "data.batch_size");
   k.AtLeast(d.eval_batch_size(), 1, "data.eval_batch_size");
   k.Require(d.prefetch() >= 0, "data.prefetch", StrCat("must be >= 0, got ", d.prefetch()));
@@ -295,8 +295,18 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
     k.AtLeast(d.num_classes(), 2, "data.num_classes");
     k.AtLeast(d.num_examples(), 1, "data.num_examples");
   }
-  if (d.dataset() == "text") {
-    k.Require(!d.path().empty(), "data.path", "is required for the text dataset (a text file)");
+  k.Require(d.augment().crop_size() >= 0, "data.augment.crop_size",
+            StrCat("must be >= 0, got ", d.augment().crop_size()));
+  if (d.dataset() == "point_clouds") {
+    k.Require(d.num_points() >= 0, "data.num_points", StrCat("must be >= 1, got ", d.num_points()));
+    k.Require(d.num_examples() >= 0, "data.num_examples", StrCat("must be >= 1, got ", d.num_examples()));
+  }
+  if (d.dataset() == "text_classes") {
+    k.Require(d.class_files_size() >= 2, "data.class_files", "needs one text file per class, at least 2");
+    k.Require(d.path().empty(), "data.path", "is for the text dataset; text_classes reads data.class_files");
+  }
+  if (d.dataset() == "text" || d.dataset() == "text_classes") {
+    if (d.dataset() == "text") k.Require(!d.path().empty(), "data.path", "is required for the text dataset (a text file)");
     k.AtLeast(d.sequence_length(), 1, "data.sequence_length");
     if (!d.text_level().empty()) k.OneOf(d.text_level(), {"char", "byte"}, "data.text_level");
     if (!d.text_target().empty()) k.OneOf(d.text_target(), {"next", "masked", "reversed"}, "data.text_target");
@@ -356,7 +366,11 @@ void FillDefaults(proto::TrainConfig* c) {
   if (!d->has_shuffle()) d->set_shuffle(true);
   if (!d->has_drop_last()) d->set_drop_last(true);
   if (!d->has_prefetch()) d->set_prefetch(2);
-  if (d->dataset() == "text") {
+  if (d->dataset() == "point_clouds") {
+    if (d->num_points() == 0) d->set_num_points(1024);
+    if (d->num_examples() == 0) d->set_num_examples(10000);
+  }
+  if (d->dataset() == "text" || d->dataset() == "text_classes") {
     if (d->text_level().empty()) d->set_text_level("char");
     if (d->text_target().empty()) d->set_text_target("next");
     if (!d->has_test_fraction()) d->set_test_fraction(0.1);

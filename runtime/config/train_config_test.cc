@@ -41,8 +41,8 @@ TEST_CASE("config errors name the file, the line and the field") {
   CHECK(Error("model { name: \"mlp\" }\ndata {\n  dataset: \"fashion_mnist\"\n  batch_size: 0\n}") ==
         "cfg.pbtxt:4: field data.batch_size: must be >= 1, got 0");
   CHECK(Error("model { name: \"mlp\" }\ndata { dataset: \"imagenet\" }") ==
-        "cfg.pbtxt:2: field data.dataset: unknown value 'imagenet' (expected one of: cifar10, fashion_mnist, mnist, "
-        "synthetic, text)");
+        "cfg.pbtxt:2: field data.dataset: unknown value 'imagenet' (expected one of: cifar10, fashion_mnist, mnist, point_clouds, "
+        "synthetic, text, text_classes)");
   CHECK(Error("data { dataset: \"mnist\" }") ==
         "cfg.pbtxt: field model.name: is required (a model of the zoo, e.g. \"mlp\")");
   CHECK(Error("model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\noptimizer {\n  type: \"sgd\"\n  momentum: 1.5\n}") ==

@@ -43,6 +43,7 @@ class SlicedDataset final : public Dataset {
   ExampleSpec input_spec() const override { return base_->input_spec(); }
   ExampleSpec target_spec() const override { return base_->target_spec(); }
   int64_t num_classes() const override { return base_->num_classes(); }
+  int64_t input_vocabulary() const override { return base_->input_vocabulary(); }
   void Get(int64_t index, void* input, int64_t* target) const override { base_->Get(begin_ + index, input, target); }
 
  private:

@@ -38,6 +38,8 @@ class Dataset {
   // Class labels are in [0, num_classes); for token data this is the
   // vocabulary size, the range of both input and target ids.
   virtual int64_t num_classes() const = 0;
+  // Token inputs: their ids are in [0, input_vocabulary()). 0 for other data.
+  virtual int64_t input_vocabulary() const { return 0; }
 
   // Writes example `index` (in [0, size())) into one batch slot: `input`
   // holds input_spec().shape.numel() elements of input_spec().dtype, `target`

@@ -22,16 +22,14 @@
 #include "runtime/checkpoint/executor_state.h"
 #include "runtime/checkpoint/run_dir.h"
 #include "runtime/config/replicas.h"
-#include "runtime/data/cifar.h"
-#include "runtime/data/idx.h"
 #include "runtime/data/loader.h"
-#include "runtime/data/synthetic.h"
-#include "runtime/data/text.h"
 #include "runtime/executor.h"
 #include "runtime/metrics/progress.h"
 #include "runtime/metrics/run_logger.h"
 #include "runtime/metrics/summary_table.h"
 #include "runtime/optim/schedule.h"
+#include "tools/train/gan_run.h"
+#include "tools/train/run_parts.h"
 
 namespace loom::train {
 
@@ -75,124 +73,6 @@ OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
 
 namespace {
 
-struct Datasets {
-  std::shared_ptr<const Dataset> train, test;
-  std::vector<float> mean, std;  // the dataset's published normalisation
-};
-
-StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
-  Datasets out;
-  const std::string& name = d.dataset();
-  if (name == "fashion_mnist" || name == "mnist") {
-    if (name == "mnist" && d.path().empty()) return InvalidArgument("data.path is required for mnist (the IDX folder)");
-    std::string dir = d.path().empty() ? kFashionMnistDir : d.path();
-    LOOM_ASSIGN_OR_RETURN(out.train, LoadMnist(dir, "train"));
-    LOOM_ASSIGN_OR_RETURN(out.test, LoadMnist(dir, "test"));
-    out.mean = {name == "mnist" ? kMnistMean : kFashionMnistMean};
-    out.std = {name == "mnist" ? kMnistStd : kFashionMnistStd};
-  } else if (name == "cifar10") {
-    if (d.path().empty()) return InvalidArgument("data.path is required for cifar10 (the folder of data_batch_*.bin)");
-    LOOM_ASSIGN_OR_RETURN(out.train, LoadCifar10(d.path(), "train"));
-    LOOM_ASSIGN_OR_RETURN(out.test, LoadCifar10(d.path(), "test"));
-    out.mean = kCifar10Mean;
-    out.std = kCifar10Std;
-  } else if (name == "synthetic") {
-    SyntheticOptions o;
-    o.input = {Shape(std::vector<int64_t>(d.input_shape().begin(), d.input_shape().end())), DType::kF32};
-    o.num_classes = d.num_classes();
-    o.size = d.num_examples();
-    o.seed = 1;
-    LOOM_ASSIGN_OR_RETURN(out.train, SyntheticDataset::Create(o));
-    o.seed = 2;
-    o.size = std::max<int64_t>(1, d.num_examples() / 5);
-    LOOM_ASSIGN_OR_RETURN(out.test, SyntheticDataset::Create(o));
-  } else if (name == "text") {
-    // One file: the first 1 - test_fraction of its tokens train, the rest test.
-    TextDatasetOptions o;
-    o.seq_len = d.sequence_length();
-    o.level = d.text_level() == "byte" ? TextLevel::kByte : TextLevel::kChar;
-    o.end_fraction = 1 - d.test_fraction();
-    std::shared_ptr<const Dataset> train, test;
-    LOOM_ASSIGN_OR_RETURN(train, TokenStreamDataset::FromFile(d.path(), o));
-    o.begin_fraction = o.end_fraction;
-    o.end_fraction = 1;
-    LOOM_ASSIGN_OR_RETURN(test, TokenStreamDataset::FromFile(d.path(), o));
-    if (d.text_target() == "masked") {
-      // Fixed masks: different for the two parts, the same every epoch.
-      LOOM_ASSIGN_OR_RETURN(train, MaskedTokenDataset::Create(train, 0.15, 1));
-      LOOM_ASSIGN_OR_RETURN(test, MaskedTokenDataset::Create(test, 0.15, 2));
-    } else if (d.text_target() == "reversed") {
-      LOOM_ASSIGN_OR_RETURN(train, ReversedTokenDataset::Create(train));
-      LOOM_ASSIGN_OR_RETURN(test, ReversedTokenDataset::Create(test));
-    }
-    out.train = train;
-    out.test = test;
-  } else {
-    return Unimplemented("data.dataset '", name, "'");
-  }
-  if (d.train_limit() > 0 && d.train_limit() < out.train->size()) {
-    LOOM_ASSIGN_OR_RETURN(out.train, SliceDataset(out.train, 0, d.train_limit()));
-  }
-  if (d.test_limit() > 0 && d.test_limit() < out.test->size()) {
-    LOOM_ASSIGN_OR_RETURN(out.test, SliceDataset(out.test, 0, d.test_limit()));
-  }
-  return out;
-}
-
-models::DataSpec DataSpecOf(const Dataset& data) {
-  return models::DataSpec{data.input_spec().shape, data.input_spec().dtype, data.target_spec().shape,
-                          data.num_classes()};
-}
-
-DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& data, bool training) {
-  const proto::DataConfig& d = c.data();
-  DataLoaderOptions o;
-  o.batch_size = training ? d.batch_size() : d.eval_batch_size();
-  o.shuffle = training && d.shuffle();
-  o.seed = c.seed();
-  o.drop_last = training && d.drop_last();
-  o.prefetch = static_cast<int>(d.prefetch());
-  if (d.normalize().mean_size() > 0) {
-    o.mean.assign(d.normalize().mean().begin(), d.normalize().mean().end());
-    o.std.assign(d.normalize().std().begin(), d.normalize().std().end());
-  } else {
-    o.mean = data.mean;
-    o.std = data.std;
-  }
-  if (training) {
-    o.crop_padding = d.augment().random_crop_padding();
-    o.random_flip = d.augment().horizontal_flip();
-  }
-  return o;
-}
-
-StatusOr<std::unique_ptr<Schedule>> BuildSchedule(const proto::TrainConfig& c, int64_t steps_per_epoch,
-                                                  int64_t total_steps) {
-  const proto::ScheduleConfig& p = c.schedule();
-  ScheduleConfig s;
-  s.type = p.type();
-  s.step_size = p.step_size();
-  s.milestones.assign(p.milestones().begin(), p.milestones().end());
-  s.gamma = p.gamma();
-  s.eta_min = p.eta_min();
-  s.warmup_steps = p.warmup_steps();
-  s.warmup_start_factor = p.warmup_start_factor();
-  const bool per_epoch = p.unit() == "epoch";
-  // t_max 0: anneal over the whole run (after the warm-up).
-  s.t_max = p.t_max() > 0 ? p.t_max()
-                          : (per_epoch ? c.epochs() : std::max<int64_t>(1, total_steps - s.warmup_steps));
-  auto made = per_epoch ? MakeEpochSchedule(s, c.optimizer().lr(), steps_per_epoch) : MakeSchedule(s, c.optimizer().lr());
-  if (!made.ok()) return made.status().WithContext("schedule");
-  return made;
-}
-
-std::string DefaultOutDir(const std::string& config_name) {
-  char stamp[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return "runs/" + config_name + "-" + stamp;
-}
-
 // Per-replica bookkeeping of a fused run (graph/fusion.h). A replica leaves
 // the fused array when it diverges (it is frozen at its last finite state)
 // or when the early-stop rule stops it; the array is then re-fused without
@@ -230,6 +110,11 @@ class Trainer {
   // Parameters and buffers from a single-model checkpoint (--init-from).
   Status InitFrom(const std::string& path);
   Status Evaluate(std::vector<double>* loss, std::vector<double>* accuracy);
+  // Token models scored per token: the test loss is also reported as
+  // perplexity, exp(loss).
+  bool scores_tokens() const {
+    return data_.train->input_spec().dtype == DType::kI64 && data_.train->target_spec().shape.rank() > 0;
+  }
   Status SaveCheckpoint();
   Status RestoreLatest();
   double Elapsed() const { return elapsed_before_ + std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -276,6 +161,9 @@ Status Trainer::Prepare() {
       alive_.push_back(static_cast<int64_t>(r));
     }
   }
+  if (c_.data().augment().crop_size() > 0)
+    return InvalidArgument("data.augment.crop_size is for GAN training (padding images to the generator's size); ",
+                           "model ", c_.model().name(), " is evaluated on the images as they are");
   LOOM_ASSIGN_OR_RETURN(data_, LoadDatasets(c_.data()));
   LOOM_ASSIGN_OR_RETURN(train_loader_, DataLoader::Create(data_.train, LoaderOptions(c_, data_, true)));
   LOOM_ASSIGN_OR_RETURN(test_loader_, DataLoader::Create(data_.test, LoaderOptions(c_, data_, false)));
@@ -711,6 +599,7 @@ StatusOr<RunResult> Trainer::Run() {
         r.replica = fused() ? alive_[i] : 0;
         r.loss = loss[i];
         r.accuracy = accuracy[i];
+        if (scores_tokens()) r.extra = {{"perplexity", std::exp(loss[i])}};
         LOOM_RETURN_IF_ERROR(logger.Log(r));
         if (fused()) {
           replicas_[alive_[i]].test_loss = loss[i];
@@ -720,7 +609,9 @@ StatusOr<RunResult> Trainer::Run() {
       const size_t best = std::max_element(accuracy.begin(), accuracy.end()) - accuracy.begin();
       progress.PrintLine(StrCat("epoch ", r.epoch, " step ", step_, ": train loss ", last_loss,
                                 fused() ? StrCat(" (mean of ", array_size(), ")") : std::string(), ", test loss ",
-                                loss[best], ", test accuracy ", accuracy[best],
+                                loss[best],
+                                scores_tokens() ? StrCat(" (perplexity ", std::exp(loss[best]), ")") : std::string(),
+                                ", test accuracy ", accuracy[best],
                                 fused() ? StrCat(" (best: ", replicas_[alive_[best]].label, ")") : std::string(),
                                 " (", metrics::FormatDuration(r.time_s), ")"));
       result.test_loss = loss[best];
@@ -795,6 +686,8 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
       return FailedPrecondition("the output folder ", out_dir, " is not empty: resume it with --resume ", out_dir,
                                 " or choose another --out");
   }
+  LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(options.config.model().name()));
+  if (entry->gan) return RunGanTraining(run_options, out_dir);
   // Everything that can fail on bad input (data files, model, checkpoint)
   // happens before the run folder is made, so a failed start leaves nothing.
   Trainer trainer(run_options, out_dir);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `loom train` of a GAN (dcgan) end to end, single and fused: the metrics
+# carry both networks' losses and D's outputs, the sample grids are written,
+# fused replica "base" trains exactly as the single run with its settings,
+# and bad GAN input fails before anything is written.
+set -euo pipefail
+loom="$1"
+config="$2"
+fused_config="$3"
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  echo "dataset-fashion-mnist is not installed (tools/setup.sh installs it): skipped"
+  exit 0
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; cat "$work"/*.log; exit 1; }
+
+"$loom" train --config "$config" --out "$work/single" >"$work/single.log" 2>&1 || fail "the single run failed"
+"$loom" train --config "$fused_config" --out "$work/fused" >"$work/fused.log" 2>&1 || fail "the fused run failed"
+for f in loss_g d_real d_fake; do
+  grep -q "\"$f\":" "$work/single/metrics.jsonl" || fail "metrics.jsonl lacks $f"
+done
+# 8 x 8 samples of 16x16 images: a 128x128 binary PGM.
+[ "$(head -c 15 "$work/single/samples/epoch_1.pgm" | tr '\n' ' ')" = "P5 128 128 255 " ] || fail "bad sample grid header"
+[ "$(stat -c %s "$work/single/samples/epoch_1.pgm")" -eq $((15 + 128 * 128)) ] || fail "bad sample grid size"
+for r in 0 1; do
+  [ -s "$work/fused/samples/epoch_1_r$r.pgm" ] || fail "no samples of replica $r"
+  grep -q "\"replica\":$r,\"epoch\":1,\"step\":8," "$work/fused/metrics.jsonl" || fail "no step-8 line of replica $r"
+done
+ls "$work/single"/ckpt-8.loom >/dev/null || fail "no checkpoint"
+# Replica 0 has the single run's seed, learning rates, data and noise: its
+# losses must be the single run's (f32; only the summation order inside the
+# fused convolutions may differ).
+single=$(grep '"step":8,' "$work/single/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+fused=$(grep '"replica":0,"epoch":1,"step":8,' "$work/fused/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+awk -v a="$single" -v b="$fused" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' ||
+  fail "fused replica 0 loss $fused differs from the single run's $single"
+grep -qE '^fast lr=0.001 +8 ' "$work/fused.log" || fail "the summary does not list replica fast"
+
+# A GAN needs images of size 4 * 2^k; nothing is written when they are not.
+sed 's/crop_size: 16/crop_size: 20/' "$config" >"$work/bad.pbtxt"
+if "$loom" train --config "$work/bad.pbtxt" --out "$work/bad" >"$work/bad.log" 2>&1; then fail "a 20x20 GAN trained"; fi
+grep -q "image_size must be 4 \* 2^k" "$work/bad.log" || fail "unclear error: $(cat "$work/bad.log")"
+[ ! -e "$work/bad" ] || fail "a failed start left $work/bad"
+echo "gan_run_test: OK"
