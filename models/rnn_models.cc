@@ -70,11 +70,15 @@ Sym Nmt(Model& m, Sym source, Sym target, const NmtOptions& o, const std::string
     auto s = m.scope("decoder");
     // Teacher forcing: step t reads target[t-1], step 0 the start token (id
     // vocab, the embedding's extra row). Fill, Slice and Concat copy i64 as
-    // they copy floats.
+    // they copy floats. ReLU (max(id, 0), the one element-wise op that takes
+    // i64) turns ignored entries (kIgnoreTarget, -100: a padded evaluation
+    // row) into token 0, so the embedding gets a valid id; those positions
+    // are not scored, and a row's logits only read that row's ids.
     Sym start = Op1(m, "Fill", {},
                     {{"shape", std::vector<int64_t>{b, 1}}, {"value", static_cast<double>(o.vocab)}, {"dtype", std::string(DTypeName(DType::kI64))}},
                     "start");
-    Sym shifted = m.concat({start, m.slice(target, 1, 0, t - 1)}, 1);  // [B, T]
+    Sym previous = m.relu(m.slice(target, 1, 0, t - 1));  // [B, T-1], ids >= 0
+    Sym shifted = m.concat({start, previous}, 1);           // [B, T]
     Sym y = EmbedAndRun(m, shifted, o.vocab + 1, o.embed, o.hidden, o.layers, o.dropout, "embedding", "rnn");
     state = SwapBatchAndTime(m, y);
   }

@@ -31,13 +31,13 @@
 //    fc (Linear to the classes).
 //  nmt: encoder/embedding - drop - encoder/rnn - drop over the source; the decoder
 //    reads the target shifted right (teacher forcing: a start token, id
-//    num_classes, then target[0 .. T-2], so decoder/embedding has
-//    num_classes + 1 rows) - drop - decoder/rnn; Luong "general" attention
-//    as OpenNMT-py's GlobalAttention(attn_type="general") computes it:
-//    score(h_t, h_s) = linear_in(h_t) . h_s (attn/linear_in, no bias),
-//    softmax over the source, context c_t = sum_s a_ts h_s, then
-//    tanh(attn/linear_out([h_t; c_t])) (no bias) - drop - generator (Linear
-//    to the classes, with bias).
+//    num_classes, then ReLU(target[0 .. T-2]), so decoder/embedding has
+//    num_classes + 1 rows and ignored entries, -100, read token 0) - drop -
+//    decoder/rnn; Luong "general" attention as OpenNMT-py's
+//    GlobalAttention(attn_type="general") computes it: score(h_t, h_s) =
+//    linear_in(h_t) . h_s (attn/linear_in, no bias), softmax over the
+//    source, context c_t = sum_s a_ts h_s, then tanh(attn/linear_out([h_t;
+//    c_t])) (no bias) - drop - generator (Linear to the classes, with bias).
 //
 // Differences from the references, all without effect on the counts:
 //  - loom's LSTM starts from a zero state, so nmt's decoder does too
@@ -46,10 +46,13 @@
 //    attention.
 //  - no dropout between stacked LSTM layers (torch.nn.LSTM's dropout=p):
 //    Model::lstm stacks its layers without it.
-//  - nmt's target entries of -100 (padding rows of an evaluation batch) are
-//    not remapped: no registered op computes on i64 (the element-wise
-//    kernels are f32/f64 only, there is no cast), and Embedding rejects the
-//    id; see docs/model_api.md.
+//  - nmt's decoder reads ReLU(target) shifted right: target entries of -100
+//    (kIgnoreTarget, as in the padding rows of an evaluation batch) become
+//    token 0 before decoder/embedding (ReLU is loom's one element-wise op
+//    that takes i64, forward only). Those entries are not scored, and a
+//    row's logits depend on that row's ids only, so the other rows' logits
+//    are unchanged; a -100 inside a scored row would be read as token 0 at
+//    the next step (PyTorch's references never feed -100 to the decoder).
 #pragma once
 
 #include <cstdint>
@@ -90,8 +93,9 @@ Sym RnnLm(Model& m, Sym tokens, const RnnLmOptions& o = {}, const std::string& n
 // tokens [B, T] -> logits [B, num_classes].
 Sym RnnTc(Model& m, Sym tokens, const RnnTcOptions& o = {}, const std::string& name = "");
 
-// source [B, S], target [B, T] (both ids in [0, vocab)) -> logits
-// [B, T, vocab]; the scores at position t read target[0 .. t-1] only.
+// source [B, S], target [B, T] (both ids in [0, vocab); target entries may
+// also be -100, kIgnoreTarget, read as token 0) -> logits [B, T, vocab]; the
+// scores at position t read target[0 .. t-1] only.
 Sym Nmt(Model& m, Sym source, Sym target, const NmtOptions& o = {}, const std::string& name = "");
 
 }  // namespace loom::models

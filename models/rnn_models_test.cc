@@ -1,8 +1,9 @@
 // rnnlm, rnntc and nmt: parameter counts at the defaults against the PyTorch
 // rebuilds in bench/reference_models.py (built, not run), logits shapes,
 // nmt's teacher forcing (the scores at position t do not see target[t] or
-// later), one SGD step lowering each model's loss on a fixed batch, and 2
-// fused replicas (graph/fusion.h) computing 2 separate models' logits.
+// later) and its padded evaluation rows (targets of -100), one SGD step
+// lowering each model's loss on a fixed batch, and 2 fused replicas
+// (graph/fusion.h) computing 2 separate models' logits.
 #include "models/rnn_models.h"
 
 #include <catch2/catch.hpp>
@@ -184,6 +185,88 @@ TEST_CASE("nmt's decoder reads the target shifted right") {
         if (b == 1 && p == t + 1) CHECK(diff > 1e-6);
         else if (b == 0 || p <= t) CHECK(diff == 0.0);
       }
+  }
+}
+
+// A padded evaluation batch: the padding row's targets are all -100
+// (kIgnoreTarget). The decoder reads them through ReLU as token 0, so the
+// batch runs, the other row's logits are those of the unpadded batch, the
+// padding row's are those of all-zero targets, and the loss (which ignores
+// -100) only scores row 0. Fused replicas run the same batch.
+TEST_CASE("nmt runs a batch whose padding row's targets are all -100") {
+  const Small s = SmallModels()[2];
+  Model m(DType::kF64);
+  BuildWithLoss(m, s);
+  REQUIRE(m.status().ok());
+  auto e = Executor::Create(m.graph());
+  REQUIRE(e.ok());
+  REQUIRE((*e)->InitializeState(3).ok());
+  const auto feeds = FixedBatch(s);
+  const int64_t t_len = 6, classes = 7, row = t_len * classes;
+  // feeds with row 1 of the target set to `value` (tensors share storage
+  // when copied, so each gets its own).
+  auto with_row1 = [&](int64_t value) {
+    auto changed = feeds;
+    changed["target"] = Tensor::Zeros(s.target, DType::kI64);
+    REQUIRE(changed["target"].CopyFrom(feeds.at("target")).ok());
+    for (int64_t t = 0; t < t_len; ++t) changed["target"].data<int64_t>()[t_len + t] = value;
+    return changed;
+  };
+  auto base = (*e)->Run(feeds);
+  REQUIRE(base.ok());
+  auto padded = (*e)->Run(with_row1(kIgnoreTarget));
+  if (!padded.ok()) FAIL(padded.status().ToString());
+  auto zeros = (*e)->Run(with_row1(0));
+  REQUIRE(zeros.ok());
+  const std::vector<double> before = base->at("logits").ToDoubleVector(), after = padded->at("logits").ToDoubleVector(),
+                            zero = zeros->at("logits").ToDoubleVector();
+  REQUIRE(after.size() == static_cast<size_t>(2 * row));
+  for (int64_t i = 0; i < row; ++i) {
+    INFO("row 0 logit " << i);
+    CHECK(after[i] == before[i]);
+  }
+  for (int64_t i = row; i < 2 * row; ++i) {
+    INFO("row 1 logit " << i - row);
+    CHECK(std::isfinite(after[i]));
+    CHECK(after[i] == zero[i]);
+  }
+
+  // The loss scores row 0 only: the mean cross-entropy over its 6 targets.
+  double want = 0;
+  const int64_t* target = feeds.at("target").data<int64_t>();
+  for (int64_t p = 0; p < t_len; ++p) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, before[p * classes + c]);
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(before[p * classes + c] - mx);
+    want += mx + std::log(sum) - before[p * classes + target[p]];
+  }
+  want /= t_len;
+  const double loss = padded->at("loss").ScalarAt(0);
+  CHECK(std::abs(loss - want) <= 1e-9 * std::max(1.0, std::abs(want)));
+
+  // 2 fused replicas on the padded batch: each replica's row 0 is its own
+  // model's on the unpadded batch.
+  const std::vector<uint64_t> seeds = {7, 8};
+  auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
+  if (!fused.ok()) FAIL(fused.status().ToString());
+  auto fe = Executor::Create(*fused);
+  REQUIRE(fe.ok());
+  REQUIRE((*fe)->InitializeState(0).ok());
+  auto fused_out = (*fe)->Run(with_row1(kIgnoreTarget));
+  if (!fused_out.ok()) FAIL(fused_out.status().ToString());
+  const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, 2, 6, 7]
+  REQUIRE(fused_logits.size() == static_cast<size_t>(4 * row));
+  for (int r = 0; r < 2; ++r) {
+    auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
+    REQUIRE(se.ok());
+    REQUIRE((*se)->InitializeState(seeds[r]).ok());
+    auto out = (*se)->Run(feeds);
+    REQUIRE(out.ok());
+    const std::vector<double> logits = out->at("logits").ToDoubleVector();
+    for (int64_t i = 0; i < row; ++i) {
+      INFO("replica " << r << " row 0 logit " << i);
+      CHECK(std::abs(fused_logits[r * 2 * row + i] - logits[i]) <= 1e-9 * std::max(1.0, std::abs(logits[i])));
+    }
   }
 }
 

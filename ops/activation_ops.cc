@@ -10,6 +10,12 @@
 // Attributes: LeakyReLU negative_slope (default 0.01); GELU approximate,
 // "none" (exact erf form, default) or "tanh". Backward ops carry the
 // forward node's attributes.
+//
+// Types: every op takes f32 or f64. ReLU alone also takes i64 (forward only,
+// on the CPU): max(x, 0) maps ids such as models::kIgnoreTarget (-100) to a
+// valid index 0. It has no gradient (autodiff only differentiates floating
+// values, and ReLU's gradient rule refuses an i64 input) and no CUDA kernel
+// (a CUDA executor reports "op ReLU has no kernel for cuda:N").
 #include <cmath>
 #include <string>
 
@@ -163,17 +169,28 @@ double BackwardFlops(Unary k, const UnaryParams& p) {
   return 1;
 }
 
+// Whether op K also takes i64 inputs (forward only).
+constexpr bool TakesI64(Unary k) { return k == Unary::kRelu; }
+
+template <Unary K, typename T>
+void ForwardLoop(KernelContext& ctx, const UnaryParams& p) {
+  const T* x = ctx.in(0).data<T>();
+  T* y = ctx.out(0).data<T>();
+  ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) y[i] = Forward<K>(x[i], p);
+  });
+}
+
 template <Unary K>
 Status ForwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
-  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* x = ctx.in(0).data<T>();
-    T* y = ctx.out(0).data<T>();
-    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) y[i] = Forward<K>(x[i], p);
-    });
-  });
+  if constexpr (TakesI64(K)) {
+    if (ctx.in(0).dtype() == DType::kI64) {
+      ForwardLoop<K, int64_t>(ctx, p);
+      return Status::Ok();
+    }
+  }
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) { ForwardLoop<K, decltype(zero)>(ctx, p); });
 }
 
 template <Unary K>
@@ -227,7 +244,8 @@ class UnaryOp : public OpDef {
   std::string name() const override { return row_.name; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, row_.name));
-    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(row_.name) + " input"));
+    if (!(TakesI64(row_.kind) && in[0].dtype == DType::kI64))
+      LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(row_.name) + " input"));
     LOOM_RETURN_IF_ERROR(ParseParams(row_.kind, row_.name, attrs).status());
     return in;
   }
@@ -238,6 +256,12 @@ class UnaryOp : public OpDef {
     return c;
   }
   Status Gradient(GradBuilder& g) const override {
+    // Autodiff never asks (an i64 output never requires a gradient); refuse
+    // rather than emit a backward node that type inference would reject.
+    const TensorType& x = g.type(g.input(0));
+    if (!IsFloating(x.dtype))
+      return InvalidArgument(row_.name, ": no gradient for a ", DTypeName(x.dtype), " input (integer ",
+                             row_.name, " is forward only)");
     ValueId saved = row_.saved == Saved::kInput ? g.input(0) : g.output(0);
     g.SetInputGrad(0, g.Emit1(std::string(row_.name) + "Backward", {g.output_grad(0), saved}, g.attrs()));
     return Status::Ok();

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
+#include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
 #include "tests/op_harness.h"
@@ -77,7 +79,31 @@ TEST_CASE("activation ops reject bad attributes and inputs") {
 
   s = AddUnary("Sigmoid", {{4}, DType::kI64}, {});
   CHECK(s.code() == StatusCode::kInvalidArgument);
-  CHECK_THAT(s.message(), Catch::Contains("Sigmoid input") && Catch::Contains("i64"));
+  CHECK_THAT(s.message(), Catch::Contains("Sigmoid input must be f32 or f64, got i64"));
+
+  // ReLU alone takes i64; every other unary op keeps the float-only error,
+  // and ReLU still rejects the other integer types.
+  CHECK(AddUnary("ReLU", {{4}, DType::kI64}, {}).ok());
+  for (const char* op : {"ReLU6", "LeakyReLU", "GELU", "Tanh", "Hardswish", "Hardsigmoid", "SiLU", "Exp", "Log",
+                         "Sqrt", "Rsqrt", "Abs"}) {
+    INFO(op);
+    s = AddUnary(op, {{2, 2}, DType::kI64}, {});
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains(std::string(op) + " input must be f32 or f64, got i64"));
+  }
+  s = AddUnary("ReLU", {{4}, DType::kI32}, {});
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("ReLU input must be f32 or f64, got i32"));
+  // The backward op stays float-only.
+  {
+    Graph graph;
+    GraphBuilder b(&graph);
+    ValueId dy = b.Input("dy", {{3}, DType::kI64});
+    ValueId y = b.Input("y", {{3}, DType::kI64});
+    auto bad = b.Add("ReLUBackward", {dy, y}, {}, "bad");
+    CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(bad.status().message(), Catch::Contains("ReLUBackward dy must be f32 or f64, got i64"));
+  }
 
   CHECK(AddUnary("GELU", {{2, 3}, DType::kF64}, {{"approximate", std::string("none")}}).ok());
 }
@@ -128,6 +154,101 @@ TEST_CASE("relu passes NaN and has zero gradient at 0") {
   CHECK((*r)["y"].ScalarAt(2) == 2.0);
   CHECK((*r)["dx"].ScalarAt(0) == 0.0);
   CHECK((*r)["dx"].ScalarAt(2) == 1.0);
+}
+
+// ReLU on i64 (e.g. target ids with models::kIgnoreTarget = -100 entries):
+// max(x, 0), same shape and dtype, exact for every int64 value.
+TEST_CASE("relu on i64 clamps negatives to 0 and keeps the rest") {
+  const std::vector<int64_t> x = {-100, -1, 0, 1, 7, 20480, -7, std::numeric_limits<int64_t>::max(),
+                                  std::numeric_limits<int64_t>::min(), int64_t{1} << 53, (int64_t{1} << 53) + 1, -100};
+  const std::vector<int64_t> want = {0, 0, 0, 1, 7, 20480, 0, std::numeric_limits<int64_t>::max(),
+                                     0, int64_t{1} << 53, (int64_t{1} << 53) + 1, 0};
+  Graph graph;
+  GraphBuilder b(&graph);
+  ValueId in = b.Input("x", {{3, 4}, DType::kI64});
+  ValueId y = b.Add1("ReLU", {in}, {}, "relu").value();
+  CHECK(graph.type(y) == TensorType{{3, 4}, DType::kI64});
+  graph.outputs()["y"] = y;
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+  auto r = (*exec)->Run({{"x", Tensor::FromVector<int64_t>({3, 4}, x)}});
+  if (!r.ok()) FAIL(r.status().ToString());
+  const Tensor& out = (*r)["y"];
+  REQUIRE(out.dtype() == DType::kI64);
+  REQUIRE(out.shape() == Shape({3, 4}));
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i]);
+    CHECK(out.data<int64_t>()[i] == want[i]);
+  }
+
+  SECTION("large (threaded)") {
+    const int64_t n = 256 * 300;
+    std::vector<int64_t> big(n);
+    for (int64_t i = 0; i < n; ++i) big[i] = (i % 2 ? -1 : 1) * (i * 7919 % 100003) - (i % 5 == 0 ? 100 : 0);
+    Graph g2;
+    GraphBuilder b2(&g2);
+    ValueId v = b2.Add1("ReLU", {b2.Input("x", {{256, 300}, DType::kI64})}, {}, "relu").value();
+    g2.outputs()["y"] = v;
+    auto e2 = Executor::Create(g2);
+    REQUIRE(e2.ok());
+    auto r2 = (*e2)->Run({{"x", Tensor::FromVector<int64_t>({256, 300}, big)}});
+    REQUIRE(r2.ok());
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += (*r2)["y"].data<int64_t>()[i] != std::max<int64_t>(big[i], 0);
+    CHECK(wrong == 0);
+  }
+}
+
+// Autodiff only differentiates floating values: a loss reached through an
+// i64 ReLU (its ids feed an Embedding) gives the embedding its gradient and
+// never asks ReLU for one; asking directly is a clear error, not a bad node.
+TEST_CASE("relu on i64 has no gradient") {
+  Graph graph;
+  GraphBuilder b(&graph);
+  ValueId ids = b.Input("ids", {{4}, DType::kI64});
+  ValueId clamped = b.Add1("ReLU", {ids}, {}, "relu").value();
+  const OpDef* relu = OpRegistry::Global().FindOp("ReLU");
+  REQUIRE(relu != nullptr);
+
+  struct Probe final : GradBuilder {
+    const Graph* graph;
+    const Node* n;
+    const Node& node() const override { return *n; }
+    const TensorType& type(ValueId v) const override { return graph->type(v); }
+    ValueId output_grad(int) const override { return kNoValue; }
+    std::vector<ValueId> Emit(const std::string& op, const std::vector<ValueId>&, const AttrMap&) override {
+      emitted.push_back(op);
+      return {kNoValue};
+    }
+    bool NeedsInputGrad(int) const override { return true; }
+    void SetInputGrad(int, ValueId) override {}
+    std::vector<std::string> emitted;
+  } probe;
+  probe.graph = &graph;
+  probe.n = &graph.node(graph.value(clamped).producer);
+  Status s = relu->Gradient(probe);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("ReLU") && Catch::Contains("i64"));
+  CHECK(probe.emitted.empty());
+
+  // Through autodiff: the clamped ids index a trained embedding.
+  ValueId w = b.Parameter("w", {{5, 3}, DType::kF64}, {{"init", "ones"}});
+  ValueId e = b.Add1("Embedding", {clamped, w}, {}, "embed").value();
+  ValueId loss = b.Add1("ReduceSum", {e}, {}, "loss").value();
+  auto grads = BuildGradients(&graph, loss);
+  if (!grads.ok()) FAIL(grads.status().ToString());
+  CHECK(grads->count(w) == 1);
+  for (const Node& n : graph.nodes()) CHECK(n.op != "ReLUBackward");
+  graph.outputs()["dw"] = grads->at(w);
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+  REQUIRE((*exec)->InitializeState(0).ok());
+  auto r = (*exec)->Run({{"ids", Tensor::FromVector<int64_t>({4}, {-100, 2, -1, 2})}});
+  if (!r.ok()) FAIL(r.status().ToString());
+  // Rows 0 (twice, from -100 and -1) and 2 (twice) each get 2 per column.
+  const std::vector<double> dw = (*r)["dw"].ToDoubleVector();
+  for (int64_t row = 0; row < 5; ++row)
+    for (int64_t c = 0; c < 3; ++c) CHECK(dw[row * 3 + c] == (row == 0 || row == 2 ? 2.0 : 0.0));
 }
 
 }  // namespace
