@@ -44,7 +44,7 @@ expect_out "mlp cifar-100 shape" "params: 832484" -- inspect --model mlp --input
 
 # The table: the MLP's layers with their parameters, and the totals.
 table=$("$loom" inspect --model mlp)
-for want in "fc1 " "Linear" "[1, 256]" "200,960" "classifier" "params: 235146" "buffers: 0" "forward FLOPs: "; do
+for want in "fc1 " "Linear" "[2, 256]" "200,960" "classifier" "params: 235146" "buffers: 0" "forward FLOPs: "; do
   grep -qF -- "$want" <<<"$table" || { fail "mlp table: no '$want' in:"; echo "$table"; }
 done
 echo "ok   mlp table"
@@ -53,13 +53,13 @@ echo "ok   mlp table"
 # statistics are buffers, not parameters. Default channels 32,64, hidden 128:
 # conv 1*32*9 + bn 2*32 + conv 32*64*9 + bn 2*64 + fc 3136*128+128 + 128*10+10.
 table=$("$loom" inspect --model cnn)
-for want in "stage1/conv" "Conv2d" "stage1/bn" "BatchNorm" "stage2/conv" "[1, 64, 14, 14]" "params: 421738" \
+for want in "stage1/conv" "Conv2d" "stage1/bn" "BatchNorm" "stage2/conv" "[2, 64, 14, 14]" "params: 421738" \
             "buffers: 192"; do
   grep -qF -- "$want" <<<"$table" || { fail "cnn table: no '$want' in:"; echo "$table"; }
 done
 echo "ok   cnn table"
 # Batch 4: four times the FLOPs of batch 1 per sample, the same per sample.
-f1=$("$loom" inspect --model mlp | sed -n 's/^forward FLOPs: \([0-9]*\) .*/\1/p')
+f1=$("$loom" inspect --model mlp --batch 1 | sed -n 's/^forward FLOPs: \([0-9]*\) .*/\1/p')
 f4=$("$loom" inspect --model mlp --batch 4 | sed -n 's/^forward FLOPs: [0-9]* (.*per sample: \([0-9]*\),.*/\1/p')
 if [ -n "$f1" ] && [ "$f1" -gt 400000 ] && [ "$f1" = "$f4" ]; then echo "ok   FLOPs per sample: $f1"
 else fail "FLOPs per sample: batch 1 '$f1', batch 4 per sample '$f4'"; fi

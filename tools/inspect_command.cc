@@ -71,13 +71,19 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
                         flags.PositiveInts("input", tokens ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 28, 28}));
   const Shape input(input_dims);
   LOOM_ASSIGN_OR_RETURN(int64_t classes, flags.Int("classes", 10));
-  LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 1));
+  // Batch 2: training-mode BatchNorm after a global pool (PointNet's) needs
+  // more than one value per channel.
+  LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 2));
   if (classes < 1) return InvalidArgument("--classes must be >= 1, got ", classes);
   if (batch < 1) return InvalidArgument("--batch must be >= 1, got ", batch);
 
   Model m;
-  LOOM_RETURN_IF_ERROR(
-      models::BuildSupervised(m, name, model_args, models::ExpectedData(*entry, input, classes), batch));
+  if (entry->gan) {  // both networks: the discriminator step runs G and D
+    LOOM_RETURN_IF_ERROR(models::BuildGanStep(m, name, model_args, input, batch, models::GanStep::kDiscriminator));
+  } else {
+    LOOM_RETURN_IF_ERROR(
+        models::BuildSupervised(m, name, model_args, models::ExpectedData(*entry, input, classes), batch));
+  }
   const Graph& g = m.graph();
 
   // One row per non-source node; each Parameter or Buffer belongs to the
