@@ -12,6 +12,8 @@ packages=(
   catch2                 # tests (v2 API)
   zlib1g-dev             # gzip IDX files
   dataset-fashion-mnist  # the real training data
+  jargon-text            # English text (the Jargon File) for the language-model configs
+  fortunes               # English text by topic, for the text-classification config
 )
 
 missing=()
