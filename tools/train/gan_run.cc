@@ -53,6 +53,7 @@ class GanTrainer {
   int64_t replicas() const { return static_cast<int64_t>(members_.size()); }
   // The training step of one network, fused when the run is.
   StatusOr<Graph> StepGraph(models::GanStep step);
+  FusionOptions Fusion() const;
   Tensor LearningRates(bool discriminator) const;
   Tensor Noise(int64_t rows, uint64_t key) const;
   Status WriteSamples(int64_t epoch);
@@ -83,6 +84,15 @@ Status ShareState(const Executor& from, Executor* to) {
   return Status::Ok();
 }
 
+// One replica per member, with its seed; the config's unfused layers.
+FusionOptions GanTrainer::Fusion() const {
+  FusionOptions fo;
+  fo.replicas = static_cast<int>(replicas());
+  for (const Member& mem : members_) fo.seeds.push_back(mem.generator.seed());
+  fo.unfused_layers.assign(c_.fusion().unfused_layers().begin(), c_.fusion().unfused_layers().end());
+  return fo;
+}
+
 StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
   const bool discriminator = step == models::GanStep::kDiscriminator;
   Model m;
@@ -94,10 +104,7 @@ StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
     opts.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
   }
   if (!fused()) return BuildTrainingGraph(m.graph(), "loss", opts[0]);
-  FusionOptions fo;
-  fo.replicas = static_cast<int>(replicas());
-  for (const Member& mem : members_) fo.seeds.push_back(mem.generator.seed());
-  LOOM_ASSIGN_OR_RETURN(Graph fused_graph, FuseReplicas(m.graph(), fo));
+  LOOM_ASSIGN_OR_RETURN(Graph fused_graph, FuseReplicas(m.graph(), Fusion()));
   return BuildFusedTrainingGraph(fused_graph, "loss", opts, /*isolate_divergence=*/false);
 }
 
@@ -106,6 +113,8 @@ Status GanTrainer::Prepare() {
   if (!opt_.init_from.empty()) return Unimplemented("--init-from is not supported for GAN runs yet");
   if (c_.threads() > 0) ThreadPool::SetDefaultThreads(static_cast<int>(c_.threads()));
   fused_ = IsFused(c_);
+  if (c_.fusion().has_early_stop() || c_.fusion().per_replica_data_order())
+    return Unimplemented("fusion.early_stop and fusion.per_replica_data_order are not supported for GAN runs yet");
   if (fused_) {
     LOOM_ASSIGN_OR_RETURN(std::vector<ReplicaSpec> specs, ExpandReplicas(c_));
     for (const ReplicaSpec& s : specs)
@@ -140,10 +149,7 @@ Status GanTrainer::Prepare() {
                                             kSampleGrid * kSampleGrid, models::GanStep::kGenerator));
   Graph sample_graph = sample_model.graph();
   if (fused()) {
-    FusionOptions fo;
-    fo.replicas = static_cast<int>(replicas());
-    for (const Member& mem : members_) fo.seeds.push_back(mem.generator.seed());
-    LOOM_ASSIGN_OR_RETURN(sample_graph, FuseReplicas(sample_graph, fo));
+    LOOM_ASSIGN_OR_RETURN(sample_graph, FuseReplicas(sample_graph, Fusion()));
   }
   LOOM_ASSIGN_OR_RETURN(sampler_, Executor::Create(sample_graph, eo));
 
