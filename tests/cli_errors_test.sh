@@ -81,4 +81,16 @@ epochs: 1'
 fi
 
 [ "$failures" -eq 0 ] && echo PASS
+# Models and data that do not fit each other.
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >"$work/text.txt"
+cfg task 'model { name: "rnntc" }
+data { dataset: "text" path: "'"$work"'/text.txt" sequence_length: 16 batch_size: 8 }'
+expect "per-example model on per-token data" "model rnntc predicts one class per example (targets [] per example), the data's targets are [16]" -- train --config "$work/task.pbtxt" --out "$work/out"
+cfg kind 'model { name: "transformer_lm" }
+data { dataset: "fashion_mnist" }'
+expect "token model on images" "model transformer_lm reads token ids, the data gives f32 features [1, 28, 28]" -- train --config "$work/kind.pbtxt" --out "$work/out"
+cfg gan_size 'model { name: "dcgan" }
+data { dataset: "fashion_mnist" }'
+expect "GAN image size" "dcgan: image_size must be 4 * 2^k with k >= 1 (8, 16, 32, 64, ...), got 28" -- train --config "$work/gan_size.pbtxt" --out "$work/out"
+
 exit "$failures"
