@@ -61,6 +61,30 @@ StatusOr<std::vector<int64_t>> ModelArgs::Ints(const std::string& key, const std
   return out;
 }
 
+StatusOr<int64_t> ModelArgs::IntAtLeast(const std::string& key, int64_t def, int64_t min) {
+  LOOM_ASSIGN_OR_RETURN(int64_t v, Int(key, def));
+  if (v < min) return InvalidArgument("argument ", key, ": must be >= ", min, ", got ", v);
+  return v;
+}
+
+StatusOr<double> ModelArgs::NonNegative(const std::string& key, double def) {
+  LOOM_ASSIGN_OR_RETURN(double v, Float(key, def));
+  if (!(v >= 0)) return InvalidArgument("argument ", key, ": must be >= 0, got ", v);
+  return v;
+}
+
+StatusOr<double> ModelArgs::Probability(const std::string& key, double def) {
+  LOOM_ASSIGN_OR_RETURN(double v, Float(key, def));
+  if (!(v >= 0 && v < 1)) return InvalidArgument("argument ", key, ": must be in [0, 1), got ", v);
+  return v;
+}
+
+StatusOr<bool> ModelArgs::Flag(const std::string& key, bool def) {
+  LOOM_ASSIGN_OR_RETURN(int64_t v, Int(key, def ? 1 : 0));
+  if (v != 0 && v != 1) return InvalidArgument("argument ", key, ": must be 0 or 1, got ", v);
+  return v == 1;
+}
+
 Status ModelArgs::CheckAllUsed(const std::string& model) const {
   for (const auto& [key, value] : values_) {
     if (used_.count(key)) continue;
@@ -76,34 +100,30 @@ namespace {
 StatusOr<Sym> BuildMlp(Model& m, const ModelInputs& in, ModelArgs& args) {
   MlpOptions o;
   LOOM_ASSIGN_OR_RETURN(o.hidden, args.Ints("hidden", o.hidden));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
   for (int64_t h : o.hidden)
     if (h < 1) return InvalidArgument("argument hidden: widths must be >= 1, got ", h);
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
   return Mlp(m, in.input, o);
 }
 
 StatusOr<Sym> BuildCnn(Model& m, const ModelInputs& in, ModelArgs& args) {
   CnnOptions o;
   LOOM_ASSIGN_OR_RETURN(o.channels, args.Ints("channels", o.channels));
-  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Int("hidden", o.hidden));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.IntAtLeast("hidden", o.hidden, 1));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
   if (o.channels.empty()) return InvalidArgument("argument channels: needs at least one stage");
   for (int64_t c : o.channels)
     if (c < 1) return InvalidArgument("argument channels: must be >= 1, got ", c);
-  if (o.hidden < 1) return InvalidArgument("argument hidden: must be >= 1, got ", o.hidden);
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
   return Cnn(m, in.input, o);
 }
 
 StatusOr<Sym> BuildResNet(Model& m, const ModelInputs& in, ModelArgs& args, ResNetOptions o) {
   const std::string stem = args.Str("stem", "imagenet");
   LOOM_ASSIGN_OR_RETURN(o.stem, ParseResNetStem(stem));
-  LOOM_ASSIGN_OR_RETURN(o.width, args.Int("width", o.width));
+  LOOM_ASSIGN_OR_RETURN(o.width, args.IntAtLeast("width", o.width, 1));
   o.num_classes = in.num_classes;
-  if (o.width < 1) return InvalidArgument("argument width: must be >= 1, got ", o.width);
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("resnet needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
   return ResNet(m, in.input, o);
@@ -113,10 +133,9 @@ StatusOr<Sym> BuildResNet(Model& m, const ModelInputs& in, ModelArgs& args, ResN
 StatusOr<Sym> BuildMobileNet(Model& m, const ModelInputs& in, ModelArgs& args,
                              std::optional<MobileNetV3Size> v3) {
   MobileNetOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   LOOM_ASSIGN_OR_RETURN(o.width_mult, args.Float("width_mult", o.width_mult));
   o.num_classes = in.num_classes;
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
   if (!(o.width_mult > 0)) return InvalidArgument("argument width_mult: must be > 0, got ", o.width_mult);
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("mobilenet needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
@@ -125,18 +144,16 @@ StatusOr<Sym> BuildMobileNet(Model& m, const ModelInputs& in, ModelArgs& args,
 
 StatusOr<Sym> BuildAlexNet(Model& m, const ModelInputs& in, ModelArgs& args) {
   AlexNetOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("alexnet needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
   return AlexNet(m, in.input, o);
 }
 
 StatusOr<Sym> BuildVgg(Model& m, const ModelInputs& in, ModelArgs& args, VggOptions o) {
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("vgg needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
   return Vgg(m, in.input, o);
@@ -147,14 +164,10 @@ StatusOr<Sym> BuildVgg(Model& m, const ModelInputs& in, ModelArgs& args, VggOpti
 // kAuxLossOutput, which BuildSupervised adds to the loss.
 StatusOr<Sym> BuildPointNet(Model& m, const ModelInputs& in, ModelArgs& args) {
   PointNetOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
-  LOOM_ASSIGN_OR_RETURN(int64_t ft, args.Int("feature_transform", 1));
-  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.Float("regularizer", o.regularizer_weight));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.feature_transform, args.Flag("feature_transform", true));
+  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.NonNegative("regularizer", o.regularizer_weight));
   o.num_classes = in.num_classes;
-  o.feature_transform = ft != 0;
-  if (o.dropout < 0 || o.dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", o.dropout);
-  if (ft != 0 && ft != 1) return InvalidArgument("argument feature_transform: must be 0 or 1, got ", ft);
-  if (o.regularizer_weight < 0) return InvalidArgument("argument regularizer: must be >= 0, got ", o.regularizer_weight);
   if (m.shape(in.input).rank() != 3 || m.shape(in.input)[1] != 3)
     return InvalidArgument("pointnet_cls needs [batch, 3, points] point clouds, got ", m.shape(in.input).ToString());
   PointNetResult r = PointNetCls(m, in.input, o);
@@ -166,12 +179,9 @@ StatusOr<Sym> BuildPointNet(Model& m, const ModelInputs& in, ModelArgs& args) {
 // weight); logits [B, N, parts] for targets of one part label per point.
 StatusOr<Sym> BuildPointNetSeg(Model& m, const ModelInputs& in, ModelArgs& args) {
   PointNetSegOptions o;
-  LOOM_ASSIGN_OR_RETURN(int64_t ft, args.Int("feature_transform", 1));
-  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.Float("regularizer", o.regularizer_weight));
+  LOOM_ASSIGN_OR_RETURN(o.feature_transform, args.Flag("feature_transform", true));
+  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.NonNegative("regularizer", o.regularizer_weight));
   o.num_parts = in.num_classes;
-  o.feature_transform = ft != 0;
-  if (ft != 0 && ft != 1) return InvalidArgument("argument feature_transform: must be 0 or 1, got ", ft);
-  if (o.regularizer_weight < 0) return InvalidArgument("argument regularizer: must be >= 0, got ", o.regularizer_weight);
   if (m.shape(in.input).rank() != 3 || m.shape(in.input)[1] != 3)
     return InvalidArgument("pointnet_seg needs [batch, 3, points] point clouds, got ", m.shape(in.input).ToString());
   PointNetResult r = PointNetDenseCls(m, in.input, o);
@@ -184,14 +194,11 @@ StatusOr<Sym> BuildPointNetSeg(Model& m, const ModelInputs& in, ModelArgs& args)
 // as kAuxLossOutput, which BuildSupervised adds to the loss.
 StatusOr<Sym> BuildInceptionV3(Model& m, const ModelInputs& in, ModelArgs& args) {
   InceptionOptions o;
-  LOOM_ASSIGN_OR_RETURN(int64_t aux, args.Int("aux_logits", 1));
-  LOOM_ASSIGN_OR_RETURN(double aux_weight, args.Float("aux_weight", 0.4));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.aux_logits, args.Flag("aux_logits", true));
+  LOOM_ASSIGN_OR_RETURN(double aux_weight, args.NonNegative("aux_weight", 0.4));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   LOOM_ASSIGN_OR_RETURN(o.width_mult, args.Float("width_mult", o.width_mult));
   o.num_classes = in.num_classes;
-  o.aux_logits = aux != 0;
-  if (aux != 0 && aux != 1) return InvalidArgument("argument aux_logits: must be 0 or 1, got ", aux);
-  if (!(aux_weight >= 0)) return InvalidArgument("argument aux_weight: must be >= 0, got ", aux_weight);
   LOOM_ASSIGN_OR_RETURN(InceptionResult r, InceptionV3(m, in.input, o));
   if (r.aux_logits.valid()) {
     // torchvision's reference recipe: loss = CE(logits) + 0.4 * CE(aux_logits).
@@ -204,12 +211,13 @@ StatusOr<Sym> BuildInceptionV3(Model& m, const ModelInputs& in, ModelArgs& args)
 
 // The recurrent models read token windows [B, T]; args embed, hidden,
 // layers, dropout (rnntc also vocab: its input ids' range, since its classes
-// are not tokens). CheckRnnArgs reports the first bad one.
-Status CheckRnnArgs(int64_t embed, int64_t hidden, int64_t layers, double dropout) {
-  if (embed < 1) return InvalidArgument("argument embed: must be >= 1, got ", embed);
-  if (hidden < 1) return InvalidArgument("argument hidden: must be >= 1, got ", hidden);
-  if (layers < 1) return InvalidArgument("argument layers: must be >= 1, got ", layers);
-  if (dropout < 0 || dropout >= 1) return InvalidArgument("argument dropout: must be in [0, 1), got ", dropout);
+// are not tokens).
+template <typename Options>
+Status ReadRnnArgs(ModelArgs& args, Options* o) {
+  LOOM_ASSIGN_OR_RETURN(o->embed, args.IntAtLeast("embed", o->embed, 1));
+  LOOM_ASSIGN_OR_RETURN(o->hidden, args.IntAtLeast("hidden", o->hidden, 1));
+  LOOM_ASSIGN_OR_RETURN(o->layers, args.IntAtLeast("layers", o->layers, 1));
+  LOOM_ASSIGN_OR_RETURN(o->dropout, args.Probability("dropout", o->dropout));
   return Status::Ok();
 }
 
@@ -221,12 +229,8 @@ Status CheckTokenWindows(const std::string& model, Model& m, Sym tokens) {
 
 StatusOr<Sym> BuildRnnLm(Model& m, const ModelInputs& in, ModelArgs& args) {
   RnnLmOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.embed, args.Int("embed", o.embed));
-  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Int("hidden", o.hidden));
-  LOOM_ASSIGN_OR_RETURN(o.layers, args.Int("layers", o.layers));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_RETURN_IF_ERROR(ReadRnnArgs(args, &o));
   o.vocab = in.num_classes;
-  LOOM_RETURN_IF_ERROR(CheckRnnArgs(o.embed, o.hidden, o.layers, o.dropout));
   LOOM_RETURN_IF_ERROR(CheckTokenWindows("rnnlm", m, in.input));
   return RnnLm(m, in.input, o);
 }
@@ -234,28 +238,19 @@ StatusOr<Sym> BuildRnnLm(Model& m, const ModelInputs& in, ModelArgs& args) {
 StatusOr<Sym> BuildRnnTc(Model& m, const ModelInputs& in, ModelArgs& args) {
   RnnTcOptions o;
   // By default the data's vocabulary, when it says (loom train does).
-  LOOM_ASSIGN_OR_RETURN(o.vocab, args.Int("vocab", in.vocabulary > 0 ? in.vocabulary : o.vocab));
-  LOOM_ASSIGN_OR_RETURN(o.embed, args.Int("embed", o.embed));
-  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Int("hidden", o.hidden));
-  LOOM_ASSIGN_OR_RETURN(o.layers, args.Int("layers", o.layers));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.vocab, args.IntAtLeast("vocab", in.vocabulary > 0 ? in.vocabulary : o.vocab, 1));
+  LOOM_RETURN_IF_ERROR(ReadRnnArgs(args, &o));
   o.num_classes = in.num_classes;
-  if (o.vocab < 1) return InvalidArgument("argument vocab: must be >= 1, got ", o.vocab);
   if (o.vocab < in.vocabulary)
     return InvalidArgument("argument vocab: ", o.vocab, " is smaller than the data's vocabulary of ", in.vocabulary);
-  LOOM_RETURN_IF_ERROR(CheckRnnArgs(o.embed, o.hidden, o.layers, o.dropout));
   LOOM_RETURN_IF_ERROR(CheckTokenWindows("rnntc", m, in.input));
   return RnnTc(m, in.input, o);
 }
 
 StatusOr<Sym> BuildNmt(Model& m, const ModelInputs& in, ModelArgs& args) {
   NmtOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.embed, args.Int("embed", o.embed));
-  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Int("hidden", o.hidden));
-  LOOM_ASSIGN_OR_RETURN(o.layers, args.Int("layers", o.layers));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_RETURN_IF_ERROR(ReadRnnArgs(args, &o));
   o.vocab = in.num_classes;
-  LOOM_RETURN_IF_ERROR(CheckRnnArgs(o.embed, o.hidden, o.layers, o.dropout));
   LOOM_RETURN_IF_ERROR(CheckTokenWindows("nmt", m, in.input));
   if (m.shape(in.target).rank() != 2 || m.shape(in.target)[1] < 1)
     return InvalidArgument("nmt needs target token windows [batch, length >= 1], got ", m.shape(in.target).ToString());
@@ -270,7 +265,7 @@ StatusOr<Sym> BuildTransformerLm(Model& m, const ModelInputs& in, ModelArgs& arg
   LOOM_ASSIGN_OR_RETURN(o.heads, args.Int("heads", o.heads));
   LOOM_ASSIGN_OR_RETURN(o.layers, args.Int("layers", o.layers));
   LOOM_ASSIGN_OR_RETURN(o.feedforward, args.Int("feedforward", o.feedforward));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   LOOM_ASSIGN_OR_RETURN(o.max_len, args.Int("max_len", o.max_len));
   o.vocab_size = in.num_classes;
   return TransformerLm(m, in.input, o);
@@ -286,7 +281,7 @@ StatusOr<Sym> BuildBertMedium(Model& m, const ModelInputs& in, ModelArgs& args) 
   LOOM_ASSIGN_OR_RETURN(o.heads, args.Int("heads", o.heads));
   LOOM_ASSIGN_OR_RETURN(o.intermediate, args.Int("intermediate", o.intermediate));
   LOOM_ASSIGN_OR_RETURN(o.max_positions, args.Int("max_positions", o.max_positions));
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Float("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.vocab_size = in.num_classes;
   return BertForMaskedLm(m, in.input, o);
 }

@@ -24,6 +24,12 @@ class ModelArgs {
   std::string Str(const std::string& key, const std::string& def);
   StatusOr<double> Float(const std::string& key, double def);
   StatusOr<std::vector<int64_t>> Ints(const std::string& key, const std::vector<int64_t>& def);  // "256,128"
+  // The same reads, checked: an Int >= min, a Float >= 0, a probability in
+  // [0, 1) (dropout), a flag 0 or 1. Errors name the argument and value.
+  StatusOr<int64_t> IntAtLeast(const std::string& key, int64_t def, int64_t min);
+  StatusOr<double> NonNegative(const std::string& key, double def);
+  StatusOr<double> Probability(const std::string& key, double def);
+  StatusOr<bool> Flag(const std::string& key, bool def);
   // Fails naming the first argument no Int/Float/Ints call asked for.
   Status CheckAllUsed(const std::string& model) const;
 
