@@ -21,6 +21,7 @@ namespace {
 
 using testing::ParameterCount;
 using testing::ParameterNames;
+using testing::ParameterShapes;
 using testing::RandomInput;
 
 // torchvision 0.14: inception_v3(weights=None, aux_logits=True,
@@ -28,16 +29,6 @@ using testing::RandomInput;
 // tensors; aux_logits=False leaves 284.
 constexpr int64_t kTorchvisionParams = 27161264;
 constexpr int64_t kTorchvisionParamsNoAux = 23834568;
-
-std::map<std::string, Shape> ParameterShapes(const Graph& g) {
-  std::map<std::string, Shape> shapes;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) shapes[g.node(id).name] = g.type(g.node(id).outputs[0]).shape;
-  return shapes;
-}
-
-Shape OutputShape(const Model& m, const std::string& output) {
-  return m.graph().type(m.graph().outputs().at(output)).shape;
-}
 
 TEST_CASE("inception_v3 has torchvision's parameter count, names and shapes") {
   Model m;  // training mode: AuxLogits is built

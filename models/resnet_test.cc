@@ -18,7 +18,9 @@ namespace loom::models {
 namespace {
 
 using testing::ParameterCount;
+using testing::FusedMismatch;
 using testing::ParameterNames;
+using testing::RunFusedAndSeparate;
 using testing::RandomInput;
 
 Tensor Scalar(double v) {
@@ -170,31 +172,12 @@ TEST_CASE("fused resnet (R = 2) computes what two separate resnets compute (f64)
   REQUIRE(m.status().ok());
   const Tensor images = RandomInput({2, 3, 16, 16}, DType::kF64, 2);
 
-  auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
-  if (!fused.ok()) FAIL(fused.status().ToString());
-  auto fe = Executor::Create(*fused);
-  REQUIRE(fe.ok());
-  REQUIRE((*fe)->InitializeState(0).ok());  // replica r starts as a single model with seeds[r]
-  auto fout = (*fe)->Run({{"input", images}});
-  if (!fout.ok()) FAIL(fout.status().ToString());
-  const Tensor& flogits = fout->at("logits");
-  REQUIRE(flogits.shape() == Shape({2, 2, 10}));
-  const std::vector<double> fused_values = flogits.ToDoubleVector();
-
-  std::vector<std::vector<double>> separate;
-  for (int r = 0; r < 2; ++r) {
-    INFO("replica " << r);
-    auto se = Executor::Create(m.graph());
-    REQUIRE(se.ok());
-    REQUIRE((*se)->InitializeState(seeds[r]).ok());
-    auto sout = (*se)->Run({{"input", images}});
-    REQUIRE(sout.ok());
-    const std::vector<double> want = sout->at("logits").ToDoubleVector();
-    REQUIRE(want.size() == 20);
-    for (size_t i = 0; i < want.size(); ++i)
-      CHECK(std::abs(fused_values[r * 20 + i] - want[i]) <= 1e-9 * std::max(1.0, std::abs(want[i])));
-    separate.push_back(want);
-  }
+  // Replica r starts as a single model with seeds[r].
+  auto run = RunFusedAndSeparate(m.graph(), seeds, {{"input", images}}, {{"input", images}}, "logits");
+  if (!run.ok()) FAIL(run.status().ToString());
+  REQUIRE(run->fused.size() == 2 * 2 * 10);
+  CHECK(FusedMismatch(*run) == "");
+  const auto& separate = run->separate;
   CHECK(separate[0] != separate[1]);  // the replicas really have different parameters
 }
 

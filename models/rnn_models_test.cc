@@ -21,21 +21,12 @@ namespace loom::models {
 namespace {
 
 using testing::ParameterCount;
+using testing::FusedMismatch;
+using testing::Near;
 using testing::ParameterNames;
-
-Shape ParameterShape(const Graph& g, const std::string& name) {
-  for (NodeId id : g.NodesWithOp(kParameterOp))
-    if (g.node(id).name == name) return g.type(g.node(id).outputs[0]).shape;
-  return Shape();  // not found
-}
-
-// Token ids uniform in [0, vocab), a function of `key` only.
-Tensor RandomTokens(const Shape& s, int64_t vocab, uint64_t key) {
-  Rng rng = Rng::Stream(11, key);
-  Tensor t = Tensor::Zeros(s, DType::kI64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = rng.UniformInt(vocab);
-  return t;
-}
+using testing::ParameterShapes;
+using testing::RandomTokens;
+using testing::RunFusedAndSeparate;
 
 TEST_CASE("rnnlm has word_language_model's parameter count at the defaults") {
   Model m;
@@ -50,7 +41,7 @@ TEST_CASE("rnnlm has word_language_model's parameter count at the defaults") {
         std::set<std::string>{"encoder/weight", "rnn/l0/weight_ih", "rnn/l0/weight_hh", "rnn/l0/bias_ih",
                               "rnn/l0/bias_hh", "rnn/l1/weight_ih", "rnn/l1/weight_hh", "rnn/l1/bias_ih",
                               "rnn/l1/bias_hh", "decoder/weight", "decoder/bias"});
-  CHECK(ParameterShape(m.graph(), "rnn/l1/weight_ih") == Shape({4 * 1024, 1024}));
+  CHECK(ParameterShapes(m.graph()).at("rnn/l1/weight_ih") == Shape({4 * 1024, 1024}));
 }
 
 TEST_CASE("rnntc has the reference's parameter count at the defaults") {
@@ -75,11 +66,11 @@ TEST_CASE("nmt has the reference's parameter count at the defaults") {
   // bench/reference_models.py nmt: vocab 20480, embed = hidden = 2048, 2+2
   // layers, GlobalAttention("general"), generator.
   CHECK(ParameterCount(m.graph()) == 272717824);
-  CHECK(ParameterShape(m.graph(), "encoder/embedding/weight") == Shape({20480, 2048}));
-  CHECK(ParameterShape(m.graph(), "decoder/embedding/weight") == Shape({20481, 2048}));  // + the start token
-  CHECK(ParameterShape(m.graph(), "attn/linear_in/weight") == Shape({2048, 2048}));
-  CHECK(ParameterShape(m.graph(), "attn/linear_out/weight") == Shape({2048, 4096}));
-  CHECK(ParameterShape(m.graph(), "generator/bias") == Shape({20480}));
+  CHECK(ParameterShapes(m.graph()).at("encoder/embedding/weight") == Shape({20480, 2048}));
+  CHECK(ParameterShapes(m.graph()).at("decoder/embedding/weight") == Shape({20481, 2048}));  // + the start token
+  CHECK(ParameterShapes(m.graph()).at("attn/linear_in/weight") == Shape({2048, 2048}));
+  CHECK(ParameterShapes(m.graph()).at("attn/linear_out/weight") == Shape({2048, 4096}));
+  CHECK(ParameterShapes(m.graph()).at("generator/bias") == Shape({20480}));
   const auto names = ParameterNames(m.graph());
   CHECK(names.count("attn/linear_in/bias") == 0);
   CHECK(names.count("decoder/rnn/l1/weight_hh") == 1);
@@ -247,27 +238,14 @@ TEST_CASE("nmt runs a batch whose padding row's targets are all -100") {
   // 2 fused replicas on the padded batch: each replica's row 0 is its own
   // model's on the unpadded batch.
   const std::vector<uint64_t> seeds = {7, 8};
-  auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
-  if (!fused.ok()) FAIL(fused.status().ToString());
-  auto fe = Executor::Create(*fused);
-  REQUIRE(fe.ok());
-  REQUIRE((*fe)->InitializeState(0).ok());
-  auto fused_out = (*fe)->Run(with_row1(kIgnoreTarget));
-  if (!fused_out.ok()) FAIL(fused_out.status().ToString());
-  const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, 2, 6, 7]
-  REQUIRE(fused_logits.size() == static_cast<size_t>(4 * row));
-  for (int r = 0; r < 2; ++r) {
-    auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
-    REQUIRE(se.ok());
-    REQUIRE((*se)->InitializeState(seeds[r]).ok());
-    auto out = (*se)->Run(feeds);
-    REQUIRE(out.ok());
-    const std::vector<double> logits = out->at("logits").ToDoubleVector();
+  auto run = RunFusedAndSeparate(m.graph(), seeds, with_row1(kIgnoreTarget), feeds, "logits");
+  if (!run.ok()) FAIL(run.status().ToString());
+  REQUIRE(run->fused.size() == static_cast<size_t>(4 * row));  // [2, 2, 6, 7]
+  for (int r = 0; r < 2; ++r)
     for (int64_t i = 0; i < row; ++i) {
       INFO("replica " << r << " row 0 logit " << i);
-      CHECK(std::abs(fused_logits[r * 2 * row + i] - logits[i]) <= 1e-9 * std::max(1.0, std::abs(logits[i])));
+      CHECK(Near(run->fused[r * 2 * row + i], run->separate[r][i]));
     }
-  }
 }
 
 TEST_CASE("one SGD step lowers each recurrent model's loss on a fixed batch") {
@@ -337,28 +315,10 @@ TEST_CASE("each recurrent model fused as 2 replicas computes 2 separate models' 
     Model m(DType::kF64);
     BuildWithLoss(m, s);
     REQUIRE(m.status().ok());
-    auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
-    if (!fused.ok()) FAIL(fused.status().ToString());
-    auto fe = Executor::Create(*fused);
-    REQUIRE(fe.ok());
-    REQUIRE((*fe)->InitializeState(0).ok());
     const auto feeds = FixedBatch(s);
-    auto fused_out = (*fe)->Run(feeds);
-    if (!fused_out.ok()) FAIL(fused_out.status().ToString());
-    const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, ...]
-    for (int r = 0; r < 2; ++r) {
-      auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
-      REQUIRE(se.ok());
-      REQUIRE((*se)->InitializeState(seeds[r]).ok());
-      auto out = (*se)->Run(feeds);
-      REQUIRE(out.ok());
-      const std::vector<double> logits = out->at("logits").ToDoubleVector();
-      REQUIRE(fused_logits.size() == 2 * logits.size());
-      for (size_t i = 0; i < logits.size(); ++i) {
-        INFO("replica " << r << " logit " << i);
-        CHECK(std::abs(fused_logits[r * logits.size() + i] - logits[i]) <= 1e-9 * std::max(1.0, std::abs(logits[i])));
-      }
-    }
+    auto run = RunFusedAndSeparate(m.graph(), seeds, feeds, feeds, "logits");
+    if (!run.ok()) FAIL(run.status().ToString());
+    CHECK(FusedMismatch(*run) == "");
   }
 }
 

@@ -18,19 +18,12 @@ namespace {
 
 using testing::ParameterCount;
 using testing::ParameterNames;
+using testing::RandomTokens;
 
 Shape StateShape(const Graph& g, const std::string& name) {
   auto id = g.FindNode(name);
   REQUIRE(id.has_value());
   return g.type(g.node(*id).outputs[0]).shape;
-}
-
-// Token ids uniform below `vocab`, a function of `key`.
-Tensor RandomTokens(const Shape& s, int64_t vocab, uint64_t key) {
-  Rng rng = Rng::Stream(5, key);
-  Tensor t = Tensor::Zeros(s, DType::kI64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = rng.UniformInt(vocab);
-  return t;
 }
 
 TEST_CASE("transformer_lm has the parameter count of PyTorch's TransformerModel") {

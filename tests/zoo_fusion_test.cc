@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "graph/fusion.h"
 #include "graph/training.h"
+#include "models/model_test_util.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
 
@@ -133,28 +134,10 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
       INFO(built.ToString());
       REQUIRE(built.ok());
     }
-    auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
-    if (!fused.ok()) FAIL(fused.status().ToString());
-    auto fe = Executor::Create(*fused);
-    REQUIRE(fe.ok());
-    REQUIRE((*fe)->InitializeState(0).ok());
     const auto feeds = FixedBatch(s.data, DType::kF64);
-    auto fused_out = (*fe)->Run(feeds);
-    REQUIRE(fused_out.ok());
-    const std::vector<double> fused_logits = fused_out->at("logits").ToDoubleVector();  // [2, B, ..., C]
-    for (int r = 0; r < 2; ++r) {
-      auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
-      REQUIRE(se.ok());
-      REQUIRE((*se)->InitializeState(seeds[r]).ok());
-      auto out = (*se)->Run(feeds);
-      REQUIRE(out.ok());
-      const std::vector<double> logits = out->at("logits").ToDoubleVector();
-      REQUIRE(fused_logits.size() == 2 * logits.size());
-      for (size_t i = 0; i < logits.size(); ++i) {
-        INFO("replica " << r << " logit " << i);
-        CHECK(std::abs(fused_logits[r * logits.size() + i] - logits[i]) <= 1e-9 * std::max(1.0, std::abs(logits[i])));
-      }
-    }
+    auto run = models::testing::RunFusedAndSeparate(m.graph(), seeds, feeds, feeds, "logits");
+    if (!run.ok()) FAIL(run.status().ToString());
+    CHECK(models::testing::FusedMismatch(*run) == "");
   }
 }
 
@@ -194,29 +177,12 @@ TEST_CASE("each zoo GAN's steps train, and fused as 2 replicas equal 2 separate 
       REQUIRE(second.ok());
       CHECK(second->at("loss").ScalarAt(0) < first->at("loss").ScalarAt(0));
 
-      auto fused = FuseReplicas(m.graph(), FusionOptions{2, seeds, {}, {}});
-      if (!fused.ok()) FAIL(fused.status().ToString());
-      auto fe = Executor::Create(*fused);
-      REQUIRE(fe.ok());
-      REQUIRE((*fe)->InitializeState(0).ok());
-      auto fused_out = (*fe)->Run(feeds);
-      REQUIRE(fused_out.ok());
-      for (int r = 0; r < 2; ++r) {
-        auto se = Executor::Create(m.graph(), ExecutorOptions{Device::Cpu(), nullptr, seeds[r], false});
-        REQUIRE(se.ok());
-        REQUIRE((*se)->InitializeState(seeds[r]).ok());
-        auto out = (*se)->Run(feeds);
-        REQUIRE(out.ok());
-        for (const char* name : {"loss", "d_fake", "fake"}) {
-          if (!out->count(name)) continue;
-          const std::vector<double> single = out->at(name).ToDoubleVector();
-          const std::vector<double> all = fused_out->at(name).ToDoubleVector();
-          REQUIRE(all.size() == 2 * single.size());
-          for (size_t i = 0; i < single.size(); ++i) {
-            INFO("replica " << r << " " << name << "[" << i << "]");
-            CHECK(std::abs(all[r * single.size() + i] - single[i]) <= 1e-9 * std::max(1.0, std::abs(single[i])));
-          }
-        }
+      for (const char* name : {"loss", "d_fake", "fake"}) {
+        if (!m.graph().outputs().count(name)) continue;
+        INFO(name);
+        auto run = models::testing::RunFusedAndSeparate(m.graph(), seeds, feeds, feeds, name);
+        if (!run.ok()) FAIL(run.status().ToString());
+        CHECK(models::testing::FusedMismatch(*run) == "");
       }
     }
   }
