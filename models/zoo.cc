@@ -159,32 +159,31 @@ StatusOr<Sym> BuildVgg(Model& m, const ModelInputs& in, ModelArgs& args, VggOpti
   return Vgg(m, in.input, o);
 }
 
-// PointNet: args dropout, feature_transform (0/1), regularizer (its weight).
-// The feature-transform regularizer goes out as the graph output
-// kAuxLossOutput, which BuildSupervised adds to the loss.
-StatusOr<Sym> BuildPointNet(Model& m, const ModelInputs& in, ModelArgs& args) {
-  PointNetOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
-  LOOM_ASSIGN_OR_RETURN(o.feature_transform, args.Flag("feature_transform", true));
-  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.NonNegative("regularizer", o.regularizer_weight));
-  o.num_classes = in.num_classes;
+// PointNet classification (args dropout, feature_transform, regularizer) or
+// segmentation (logits [B, N, parts] for a part label per point; args
+// feature_transform, regularizer). The feature-transform regularizer, times
+// its weight, goes out as kAuxLossOutput, which BuildSupervised adds to the loss.
+StatusOr<Sym> BuildPointNet(Model& m, const ModelInputs& in, ModelArgs& args, bool segmentation) {
+  LOOM_ASSIGN_OR_RETURN(bool feature_transform, args.Flag("feature_transform", true));
+  LOOM_ASSIGN_OR_RETURN(double regularizer, args.NonNegative("regularizer", PointNetOptions{}.regularizer_weight));
   if (m.shape(in.input).rank() != 3 || m.shape(in.input)[1] != 3)
-    return InvalidArgument("pointnet_cls needs [batch, 3, points] point clouds, got ", m.shape(in.input).ToString());
-  PointNetResult r = PointNetCls(m, in.input, o);
-  if (r.regularizer.valid()) m.set_output(kAuxLossOutput, r.regularizer);
-  return r.logits;
-}
-
-// PointNet segmentation: args feature_transform (0/1), regularizer (its
-// weight); logits [B, N, parts] for targets of one part label per point.
-StatusOr<Sym> BuildPointNetSeg(Model& m, const ModelInputs& in, ModelArgs& args) {
-  PointNetSegOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.feature_transform, args.Flag("feature_transform", true));
-  LOOM_ASSIGN_OR_RETURN(o.regularizer_weight, args.NonNegative("regularizer", o.regularizer_weight));
-  o.num_parts = in.num_classes;
-  if (m.shape(in.input).rank() != 3 || m.shape(in.input)[1] != 3)
-    return InvalidArgument("pointnet_seg needs [batch, 3, points] point clouds, got ", m.shape(in.input).ToString());
-  PointNetResult r = PointNetDenseCls(m, in.input, o);
+    return InvalidArgument(segmentation ? "pointnet_seg" : "pointnet_cls",
+                           " needs [batch, 3, points] point clouds, got ", m.shape(in.input).ToString());
+  PointNetResult r;
+  if (segmentation) {
+    PointNetSegOptions o;
+    o.num_parts = in.num_classes;
+    o.feature_transform = feature_transform;
+    o.regularizer_weight = regularizer;
+    r = PointNetDenseCls(m, in.input, o);
+  } else {
+    PointNetOptions o;
+    LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
+    o.num_classes = in.num_classes;
+    o.feature_transform = feature_transform;
+    o.regularizer_weight = regularizer;
+    r = PointNetCls(m, in.input, o);
+  }
   if (r.regularizer.valid()) m.set_output(kAuxLossOutput, r.regularizer);
   return r.logits;
 }
@@ -381,7 +380,8 @@ const std::vector<ZooEntry>& Zoo() {
                        "[3, points] inputs: STN3d, conv1d 64, STNkd(64), conv1d 128, 1024, max over points, "
                        "Linear 512-256 with BN, classifier; dropout (default 0.3), feature_transform (default 1), "
                        "regularizer (default 0.001: its weight, added to the loss)",
-       InputKind::kFeatures, Prediction::kPerExample, BuildPointNet},
+       InputKind::kFeatures, Prediction::kPerExample,
+       [](Model& m, const ModelInputs& in, ModelArgs& args) { return BuildPointNet(m, in, args, false); }},
       {"inception_v3", "torchvision's inception_v3 (Inception3, transform_input=False): BasicConv2d stem, Mixed_5b-5d, "
                        "6a-6e, 7a-7c, average pool, dropout, fc; inputs >= 75x75; in training mode the AuxLogits "
                        "head on Mixed_6e (inputs >= 299x299) adds aux_weight (default 0.4) times its cross-entropy "
@@ -392,7 +392,8 @@ const std::vector<ZooEntry>& Zoo() {
                        "on [3, points] inputs with a part label per point: the pointnet_cls encoder, its 1024 global "
                        "features repeated at every point beside the 64 point features, conv1d 512-256-128 with BN, "
                        "per-point classifier; feature_transform (default 1), regularizer (default 0.001)",
-       InputKind::kFeatures, Prediction::kPerPosition, BuildPointNetSeg},
+       InputKind::kFeatures, Prediction::kPerPosition,
+       [](Model& m, const ModelInputs& in, ModelArgs& args) { return BuildPointNet(m, in, args, true); }},
       {"rnnlm", "FlexFlow's RNNLM as PyTorch's word_language_model RNNModel: Embedding, dropout, LSTM, dropout, "
                 "Linear to the vocabulary at every position (next-token targets); embed, hidden (default 1024), "
                 "layers (default 2), dropout (default 0.2)",
