@@ -644,6 +644,7 @@ StatusOr<RunResult> Trainer::Run() {
                           {"test_loss", result.test_loss},
                           {"test_accuracy", result.test_accuracy},
                           {"time_s", result.seconds}}});
+    if (scores_tokens()) rows.back().values.push_back({"test_perplexity", std::exp(result.test_loss)});
   } else {
     so.rank_by = "test_accuracy";
     for (const ReplicaState& s : replicas_) {
@@ -652,6 +653,7 @@ StatusOr<RunResult> Trainer::Run() {
                                 {"train_loss", s.train_loss},
                                 {"test_loss", s.test_loss},
                                 {"test_accuracy", s.test_accuracy}}});
+      if (scores_tokens()) rows.back().values.push_back({"test_perplexity", std::exp(s.test_loss)});
       result.replicas.push_back({s.label, s.status, s.train_loss, s.test_loss, s.test_accuracy});
     }
   }
