@@ -22,9 +22,11 @@
 #include "models/mlp.h"
 #include "models/zoo.h"
 #include "runtime/config/train_config.h"
+#include "runtime/data/loader.h"
 #include "runtime/executor.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/train/run_parts.h"
 #include "tools/train/training_run.h"
 
 namespace loom::tools {
@@ -61,12 +63,18 @@ struct Row {
   double seconds;
 };
 
-// Random feeds for every Input of `graph` (f32 uniform, i64 in [0, 10)).
-std::map<std::string, Tensor> RandomFeeds(const Graph& graph) {
+// Feeds for every Input of `graph`: those in `data` (a real batch) as
+// given, the rest random (f32 uniform in [-1, 1], i64 in [0, 10): only the
+// kernel benchmarks' own graphs have such inputs); "lr" 1e-3, "step" 1.
+std::map<std::string, Tensor> RandomFeeds(const Graph& graph, const std::map<std::string, Tensor>& data = {}) {
   std::map<std::string, Tensor> feeds;
   Rng rng(7);
   for (const Node& n : graph.nodes()) {
     if (n.op != kInputOp) continue;
+    if (auto it = data.find(n.name); it != data.end()) {
+      feeds[n.name] = it->second;
+      continue;
+    }
     const TensorType& t = graph.type(n.outputs[0]);
     Tensor x = Tensor::Zeros(t.shape, t.dtype);
     if (t.dtype == DType::kF32) {
@@ -142,6 +150,7 @@ StatusOr<Graph> MlpStepGraph(int64_t batch) {
 Status BenchKernels(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", std::thread::hardware_concurrency()));
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
+  if (reps < 1) return InvalidArgument("--reps must be at least 1, got ", reps);
   ThreadPool::SetDefaultThreads(static_cast<int>(threads));
   const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
@@ -183,36 +192,50 @@ Status BenchKernels(const Flags& flags) {
   return Status::Ok();
 }
 
-// The per-example input shape and class count of a config's dataset,
-// without loading it (benchmarks feed random data of that shape).
-struct ExampleShape {
-  Shape shape;
-  int64_t classes = 10;
+// What a config's model is benchmarked on: the spec of its training data
+// (as loom train builds the model) and the first batch of that data, as loom
+// train's loader gives it (normalised, augmented; in order, not shuffled),
+// fed as "input" and "target" to every timed step. Real data keeps every
+// feed valid: token ids below the vocabulary, targets below the classes.
+struct BenchData {
+  models::DataSpec spec;
+  std::map<std::string, Tensor> feeds;  // "input", "target"
 };
 
-StatusOr<ExampleShape> ExampleOf(const proto::TrainConfig& config) {
-  const std::string& ds = config.data().dataset();
-  if (ds == "fashion_mnist" || ds == "mnist") return ExampleShape{Shape{1, 28, 28}, 10};
-  if (ds == "cifar10") return ExampleShape{Shape{3, 32, 32}, 10};
-  if (ds == "synthetic")
-    return ExampleShape{Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end())),
-                        config.data().num_classes()};
-  return Unimplemented("benchmarks of dataset ", ds);
+StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
+  LOOM_ASSIGN_OR_RETURN(train::Datasets data, train::LoadDatasets(config.data()));
+  BenchData out;
+  out.spec = train::DataSpecOf(*data.train);
+  DataLoaderOptions o = train::LoaderOptions(config, data, true);
+  o.shuffle = false;
+  o.drop_last = false;  // a dataset smaller than a batch is padded, not refused
+  o.prefetch = 0;
+  LOOM_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(data.train, o));
+  LOOM_RETURN_IF_ERROR(loader->Start(0));
+  Batch b;
+  LOOM_ASSIGN_OR_RETURN(bool got, loader->Next(&b));
+  if (!got) return FailedPrecondition("data.dataset '", config.data().dataset(), "' has no training examples");
+  out.feeds["input"] = b.input;
+  out.feeds["target"] = b.target;
+  return out;
+}
+
+Status BuildConfigModel(Model& m, const proto::TrainConfig& config, const models::DataSpec& spec) {
+  return models::BuildSupervised(m, config.model().name(), {config.model().args().begin(), config.model().args().end()},
+                                 spec, config.data().batch_size());
 }
 
 // `loom bench profile`: where a training step's time goes, per op type and
-// per node, for the model and batch of a config (random data of its shape).
+// per node, for the model and batch of a config (its data's first batch).
 Status BenchProfile(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench profile needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
   LOOM_ASSIGN_OR_RETURN(int64_t steps, flags.Int("steps", 20));
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
-  LOOM_ASSIGN_OR_RETURN(const ExampleShape ex, ExampleOf(config));
+  LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
   Model m;
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
-                                               {config.model().args().begin(), config.model().args().end()}, ex.shape,
-                                               config.data().batch_size(), ex.classes));
+  LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
   LOOM_ASSIGN_OR_RETURN(int64_t replicas, flags.Int("replicas", 0));
   const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
   Graph train;
@@ -229,7 +252,7 @@ Status BenchProfile(const Flags& flags) {
   eo.profile = true;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
   LOOM_RETURN_IF_ERROR(exec->InitializeState(0));
-  std::map<std::string, Tensor> feeds = RandomFeeds(train);
+  std::map<std::string, Tensor> feeds = RandomFeeds(train, data.feeds);
   if (feeds.count(kReplicaMaskInput)) feeds[kReplicaMaskInput].Fill(1);
   LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());  // warm-up, not profiled below
   for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
@@ -265,7 +288,9 @@ Status BenchProfile(const Flags& flags) {
 
 // `loom bench fusion`: for each replica count R, R copies of a config's
 // model trained fused (one graph, graph/fusion.h) against the same R models
-// trained one after another, on random data of the config's shapes. Rates
+// trained one after another, on the first batch of the config's training
+// data (every replica reads the same batch, as in a fused run without
+// per-replica data). Rates
 // are samples/s counted over all replicas (R * batch per step), each the
 // best of `reps` timed steps after a warm-up; the roof is Eigen's 1-thread
 // SGEMM times the threads, measured in the same run.
@@ -281,15 +306,14 @@ Status BenchFusion(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts, flags.PositiveInts("replicas", {1, 2, 4, 8, 16}));
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
+  if (reps < 1) return InvalidArgument("--reps must be at least 1, got ", reps);
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
   threads = ThreadPool::Default().num_threads();
-  LOOM_ASSIGN_OR_RETURN(const ExampleShape ex, ExampleOf(config));
+  LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
   const int64_t batch = config.data().batch_size();
   Model m;
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
-                                               {config.model().args().begin(), config.model().args().end()}, ex.shape,
-                                               batch, ex.classes));
+  LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
   const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
   LOOM_ASSIGN_OR_RETURN(Graph single, BuildTrainingGraph(m.graph(), "loss", opt));
   const double single_flops = GraphCost(single).flops;
@@ -311,7 +335,7 @@ Status BenchFusion(const Flags& flags) {
                                                                std::vector<OptimizerConfig>(r, opt), true));
     LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused));
     LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
-    std::map<std::string, Tensor> feeds = RandomFeeds(fused);
+    std::map<std::string, Tensor> feeds = RandomFeeds(fused, data.feeds);
     feeds[kReplicaMaskInput].Fill(1);
     Status status;
     const double fused_secs = BestSeconds(static_cast<int>(reps), [&] {
@@ -329,7 +353,7 @@ Status BenchFusion(const Flags& flags) {
       LOOM_RETURN_IF_ERROR(e->InitializeState(static_cast<uint64_t>(i + 1)));
       serial.push_back(std::move(e));
     }
-    const std::map<std::string, Tensor> single_feeds = RandomFeeds(single);
+    const std::map<std::string, Tensor> single_feeds = RandomFeeds(single, data.feeds);
     const double serial_secs = BestSeconds(static_cast<int>(reps), [&] {
       for (auto& e : serial) {
         auto out = e->Run(single_feeds);
@@ -353,9 +377,20 @@ Status BenchFusion(const Flags& flags) {
               static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
   std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");
+  const auto json_dims = [](const Shape& shape) {
+    std::string out = "[";
+    for (int i = 0; i < shape.rank(); ++i) out += (i ? ", " : "") + std::to_string(shape.dim(i));
+    return out + "]";
+  };
+  // The data spec, so that another framework's side builds the same model.
   std::string json = "{\"model\": \"" + config.model().name() + "\", \"batch\": " + std::to_string(batch) +
-                     ", \"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
-                     ", \"rows\": [";
+                     ", \"input_shape\": " + json_dims(data.spec.input) + ", \"input_dtype\": \"" +
+                     (data.spec.input_dtype == DType::kI64 ? "i64" : "f32") + "\", \"target_shape\": " +
+                     json_dims(data.spec.target) + ", \"num_classes\": " + std::to_string(data.spec.num_classes) +
+                     ", \"vocabulary\": " + std::to_string(data.spec.vocabulary) +
+                     ", \"single_step_flops\": " + std::to_string(single_flops) + ", \"reps\": " +
+                     std::to_string(reps) + ", \"threads\": " + std::to_string(threads) +
+                     ", \"roof_gflops\": " + std::to_string(roof) + ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const FusionRow& r = rows[i];
     const double speedup = r.fused_samples_per_s / r.serial_samples_per_s;

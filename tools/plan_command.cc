@@ -21,6 +21,7 @@
 #include "runtime/step_memory.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/train/run_parts.h"
 #include "tools/train/training_run.h"
 
 namespace loom::tools {
@@ -111,18 +112,6 @@ std::string FormatBytes(uint64_t b) {
   return s;
 }
 
-// The example shape of a config's dataset (as `loom bench` has it).
-StatusOr<std::pair<Shape, int64_t>> ExampleOf(const proto::TrainConfig& config) {
-  const std::string& ds = config.data().dataset();
-  if (ds == "fashion_mnist" || ds == "mnist") return std::make_pair(Shape{1, 28, 28}, int64_t{10});
-  if (ds == "cifar10") return std::make_pair(Shape{3, 32, 32}, int64_t{10});
-  if (ds == "synthetic")
-    return std::make_pair(
-        Shape(std::vector<int64_t>(config.data().input_shape().begin(), config.data().input_shape().end())),
-        static_cast<int64_t>(config.data().num_classes()));
-  return Unimplemented("loom plan: dataset '", ds, "' has no known example shape");
-}
-
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -173,12 +162,14 @@ Status Plan(const Flags& flags) {
   }
   const Device accounting = is_cpu ? Device::Cpu() : Device::Cuda(0);
 
-  LOOM_ASSIGN_OR_RETURN(const auto example, ExampleOf(config));
+  // The model as loom train builds it: for the spec of the config's
+  // training data (any dataset loom train reads; loaded, not fed).
+  LOOM_ASSIGN_OR_RETURN(const train::Datasets data, train::LoadDatasets(config.data()));
+  const models::DataSpec spec = train::DataSpecOf(*data.train);
+  const std::map<std::string, std::string> model_args(config.model().args().begin(), config.model().args().end());
   const int64_t batch = config.data().batch_size();
   Model m;
-  LOOM_RETURN_IF_ERROR(models::BuildClassifier(m, config.model().name(),
-                                               {config.model().args().begin(), config.model().args().end()},
-                                               example.first, batch, example.second));
+  LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, config.model().name(), model_args, spec, batch));
   const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
   // loom train also keeps an executor of the evaluation graph (BatchNorm and
   // Dropout in eval mode, at eval_batch_size) with its own state tensors.
@@ -186,9 +177,8 @@ Status Plan(const Flags& flags) {
   Model eval_model;
   eval_model.set_training(false);
   if (with_eval)
-    LOOM_RETURN_IF_ERROR(models::BuildClassifier(eval_model, config.model().name(),
-                                                 {config.model().args().begin(), config.model().args().end()},
-                                                 example.first, config.data().eval_batch_size(), example.second));
+    LOOM_RETURN_IF_ERROR(
+        models::BuildSupervised(eval_model, config.model().name(), model_args, spec, config.data().eval_batch_size()));
 
   std::map<int64_t, Row> rows;
   auto evaluate = [&](int64_t r) -> StatusOr<bool> {
