@@ -164,6 +164,11 @@ class Model {
   // Any registered op; returns all of its outputs.
   std::vector<Sym> op(const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
                       const std::string& name = "");
+  // Its first output (most ops have one); invalid after an error.
+  Sym op1(const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
+          const std::string& name = "") {
+    return Op(op, inputs, attrs, name);
+  }
 
   // --- blocks: name scopes for groups of layers
   class Scope {

@@ -30,8 +30,7 @@ Sym Conv(Model& m, Sym x, int64_t out, int64_t k, int64_t stride, int64_t pad, c
 
 // A ReLU under its torchvision index (Model::relu names it "relu").
 Sym Relu(Model& m, Sym x, const std::string& name) {
-  std::vector<Sym> outs = m.op("ReLU", {x}, {}, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("ReLU", {x}, {}, name);
 }
 
 Sym MaxPool(Model& m, Sym x, const std::string& name) {

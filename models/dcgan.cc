@@ -29,8 +29,7 @@ Sym Conv(Model& m, const std::string& op, Sym x, Sym w, int64_t stride, int64_t 
             {"padding", std::vector<int64_t>{pad, pad}},
             {"dilation", std::vector<int64_t>{1, 1}},
             {"groups", int64_t{1}}};
-  std::vector<Sym> outs = m.op(op, {x, w}, a, layer);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1(op, {x, w}, a, layer);
 }
 
 std::string Layer(int64_t index) { return "main/" + std::to_string(index); }

@@ -56,8 +56,7 @@ Sym Linear(Model& m, Sym x, int64_t out, double stddev, const std::string& name)
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
   Sym w = m.parameter(name + "/weight", {out, in}, InitNormal(0.0, stddev));
   Sym b = m.parameter(name + "/bias", {out}, InitUniform(-bound, bound));
-  std::vector<Sym> outs = m.op("Linear", {x, w, b}, {}, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Linear", {x, w, b}, {}, name);
 }
 
 // F.avg_pool2d(x, 3, stride=1, padding=1), count_include_pad=True (its default).

@@ -44,8 +44,7 @@ Sym Conv(Model& m, Sym x, int64_t out, int64_t k, int64_t stride, int64_t groups
             {"padding", std::vector<int64_t>{pad, pad}},
             {"dilation", std::vector<int64_t>{1, 1}},
             {"groups", groups}};
-  std::vector<Sym> outs = m.op("Conv2d", ins, a, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Conv2d", ins, a, name);
 }
 
 // torchvision initialises the classifier's linears with N(0, 0.01), bias 0.
@@ -54,8 +53,7 @@ Sym Linear(Model& m, Sym x, int64_t out, const std::string& name) {
   const int64_t in = m.shape(x).dim(-1);
   Sym w = m.parameter(name + "/weight", {out, in}, InitNormal(0.0, 0.01));
   Sym b = m.parameter(name + "/bias", {out}, InitZeros());
-  std::vector<Sym> outs = m.op("Linear", {x, w, b}, {}, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Linear", {x, w, b}, {}, name);
 }
 
 // torchvision's Conv2dNormActivation, scoped `name`: conv "0", BatchNorm "1",

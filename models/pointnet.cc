@@ -5,13 +5,6 @@
 namespace loom::models {
 namespace {
 
-// The first output of m.op (invalid after an error, which m.status() keeps).
-Sym Op1(Model& m, const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
-        const std::string& name = "") {
-  std::vector<Sym> outs = m.op(op, inputs, attrs, name);
-  return outs.empty() ? Sym{} : outs[0];
-}
-
 // The k x k identity as a constant [1, k*k] that no input or parameter feeds
 // (so training leaves it alone and fusion shares it between replicas). There
 // is no eye op or initializer, so: Concat(ones [k, 1], zeros [k, k]) along
@@ -20,15 +13,15 @@ Sym Op1(Model& m, const std::string& op, const std::vector<Sym>& inputs, const A
 // k*k entries are the identity.
 Sym FlatIdentity(Model& m, int64_t k) {
   const std::string dt(DTypeName(m.dtype()));
-  Sym ones = Op1(m, "Fill", {}, {{"shape", std::vector<int64_t>{k, 1}}, {"value", 1.0}, {"dtype", dt}}, "eye/ones");
-  Sym zeros = Op1(m, "Fill", {}, {{"shape", std::vector<int64_t>{k, k}}, {"value", 0.0}, {"dtype", dt}}, "eye/zeros");
+  Sym ones = m.op1("Fill", {}, {{"shape", std::vector<int64_t>{k, 1}}, {"value", 1.0}, {"dtype", dt}}, "eye/ones");
+  Sym zeros = m.op1("Fill", {}, {{"shape", std::vector<int64_t>{k, k}}, {"value", 0.0}, {"dtype", dt}}, "eye/zeros");
   Sym rows = m.concat({ones, zeros}, 1);  // [k, k+1]
   Sym flat = m.slice(m.reshape(rows, {k * (k + 1)}), 0, 0, k * k);
   return m.reshape(flat, {1, k * k});
 }
 
 Sym MaxOverPoints(Model& m, Sym x) {  // [B, C, N] -> [B, C]
-  return Op1(m, "ReduceMax", {x}, {{"axes", std::vector<int64_t>{2}}, {"keepdims", false}});
+  return m.op1("ReduceMax", {x}, {{"axes", std::vector<int64_t>{2}}, {"keepdims", false}});
 }
 
 Sym ConvBn(Model& m, Sym x, int64_t out, const std::string& conv, const std::string& bn, bool relu = true) {
@@ -54,7 +47,7 @@ Sym Stn(Model& m, Sym x, int64_t k, const std::string& name) {
 // fxia22: x.transpose(2, 1) bmm trans, transposed back: [B, k, N] -> [B, k, N].
 Sym Apply(Model& m, Sym x, Sym trans) {
   Sym xt = m.transpose(x, {0, 2, 1});                // [B, N, k]
-  Sym y = Op1(m, "BatchMatMul", {xt, trans});      // [B, N, k]
+  Sym y = m.op1("BatchMatMul", {xt, trans});      // [B, N, k]
   return m.transpose(y, {0, 2, 1});
 }
 
@@ -62,7 +55,7 @@ Sym Apply(Model& m, Sym x, Sym trans) {
 Sym Regularizer(Model& m, Sym a, double weight) {
   if (!a.valid()) return {};
   const int64_t k = m.shape(a)[1];
-  Sym aat = Op1(m, "BatchMatMul", {a, a}, {{"transpose_b", true}});  // [B, k, k]
+  Sym aat = m.op1("BatchMatMul", {a, a}, {{"transpose_b", true}});  // [B, k, k]
   Sym d = m.sub(aat, m.reshape(FlatIdentity(m, k), {1, k, k}));
   Sym per_example = m.sum(m.mul(d, d), {1, 2});  // [B]
   return m.scale(m.mean(per_example), weight);
@@ -86,7 +79,7 @@ PointNetFeatures PointNetFeat(Model& m, Sym x, bool feature_transform, double re
   f.global = MaxOverPoints(m, h);  // [B, 1024]
   if (per_point && f.global.valid()) {
     const Shape& s = m.shape(h);  // [B, 1024, N]
-    Sym repeated = Op1(m, "BroadcastTo", {m.reshape(f.global, {s[0], s[1], 1})}, {{"shape", s.dims()}});
+    Sym repeated = m.op1("BroadcastTo", {m.reshape(f.global, {s[0], s[1], 1})}, {{"shape", s.dims()}});
     f.per_point = m.concat({repeated, point_features}, 1);  // fxia22: cat([x, pointfeat], 1)
   }
   return f;

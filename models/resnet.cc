@@ -35,8 +35,7 @@ Sym Conv(Model& m, Sym x, int64_t out, int64_t k, int64_t stride, int64_t pad, c
             {"padding", std::vector<int64_t>{pad, pad}},
             {"dilation", std::vector<int64_t>{1, 1}},
             {"groups", int64_t{1}}};
-  std::vector<Sym> outs = m.op("Conv2d", {x, w}, a, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Conv2d", {x, w}, a, name);
 }
 
 Sym ConvBn(Model& m, Sym x, int64_t out, int64_t k, int64_t stride, int64_t pad, const std::string& conv,

@@ -5,13 +5,6 @@
 namespace loom::models {
 namespace {
 
-// The first output of m.op (invalid after an error, which m.status() keeps).
-Sym Op1(Model& m, const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
-        const std::string& name = "") {
-  std::vector<Sym> outs = m.op(op, inputs, attrs, name);
-  return outs.empty() ? Sym{} : outs[0];
-}
-
 // [B, T, ...] <-> [T, B, ...]: loom's LSTM is time-major, the data batch-major.
 // Token ids are swapped before the embedding, so no float tensor is copied
 // on the way in.
@@ -74,7 +67,7 @@ Sym Nmt(Model& m, Sym source, Sym target, const NmtOptions& o, const std::string
     // i64) turns ignored entries (kIgnoreTarget, -100: a padded evaluation
     // row) into token 0, so the embedding gets a valid id; those positions
     // are not scored, and a row's logits only read that row's ids.
-    Sym start = Op1(m, "Fill", {},
+    Sym start = m.op1("Fill", {},
                     {{"shape", std::vector<int64_t>{b, 1}}, {"value", static_cast<double>(o.vocab)}, {"dtype", std::string(DTypeName(DType::kI64))}},
                     "start");
     Sym previous = m.relu(m.slice(target, 1, 0, t - 1));  // [B, T-1], ids >= 0
@@ -88,8 +81,8 @@ Sym Nmt(Model& m, Sym source, Sym target, const NmtOptions& o, const std::string
     auto s = m.scope("attn");
     LinearOptions no_bias{false};
     Sym query = m.linear(state, o.hidden, no_bias, "linear_in");                   // W_a h_t
-    Sym scores = Op1(m, "BatchMatMul", {query, memory}, {{"transpose_b", true}});  // [B, T, S]
-    Sym context = Op1(m, "BatchMatMul", {m.softmax(scores, -1), memory});          // [B, T, H]
+    Sym scores = m.op1("BatchMatMul", {query, memory}, {{"transpose_b", true}});  // [B, T, S]
+    Sym context = m.op1("BatchMatMul", {m.softmax(scores, -1), memory});          // [B, T, H]
     attentional = m.tanh(m.linear(m.concat({state, context}, 2), o.hidden, no_bias, "linear_out"));
   }
   return m.linear(m.dropout(attentional, o.dropout, "drop"), o.vocab, {}, "generator");  // [B, T, vocab]

@@ -7,13 +7,6 @@
 namespace loom::models {
 namespace {
 
-// The first output of m.op (invalid after an error, which m.status() keeps).
-Sym Op1(Model& m, const std::string& op, const std::vector<Sym>& inputs, const AttrMap& attrs = {},
-        const std::string& name = "") {
-  std::vector<Sym> outs = m.op(op, inputs, attrs, name);
-  return outs.empty() ? Sym{} : outs[0];
-}
-
 // A Linear layer "<name>/weight" [out, in], "<name>/bias" [out] with the
 // reference's initializers (m.linear has PyTorch's Linear default only).
 Sym Dense(Model& m, Sym x, int64_t out, const AttrMap& weight_init, const AttrMap& bias_init,
@@ -22,12 +15,12 @@ Sym Dense(Model& m, Sym x, int64_t out, const AttrMap& weight_init, const AttrMa
   const int64_t in = m.shape(x).dim(-1);
   Sym w = m.parameter(name + "/weight", {out, in}, weight_init);
   Sym b = m.parameter(name + "/bias", {out}, bias_init);
-  return Op1(m, "Linear", {x, w, b}, {}, name);
+  return m.op1("Linear", {x, w, b}, {}, name);
 }
 
 // Rows of `table` [N, dim] picked by ids [B, T] -> [B, T, dim].
 Sym Lookup(Model& m, Sym ids, Sym table, const std::string& name) {
-  return Op1(m, "Embedding", {ids, table}, AttrMap{{"padding_idx", int64_t{-1}}}, name);
+  return m.op1("Embedding", {ids, table}, AttrMap{{"padding_idx", int64_t{-1}}}, name);
 }
 
 struct AttentionLayout {
@@ -52,7 +45,7 @@ Sym AttentionContext(Model& m, Sym x, int64_t heads, bool causal, double dropout
   std::vector<Sym> attn = m.op("ScaledDotProductAttention", {q, k, v}, AttrMap{{"causal", causal}}, "sdpa");
   if (attn.size() < 2) return {};
   Sym context = attn[0];
-  if (m.training() && dropout > 0) context = Op1(m, "BatchMatMul", {m.dropout(attn[1], dropout, "dropout"), v});
+  if (m.training() && dropout > 0) context = m.op1("BatchMatMul", {m.dropout(attn[1], dropout, "dropout"), v});
   return m.reshape(m.transpose(context, {0, 2, 1, 3}), {b, t, e});
 }
 
@@ -113,7 +106,7 @@ StatusOr<Sym> TransformerLm(Model& m, Sym tokens, const TransformerLmOptions& o)
     AttrMap pe_attrs = InitSinusoidalPositions();
     pe_attrs.Set("shape", std::vector<int64_t>{o.max_len, e});
     pe_attrs.Set("dtype", dtype);
-    Sym pe = Op1(m, kBufferOp, {}, pe_attrs, "pe");
+    Sym pe = m.op1(kBufferOp, {}, pe_attrs, "pe");
     x = m.dropout(m.add(x, m.reshape(m.slice(pe, 0, 0, t), {1, t, e})), o.dropout, "dropout");
   }
   {
@@ -204,7 +197,7 @@ StatusOr<Sym> BertForMaskedLm(Model& m, Sym tokens, const BertOptions& o) {
   // The decoder's weight is the word embedding table [vocab, hidden] itself
   // (Linear computes x W^T): tied, one Parameter.
   Sym bias = m.parameter("bias", {o.vocab_size}, zeros);
-  Sym logits = Op1(m, "Linear", {x, word_table, bias}, {}, "decoder");
+  Sym logits = m.op1("Linear", {x, word_table, bias}, {}, "decoder");
   LOOM_RETURN_IF_ERROR(m.status());
   return logits;
 }

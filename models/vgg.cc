@@ -35,8 +35,7 @@ Sym Conv(Model& m, Sym x, int64_t out, const std::string& name) {
             {"padding", std::vector<int64_t>{1, 1}},
             {"dilation", std::vector<int64_t>{1, 1}},
             {"groups", int64_t{1}}};
-  std::vector<Sym> outs = m.op("Conv2d", {x, w, b}, a, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Conv2d", {x, w, b}, a, name);
 }
 
 // Linear layers start at N(0, 0.01) with zero biases (torchvision's VGG).
@@ -45,14 +44,12 @@ Sym Linear(Model& m, Sym x, int64_t out, const std::string& name) {
   const int64_t in = m.shape(x).rank() ? m.shape(x).dim(-1) : 0;
   Sym w = m.parameter(name + "/weight", {out, in}, InitNormal(0.0, 0.01));
   Sym b = m.parameter(name + "/bias", {out}, InitZeros());
-  std::vector<Sym> outs = m.op("Linear", {x, w, b}, {}, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("Linear", {x, w, b}, {}, name);
 }
 
 // A ReLU under its torchvision index (Model::relu names it "relu").
 Sym Relu(Model& m, Sym x, const std::string& name) {
-  std::vector<Sym> outs = m.op("ReLU", {x}, {}, name);
-  return outs.empty() ? Sym{} : outs[0];
+  return m.op1("ReLU", {x}, {}, name);
 }
 
 }  // namespace

@@ -298,9 +298,7 @@ Status BuildDcgan(Model& m, const Shape& image, int64_t batch, GanStep step, Mod
   LOOM_RETURN_IF_ERROR(CheckDcganOptions(o));
   const std::string dt(DTypeName(m.dtype()));
   auto constant = [&](double value, const std::string& name) {
-    std::vector<Sym> outs =
-        m.op("Fill", {}, {{"shape", std::vector<int64_t>{batch}}, {"value", value}, {"dtype", dt}}, name);
-    return outs.empty() ? Sym{} : outs[0];
+    return m.op1("Fill", {}, {{"shape", std::vector<int64_t>{batch}}, {"value", value}, {"dtype", dt}}, name);
   };
   // The mean of D's sigmoid output: the example's D(x) and D(G(z)).
   auto mean_probability = [&](Sym logits) { return m.mean(m.sigmoid(logits)); };

@@ -14,13 +14,9 @@ namespace loom {
 namespace {
 
 using Catch::Matchers::Contains;
+using testing::ErrorOf;
 using testing::TempPath;
 using testing::WriteFile;
-
-template <typename T>
-std::string ErrorOf(const StatusOr<T>& s) {
-  return s.ok() ? "" : s.status().message();
-}
 
 // CIFAR-10 records whose label is i % 10 and whose pixel p of record i is
 // (i + p) % 256.

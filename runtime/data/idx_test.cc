@@ -10,6 +10,7 @@
 namespace loom {
 namespace {
 
+using testing::ErrorOf;
 using testing::IdxFile;
 using testing::TempPath;
 using testing::WriteFile;
@@ -29,11 +30,6 @@ std::vector<uint8_t> LabelFile(const std::vector<uint8_t>& labels) {
 }
 
 // The message of a failed load; "" when it succeeded.
-template <typename T>
-std::string ErrorOf(const StatusOr<T>& s) {
-  return s.ok() ? "" : s.status().message();
-}
-
 using Catch::Matchers::Contains;
 
 TEST_CASE("IDX images read from gzip and raw files") {

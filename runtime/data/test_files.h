@@ -5,7 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace loom::testing {
+
+// The message of a failed result; "" when it succeeded.
+template <typename T>
+std::string ErrorOf(const StatusOr<T>& s) {
+  return s.ok() ? "" : s.status().message();
+}
 
 // A path in Bazel's TEST_TMPDIR (else the system temp folder).
 std::string TempPath(const std::string& name);

@@ -15,13 +15,9 @@ namespace loom {
 namespace {
 
 using Catch::Matchers::Contains;
+using testing::ErrorOf;
 using testing::TempPath;
 using testing::WriteFile;
-
-template <typename T>
-std::string ErrorOf(const StatusOr<T>& s) {
-  return s.ok() ? "" : s.status().message();
-}
 
 void WriteText(const std::string& path, const std::string& text, bool gzip = false) {
   WriteFile(path, std::vector<uint8_t>(text.begin(), text.end()), gzip);
