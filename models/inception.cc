@@ -154,17 +154,8 @@ class Blocks {
     Pool2dOptions p;
     p.stride = {3, 3};
     Sym h = m_.avg_pool2d(x, {5, 5}, p);
-    if (!m_.status().ok()) return {};
-    // conv1's BatchNorm sees batch * (pooled - 4)^2 values per channel: 1 at
-    // batch 1 and 299x299, which training BatchNorm cannot normalise
-    // (torchvision raises). The head's parameters still exist, so the model
-    // (e.g. `loom inspect` at batch 1) has torchvision's parameters, but
-    // there are no aux logits to score.
-    const Shape& pooled = m_.shape(h);
-    if (m_.training() && pooled[0] * (pooled[2] - 4) * (pooled[3] - 4) < 2) {
-      DeclareAuxParameters(m_.shape(x)[1], num_classes);
-      return {};
-    }
+    // At batch 1 and 299x299, conv1's training-mode BatchNorm sees one value
+    // per channel and fails, naming the layer (torchvision raises too).
     h = BasicConv2d(m_, h, c(128), 1, 1, 0, "conv0");
     h = BasicConv2d(m_, h, c(768), 5, 1, 0, "conv1", /*stddev=*/0.01);
     h = m_.flatten(m_.adaptive_avg_pool2d(h, {1, 1}), 1);
@@ -172,20 +163,6 @@ class Blocks {
   }
 
  private:
-  // The parameters Aux would make, with its shapes and initialisers.
-  void DeclareAuxParameters(int64_t in, int64_t num_classes) {
-    for (const auto& [conv, in_ch, out_ch, k, stddev] :
-         {std::tuple<const char*, int64_t, int64_t, int64_t, double>{"conv0", in, c(128), 1, kStddev},
-          {"conv1", c(128), c(768), 5, 0.01}}) {
-      m_.parameter(std::string(conv) + "/conv/weight", {out_ch, in_ch, k, k}, InitNormal(0.0, stddev));
-      m_.parameter(std::string(conv) + "/bn/weight", {out_ch}, InitOnes());
-      m_.parameter(std::string(conv) + "/bn/bias", {out_ch}, InitZeros());
-    }
-    const double bound = 1.0 / std::sqrt(static_cast<double>(c(768)));
-    m_.parameter("fc/weight", {num_classes, c(768)}, InitNormal(0.0, 0.001));
-    m_.parameter("fc/bias", {num_classes}, InitUniform(-bound, bound));
-  }
-
   Model& m_;
   double width_mult_;
 };

@@ -32,11 +32,9 @@
 // mode only (m.training()); in eval mode it is not built, so the eval graph
 // has the 23,834,568 parameters of the main network. It needs the 17x17
 // Mixed_6e map of inputs >= 299x299 (its 5x5/3 pool and 5x5 conv shrink that
-// to 1x1); the main network alone needs >= 75x75, torchvision's minimum. At
-// batch 1 (and 299x299) its last BatchNorm would see one value per channel,
-// where torchvision raises; loom then declares the head's parameters (so
-// `loom inspect` at batch 1 shows torchvision's count) without building it:
-// no aux logits.
+// to 1x1); the main network alone needs >= 75x75, torchvision's minimum.
+// Training with the head needs batch >= 2 at 299x299: its last BatchNorm
+// would see one value per channel, an error here as in torchvision.
 //
 // width_mult is loom's own reduction for tests (torchvision has none): every
 // convolution's output channels are round(c * width_mult), at least 1.
@@ -63,7 +61,7 @@ struct InceptionOptions {
 
 struct InceptionResult {
   Sym logits;      // [B, num_classes]
-  Sym aux_logits;  // [B, num_classes] from AuxLogits; invalid when not built (eval mode, aux_logits off, batch 1)
+  Sym aux_logits;  // [B, num_classes] from AuxLogits; invalid when not built (eval mode, aux_logits off)
 };
 
 // round(channels * width_mult), at least 1.
