@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "graph/fusion.h"
 #include "graph/ir.h"
+#include "graph/training.h"
 #include "runtime/executor.h"
 
 namespace loom::models::testing {
@@ -45,6 +46,25 @@ inline Tensor RandomTokens(const Shape& s, int64_t vocab, uint64_t key) {
 
 // |a - b| <= tol * max(1, |b|): the fused-vs-separate tolerance.
 inline bool Near(double a, double b, double tol = 1e-9) { return std::abs(a - b) <= tol * std::max(1.0, std::abs(b)); }
+
+// The loss of `forward` before and after one plain-SGD step (learning rate
+// `lr`, parameters under `opt.trainable_scope` when set) on `feeds`, the
+// state initialised with seed 1.
+struct LossChange {
+  double before = 0, after = 0;
+};
+inline StatusOr<LossChange> LossAcrossOneStep(const Graph& forward, std::map<std::string, Tensor> feeds, double lr,
+                                              const OptimizerConfig& opt = {}) {
+  LOOM_ASSIGN_OR_RETURN(Graph train, BuildTrainingGraph(forward, "loss", opt));
+  LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(train));
+  LOOM_RETURN_IF_ERROR(e->InitializeState(1));
+  const DType dtype = train.type(train.node(*train.FindNode(kLearningRateInput)).outputs[0]).dtype;
+  LOOM_ASSIGN_OR_RETURN(feeds[kLearningRateInput], Tensor::FromVector<double>({}, {lr}).Cast(dtype));
+  LOOM_ASSIGN_OR_RETURN(feeds[kStepInput], Tensor::FromVector<double>({}, {1}).Cast(dtype));
+  LOOM_ASSIGN_OR_RETURN(auto first, e->Run(feeds));
+  LOOM_ASSIGN_OR_RETURN(auto second, e->Run(feeds));  // reports the loss after the first update
+  return LossChange{first.at("loss").ScalarAt(0), second.at("loss").ScalarAt(0)};
+}
 
 // An output of `g` fused as seeds.size() replicas (graph/fusion.h, fed
 // `fused_feeds`), and of each replica's separate model (initialised with its

@@ -18,6 +18,7 @@
 namespace loom::models {
 namespace {
 
+using testing::LossAcrossOneStep;
 using testing::ParameterCount;
 using testing::ParameterNames;
 using testing::RandomInput;
@@ -185,25 +186,14 @@ TEST_CASE("one training step lowers pointnet_seg's per-point loss on a fixed bat
   }
   CHECK(m.shape(Sym{m.graph().outputs().at("logits")}) == Shape({kBatch, kPoints, kParts}));
   CHECK(m.graph().outputs().count(kAuxLossOutput) == 1);
-  auto g = BuildTrainingGraph(m.graph(), "loss", OptimizerConfig{});  // plain SGD
-  REQUIRE(g.ok());
-  auto e = Executor::Create(*g);
-  REQUIRE(e.ok());
-  REQUIRE((*e)->InitializeState(1).ok());
   Tensor target = Tensor::Zeros({kBatch, kPoints}, DType::kI64);
   for (int64_t i = 0; i < target.numel(); ++i) target.data<int64_t>()[i] = (i * 7) % kParts;
-  std::map<std::string, Tensor> feeds = {{"input", RandomInput({kBatch, 3, kPoints}, DType::kF32, 4)},
-                                         {"target", target},
-                                         {"lr", Tensor::FromVector<float>({}, {0.01f})},
-                                         {"step", Tensor::FromVector<float>({}, {1})}};
-  auto first = (*e)->Run(feeds);
-  REQUIRE(first.ok());
-  auto second = (*e)->Run(feeds);  // the loss after the first update
-  REQUIRE(second.ok());
-  const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
-  INFO("loss " << before << " -> " << after);
-  CHECK(std::isfinite(before));
-  CHECK(after < before);
+  auto change = LossAcrossOneStep(
+      m.graph(), {{"input", RandomInput({kBatch, 3, kPoints}, DType::kF32, 4)}, {"target", target}}, 0.01);
+  if (!change.ok()) FAIL(change.status().ToString());
+  INFO("loss " << change->before << " -> " << change->after);
+  CHECK(std::isfinite(change->before));
+  CHECK(change->after < change->before);
 }
 
 TEST_CASE("the zoo's pointnet_seg wants point clouds and a part label per point") {

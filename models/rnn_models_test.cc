@@ -22,6 +22,7 @@ namespace {
 
 using testing::ParameterCount;
 using testing::FusedMismatch;
+using testing::LossAcrossOneStep;
 using testing::Near;
 using testing::ParameterNames;
 using testing::ParameterShapes;
@@ -254,23 +255,11 @@ TEST_CASE("one SGD step lowers each recurrent model's loss on a fixed batch") {
     Model m;
     BuildWithLoss(m, s);
     REQUIRE(m.status().ok());
-    OptimizerConfig opt;  // plain SGD
-    auto g = BuildTrainingGraph(m.graph(), "loss", opt);
-    if (!g.ok()) FAIL(g.status().ToString());
-    auto e = Executor::Create(*g);
-    REQUIRE(e.ok());
-    REQUIRE((*e)->InitializeState(1).ok());
-    auto feeds = FixedBatch(s);
-    feeds["lr"] = Tensor::FromVector<float>({}, {0.1f});
-    feeds["step"] = Tensor::FromVector<float>({}, {1});
-    auto first = (*e)->Run(feeds);
-    if (!first.ok()) FAIL(first.status().ToString());
-    auto second = (*e)->Run(feeds);  // reports the loss after the first update
-    REQUIRE(second.ok());
-    const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
-    INFO("loss " << before << " -> " << after);
-    CHECK(std::isfinite(before));
-    CHECK(after < before);
+    auto change = LossAcrossOneStep(m.graph(), FixedBatch(s), 0.1);
+    if (!change.ok()) FAIL(change.status().ToString());
+    INFO("loss " << change->before << " -> " << change->after);
+    CHECK(std::isfinite(change->before));
+    CHECK(change->after < change->before);
   }
 }
 

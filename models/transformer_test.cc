@@ -17,6 +17,7 @@ namespace loom::models {
 namespace {
 
 using testing::ParameterCount;
+using testing::LossAcrossOneStep;
 using testing::ParameterNames;
 using testing::RandomTokens;
 
@@ -171,28 +172,16 @@ TEST_CASE("one SGD step lowers each transformer model's loss on a fixed batch") 
     const Status built = BuildSupervised(m, c.name, c.args, DataSpec{Shape{t}, DType::kI64, Shape{t}, vocab}, batch);
     INFO(built.ToString());
     REQUIRE(built.ok());
-    OptimizerConfig opt;  // plain SGD
-    auto g = BuildTrainingGraph(m.graph(), "loss", opt);
-    REQUIRE(g.ok());
-    auto exec = Executor::Create(*g);
-    REQUIRE(exec.ok());
-    REQUIRE((*exec)->InitializeState(1).ok());
     Tensor target = RandomTokens({batch, t}, vocab, 6);
     // The masked-LM data scores masked positions only: every other one here.
     if (c.name == "bert_medium")
       for (int64_t i = 0; i < target.numel(); i += 2) target.data<int64_t>()[i] = kIgnoreTarget;
-    std::map<std::string, Tensor> feeds = {{"input", RandomTokens({batch, t}, vocab, 5)},
-                                           {"target", target},
-                                           {"lr", Tensor::FromVector<float>({}, {0.05f})},
-                                           {"step", Tensor::FromVector<float>({}, {1})}};
-    auto first = (*exec)->Run(feeds);
-    REQUIRE(first.ok());
-    auto second = (*exec)->Run(feeds);  // the loss after the first update
-    REQUIRE(second.ok());
-    const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
-    INFO("loss " << before << " -> " << after);
-    CHECK(std::isfinite(before));
-    CHECK(after < before);
+    auto change =
+        LossAcrossOneStep(m.graph(), {{"input", RandomTokens({batch, t}, vocab, 5)}, {"target", target}}, 0.05);
+    if (!change.ok()) FAIL(change.status().ToString());
+    INFO("loss " << change->before << " -> " << change->after);
+    CHECK(std::isfinite(change->before));
+    CHECK(change->after < change->before);
   }
 }
 

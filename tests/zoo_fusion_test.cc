@@ -103,23 +103,11 @@ TEST_CASE("one training step lowers each zoo model's loss on a fixed batch") {
       INFO(built.ToString());
       REQUIRE(built.ok());
     }
-    OptimizerConfig opt;  // plain SGD
-    auto g = BuildTrainingGraph(m.graph(), "loss", opt);
-    REQUIRE(g.ok());
-    auto e = Executor::Create(*g);
-    REQUIRE(e.ok());
-    REQUIRE((*e)->InitializeState(1).ok());
-    auto feeds = FixedBatch(s.data, DType::kF32);
-    feeds["lr"] = Tensor::FromVector<float>({}, {0.01f});
-    feeds["step"] = Tensor::FromVector<float>({}, {1});
-    auto first = (*e)->Run(feeds);
-    REQUIRE(first.ok());
-    auto second = (*e)->Run(feeds);  // reports the loss after the first update
-    REQUIRE(second.ok());
-    const double before = first->at("loss").ScalarAt(0), after = second->at("loss").ScalarAt(0);
-    INFO("loss " << before << " -> " << after);
-    CHECK(std::isfinite(before));
-    CHECK(after < before);
+    auto change = models::testing::LossAcrossOneStep(m.graph(), FixedBatch(s.data, DType::kF32), 0.01);
+    if (!change.ok()) FAIL(change.status().ToString());
+    INFO("loss " << change->before << " -> " << change->after);
+    CHECK(std::isfinite(change->before));
+    CHECK(change->after < change->before);
   }
 }
 
@@ -163,19 +151,9 @@ TEST_CASE("each zoo GAN's steps train, and fused as 2 replicas equal 2 separate 
 
       OptimizerConfig opt;
       opt.trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
-      auto train = BuildTrainingGraph(m.graph(), "loss", opt);
-      REQUIRE(train.ok());
-      auto te = Executor::Create(*train);
-      REQUIRE(te.ok());
-      REQUIRE((*te)->InitializeState(1).ok());
-      std::map<std::string, Tensor> train_feeds = feeds;
-      train_feeds["lr"] = Tensor::FromVector<double>({}, {0.05});
-      train_feeds["step"] = Tensor::FromVector<double>({}, {1});
-      auto first = (*te)->Run(train_feeds);
-      REQUIRE(first.ok());
-      auto second = (*te)->Run(train_feeds);
-      REQUIRE(second.ok());
-      CHECK(second->at("loss").ScalarAt(0) < first->at("loss").ScalarAt(0));
+      auto change = models::testing::LossAcrossOneStep(m.graph(), feeds, 0.05, opt);
+      if (!change.ok()) FAIL(change.status().ToString());
+      CHECK(change->after < change->before);
 
       for (const char* name : {"loss", "d_fake", "fake"}) {
         if (!m.graph().outputs().count(name)) continue;
