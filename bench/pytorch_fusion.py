@@ -122,16 +122,17 @@ def disable_dropout(models):
 
 
 class Serial:
-    """R models, R optimizers, trained one after another."""
+    """R models, R optimizers, trained one after another; loss_fn(output, y)."""
 
-    def __init__(self, models, optim):
+    def __init__(self, models, optim, loss_fn=F.cross_entropy):
         self.models = models
+        self.loss_fn = loss_fn
         self.opts = [torch.optim.SGD(m.parameters(), **optim) for m in models]
 
     def step(self, x, y):
         for m, opt in zip(self.models, self.opts):
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(m(x), y).backward()
+            self.loss_fn(m(x), y).backward()
             opt.step()
 
     def state(self, r):
@@ -143,13 +144,13 @@ class Serial:
 class Fused:
     """The R models stacked and trained as one vmapped model with one optimizer."""
 
-    def __init__(self, models, optim):
+    def __init__(self, models, optim, loss_fn=F.cross_entropy):
         if FUSION_API == "torch.func":
             self.params, self.buffers = stack_module_state(models)  # leaves that require grad
             base = copy.deepcopy(models[0]).to("meta")
 
             def loss(params, buffers, x, y):
-                return F.cross_entropy(functional_call(base, (params, buffers), (x,)), y)
+                return loss_fn(functional_call(base, (params, buffers), (x,)), y)
         else:
             fmodel, params, buffers = functorch.combine_state_for_ensemble(models)
             names = [k for k, _ in models[0].named_parameters()]
@@ -158,8 +159,7 @@ class Fused:
             self.buffers = {k: b.clone() for k, b in zip(bnames, buffers)}
 
             def loss(params, buffers, x, y):
-                return F.cross_entropy(fmodel(tuple(params[k] for k in names),
-                                              tuple(buffers[k] for k in bnames), x), y)
+                return loss_fn(fmodel(tuple(params[k] for k in names), tuple(buffers[k] for k in bnames), x), y)
 
         self.loss = vmap(loss, in_dims=(0, 0, None, None), randomness="different")
         self.opt = torch.optim.SGD(self.params.values(), **optim)

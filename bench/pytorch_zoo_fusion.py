@@ -66,16 +66,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-try:  # PyTorch >= 2.0
-    from torch.func import functional_call, stack_module_state, vmap
-    FUSION_API = "torch.func"
-except ImportError:
-    try:  # PyTorch 1.13 with functorch
-        import functorch
-        from functorch import vmap
-        FUSION_API = "functorch"
-    except ImportError:
-        FUSION_API = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_fusion import FUSION_API, Fused, Serial  # noqa: E402  (serial and vmapped trainers)
 
 
 # ---------------------------------------------------------------- models
@@ -264,47 +256,6 @@ def loss_of(out, y):
     return loss if aux is None else loss + aux
 
 
-# ---------------------------------------------------------------- variants
-
-class Serial:
-    def __init__(self, models, optim):
-        self.models = models
-        self.opts = [torch.optim.SGD(m.parameters(), **optim) for m in models]
-
-    def step(self, x, y):
-        for m, opt in zip(self.models, self.opts):
-            opt.zero_grad(set_to_none=True)
-            loss_of(m(x), y).backward()
-            opt.step()
-
-
-class Fused:
-    def __init__(self, models, optim):
-        if FUSION_API == "torch.func":
-            self.params, self.buffers = stack_module_state(models)
-            base = copy.deepcopy(models[0]).to("meta")
-
-            def loss(params, buffers, x, y):
-                return loss_of(functional_call(base, (params, buffers), (x,)), y)
-        else:
-            fmodel, params, buffers = functorch.combine_state_for_ensemble(models)
-            names = [k for k, _ in models[0].named_parameters()]
-            bnames = [k for k, _ in models[0].named_buffers()]
-            self.params = {k: p.detach().clone().requires_grad_() for k, p in zip(names, params)}
-            self.buffers = {k: b.clone() for k, b in zip(bnames, buffers)}
-
-            def loss(params, buffers, x, y):
-                return loss_of(fmodel(tuple(params[k] for k in names), tuple(buffers[k] for k in bnames), x), y)
-
-        self.loss = vmap(loss, in_dims=(0, 0, None, None), randomness="different")
-        self.opt = torch.optim.SGD(self.params.values(), **optim)
-
-    def step(self, x, y):
-        self.opt.zero_grad(set_to_none=True)
-        self.loss(self.params, self.buffers, x, y).sum().backward()
-        self.opt.step()
-
-
 def worker(args, spec):
     torch.set_num_threads(args.threads)
     r = args.worker_replicas
@@ -314,12 +265,12 @@ def worker(args, spec):
     for m in models:
         m.train()
     x, y = make_batch(args.model, spec, args.seed)
-    trainers, errors = {"serial": Serial(models, optim)}, {}
+    trainers, errors = {"serial": Serial(models, optim, loss_of)}, {}
     if FUSION_API is None:
         errors["vmap"] = "neither torch.func nor functorch"
     else:
         try:
-            trainers["vmap"] = Fused(copy.deepcopy(models), optim)
+            trainers["vmap"] = Fused(copy.deepcopy(models), optim, loss_of)
         except Exception as e:  # noqa: BLE001
             errors["vmap"] = f"{type(e).__name__}: {e}"
     for v in list(trainers):
