@@ -1,5 +1,6 @@
 #include "tools/train/run_parts.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "runtime/data/cifar.h"
@@ -10,6 +11,15 @@
 #include "runtime/data/text_classes.h"
 
 namespace loom::train {
+
+namespace {
+
+// Generated datasets (synthetic, point_clouds) test on a fifth as many
+// examples as they train on, drawn with another seed.
+constexpr uint64_t kGeneratedTrainSeed = 1, kGeneratedTestSeed = 2;
+int64_t GeneratedTestSize(int64_t train_size) { return std::max<int64_t>(1, train_size / 5); }
+
+}  // namespace
 
 StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
   Datasets out;
@@ -32,10 +42,10 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
     o.input = {Shape(std::vector<int64_t>(d.input_shape().begin(), d.input_shape().end())), DType::kF32};
     o.num_classes = d.num_classes();
     o.size = d.num_examples();
-    o.seed = 1;
+    o.seed = kGeneratedTrainSeed;
     LOOM_ASSIGN_OR_RETURN(out.train, SyntheticDataset::Create(o));
-    o.seed = 2;
-    o.size = std::max<int64_t>(1, d.num_examples() / 5);
+    o.seed = kGeneratedTestSeed;
+    o.size = GeneratedTestSize(d.num_examples());
     LOOM_ASSIGN_OR_RETURN(out.test, SyntheticDataset::Create(o));
   } else if (name == "text") {
     // One file: the first 1 - test_fraction of its tokens train, the rest test.
@@ -73,10 +83,10 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
     o.num_points = d.num_points();
     o.num_examples = d.num_examples();
     o.segmentation = d.segmentation();
-    o.seed = 1;
+    o.seed = kGeneratedTrainSeed;
     LOOM_ASSIGN_OR_RETURN(out.train, PointCloudDataset::Create(o));
-    o.seed = 2;
-    o.num_examples = std::max<int64_t>(1, d.num_examples() / 5);
+    o.seed = kGeneratedTestSeed;
+    o.num_examples = GeneratedTestSize(d.num_examples());
     LOOM_ASSIGN_OR_RETURN(out.test, PointCloudDataset::Create(o));
   } else {
     return Unimplemented("data.dataset '", name, "'");
