@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/train/stop_signals.h"
 #include "tools/train/training_run.h"
 
 namespace loom::tools {
@@ -33,9 +34,14 @@ Status TrainCommand(const std::vector<std::string>& args) {
   std::string config_path = flags.Str("config", "");
   if (flags.Has("resume")) {
     const std::string dir = flags.Str("resume", "");
-    if (flags.Has("out") && flags.Str("out", "") != dir) return InvalidArgument("--out and --resume name different folders");
-    if (config_path.empty()) config_path = dir + "/config.pbtxt";
-    if (!std::filesystem::exists(dir + "/config.pbtxt"))
+    if (flags.Has("out")) {
+      std::error_code ec;
+      if (!std::filesystem::equivalent(flags.Str("out", ""), dir, ec))
+        return InvalidArgument("--out and --resume name different folders");
+    }
+    const std::string run_config = (std::filesystem::path(dir) / "config.pbtxt").string();
+    if (config_path.empty()) config_path = run_config;
+    if (!std::filesystem::exists(run_config))
       return NotFound(dir, " holds no run to resume (no config.pbtxt)");
     run.resume = true;
   } else if (config_path.empty()) {
@@ -64,7 +70,11 @@ Status TrainCommand(const std::vector<std::string>& args) {
     run.init_from = flags.Str("init-from", "");
   }
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
-  (void)result;
+  if (result.stop_signal != 0) {
+    // Stopped cleanly by SIGINT/SIGTERM: exit as the signal would have.
+    std::fflush(nullptr);
+    std::exit(train::StopSignals::ExitStatus(result.stop_signal));
+  }
   return Status::Ok();
 }
 

@@ -257,7 +257,7 @@ TEST_CASE("the run logger writes metrics.jsonl and each replica's event file") {
     const std::string single = testing::FreshTestDir("run_logger_single");
     for (int run = 0; run < 2; ++run) {
       RunLoggerOptions one;
-      one.resume = run == 1;
+      if (run == 1) one.resume_step = 0;
       auto l = RunLogger::Create(single, one);
       REQUIRE(l.ok());
       REQUIRE(l->Log(MetricsRecord()).ok());
@@ -265,6 +265,16 @@ TEST_CASE("the run logger writes metrics.jsonl and each replica's event file") {
     }
     CHECK(ReadMetricsFile(single + "/metrics.jsonl")->size() == 2);
     CHECK(FindEventFiles(single)->size() == 2);
+  }
+  SECTION("a resume that logs nothing adds no event file") {
+    RunLoggerOptions resumed;
+    resumed.replicas = 2;
+    resumed.resume_step = 50;
+    auto l = RunLogger::Create(dir, resumed);
+    REQUIRE(l.ok());
+    CHECK(l->event_paths().empty());
+    CHECK(FindEventFiles(dir + "/replica_0")->size() == 1);
+    CHECK(ReadMetricsFile(dir + "/metrics.jsonl")->size() == 2);
   }
   SECTION("tensorboard off writes no event files; a fresh run empties metrics.jsonl") {
     RunLoggerOptions off;
@@ -274,6 +284,49 @@ TEST_CASE("the run logger writes metrics.jsonl and each replica's event file") {
     CHECK(l->event_paths().empty());
     CHECK(ReadMetricsFile(dir + "/metrics.jsonl")->empty());
     CHECK(FindEventFiles(dir)->empty());
+  }
+}
+
+TEST_CASE("a resume keeps metrics.jsonl up to its checkpoint's step and drops an unfinished line") {
+  const std::string dir = testing::FreshTestDir("run_logger_resume");
+  const std::string path = dir + "/metrics.jsonl";
+  {
+    auto l = RunLogger::Create(dir, RunLoggerOptions());
+    REQUIRE(l.ok());
+    for (int64_t step : {50, 100, 150, 200}) {
+      MetricsRecord r;
+      r.step = step;
+      r.loss = 1.0 / static_cast<double>(step);
+      REQUIRE(l->Log(r).ok());
+    }
+  }
+  {  // a kill in the middle of a write
+    auto f = AppendFile::Open(path, AppendFile::Mode::kAppend);
+    REQUIRE(f.ok());
+    REQUIRE(f->Append("{\"replica\": 0, \"epo").ok());
+  }
+  RunLoggerOptions resumed;
+  resumed.resume_step = 100;
+  auto l = RunLogger::Create(dir, resumed);
+  REQUIRE(l.ok());
+  CHECK(l->resume_note().find("dropped 2 record(s) of later steps") != std::string::npos);
+  CHECK(l->resume_note().find("unfinished last line") != std::string::npos);
+  MetricsRecord again;
+  again.step = 150;
+  again.loss = 1.0 / 150;
+  REQUIRE(l->Log(again).ok());
+  auto records = ReadMetricsFile(path);
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 3);
+  CHECK((*records)[0].step == 50);
+  CHECK((*records)[1].step == 100);
+  CHECK((*records)[2].step == 150);  // once, not twice, and not glued to the cut line
+
+  SECTION("a file with nothing to drop is left as it is") {
+    auto note = TruncateMetricsAfter(path, 150);
+    REQUIRE(note.ok());
+    CHECK(note->empty());
+    CHECK(TruncateMetricsAfter(dir + "/absent.jsonl", 0).ok());
   }
 }
 

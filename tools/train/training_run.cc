@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -30,6 +31,9 @@
 #include "runtime/optim/schedule.h"
 #include "tools/train/gan_run.h"
 #include "tools/train/run_parts.h"
+#include "tools/train/stop_signals.h"
+
+#include <google/protobuf/util/message_differencer.h>
 
 namespace loom::train {
 
@@ -72,6 +76,43 @@ OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
 }
 
 namespace {
+
+// What a resume may change: the folder's path (a run can be moved or named
+// by another path), the run's length (to extend it) and the thread count
+// (results do not depend on it). Every other field defines the run.
+const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads"};
+
+// The fields in which `run` and `given` define different runs, as
+// "seed: 1 -> 2; optimizer.lr: ..."; empty when they define the same run.
+std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConfig& given) {
+  namespace pb = google::protobuf;
+  pb::util::MessageDifferencer differ;
+  for (const char* name : kResumableFields) differ.IgnoreField(proto::TrainConfig::descriptor()->FindFieldByName(name));
+  std::string report;
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(run, given)) return "";
+  std::string out;
+  size_t start = 0;
+  while (start < report.size()) {
+    size_t end = report.find('\n', start);
+    if (end == std::string::npos) end = report.size();
+    std::string line = report.substr(start, end - start);
+    start = end + 1;
+    if (line.rfind("modified: ", 0) == 0) {
+      line = line.substr(std::strlen("modified: "));
+    } else if (line.rfind("added: ", 0) == 0) {  // "field: value", set only in `given`
+      line = line.substr(std::strlen("added: "));
+      if (size_t colon = line.find(": "); colon != std::string::npos) line.insert(colon + 2, "unset -> ");
+    } else if (line.rfind("deleted: ", 0) == 0) {
+      line = line.substr(std::strlen("deleted: ")) + " -> unset";
+    } else {
+      continue;  // "ignored: " lines name kResumableFields
+    }
+    if (!out.empty()) out += "; ";
+    out += line;
+  }
+  return out;
+}
 
 // Per-replica bookkeeping of a fused run (graph/fusion.h). A replica leaves
 // the fused array when it diverges (it is frozen at its last finite state)
@@ -147,6 +188,11 @@ class Trainer {
   std::vector<int64_t> kept_rows_;         // Retire -> BuildArray: old array rows that stay
   // Position: the next batch to train on is batch_in_epoch_ of epoch_.
   int64_t step_ = 0, epoch_ = 0, batch_in_epoch_ = 0;
+  // The training-loss window since the last train record (per replica in
+  // ReplicaState::window_loss); checkpointed, so a resumed run's first record
+  // averages the same steps as an uninterrupted run's.
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
   double elapsed_before_ = 0;  // seconds of earlier processes of a resumed run
   Clock::time_point start_ = Clock::now();
 };
@@ -362,11 +408,34 @@ Status Trainer::ApplyEarlyStop(metrics::ProgressBar* progress) {
 }
 
 Status Trainer::RestoreLatest() {
-  LOOM_ASSIGN_OR_RETURN(CheckpointFile latest, FindLatestCheckpoint(out_dir_));
-  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt, LoadCheckpoint(latest.path));
-  if (ckpt.config_text != config_text_)
-    return FailedPrecondition(latest.path, " was written by a run with another config; resume with the run's own ",
-                              out_dir_, "/config.pbtxt");
+  LOOM_ASSIGN_OR_RETURN(std::vector<CheckpointFile> files, ListCheckpoints(out_dir_));
+  // The newest checkpoint that reads back; a damaged one (a disk error, a
+  // copy cut short) is moved aside with a warning and the one before it taken.
+  Checkpoint ckpt;
+  CheckpointFile latest;
+  for (auto it = files.rbegin(); it != files.rend() && latest.path.empty(); ++it) {
+    StatusOr<Checkpoint> loaded = LoadCheckpoint(it->path);
+    if (loaded.ok()) {
+      ckpt = std::move(*loaded);
+      latest = *it;
+      break;
+    }
+    const std::string aside = it->path + ".corrupt";
+    std::error_code ec;
+    fs::rename(it->path, aside, ec);
+    if (ec) return loaded.status().WithContext("and it cannot be moved aside (" + ec.message() + ")");
+    std::fprintf(opt_.console, "warning: %s; moved to %s, trying the checkpoint before it\n",
+                 loaded.status().message().c_str(), aside.c_str());
+  }
+  if (latest.path.empty()) {
+    // The run stopped before its first checkpoint: it starts again from step 0.
+    std::fprintf(opt_.console, "%s holds no checkpoint yet: starting the run from step 0\n", out_dir_.c_str());
+    return Status::Ok();
+  }
+  LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, ParseTrainConfig(ckpt.config_text, latest.path));
+  if (std::string diff = RunDifferences(saved, c_); !diff.empty())
+    return FailedPrecondition(latest.path, " was written by a run with another config (", diff,
+                              "); resume with the run's own ", out_dir_, "/config.pbtxt");
   if (fused()) {
     // Rebuild the array the checkpoint holds: the replicas still running.
     alive_.clear();
@@ -393,6 +462,11 @@ Status Trainer::RestoreLatest() {
   epoch_ = ckpt.position.epoch;
   batch_in_epoch_ = ckpt.position.batch_in_epoch;
   if (auto it = ckpt.float_values.find("elapsed_s"); it != ckpt.float_values.end()) elapsed_before_ = it->second;
+  if (auto it = ckpt.float_values.find("window_loss"); it != ckpt.float_values.end()) window_loss_ = it->second;
+  if (auto it = ckpt.int_values.find("window_steps"); it != ckpt.int_values.end()) window_steps_ = it->second;
+  for (size_t r = 0; r < replicas_.size(); ++r)
+    if (auto it = ckpt.float_values.find("replica_" + std::to_string(r) + "/window_loss"); it != ckpt.float_values.end())
+      replicas_[r].window_loss = it->second;
   std::fprintf(opt_.console, "resuming %s from %s (step %lld, epoch %lld, batch %lld)\n", out_dir_.c_str(),
                latest.path.c_str(), static_cast<long long>(step_), static_cast<long long>(epoch_ + 1),
                static_cast<long long>(batch_in_epoch_));
@@ -409,11 +483,14 @@ Status Trainer::SaveCheckpoint() {
   ckpt.position.batch_in_epoch = batch_in_epoch_;
   ckpt.seeds["seed"] = c_.seed();
   ckpt.float_values["elapsed_s"] = Elapsed();
+  ckpt.float_values["window_loss"] = window_loss_;
+  ckpt.int_values["window_steps"] = window_steps_;
   ckpt.config_text = config_text_;
   for (size_t r = 0; r < replicas_.size(); ++r) {
     const std::string key = "replica_" + std::to_string(r);
     ckpt.string_values[key + "/status"] = replicas_[r].status;
     ckpt.int_values[key + "/since_step"] = replicas_[r].since_step;
+    ckpt.float_values[key + "/window_loss"] = replicas_[r].window_loss;
   }
   for (const auto& [name, t] : retired_) ckpt.tensors[name] = t;
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
@@ -465,10 +542,13 @@ Status Trainer::Evaluate(std::vector<double>* loss, std::vector<double>* accurac
 
 StatusOr<RunResult> Trainer::Run() {
   metrics::RunLoggerOptions lo;
-  lo.resume = opt_.resume;
+  if (opt_.resume) lo.resume_step = step_;
   lo.tensorboard = c_.tensorboard();
   lo.replicas = fused() ? static_cast<int64_t>(specs_.size()) : 1;
   LOOM_ASSIGN_OR_RETURN(metrics::RunLogger logger, metrics::RunLogger::Create(out_dir_, lo));
+  if (!logger.resume_note().empty()) std::fprintf(opt_.console, "%s\n", logger.resume_note().c_str());
+  if (opt_.resume) LOOM_RETURN_IF_ERROR(PruneCheckpoints(out_dir_, static_cast<int>(c_.keep_checkpoints())));
+  const StopSignals stop_signals;
   metrics::ProgressOptions po;
   po.total_steps = total_steps_;
   po.first_step = step_;
@@ -484,8 +564,8 @@ StatusOr<RunResult> Trainer::Run() {
   Tensor step_t = Tensor::Zeros({}, dtype_);
   RunResult result;
   result.out_dir = out_dir_;
-  double window_loss = 0, last_loss = 0;
-  int64_t window_steps = 0;
+  double last_loss = 0;
+  int64_t timed_steps = 0;  // steps since window_start, for the throughput
   auto window_start = Clock::now();
   bool evaluated_at_end = false;
   auto done = [&] { return step_ >= total_steps_ || (fused() && alive_.empty()); };
@@ -548,10 +628,11 @@ StatusOr<RunResult> Trainer::Run() {
                                     "); lower the learning rates or set optimizer.clip_grad_norm");
         last_loss = sum / static_cast<double>(n - static_cast<int64_t>(diverged.size()));
       }
-      window_loss += last_loss;
-      ++window_steps;
+      window_loss_ += last_loss;
+      ++window_steps_;
+      ++timed_steps;
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-      const double samples_per_s = secs > 0 ? window_steps * batch * n / secs : 0;
+      const double samples_per_s = secs > 0 ? timed_steps * batch * n / secs : 0;
       progress.Update(step_, last_loss, samples_per_s);
       if (step_ % c_.log_every_steps() == 0) {
         metrics::MetricsRecord r;
@@ -560,7 +641,7 @@ StatusOr<RunResult> Trainer::Run() {
         r.samples_per_s = samples_per_s;
         r.time_s = Elapsed();
         if (!fused()) {
-          r.loss = window_loss / window_steps;
+          r.loss = window_loss_ / window_steps_;
           r.extra = {{"lr", schedules_[0]->LearningRate(step_ - 1)}, {"grad_norm", out[kGradNormOutput].ScalarAt(0)}};
           LOOM_RETURN_IF_ERROR(logger.Log(r));
         } else {
@@ -568,18 +649,34 @@ StatusOr<RunResult> Trainer::Run() {
           for (int64_t rep : alive_) {
             ReplicaState& s = replicas_[rep];
             r.replica = rep;
-            r.loss = s.window_loss / window_steps;
+            r.loss = s.window_loss / window_steps_;
             r.extra = {{"lr", s.lr}, {"grad_norm", s.grad_norm}};
             LOOM_RETURN_IF_ERROR(logger.Log(r));
           }
         }
         for (ReplicaState& s : replicas_) s.window_loss = 0;
-        window_loss = 0;
-        window_steps = 0;
+        window_loss_ = 0;
+        window_steps_ = 0;
+        timed_steps = 0;
         window_start = Clock::now();
       }
-      if (c_.checkpoint_every_steps() > 0 && step_ % c_.checkpoint_every_steps() == 0)
+      // A step that ends an epoch or the run is saved once, below, after
+      // its evaluation: a checkpoint at step S follows every record of S.
+      const bool ends_epoch = batch_in_epoch_ >= train_loader_->batches_per_epoch() || done();
+      const bool periodic = c_.checkpoint_every_steps() > 0 && step_ % c_.checkpoint_every_steps() == 0;
+      if (StopSignals::Received() != 0) {
         LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+        progress.Finish();
+        std::fprintf(opt_.console, "stopped by %s at step %lld; checkpoint saved: resume with loom train --resume %s\n",
+                     StopSignals::Received() == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step_),
+                     out_dir_.c_str());
+        result.steps = step_;
+        result.final_train_loss = last_loss;
+        result.seconds = Elapsed();
+        result.stop_signal = StopSignals::Received();
+        return result;
+      }
+      if (periodic && !ends_epoch) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
     }
     const bool epoch_finished = batch_in_epoch_ >= train_loader_->batches_per_epoch();
     if (epoch_finished) {
@@ -671,17 +768,19 @@ StatusOr<RunResult> Trainer::Run() {
 
 StatusOr<RunResult> RunTraining(const RunOptions& options) {
   std::string out_dir = options.config.out_dir().empty() ? DefaultOutDir(options.config_name) : options.config.out_dir();
-  const std::string config_path = out_dir + "/config.pbtxt";
+  const std::string config_path = (fs::path(out_dir) / "config.pbtxt").string();
   RunOptions run_options = options;
   run_options.config.set_out_dir(out_dir);
   const std::string config_text = TrainConfigToText(run_options.config);
+  bool rewrite_config = !options.resume;
   if (options.resume) {
-    // The run's own config decides; flags that would change it are refused.
+    // The run's own config decides; only kResumableFields may change.
     if (!fs::exists(config_path)) return NotFound(out_dir, " holds no run to resume (no config.pbtxt)");
     LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
-    if (TrainConfigToText(saved) != config_text)
-      return FailedPrecondition("the config differs from the run's own ", config_path,
-                                " (resume without --config, or with the same config and flags)");
+    if (std::string diff = RunDifferences(saved, run_options.config); !diff.empty())
+      return FailedPrecondition("the config differs from the run's own ", config_path, " in ", diff,
+                                " (a resume may change only epochs, max_steps and threads)");
+    rewrite_config = TrainConfigToText(saved) != config_text;  // extended or moved
   } else {
     std::error_code ec;
     if (fs::exists(out_dir) && !fs::is_empty(out_dir, ec))
@@ -698,8 +797,9 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) return Internal("cannot create ", out_dir, ": ", ec.message());
-    LOOM_RETURN_IF_ERROR(WriteFileAtomically(config_path, config_text));
   }
+  // A later plain --resume continues with the length and folder given now.
+  if (rewrite_config) LOOM_RETURN_IF_ERROR(WriteFileAtomically(config_path, config_text));
   return trainer.Run();
 }
 

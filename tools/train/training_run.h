@@ -43,6 +43,8 @@ struct RunResult {
   double test_accuracy = 0;  // fused runs: the best replica's
   double seconds = 0;
   std::vector<ReplicaResult> replicas;  // fused runs, in config order
+  // SIGINT or SIGTERM stopped the run (after a checkpoint); 0 when it ran to its end.
+  int stop_signal = 0;
 };
 
 StatusOr<RunResult> RunTraining(const RunOptions& options);
