@@ -237,6 +237,15 @@ EOF
   expect_error "not fused" "$work/r1.loom is not a fused run's checkpoint" \
     -- export --checkpoint "$work/r1.loom" --replica 0 --out "$work/x.loom"
   [ -e "$work/x.loom" ] && fail "a failed export left $work/x.loom"
+  # An existing file that is not a checkpoint is never overwritten; an earlier export may be.
+  printf 'notes I want to keep\n' >"$work/notes.txt"
+  expect_error "export over a non-checkpoint" "$work/notes.txt exists and is not a loom checkpoint: not overwriting it" \
+    -- export --checkpoint "$ckpt" --replica 1 --out "$work/notes.txt"
+  grep -qx "notes I want to keep" "$work/notes.txt" && ok "the non-checkpoint file is untouched" || fail "notes.txt changed"
+  expect_error "export over its own input" "is the --checkpoint being exported" \
+    -- export --checkpoint "$ckpt" --replica 1 --out "$ckpt"
+  "$loom" export --checkpoint "$ckpt" --replica 1 --out "$work/r1.loom" >/dev/null 2>&1 &&
+    ok "export over an earlier export" || fail "export over an earlier export was refused"
 fi
 expect_error "missing checkpoint" "cannot open checkpoint '$work/nope.loom'" \
   -- export --checkpoint "$work/nope.loom" --replica 0 --out "$work/x.loom"

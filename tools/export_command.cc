@@ -16,6 +16,7 @@
 // fingerprint (RestoreExecutorState then skips that check and compares the
 // tensors themselves). docs/fusion_tools.md.
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -38,6 +39,14 @@ Status Export(const Flags& flags) {
   if (!flags.Has("out")) return InvalidArgument("loom export needs --out FILE");
   const std::string path = flags.Str("checkpoint", ""), out_path = flags.Str("out", "");
   LOOM_ASSIGN_OR_RETURN(int64_t replica, flags.Int("replica", 0));
+  std::error_code ec;
+  if (std::filesystem::exists(out_path, ec)) {
+    if (std::filesystem::equivalent(out_path, path, ec))
+      return InvalidArgument("--out ", out_path, " is the --checkpoint being exported; choose another file");
+    if (!StartsLikeCheckpoint(out_path))
+      return FailedPrecondition(out_path, " exists and is not a loom checkpoint: not overwriting it (remove it or ",
+                                "choose another --out)");
+  }
 
   LOOM_ASSIGN_OR_RETURN(Checkpoint in, LoadCheckpoint(path));
   if (in.config_text.empty()) return FailedPrecondition(path, " holds no config, so not a fused run's checkpoint");

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <set>
 #include <vector>
@@ -423,6 +424,12 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& path) {
   c.model_fingerprint = header.model_fingerprint();
   c.source = path;
   return c;
+}
+
+bool StartsLikeCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[sizeof(kMagic)] = {};
+  return in.read(head, sizeof(head)) && std::memcmp(head, kMagic, sizeof(kMagic)) == 0;
 }
 
 }  // namespace loom

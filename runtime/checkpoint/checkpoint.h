@@ -60,4 +60,9 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
 // a checksum mismatch, an inconsistent header.
 StatusOr<Checkpoint> LoadCheckpoint(const std::string& path);
 
+// Whether `path` is a file that starts as a checkpoint does (its magic);
+// tools check it before they replace a file, so they never overwrite data
+// that is not theirs.
+bool StartsLikeCheckpoint(const std::string& path);
+
 }  // namespace loom
