@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/data/file_io.h"
+
 namespace loom {
 
 std::string ExampleSpec::ToString() const { return StrCat(shape.ToString(), " ", DTypeName(dtype)); }
@@ -10,14 +12,20 @@ std::string ExampleSpec::ToString() const { return StrCat(shape.ToString(), " ",
 StatusOr<std::shared_ptr<ByteImageDataset>> ByteImageDataset::Create(const Shape& image_shape,
                                                                      std::vector<uint8_t> pixels,
                                                                      std::vector<uint8_t> labels, int64_t num_classes) {
-  if (image_shape.rank() != 3 || image_shape.numel() == 0)
+  // The shape and counts may come from a file header: no product may wrap.
+  int64_t per_image = 0;
+  if (image_shape.rank() == 3 && !CheckedProduct(image_shape.dims(), &per_image))
+    return InvalidArgument("images of ", image_shape.ToString(), " have more than 2^63 bytes each");
+  if (image_shape.rank() != 3 || per_image <= 0)
     return InvalidArgument("images must have a non-empty shape [C, H, W], got ", image_shape.ToString());
   if (num_classes < 1 || num_classes > 256)
     return InvalidArgument("byte labels allow 1 to 256 classes, got ", num_classes);
-  const int64_t per_image = image_shape.numel();
-  if (static_cast<int64_t>(pixels.size()) != static_cast<int64_t>(labels.size()) * per_image)
+  int64_t need = 0;
+  const bool fits = CheckedProduct({static_cast<int64_t>(labels.size()), per_image}, &need);
+  if (!fits || static_cast<uint64_t>(need) != pixels.size())
     return InvalidArgument(labels.size(), " labels need ", labels.size(), " images of ", image_shape.ToString(), " (",
-                           static_cast<int64_t>(labels.size()) * per_image, " bytes), got ", pixels.size(), " bytes");
+                           fits ? StrCat(need, " bytes") : std::string("more than 2^63 bytes"), "), got ",
+                           pixels.size(), " bytes");
   for (size_t i = 0; i < labels.size(); ++i)
     if (labels[i] >= num_classes)
       return InvalidArgument("label ", int{labels[i]}, " of example ", i, " is not in [0, ", num_classes, ")");

@@ -90,6 +90,15 @@ TEST_CASE("ByteImageDataset checks sizes and labels") {
              Contains("[C, H, W], got [4]"));
 }
 
+TEST_CASE("ByteImageDataset sizes that overflow int64 are errors") {
+  // 3 x 2^62 wraps to a negative numel; 4 images of 2^62 + 16 bytes wrap to 64.
+  CHECK_THAT(ErrorOf(ByteImageDataset::Create(Shape{1, 3, int64_t{1} << 62}, {}, {}, 10)),
+             Contains("images of [1, 3, 4611686018427387904] have more than 2^63 bytes each"));
+  CHECK_THAT(ErrorOf(ByteImageDataset::Create(Shape{1, 1073807362, 4294705160}, std::vector<uint8_t>(64),
+                                              {0, 1, 2, 3}, 10)),
+             Contains("4 labels need 4 images of [1, 1073807362, 4294705160] (more than 2^63 bytes), got 64 bytes"));
+}
+
 TEST_CASE("A slice of a dataset is a dataset of its examples") {
   auto base = ByteImageDataset::Create(Shape{1, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, 4).value();
   auto slice = SliceDataset(base, 1, 3);

@@ -25,7 +25,8 @@ struct IdxBytes {
 };
 
 // Reads and checks the file: the magic number for `dims` dimensions of
-// bytes, and a data size that is exactly what the header promises.
+// bytes, dimensions whose product fits in int64, and a data size that is
+// exactly what the header promises.
 StatusOr<IdxBytes> ReadIdx(const std::string& path, uint32_t magic, int dims) {
   LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFileBytes(path));
   const size_t header = 4 + 4 * static_cast<size_t>(dims);
@@ -39,12 +40,9 @@ StatusOr<IdxBytes> ReadIdx(const std::string& path, uint32_t magic, int dims) {
     return DataLoss(path, ": bad magic number ", buf, " (not an IDX ", dims == 3 ? "image" : "label", " file)");
   }
   IdxBytes idx;
-  size_t total = 1;
-  for (int d = 0; d < dims; ++d) {
-    idx.dims.push_back(BigEndian32(file.data() + 4 + 4 * d));
-    total *= static_cast<size_t>(idx.dims.back());
-  }
-  const size_t have = file.size() - header;
+  for (int d = 0; d < dims; ++d) idx.dims.push_back(BigEndian32(file.data() + 4 + 4 * d));
+  LOOM_ASSIGN_OR_RETURN(const int64_t promised, HeaderBytes(path, idx.dims));
+  const size_t total = static_cast<size_t>(promised), have = file.size() - header;
   if (have < total) return DataLoss(path, ": truncated: header promises ", total, " bytes of data, file has ", have);
   if (have > total)
     return DataLoss(path, ": wrong size: header promises ", total, " bytes of data, file has ", have, " (",
@@ -53,9 +51,9 @@ StatusOr<IdxBytes> ReadIdx(const std::string& path, uint32_t magic, int dims) {
   return idx;
 }
 
-// "<dir>/<stem>.gz" when it exists, else "<dir>/<stem>".
-std::string PreferGzip(const std::string& dir, const std::string& stem) {
-  const std::string plain = dir + "/" + stem;
+// "<dir>/<train|t10k>-<kind>-ubyte.gz" when it exists, else without ".gz".
+std::string MnistFile(const std::string& dir, const std::string& split, const std::string& kind) {
+  const std::string plain = dir + "/" + (split == "train" ? "train" : "t10k") + "-" + kind + "-ubyte";
   return std::filesystem::exists(plain + ".gz") ? plain + ".gz" : plain;
 }
 
@@ -80,8 +78,11 @@ StatusOr<std::shared_ptr<ByteImageDataset>> LoadIdxDataset(const std::string& im
 StatusOr<std::shared_ptr<ByteImageDataset>> LoadMnist(const std::string& dir, const std::string& split) {
   if (split != "train" && split != "test")
     return InvalidArgument("MNIST split must be 'train' or 'test', got '", split, "'");
-  const std::string prefix = split == "train" ? "train" : "t10k";
-  return LoadIdxDataset(PreferGzip(dir, prefix + "-images-idx3-ubyte"), PreferGzip(dir, prefix + "-labels-idx1-ubyte"));
+  return LoadIdxDataset(MnistImagesPath(dir, split), MnistFile(dir, split, "labels-idx1"));
+}
+
+std::string MnistImagesPath(const std::string& dir, const std::string& split) {
+  return MnistFile(dir, split, "images-idx3");
 }
 
 StatusOr<Tensor> ReadIdxImages(const std::string& path) {

@@ -29,6 +29,8 @@ StatusOr<std::shared_ptr<ByteImageDataset>> LoadIdxDataset(const std::string& im
 // reads train-{images-idx3,labels-idx1}-ubyte, "test" reads t10k-...; each
 // file may be gzipped (a ".gz" name is preferred when both exist).
 StatusOr<std::shared_ptr<ByteImageDataset>> LoadMnist(const std::string& dir, const std::string& split);
+// The image file LoadMnist reads for `split`, for messages about it.
+std::string MnistImagesPath(const std::string& dir, const std::string& split);
 
 // Images as f32 in [0, 1], shape [N, rows, cols].
 StatusOr<Tensor> ReadIdxImages(const std::string& path);

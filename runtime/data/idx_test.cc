@@ -66,13 +66,33 @@ TEST_CASE("IDX errors name the file and the problem") {
   CHECK_THAT(ErrorOf(ReadIdxImages(path)),
              Contains(path + ": wrong size: header promises 24 bytes of data, file has 25"));
 
-  // A gzip stream cut short: zlib only reports it when the file is closed.
+  // A gzip stream cut short.
   const std::string gz = TempPath("cut.gz");
   WriteFile(gz, ImageFile(50, 28, 28), true);
   std::filesystem::resize_file(gz, std::filesystem::file_size(gz) - 20);
   CHECK_THAT(ErrorOf(ReadIdxImages(gz)), Contains(gz + ": truncated gzip data"));
   std::remove(path.c_str());
   std::remove(gz.c_str());
+}
+
+TEST_CASE("IDX dimensions whose product overflows are an error, not a wrapped size") {
+  // 4 x 1073807362 x 4294705160 = 2^64 + 64: wrapped, the header promised
+  // exactly the 64 bytes present, and the loader read far past them.
+  const std::string images = TempPath("wrap_images"), labels = TempPath("wrap_labels");
+  WriteFile(images, IdxFile(0x803, {4, 1073807362, 4294705160u}, Ramp(64)));
+  WriteFile(labels, LabelFile({0, 1, 2, 3}));
+  const std::string message =
+      images + ": header dimensions 4 x 1073807362 x 4294705160 overflow (more than 2^63 bytes)";
+  CHECK_THAT(ErrorOf(LoadIdxDataset(images, labels)), Contains(message));
+  CHECK_THAT(ErrorOf(ReadIdxImages(images)), Contains(message));
+
+  // No images of an absurd size: each one's size must fit too.
+  WriteFile(images, IdxFile(0x803, {0, 4294967295u, 4294967295u}, {}));
+  WriteFile(labels, LabelFile({}));
+  CHECK_THAT(ErrorOf(LoadIdxDataset(images, labels)),
+             Contains(images + ": header dimensions 0 x 4294967295 x 4294967295 overflow"));
+  std::remove(images.c_str());
+  std::remove(labels.c_str());
 }
 
 TEST_CASE("LoadMnist pairs images with labels as a byte dataset") {

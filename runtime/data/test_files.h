@@ -18,6 +18,9 @@ std::string ErrorOf(const StatusOr<T>& s) {
 // A path in Bazel's TEST_TMPDIR (else the system temp folder).
 std::string TempPath(const std::string& name);
 
+// `bytes` as one gzip member.
+std::vector<uint8_t> Gzip(const std::vector<uint8_t>& bytes);
+
 // Writes `bytes` to `path`, gzip-compressed when `gzip` is set.
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes, bool gzip = false);
 

@@ -19,16 +19,34 @@ namespace {
 constexpr uint64_t kGeneratedTrainSeed = 1, kGeneratedTestSeed = 2;
 int64_t GeneratedTestSize(int64_t train_size) { return std::max<int64_t>(1, train_size / 5); }
 
+// Train and test examples must be alike, or the model built for the
+// training data fails only at the first evaluation. The sources name where
+// each split came from.
+Status CheckSplitsAlike(const Datasets& data, const std::string& train_source, const std::string& test_source) {
+  auto differ = [&](const char* what, const ExampleSpec& train, const ExampleSpec& test) {
+    return InvalidArgument("data: train ", what, " are ", train.ToString(), " (", train_source, ") but test ", what,
+                           " are ", test.ToString(), " (", test_source, ")");
+  };
+  if (!(data.train->input_spec() == data.test->input_spec()))
+    return differ("inputs", data.train->input_spec(), data.test->input_spec());
+  if (!(data.train->target_spec() == data.test->target_spec()))
+    return differ("targets", data.train->target_spec(), data.test->target_spec());
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
   Datasets out;
   const std::string& name = d.dataset();
+  std::string train_source = d.path().empty() ? name : d.path(), test_source = train_source;
   if (name == "fashion_mnist" || name == "mnist") {
     if (name == "mnist" && d.path().empty()) return InvalidArgument("data.path is required for mnist (the IDX folder)");
     std::string dir = d.path().empty() ? kFashionMnistDir : d.path();
     LOOM_ASSIGN_OR_RETURN(out.train, LoadMnist(dir, "train"));
     LOOM_ASSIGN_OR_RETURN(out.test, LoadMnist(dir, "test"));
+    train_source = MnistImagesPath(dir, "train");
+    test_source = MnistImagesPath(dir, "test");
     out.mean = {name == "mnist" ? kMnistMean : kFashionMnistMean};
     out.std = {name == "mnist" ? kMnistStd : kFashionMnistStd};
   } else if (name == "cifar10") {
@@ -91,6 +109,7 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
   } else {
     return Unimplemented("data.dataset '", name, "'");
   }
+  LOOM_RETURN_IF_ERROR(CheckSplitsAlike(out, train_source, test_source));
   if (d.train_limit() > 0 && d.train_limit() < out.train->size()) {
     LOOM_ASSIGN_OR_RETURN(out.train, SliceDataset(out.train, 0, d.train_limit()));
   }
