@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <set>
 
 #include "core/allocator.h"
@@ -89,6 +92,33 @@ TEST_CASE("ThreadPool covers the range exactly once") {
     pool.ParallelFor(10, 1, [&](int64_t b2, int64_t e2) { total += static_cast<int>((e - b) * (e2 - b2)); });
   });
   CHECK(total.load() == 40);
+}
+
+TEST_CASE("a thread count the system cannot start is an error, not an exception") {
+  // Cap the address space 16 MiB above what the process maps now: no room
+  // for 4095 thread stacks, so std::thread throws std::system_error.
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  REQUIRE(pages > 0);
+  rlimit cap = old;
+  cap.rlim_cur = std::min<rlim_t>(old.rlim_max, static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (16 << 20));
+  REQUIRE(setrlimit(RLIMIT_AS, &cap) == 0);
+  StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(4096);
+  ThreadPool::SetDefaultThreads(4096);
+  const Status started = ThreadPool::StartDefault();
+  REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+
+  REQUIRE_FALSE(pool.ok());
+  CHECK(pool.status().code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(pool.status().message(), Catch::StartsWith("cannot start 4096 threads (started "));
+  CHECK_FALSE(started.ok());
+  // The default is still usable at a size that fits.
+  ThreadPool::SetDefaultThreads(2);
+  CHECK(ThreadPool::StartDefault().ok());
+  CHECK(ThreadPool::Default().num_threads() == 2);
+  ThreadPool::SetDefaultThreads(0);
 }
 
 }  // namespace loom

@@ -36,4 +36,12 @@ void CheckFailed(const char* file, int line, const char* condition, const std::s
   std::abort();
 }
 
+std::string Excerpt(const std::string& value) {
+  constexpr size_t kKeep = 64;
+  if (value.size() <= kKeep) return value;
+  size_t end = kKeep;
+  while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;  // not inside a code point
+  return StrCat(value.substr(0, end), "... (", value.size(), " bytes)");
+}
+
 }  // namespace loom

@@ -51,6 +51,11 @@ std::string StrCat(const Args&... args) {
   return os.str();
 }
 
+// A value as error messages echo it: whole up to 64 bytes, else its first 64
+// bytes (cut at a UTF-8 boundary) and "... (N bytes)", so that a pasted file
+// or a runaway value does not flood the terminal.
+std::string Excerpt(const std::string& value);
+
 template <typename... Args>
 Status InvalidArgument(const Args&... args) { return Status(StatusCode::kInvalidArgument, StrCat(args...)); }
 template <typename... Args>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <memory>
 
 namespace loom {
@@ -13,18 +14,42 @@ std::unique_ptr<ThreadPool> default_pool;
 int default_threads = 0;
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+ThreadPool::ThreadPool(int num_threads, Unstarted) : num_threads_(std::max(1, num_threads)) {}
+
+ThreadPool::ThreadPool(int num_threads) : ThreadPool(num_threads, Unstarted{}) {
+  const Status started = Start();
+  LOOM_CHECK(started.ok(), "", started.message(), " (ThreadPool::Create returns this as an error)");
 }
 
-ThreadPool::~ThreadPool() {
+StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads) {
+  std::unique_ptr<ThreadPool> pool(new ThreadPool(num_threads, Unstarted{}));
+  LOOM_RETURN_IF_ERROR(pool->Start());
+  return pool;
+}
+
+Status ThreadPool::Start() {
+  try {
+    workers_.reserve(num_threads_ - 1);
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  } catch (const std::exception& e) {  // std::system_error from std::thread, bad_alloc from reserve
+    const size_t started = workers_.size();
+    Stop();  // a joinable std::thread left in workers_ would std::terminate
+    return ResourceExhausted("cannot start ", num_threads_, " threads (started ", started + 1, "): ", e.what());
+  }
+  return Status::Ok();
+}
+
+void ThreadPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { Stop(); }
 
 void ThreadPool::WorkerLoop(int worker) {
   int64_t seen = 0;
@@ -75,13 +100,28 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk, const std::function<v
   done_cv_.wait(lock, [&] { return pending_ == 0; });
 }
 
+namespace {
+
+// Starts the default pool if it is not running; default_mu is held.
+Status StartDefaultLocked() {
+  if (default_pool) return Status::Ok();
+  const int n = default_threads > 0 ? default_threads : static_cast<int>(std::thread::hardware_concurrency());
+  LOOM_ASSIGN_OR_RETURN(default_pool, ThreadPool::Create(n));
+  return Status::Ok();
+}
+
+}  // namespace
+
 ThreadPool& ThreadPool::Default() {
   std::lock_guard<std::mutex> lock(default_mu);
-  if (!default_pool) {
-    int n = default_threads > 0 ? default_threads : static_cast<int>(std::thread::hardware_concurrency());
-    default_pool = std::make_unique<ThreadPool>(n);
-  }
+  const Status started = StartDefaultLocked();
+  LOOM_CHECK(started.ok(), "", started.message(), " (ThreadPool::StartDefault returns this as an error)");
   return *default_pool;
+}
+
+Status ThreadPool::StartDefault() {
+  std::lock_guard<std::mutex> lock(default_mu);
+  return StartDefaultLocked();
 }
 
 void ThreadPool::SetDefaultThreads(int num_threads) {

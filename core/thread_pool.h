@@ -6,14 +6,22 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/status.h"
 
 namespace loom {
 
 class ThreadPool {
  public:
+  // Starts num_threads - 1 workers. A count the system cannot start (ulimit,
+  // a container's pids limit, address space) is an error, not an exception.
+  static StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads);
+  // The same for counts that must start (tests, small fixed pools): a failure
+  // is a LOOM_CHECK failure.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -25,11 +33,20 @@ class ThreadPool {
   // least `min_chunk` items each; returns when all are done.
   void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
-  // The process-wide pool (sized by SetDefaultThreads, else the core count).
+  // The process-wide pool (sized by SetDefaultThreads, else the core count),
+  // started on first use; call StartDefault first where a failure to start
+  // must be an error rather than a LOOM_CHECK failure.
   static ThreadPool& Default();
   static void SetDefaultThreads(int num_threads);
+  // Starts the default pool now if it is not running; on an error the
+  // default stays unstarted (the next Default() tries again).
+  static Status StartDefault();
 
  private:
+  struct Unstarted {};
+  ThreadPool(int num_threads, Unstarted);
+  Status Start();
+  void Stop();  // joins the workers
   void WorkerLoop(int worker);
 
   int num_threads_;

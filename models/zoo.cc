@@ -1,8 +1,9 @@
 #include "models/zoo.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
-#include <sstream>
 
 #include "models/alexnet.h"
 #include "models/cnn.h"
@@ -18,14 +19,32 @@
 
 namespace loom::models {
 
+namespace {
+
+// An integer of argument `key`: its value `text`, or an item of its value
+// `list`. Errors name the argument and the value.
+StatusOr<int64_t> ParseInt(const std::string& key, const std::string& text, const std::string* list = nullptr) {
+  const std::string value = Excerpt(list ? *list : text);
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0')
+    return InvalidArgument("argument ", key, ": '", value, "' is not ",
+                           list ? "a comma-separated list of integers" : "an integer");
+  // strtoll clamps a value beyond int64; say so instead.
+  if (errno == ERANGE)
+    return InvalidArgument("argument ", key, ": '", value, "'", list ? ": " + Excerpt(text) : "",
+                           " is out of range (at ", v < 0 ? "least " : "most ", v, ")");
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 StatusOr<int64_t> ModelArgs::Int(const std::string& key, int64_t def) {
   used_.insert(key);
   auto it = values_.find(key);
   if (it == values_.end()) return def;
-  char* end = nullptr;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0') return InvalidArgument("argument ", key, ": '", it->second, "' is not an integer");
-  return static_cast<int64_t>(v);
+  return ParseInt(key, it->second);
 }
 
 std::string ModelArgs::Str(const std::string& key, const std::string& def) {
@@ -38,27 +57,40 @@ StatusOr<double> ModelArgs::Float(const std::string& key, double def) {
   used_.insert(key);
   auto it = values_.find(key);
   if (it == values_.end()) return def;
+  errno = 0;
   char* end = nullptr;
   double v = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end != '\0') return InvalidArgument("argument ", key, ": '", it->second, "' is not a number");
+  if (it->second.empty() || *end != '\0')
+    return InvalidArgument("argument ", key, ": '", Excerpt(it->second), "' is not a number");
+  // No model argument takes inf or NaN (strtod reads "inf", "nan", and 1e999 as inf).
+  if (!std::isfinite(v) || errno == ERANGE)
+    return InvalidArgument("argument ", key, ": '", Excerpt(it->second), "' is not a finite number in double's range");
   return v;
 }
 
-StatusOr<std::vector<int64_t>> ModelArgs::Ints(const std::string& key, const std::vector<int64_t>& def) {
+StatusOr<std::vector<int64_t>> ModelArgs::Ints(const std::string& key, const std::vector<int64_t>& def, int64_t min) {
   used_.insert(key);
   auto it = values_.find(key);
   if (it == values_.end()) return def;
+  const std::string& text = it->second;
+  if (text == "none") return std::vector<int64_t>{};
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("argument ", key, ": '", Excerpt(text), "' ", why,
+                           " (expected comma-separated integers such as 256,128, or none)");
+  };
+  if (text.empty()) return bad("is empty");
   std::vector<int64_t> out;
-  std::stringstream ss(it->second);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0')
-      return InvalidArgument("argument ", key, ": '", it->second, "' is not a comma-separated list of integers");
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) return bad("has an empty item");
+    LOOM_ASSIGN_OR_RETURN(int64_t v, ParseInt(key, item, &text));
+    if (v < min) return InvalidArgument("argument ", key, ": '", Excerpt(text), "': items must be >= ", min, ", got ", v);
     out.push_back(v);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
   }
-  return out;
 }
 
 StatusOr<int64_t> ModelArgs::IntAtLeast(const std::string& key, int64_t def, int64_t min) {
@@ -90,7 +122,7 @@ Status ModelArgs::CheckAllUsed(const std::string& model) const {
     if (used_.count(key)) continue;
     std::string known;
     for (const auto& u : used_) known += (known.empty() ? "" : ", ") + u;
-    return InvalidArgument("model ", model, " has no argument '", key, "' (its arguments: ", known, ")");
+    return InvalidArgument("model ", model, " has no argument '", Excerpt(key), "' (its arguments: ", known, ")");
   }
   return Status::Ok();
 }
@@ -99,23 +131,19 @@ namespace {
 
 StatusOr<Sym> BuildMlp(Model& m, const ModelInputs& in, ModelArgs& args) {
   MlpOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Ints("hidden", o.hidden));
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.Ints("hidden", o.hidden, /*min=*/1));  // none: a linear classifier
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
-  for (int64_t h : o.hidden)
-    if (h < 1) return InvalidArgument("argument hidden: widths must be >= 1, got ", h);
   return Mlp(m, in.input, o);
 }
 
 StatusOr<Sym> BuildCnn(Model& m, const ModelInputs& in, ModelArgs& args) {
   CnnOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.channels, args.Ints("channels", o.channels));
+  LOOM_ASSIGN_OR_RETURN(o.channels, args.Ints("channels", o.channels, /*min=*/1));
   LOOM_ASSIGN_OR_RETURN(o.hidden, args.IntAtLeast("hidden", o.hidden, 1));
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
   o.num_classes = in.num_classes;
   if (o.channels.empty()) return InvalidArgument("argument channels: needs at least one stage");
-  for (int64_t c : o.channels)
-    if (c < 1) return InvalidArgument("argument channels: must be >= 1, got ", c);
   return Cnn(m, in.input, o);
 }
 
@@ -328,49 +356,59 @@ Status BuildDcgan(Model& m, const Shape& image, int64_t batch, GanStep step, Mod
 }  // namespace
 
 const std::vector<ZooEntry>& Zoo() {
+  // The data of each model's reference count (docs/model_zoo.md). The token
+  // models' counts do not depend on the sequence length: 64 ids.
+  const ReferenceData fashion_mnist{{1, 28, 28}, 10};
+  const ReferenceData imagenet{{3, 224, 224}, 1000};      // torchvision's classifiers
+  const ReferenceData imagenet_299{{3, 299, 299}, 1000};  // Inception-v3's input size
+  const ReferenceData modelnet40{{3, 1024}, 40};          // fxia22's classification
+  const ReferenceData shapenet_part{{3, 1024}, 50};       // all 50 ShapeNet-part labels
+  const ReferenceData dcgan_images{{3, 64, 64}, 0};       // examples/dcgan's image size
+  const auto tokens = [](int64_t classes) { return ReferenceData{{64}, classes}; };
   static const std::vector<ZooEntry> zoo = {
-      {"mlp", "multi-layer perceptron: flatten, Linear+ReLU per width in hidden (default 256,128), classifier",
-       InputKind::kFeatures, Prediction::kPerExample, BuildMlp},
+      {"mlp", "multi-layer perceptron: flatten, Linear+ReLU per width in hidden (default 256,128; none for no "
+              "hidden layer), classifier",
+       InputKind::kFeatures, Prediction::kPerExample, fashion_mnist, BuildMlp},
       {"cnn", "small CNN: per stage in channels (default 32,64) conv3x3-BN-ReLU-maxpool2, then Linear(hidden)+ReLU, "
               "dropout, classifier",
-       InputKind::kFeatures, Prediction::kPerExample, BuildCnn},
+       InputKind::kFeatures, Prediction::kPerExample, fashion_mnist, BuildCnn},
       {"resnet18", "torchvision's resnet18: BasicBlock stages 2,2,2,2; stem imagenet (7x7/2 conv, 3x3/2 max-pool) or "
                    "cifar (3x3/1 conv, no pool); width: base width (default 64)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildResNet(m, in, args, ResNet18Options());
        }},
       {"resnet101", "torchvision's resnet101: Bottleneck (v1.5) stages 3,4,23,3; stem imagenet or cifar; width: base "
                     "width (default 64)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildResNet(m, in, args, ResNet101Options());
        }},
       {"alexnet", "torchvision's alexnet: 5 convs (with bias) + ReLU, 3 max-pools, adaptive 6x6 average pool, "
                   "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5)",
-       InputKind::kFeatures, Prediction::kPerExample, BuildAlexNet},
+       InputKind::kFeatures, Prediction::kPerExample, imagenet, BuildAlexNet},
       {"vgg16", "torchvision's vgg16 (configuration D, no BatchNorm): 13 conv3x3 (with bias) + ReLU, 5 max-pools, "
                 "adaptive 7x7 average pool, Linear(4096)-ReLU-dropout twice, classifier; inputs >= 32x32; dropout "
                 "(default 0.5)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildVgg(m, in, args, Vgg16Options());
        }},
       {"mobilenet_v2", "torchvision's mobilenet_v2: inverted residuals (expand 6, ReLU6), last channel 1280, "
                        "dropout (default 0.2), width_mult (default 1.0)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildMobileNet(m, in, args, std::nullopt);
        }},
       {"mobilenet_v3_small", "torchvision's mobilenet_v3_small: squeeze-excite, hardswish, last channel 1024, "
                              "dropout (default 0.2), width_mult (default 1.0)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildMobileNet(m, in, args, MobileNetV3Size::kSmall);
        }},
       {"mobilenet_v3_large", "torchvision's mobilenet_v3_large: squeeze-excite, hardswish, last channel 1280, "
                              "dropout (default 0.2), width_mult (default 1.0)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildMobileNet(m, in, args, MobileNetV3Size::kLarge);
        }},
@@ -378,48 +416,48 @@ const std::vector<ZooEntry>& Zoo() {
                        "[3, points] inputs: STN3d, conv1d 64, STNkd(64), conv1d 128, 1024, max over points, "
                        "Linear 512-256 with BN, classifier; dropout (default 0.3), feature_transform (default 1), "
                        "regularizer (default 0.001: its weight, added to the loss)",
-       InputKind::kFeatures, Prediction::kPerExample,
+       InputKind::kFeatures, Prediction::kPerExample, modelnet40,
        [](Model& m, const ModelInputs& in, ModelArgs& args) { return BuildPointNet(m, in, args, false); }},
       {"inception_v3", "torchvision's inception_v3 (Inception3, transform_input=False): BasicConv2d stem, Mixed_5b-5d, "
                        "6a-6e, 7a-7c, average pool, dropout, fc; inputs >= 75x75; in training mode the AuxLogits "
                        "head on Mixed_6e (inputs >= 299x299) adds aux_weight (default 0.4) times its cross-entropy "
                        "to the loss; aux_logits (default 1), dropout (default 0.5), width_mult (default 1.0, loom's "
                        "reduction: scales every conv's channels)",
-       InputKind::kFeatures, Prediction::kPerExample, BuildInceptionV3},
+       InputKind::kFeatures, Prediction::kPerExample, imagenet_299, BuildInceptionV3},
       {"pointnet_seg", "PointNet part segmentation as fxia22/pointnet.pytorch's PointNetDenseCls(feature_transform=True) "
                        "on [3, points] inputs with a part label per point: the pointnet_cls encoder, its 1024 global "
                        "features repeated at every point beside the 64 point features, conv1d 512-256-128 with BN, "
                        "per-point classifier; feature_transform (default 1), regularizer (default 0.001)",
-       InputKind::kFeatures, Prediction::kPerPosition,
+       InputKind::kFeatures, Prediction::kPerPosition, shapenet_part,
        [](Model& m, const ModelInputs& in, ModelArgs& args) { return BuildPointNet(m, in, args, true); }},
       {"rnnlm", "FlexFlow's RNNLM as PyTorch's word_language_model RNNModel: Embedding, dropout, LSTM, dropout, "
                 "Linear to the vocabulary at every position (next-token targets); embed, hidden (default 1024), "
                 "layers (default 2), dropout (default 0.2)",
-       InputKind::kTokens, Prediction::kPerPosition, BuildRnnLm},
+       InputKind::kTokens, Prediction::kPerPosition, tokens(10000), BuildRnnLm},
       {"rnntc", "FlexFlow's RNNTC text classifier: Embedding of ids below vocab (default 32000), dropout, LSTM, "
                 "the last position's output, dropout, Linear to the classes; embed, hidden (default 1024), layers "
                 "(default 4), dropout (default 0.2)",
-       InputKind::kTokens, Prediction::kPerExample, BuildRnnTc},
+       InputKind::kTokens, Prediction::kPerExample, tokens(2), BuildRnnTc},
       {"nmt", "FlexFlow's NMT: LSTM encoder over the input, LSTM decoder over the target shifted right (teacher "
               "forcing, start token id = classes), Luong general attention (OpenNMT-py GlobalAttention), "
               "tanh(Linear), Linear to the classes at every target position; embed, hidden (default 2048), layers "
               "(default 2 per side), dropout (default 0.2)",
-       InputKind::kTokens, Prediction::kPerPosition, BuildNmt},
+       InputKind::kTokens, Prediction::kPerPosition, tokens(20480), BuildNmt},
       {"transformer_lm", "PyTorch word_language_model's TransformerModel as HFTA benchmarks it: Embedding * "
                          "sqrt(width), sinusoidal positions, dropout, post-norm TransformerEncoderLayers (ReLU) "
                          "with a causal mask, Linear to the vocabulary at every position (next-token targets); "
                          "width (default 128), heads (2), layers (2), feedforward (128), dropout (0.2), max_len "
                          "(5000)",
-       InputKind::kTokens, Prediction::kPerPosition, BuildTransformerLm},
+       InputKind::kTokens, Prediction::kPerPosition, tokens(10000), BuildTransformerLm},
       {"bert_medium", "BERT-Medium as HuggingFace's BertForMaskedLM (no pooler): word, position and token-type "
                       "embeddings, LayerNorm, post-norm layers (GELU), MLM head with the decoder tied to the word "
                       "embeddings (masked-token targets); layers (default 8), hidden (512), heads (8), "
                       "intermediate (2048), max_positions (512), dropout (0.1)",
-       InputKind::kTokens, Prediction::kPerPosition, BuildBertMedium},
+       InputKind::kTokens, Prediction::kPerPosition, tokens(30522), BuildBertMedium},
       {"dcgan", "PyTorch's examples/dcgan: a generator of stride-2 ConvTranspose2d-BN-ReLU layers from a latent "
                 "vector to the image (Tanh) and a mirrored Conv2d-BN-LeakyReLU discriminator, trained in alternating "
                 "steps; images of size 4 * 2^k; nz (default 100), ngf (64), ndf (64)",
-       InputKind::kFeatures, Prediction::kPerExample, nullptr, BuildDcgan},
+       InputKind::kFeatures, Prediction::kPerExample, dcgan_images, nullptr, BuildDcgan},
   };
   return zoo;
 }
@@ -430,7 +468,7 @@ StatusOr<const ZooEntry*> FindModel(const std::string& name) {
     if (e.name == name) return &e;
     names += (names.empty() ? "" : ", ") + e.name;
   }
-  return NotFound("unknown model '", name, "' (the zoo has: ", names, ")");
+  return NotFound("unknown model '", Excerpt(name), "' (the zoo has: ", names, ")");
 }
 
 const char* InputKindName(InputKind kind) {

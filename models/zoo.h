@@ -15,6 +15,7 @@ namespace loom::models {
 
 // A model's arguments: typed reads with defaults, and a check that every
 // given argument was read (so a typo is an error, not silently ignored).
+// Messages echo values cut to 64 bytes.
 class ModelArgs {
  public:
   ModelArgs() = default;
@@ -23,7 +24,9 @@ class ModelArgs {
   StatusOr<int64_t> Int(const std::string& key, int64_t def);
   std::string Str(const std::string& key, const std::string& def);
   StatusOr<double> Float(const std::string& key, double def);
-  StatusOr<std::vector<int64_t>> Ints(const std::string& key, const std::vector<int64_t>& def);  // "256,128"
+  // "256,128": comma-separated integers, each >= min; "none" is the empty
+  // list. An empty value or item ("", "128,,64", "128,") is an error.
+  StatusOr<std::vector<int64_t>> Ints(const std::string& key, const std::vector<int64_t>& def, int64_t min);
   // The same reads, checked: an Int >= min, a Float >= 0, a probability in
   // [0, 1) (dropout), a flag 0 or 1. Errors name the argument and value.
   StatusOr<int64_t> IntAtLeast(const std::string& key, int64_t def, int64_t min);
@@ -78,11 +81,20 @@ enum class Prediction {
 
 // One of a GAN's two alternating training steps.
 enum class GanStep { kDiscriminator, kGenerator };
+
+// The data a model's reference parameter count is stated for
+// (docs/model_zoo.md), and so `loom inspect`'s default.
+struct ReferenceData {
+  Shape input;              // per example: [3, 224, 224] images, [3, 1024] points, [T] tokens
+  int64_t num_classes = 0;  // classes, parts or vocabulary; 0 for a GAN
+};
+
 struct ZooEntry {
   std::string name;
   std::string description;
   InputKind input = InputKind::kFeatures;
   Prediction prediction = Prediction::kPerExample;
+  ReferenceData reference;
   // Returns logits [B, target..., num_classes]: one row of class scores per
   // target entry.
   std::function<StatusOr<Sym>(Model&, const ModelInputs&, ModelArgs&)> build;

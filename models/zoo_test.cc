@@ -39,6 +39,50 @@ TEST_CASE("zoo errors list what exists") {
   CHECK(bad.message() == "argument channels: '32,x' is not a comma-separated list of integers");
 }
 
+TEST_CASE("list arguments: none is the empty list; an empty list or item is an error") {
+  Model linear;
+  REQUIRE(BuildClassifier(linear, "mlp", {{"hidden", "none"}}, {1, 28, 28}, 2, 10).ok());
+  CHECK(ParameterCount(linear.graph()) == 784 * 10 + 10);
+  const std::string expected = " (expected comma-separated integers such as 256,128, or none)";
+  const std::pair<const char*, std::string> cases[] = {
+      {"", "argument hidden: '' is empty" + expected},
+      {"128,,64", "argument hidden: '128,,64' has an empty item" + expected},
+      {",64", "argument hidden: ',64' has an empty item" + expected},
+      {"128,", "argument hidden: '128,' has an empty item" + expected},
+      {"128,0", "argument hidden: '128,0': items must be >= 1, got 0"},
+      {"128,-4", "argument hidden: '128,-4': items must be >= 1, got -4"},
+      {"128,99999999999999999999",
+       "argument hidden: '128,99999999999999999999': 99999999999999999999 is out of range (at most "
+       "9223372036854775807)"},
+  };
+  for (const auto& [value, message] : cases) {
+    INFO("hidden '" << value << "'");
+    Model m;
+    CHECK(BuildClassifier(m, "mlp", {{"hidden", value}}, {1, 28, 28}, 2, 10).message() == message);
+  }
+  Model cnn;
+  CHECK(BuildClassifier(cnn, "cnn", {{"channels", "none"}}, {1, 28, 28}, 2, 10).message() ==
+        "argument channels: needs at least one stage");
+}
+
+TEST_CASE("every zoo model builds at its reference data") {
+  for (const ZooEntry& e : Zoo()) {
+    INFO(e.name);
+    Model m;
+    const Status built = e.gan ? BuildGanStep(m, e.name, {}, e.reference.input, 2, GanStep::kDiscriminator)
+                               : BuildSupervised(m, e.name, {},
+                                                 ExpectedData(e, e.reference.input, e.reference.num_classes), 2);
+    CHECK(built.ToString() == "OK");
+    CHECK((e.gan ? e.reference.num_classes == 0 : e.reference.num_classes >= 2));
+  }
+}
+
+TEST_CASE("a long model name is cut in the message") {
+  Model m;
+  const std::string message = BuildClassifier(m, std::string(50 << 20, 'n'), {}, {1, 28, 28}, 2, 10).message();
+  CHECK_THAT(message, Catch::StartsWith("unknown model '" + std::string(64, 'n') + "... (52428800 bytes)' (the zoo has: mlp"));
+}
+
 }  // namespace
 TEST_CASE("the zoo's mobilenets have torchvision's parameter counts") {
   const std::pair<const char*, int64_t> expected[] = {

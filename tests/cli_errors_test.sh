@@ -15,7 +15,7 @@ expect() {
   out=$("$loom" "$@" 2>&1)
   rc=$?
   if [ "$rc" -eq 0 ]; then
-    echo "FAIL $name: exit 0"; failures=$((failures + 1)); return
+    echo "FAIL $name: exit 0"; failures=$((failures + 1)); rm -rf "$work/out"; return
   fi
   if ! grep -qF -- "$want" <<<"$out"; then
     echo "FAIL $name: expected '$want' in:"; echo "$out"; failures=$((failures + 1)); return
@@ -63,11 +63,40 @@ printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00' >"$work/data/train-labels-idx1
 expect "truncated data file" "train-images-idx3-ubyte" -- train --config "$work/missing_data.pbtxt" --out "$work/out"
 
 expect "missing config" "nope.pbtxt: cannot open the config file" -- train --config "$work/nope.pbtxt" --out "$work/out"
+expect "directory as config" "$work/data: is a directory, not a config file" -- train --config "$work/data" --out "$work/out"
+
+# Values out of range: in the file (named with its line) and on the command
+# line (named by the flag). The data folder is empty, so a value that got
+# through would fail on the data instead, before any thread or run folder.
+cfg nodata "model { name: \"mlp\" }
+data { dataset: \"mnist\" path: \"$work/nodata\" }"
+cfg threads "model { name: \"mlp\" }
+data { dataset: \"mnist\" path: \"$work/nodata\" }
+threads: 100000"
+expect "threads: 100000" "threads.pbtxt:3: field threads: must be <= 1024 (this machine has" -- train --config "$work/threads.pbtxt" --out "$work/out"
+expect "--threads 100000" "--threads: must be <= 1024 (this machine has" -- train --config "$work/nodata.pbtxt" --threads 100000 --out "$work/out"
+cfg padding "model { name: \"mlp\" }
+data {
+  dataset: \"mnist\"
+  path: \"$work/nodata\"
+  augment { random_crop_padding: 100000 }
+}"
+expect "random_crop_padding: 100000" "padding.pbtxt:5: field data.augment.random_crop_padding: must be in [0, 64] (pixels on each side), got 100000" -- train --config "$work/padding.pbtxt" --out "$work/out"
+expect "--seed -1" "flag --seed: must be >= 0, got -1" -- train --config "$work/nodata.pbtxt" --seed -1 --out "$work/out"
+expect "--max-steps beyond int64" "flag --max-steps: '99999999999999999999' is out of range (at most 9223372036854775807)" -- train --config "$work/nodata.pbtxt" --max-steps 99999999999999999999 --out "$work/out"
+# An empty hidden list is an error, not an MLP without hidden layers (that is hidden: "none").
+cfg no_hidden 'model { name: "mlp" args { key: "hidden" value: "" } }
+data { dataset: "fashion_mnist" train_limit: 256 test_limit: 100 batch_size: 64 }'
+expect "hidden: \"\"" "argument hidden: '' is empty" -- train --config "$work/no_hidden.pbtxt" --out "$work/out"
+# Long values are cut in messages: the first 64 bytes and the length.
+printf 'model { name: "%s" }\ndata { dataset: "fashion_mnist" }\n' "$(head -c 1000000 /dev/zero | tr '\0' m)" >"$work/long.pbtxt"
+expect "long model name" "unknown model '$(head -c 64 /dev/zero | tr '\0' m)... (1000000 bytes)' (the zoo has: mlp" -- train --config "$work/long.pbtxt" --out "$work/out"
 expect "resume of nothing" "holds no run to resume" -- train --resume "$work/out"
 rm -rf "$work/out"
 expect "unknown flag" "unknown flag --epoch" -- train --config "$work/model.pbtxt" --epoch 3
 
-# A corrupt checkpoint is refused on resume, naming the file.
+# A corrupt checkpoint is moved aside on resume with a warning naming the
+# file, and the run resumes from the one before (docs/reliability.md).
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   cfg tiny 'model { name: "mlp" args { key: "hidden" value: "16" } }
 data { dataset: "fashion_mnist" train_limit: 256 test_limit: 100 batch_size: 64 }
@@ -76,7 +105,8 @@ epochs: 1'
   ckpt=$(ls "$work/run"/ckpt-*.loom | head -1)
   printf 'X' | dd of="$ckpt" bs=1 seek=100 conv=notrunc 2>/dev/null
   out=$("$loom" train --resume "$work/run" 2>&1); rc=$?
-  if [ "$rc" -ne 0 ] && grep -qF "$ckpt" <<<"$out"; then echo "ok   corrupt checkpoint: $(head -1 <<<"$out")"
+  if [ "$rc" -eq 0 ] && grep -qF "checkpoint '$ckpt' is corrupt" <<<"$out" && [ -e "$ckpt.corrupt" ]; then
+    echo "ok   corrupt checkpoint: $(grep -F "$ckpt" <<<"$out" | head -1)"
   else echo "FAIL corrupt checkpoint: rc=$rc: $out"; failures=$((failures + 1)); fi
 fi
 

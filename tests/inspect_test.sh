@@ -42,6 +42,34 @@ expect_out "mlp hidden=64,32" "params: 52650" -- inspect --model mlp --set=hidde
 # 3x32x32 input, 100 classes: 3072*256+256 + 256*128+128 + 128*100+100.
 expect_out "mlp cifar-100 shape" "params: 832484" -- inspect --model mlp --input 3,32,32 --classes 100 --params
 
+# hidden=none: no hidden layer, 784*10+10; an empty list or item, or a width
+# below 1, is an error naming the argument and the value.
+expect_out "mlp hidden=none" "params: 7850" -- inspect --model mlp --set hidden=none --params
+expect_err "mlp hidden=''" "argument hidden: '' is empty" -- inspect --model mlp --set hidden= --params
+expect_err "mlp hidden=128,,64" "argument hidden: '128,,64' has an empty item" -- inspect --model mlp --set hidden=128,,64
+expect_err "mlp hidden=128," "argument hidden: '128,' has an empty item" -- inspect --model mlp --set hidden=128,
+expect_err "mlp hidden=128,0" "argument hidden: '128,0': items must be >= 1, got 0" -- inspect --model mlp --set hidden=128,0
+expect_err "mlp hidden=-3" "argument hidden: '-3': items must be >= 1, got -3" -- inspect --model mlp --set hidden=-3
+
+# Each zoo model's defaults are the data of its reference count
+# (docs/model_zoo.md): 3x224x224 and 1000 classes for torchvision's
+# classifiers, 3x299x299 for Inception-v3 (with the aux head), 1024 points
+# and 40 classes (ModelNet40) or 50 parts (ShapeNet-part) for PointNet,
+# 3x64x64 images for DCGAN (generator + discriminator), each text model's
+# vocabulary (and rnntc's 2 classes).
+for want in "alexnet 61100840" "vgg16 138357544" "inception_v3 27161264" "pointnet_cls 3471473" \
+            "pointnet_seg 3533563" "dcgan $((3576704 + 2765568))" "resnet18 11689512" "resnet101 44549160" \
+            "mobilenet_v2 3504872" "mobilenet_v3_small 2542856" "mobilenet_v3_large 5483032" \
+            "transformer_lm 2769168" "bert_medium 41404730" "rnnlm 37283600" "rnntc 66357250" "nmt 272717824"; do
+  read -r model count <<<"$want"
+  expect_out "$model defaults" "params: $count" -- inspect --model "$model" --params
+done
+# Explicit flags still override the reference: AlexNet on 10 classes.
+expect_out "alexnet --classes 10" "params: $((61100840 - 4097 * 990))" -- inspect --model alexnet --classes 10 --params
+expect_out "alexnet table" "model alexnet: input [2, 3, 224, 224], 1000 classes" -- inspect --model alexnet
+expect_out "dcgan table" "model dcgan: input [2, 3, 64, 64], a GAN" -- inspect --model dcgan
+expect_out "rnntc table" "model rnntc: input [2, 64] token ids, 2 classes" -- inspect --model rnntc
+
 # The table: the MLP's layers with their parameters, and the totals.
 table=$("$loom" inspect --model mlp)
 for want in "fc1 " "Linear" "[2, 256]" "200,960" "classifier" "params: 235146" "buffers: 0" "forward FLOPs: "; do
@@ -85,7 +113,19 @@ expect_err "empty --input dim" "--input '1,,28': empty item" -- inspect --model 
 expect_err "zero --input dim" "--input '0,28,28': items must be >= 1" -- inspect --model mlp --input 0,28,28
 expect_err "bad --batch" "--batch must be >= 1" -- inspect --model mlp --batch 0
 expect_err "unknown flag" "unknown flag --foo" -- inspect --model mlp --foo 1
-expect_err "bad model value" "argument hidden: widths must be >= 1" -- inspect --model mlp --set hidden=0
+expect_err "bad model value" "argument hidden: '0': items must be >= 1, got 0" -- inspect --model mlp --set hidden=0
+# Numbers out of range are errors, not clamped.
+expect_err "--batch beyond int64" "flag --batch: '99999999999999999999' is out of range (at most 9223372036854775807)" \
+  -- inspect --model mlp --batch 99999999999999999999
+expect_err "--input item beyond int64" "--input '1,99999999999999999999,28': '99999999999999999999' is out of range" \
+  -- inspect --model mlp --input 1,99999999999999999999,28
+expect_err "argument beyond int64" "argument width: '99999999999999999999' is out of range" \
+  -- inspect --model resnet18 --set width=99999999999999999999
+expect_err "argument inf" "argument width_mult: 'inf' is not a finite number" -- inspect --model mobilenet_v2 --set width_mult=inf
+expect_err "--classes for a GAN" "--classes: model dcgan is a GAN" -- inspect --model dcgan --classes 10
+# A long value is cut in the message.
+long=$(printf 'x%.0s' $(seq 5000))
+expect_err "long model name" "unknown model '$(printf 'x%.0s' $(seq 64))... (5000 bytes)' (the zoo has: mlp" -- inspect --model "$long"
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all passed"

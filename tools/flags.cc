@@ -1,8 +1,26 @@
 #include "tools/flags.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace loom::tools {
+
+namespace {
+
+// `text` as a base-10 int64. (strtoll alone clamps a value beyond int64
+// and says nothing.)
+StatusOr<int64_t> ParseInt64(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') return InvalidArgument("'", text, "' is not an integer");
+  if (errno == ERANGE) return InvalidArgument("'", text, "' is out of range (at ", v < 0 ? "least " : "most ", v, ")");
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
 
 Status Flags::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -46,18 +64,40 @@ std::string Flags::Str(const std::string& name, const std::string& def) const {
 StatusOr<int64_t> Flags::Int(const std::string& name, int64_t def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;
+  StatusOr<int64_t> v = ParseInt64(it->second);
+  if (!v.ok()) return v.status().WithContext("flag --" + name);
+  return v;
+}
+
+StatusOr<uint64_t> Flags::Unsigned(const std::string& name, uint64_t def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  const std::string& text = it->second;
+  if (text.find('-') != std::string::npos) {  // strtoull would read "-1" as 2^64 - 1
+    StatusOr<int64_t> v = ParseInt64(text);
+    if (v.ok() && *v < 0) return InvalidArgument("flag --", name, ": must be >= 0, got ", *v);
+    return InvalidArgument("flag --", name, ": '", text, "' is not a non-negative integer");
+  }
+  errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0') return InvalidArgument("flag --", name, ": '", it->second, "' is not an integer");
-  return static_cast<int64_t>(v);
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') return InvalidArgument("flag --", name, ": '", text, "' is not a non-negative integer");
+  if (errno == ERANGE)
+    return InvalidArgument("flag --", name, ": '", text, "' is out of range (at most ",
+                           std::numeric_limits<uint64_t>::max(), ")");
+  return static_cast<uint64_t>(v);
 }
 
 StatusOr<double> Flags::Float(const std::string& name, double def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;
+  errno = 0;
   char* end = nullptr;
   double v = std::strtod(it->second.c_str(), &end);
   if (it->second.empty() || *end != '\0') return InvalidArgument("flag --", name, ": '", it->second, "' is not a number");
+  // strtod reads "inf", "nan" and 1e999 (as inf); no flag takes those.
+  if (!std::isfinite(v)) return InvalidArgument("flag --", name, ": '", it->second, "' is not a finite number");
+  if (errno == ERANGE) return InvalidArgument("flag --", name, ": '", it->second, "' is out of a double's range");
   return v;
 }
 
@@ -82,11 +122,10 @@ StatusOr<std::vector<int64_t>> Flags::PositiveInts(const std::string& name, cons
   std::vector<int64_t> out;
   for (const std::string& item : SplitCommas(text)) {
     if (item.empty()) return bad("empty item");
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0') return bad("'" + item + "' is not an integer");
-    if (v < 1) return bad("items must be >= 1, got " + item);
-    out.push_back(static_cast<int64_t>(v));
+    StatusOr<int64_t> v = ParseInt64(item);
+    if (!v.ok()) return bad(v.status().message());
+    if (*v < 1) return bad("items must be >= 1, got " + item);
+    out.push_back(*v);
   }
   return out;
 }

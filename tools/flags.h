@@ -21,7 +21,11 @@ class Flags {
 
   bool Has(const std::string& name) const { return values_.count(name) != 0; }
   std::string Str(const std::string& name, const std::string& def) const;
+  // Int: a base-10 int64; Unsigned: a uint64, as a config's uint64 fields
+  // take (a negative value is "must be >= 0, got -1"); Float: a finite
+  // double. Values out of range are errors, not clamped.
   StatusOr<int64_t> Int(const std::string& name, int64_t def) const;
+  StatusOr<uint64_t> Unsigned(const std::string& name, uint64_t def) const;
   StatusOr<double> Float(const std::string& name, double def) const;
   // A comma-separated list of positive integers ("1,2,4"); errors name the
   // flag, the text and the bad item.

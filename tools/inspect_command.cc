@@ -65,20 +65,22 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
   }
   const std::string name = flags.Str("model", "");
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(name));
-  // Token models read T token ids per example; the others C,H,W (or C,N) features.
+  // Token models read T token ids per example; the others C,H,W (or C,N)
+  // features. The defaults are the data of the model's reference count.
   const bool tokens = entry->input == models::InputKind::kTokens;
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> input_dims,
-                        flags.PositiveInts("input", tokens ? std::vector<int64_t>{64} : std::vector<int64_t>{1, 28, 28}));
+  const bool gan = static_cast<bool>(entry->gan);
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> input_dims, flags.PositiveInts("input", entry->reference.input.dims()));
   const Shape input(input_dims);
-  LOOM_ASSIGN_OR_RETURN(int64_t classes, flags.Int("classes", 10));
+  if (gan && flags.Has("classes")) return InvalidArgument("--classes: model ", name, " is a GAN, it has no classes");
+  LOOM_ASSIGN_OR_RETURN(int64_t classes, flags.Int("classes", entry->reference.num_classes));
   // Batch 2: training-mode BatchNorm after a global pool (PointNet's) needs
   // more than one value per channel.
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.Int("batch", 2));
-  if (classes < 1) return InvalidArgument("--classes must be >= 1, got ", classes);
+  if (!gan && classes < 1) return InvalidArgument("--classes must be >= 1, got ", classes);
   if (batch < 1) return InvalidArgument("--batch must be >= 1, got ", batch);
 
   Model m;
-  if (entry->gan) {  // both networks: the discriminator step runs G and D
+  if (gan) {  // both networks: the discriminator step runs G and D
     LOOM_RETURN_IF_ERROR(models::BuildGanStep(m, name, model_args, input, batch, models::GanStep::kDiscriminator));
   } else {
     LOOM_RETURN_IF_ERROR(
@@ -128,8 +130,12 @@ Status Inspect(const Flags& flags, const std::map<std::string, std::string>& mod
     std::string shape_text = "[" + std::to_string(batch);
     for (int64_t d : input.dims()) shape_text += ", " + std::to_string(d);
     shape_text += "]";
-    std::printf("model %s: input %s%s, %lld %s\n\n", name.c_str(), shape_text.c_str(), tokens ? " token ids" : "",
-                static_cast<long long>(classes), tokens ? "tokens in the vocabulary" : "classes");
+    std::string what = StrCat(classes, " classes");
+    if (gan) what = "a GAN (the discriminator step: generator and discriminator)";
+    if (tokens && entry->prediction == models::Prediction::kPerPosition)
+      what = StrCat(classes, " tokens in the vocabulary");
+    std::printf("model %s: input %s%s, %s\n\n", name.c_str(), shape_text.c_str(), tokens ? " token ids" : "",
+                what.c_str());
     size_t wn = 5, wo = 2, ws = 12, wp = 10, wf = 13;
     std::vector<std::string> pcol, fcol;
     for (const LayerRow& r : rows) {
@@ -192,9 +198,10 @@ Status InspectCommand(const std::vector<std::string>& args) {
   }
   Flags flags({{"model", "the zoo model to build"},
                {"set", "a model argument key=value (repeatable), e.g. --set hidden=64,32"},
-               {"input", "the example shape, comma-separated (default 1,28,28)"},
-               {"classes", "the number of classes (default 10)"},
-               {"batch", "the batch size the graph is built for (default 1)"},
+               {"input", "the example shape, comma-separated (default: the model's reference input, e.g. "
+                         "3,224,224 for alexnet, 1,28,28 for mlp)"},
+               {"classes", "the number of classes (default: the model's reference, e.g. 1000 for alexnet, 10 for mlp)"},
+               {"batch", "the batch size the graph is built for (default 2)"},
                {"params?", "print only the line 'params: N'"},
                {"export", "write the forward graph to this file: text protobuf if it ends in .pbtxt, binary otherwise"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(rest));

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,24 +38,25 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  loom::Status status;
-  if (command == "train") {
-    status = loom::tools::TrainCommand(rest);
-  } else if (command == "checkpoint") {
-    status = loom::tools::CheckpointCommand(rest);
-  } else if (command == "ops") {
-    status = loom::tools::OpsCommand(rest);
-  } else if (command == "bench") {
-    status = loom::tools::BenchCommand(rest);
-  } else if (command == "plan") {
-    status = loom::tools::PlanCommand(rest);
-  } else if (command == "export") {
-    status = loom::tools::ExportCommand(rest);
-  } else if (command == "inspect") {
-    status = loom::tools::InspectCommand(rest);
-  } else {
+  const std::map<std::string, loom::Status (*)(const std::vector<std::string>&)> commands = {
+      {"train", loom::tools::TrainCommand},     {"checkpoint", loom::tools::CheckpointCommand},
+      {"ops", loom::tools::OpsCommand},         {"bench", loom::tools::BenchCommand},
+      {"plan", loom::tools::PlanCommand},       {"export", loom::tools::ExportCommand},
+      {"inspect", loom::tools::InspectCommand},
+  };
+  auto it = commands.find(command);
+  if (it == commands.end()) {
     std::fprintf(stderr, "loom: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
+  }
+  loom::Status status;
+  // Errors are Status values; an exception that still escapes (from the
+  // standard library: std::system_error, std::bad_alloc) is reported as the
+  // command's error rather than an abort with no message.
+  try {
+    status = it->second(rest);
+  } catch (const std::exception& e) {
+    status = loom::Internal("uncaught exception: ", e.what());
   }
   if (!status.ok()) {
     std::fprintf(stderr, "loom %s: error: %s\n", command.c_str(), status.message().c_str());

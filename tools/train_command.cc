@@ -58,8 +58,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
   LOOM_RETURN_IF_ERROR(optional_int("max-steps", &o.max_steps));
   LOOM_RETURN_IF_ERROR(optional_int("threads", &o.threads));
   if (flags.Has("seed")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t seed, flags.Int("seed", 0));
-    o.seed = static_cast<uint64_t>(seed);
+    LOOM_ASSIGN_OR_RETURN(uint64_t seed, flags.Unsigned("seed", 0));
+    o.seed = seed;
   }
   if (flags.Has("resume")) o.out_dir = flags.Str("resume", "");
   if (flags.Has("out")) o.out_dir = flags.Str("out", "");

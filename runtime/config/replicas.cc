@@ -301,7 +301,7 @@ StatusOr<std::vector<ReplicaSpec>> ExpandReplicas(const proto::TrainConfig& conf
   for (size_t i = 0; i < drafts.size(); ++i) {
     const Draft& d = drafts[i];
     const std::string replica =
-        d.name == StrCat("r", i) ? StrCat("replica ", i) : StrCat("replica ", i, " '", d.name, "'");
+        d.name == StrCat("r", i) ? StrCat("replica ", i) : StrCat("replica ", i, " '", Excerpt(d.name), "'");
     auto at = [&](const std::string& path) {
       auto it = d.set_at.find(path);
       return where(it == d.set_at.end() ? path : it->second);

@@ -4,11 +4,15 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "graph/training.h"
 #include "runtime/config/replicas.h"
@@ -18,6 +22,10 @@ namespace loom {
 namespace {
 
 namespace pb = google::protobuf;
+
+// Pixels of data.augment.random_crop_padding on each side, at most: recipes
+// pad by 2 to 4; a padding the size of the image crops mostly zeros.
+constexpr int64_t kMaxCropPadding = 64;
 
 class CollectErrors : public pb::io::ErrorCollector {
  public:
@@ -93,7 +101,8 @@ class Checker {
   void OneOf(const std::string& value, const std::set<std::string>& allowed, const std::string& field) {
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    Require(allowed.count(value) != 0, field, StrCat("unknown value '", value, "' (expected one of: ", list, ")"));
+    Require(allowed.count(value) != 0, field,
+            StrCat("unknown value '", Excerpt(value), "' (expected one of: ", list, ")"));
   }
   void InRange(double value, double lo, double hi, bool hi_open, const std::string& field) {
     bool ok = value >= lo && (hi_open ? value < hi : value <= hi);
@@ -148,11 +157,11 @@ void ValidateFusion(const proto::TrainConfig& c, Checker& k) {
     const std::string at = StrCat("replicas[", i, "]");
     const std::string name = r.name().empty() ? StrCat("r", i) : r.name();
     auto [it, fresh] = names.emplace(name, i);
-    k.Require(fresh, at + ".name", StrCat("'", name, "' is also the name of replicas[", it->second, "]"));
+    k.Require(fresh, at + ".name", StrCat("'", Excerpt(name), "' is also the name of replicas[", it->second, "]"));
     const std::string& type = r.optimizer().type();
     k.Require(type.empty() || type == base_type, at + ".optimizer.type",
               StrCat("must be the base optimizer's '", base_type,
-                     "' (the replicas share one fused optimizer), got '", type, "'"));
+                     "' (the replicas share one fused optimizer), got '", Excerpt(type), "'"));
     // Flags that select the optimizer's algorithm are shared the same way.
     const pb::Descriptor* od = proto::OptimizerConfig::descriptor();
     const pb::Reflection* refl = proto::OptimizerConfig::GetReflection();
@@ -183,9 +192,10 @@ void ValidateFusion(const proto::TrainConfig& c, Checker& k) {
         k.Require(false, at + ".field", StrCat("is required (one of: ", allowed, ")"), at);
       } else {
         k.Require(f != nullptr, at + ".field",
-                  StrCat("'", p.field(), "' is not a per-replica field (allowed: ", allowed, ")"));
+                  StrCat("'", Excerpt(p.field()), "' is not a per-replica field (allowed: ", allowed, ")"));
         auto [it, fresh] = swept.emplace(p.field(), j);
-        k.Require(fresh, at + ".field", StrCat("'", p.field(), "' is already swept by sweep.param[", it->second, "]"));
+        k.Require(fresh, at + ".field",
+                  StrCat("'", Excerpt(p.field()), "' is already swept by sweep.param[", it->second, "]"));
       }
       for (double v : p.values()) CheckSweepValue(k, f, v, at + ".values");
       replicas *= std::max(1, p.values_size());
@@ -238,7 +248,7 @@ void ValidateFusion(const proto::TrainConfig& c, Checker& k) {
     k.Require(!layer.empty(), at, "must name a layer (a node-name prefix such as \"fc1\"), got \"\"",
               "fusion.unfused_layers");
     auto [it, fresh] = layers.emplace(layer, i);
-    k.Require(fresh, at, StrCat("'", layer, "' is already listed as fusion.unfused_layers[", it->second, "]"),
+    k.Require(fresh, at, StrCat("'", Excerpt(layer), "' is already listed as fusion.unfused_layers[", it->second, "]"),
               "fusion.unfused_layers");
   }
   if (fu.has_early_stop()) {
@@ -287,8 +297,9 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   k.Require(d.normalize().mean_size() == d.normalize().std_size(), "data.normalize.std",
             StrCat("has ", d.normalize().std_size(), " values but mean has ", d.normalize().mean_size()));
   for (double s : d.normalize().std()) k.Require(s > 0, "data.normalize.std", StrCat("must be > 0, got ", s));
-  k.Require(d.augment().random_crop_padding() >= 0, "data.augment.random_crop_padding",
-            StrCat("must be >= 0, got ", d.augment().random_crop_padding()));
+  const int64_t padding = d.augment().random_crop_padding();
+  k.Require(padding >= 0 && padding <= kMaxCropPadding, "data.augment.random_crop_padding",
+            StrCat("must be in [0, ", kMaxCropPadding, "] (pixels on each side), got ", padding));
   if (d.dataset() == "synthetic") {
     k.Require(d.input_shape_size() > 0, "data.input_shape", "is required for the synthetic dataset");
     for (int64_t e : d.input_shape()) k.Require(e >= 1, "data.input_shape", StrCat("extents must be >= 1, got ", e));
@@ -349,7 +360,8 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
 
   k.AtLeast(c.epochs(), 1, "epochs");
   k.Require(c.max_steps() >= 0, "max_steps", StrCat("must be >= 0, got ", c.max_steps()));
-  k.Require(c.threads() >= 0, "threads", StrCat("must be >= 0, got ", c.threads()));
+  const Status threads = CheckThreadCount(c.threads());
+  k.Require(threads.ok(), "threads", threads.message());
   k.AtLeast(c.eval_every_epochs(), 1, "eval_every_epochs");
   k.AtLeast(c.log_every_steps(), 1, "log_every_steps");
   k.Require(c.checkpoint_every_steps() >= 0, "checkpoint_every_steps",
@@ -432,11 +444,28 @@ StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std
 }
 
 StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
+  // An ifstream opens a directory and reads nothing: without this check the
+  // empty text would fail as "model.name: is required".
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return InvalidArgument(path, ": is a directory, not a config file");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path, ": cannot open the config file");
+  if (!in) {
+    if (errno == ENOENT || errno == 0) return NotFound(path, ": cannot open the config file");
+    return InvalidArgument(path, ": cannot open the config file: ", std::strerror(errno));
+  }
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) return DataLoss(path, ": cannot read the config file: ", std::strerror(errno));
   return ParseTrainConfig(text.str(), path);
+}
+
+Status CheckThreadCount(int64_t threads) {
+  if (threads < 0) return InvalidArgument("must be >= 0, got ", threads);
+  if (threads > kMaxThreads)
+    return InvalidArgument("must be <= ", kMaxThreads, " (this machine has ", std::thread::hardware_concurrency(),
+                           " hardware threads), got ", threads);
+  return Status::Ok();
 }
 
 std::string TrainConfigToText(const proto::TrainConfig& config) {

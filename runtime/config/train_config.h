@@ -39,4 +39,11 @@ void FillDefaults(proto::TrainConfig* config);
 
 std::string TrainConfigToText(const proto::TrainConfig& config);
 
+// The CPU threads a config (or `loom train --threads`) may ask for: 0 (all
+// cores) up to kMaxThreads (more is a typo, and may not start at all). The
+// error's message says what is wrong: "must be <= 1024 (...), got N".
+constexpr int64_t kMaxThreads = 1024;
+Status CheckThreadCount(int64_t threads);
+
+
 }  // namespace loom

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 namespace loom {
 namespace {
 
@@ -81,6 +83,40 @@ TEST_CASE("a missing config file is a clear error") {
   auto c = LoadTrainConfig("/nonexistent/cfg.pbtxt");
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().message() == "/nonexistent/cfg.pbtxt: cannot open the config file");
+}
+
+TEST_CASE("a directory given as the config file is named as such") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "train_config_test_dir.pbtxt";
+  std::filesystem::create_directories(dir);
+  auto c = LoadTrainConfig(dir.string());
+  std::filesystem::remove(dir);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message() == dir.string() + ": is a directory, not a config file");
+}
+
+TEST_CASE("threads and random_crop_padding have upper bounds") {
+  const std::string base = "model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\n";
+  const std::string threads = Error(base + "threads: 100000");
+  CHECK_THAT(threads, Catch::StartsWith("cfg.pbtxt:3: field threads: must be <= 1024 (this machine has "));
+  CHECK_THAT(threads, Catch::EndsWith(" hardware threads), got 100000"));
+  CHECK(Error(base + "threads: -1") == "cfg.pbtxt:3: field threads: must be >= 0, got -1");
+  CHECK(ParseTrainConfig(base + "threads: 1024", "cfg.pbtxt").ok());
+  CHECK(Error("model { name: \"mlp\" }\ndata {\n  dataset: \"mnist\"\n  augment { random_crop_padding: 100000 }\n}") ==
+        "cfg.pbtxt:4: field data.augment.random_crop_padding: must be in [0, 64] (pixels on each side), got 100000");
+  CHECK(ParseTrainConfig("model { name: \"mlp\" }\ndata { dataset: \"mnist\" augment { random_crop_padding: 64 } }",
+                         "cfg.pbtxt").ok());
+}
+
+TEST_CASE("long values are cut in messages") {
+  CHECK(Excerpt("fashion_mnist") == "fashion_mnist");
+  CHECK(Excerpt(std::string(64, 'x')) == std::string(64, 'x'));
+  CHECK(Excerpt(std::string(1000, 'x')) == std::string(64, 'x') + "... (1000 bytes)");
+  // Not inside a UTF-8 sequence: 63 x and a 2-byte "é" straddling byte 64.
+  CHECK(Excerpt(std::string(63, 'x') + "\xc3\xa9" + std::string(100, 'y')) == std::string(63, 'x') + "... (165 bytes)");
+  const std::string message = Error("model { name: \"mlp\" }\ndata { dataset: \"" + std::string(50 << 20, 'd') + "\" }");
+  CHECK(message == "cfg.pbtxt:2: field data.dataset: unknown value '" + std::string(64, 'd') +
+                       "... (52428800 bytes)' (expected one of: cifar10, fashion_mnist, mnist, point_clouds, synthetic, "
+                       "text, text_classes)");
 }
 
 }  // namespace

@@ -112,6 +112,7 @@ Status GanTrainer::Prepare() {
   if (opt_.resume) return Unimplemented("--resume of GAN runs is not supported yet; start the run again");
   if (!opt_.init_from.empty()) return Unimplemented("--init-from is not supported for GAN runs yet");
   if (c_.threads() > 0) ThreadPool::SetDefaultThreads(static_cast<int>(c_.threads()));
+  LOOM_RETURN_IF_ERROR(ThreadPool::StartDefault());
   fused_ = IsFused(c_);
   if (c_.fusion().has_early_stop() || c_.fusion().per_replica_data_order())
     return Unimplemented("fusion.early_stop and fusion.per_replica_data_order are not supported for GAN runs yet");

@@ -50,7 +50,7 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
     c->set_max_steps(*o.max_steps);
   }
   if (o.threads) {
-    if (*o.threads < 0) return InvalidArgument("--threads must be >= 0, got ", *o.threads);
+    LOOM_RETURN_IF_ERROR(CheckThreadCount(*o.threads).WithContext("--threads"));
     c->set_threads(*o.threads);
   }
   if (o.seed) c->set_seed(*o.seed);
@@ -200,6 +200,7 @@ class Trainer {
 Status Trainer::Prepare() {
   config_text_ = TrainConfigToText(c_);
   if (c_.threads() > 0) ThreadPool::SetDefaultThreads(static_cast<int>(c_.threads()));
+  LOOM_RETURN_IF_ERROR(ThreadPool::StartDefault());
   if (IsFused(c_)) {
     LOOM_ASSIGN_OR_RETURN(specs_, ExpandReplicas(c_));
     for (size_t r = 0; r < specs_.size(); ++r) {
