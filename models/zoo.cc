@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/parse.h"
 #include "models/alexnet.h"
 #include "models/cnn.h"
 #include "models/dcgan.h"
@@ -25,17 +26,16 @@ namespace {
 // `list`. Errors name the argument and the value.
 StatusOr<int64_t> ParseInt(const std::string& key, const std::string& text, const std::string* list = nullptr) {
   const std::string value = Excerpt(list ? *list : text);
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    return InvalidArgument("argument ", key, ": '", value, "' is not ",
-                           list ? "a comma-separated list of integers" : "an integer");
-  // strtoll clamps a value beyond int64; say so instead.
-  if (errno == ERANGE)
-    return InvalidArgument("argument ", key, ": '", value, "'", list ? ": " + Excerpt(text) : "",
-                           " is out of range (at ", v < 0 ? "least " : "most ", v, ")");
-  return static_cast<int64_t>(v);
+  int64_t v = 0;
+  switch (ParseInt64(text, &v)) {
+    case IntParse::kOk: return v;
+    case IntParse::kNotInteger:
+      return InvalidArgument("argument ", key, ": '", value, "' is not ",
+                             list ? "a comma-separated list of integers" : "an integer");
+    case IntParse::kOutOfRange: break;
+  }
+  return InvalidArgument("argument ", key, ": '", value, "'", list ? ": " + Excerpt(text) : "",
+                         " is out of range (at ", v < 0 ? "least " : "most ", v, ")");
 }
 
 }  // namespace
@@ -80,17 +80,13 @@ StatusOr<std::vector<int64_t>> ModelArgs::Ints(const std::string& key, const std
   };
   if (text.empty()) return bad("is empty");
   std::vector<int64_t> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& item : SplitCommas(text)) {
     if (item.empty()) return bad("has an empty item");
     LOOM_ASSIGN_OR_RETURN(int64_t v, ParseInt(key, item, &text));
     if (v < min) return InvalidArgument("argument ", key, ": '", Excerpt(text), "': items must be >= ", min, ", got ", v);
     out.push_back(v);
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
   }
+  return out;
 }
 
 StatusOr<int64_t> ModelArgs::IntAtLeast(const std::string& key, int64_t def, int64_t min) {

@@ -8,25 +8,20 @@ set -euo pipefail
 loom="$1"
 config="$2"
 kills="${3:-30}"
-if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-  echo "dataset-fashion-mnist is not installed (tools/setup.sh installs it): skipped"
-  exit 0
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/run_test_lib.sh"
+require_fashion_mnist
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-records() { sed -E 's/"(samples_per_s|time_s)":[^,}]*,?//g' "$1/metrics.jsonl"; }
-latest() { ls "$1" | grep -E '^ckpt-[0-9]+\.loom$' | sed 's/ckpt-\(.*\)\.loom/\1/' | sort -n | tail -1; }
 
 start=$(date +%s.%N)
 "$loom" train --config "$config" --out "$work/straight" >/dev/null 2>&1
 run_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
-final=$(latest "$work/straight")
+final=$(latest_step "$work/straight")
 
 RANDOM=42  # the same campaign every time
 done_kills=0 in_writes=0 in_startup=0
 while [ "$done_kills" -lt "$kills" ]; do
-  before=$(latest "$work/crashed" 2>/dev/null || true)
+  before=$(latest_step "$work/crashed" 2>/dev/null || true)
   if [ -f "$work/crashed/config.pbtxt" ]; then
     "$loom" train --resume "$work/crashed" >>"$work/log" 2>&1 &
   else
@@ -40,7 +35,7 @@ while [ "$done_kills" -lt "$kills" ]; do
   else
     # Otherwise once the run has made progress, at a random moment after a checkpoint.
     for _ in $(seq 1 2000); do
-      now=$(latest "$work/crashed" 2>/dev/null || true)
+      now=$(latest_step "$work/crashed" 2>/dev/null || true)
       [ -n "$now" ] && [ "$now" != "$before" ] && break
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.005
@@ -56,13 +51,10 @@ while [ "$done_kills" -lt "$kills" ]; do
   if [ -d "$work/crashed" ] && ls "$work/crashed" | grep -q '\.tmp-'; then in_writes=$((in_writes + 1)); fi
 done
 # Whatever the last kill left, finish the run.
-if [ "$(latest "$work/crashed" 2>/dev/null || true)" != "$final" ]; then
+if [ "$(latest_step "$work/crashed" 2>/dev/null || true)" != "$final" ]; then
   "$loom" train --resume "$work/crashed" >>"$work/log" 2>&1 || { tail -5 "$work/log"; fail "the last resume failed"; }
 fi
 [ "$done_kills" -ge "$kills" ] || fail "only $done_kills kills landed before the run finished"
-"$loom" checkpoint "$work/straight/ckpt-$final.loom" >"$work/want.txt"
-"$loom" checkpoint "$work/crashed/ckpt-$final.loom" >"$work/got.txt"
-diff "$work/want.txt" "$work/got.txt" >/dev/null || fail "the final parameters differ after $done_kills kills"
-diff <(records "$work/straight") <(records "$work/crashed") || fail "metrics.jsonl differs after $done_kills kills"
+same_run "$work/crashed" "$final" "$work/straight"
 if ls "$work/crashed" | grep -q '\.tmp-'; then fail "a temporary was left behind"; fi
 echo "PASS: $done_kills kill -9 ($in_writes inside a checkpoint write, $in_startup during start-up), final parameters and metrics equal the uninterrupted run's"

@@ -7,23 +7,10 @@
 set -euo pipefail
 loom="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: one step runs elsewhere
 config="$2"
-if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-  echo "dataset-fashion-mnist is not installed (tools/setup.sh installs it): skipped"
-  exit 0
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/run_test_lib.sh"
+require_fashion_mnist
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-# The run's records without the fields that measure time.
-records() { sed -E 's/"(samples_per_s|time_s)":[^,}]*,?//g' "$1/metrics.jsonl"; }
-# Fails unless run folder $1 ends at step $2 with straight run $3's parameters and records.
-same_as() {
-  "$loom" checkpoint "$1/ckpt-$2.loom" >"$work/got.txt" || fail "$1 has no checkpoint at step $2"
-  "$loom" checkpoint "$3/ckpt-$2.loom" >"$work/want.txt"
-  diff "$work/want.txt" "$work/got.txt" >/dev/null || fail "$1: final parameters differ from the uninterrupted run's"
-  diff <(records "$3") <(records "$1") || fail "$1: metrics.jsonl differs from the uninterrupted run's"
-}
 
 "$loom" train --config "$config" --out "$work/straight60" --max-steps 60 >/dev/null 2>&1
 "$loom" train --config "$config" --out "$work/straight120" --max-steps 120 >/dev/null 2>&1
@@ -50,7 +37,7 @@ touch "$work/early/ckpt-10.loom.tmp-999-1"  # a save cut short
 "$loom" train --resume "$work/early" >"$work/early.log" 2>&1 || { cat "$work/early.log"; fail "resuming a run without checkpoints failed"; }
 grep -q "holds no checkpoint yet: starting the run from step 0" "$work/early.log" || fail "no note about starting again"
 [ ! -e "$work/early/ckpt-10.loom.tmp-999-1" ] || fail "the orphan temporary was not removed"
-same_as "$work/early" 60 "$work/straight60"
+same_run "$work/early" 60 "$work/straight60"
 
 echo "== a damaged newest checkpoint: back to the one before it"
 "$loom" train --config "$config" --out "$work/damaged" --max-steps 60 >/dev/null 2>&1
@@ -58,7 +45,7 @@ printf 'garbage' | dd of="$work/damaged/ckpt-60.loom" bs=1 seek=200 conv=notrunc
 "$loom" train --resume "$work/damaged" >"$work/damaged.log" 2>&1 || { cat "$work/damaged.log"; fail "resume with a damaged checkpoint failed"; }
 grep -q "warning: .*ckpt-60.loom.*moved to .*ckpt-60.loom.corrupt" "$work/damaged.log" || { cat "$work/damaged.log"; fail "no warning"; }
 grep -q "resuming .* (step 50" "$work/damaged.log" || fail "did not fall back to step 50"
-same_as "$work/damaged" 60 "$work/straight60"
+same_run "$work/damaged" 60 "$work/straight60"
 
 for sig in TERM INT; do
   echo "== SIG$sig: the run finishes its step, saves, exits with 128+signal, and resumes exactly"
@@ -78,7 +65,7 @@ for sig in TERM INT; do
   [ "$stopped" -lt 120 ] || fail "the run ended before the signal"
   "$loom" checkpoint "$work/sig$sig/ckpt-$stopped.loom" >/dev/null || fail "no checkpoint at the stop step $stopped"
   "$loom" train --resume "$work/sig$sig" >/dev/null 2>&1 || fail "resume after SIG$sig failed"
-  same_as "$work/sig$sig" 120 "$work/straight120"
+  same_run "$work/sig$sig" 120 "$work/straight120"
   echo "stopped at step $stopped, resumed"
 done
 

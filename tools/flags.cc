@@ -9,15 +9,15 @@ namespace loom::tools {
 
 namespace {
 
-// `text` as a base-10 int64. (strtoll alone clamps a value beyond int64
-// and says nothing.)
-StatusOr<int64_t> ParseInt64(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0') return InvalidArgument("'", text, "' is not an integer");
-  if (errno == ERANGE) return InvalidArgument("'", text, "' is out of range (at ", v < 0 ? "least " : "most ", v, ")");
-  return static_cast<int64_t>(v);
+// `text` as an int64; the message (without the flag's name) says why not.
+StatusOr<int64_t> CheckedInt(const std::string& text) {
+  int64_t v = 0;
+  switch (ParseInt64(text, &v)) {
+    case IntParse::kOk: return v;
+    case IntParse::kNotInteger: return InvalidArgument("'", text, "' is not an integer");
+    case IntParse::kOutOfRange: break;
+  }
+  return InvalidArgument("'", text, "' is out of range (at ", v < 0 ? "least " : "most ", v, ")");
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ std::string Flags::Str(const std::string& name, const std::string& def) const {
 StatusOr<int64_t> Flags::Int(const std::string& name, int64_t def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;
-  StatusOr<int64_t> v = ParseInt64(it->second);
+  StatusOr<int64_t> v = CheckedInt(it->second);
   if (!v.ok()) return v.status().WithContext("flag --" + name);
   return v;
 }
@@ -74,7 +74,7 @@ StatusOr<uint64_t> Flags::Unsigned(const std::string& name, uint64_t def) const 
   if (it == values_.end()) return def;
   const std::string& text = it->second;
   if (text.find('-') != std::string::npos) {  // strtoull would read "-1" as 2^64 - 1
-    StatusOr<int64_t> v = ParseInt64(text);
+    StatusOr<int64_t> v = CheckedInt(text);
     if (v.ok() && *v < 0) return InvalidArgument("flag --", name, ": must be >= 0, got ", *v);
     return InvalidArgument("flag --", name, ": '", text, "' is not a non-negative integer");
   }
@@ -101,17 +101,6 @@ StatusOr<double> Flags::Float(const std::string& name, double def) const {
   return v;
 }
 
-std::vector<std::string> SplitCommas(const std::string& text) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
-  }
-}
-
 StatusOr<std::vector<int64_t>> Flags::PositiveInts(const std::string& name, const std::vector<int64_t>& def) const {
   if (!Has(name)) return def;
   const std::string text = Str(name, "");
@@ -122,7 +111,7 @@ StatusOr<std::vector<int64_t>> Flags::PositiveInts(const std::string& name, cons
   std::vector<int64_t> out;
   for (const std::string& item : SplitCommas(text)) {
     if (item.empty()) return bad("empty item");
-    StatusOr<int64_t> v = ParseInt64(item);
+    StatusOr<int64_t> v = CheckedInt(item);
     if (!v.ok()) return bad(v.status().message());
     if (*v < 1) return bad("items must be >= 1, got " + item);
     out.push_back(*v);

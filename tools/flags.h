@@ -6,12 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "core/parse.h"
 #include "core/status.h"
 
 namespace loom::tools {
-
-// "a,,b" -> {"a", "", "b"}; "" -> {""}.
-std::vector<std::string> SplitCommas(const std::string& text);
 
 class Flags {
  public:

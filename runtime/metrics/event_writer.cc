@@ -108,18 +108,8 @@ Status EventWriter::Write(const tb::Event& event) {
   return file_.Append(FrameRecord(data));
 }
 
-std::string ReplicaDirName(int64_t replica) { return StrCat("replica_", replica); }
-
-StatusOr<std::vector<EventWriter>> CreateReplicaEventWriters(const std::string& dir, int64_t replicas) {
-  if (replicas < 1) return InvalidArgument("event writers for ", replicas, " replicas: need at least one");
-  std::vector<EventWriter> writers;
-  writers.reserve(static_cast<size_t>(replicas));
-  for (int64_t r = 0; r < replicas; ++r) {
-    LOOM_ASSIGN_OR_RETURN(EventWriter w,
-                          EventWriter::Create((std::filesystem::path(dir) / ReplicaDirName(r)).string()));
-    writers.push_back(std::move(w));
-  }
-  return writers;
+std::string ReplicaEventDir(const std::string& run_dir, int64_t replica) {
+  return (std::filesystem::path(run_dir) / StrCat("replica_", replica)).string();
 }
 
 StatusOr<std::vector<tb::Event>> ReadEventFile(const std::string& path) {

@@ -47,11 +47,9 @@ class EventWriter {
   AppendFile file_;
 };
 
-// "replica_<r>": the subdirectory (and so TensorBoard run name) of replica r.
-std::string ReplicaDirName(int64_t replica);
-
-// One writer per replica, writer r in <dir>/replica_<r>/.
-StatusOr<std::vector<EventWriter>> CreateReplicaEventWriters(const std::string& dir, int64_t replicas);
+// "<run_dir>/replica_<r>": where replica r of a fused run writes its event
+// file, so TensorBoard shows one run (curve) per replica.
+std::string ReplicaEventDir(const std::string& run_dir, int64_t replica);
 
 // Every event of a file, after checking both CRCs of every record; errors
 // name the file, the record and its byte offset.

@@ -62,8 +62,8 @@ Status RunLogger::Log(const MetricsRecord& record) {
   if (!tensorboard_) return Status::Ok();
   std::optional<EventWriter>& events = events_[static_cast<size_t>(record.replica)];
   if (!events) {
-    const std::string events_dir = replicas_ == 1 ? dir_ : (fs::path(dir_) / ReplicaDirName(record.replica)).string();
-    LOOM_ASSIGN_OR_RETURN(EventWriter w, EventWriter::Create(events_dir));
+    LOOM_ASSIGN_OR_RETURN(EventWriter w,
+                          EventWriter::Create(replicas_ == 1 ? dir_ : ReplicaEventDir(dir_, record.replica)));
     events = std::move(w);
   }
   return events->AddScalars(record.step, RecordScalars(record));

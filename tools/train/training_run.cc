@@ -89,6 +89,7 @@ std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConf
   pb::util::MessageDifferencer differ;
   for (const char* name : kResumableFields) differ.IgnoreField(proto::TrainConfig::descriptor()->FindFieldByName(name));
   std::string report;
+  differ.set_report_ignores(false);
   differ.ReportDifferencesToString(&report);
   if (differ.Compare(run, given)) return "";
   std::string out;
@@ -105,9 +106,8 @@ std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConf
       if (size_t colon = line.find(": "); colon != std::string::npos) line.insert(colon + 2, "unset -> ");
     } else if (line.rfind("deleted: ", 0) == 0) {
       line = line.substr(std::strlen("deleted: ")) + " -> unset";
-    } else {
-      continue;  // "ignored: " lines name kResumableFields
     }
+    if (line.empty()) continue;
     if (!out.empty()) out += "; ";
     out += line;
   }
@@ -414,7 +414,7 @@ Status Trainer::RestoreLatest() {
   // copy cut short) is moved aside with a warning and the one before it taken.
   Checkpoint ckpt;
   CheckpointFile latest;
-  for (auto it = files.rbegin(); it != files.rend() && latest.path.empty(); ++it) {
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
     StatusOr<Checkpoint> loaded = LoadCheckpoint(it->path);
     if (loaded.ok()) {
       ckpt = std::move(*loaded);
@@ -663,21 +663,20 @@ StatusOr<RunResult> Trainer::Run() {
       }
       // A step that ends an epoch or the run is saved once, below, after
       // its evaluation: a checkpoint at step S follows every record of S.
-      const bool ends_epoch = batch_in_epoch_ >= train_loader_->batches_per_epoch() || done();
+      const bool ends_epoch_or_run = batch_in_epoch_ >= train_loader_->batches_per_epoch() || done();
       const bool periodic = c_.checkpoint_every_steps() > 0 && step_ % c_.checkpoint_every_steps() == 0;
-      if (StopSignals::Received() != 0) {
+      if (const int sig = StopSignals::Received(); sig != 0) {
         LOOM_RETURN_IF_ERROR(SaveCheckpoint());
         progress.Finish();
         std::fprintf(opt_.console, "stopped by %s at step %lld; checkpoint saved: resume with loom train --resume %s\n",
-                     StopSignals::Received() == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step_),
-                     out_dir_.c_str());
+                     sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step_), out_dir_.c_str());
         result.steps = step_;
         result.final_train_loss = last_loss;
         result.seconds = Elapsed();
-        result.stop_signal = StopSignals::Received();
+        result.stop_signal = sig;
         return result;
       }
-      if (periodic && !ends_epoch) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+      if (periodic && !ends_epoch_or_run) LOOM_RETURN_IF_ERROR(SaveCheckpoint());
     }
     const bool epoch_finished = batch_in_epoch_ >= train_loader_->batches_per_epoch();
     if (epoch_finished) {
