@@ -20,6 +20,7 @@ struct SmallModel {
   std::map<std::string, std::string> args;
   models::DataSpec data;  // per-example input and target; num_classes is kClasses
   bool fused_check = true;
+  double step_lr = 0.01;  // the SGD step that must lower the loss on FixedBatch
 };
 
 constexpr int64_t kBatch = 2, kClasses = 5;
@@ -44,7 +45,11 @@ std::vector<SmallModel> SmallModels() {
       {"mobilenet_v2", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
       {"mobilenet_v3_small", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
       {"mobilenet_v3_large", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 16, 16})},
-      {"pointnet_cls", {{"dropout", "0"}}, Features({3, 32})},
+      // Its T-Nets' BatchNorm over 2 examples amplifies rounding: at lr 0.01
+      // the step overshoots in f64 (17.39 -> 408) and the f32 result depends
+      // on the build (-O3: down, the ASan build's -O1: 17.39 -> 203). At
+      // 0.001 it goes down in f64 and f32 alike.
+      {"pointnet_cls", {{"dropout", "0"}}, Features({3, 32}), true, 0.001},
       // 299x299: the smallest input with which the training-mode AuxLogits
       // head (and so its aux_loss) runs; at 1/16 width a step takes ~0.1 s.
       {"inception_v3", {{"width_mult", "0.0625"}, {"dropout", "0"}}, Features({3, 299, 299})},
@@ -103,7 +108,7 @@ TEST_CASE("one training step lowers each zoo model's loss on a fixed batch") {
       INFO(built.ToString());
       REQUIRE(built.ok());
     }
-    auto change = models::testing::LossAcrossOneStep(m.graph(), FixedBatch(s.data, DType::kF32), 0.01);
+    auto change = models::testing::LossAcrossOneStep(m.graph(), FixedBatch(s.data, DType::kF32), s.step_lr);
     if (!change.ok()) FAIL(change.status().ToString());
     INFO("loss " << change->before << " -> " << change->after);
     CHECK(std::isfinite(change->before));
