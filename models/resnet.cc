@@ -87,7 +87,7 @@ ResNetOptions ResNet101Options(int64_t num_classes) {
 StatusOr<ResNetStem> ParseResNetStem(const std::string& stem) {
   if (stem == "imagenet") return ResNetStem::kImageNet;
   if (stem == "cifar") return ResNetStem::kCifar;
-  return InvalidArgument("argument stem: '", stem, "' is not a ResNet stem (imagenet, cifar)");
+  return InvalidArgument("argument stem: '", Excerpt(stem), "' is not a ResNet stem (imagenet, cifar)");
 }
 
 Sym ResNet(Model& m, Sym x, const ResNetOptions& o, const std::string& name) {

@@ -83,6 +83,13 @@ TEST_CASE("a long model name is cut in the message") {
   CHECK_THAT(message, Catch::StartsWith("unknown model '" + std::string(64, 'n') + "... (52428800 bytes)' (the zoo has: mlp"));
 }
 
+TEST_CASE("a long argument value is cut in the message") {
+  Model m;
+  const std::string message =
+      BuildClassifier(m, "resnet18", {{"stem", std::string(1000, 's')}}, {3, 32, 32}, 2, 10).message();
+  CHECK(message == "argument stem: '" + std::string(64, 's') + "... (1000 bytes)' is not a ResNet stem (imagenet, cifar)");
+}
+
 }  // namespace
 TEST_CASE("the zoo's mobilenets have torchvision's parameter counts") {
   const std::pair<const char*, int64_t> expected[] = {

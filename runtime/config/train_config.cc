@@ -26,6 +26,9 @@ namespace pb = google::protobuf;
 // Pixels of data.augment.random_crop_padding on each side, at most: recipes
 // pad by 2 to 4; a padding the size of the image crops mostly zeros.
 constexpr int64_t kMaxCropPadding = 64;
+// Pixels of data.augment.crop_size, at most: GAN recipes crop 32 to 128; the
+// loader allocates crop_size^2 pixels per example.
+constexpr int64_t kMaxCropSize = 1024;
 
 class CollectErrors : public pb::io::ErrorCollector {
  public:
@@ -306,8 +309,8 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
     k.AtLeast(d.num_classes(), 2, "data.num_classes");
     k.AtLeast(d.num_examples(), 1, "data.num_examples");
   }
-  k.Require(d.augment().crop_size() >= 0, "data.augment.crop_size",
-            StrCat("must be >= 0, got ", d.augment().crop_size()));
+  k.Require(d.augment().crop_size() >= 0 && d.augment().crop_size() <= kMaxCropSize, "data.augment.crop_size",
+            StrCat("must be in [0, ", kMaxCropSize, "] (pixels), got ", d.augment().crop_size()));
   if (d.dataset() == "point_clouds") {
     k.Require(d.num_points() >= 0, "data.num_points", StrCat("must be >= 1, got ", d.num_points()));
     k.Require(d.num_examples() >= 0, "data.num_examples", StrCat("must be >= 1, got ", d.num_examples()));

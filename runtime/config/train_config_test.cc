@@ -94,7 +94,7 @@ TEST_CASE("a directory given as the config file is named as such") {
   CHECK(c.status().message() == dir.string() + ": is a directory, not a config file");
 }
 
-TEST_CASE("threads and random_crop_padding have upper bounds") {
+TEST_CASE("threads, random_crop_padding and crop_size have upper bounds") {
   const std::string base = "model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\n";
   const std::string threads = Error(base + "threads: 100000");
   CHECK_THAT(threads, Catch::StartsWith("cfg.pbtxt:3: field threads: must be <= 1024 (this machine has "));
@@ -105,6 +105,10 @@ TEST_CASE("threads and random_crop_padding have upper bounds") {
         "cfg.pbtxt:4: field data.augment.random_crop_padding: must be in [0, 64] (pixels on each side), got 100000");
   CHECK(ParseTrainConfig("model { name: \"mlp\" }\ndata { dataset: \"mnist\" augment { random_crop_padding: 64 } }",
                          "cfg.pbtxt").ok());
+  CHECK(Error("model { name: \"dcgan\" }\ndata {\n  dataset: \"mnist\"\n  augment { crop_size: 100000 }\n}") ==
+        "cfg.pbtxt:4: field data.augment.crop_size: must be in [0, 1024] (pixels), got 100000");
+  CHECK(Error("model { name: \"dcgan\" }\ndata {\n  dataset: \"mnist\"\n  augment { crop_size: -1 }\n}") ==
+        "cfg.pbtxt:4: field data.augment.crop_size: must be in [0, 1024] (pixels), got -1");
 }
 
 TEST_CASE("long values are cut in messages") {
