@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev          # logging (pulls libfmt-dev)
   libprotobuf-dev protobuf-compiler   # IR / config serialization
   catch2                 # tests (v2 API)
+  clang libclang-rt-14-dev  # libFuzzer for the fuzz targets (tests/fuzz/run.sh)
   zlib1g-dev             # gzip IDX files
   dataset-fashion-mnist  # the real training data
   jargon-text            # English text (the Jargon File) for the language-model configs

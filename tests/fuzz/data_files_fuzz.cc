@@ -1,0 +1,33 @@
+// The data file readers: raw or gzip bytes, IDX images and labels, and the
+// text dataset (char and byte level). Any file is refused with a Status or
+// read into consistent sizes; nothing may read out of bounds.
+#include <vector>
+
+#include "runtime/data/file_io.h"
+#include "runtime/data/idx.h"
+#include "runtime/data/text.h"
+#include "tests/fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using loom::fuzz::Require;
+  const std::string& path = loom::fuzz::AsFile(data, size);
+  (void)loom::ReadFileBytes(path);
+  if (auto images = loom::ReadIdxImages(path); images.ok()) {
+    Require(images->shape().rank() == 3, "IDX images are not [N, rows, cols]");
+    for (float v : images->ToDoubleVector()) Require(v >= 0 && v <= 1, "an IDX pixel is outside [0, 1]");
+  }
+  if (auto labels = loom::ReadIdxLabels(path); labels.ok()) Require(labels->shape().rank() == 1, "IDX labels are not [N]");
+  for (loom::TextLevel level : {loom::TextLevel::kChar, loom::TextLevel::kByte}) {
+    loom::TextDatasetOptions o;
+    o.seq_len = 4;
+    o.level = level;
+    auto text = loom::TokenStreamDataset::FromFile(path, o);
+    if (!text.ok()) continue;
+    std::vector<int64_t> input(4), target(4);
+    for (int64_t i = 0; i < (*text)->size() && i < 64; ++i) {
+      (*text)->Get(i, input.data(), target.data());
+      for (int64_t t : input) Require(t >= 0 && t < (*text)->input_vocabulary(), "a token id outside the vocabulary");
+    }
+  }
+  return 0;
+}
