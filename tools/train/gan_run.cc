@@ -21,6 +21,7 @@
 #include "runtime/metrics/run_logger.h"
 #include "runtime/metrics/summary_table.h"
 #include "tools/train/run_parts.h"
+#include "tools/train/stop_signals.h"
 
 namespace loom::train {
 namespace {
@@ -235,6 +236,7 @@ StatusOr<RunResult> GanTrainer::Run() {
   lo.tensorboard = c_.tensorboard();
   lo.replicas = replicas();
   LOOM_ASSIGN_OR_RETURN(metrics::RunLogger logger, metrics::RunLogger::Create(out_dir_, lo));
+  const StopSignals stop_signals;
   metrics::ProgressOptions po;
   po.total_steps = total_steps_;
   po.line_every_steps = c_.log_every_steps();
@@ -312,6 +314,19 @@ StatusOr<RunResult> GanTrainer::Run() {
         }
         window_steps = 0;
         window_start = Clock::now();
+      }
+      if (const int sig = StopSignals::Received(); sig != 0) {
+        // GAN runs do not resume yet, so no checkpoint of a part-done epoch.
+        progress.Finish();
+        std::fprintf(opt_.console, "stopped by %s at iteration %lld; GAN runs do not resume yet (the newest checkpoint "
+                     "is of epoch %lld)\n", StopSignals::Name(sig), static_cast<long long>(step_),
+                     static_cast<long long>(epoch_));
+        RunResult stopped;
+        stopped.out_dir = out_dir_;
+        stopped.steps = step_;
+        stopped.final_train_loss = last[0].loss_d;
+        stopped.stop_signal = sig;
+        return stopped;
       }
     }
     ++epoch_;

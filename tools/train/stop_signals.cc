@@ -48,4 +48,6 @@ StopSignals::~StopSignals() {
 
 int StopSignals::Received() { return received.load(); }
 
+const char* StopSignals::Name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+
 }  // namespace loom::train

@@ -18,6 +18,8 @@ class StopSignals {
   // 128 + signal: the exit status a shell reports for a process the signal
   // ended (130 for SIGINT, 143 for SIGTERM).
   static int ExitStatus(int signal) { return 128 + signal; }
+  // "SIGINT" or "SIGTERM".
+  static const char* Name(int signal);
 };
 
 }  // namespace loom::train

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -669,7 +668,7 @@ StatusOr<RunResult> Trainer::Run() {
         LOOM_RETURN_IF_ERROR(SaveCheckpoint());
         progress.Finish();
         std::fprintf(opt_.console, "stopped by %s at step %lld; checkpoint saved: resume with loom train --resume %s\n",
-                     sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step_), out_dir_.c_str());
+                     StopSignals::Name(sig), static_cast<long long>(step_), out_dir_.c_str());
         result.steps = step_;
         result.final_train_loss = last_loss;
         result.seconds = Elapsed();
