@@ -1,11 +1,13 @@
-// The data file readers: raw or gzip bytes, IDX images and labels, and the
-// text dataset (char and byte level). Any file is refused with a Status or
+// The data file readers: raw or gzip bytes, IDX images and labels, the
+// text dataset (char and byte level) and the text-classes dataset (the
+// input's halves as two class files). Any file is refused with a Status or
 // read into consistent sizes; nothing may read out of bounds.
 #include <vector>
 
 #include "runtime/data/file_io.h"
 #include "runtime/data/idx.h"
 #include "runtime/data/text.h"
+#include "runtime/data/text_classes.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -27,6 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t i = 0; i < (*text)->size() && i < 64; ++i) {
       (*text)->Get(i, input.data(), target.data());
       for (int64_t t : input) Require(t >= 0 && t < (*text)->input_vocabulary(), "a token id outside the vocabulary");
+    }
+  }
+  loom::TextClassOptions tc;
+  tc.seq_len = 4;
+  if (auto classes = loom::TextClassDataset::FromFiles(loom::fuzz::AsTwoFiles(data, size), tc); classes.ok()) {
+    std::vector<int64_t> input(4);
+    int64_t label = -1;
+    for (int64_t i = 0; i < (*classes)->size() && i < 64; ++i) {
+      (*classes)->Get(i, input.data(), &label);
+      Require(label == 0 || label == 1, "a text class outside the two files");
+      for (int64_t t : input) Require(t >= 0 && t < (*classes)->input_vocabulary(), "a token id outside the vocabulary");
     }
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace loom::fuzz {
 
@@ -27,6 +28,18 @@ inline const std::string& AsFile(const uint8_t* data, size_t size) {
   std::ofstream(InputPath(), std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
                                                                       static_cast<std::streamsize>(size));
   return InputPath();
+}
+
+// Writes the input's two halves to two files (for readers of several files)
+// and returns their paths.
+inline std::vector<std::string> AsTwoFiles(const uint8_t* data, size_t size) {
+  std::vector<std::string> paths = {InputPath() + ".a", InputPath() + ".b"};
+  const size_t half = size / 2;
+  std::ofstream(paths[0], std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data),
+                                                                   static_cast<std::streamsize>(half));
+  std::ofstream(paths[1], std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data + half),
+                                                                   static_cast<std::streamsize>(size - half));
+  return paths;
 }
 
 // A broken invariant: abort, so that libFuzzer keeps the input as a crash.
