@@ -121,7 +121,7 @@ constexpr const char* kGeneratorScope = "netG";
 constexpr const char* kDiscriminatorScope = "netD";
 
 // Builds the forward graph of one training step of a zoo GAN for images of
-// `image` shape [C, H, W] (tools/train/gan_run.h alternates the two):
+// `image` shape [C, H, W] (train/gan_run.h alternates the two):
 //  kDiscriminator: inputs "real" [batch, C, H, W] and "noise" [batch, nz];
 //    outputs "loss" = BCE(D(real), 1) + BCE(D(G(noise)), 0), "d_real" and
 //    "d_fake" (the mean of D's sigmoid output on each batch);

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <cstdlib>
+#include <fstream>
 
 #include "core/rng.h"
 #include "graph/autodiff.h"
@@ -347,6 +349,27 @@ TEST_CASE("every forward op of the catalogue has a fusion case") {
 
 TEST_CASE("fused ops of 3 replicas equal 3 separate ops, forward and backward") {
   for (const FuseCase& c : Cases()) CheckFusedAgainstSeparate(c);
+}
+
+
+// TEMP golden dump (helper): the fused graph of every case.
+TEST_CASE("dump fused graphs", "[.dump]") {
+  const char* dir = std::getenv("LOOM_FUSION_DUMP");
+  REQUIRE(dir != nullptr);
+  std::ofstream out(std::string(dir) + "/ops.txt");
+  for (const FuseCase& c : Cases()) {
+    std::vector<TensorType> probe_types;
+    const Graph single = BuildSingle(c, &probe_types);
+    FusionOptions options;
+    options.replicas = kR;
+    options.seeds = kSeeds;
+    options.unfused_layers = c.unfused;
+    for (size_t i = 0; i < c.in.size(); ++i)
+      if (c.in[i].kind == Kind::kPerReplicaInput) options.per_replica_inputs.insert(InName(i));
+    auto fused = FuseReplicas(single, options);
+    REQUIRE(fused.ok());
+    out << "=== " << c.label << "\n" << fused->ToString();
+  }
 }
 
 }  // namespace

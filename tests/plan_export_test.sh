@@ -166,7 +166,7 @@ def fields(b):  # protobuf wire format: (field, wire type, value)
         else: raise ValueError("wire type %d" % w)
         yield f, w, v
 
-def load(path):  # runtime/checkpoint/checkpoint.cc: prelude, header, data
+def load(path):  # train/checkpoint/checkpoint.cc: prelude, header, data
     data = open(path, "rb").read()
     assert data[:8] == b"LOOMCKPT", path
     header_bytes = struct.unpack_from("<Q", data, 16)[0]

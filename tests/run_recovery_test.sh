@@ -71,5 +71,5 @@ for sig in TERM INT; do
   echo "stopped at step $stopped, resumed"
 done
 
-# A second signal ending the run at once: tools/train/stop_signals_test.cc.
+# A second signal ending the run at once: train/stop_signals_test.cc.
 echo "PASS"

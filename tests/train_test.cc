@@ -8,8 +8,8 @@
 #include "graph/model.h"
 #include "models/mlp.h"
 #include "graph/training.h"
-#include "runtime/data/idx.h"
-#include "runtime/data/loader.h"
+#include "train/data/idx.h"
+#include "train/data/loader.h"
 #include "runtime/executor.h"
 
 namespace loom {

@@ -4,6 +4,8 @@
 // 1e-9 relative: only the summation order inside products differs).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 
 #include "core/rng.h"
 #include "graph/fusion.h"
@@ -168,6 +170,24 @@ TEST_CASE("each zoo GAN's steps train, and fused as 2 replicas equal 2 separate 
         CHECK(models::testing::FusedMismatch(*run) == "");
       }
     }
+  }
+}
+
+
+// TEMP golden dump (helper): the fused graph of every zoo model.
+TEST_CASE("dump fused zoo graphs", "[.dump]") {
+  const char* dir = std::getenv("LOOM_FUSION_DUMP");
+  REQUIRE(dir != nullptr);
+  std::ofstream out(std::string(dir) + "/zoo.txt");
+  for (const SmallModel& s : SmallModels()) {
+    if (IsGan(s)) continue;
+    Model m(DType::kF64);
+    REQUIRE(models::BuildSupervised(m, s.name, s.args, s.data, kBatch).ok());
+    auto fused = FuseReplicas(m.graph(), FusionOptions{2, {7, 8}, {}, {}});
+    REQUIRE(fused.ok());
+    out << "=== " << s.name << "\n" << fused->ToString();
+    auto train = BuildFusedTrainingGraph(*fused, "loss", std::vector<OptimizerConfig>(2), true);
+    if (train.ok()) out << "--- train\n" << train->ToString();
   }
 }
 

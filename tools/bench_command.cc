@@ -21,13 +21,13 @@
 #include "graph/training.h"
 #include "models/mlp.h"
 #include "models/zoo.h"
-#include "runtime/config/train_config.h"
-#include "runtime/data/loader.h"
+#include "train/config/train_config.h"
+#include "train/data/loader.h"
 #include "runtime/executor.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "tools/train/run_parts.h"
-#include "tools/train/training_run.h"
+#include "train/run_parts.h"
+#include "train/training_run.h"
 
 namespace loom::tools {
 namespace {

@@ -4,7 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "runtime/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "core/crc32c.h"
 #include "tools/commands.h"
 

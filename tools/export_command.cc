@@ -1,7 +1,7 @@
 // `loom export --checkpoint FILE --replica R --out FILE`: one replica of a
 // fused run's checkpoint as an ordinary single-model checkpoint.
 //
-// A fused run's checkpoint (tools/train/training_run.cc, Trainer::SaveCheckpoint)
+// A fused run's checkpoint (train/training_run.cc, Trainer::SaveCheckpoint)
 // holds the replica array: tensors named as the single model's state but
 // shaped [R_running, ...], row i being the i-th replica (in config order)
 // whose string value "replica_<r>/status" is "running"; and, for replicas
@@ -19,9 +19,9 @@
 #include <filesystem>
 #include <cstring>
 
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/config/replicas.h"
-#include "runtime/config/train_config.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/config/replicas.h"
+#include "train/config/train_config.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 

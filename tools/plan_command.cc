@@ -17,12 +17,12 @@
 #include "graph/model.h"
 #include "graph/training.h"
 #include "models/zoo.h"
-#include "runtime/config/train_config.h"
+#include "train/config/train_config.h"
 #include "runtime/step_memory.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "tools/train/run_parts.h"
-#include "tools/train/training_run.h"
+#include "train/run_parts.h"
+#include "train/training_run.h"
 
 namespace loom::tools {
 namespace {

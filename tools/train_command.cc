@@ -7,8 +7,8 @@
 #include "core/logging.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "tools/train/stop_signals.h"
-#include "tools/train/training_run.h"
+#include "train/stop_signals.h"
+#include "train/training_run.h"
 
 namespace loom::tools {
 

@@ -3,7 +3,7 @@
 // that saves and loads back with the same tensors.
 #include <cstring>
 
-#include "runtime/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

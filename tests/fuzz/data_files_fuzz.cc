@@ -4,10 +4,10 @@
 // read into consistent sizes; nothing may read out of bounds.
 #include <vector>
 
-#include "runtime/data/file_io.h"
-#include "runtime/data/idx.h"
-#include "runtime/data/text.h"
-#include "runtime/data/text_classes.h"
+#include "train/data/file_io.h"
+#include "train/data/idx.h"
+#include "train/data/text.h"
+#include "train/data/text_classes.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

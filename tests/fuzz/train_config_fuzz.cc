@@ -3,7 +3,7 @@
 // to the same config.
 #include <string>
 
-#include "runtime/config/train_config.h"
+#include "train/config/train_config.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

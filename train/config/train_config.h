@@ -1,0 +1,49 @@
+// Loading `loom train` config files (text protobuf, schema in
+// train_config.proto, documented in docs/train_config.md). Unknown fields,
+// wrong types and out-of-range values are errors of the form
+//   FILE:LINE: field data.batch_size: must be >= 1, got 0
+// Defaults are filled in after checking, so the resolved config written to a
+// run's folder repeats the run exactly.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/status.h"
+#include "train/config/train_config.pb.h"
+
+namespace loom {
+
+// Parses, checks and fills defaults. `name` (the file's stem) is kept for
+// naming the run folder.
+StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path);
+// The same for text already in memory (`origin` names it in errors).
+StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin);
+
+// Checks ranges and names; `where` maps a dotted field path to "FILE:LINE"
+// (empty when the field is not in the file: the message then names the file).
+// The replicas, sweep and fusion blocks are checked here too; each replica's
+// own config is checked when it is expanded (train/config/replicas.h),
+// which LoadTrainConfig and ParseTrainConfig do for a fused config.
+Status ValidateTrainConfig(const proto::TrainConfig& config,
+                           const std::function<std::string(const std::string&)>& where);
+// The same, with `name` choosing how a message names a field (a dotted path):
+// the expanded replicas of a fused config say "replicas[2].optimizer.lr".
+Status ValidateTrainConfig(const proto::TrainConfig& config,
+                           const std::function<std::string(const std::string&)>& where,
+                           const std::function<std::string(const std::string&)>& name);
+// Defaults of a fused config's fusion block (isolate_divergence true; early
+// stop every 1 epoch, keep 0.5, metric test_accuracy) are filled here too.
+void FillDefaults(proto::TrainConfig* config);
+
+std::string TrainConfigToText(const proto::TrainConfig& config);
+
+// The CPU threads a config (or `loom train --threads`) may ask for: 0 (all
+// cores) up to kMaxThreads (more is a typo, and may not start at all). The
+// error's message says what is wrong: "must be <= 1024 (...), got N".
+constexpr int64_t kMaxThreads = 1024;
+Status CheckThreadCount(int64_t threads);
+
+
+}  // namespace loom

@@ -1,0 +1,376 @@
+#include "train/gan_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/file_util.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "graph/fusion.h"
+#include "graph/model.h"
+#include "graph/training.h"
+#include "models/zoo.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/run_dir.h"
+#include "train/config/replicas.h"
+#include "runtime/executor.h"
+#include "train/metrics/progress.h"
+#include "train/metrics/run_logger.h"
+#include "train/metrics/summary_table.h"
+#include "train/run_parts.h"
+#include "train/stop_signals.h"
+
+namespace loom::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kSampleGrid = 8;  // samples/*.pgm: 8 x 8 images
+
+// A config whose optimizer is the discriminator's: `optimizer` with the
+// fields that `discriminator_optimizer` sets.
+proto::TrainConfig DiscriminatorConfig(const proto::TrainConfig& c, const proto::OptimizerConfig& overrides) {
+  proto::TrainConfig d = c;
+  d.mutable_optimizer()->MergeFrom(overrides);
+  return d;
+}
+
+// One GAN, or one fused array of them; its per-replica configs.
+struct Member {
+  std::string label;
+  proto::TrainConfig generator, discriminator;  // the same but for the optimizer
+};
+
+class GanTrainer {
+ public:
+  GanTrainer(const RunOptions& o, std::string out_dir) : opt_(o), c_(o.config), out_dir_(std::move(out_dir)) {}
+  Status Prepare();
+  StatusOr<RunResult> Run();
+
+ private:
+  bool fused() const { return fused_; }
+  int64_t replicas() const { return static_cast<int64_t>(members_.size()); }
+  // The training step of one network, fused when the run is.
+  StatusOr<Graph> StepGraph(models::GanStep step);
+  FusionOptions Fusion() const;
+  Tensor LearningRates(bool discriminator) const;
+  Tensor Noise(int64_t rows, uint64_t key) const;
+  Status WriteSamples(int64_t epoch);
+  Status SaveCheckpoint();
+
+  RunOptions opt_;
+  proto::TrainConfig c_;
+  std::string out_dir_;
+  bool fused_ = false;
+  std::vector<Member> members_;
+  Datasets data_;
+  std::unique_ptr<DataLoader> loader_;
+  Shape image_;  // [C, H, W] as the loader gives it (after padding)
+  int64_t nz_ = 0;
+  std::unique_ptr<Executor> d_step_, g_step_, sampler_;
+  std::vector<std::unique_ptr<Schedule>> g_schedules_, d_schedules_;
+  int64_t total_steps_ = 0, step_ = 0, epoch_ = 0;
+  Clock::time_point start_ = Clock::now();
+};
+
+// Copies every state tensor `to` shares with `from` (the networks'
+// parameters and BatchNorm statistics; optimizer slots belong to one step).
+Status ShareState(const Executor& from, Executor* to) {
+  for (const auto& [name, t] : to->state()) {
+    auto it = from.state().find(name);
+    if (it != from.state().end()) LOOM_RETURN_IF_ERROR(to->SetState(name, it->second));
+  }
+  return Status::Ok();
+}
+
+// One replica per member, with its seed; the config's unfused layers.
+FusionOptions GanTrainer::Fusion() const {
+  FusionOptions fo;
+  fo.replicas = static_cast<int>(replicas());
+  for (const Member& mem : members_) fo.seeds.push_back(mem.generator.seed());
+  fo.unfused_layers.assign(c_.fusion().unfused_layers().begin(), c_.fusion().unfused_layers().end());
+  return fo;
+}
+
+StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
+  const bool discriminator = step == models::GanStep::kDiscriminator;
+  Model m;
+  LOOM_RETURN_IF_ERROR(models::BuildGanStep(m, c_.model().name(), {c_.model().args().begin(), c_.model().args().end()},
+                                            image_, c_.data().batch_size(), step));
+  std::vector<OptimizerConfig> opts;
+  for (const Member& mem : members_) {
+    opts.push_back(ToOptimizerConfig((discriminator ? mem.discriminator : mem.generator).optimizer()));
+    opts.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
+  }
+  if (!fused()) return BuildTrainingGraph(m.graph(), "loss", opts[0]);
+  LOOM_ASSIGN_OR_RETURN(Graph fused_graph, FuseReplicas(m.graph(), Fusion()));
+  return BuildFusedTrainingGraph(fused_graph, "loss", opts, /*isolate_divergence=*/false);
+}
+
+Status GanTrainer::Prepare() {
+  if (opt_.resume) return Unimplemented("--resume of GAN runs is not supported yet; start the run again");
+  if (!opt_.init_from.empty()) return Unimplemented("--init-from is not supported for GAN runs yet");
+  if (c_.threads() > 0) ThreadPool::SetDefaultThreads(static_cast<int>(c_.threads()));
+  LOOM_RETURN_IF_ERROR(ThreadPool::StartDefault());
+  fused_ = IsFused(c_);
+  if (c_.fusion().has_early_stop() || c_.fusion().per_replica_data_order())
+    return Unimplemented("fusion.early_stop and fusion.per_replica_data_order are not supported for GAN runs yet");
+  if (fused_) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<ReplicaSpec> specs, ExpandReplicas(c_));
+    for (const ReplicaSpec& s : specs)
+      members_.push_back({s.label, s.config, DiscriminatorConfig(s.config, c_.discriminator_optimizer())});
+  } else {
+    members_.push_back({"0", c_, DiscriminatorConfig(c_, c_.discriminator_optimizer())});
+  }
+  LOOM_ASSIGN_OR_RETURN(data_, LoadDatasets(c_.data()));
+  if (data_.train->input_spec().dtype != DType::kF32 || data_.train->input_spec().shape.rank() != 3)
+    return InvalidArgument("model ", c_.model().name(), " is a GAN of images; data.dataset '", c_.data().dataset(),
+                           "' gives ", data_.train->input_spec().ToString());
+  LOOM_ASSIGN_OR_RETURN(loader_, DataLoader::Create(data_.train, LoaderOptions(c_, data_, true)));
+  const Shape& batch_shape = loader_->input_shape();
+  image_ = Shape(std::vector<int64_t>(batch_shape.dims().begin() + 1, batch_shape.dims().end()));
+
+  LOOM_ASSIGN_OR_RETURN(Graph d_graph, StepGraph(models::GanStep::kDiscriminator));
+  LOOM_ASSIGN_OR_RETURN(Graph g_graph, StepGraph(models::GanStep::kGenerator));
+  ExecutorOptions eo;
+  eo.seed = c_.seed();
+  LOOM_ASSIGN_OR_RETURN(d_step_, Executor::Create(d_graph, eo));
+  LOOM_ASSIGN_OR_RETURN(g_step_, Executor::Create(g_graph, eo));
+  LOOM_RETURN_IF_ERROR(d_step_->InitializeState(c_.seed()));
+  LOOM_RETURN_IF_ERROR(g_step_->InitializeState(c_.seed()));
+  LOOM_RETURN_IF_ERROR(ShareState(*d_step_, g_step_.get()));  // one start for both
+  nz_ = d_graph.type(d_graph.node(*d_graph.FindNode("noise")).outputs[0]).shape[1];
+
+  // The sampler: G in evaluation mode on a fixed noise batch.
+  Model sample_model;
+  sample_model.set_training(false);
+  LOOM_RETURN_IF_ERROR(models::BuildGanStep(sample_model, c_.model().name(),
+                                            {c_.model().args().begin(), c_.model().args().end()}, image_,
+                                            kSampleGrid * kSampleGrid, models::GanStep::kGenerator));
+  Graph sample_graph = sample_model.graph();
+  if (fused()) {
+    LOOM_ASSIGN_OR_RETURN(sample_graph, FuseReplicas(sample_graph, Fusion()));
+  }
+  LOOM_ASSIGN_OR_RETURN(sampler_, Executor::Create(sample_graph, eo));
+
+  const int64_t per_epoch = loader_->batches_per_epoch();
+  total_steps_ = per_epoch * c_.epochs();
+  if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
+  for (const Member& mem : members_) {
+    LOOM_ASSIGN_OR_RETURN(auto g, BuildSchedule(mem.generator, per_epoch, total_steps_));
+    LOOM_ASSIGN_OR_RETURN(auto d, BuildSchedule(mem.discriminator, per_epoch, total_steps_));
+    g_schedules_.push_back(std::move(g));
+    d_schedules_.push_back(std::move(d));
+  }
+  return Status::Ok();
+}
+
+Tensor GanTrainer::LearningRates(bool discriminator) const {
+  const auto& schedules = discriminator ? d_schedules_ : g_schedules_;
+  Tensor lr = Tensor::Zeros(fused() ? Shape({replicas()}) : Shape{}, DType::kF32);
+  for (int64_t r = 0; r < replicas(); ++r) lr.data<float>()[r] = static_cast<float>(schedules[r]->LearningRate(step_));
+  return lr;
+}
+
+// N(0, 1) noise [rows, nz], a function of (seed, key): shared by the
+// replicas and by the two steps of an iteration.
+Tensor GanTrainer::Noise(int64_t rows, uint64_t key) const {
+  Tensor z = Tensor::Zeros({rows, nz_}, DType::kF32);
+  Rng rng = Rng::Stream(c_.seed(), 0x6e6f697365 /* "noise" */, key);
+  for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = static_cast<float>(rng.Normal());
+  return z;
+}
+
+// An 8 x 8 grid of G's images per replica, [-1, 1] mapped to 0..255; binary
+// PGM (one channel) or PPM (three).
+Status GanTrainer::WriteSamples(int64_t epoch) {
+  for (const auto& [name, t] : sampler_->state()) {
+    auto it = g_step_->state().find(name);
+    if (it != g_step_->state().end()) LOOM_RETURN_IF_ERROR(sampler_->SetState(name, it->second));
+  }
+  const int64_t n = kSampleGrid * kSampleGrid;
+  LOOM_ASSIGN_OR_RETURN(auto out, sampler_->Run({{"noise", Noise(n, ~uint64_t{0})}}));
+  const Tensor& fake = out.at("fake");  // [n, C, H, W], fused [R, n, C, H, W]
+  const int64_t c = image_[0], h = image_[1], w = image_[2];
+  if (c != 1 && c != 3) return Status::Ok();  // no image format for other channel counts
+  std::filesystem::create_directories(out_dir_ + "/samples");
+  for (int64_t r = 0; r < replicas(); ++r) {
+    const float* images = fake.data<float>() + r * n * c * h * w;
+    const int64_t width = kSampleGrid * w, height = kSampleGrid * h;
+    std::string file = (c == 1 ? "P5\n" : "P6\n") + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
+    const size_t header = file.size();
+    file.resize(header + static_cast<size_t>(width * height * c));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t y = 0; y < h; ++y)
+          for (int64_t x = 0; x < w; ++x) {
+            const float v = images[((i * c + ch) * h + y) * w + x];
+            const int64_t row = (i / kSampleGrid) * h + y, col = (i % kSampleGrid) * w + x;
+            file[header + static_cast<size_t>((row * width + col) * c + ch)] =
+                static_cast<char>(std::clamp(std::lround((v + 1) * 127.5), 0L, 255L));
+          }
+    const std::string path = out_dir_ + "/samples/epoch_" + std::to_string(epoch) +
+                             (fused() ? "_r" + std::to_string(r) : std::string()) + (c == 1 ? ".pgm" : ".ppm");
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(path, file));
+  }
+  return Status::Ok();
+}
+
+// Both steps' state (their shared tensors are equal after each step).
+Status GanTrainer::SaveCheckpoint() {
+  Checkpoint ckpt;
+  for (const auto* exec : {d_step_.get(), g_step_.get()})
+    for (const auto& [name, t] : exec->state()) ckpt.tensors[name] = t;
+  ckpt.position.global_step = step_;
+  ckpt.position.epoch = epoch_;
+  ckpt.position.executor_step = d_step_->step();
+  ckpt.seeds["init"] = c_.seed();
+  ckpt.config_text = TrainConfigToText(c_);
+  return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
+}
+
+StatusOr<RunResult> GanTrainer::Run() {
+  metrics::RunLoggerOptions lo;
+  lo.tensorboard = c_.tensorboard();
+  lo.replicas = replicas();
+  LOOM_ASSIGN_OR_RETURN(metrics::RunLogger logger, metrics::RunLogger::Create(out_dir_, lo));
+  const StopSignals stop_signals;
+  metrics::ProgressOptions po;
+  po.total_steps = total_steps_;
+  po.line_every_steps = c_.log_every_steps();
+  metrics::ProgressBar progress(opt_.console, po);
+  progress.PrintLine(StrCat("run ", out_dir_, ": GAN ", c_.model().name(),
+                            fused() ? StrCat(", ", replicas(), " fused replicas") : std::string(), ", ",
+                            data_.train->size(), " images ", image_.ToString(), ", ", total_steps_, " iterations, ",
+                            ThreadPool::Default().num_threads(), " threads"));
+  for (const Member& mem : members_)
+    if (fused()) progress.PrintLine(StrCat("  replica ", mem.label));
+
+  const int64_t batch = c_.data().batch_size();
+  const int64_t n = replicas();
+  struct Window {
+    double loss_d = 0, loss_g = 0, d_real = 0, d_fake = 0;
+  };
+  std::vector<Window> window(n), last(n);
+  int64_t window_steps = 0;
+  auto window_start = Clock::now();
+  Tensor step_t = Tensor::Zeros({}, DType::kF32);
+  Tensor mask = Tensor::Zeros({n}, DType::kF32);
+  mask.Fill(1);
+  while (step_ < total_steps_ && epoch_ < c_.epochs()) {
+    LOOM_RETURN_IF_ERROR(loader_->Start(epoch_));
+    Batch b;
+    for (;;) {
+      if (step_ >= total_steps_) break;
+      LOOM_ASSIGN_OR_RETURN(bool more, loader_->Next(&b));
+      if (!more) break;
+      step_t.Fill(static_cast<double>(step_ + 1));
+      const Tensor z = Noise(batch, static_cast<uint64_t>(step_));
+      std::map<std::string, Tensor> feeds = {
+          {"real", b.input}, {"noise", z}, {"lr", LearningRates(true)}, {"step", step_t}};
+      if (fused()) feeds[kReplicaMaskInput] = mask;
+      LOOM_ASSIGN_OR_RETURN(auto d_out, d_step_->Run(feeds));
+      LOOM_RETURN_IF_ERROR(ShareState(*d_step_, g_step_.get()));
+      feeds.erase("real");
+      feeds["lr"] = LearningRates(false);
+      LOOM_ASSIGN_OR_RETURN(auto g_out, g_step_->Run(feeds));
+      LOOM_RETURN_IF_ERROR(ShareState(*g_step_, d_step_.get()));
+      ++step_;
+      const std::vector<double> loss_d = d_out["loss"].ToDoubleVector(), loss_g = g_out["loss"].ToDoubleVector();
+      const std::vector<double> d_real = d_out["d_real"].ToDoubleVector(), d_fake = g_out["d_fake"].ToDoubleVector();
+      for (int64_t r = 0; r < n; ++r) {
+        if (!std::isfinite(loss_d[r]) || !std::isfinite(loss_g[r]))
+          return FailedPrecondition("GAN ", members_[r].label, ": the ", std::isfinite(loss_d[r]) ? "generator" : "discriminator",
+                                    " loss became ", std::isfinite(loss_d[r]) ? loss_g[r] : loss_d[r], " at iteration ",
+                                    step_, "; lower the learning rates");
+        last[r] = {loss_d[r], loss_g[r], d_real[r], d_fake[r]};
+        window[r].loss_d += loss_d[r];
+        window[r].loss_g += loss_g[r];
+        window[r].d_real += d_real[r];
+        window[r].d_fake += d_fake[r];
+      }
+      ++window_steps;
+      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+      const double samples_per_s = secs > 0 ? static_cast<double>(window_steps * batch * n) / secs : 0;
+      progress.Update(step_, loss_d[0], samples_per_s);
+      if (step_ % c_.log_every_steps() == 0) {
+        for (int64_t r = 0; r < n; ++r) {
+          metrics::MetricsRecord rec;
+          rec.replica = r;
+          rec.epoch = epoch_ + 1;
+          rec.step = step_;
+          rec.samples_per_s = samples_per_s / static_cast<double>(n);
+          rec.time_s = std::chrono::duration<double>(Clock::now() - start_).count();
+          const double k = static_cast<double>(window_steps);
+          rec.loss = window[r].loss_d / k;
+          rec.extra = {{"loss_g", window[r].loss_g / k},
+                       {"d_real", window[r].d_real / k},
+                       {"d_fake", window[r].d_fake / k},
+                       {"lr", g_schedules_[r]->LearningRate(step_ - 1)}};
+          LOOM_RETURN_IF_ERROR(logger.Log(rec));
+          window[r] = {};
+        }
+        window_steps = 0;
+        window_start = Clock::now();
+      }
+      if (const int sig = StopSignals::Received(); sig != 0) {
+        // GAN runs do not resume yet, so no checkpoint of a part-done epoch.
+        progress.Finish();
+        std::fprintf(opt_.console, "stopped by %s at iteration %lld; GAN runs do not resume yet (the newest checkpoint "
+                     "is of epoch %lld)\n", StopSignals::Name(sig), static_cast<long long>(step_),
+                     static_cast<long long>(epoch_));
+        RunResult stopped;
+        stopped.out_dir = out_dir_;
+        stopped.steps = step_;
+        stopped.final_train_loss = last[0].loss_d;
+        stopped.stop_signal = sig;
+        return stopped;
+      }
+    }
+    ++epoch_;
+    LOOM_RETURN_IF_ERROR(WriteSamples(epoch_));
+    LOOM_RETURN_IF_ERROR(SaveCheckpoint());
+    progress.PrintLine(StrCat("epoch ", epoch_, " iteration ", step_, ": loss_d ", last[0].loss_d, ", loss_g ",
+                              last[0].loss_g, ", D(x) ", last[0].d_real, ", D(G(z)) ", last[0].d_fake,
+                              fused() ? " (replica 0)" : "", "; samples in ", out_dir_, "/samples"));
+  }
+  progress.Finish();
+  RunResult result;
+  result.out_dir = out_dir_;
+  result.steps = step_;
+  result.final_train_loss = last[0].loss_d;
+  result.test_loss = result.test_accuracy = NAN;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  std::vector<metrics::SummaryRow> rows;
+  for (int64_t r = 0; r < n; ++r) {
+    rows.push_back({members_[r].label, {{"iterations", static_cast<double>(step_)},
+                                        {"loss_d", last[r].loss_d},
+                                        {"loss_g", last[r].loss_g},
+                                        {"d_real", last[r].d_real},
+                                        {"d_fake", last[r].d_fake}}});
+    result.replicas.push_back({members_[r].label, "running", last[r].loss_d, NAN, NAN});
+  }
+  LOOM_ASSIGN_OR_RETURN(std::string table, metrics::FormatSummaryTable(rows, metrics::SummaryOptions{}));
+  std::fprintf(opt_.console, "%s", table.c_str());
+  std::fprintf(opt_.console, "run folder: %s\n", out_dir_.c_str());
+  return result;
+}
+
+}  // namespace
+
+StatusOr<RunResult> RunGanTraining(const RunOptions& options, const std::string& out_dir) {
+  GanTrainer trainer(options, out_dir);
+  // Bad input fails here, before the run folder exists.
+  LOOM_RETURN_IF_ERROR(trainer.Prepare());
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Internal("cannot create ", out_dir, ": ", ec.message());
+  RunOptions written = options;
+  written.config.set_out_dir(out_dir);
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/config.pbtxt", TrainConfigToText(written.config)));
+  return trainer.Run();
+}
+
+}  // namespace loom::train
