@@ -20,6 +20,7 @@ enum class StatusCode {
   kResourceExhausted,
   kDataLoss,
   kInternal,
+  kCancelled,  // stopped on request (Trainer::Cancel)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -72,6 +73,8 @@ template <typename... Args>
 Status DataLoss(const Args&... args) { return Status(StatusCode::kDataLoss, StrCat(args...)); }
 template <typename... Args>
 Status Internal(const Args&... args) { return Status(StatusCode::kInternal, StrCat(args...)); }
+template <typename... Args>
+Status Cancelled(const Args&... args) { return Status(StatusCode::kCancelled, StrCat(args...)); }
 
 template <typename T>
 class [[nodiscard]] StatusOr {
