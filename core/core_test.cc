@@ -62,6 +62,31 @@ TEST_CASE("Tensor views, reshape, cast") {
   CHECK_FALSE(c.CopyFrom(d).ok());
 }
 
+TEST_CASE("Tensor rows: views, gathers and stacks") {
+  Tensor t = Tensor::FromVector<float>({3, 2}, {1, 2, 3, 4, 5, 6});
+  auto row = t.Row(1);
+  REQUIRE(row.ok());
+  CHECK(row->shape() == Shape({2}));
+  CHECK(row->ToDoubleVector() == std::vector<double>{3, 4});
+  row->data<float>()[0] = 30;  // a view: writes reach the tensor
+  CHECK(t.ScalarAt(2) == 30);
+  auto gathered = t.GatherRows({2, 0});
+  REQUIRE(gathered.ok());
+  CHECK(gathered->shape() == Shape({2, 2}));
+  CHECK(gathered->ToDoubleVector() == std::vector<double>{5, 6, 1, 2});
+  auto stacked = Tensor::Stack({*t.Row(2), *t.Row(2)});
+  REQUIRE(stacked.ok());
+  CHECK(stacked->ToDoubleVector() == std::vector<double>{5, 6, 5, 6});
+  auto none = t.GatherRows({});
+  REQUIRE(none.ok());
+  CHECK(none->shape() == Shape({0, 2}));
+  CHECK(!t.Row(3).ok());
+  CHECK(!t.Row(-1).ok());
+  CHECK(!Tensor::Zeros({}).Row(0).ok());
+  CHECK(!Tensor::Stack({}).ok());
+  CHECK(!Tensor::Stack({Tensor::Zeros({2}), Tensor::Zeros({3})}).ok());
+}
+
 TEST_CASE("RNG is deterministic and streams are independent") {
   Rng a(42), b(42), c(43);
   for (int i = 0; i < 10; ++i) CHECK(a.NextU64() == b.NextU64());

@@ -85,6 +85,46 @@ Status Tensor::CopyFrom(const Tensor& src) {
   return fn(raw_data(), device(), src.raw_data(), src.device(), nbytes());
 }
 
+StatusOr<Tensor> Tensor::Row(int64_t i) const {
+  if (shape_.rank() == 0) return InvalidArgument("a scalar has no rows");
+  const int64_t rows = shape_[0];
+  if (i < 0 || i >= rows) return OutOfRange("row ", i, " of a tensor ", shape_.ToString(), " (", rows, " rows)");
+  const Shape row(std::vector<int64_t>(shape_.dims().begin() + 1, shape_.dims().end()));
+  const size_t row_bytes = static_cast<size_t>(row.numel()) * DTypeSize(dtype_);
+  return View(buffer_, offset_ + static_cast<size_t>(i) * row_bytes, row, dtype_);
+}
+
+StatusOr<Tensor> Tensor::GatherRows(const std::vector<int64_t>& rows) const {
+  std::vector<Tensor> parts;
+  for (int64_t r : rows) {
+    LOOM_ASSIGN_OR_RETURN(Tensor row, Row(r));
+    parts.push_back(std::move(row));
+  }
+  if (parts.empty()) {
+    if (shape_.rank() == 0) return InvalidArgument("a scalar has no rows");
+    std::vector<int64_t> dims = shape_.dims();
+    dims[0] = 0;
+    return Empty(Shape(dims), dtype_, device());
+  }
+  return Stack(parts, device());
+}
+
+StatusOr<Tensor> Tensor::Stack(const std::vector<Tensor>& parts, Device device) {
+  if (parts.empty()) return InvalidArgument("Stack needs at least one tensor");
+  const Tensor& first = parts[0];
+  std::vector<int64_t> dims = first.shape().dims();
+  dims.insert(dims.begin(), static_cast<int64_t>(parts.size()));
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Empty(Shape(dims), first.dtype(), device));
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].shape() != first.shape() || parts[k].dtype() != first.dtype())
+      return InvalidArgument("Stack: tensor ", k, " is ", parts[k].shape().ToString(), " ", DTypeName(parts[k].dtype()),
+                             ", tensor 0 is ", first.shape().ToString(), " ", DTypeName(first.dtype()));
+    LOOM_ASSIGN_OR_RETURN(Tensor row, out.Row(static_cast<int64_t>(k)));
+    LOOM_RETURN_IF_ERROR(row.CopyFrom(parts[k]));
+  }
+  return out;
+}
+
 StatusOr<Tensor> Tensor::To(Device device) const {
   LOOM_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype_, device));
   LOOM_RETURN_IF_ERROR(out.CopyFrom(*this));

@@ -66,6 +66,14 @@ class Tensor {
   StatusOr<Tensor> Reshape(const Shape& shape) const;
   // A copy on `device` (host<->device through the backend's copy function).
   StatusOr<Tensor> To(Device device) const;
+  // Rows of a tensor [n, ...]: the arrays of fused replicas, a batch's
+  // examples. They work on any device (copies go through CopyFrom).
+  // Row i as a view [...] sharing this tensor's buffer.
+  StatusOr<Tensor> Row(int64_t i) const;
+  // A new tensor [rows.size(), ...] on this tensor's device: row k is row rows[k].
+  StatusOr<Tensor> GatherRows(const std::vector<int64_t>& rows) const;
+  // [parts.size(), ...] on `device` from tensors of one shape and dtype.
+  static StatusOr<Tensor> Stack(const std::vector<Tensor>& parts, Device device = Device::Cpu());
   // Copies `src` (same shape and dtype, any device pair with a copy path) into this.
   Status CopyFrom(const Tensor& src);
   // Host copy with a new element type (f32 <-> f64 <-> i32 <-> i64).
