@@ -45,4 +45,8 @@ struct CompileOptions {
 // Errors name the pipeline and the pass, and what is wrong where.
 StatusOr<Graph> Compile(const Graph& model, Program program, const CompileOptions& options);
 
+// Options of a training step with one optimizer config: of one model, or of
+// `fusion`'s replicas, every one trained with `optimizer`.
+CompileOptions StepOptions(const OptimizerConfig& optimizer, std::optional<FusionOptions> fusion = std::nullopt);
+
 }  // namespace loom

@@ -471,23 +471,12 @@ const char* InputKindName(InputKind kind) {
   return kind == InputKind::kTokens ? "token ids" : "f32 features";
 }
 
-Status BuildSupervised(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
-                       const DataSpec& data, int64_t batch) {
-  LOOM_ASSIGN_OR_RETURN(const ZooEntry* entry, FindModel(name));
-  if (!entry->build)
-    return InvalidArgument("model ", name, " is a GAN: it trains with alternating generator and discriminator steps "
-                           "(loom train does that for it), not with a supervised loss");
-  const InputKind given = data.input_dtype == DType::kI64 ? InputKind::kTokens : InputKind::kFeatures;
-  if (given != entry->input)
-    return InvalidArgument("model ", name, " reads ", InputKindName(entry->input), ", the data gives ",
-                           InputKindName(given), " ", data.input.ToString());
-  const DataSpec want_data = ExpectedData(*entry, data.input, data.num_classes);
-  if (data.target != want_data.target)
-    return InvalidArgument("model ", name, " predicts ",
-                           entry->prediction == Prediction::kPerExample ? "one class per example"
-                                                                        : "one class per position of the input",
-                           " (targets ", want_data.target.ToString(), " per example), the data's targets are ",
-                           data.target.ToString());
+namespace {
+
+// The graph inputs, `network`'s logits checked against the targets, and the
+// loss; `name` names the model in errors.
+Status BuildWithLoss(Model& m, const std::string& name, const NetworkFn& network, const DataSpec& data,
+                     int64_t batch) {
   auto batched = [batch](const Shape& s) {
     std::vector<int64_t> dims = {batch};
     dims.insert(dims.end(), s.dims().begin(), s.dims().end());
@@ -495,14 +484,12 @@ Status BuildSupervised(Model& m, const std::string& name, const std::map<std::st
   };
   ModelInputs in;
   // Features take the model's float type (f32, or f64 for gradient checks).
-  in.input = given == InputKind::kTokens ? m.input("input", batched(data.input), DType::kI64)
-                                         : m.input("input", batched(data.input));
+  in.input = data.input_dtype == DType::kI64 ? m.input("input", batched(data.input), DType::kI64)
+                                             : m.input("input", batched(data.input));
   in.target = m.input("target", batched(data.target), DType::kI64);
   in.num_classes = data.num_classes;
   in.vocabulary = data.vocabulary;
-  ModelArgs model_args(args);
-  LOOM_ASSIGN_OR_RETURN(Sym logits, entry->build(m, in, model_args));
-  LOOM_RETURN_IF_ERROR(model_args.CheckAllUsed(name));
+  LOOM_ASSIGN_OR_RETURN(Sym logits, network(m, in));
   LOOM_RETURN_IF_ERROR(m.status().WithContext("model " + name));
   // One row of class scores per target entry.
   std::vector<int64_t> want = batched(data.target).dims();
@@ -521,6 +508,41 @@ Status BuildSupervised(Model& m, const std::string& name, const std::map<std::st
   if (reg != m.graph().outputs().end()) loss = m.add(loss, Sym{reg->second});
   m.set_output("loss", loss);
   return m.status().WithContext("model " + name);
+}
+
+}  // namespace
+
+Status BuildSupervised(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
+                       const DataSpec& data, int64_t batch) {
+  LOOM_ASSIGN_OR_RETURN(const ZooEntry* entry, FindModel(name));
+  if (!entry->build)
+    return InvalidArgument("model ", name, " is a GAN: it trains with alternating generator and discriminator steps "
+                           "(loom train does that for it), not with a supervised loss");
+  const InputKind given = data.input_dtype == DType::kI64 ? InputKind::kTokens : InputKind::kFeatures;
+  if (given != entry->input)
+    return InvalidArgument("model ", name, " reads ", InputKindName(entry->input), ", the data gives ",
+                           InputKindName(given), " ", data.input.ToString());
+  const DataSpec want_data = ExpectedData(*entry, data.input, data.num_classes);
+  if (data.target != want_data.target)
+    return InvalidArgument("model ", name, " predicts ",
+                           entry->prediction == Prediction::kPerExample ? "one class per example"
+                                                                        : "one class per position of the input",
+                           " (targets ", want_data.target.ToString(), " per example), the data's targets are ",
+                           data.target.ToString());
+  ModelArgs model_args(args);
+  return BuildWithLoss(
+      m, name,
+      [&](Model& model, const ModelInputs& in) -> StatusOr<Sym> {
+        LOOM_ASSIGN_OR_RETURN(Sym logits, entry->build(model, in, model_args));
+        LOOM_RETURN_IF_ERROR(model_args.CheckAllUsed(name));
+        return logits;
+      },
+      data, batch);
+}
+
+Status BuildSupervised(Model& m, const NetworkFn& network, const DataSpec& data, int64_t batch) {
+  if (!network) return InvalidArgument("BuildSupervised: no network given");
+  return BuildWithLoss(m, "(custom network)", network, data, batch);
 }
 
 Status BuildGanStep(Model& m, const std::string& name, const std::map<std::string, std::string>& args,

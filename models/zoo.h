@@ -115,6 +115,12 @@ constexpr int64_t kIgnoreTarget = -100;
 Status BuildSupervised(Model& m, const std::string& name, const std::map<std::string, std::string>& args,
                        const DataSpec& data, int64_t batch);
 
+// A network of the caller's own: given the graph inputs, returns the logits
+// [B, target..., classes]. BuildSupervised adds the inputs, outputs and loss
+// as for a zoo model (the data's kind is the caller's to match).
+using NetworkFn = std::function<StatusOr<Sym>(Model& m, const ModelInputs& inputs)>;
+Status BuildSupervised(Model& m, const NetworkFn& network, const DataSpec& data, int64_t batch);
+
 // A GAN's networks are scoped "netG" and "netD" (PyTorch's DCGAN names); a
 // step trains only its own network's parameters.
 constexpr const char* kGeneratorScope = "netG";

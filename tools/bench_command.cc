@@ -16,9 +16,8 @@
 #include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/cost.h"
-#include "graph/fusion.h"
+#include "graph/compile.h"
 #include "graph/model.h"
-#include "graph/training.h"
 #include "models/mlp.h"
 #include "models/zoo.h"
 #include "train/config/train_config.h"
@@ -144,7 +143,7 @@ StatusOr<Graph> MlpStepGraph(int64_t batch) {
   if (!m.status().ok()) return m.status();
   OptimizerConfig opt;
   opt.momentum = 0.9;
-  return BuildTrainingGraph(m.graph(), "loss", opt);
+  return Compile(m.graph(), Program::kTrainingStep, StepOptions(opt));
 }
 
 Status BenchKernels(const Flags& flags) {
@@ -237,17 +236,14 @@ Status BenchProfile(const Flags& flags) {
   Model m;
   LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
   LOOM_ASSIGN_OR_RETURN(int64_t replicas, flags.Int("replicas", 0));
-  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
-  Graph train;
+  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
+  std::optional<FusionOptions> fusion;
   if (replicas > 0) {  // the fused step of that many replicas
-    FusionOptions fo;
-    fo.replicas = static_cast<int>(replicas);
-    for (int64_t i = 0; i < replicas; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
-    LOOM_ASSIGN_OR_RETURN(Graph fused, FuseReplicas(m.graph(), fo));
-    LOOM_ASSIGN_OR_RETURN(train, BuildFusedTrainingGraph(fused, "loss", std::vector<OptimizerConfig>(replicas, opt), true));
-  } else {
-    LOOM_ASSIGN_OR_RETURN(train, BuildTrainingGraph(m.graph(), "loss", opt));
+    fusion.emplace();
+    fusion->replicas = static_cast<int>(replicas);
+    for (int64_t i = 0; i < replicas; ++i) fusion->seeds.push_back(static_cast<uint64_t>(i + 1));
   }
+  LOOM_ASSIGN_OR_RETURN(Graph train, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fusion)));
   ExecutorOptions eo;
   eo.profile = true;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
@@ -314,8 +310,8 @@ Status BenchFusion(const Flags& flags) {
   const int64_t batch = config.data().batch_size();
   Model m;
   LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
-  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
-  LOOM_ASSIGN_OR_RETURN(Graph single, BuildTrainingGraph(m.graph(), "loss", opt));
+  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
+  LOOM_ASSIGN_OR_RETURN(Graph single, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt)));
   const double single_flops = GraphCost(single).flops;
   // Layers left unfused (run once per replica): the config's, or --unfused.
   const std::vector<std::string> unfused =
@@ -330,9 +326,7 @@ Status BenchFusion(const Flags& flags) {
     fo.replicas = static_cast<int>(r);
     fo.unfused_layers = unfused;
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
-    LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
-    LOOM_ASSIGN_OR_RETURN(Graph fused, BuildFusedTrainingGraph(fused_forward, "loss",
-                                                               std::vector<OptimizerConfig>(r, opt), true));
+    LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fo)));
     LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused));
     LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
     std::map<std::string, Tensor> feeds = RandomFeeds(fused, data.feeds);

@@ -13,9 +13,8 @@
 #include <map>
 
 #include "core/file_util.h"
-#include "graph/fusion.h"
+#include "graph/compile.h"
 #include "graph/model.h"
-#include "graph/training.h"
 #include "models/zoo.h"
 #include "train/config/train_config.h"
 #include "runtime/step_memory.h"
@@ -170,7 +169,7 @@ Status Plan(const Flags& flags) {
   const int64_t batch = config.data().batch_size();
   Model m;
   LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, config.model().name(), model_args, spec, batch));
-  const OptimizerConfig opt = train::ToOptimizerConfig(config.optimizer());
+  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
   // loom train also keeps an executor of the evaluation graph (BatchNorm and
   // Dropout in eval mode, at eval_batch_size) with its own state tensors.
   const bool with_eval = flags.Bool("with-eval");
@@ -186,14 +185,12 @@ Status Plan(const Flags& flags) {
     fo.replicas = static_cast<int>(r);
     fo.unfused_layers.assign(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
-    LOOM_ASSIGN_OR_RETURN(Graph fused_forward, FuseReplicas(m.graph(), fo));
-    LOOM_ASSIGN_OR_RETURN(Graph fused,
-                          BuildFusedTrainingGraph(fused_forward, "loss", std::vector<OptimizerConfig>(r, opt), true));
+    LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fo)));
     Row row;
     row.replicas = r;
     LOOM_ASSIGN_OR_RETURN(row.memory, EstimateStepMemory(fused, accounting));
     if (with_eval) {
-      LOOM_ASSIGN_OR_RETURN(Graph fused_eval, FuseReplicas(eval_model.graph(), fo));
+      LOOM_ASSIGN_OR_RETURN(Graph fused_eval, Compile(eval_model.graph(), Program::kForward, StepOptions(opt, fo)));
       LOOM_ASSIGN_OR_RETURN(StepMemory e, EstimateStepMemory(fused_eval, accounting));
       row.eval_bytes = e.state_bytes + e.arena_bytes + e.input_bytes;
     }

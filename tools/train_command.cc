@@ -20,6 +20,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"max-steps", "stop after this many optimizer steps"},
                {"seed", "override the config's seed"},
                {"threads", "CPU threads (0 = all cores)"},
+               {"dump-graphs", "write each compiled program's graph after each pass to this folder "
+                               "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
                {"init-from", "start from the parameters and buffers of this single-model checkpoint "
                              "(e.g. one replica written by loom export); every fused replica starts from it"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(args));
@@ -69,6 +71,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
     if (run.resume) return InvalidArgument("--init-from starts a new run; it cannot be combined with --resume");
     run.init_from = flags.Str("init-from", "");
   }
+  run.dump_graphs_dir = flags.Str("dump-graphs", "");
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   if (result.stop_signal != 0) {
     // Stopped cleanly by SIGINT/SIGTERM: exit as the signal would have.

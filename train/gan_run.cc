@@ -9,7 +9,7 @@
 #include "core/file_util.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
-#include "graph/fusion.h"
+#include "graph/compile.h"
 #include "graph/model.h"
 #include "graph/training.h"
 #include "models/zoo.h"
@@ -99,14 +99,16 @@ StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
   Model m;
   LOOM_RETURN_IF_ERROR(models::BuildGanStep(m, c_.model().name(), {c_.model().args().begin(), c_.model().args().end()},
                                             image_, c_.data().batch_size(), step));
-  std::vector<OptimizerConfig> opts;
+  CompileOptions co;
+  co.name = discriminator ? "d_step" : "g_step";
+  co.dump_dir = opt_.dump_graphs_dir;
+  co.isolate_divergence = false;
+  if (fused()) co.fusion = Fusion();
   for (const Member& mem : members_) {
-    opts.push_back(ToOptimizerConfig((discriminator ? mem.discriminator : mem.generator).optimizer()));
-    opts.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
+    co.optimizers.push_back(ToOptimizerConfig((discriminator ? mem.discriminator : mem.generator).optimizer()));
+    co.optimizers.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
   }
-  if (!fused()) return BuildTrainingGraph(m.graph(), "loss", opts[0]);
-  LOOM_ASSIGN_OR_RETURN(Graph fused_graph, FuseReplicas(m.graph(), Fusion()));
-  return BuildFusedTrainingGraph(fused_graph, "loss", opts, /*isolate_divergence=*/false);
+  return Compile(m.graph(), Program::kTrainingStep, co);
 }
 
 Status GanTrainer::Prepare() {
@@ -149,10 +151,11 @@ Status GanTrainer::Prepare() {
   LOOM_RETURN_IF_ERROR(models::BuildGanStep(sample_model, c_.model().name(),
                                             {c_.model().args().begin(), c_.model().args().end()}, image_,
                                             kSampleGrid * kSampleGrid, models::GanStep::kGenerator));
-  Graph sample_graph = sample_model.graph();
-  if (fused()) {
-    LOOM_ASSIGN_OR_RETURN(sample_graph, FuseReplicas(sample_graph, Fusion()));
-  }
+  CompileOptions sample_options;
+  sample_options.name = "sampler";
+  sample_options.dump_dir = opt_.dump_graphs_dir;
+  if (fused()) sample_options.fusion = Fusion();
+  LOOM_ASSIGN_OR_RETURN(Graph sample_graph, Compile(sample_model.graph(), Program::kForward, sample_options));
   LOOM_ASSIGN_OR_RETURN(sampler_, Executor::Create(sample_graph, eo));
 
   const int64_t per_epoch = loader_->batches_per_epoch();
@@ -326,6 +329,7 @@ StatusOr<RunResult> GanTrainer::Run() {
         stopped.steps = step_;
         stopped.final_train_loss = last[0].loss_d;
         stopped.stop_signal = sig;
+        stopped.cancelled = true;
         return stopped;
       }
     }

@@ -1,11 +1,6 @@
-// One `loom train` run from a config: data, model, training graph, schedule,
-// metrics, checkpoints, evaluation, and resume. The run folder holds
-//   config.pbtxt    the resolved config (repeats the run exactly)
-//   metrics.jsonl   one JSON object per report (train and test)
-//   events.out.tfevents.*  TensorBoard scalars
-//   ckpt-<step>.loom        the newest checkpoints (atomic, checksummed)
-// A resumed run continues from the newest checkpoint so that its final
-// parameters equal an uninterrupted run's bit for bit on the CPU.
+// One `loom train` run from a config: the supervised loop
+// (train/training_loop.h) with SIGINT/SIGTERM stopping it cleanly, or the
+// GAN loop (train/gan_run.h).
 #pragma once
 
 #include <cstdio>
@@ -15,6 +10,7 @@
 
 #include "graph/training.h"
 #include "train/config/train_config.h"
+#include "train/trainer.h"
 
 namespace loom::train {
 
@@ -26,26 +22,12 @@ struct RunOptions {
   // state) the model starts from; every fused replica starts from it.
   std::string init_from;
   FILE* console = stdout;     // progress and summaries
+  std::string dump_graphs_dir;  // --dump-graphs: each program's graph after each compile pass
 };
 
-// A fused run's replica at the end of the run.
-struct ReplicaResult {
-  std::string label;
-  std::string status;  // running | diverged ... | stopped ...
-  double train_loss = 0, test_loss = 0, test_accuracy = 0;
-};
-
-struct RunResult {
-  std::string out_dir;
-  int64_t steps = 0;
-  double final_train_loss = 0;
-  double test_loss = 0;
-  double test_accuracy = 0;  // fused runs: the best replica's
-  double seconds = 0;
-  std::vector<ReplicaResult> replicas;  // fused runs, in config order
-  // SIGINT or SIGTERM stopped the run (after a checkpoint); 0 when it ran to its end.
-  int stop_signal = 0;
-};
+// What `loom train` reports; stop_signal is the SIGINT or SIGTERM that
+// stopped the run (after a checkpoint), 0 when it ran to its end.
+using RunResult = TrainerResult;
 
 StatusOr<RunResult> RunTraining(const RunOptions& options);
 
@@ -56,8 +38,5 @@ struct Overrides {
   std::optional<std::string> out_dir;
 };
 Status ApplyOverrides(const Overrides& o, proto::TrainConfig* config);
-
-// The graph layer's optimizer settings for a config's optimizer block.
-OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p);
 
 }  // namespace loom::train

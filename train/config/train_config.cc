@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -476,6 +477,61 @@ std::string TrainConfigToText(const proto::TrainConfig& config) {
   pb::TextFormat::Printer printer;
   printer.PrintToString(config, &text);
   return text;
+}
+
+namespace {
+
+// What a resume may change: the folder's path (a run can be moved or named
+// by another path), the run's length (to extend it) and the thread count
+// (results do not depend on it). Every other field defines the run.
+const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads"};
+
+}  // namespace
+
+std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConfig& given) {
+  pb::util::MessageDifferencer differ;
+  for (const char* name : kResumableFields) differ.IgnoreField(proto::TrainConfig::descriptor()->FindFieldByName(name));
+  std::string report;
+  differ.set_report_ignores(false);
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(run, given)) return "";
+  std::string out;
+  size_t start = 0;
+  while (start < report.size()) {
+    size_t end = report.find('\n', start);
+    if (end == std::string::npos) end = report.size();
+    std::string line = report.substr(start, end - start);
+    start = end + 1;
+    if (line.rfind("modified: ", 0) == 0) {
+      line = line.substr(std::strlen("modified: "));
+    } else if (line.rfind("added: ", 0) == 0) {  // "field: value", set only in `given`
+      line = line.substr(std::strlen("added: "));
+      if (size_t colon = line.find(": "); colon != std::string::npos) line.insert(colon + 2, "unset -> ");
+    } else if (line.rfind("deleted: ", 0) == 0) {
+      line = line.substr(std::strlen("deleted: ")) + " -> unset";
+    }
+    if (line.empty()) continue;
+    if (!out.empty()) out += "; ";
+    out += line;
+  }
+  return out;
+}
+
+OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
+  OptimizerConfig o;
+  o.type = p.type();
+  o.momentum = p.momentum();
+  o.dampening = p.dampening();
+  o.nesterov = p.nesterov();
+  o.beta1 = p.beta1();
+  o.beta2 = p.beta2();
+  o.rho = p.rho();
+  o.alpha = p.alpha();
+  o.centered = p.centered();
+  if (p.has_eps()) o.eps = p.eps();
+  if (p.has_weight_decay()) o.weight_decay = p.weight_decay();
+  o.max_grad_norm = p.clip_grad_norm();
+  return o;
 }
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "graph/training.h"
 #include "train/config/train_config.pb.h"
 
 namespace loom {
@@ -38,6 +39,16 @@ Status ValidateTrainConfig(const proto::TrainConfig& config,
 void FillDefaults(proto::TrainConfig* config);
 
 std::string TrainConfigToText(const proto::TrainConfig& config);
+
+// The fields in which `run` and `given` define different runs, as
+// "seed: 1 -> 2; optimizer.lr: ..."; empty when they define the same run.
+// What a resume may change is ignored: the folder's path (a run can be
+// moved or named by another path), the run's length (to extend it) and the
+// thread count (results do not depend on it).
+std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConfig& given);
+
+// The graph layer's optimizer settings for a config's optimizer block.
+OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p);
 
 // The CPU threads a config (or `loom train --threads`) may ask for: 0 (all
 // cores) up to kMaxThreads (more is a typo, and may not start at all). The
