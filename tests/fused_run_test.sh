@@ -49,4 +49,13 @@ awk -v a="$fused_loss" -v b="$single_loss" 'BEGIN { d = a - b; if (d < 0) d = -d
   fail "replica r1 of the fused run ($fused_loss) does not match the single run ($single_loss)"
 # And the replicas' orders differ: r0 (seed 5) is another run.
 [ "$(grep -c '"split":"test"' "$work/order/metrics.jsonl")" -eq 4 ] || fail "expected 2 test lines per replica"
+
+# --dump-graphs: the graph after each pass of each compiled program.
+"$loom" train --config "$config" --out "$work/dump" --max-steps 1 --dump-graphs "$work/graphs" >"$work/dump.log" 2>&1 ||
+  { cat "$work/dump.log"; fail "the --dump-graphs run failed"; }
+for f in train.01.fuse-replicas.txt train.02.training-step.txt eval.01.fuse-replicas.txt; do
+  [ -s "$work/graphs/$f" ] || { ls "$work/graphs"; fail "--dump-graphs wrote no $f"; }
+done
+grep -q "SgdUpdate" "$work/graphs/train.02.training-step.txt" || fail "the training-step dump has no optimizer update"
+if grep -q "SgdUpdate" "$work/graphs/train.01.fuse-replicas.txt"; then fail "the fusion dump already has updates"; fi
 echo "PASS"

@@ -5,7 +5,7 @@
 # suite again under ASan + UBSan (--config=asan), and fuzzes each reader of
 # outside input for a while (tests/fuzz/run.sh). Ends with the line
 # "N passed, N failed, N skipped": the CPU suite's tests, plus one each for
-# the CUDA build, the sanitizer suite and the fuzz run.
+# the CUDA build, the layering check, the sanitizer suite and the fuzz run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +45,8 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
 else
   echo "== no CUDA toolkit: --config=cuda build skipped"
 fi
+
+step "tools/check_layers.sh (libraries depend only on the layers below theirs)" bash tools/check_layers.sh
 
 step "bazel test --config=asan //... (AddressSanitizer + UndefinedBehaviorSanitizer)" \
   bazel test --config=asan //... --test_output=errors
