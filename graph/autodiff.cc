@@ -8,6 +8,14 @@ namespace loom {
 
 namespace {
 
+// A gradient has its value's type, element for element, so in a fused graph
+// it holds the replicas where the value does. A value that already has a
+// layout (a gradient passed on unchanged) keeps it.
+void InheritReplicaLayout(Graph* graph, ValueId grad, ValueId of) {
+  ReplicaLayout& layout = graph->mutable_value(grad).replica_layout;
+  if (!layout.known()) layout = graph->value(of).replica_layout;
+}
+
 class AutodiffGradBuilder final : public GradBuilder {
  public:
   AutodiffGradBuilder(GraphBuilder* builder, const Node& node, std::map<ValueId, ValueId>* grads,
@@ -37,6 +45,7 @@ class AutodiffGradBuilder final : public GradBuilder {
     } else {
       it->second = Emit1("Add", {it->second, grad});
     }
+    InheritReplicaLayout(builder_->graph(), (*grads_)[input], input);
   }
 
  private:
@@ -73,6 +82,7 @@ StatusOr<std::map<ValueId, ValueId>> BuildGradients(Graph* graph, ValueId loss, 
   if (requires_grad.count(loss)) {
     AttrMap one{{"shape", loss_type.shape.dims()}, {"value", 1.0}, {"dtype", std::string(DTypeName(loss_type.dtype))}};
     LOOM_ASSIGN_OR_RETURN(grads[loss], builder.Add1("Fill", {}, one, graph->value(loss).name + "/grad/seed"));
+    InheritReplicaLayout(graph, grads[loss], loss);
   }
 
   // Backward sweep over the forward nodes only (the list grows as we emit).
@@ -100,6 +110,7 @@ StatusOr<std::map<ValueId, ValueId>> BuildGradients(Graph* graph, ValueId loss, 
       const TensorType& t = graph->type(v);
       AttrMap zero{{"shape", t.shape.dims()}, {"value", 0.0}, {"dtype", std::string(DTypeName(t.dtype))}};
       LOOM_ASSIGN_OR_RETURN(result[v], builder.Add1("Fill", {}, zero, graph->value(v).name + "/grad/zero"));
+      InheritReplicaLayout(graph, result[v], v);
     }
     graph->gradients()[v] = result[v];
   }

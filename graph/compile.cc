@@ -62,7 +62,7 @@ StatusOr<Graph> Compile(const Graph& model, Program program, const CompileOption
   return graph;
 }
 
-CompileOptions StepOptions(const OptimizerConfig& optimizer, std::optional<FusionOptions> fusion) {
+CompileOptions StepOptions(const StepOptimizer& optimizer, std::optional<FusionOptions> fusion) {
   CompileOptions o;
   o.optimizers.assign(fusion ? static_cast<size_t>(fusion->replicas) : 1, optimizer);
   o.fusion = std::move(fusion);

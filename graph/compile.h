@@ -32,7 +32,7 @@ struct CompileOptions {
   // Unset: the model as it is. Set: an array of fusion->replicas replicas.
   std::optional<FusionOptions> fusion;
   // kTrainingStep only: one config, or one per replica when fused.
-  std::vector<OptimizerConfig> optimizers;
+  std::vector<StepOptimizer> optimizers;
   std::string loss_output = "loss";
   // Fused steps: a replica whose loss or gradient is not finite skips its update.
   bool isolate_divergence = true;
@@ -47,6 +47,6 @@ StatusOr<Graph> Compile(const Graph& model, Program program, const CompileOption
 
 // Options of a training step with one optimizer config: of one model, or of
 // `fusion`'s replicas, every one trained with `optimizer`.
-CompileOptions StepOptions(const OptimizerConfig& optimizer, std::optional<FusionOptions> fusion = std::nullopt);
+CompileOptions StepOptions(const StepOptimizer& optimizer, std::optional<FusionOptions> fusion = std::nullopt);
 
 }  // namespace loom

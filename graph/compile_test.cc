@@ -28,8 +28,8 @@ FusionOptions TwoReplicas() {
 
 TEST_CASE("Compile builds what fusion and the training graph build by hand") {
   const Graph model = SmallMlp();
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
 
   CompileOptions single;
   single.optimizers = {sgd};

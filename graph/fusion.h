@@ -3,10 +3,11 @@
 //
 // Every value of the fused graph either is shared by all replicas (the data
 // batch, constants, anything computed from them alone) or carries a replica
-// axis of extent R at some position. Parameters and buffers are [R, ...]
-// (replica r's tensor is the contiguous chunk r); activations keep the
-// replica axis where the op that made them puts it, so that each op maps
-// onto one existing kernel without transposes:
+// axis of extent R at some position, which the fused graph records
+// (Graph::replicas(), Value::replica_layout, graph/ir.h). Parameters and
+// buffers are [R, ...] (replica r's tensor is the contiguous chunk r);
+// activations keep the replica axis where the op that made them puts it, so
+// that each op maps onto one existing kernel:
 //   Linear on shared x      one GEMM against the [R*out, in] stacked weights
 //   Linear on replicated x  a batched GEMM over [R, rows, in]
 //   Conv                    a grouped convolution with R times the groups
@@ -15,10 +16,14 @@
 //   pooling, attention      over R*C planes / R*H heads
 //   element-wise ops        broadcast with the replica axis aligned
 //   Dropout                 one mask per replica, from that replica's seed
-// Ops without a fused form (losses, LSTM, ...) and the layers named in
-// `unfused_layers` run once per replica on slices of the fused inputs, their
-// results stacked again ([R, ...]). Either way replica r computes exactly
-// what the single model computes with replica r's parameters and seed.
+// Each op's fused form is its own rule, OpDef::Fuse, beside the op in ops/
+// (ops/fusion_builder.h is what a rule sees); the pass handles sources,
+// active Dropout, nodes whose inputs are all shared (kept as they are) and
+// unfused_layers. Ops without a fused form (losses, LSTM, ...: FusionKind
+// kPerReplica) and the layers named in `unfused_layers` run once per
+// replica on slices of the fused inputs, their results stacked again
+// ([R, ...]). Either way replica r computes exactly what the single model
+// computes with replica r's parameters and seed.
 //
 // The fused graph keeps the model's node names (state names match a single
 // model's checkpoint; RNG streams are keyed by name), its inputs (shared,
@@ -52,7 +57,8 @@ struct FusionOptions {
 inline constexpr const char* kReplicaSeedsAttr = "replica_seeds";  // int list, one per replica
 inline constexpr const char* kReplicaAxisAttr = "replica_axis";    // Dropout: where the replica axis is
 
-// `model` is a forward graph (no gradients yet). Errors name the node.
+// `model` is a forward graph (no gradients yet, not fused). Errors name the
+// node.
 StatusOr<Graph> FuseReplicas(const Graph& model, const FusionOptions& options);
 
 // Whether a node name falls under one of the prefixes (an exact match or a

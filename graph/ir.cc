@@ -9,6 +9,13 @@ namespace loom {
 bool IsSourceOp(const std::string& op) { return op == kInputOp || op == kParameterOp || op == kBufferOp; }
 bool IsStateOp(const std::string& op) { return op == kParameterOp || op == kBufferOp; }
 
+std::string ReplicaLayout::ToString() const {
+  if (!known()) return "unknown";
+  if (shared()) return "shared";
+  if (dim < 0) return "invalid dim " + std::to_string(dim);
+  return (per_replica == 1 ? std::string("R") : "R*" + std::to_string(per_replica)) + "@" + std::to_string(dim);
+}
+
 NodeId Graph::AddNode(std::string name, std::string op, AttrMap attrs, std::vector<ValueId> inputs,
                       const std::vector<TensorType>& output_types) {
   LOOM_CHECK(!names_.count(name), "duplicate node name '", name, "'");
@@ -119,9 +126,14 @@ std::string Graph::ToString() const {
     os << ")";
     if (!n.attrs.values().empty()) os << " " << n.attrs.ToString();
     os << " -> ";
-    for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << type(n.outputs[i]).ToString();
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value& v = value(n.outputs[i]);
+      os << (i ? ", " : "") << v.type.ToString();
+      if (v.replica_layout.known()) os << " " << v.replica_layout.ToString();
+    }
     os << "\n";
   }
+  if (fused()) os << "replicas " << replicas_ << "\n";
   for (const auto& [name, v] : outputs_) os << "output " << name << " = " << value(v).name << "\n";
   for (const StateUpdate& u : state_updates_) os << "update " << value(u.state).name << " <- " << value(u.new_value).name << "\n";
   for (const auto& [v, g] : gradients_) os << "gradient " << value(v).name << " = " << value(g).name << "\n";

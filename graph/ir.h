@@ -32,12 +32,48 @@ struct TensorType {
   bool operator!=(const TensorType& o) const { return !(*this == o); }
 };
 
+// Where a value of a fused graph (graph/fusion.h: R stacked replicas) holds
+// its replicas, so that later passes can split along the replica axis
+// without re-deriving it. Dimension `dim` has extent R * per_replica,
+// replica-major: replica r owns elements [r * per_replica, (r + 1) *
+// per_replica) of it. A plain replica axis ([R, C, H, W], [N, R, C]) has
+// per_replica 1; replicas merged into channels, as for a grouped
+// convolution's input [N, R*C, H, W], have dim 1 and per_replica C.
+// Shared values (the data batch, anything computed from it alone) hold
+// what every replica sees. Unknown is the default: values of unfused
+// graphs, one replica's slice in a per-replica fallback, and values whose
+// producer did not say (optimizer steps).
+struct ReplicaLayout {
+  static constexpr int kUnknownDim = -2;
+  static constexpr int kSharedDim = -1;
+  int dim = kUnknownDim;
+  int64_t per_replica = 1;
+
+  static ReplicaLayout Unknown() { return {}; }
+  static ReplicaLayout Shared() { return {kSharedDim, 1}; }
+  // Dimension `d` is the replica axis: extent R.
+  static ReplicaLayout Axis(int d) { return {d, 1}; }
+  // Dimension `d` is R blocks of `per_replica` elements, one per replica.
+  static ReplicaLayout Merged(int d, int64_t per_replica) { return {d, per_replica}; }
+
+  bool known() const { return dim != kUnknownDim; }
+  bool shared() const { return dim == kSharedDim; }
+  bool replicated() const { return dim >= 0; }
+  bool operator==(const ReplicaLayout& o) const {
+    return dim == o.dim && (!replicated() || per_replica == o.per_replica);
+  }
+  bool operator!=(const ReplicaLayout& o) const { return !(*this == o); }
+  // "unknown", "shared", "R@1" (replica axis 1), "R*16@1" (merged into dim 1).
+  std::string ToString() const;
+};
+
 struct Value {
   ValueId id = kNoValue;
   std::string name;  // "<node>:<output index>" unless set otherwise
   TensorType type;
   NodeId producer = -1;
   int output_index = 0;
+  ReplicaLayout replica_layout;
 };
 
 struct Node {
@@ -98,6 +134,11 @@ class Graph {
   // Parameter value -> its gradient, filled by autodiff.
   std::map<ValueId, ValueId>& gradients() { return gradients_; }
   const std::map<ValueId, ValueId>& gradients() const { return gradients_; }
+  // How many replicas a fused graph stacks (graph/fusion.h); 0 for a graph
+  // that is not fused. Passes that derive a graph from a fused one keep it.
+  int replicas() const { return replicas_; }
+  bool fused() const { return replicas_ > 0; }
+  void set_replicas(int replicas) { replicas_ = replicas; }
 
   // Consumers of each value, computed on demand.
   std::map<ValueId, std::vector<NodeId>> Consumers() const;
@@ -115,6 +156,7 @@ class Graph {
   std::map<std::string, ValueId> outputs_;
   std::vector<StateUpdate> state_updates_;
   std::map<ValueId, ValueId> gradients_;
+  int replicas_ = 0;
 };
 
 }  // namespace loom

@@ -162,6 +162,16 @@ class ValueTable {
   std::map<int64_t, ValueId> by_id_;
 };
 
+// The verifier checks the layout against the value and the graph.
+ReplicaLayout LayoutFromProto(const proto::ReplicaLayoutProto& p) {
+  return {p.dim(), p.per_replica() == 0 ? 1 : p.per_replica()};
+}
+
+void LayoutToProto(const ReplicaLayout& layout, proto::ReplicaLayoutProto* out) {
+  out->set_dim(layout.dim);
+  if (layout.replicated() && layout.per_replica != 1) out->set_per_replica(layout.per_replica);
+}
+
 StatusOr<TensorType> TypeFromProto(const proto::TensorTypeProto& p) {
   TensorType t;
   std::vector<int64_t> dims(p.shape().begin(), p.shape().end());
@@ -214,6 +224,7 @@ Status AddNodeFromProto(const proto::NodeProto& p, int index, Graph* graph, Valu
     if (static_cast<int>(i) < p.outputs_size()) {
       const proto::ValueProto& out = p.outputs(static_cast<int>(i));
       if (!out.name().empty()) graph->mutable_value(v).name = out.name();
+      if (out.has_replica_layout()) graph->mutable_value(v).replica_layout = LayoutFromProto(out.replica_layout());
       if (out.has_id() && !table->AddId(out.id(), v))
         return InvalidArgument(where, ": output ", i, " reuses value id ", out.id());
     }
@@ -308,6 +319,7 @@ StatusOr<proto::GraphProto> GraphToProto(const Graph& graph) {
       if (value.name != DefaultValueName(n, i)) vp->set_name(value.name);
       for (int64_t d : value.type.shape.dims()) vp->mutable_type()->add_shape(d);
       vp->mutable_type()->set_dtype(DTypeName(value.type.dtype));
+      if (value.replica_layout.known()) LayoutToProto(value.replica_layout, vp->mutable_replica_layout());
     }
   }
   for (const auto& [name, v] : graph.outputs()) ref(v, &(*p.mutable_outputs())[name]);
@@ -321,6 +333,7 @@ StatusOr<proto::GraphProto> GraphToProto(const Graph& graph) {
     ref(v, gp->mutable_value());
     ref(grad, gp->mutable_gradient());
   }
+  p.set_replicas(graph.replicas());
   p.set_num_nodes(graph.num_nodes());
   return p;
 }
@@ -334,6 +347,7 @@ StatusOr<Graph> GraphFromProto(const proto::GraphProto& p) {
     return DataLoss("the graph records ", p.num_nodes(), " nodes but holds ", p.nodes_size());
 
   Graph graph;
+  graph.set_replicas(p.replicas());
   ValueTable table;
   for (int i = 0; i < p.nodes_size(); ++i) LOOM_RETURN_IF_ERROR(AddNodeFromProto(p.nodes(i), i, &graph, &table));
 

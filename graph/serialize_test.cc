@@ -11,6 +11,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/builder.h"
+#include "graph/fusion.h"
 #include "runtime/executor.h"
 
 namespace loom {
@@ -147,6 +148,58 @@ TEST_CASE("the text form is readable and saving is deterministic") {
   // Saving again replaces the file whole.
   REQUIRE(SaveGraph(m.graph, (dir / "a.pb").string()).ok());
   CHECK(ReadBytes(dir / "a.pb") == ReadBytes(dir / "b.pb"));
+}
+
+// x [4, 3] -> Linear -> ReLU -> Linear -> sum, fused as 3 replicas, with
+// the gradients of the sum of the replicas' losses.
+Graph FusedMlpWithGradients() {
+  Graph model;
+  GraphBuilder b(&model);
+  const DType dt = DType::kF32;
+  ValueId x = b.Input("x", {Shape({4, 3}), dt});
+  ValueId w1 = b.Parameter("fc1/w", {Shape({5, 3}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
+  ValueId w2 = b.Parameter("fc2/w", {Shape({2, 5}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
+  ValueId h = b.Add1("ReLU", {b.Add1("Linear", {x, w1}, {}, "fc1").value()}, {}, "relu").value();
+  ValueId y = b.Add1("Linear", {h, w2}, {}, "fc2").value();
+  model.outputs()["y"] = y;
+  model.outputs()["loss"] = b.Add1("ReduceSum", {y}, {}, "loss").value();
+  auto fused = FuseReplicas(model, FusionOptions{3, {1, 2, 3}, {}, {}});
+  REQUIRE(fused.ok());
+  GraphBuilder fb(&*fused);
+  auto grads = BuildGradients(&*fused, fb.Add1("ReduceSum", {fused->outputs().at("loss")}, {}, "total").value());
+  REQUIRE(grads.ok());
+  return *fused;
+}
+
+TEST_CASE("a fused graph keeps its replica count and value layouts through files") {
+  const Graph g = FusedMlpWithGradients();
+  auto text = GraphToText(g);
+  REQUIRE(text.ok());
+  CHECK_THAT(*text, Contains("replicas: 3"));
+  CHECK_THAT(*text, Contains("replica_layout {\n      dim: 1\n      per_replica: 5\n    }"));  // fc1 [4, 3*5]
+  fs::path dir = TempDir("fused");
+  for (const char* file : {"fused.pbtxt", "fused.pb"}) {
+    DYNAMIC_SECTION(file) {
+      const fs::path path = dir / file;
+      REQUIRE(SaveGraph(g, path.string()).ok());
+      auto loaded = LoadGraph(path.string());
+      INFO(loaded.status().ToString());
+      REQUIRE(loaded.ok());
+      CheckSameGraph(g, *loaded);  // ToString lists the layouts and the replica count
+      CHECK(loaded->replicas() == 3);
+    }
+  }
+}
+
+TEST_CASE("a loaded replica layout that does not fit its value is rejected") {
+  auto p = GraphToProto(FusedMlpWithGradients());
+  REQUIRE(p.ok());
+  for (proto::NodeProto& n : *p->mutable_nodes())
+    if (n.name() == "fc1") n.mutable_outputs(0)->mutable_replica_layout()->set_dim(7);
+  auto loaded = GraphFromProto(*p);
+  REQUIRE(!loaded.ok());
+  CHECK_THAT(loaded.status().ToString(),
+             Contains("node 'fc1' (Linear): output 0 'fc1' ([4, 15] f32): its replica dim 7 is outside its shape"));
 }
 
 TEST_CASE("attribute kinds and exact values survive the round trip") {

@@ -38,61 +38,62 @@ struct UpdateSpec {
   std::vector<std::string> slots;
 };
 
-StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<OptimizerConfig>& opts, bool fused) {
-  const OptimizerConfig& o = opts[0];
+StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<proto::OptimizerConfig>& opts, bool fused) {
+  const proto::OptimizerConfig& o = opts[0];
   for (size_t r = 1; r < opts.size(); ++r) {
-    const OptimizerConfig& p = opts[r];
-    if (p.type != o.type || p.nesterov != o.nesterov || p.amsgrad != o.amsgrad || p.centered != o.centered)
-      return InvalidArgument("replica ", r, " has optimizer ", p.type, " (nesterov ", p.nesterov, ", amsgrad ",
-                             p.amsgrad, ", centered ", p.centered, ") but replica 0 has ", o.type, " (nesterov ",
-                             o.nesterov, ", amsgrad ", o.amsgrad, ", centered ", o.centered,
+    const proto::OptimizerConfig& p = opts[r];
+    if (p.type() != o.type() || p.nesterov() != o.nesterov() || p.amsgrad() != o.amsgrad() ||
+        p.centered() != o.centered())
+      return InvalidArgument("replica ", r, " has optimizer ", p.type(), " (nesterov ", p.nesterov(), ", amsgrad ",
+                             p.amsgrad(), ", centered ", p.centered(), ") but replica 0 has ", o.type(),
+                             " (nesterov ", o.nesterov(), ", amsgrad ", o.amsgrad(), ", centered ", o.centered(),
                              "): fused replicas share one optimizer type and its flags");
   }
-  auto value = [&](const std::function<double(const OptimizerConfig&)>& get) -> AttrValue {
+  auto value = [&](const std::function<double(const proto::OptimizerConfig&)>& get) -> AttrValue {
     if (!fused) return get(o);
     std::vector<double> v;
-    for (const OptimizerConfig& p : opts) v.push_back(get(p));
+    for (const proto::OptimizerConfig& p : opts) v.push_back(get(p));
     return v;
   };
-  auto any = [&](const std::function<bool(const OptimizerConfig&)>& pred) {
+  auto any = [&](const std::function<bool(const proto::OptimizerConfig&)>& pred) {
     return std::any_of(opts.begin(), opts.end(), pred);
   };
-  const AttrValue wd = value([](const OptimizerConfig& p) { return p.EffectiveWeightDecay(); });
-  const AttrValue eps = value([](const OptimizerConfig& p) { return p.EffectiveEps(); });
-  const AttrValue momentum = value([](const OptimizerConfig& p) { return p.momentum; });
+  const AttrValue wd = value([](const proto::OptimizerConfig& p) { return p.weight_decay(); });
+  const AttrValue eps = value([](const proto::OptimizerConfig& p) { return p.eps(); });
+  const AttrValue momentum = value([](const proto::OptimizerConfig& p) { return p.momentum(); });
   UpdateSpec s;
-  if (o.type == "sgd") {
+  if (o.type() == "sgd") {
     s = {"SgdUpdate",
          {{"momentum", momentum},
-          {"dampening", value([](const OptimizerConfig& p) { return p.dampening; })},
+          {"dampening", value([](const proto::OptimizerConfig& p) { return p.dampening(); })},
           {"weight_decay", wd},
-          {"nesterov", o.nesterov}},
+          {"nesterov", o.nesterov()}},
          {}};
-    if (any([](const OptimizerConfig& p) { return p.momentum != 0; })) s.slots.push_back("momentum_buffer");
-  } else if (o.type == "adam" || o.type == "adamw") {
+    if (any([](const proto::OptimizerConfig& p) { return p.momentum() != 0; })) s.slots.push_back("momentum_buffer");
+  } else if (o.type() == "adam" || o.type() == "adamw") {
     s = {"AdamUpdate",
-         {{"beta1", value([](const OptimizerConfig& p) { return p.beta1; })},
-          {"beta2", value([](const OptimizerConfig& p) { return p.beta2; })},
+         {{"beta1", value([](const proto::OptimizerConfig& p) { return p.beta1(); })},
+          {"beta2", value([](const proto::OptimizerConfig& p) { return p.beta2(); })},
           {"eps", eps},
           {"weight_decay", wd},
-          {"decoupled", o.type == "adamw"},
-          {"amsgrad", o.amsgrad}},
+          {"decoupled", o.type() == "adamw"},
+          {"amsgrad", o.amsgrad()}},
          {"exp_avg", "exp_avg_sq"}};
-    if (o.amsgrad) s.slots.push_back("max_exp_avg_sq");
-  } else if (o.type == "adadelta") {
+    if (o.amsgrad()) s.slots.push_back("max_exp_avg_sq");
+  } else if (o.type() == "adadelta") {
     s = {"AdadeltaUpdate",
-         {{"rho", value([](const OptimizerConfig& p) { return p.rho; })}, {"eps", eps}, {"weight_decay", wd}},
+         {{"rho", value([](const proto::OptimizerConfig& p) { return p.rho(); })}, {"eps", eps}, {"weight_decay", wd}},
          {"square_avg", "acc_delta"}};
   } else {  // rmsprop (the type was validated by FindOptimizer)
     s = {"RmspropUpdate",
-         {{"alpha", value([](const OptimizerConfig& p) { return p.alpha; })},
+         {{"alpha", value([](const proto::OptimizerConfig& p) { return p.alpha(); })},
           {"eps", eps},
           {"weight_decay", wd},
           {"momentum", momentum},
-          {"centered", o.centered}},
+          {"centered", o.centered()}},
          {"square_avg"}};
-    if (any([](const OptimizerConfig& p) { return p.momentum > 0; })) s.slots.push_back("momentum_buffer");
-    if (o.centered) s.slots.push_back("grad_avg");
+    if (any([](const proto::OptimizerConfig& p) { return p.momentum() > 0; })) s.slots.push_back("momentum_buffer");
+    if (o.centered()) s.slots.push_back("grad_avg");
   }
   if (fused) s.attrs.Set("replicas", static_cast<int64_t>(opts.size()));
   return s;
@@ -101,18 +102,20 @@ StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<OptimizerConfig>& opts, bo
 // The training step of an unfused model (replicas = 0) or of R fused
 // replicas (replicas = opts.size()): see the header.
 StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
-                          const std::vector<OptimizerConfig>& opts, bool fused, bool isolate_divergence) {
+                          const std::vector<StepOptimizer>& step_opts, bool fused, bool isolate_divergence) {
   auto it = forward.outputs().find(loss_output);
   if (it == forward.outputs().end()) return InvalidArgument("the model has no output named '", loss_output, "'");
-  if (opts.empty()) return InvalidArgument("no optimizer configuration");
-  const int64_t replicas = fused ? static_cast<int64_t>(opts.size()) : 0;
+  if (step_opts.empty()) return InvalidArgument("no optimizer configuration");
+  const int64_t replicas = fused ? static_cast<int64_t>(step_opts.size()) : 0;
   bool clip = false, output_norm = false;
-  for (const OptimizerConfig& o : opts) {
-    LOOM_RETURN_IF_ERROR(FindOptimizer(o.type).status());
-    if (!(o.max_grad_norm >= 0))
-      return InvalidArgument("max_grad_norm must be >= 0 (0 = no clipping), got ", o.max_grad_norm);
-    clip = clip || o.max_grad_norm > 0;
-    output_norm = output_norm || o.output_grad_norm;
+  std::vector<proto::OptimizerConfig> opts;
+  for (const StepOptimizer& so : step_opts) {
+    LOOM_ASSIGN_OR_RETURN(proto::OptimizerConfig o, OptimizerWithDefaults(so.config));
+    if (!(o.clip_grad_norm() >= 0))
+      return InvalidArgument("clip_grad_norm must be >= 0 (0 = no clipping), got ", o.clip_grad_norm());
+    clip = clip || o.clip_grad_norm() > 0;
+    output_norm = output_norm || so.output_grad_norm;
+    opts.push_back(std::move(o));
   }
   for (const char* name : {kGradNormOutput, kActiveOutput})
     if (forward.outputs().count(name)) return InvalidArgument("the model already has an output named '", name, "'");
@@ -130,7 +133,7 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
     LOOM_ASSIGN_OR_RETURN(total, b.Add1("ReduceSum", {loss}, {}, "loss/replicas"));
   }
   std::vector<ValueId> trainable;
-  const std::string& scope = opts[0].trainable_scope;
+  const std::string& scope = step_opts[0].trainable_scope;
   if (!scope.empty()) {
     for (NodeId id : g.NodesWithOp(kParameterOp))
       if (g.node(id).name.rfind(scope + "/", 0) == 0) trainable.push_back(g.node(id).outputs[0]);
@@ -160,8 +163,8 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
     if (clip) {
       // A replica without clipping clips at +inf: its factor is 1.
       std::vector<double> max_norms;
-      for (const OptimizerConfig& o : opts)
-        max_norms.push_back(o.max_grad_norm > 0 ? o.max_grad_norm : std::numeric_limits<double>::infinity());
+      for (const proto::OptimizerConfig& o : opts)
+        max_norms.push_back(o.clip_grad_norm() > 0 ? o.clip_grad_norm() : std::numeric_limits<double>::infinity());
       AttrMap attrs;
       if (fused) {
         attrs.Set("max_norm", max_norms);
@@ -219,29 +222,26 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
 
 }  // namespace
 
-double OptimizerConfig::EffectiveEps() const {
-  if (eps) return *eps;
-  auto d = FindOptimizer(type);
-  return d.ok() ? d->eps : 0.0;
+StatusOr<proto::OptimizerConfig> OptimizerWithDefaults(const proto::OptimizerConfig& config) {
+  proto::OptimizerConfig o = config;
+  if (o.type().empty()) o.set_type("sgd");
+  LOOM_ASSIGN_OR_RETURN(const OptimizerDefaults d, FindOptimizer(o.type()));
+  if (!o.has_lr() || o.lr() == 0) o.set_lr(d.lr);
+  if (!o.has_beta1()) o.set_beta1(0.9);
+  if (!o.has_beta2()) o.set_beta2(0.999);
+  if (!o.has_eps()) o.set_eps(d.eps);
+  if (!o.has_weight_decay()) o.set_weight_decay(d.weight_decay);
+  if (!o.has_rho()) o.set_rho(0.9);
+  if (!o.has_alpha()) o.set_alpha(0.99);
+  return o;
 }
 
-double OptimizerConfig::EffectiveWeightDecay() const {
-  if (weight_decay) return *weight_decay;
-  auto d = FindOptimizer(type);
-  return d.ok() ? d->weight_decay : 0.0;
-}
-
-StatusOr<double> DefaultLearningRate(const std::string& optimizer_type) {
-  LOOM_ASSIGN_OR_RETURN(OptimizerDefaults d, FindOptimizer(optimizer_type));
-  return d.lr;
-}
-
-StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const OptimizerConfig& opt) {
+StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt) {
   return BuildStep(forward, loss_output, {opt}, /*fused=*/false, /*isolate_divergence=*/false);
 }
 
 StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
-                                        const std::vector<OptimizerConfig>& per_replica, bool isolate_divergence) {
+                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence) {
   return BuildStep(fused, loss_output, per_replica, /*fused=*/true, isolate_divergence);
 }
 

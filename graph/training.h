@@ -12,42 +12,31 @@
 #include <string>
 #include <vector>
 
+#include "core/proto/optimizer.pb.h"
 #include "graph/ir.h"
 
 namespace loom {
 
-struct OptimizerConfig {
-  std::string type = "sgd";           // sgd | adam | adamw | adadelta | rmsprop
-  double momentum = 0.0;              // sgd, rmsprop
-  double dampening = 0.0;             // sgd
-  bool nesterov = false;              // sgd
-  double beta1 = 0.9, beta2 = 0.999;  // adam, adamw
-  bool amsgrad = false;               // adam, adamw
-  double rho = 0.9;                   // adadelta
-  double alpha = 0.99;                // rmsprop
-  bool centered = false;              // rmsprop
-  // Unset means torch's default for the type: eps 1e-6 for adadelta and
-  // 1e-8 otherwise (sgd has none); weight_decay 0.01 for adamw, 0 otherwise.
-  std::optional<double> eps;
-  std::optional<double> weight_decay;
-  // > 0: scale all gradients together so that their global L2 norm is at
-  // most this, before the update. 0: no clipping.
-  double max_grad_norm = 0.0;
+// A training step's optimizer: the optimizer block as configured (one
+// schema with train configs, core/proto/optimizer.proto; unset fields take
+// torch.optim's defaults, OptimizerWithDefaults) and what the caller adds.
+struct StepOptimizer {
+  proto::OptimizerConfig config;
   // Adds the "grad_norm" output even when not clipping (clipping always adds
   // it), at the cost of one read of every gradient.
   bool output_grad_norm = false;
   // Empty: train every Parameter. Otherwise only those named "<scope>/...";
   // the others are read as constants (a GAN step trains one of its two
-  // networks). Fused steps take it from the first replica's config.
+  // networks). Fused steps take it from the first replica's.
   std::string trainable_scope;
-
-  double EffectiveEps() const;
-  double EffectiveWeightDecay() const;
 };
 
-// torch.optim's default learning rate for an optimizer type (1.0 for
-// adadelta, 0.01 for rmsprop, 0.001 otherwise); an error for unknown types.
-StatusOr<double> DefaultLearningRate(const std::string& optimizer_type);
+// `config` with every unset field at torch.optim's default for its type
+// (sgd when unset): lr 1.0 for adadelta, 0.01 for rmsprop, 0.001 otherwise;
+// betas (0.9, 0.999); eps 1e-6 for adadelta, 1e-8 otherwise; weight_decay
+// 0.01 for adamw, 0 otherwise; rho 0.9; alpha 0.99; everything else 0 or
+// false. An error for an unknown type.
+StatusOr<proto::OptimizerConfig> OptimizerWithDefaults(const proto::OptimizerConfig& config);
 
 // Names of the scalar inputs that a training step is fed, and of the
 // gradient-norm output.
@@ -70,7 +59,7 @@ inline constexpr const char* kActiveOutput = "active";
 //   rmsprop:              square_avg (+ momentum_buffer if momentum > 0,
 //                         + grad_avg if centered)
 // and the state updates of parameters and slots.
-StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const OptimizerConfig& opt);
+StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt);
 
 // The training step of R fused replicas (graph/fusion.h), replica r trained
 // with per_replica[r] (R = per_replica.size()). As above, except:
@@ -84,7 +73,7 @@ StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss
 //    loss or gradient norm is NaN or inf does not update (its parameters and
 //    optimizer state stay as they were) and the others are untouched.
 StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
-                                        const std::vector<OptimizerConfig>& per_replica, bool isolate_divergence);
+                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence);
 
 // Forward only, every "training" attribute set to false, no state updates.
 StatusOr<Graph> BuildEvalGraph(const Graph& forward);

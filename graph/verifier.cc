@@ -68,6 +68,54 @@ Status VerifyNode(const Graph& graph, const Node& n, const std::map<ValueId, int
   return Status::Ok();
 }
 
+// What is wrong with `layout` on a value of type `t` in a graph of
+// `replicas` replicas, or "" when it fits.
+std::string LayoutError(const ReplicaLayout& layout, const TensorType& t, int replicas) {
+  if (!layout.known() || layout.shared()) return "";
+  if (replicas == 0) return "it records replica layout " + layout.ToString() + " in a graph that is not fused";
+  if (layout.dim < 0) return "its replica layout has dim " + std::to_string(layout.dim);
+  if (layout.dim >= t.shape.rank())
+    return StrCat("its replica dim ", layout.dim, " is outside its shape ", t.shape.ToString());
+  // Divided rather than multiplied: a loaded layout may hold any int64.
+  const int64_t extent = t.shape[layout.dim];
+  if (layout.per_replica < 0 || extent % replicas != 0 || extent / replicas != layout.per_replica)
+    return StrCat("its replica layout ", layout.ToString(), " needs dim ", layout.dim, " of extent ", replicas, " x ",
+                  layout.per_replica, ", its shape is ", t.shape.ToString());
+  return "";
+}
+
+// A value that holds R replicas stacked on dim 0: a fused graph's state and
+// outputs.
+std::string StackedError(const Value& v, int replicas) {
+  const ReplicaLayout& layout = v.replica_layout;
+  if (layout.known() && layout != ReplicaLayout::Axis(0))
+    return StrCat("is laid out ", layout.ToString(), ", but must hold the ", replicas, " replicas on dim 0 (R@0)");
+  if (v.type.shape.rank() == 0 || v.type.shape[0] != replicas)
+    return StrCat("has shape ", v.type.shape.ToString(), ", but must be [", replicas, ", ...] (one per replica)");
+  return "";
+}
+
+Status VerifyReplicaLayouts(const Graph& graph) {
+  const int r = graph.replicas();
+  if (r < 0) return InvalidArgument("the graph records ", r, " replicas");
+  for (const Node& n : graph.nodes()) {
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value& v = graph.value(n.outputs[i]);
+      if (std::string e = LayoutError(v.replica_layout, v.type, r); !e.empty())
+        return InvalidArgument(Where(n), ": output ", i, " '", v.name, "' (", v.type.ToString(), "): ", e);
+      if (r > 0 && IsStateOp(n.op))
+        if (std::string e = StackedError(v, r); !e.empty())
+          return InvalidArgument(Where(n), ": the ", n.op, " of a fused graph of ", r, " replicas ", e);
+    }
+  }
+  if (r == 0) return Status::Ok();
+  for (const auto& [name, v] : graph.outputs())
+    if (std::string e = StackedError(graph.value(v), r); !e.empty())
+      return InvalidArgument("graph output '", name, "' ('", graph.value(v).name, "') of a fused graph of ", r,
+                             " replicas ", e);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status VerifyGraph(const Graph& graph) {
@@ -123,7 +171,7 @@ Status VerifyGraph(const Graph& graph) {
       return InvalidArgument(where, ": '", graph.value(grad).name, "' has type ", graph.type(grad).ToString(),
                              ", the value has ", value.type.ToString());
   }
-  return Status::Ok();
+  return VerifyReplicaLayouts(graph);
 }
 
 }  // namespace loom

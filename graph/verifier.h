@@ -15,7 +15,13 @@ namespace loom {
 //    exactly what the op's type inference gives now;
 //  - graph outputs, state updates and gradients refer to existing values;
 //    a state update replaces the output of a Parameter or Buffer node (once)
-//    with a value of the same type; a gradient has its value's type.
+//    with a value of the same type; a gradient has its value's type;
+//  - in a fused graph of R replicas (graph/fusion.h), every recorded replica
+//    layout (graph/ir.h) fits its value: the replica dim is < rank and has
+//    extent R * per_replica; Parameters, Buffers and graph outputs are
+//    [R, ...], laid out with the replica axis 0 where a layout is recorded
+//    (optimizer state and step outputs that a pass adds may have none). An
+//    unfused graph records no layouts.
 // The first violation is returned, naming the node (and op) or the entry.
 Status VerifyGraph(const Graph& graph);
 

@@ -4,6 +4,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/builder.h"
+#include "graph/fusion.h"
 
 namespace loom {
 namespace {
@@ -175,6 +176,90 @@ TEST_CASE("gradients must refer to existing values of the same type") {
   SECTION("type mismatch") {
     m.graph.gradients()[m.w] = m.y;
     CHECK_THAT(Verify(m.graph), Contains("gradient of 'w': 'fc' has type [2, 4] f32, the value has [4, 3] f32"));
+  }
+}
+
+// The small model fused as 2 replicas: x shared, w [2, 4, 3], the Linear
+// "fc" one GEMM into [2, 8] (the replicas' 4 features side by side).
+Graph FusedSmallModel() {
+  auto fused = FuseReplicas(BuildSmallModel().graph, FusionOptions{2, {1, 2}, {}, {}});
+  REQUIRE(fused.ok());
+  return *fused;
+}
+
+ValueId ValueOf(const Graph& g, const std::string& node) { return g.node(*g.FindNode(node)).outputs[0]; }
+
+TEST_CASE("a fused graph records where each value holds its replicas, through copies and autodiff") {
+  Graph fused = FusedSmallModel();
+  REQUIRE(Verify(fused) == "OK");
+  CHECK(fused.replicas() == 2);
+  CHECK(fused.value(ValueOf(fused, "x")).replica_layout == ReplicaLayout::Shared());
+  CHECK(fused.value(ValueOf(fused, "w")).replica_layout == ReplicaLayout::Axis(0));
+  CHECK(fused.value(ValueOf(fused, "fc")).replica_layout == ReplicaLayout::Merged(1, 4));
+  CHECK(fused.value(fused.outputs().at("loss")).replica_layout == ReplicaLayout::Axis(0));
+
+  Graph copy = fused;
+  CHECK(copy.replicas() == 2);
+  CHECK(copy.value(ValueOf(copy, "fc")).replica_layout == ReplicaLayout::Merged(1, 4));
+
+  GraphBuilder b(&copy);
+  ValueId total = b.Add1("ReduceSum", {copy.outputs().at("loss")}, {}, "total").value();
+  auto grads = BuildGradients(&copy, total);
+  REQUIRE(grads.ok());
+  CHECK(copy.value(grads->at(ValueOf(copy, "w"))).replica_layout == ReplicaLayout::Axis(0));
+  CHECK(Verify(copy) == "OK");
+  // An unfused graph records none.
+  const Graph single = BuildSmallModel().graph;
+  CHECK(single.replicas() == 0);
+  CHECK(!single.value(ValueOf(single, "fc")).replica_layout.known());
+}
+
+TEST_CASE("a replica layout that does not fit its value is reported") {
+  Graph fused = FusedSmallModel();
+  ReplicaLayout& fc = fused.mutable_value(ValueOf(fused, "fc")).replica_layout;
+  SECTION("the replica dim's extent is not R x per_replica") {
+    fc = ReplicaLayout::Merged(1, 3);
+    CHECK_THAT(Verify(fused), Contains("node 'fc' (Linear): output 0 'fc' ([2, 8] f32): its replica layout R*3@1 "
+                                       "needs dim 1 of extent 2 x 3, its shape is [2, 8]"));
+  }
+  SECTION("the replica dim is outside the shape") {
+    fc = ReplicaLayout::Axis(2);
+    CHECK_THAT(Verify(fused), Contains("its replica dim 2 is outside its shape [2, 8]"));
+  }
+  SECTION("an invalid dim") {
+    fc = ReplicaLayout{-5, 1};
+    CHECK_THAT(Verify(fused), Contains("its replica layout has dim -5"));
+  }
+  SECTION("a layout in a graph that is not fused") {
+    fused.set_replicas(0);
+    CHECK_THAT(Verify(fused), Contains("node 'w' (Parameter): output 0 'w' ([2, 4, 3] f32): it records replica "
+                                       "layout R@0 in a graph that is not fused"));
+  }
+}
+
+TEST_CASE("a fused graph's state and outputs hold the replicas on dim 0") {
+  Graph fused = FusedSmallModel();
+  SECTION("a Parameter laid out elsewhere") {
+    fused.mutable_value(ValueOf(fused, "w")).replica_layout = ReplicaLayout::Merged(1, 2);  // fits [2, 4, 3]
+    CHECK_THAT(Verify(fused), Contains("node 'w' (Parameter): the Parameter of a fused graph of 2 replicas is laid "
+                                       "out R*2@1, but must hold the 2 replicas on dim 0 (R@0)"));
+  }
+  SECTION("a Buffer that is not [R, ...]") {
+    GraphBuilder b(&fused);
+    b.Buffer("stats", {Shape({3, 5}), DType::kF32}, {});
+    CHECK_THAT(Verify(fused), Contains("node 'stats' (Buffer): the Buffer of a fused graph of 2 replicas has shape "
+                                       "[3, 5], but must be [2, ...] (one per replica)"));
+  }
+  SECTION("a shared output") {
+    fused.outputs()["x"] = ValueOf(fused, "x");
+    CHECK_THAT(Verify(fused), Contains("graph output 'x' ('x') of a fused graph of 2 replicas is laid out shared, "
+                                       "but must hold the 2 replicas on dim 0 (R@0)"));
+  }
+  SECTION("an output without a layout that is not [R, ...]") {
+    GraphBuilder b(&fused);
+    fused.outputs()["sum"] = b.Add1("ReduceSum", {fused.outputs().at("loss")}, {}, "sum").value();
+    CHECK_THAT(Verify(fused), Contains("graph output 'sum' ('sum') of a fused graph of 2 replicas has shape [], but "
+                                       "must be [2, ...] (one per replica)"));
   }
 }
 

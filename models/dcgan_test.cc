@@ -91,7 +91,7 @@ StepResult TrainOnce(GanStep step, const std::string& scope) {
   Model m;
   const std::map<std::string, std::string> args = {{"nz", "6"}, {"ngf", "4"}, {"ndf", "4"}};
   REQUIRE(BuildGanStep(m, "dcgan", args, Shape({1, 16, 16}), 4, step).ok());
-  OptimizerConfig opt;
+  StepOptimizer opt;
   opt.trainable_scope = scope;
   auto g = BuildTrainingGraph(m.graph(), "loss", opt);
   if (!g.ok()) FAIL(g.status().ToString());

@@ -326,7 +326,7 @@ TEST_CASE("inception_v3 rejects bad arguments and too-small images, naming them"
 TEST_CASE("one SGD step at width 1/16 trains the aux head and lowers the loss") {
   Model m;
   REQUIRE(BuildClassifier(m, "inception_v3", {{"width_mult", "0.0625"}, {"dropout", "0"}}, {3, 299, 299}, 2, 5).ok());
-  OptimizerConfig opt;  // plain SGD
+  StepOptimizer opt;  // plain SGD
   auto g = BuildTrainingGraph(m.graph(), "loss", opt);
   REQUIRE(g.ok());
   auto e = Executor::Create(*g);

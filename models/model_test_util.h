@@ -54,7 +54,7 @@ struct LossChange {
   double before = 0, after = 0;
 };
 inline StatusOr<LossChange> LossAcrossOneStep(const Graph& forward, std::map<std::string, Tensor> feeds, double lr,
-                                              const OptimizerConfig& opt = {}) {
+                                              const StepOptimizer& opt = {}) {
   LOOM_ASSIGN_OR_RETURN(Graph train, BuildTrainingGraph(forward, "loss", opt));
   LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(train));
   LOOM_RETURN_IF_ERROR(e->InitializeState(1));

@@ -142,8 +142,8 @@ TEST_CASE("resnet18 (cifar stem) runs forward and trains on a fixed batch") {
   CHECK(out->at("logits").shape() == Shape({2, 10}));
   for (double v : out->at("logits").ToDoubleVector()) CHECK(std::isfinite(v));
 
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   auto train = BuildTrainingGraph(m.graph(), "loss", sgd);
   if (!train.ok()) FAIL(train.status().ToString());
   auto exec = Executor::Create(*train);

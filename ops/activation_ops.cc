@@ -238,7 +238,7 @@ constexpr UnaryRow kUnaryOps[] = {
 };
 
 // Forward op: x -> y, same type.
-class UnaryOp : public OpDef {
+class UnaryOp : public ElementwiseOpDef {
  public:
   explicit UnaryOp(const UnaryRow& row) : row_(row) {}
   std::string name() const override { return row_.name; }

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -133,6 +134,22 @@ class AttentionOp : public OpDef {
     std::vector<ValueId> grads = g.Emit(kAttentionBackward, ins, AttrMap{{"scale", scale}});
     for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);
     return Status::Ok();
+  }
+
+  // Attention is independent per (batch, head): the replicas become heads,
+  // q/k/v [B, R*H, T, D]. A key padding mask [B, Tk] serves every head, so
+  // it must be shared; a per-replica mask runs once per replica.
+  FusionKind fusion_kind() const override { return FusionKind::kFusedOrPerReplica; }
+  Status Fuse(FusionBuilder& f) const override {
+    const bool has_mask = f.num_inputs() > 3;
+    if (has_mask && f.input(3).replicated()) return f.PerReplica();
+    std::vector<FusedValue> ins;
+    for (int i = 0; i < 3; ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue v, f.MergeIntoDim1(f.input(i), f.name() + "/in" + std::to_string(i)));
+      ins.push_back(v);
+    }
+    if (has_mask) ins.push_back(f.input(3));
+    return f.EmitMergedAndMap(ins);
   }
 };
 LOOM_REGISTER_OP(AttentionOp);

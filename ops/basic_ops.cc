@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -34,6 +35,9 @@ class SourceOp : public OpDef {
   OpCost Cost(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const override {
     return {};
   }
+  // The fusion pass stacks sources itself: state as [R, ...], inputs shared
+  // or, when asked, [R, ...].
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
 
  private:
   const char* name_;
@@ -51,6 +55,9 @@ class FillOp : public OpDef {
     LOOM_ASSIGN_OR_RETURN(TensorType t, TypeFromAttrs(attrs));
     return std::vector<TensorType>{t};
   }
+  // No inputs: its value is shared by all replicas, and the fusion pass
+  // keeps it as it is (it never asks for its rule).
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
 };
 LOOM_REGISTER_OP(FillOp);
 LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
@@ -59,7 +66,7 @@ LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
 });
 
 // Identity: y = x (also what a pass leaves behind when it drops an op).
-class IdentityOp : public OpDef {
+class IdentityOp : public ElementwiseOpDef {
  public:
   std::string name() const override { return "Identity"; }
   bool IsView() const override { return true; }
@@ -115,6 +122,8 @@ class ReshapeOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("Reshape", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override { return f.AsReshape(); }
 };
 LOOM_REGISTER_OP(ReshapeOp);
 LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCpu, CopyKernel);
@@ -141,6 +150,9 @@ class SumToShapeOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("BroadcastTo", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
     return Status::Ok();
   }
+  // No fused form, so it runs once per replica: gradient rules emit it, and
+  // fusion runs on forward graphs, where it is rare.
+  FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
 };
 LOOM_REGISTER_OP(SumToShapeOp);
 LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
@@ -183,6 +195,18 @@ class BroadcastToOp : public OpDef {
   Status Gradient(GradBuilder& g) const override {
     g.SetInputGrad(0, g.SumToShape(g.output_grad(0), g.type(g.input(0)).shape));
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // To the target shape, the replica axis aligned as for a binary op.
+  Status Fuse(FusionBuilder& f) const override {
+    const FusedValue& in = f.input(0);
+    const Shape& to = f.output_shape(0);
+    const int t = in.axis() + (to.rank() - f.SingleShape(in).rank());
+    LOOM_ASSIGN_OR_RETURN(FusedValue x, f.AlignForBroadcast(in, to.rank(), t, f.name()));
+    AttrMap attrs = f.attrs();
+    attrs.Set("shape", f.WithReplicaAxis(to, t).dims());
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit(name(), {x}, attrs, f.name(), {ReplicaLayout::Axis(t)}));
+    return f.MapOutputs(outs);
   }
 };
 LOOM_REGISTER_OP(BroadcastToOp);
@@ -250,6 +274,23 @@ class BinaryOp : public OpDef {
     }
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // Both operands padded to the output's rank, with the replica axis (or an
+  // extent-1 axis, for a shared operand) where the first replicated one puts it.
+  Status Fuse(FusionBuilder& f) const override {
+    const int rank = f.output_shape(0).rank();
+    int t = -1;
+    for (int i = 0; i < f.num_inputs() && t < 0; ++i)
+      if (f.input(i).replicated()) t = f.input(i).axis() + (rank - f.SingleShape(f.input(i)).rank());
+    std::vector<FusedValue> ins;
+    for (int i = 0; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue a,
+                            f.AlignForBroadcast(f.input(i), rank, t, f.name() + "/in" + std::to_string(i)));
+      ins.push_back(a);
+    }
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit(name_, ins, f.attrs(), f.name(), {ReplicaLayout::Axis(t)}));
+    return f.MapOutputs(outs);
+  }
 
  private:
   const char* name_;
@@ -314,7 +355,7 @@ namespace {
 // Scalar ops: y = f(x; value). Neg, AddScalar, MulScalar, PowScalar.
 enum class ScalarKind { kNeg, kAdd, kMul, kPow };
 
-class ScalarOp : public OpDef {
+class ScalarOp : public ElementwiseOpDef {
  public:
   ScalarOp(const char* name, ScalarKind kind) : name_(name), kind_(kind) {}
   std::string name() const override { return name_; }

@@ -35,6 +35,7 @@
 #include <variant>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -699,6 +700,36 @@ class ConvOp : public OpDef {
     }
     if (g.node().inputs.size() == 3 && g.NeedsInputGrad(2)) g.SetInputGrad(2, g.Emit1("ConvBackwardBias", {dy}));
     return Status::Ok();
+  }
+
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // A grouped convolution over x as [N, R*C, ...] with R times the groups
+  // and the weights (and biases) of the replicas stacked on dim 0. A shared
+  // x with one group needs no copies: one convolution into R*O channels.
+  Status Fuse(FusionBuilder& f) const override {
+    const int64_t groups = f.attrs().Int("groups", 1);
+    const bool shared_x = !f.input(0).replicated() && groups == 1 && !transpose_;
+    FusedValue x = f.input(0);
+    if (!shared_x) {
+      LOOM_ASSIGN_OR_RETURN(x, f.MergeIntoDim1(x, f.name() + "/x"));
+    }
+    std::vector<FusedValue> ins = {x};
+    for (int i = 1; i < f.num_inputs(); ++i) {
+      const std::string pname = f.name() + "/param" + std::to_string(i);
+      LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, pname));
+      std::vector<int64_t> d = f.SingleShape(f.input(i)).dims();
+      const int64_t per_replica = d[0];
+      d[0] *= f.replicas();
+      LOOM_ASSIGN_OR_RETURN(p, f.Reshape(p, Shape(d), ReplicaLayout::Merged(0, per_replica), pname + "/stacked"));
+      ins.push_back(p);
+    }
+    AttrMap attrs = f.attrs();
+    if (!shared_x) attrs.Set("groups", groups * f.replicas());
+    const Shape& ys = f.output_shape(0);
+    LOOM_ASSIGN_OR_RETURN(FusedValue y, f.Emit1(name_, ins, attrs, f.name(), ReplicaLayout::Merged(1, ys[1])));
+    LOOM_ASSIGN_OR_RETURN(FusedValue out, f.Reshape(y, f.WithReplicaAxis(ys, 1), ReplicaLayout::Axis(1),
+                                                    f.name() + "/split_replicas"));
+    return f.MapOutputs({out});
   }
 
  private:

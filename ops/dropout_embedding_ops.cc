@@ -19,6 +19,7 @@
 #include <string>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -34,7 +35,10 @@ constexpr int64_t kDropoutBlock = 16384;
 
 bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training", true) && attrs.Float("p", 0.5) > 0; }
 
-class DropoutOp : public OpDef {
+// Fused, an active dropout draws one mask per replica from the replica's
+// seed: the fusion pass emits that form itself (graph/fusion.cc); in eval
+// or with p = 0 it is the identity, element-wise.
+class DropoutOp : public ElementwiseOpDef {
  public:
   std::string name() const override { return "Dropout"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -199,6 +203,25 @@ class EmbeddingOp : public OpDef {
     g.SetInputGrad(1, g.Emit1("EmbeddingBackward", {g.output_grad(0), g.input(0)},
                               AttrMap{{"num_embeddings", w[0]}, {"padding_idx", g.attrs().Int("padding_idx", -1)}}));
     return Status::Ok();
+  }
+
+  // Shared indices: one lookup in the replicas' tables laid side by side,
+  // [V, R*D]. Per-replica indices have no fused form (a gather per replica
+  // would need a batched lookup) and run once per replica.
+  FusionKind fusion_kind() const override { return FusionKind::kFusedOrPerReplica; }
+  Status Fuse(FusionBuilder& f) const override {
+    if (f.input(0).replicated()) return f.PerReplica();
+    const Shape ws = f.SingleShape(f.input(1));
+    const Shape& ys = f.output_shape(0);
+    LOOM_ASSIGN_OR_RETURN(FusedValue w, f.MoveAxis(f.input(1), 1, f.name() + "/tables"));
+    LOOM_ASSIGN_OR_RETURN(w, f.Reshape(w, Shape({ws[0], f.replicas() * ws[1]}), ReplicaLayout::Merged(1, ws[1]),
+                                       f.name() + "/side_by_side"));
+    const int axis = ys.rank() - 1;
+    LOOM_ASSIGN_OR_RETURN(FusedValue y, f.Emit1("Embedding", {f.input(0), w}, f.attrs(), f.name(),
+                                                ReplicaLayout::Merged(axis, ws[1])));
+    LOOM_ASSIGN_OR_RETURN(FusedValue out, f.Reshape(y, f.WithReplicaAxis(ys, axis), ReplicaLayout::Axis(axis),
+                                                    f.name() + "/split_replicas"));
+    return f.MapOutputs({out});
   }
 };
 LOOM_REGISTER_OP(EmbeddingOp);

@@ -215,7 +215,16 @@ LogSumExp<T> RowLogSumExp(const T* row, int64_t classes, int64_t stride) {
   return {m, std::log(sum)};
 }
 
-class CrossEntropyOp : public OpDef {
+// The forward losses have no fused form (yet): each reduces one replica's
+// batch to a scalar, which the kernels cannot do for R replicas at once, so
+// the fusion pass runs them once per replica (R small ops at the end of the
+// forward pass).
+class LossOpDef : public OpDef {
+ public:
+  FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
+};
+
+class CrossEntropyOp : public LossOpDef {
  public:
   std::string name() const override { return "CrossEntropy"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -328,7 +337,7 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
 
 // ---------------------------------------------------------------------- NLL
 
-class NllOp : public OpDef {
+class NllOp : public LossOpDef {
  public:
   std::string name() const override { return "NLL"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -411,7 +420,7 @@ LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCpu, [](KernelContext& ctx) {
 
 // ---------------------------------------------------------------------- MSE
 
-class MseOp : public OpDef {
+class MseOp : public LossOpDef {
  public:
   std::string name() const override { return "MSE"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -546,7 +555,7 @@ BceLayout BceLayoutOf(const KernelContext& ctx, int logits_input) {
   return L;
 }
 
-class BceWithLogitsOp : public OpDef {
+class BceWithLogitsOp : public LossOpDef {
  public:
   std::string name() const override { return "BCEWithLogits"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {

@@ -1,5 +1,6 @@
 // MatMul (2-D), BatchMatMul (leading batch dims) and Linear (y = x W^T + b,
 // PyTorch's weight layout [out, in]). All run on Gemm / BatchedGemm.
+#include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 
@@ -56,6 +57,17 @@ class MatMulOp : public OpDef {
     if (g.NeedsInputGrad(0)) g.SetInputGrad(0, ta ? mm(b, tb, dy, true) : mm(dy, false, b, !tb));
     if (g.NeedsInputGrad(1)) g.SetInputGrad(1, tb ? mm(dy, true, a, ta) : mm(a, !ta, dy, false));
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // A BatchMatMul with the replicas as the leading batch dim.
+  Status Fuse(FusionBuilder& f) const override {
+    std::vector<FusedValue> ins;
+    for (int i = 0; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue v, f.Replicated(f.input(i), 0, f.name() + "/in" + std::to_string(i)));
+      ins.push_back(v);
+    }
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("BatchMatMul", ins, f.attrs(), f.name(), {ReplicaLayout::Axis(0)}));
+    return f.MapOutputs(outs);
   }
 
  private:
@@ -129,6 +141,51 @@ class LinearOp : public OpDef {
     }
     if (g.node().inputs.size() == 3 && g.NeedsInputGrad(2)) g.SetInputGrad(2, g.SumToShape(dy, g.type(g.input(2)).shape));
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // On a shared x, one Linear against all replicas' weights stacked,
+  // [R*out, in]; on a replicated x, a batched GEMM [R, rows, in] x
+  // [R, out, in]^T.
+  Status Fuse(FusionBuilder& f) const override {
+    const FusedValue& x = f.input(0);
+    const Shape ws = f.SingleShape(f.input(1));
+    const int64_t r = f.replicas(), out_f = ws[0], in_f = ws[1];
+    std::vector<FusedValue> params;  // [R, out, in] and [R, out]
+    for (int i = 1; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, f.name() + "/param" + std::to_string(i)));
+      params.push_back(p);
+    }
+    const Shape& ys = f.output_shape(0);
+    const bool bias = params.size() == 2;
+    if (!x.replicated()) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue w, f.Reshape(params[0], Shape({r * out_f, in_f}),
+                                                    ReplicaLayout::Merged(0, out_f), f.name() + "/stacked_weight"));
+      std::vector<FusedValue> ins = {x, w};
+      if (bias) {
+        LOOM_ASSIGN_OR_RETURN(FusedValue b, f.Reshape(params[1], Shape({r * out_f}), ReplicaLayout::Merged(0, out_f),
+                                                      f.name() + "/stacked_bias"));
+        ins.push_back(b);
+      }
+      const int axis = ys.rank() - 1;
+      LOOM_ASSIGN_OR_RETURN(FusedValue y,
+                            f.Emit1("Linear", ins, f.attrs(), f.name(), ReplicaLayout::Merged(axis, out_f)));
+      LOOM_ASSIGN_OR_RETURN(FusedValue out, f.Reshape(y, f.WithReplicaAxis(ys, axis), ReplicaLayout::Axis(axis),
+                                                      f.name() + "/split_replicas"));
+      return f.MapOutputs({out});
+    }
+    const int64_t rows = f.SingleShape(x).numel() / std::max<int64_t>(1, in_f);
+    LOOM_ASSIGN_OR_RETURN(FusedValue x0, f.MoveAxis(x, 0, f.name() + "/x"));
+    LOOM_ASSIGN_OR_RETURN(x0, f.Reshape(x0, Shape({r, rows, in_f}), ReplicaLayout::Axis(0), f.name() + "/rows"));
+    LOOM_ASSIGN_OR_RETURN(FusedValue y, f.Emit1("BatchMatMul", {x0, params[0]}, {{"transpose_b", true}}, f.name(),
+                                                ReplicaLayout::Axis(0)));
+    if (bias) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue b, f.Reshape(params[1], Shape({r, 1, out_f}), ReplicaLayout::Axis(0),
+                                                    f.name() + "/bias_rows"));
+      LOOM_ASSIGN_OR_RETURN(y, f.Emit1("Add", {y, b}, {}, f.name() + "/bias", ReplicaLayout::Axis(0)));
+    }
+    LOOM_ASSIGN_OR_RETURN(FusedValue out,
+                          f.Reshape(y, f.WithReplicaAxis(ys, 0), ReplicaLayout::Axis(0), f.name() + "/unrows"));
+    return f.MapOutputs({out});
   }
 };
 LOOM_REGISTER_OP(LinearOp);

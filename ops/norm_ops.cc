@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -142,6 +143,34 @@ class BatchNormOp : public OpDef {
                AttrMap{{"training", g.attrs().Bool("training")}});
     for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // BatchNorm over R*C channels; the per-channel outputs come back [R, C].
+  Status Fuse(FusionBuilder& f) const override {
+    const Shape xs = f.SingleShape(f.input(0));
+    const int64_t c = xs[1];
+    LOOM_ASSIGN_OR_RETURN(FusedValue x, f.MergeIntoDim1(f.input(0), f.name() + "/x"));
+    std::vector<FusedValue> ins = {x};
+    for (int i = 1; i < f.num_inputs(); ++i) {
+      const std::string pname = f.name() + "/param" + std::to_string(i);
+      LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, pname));
+      LOOM_ASSIGN_OR_RETURN(
+          p, f.Reshape(p, Shape({f.replicas() * c}), ReplicaLayout::Merged(0, c), pname + "/stacked"));
+      ins.push_back(p);
+    }
+    std::vector<ReplicaLayout> merged(f.node().outputs.size(), ReplicaLayout::Merged(0, c));
+    merged[0] = ReplicaLayout::Merged(1, c);
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("BatchNorm", ins, f.attrs(), f.name(), merged));
+    std::vector<FusedValue> split;
+    LOOM_ASSIGN_OR_RETURN(FusedValue y, f.Reshape(outs[0], f.WithReplicaAxis(xs, 1), ReplicaLayout::Axis(1),
+                                                  f.name() + "/split_replicas"));
+    split.push_back(y);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue s, f.Reshape(outs[i], Shape({f.replicas(), c}), ReplicaLayout::Axis(0),
+                                                    f.name() + "/stat" + std::to_string(i)));
+      split.push_back(s);
+    }
+    return f.MapOutputs(split);
   }
 };
 LOOM_REGISTER_OP(BatchNormOp);
@@ -343,6 +372,30 @@ class LayerNormOp : public OpDef {
         g.Emit("LayerNormBackward", ins, AttrMap{{"normalized_shape", g.attrs().Ints("normalized_shape")}});
     for (size_t i = 0; i < n; ++i) g.SetInputGrad(static_cast<int>(i), grads[i]);
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // The normalization over the last dims is per replica as long as the
+  // replica axis is not among them; the affine part is a broadcast Mul / Add
+  // with the per-replica gamma and beta.
+  Status Fuse(FusionBuilder& f) const override {
+    const int k = static_cast<int>(f.attrs().Ints("normalized_shape").size());
+    FusedValue x = f.input(0);
+    const int rank = f.SingleShape(x).rank();
+    if (x.replicated() && x.axis() > rank - k) {
+      LOOM_ASSIGN_OR_RETURN(x, f.MoveAxis(x, 0, f.name() + "/x"));
+    }
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("LayerNorm", {x}, f.attrs(), f.name(), {x.layout}));
+    FusedValue y = outs[0];
+    const char* const affine_ops[] = {"Mul", "Add"};
+    for (int i = 1; i < f.num_inputs(); ++i) {
+      const std::string name = f.name() + (i == 1 ? "/gamma" : "/beta");
+      const int t = y.replicated() ? y.axis() : 0;
+      LOOM_ASSIGN_OR_RETURN(FusedValue lhs, f.AlignForBroadcast(y, rank, t, name + "/y"));
+      LOOM_ASSIGN_OR_RETURN(FusedValue rhs, f.AlignForBroadcast(f.input(i), rank, t, name));
+      LOOM_ASSIGN_OR_RETURN(y, f.Emit1(affine_ops[i - 1], {lhs, rhs}, {}, name, ReplicaLayout::Axis(t)));
+    }
+    outs[0] = y;
+    return f.MapOutputs(outs);
   }
 };
 LOOM_REGISTER_OP(LayerNormOp);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/fusion_builder.h"
+
 namespace loom {
 
 OpCost OpDef::Cost(const AttrMap&, const std::vector<TensorType>& inputs,
@@ -13,6 +15,19 @@ OpCost OpDef::Cost(const AttrMap&, const std::vector<TensorType>& inputs,
 }
 
 Status OpDef::Gradient(GradBuilder&) const { return Unimplemented("op ", name(), " has no gradient rule"); }
+
+const char* FusionKindName(FusionKind kind) {
+  switch (kind) {
+    case FusionKind::kFused: return "fused";
+    case FusionKind::kFusedOrPerReplica: return "fused or per replica";
+    case FusionKind::kPerReplica: return "per replica";
+  }
+  return "?";
+}
+
+Status OpDef::Fuse(FusionBuilder& f) const { return f.PerReplica(); }
+
+Status ElementwiseOpDef::Fuse(FusionBuilder& f) const { return f.Elementwise(); }
 
 ValueId GradBuilder::SumToShape(ValueId grad, const Shape& shape) {
   if (type(grad).shape == shape) return grad;

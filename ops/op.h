@@ -1,7 +1,8 @@
 // The operator interface. An op is defined once (OpDef: attributes, type
-// inference, cost, gradient rule) and has kernels registered per device type
-// (CPU always, CUDA under --config=cuda). A backend that has no kernel for an
-// op says so through SupportsOp; the executor and simulator route around it.
+// inference, cost, gradient rule, fusion rule) and has kernels registered
+// per device type (CPU always, CUDA under --config=cuda). A backend that has
+// no kernel for an op says so through SupportsOp; the executor and
+// simulator route around it.
 #pragma once
 
 #include <functional>
@@ -56,6 +57,17 @@ class GradBuilder {
   ValueId SumToShape(ValueId grad, const Shape& shape);
 };
 
+class FusionBuilder;  // ops/fusion_builder.h
+
+// How an op runs in the fused graph of R replicas (graph/fusion.h). A node
+// whose inputs are all shared runs as it is, whatever its kind.
+enum class FusionKind {
+  kFused,              // one fused form for any inputs (a grouped convolution, a batched GEMM, ...)
+  kFusedOrPerReplica,  // fused for some inputs, once per replica for others
+  kPerReplica,         // no fused form: once per replica on slices, results stacked
+};
+const char* FusionKindName(FusionKind kind);  // "fused", "fused or per replica", "per replica"
+
 class OpDef {
  public:
   virtual ~OpDef() = default;
@@ -70,6 +82,12 @@ class OpDef {
   // Emits the backward nodes. Ops without one (integer ops, backward ops)
   // keep the default, which fails with a message naming the op.
   virtual Status Gradient(GradBuilder& g) const;
+  // Horizontal fusion: what the op's rule does for R stacked replicas, and
+  // the rule. The default has no fused form: the op runs once per replica
+  // (FusionBuilder::PerReplica), which is correct but forgoes the speed-up.
+  // The fusion pass holds each rule to its declared kind.
+  virtual FusionKind fusion_kind() const { return FusionKind::kPerReplica; }
+  virtual Status Fuse(FusionBuilder& f) const;
   // True for ops whose result depends on the RNG stream (dropout).
   virtual bool IsRandom() const { return false; }
   // True for ops whose only output is input 0's elements in the same order
@@ -85,6 +103,15 @@ class OpDef {
     (void)output;
     return -1;
   }
+};
+
+// Ops whose outputs are element-wise functions of their one input
+// (activations, scalar arithmetic, Identity, Dropout): fused, each runs as
+// it is on the fused input (FusionBuilder::Elementwise).
+class ElementwiseOpDef : public OpDef {
+ public:
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override;
 };
 
 // What a kernel gets: inputs, preallocated outputs (types from InferTypes),

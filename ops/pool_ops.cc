@@ -23,6 +23,7 @@
 #include <variant>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -415,6 +416,13 @@ class PoolOp : public OpDef {
     if (kind_ == PoolKind::kMax) inputs.push_back(g.output(1));
     g.SetInputGrad(0, g.Emit1(name_ + "Backward", inputs, attrs));
     return Status::Ok();
+  }
+
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // Pooling works per plane: over [N, R*C, H, W].
+  Status Fuse(FusionBuilder& f) const override {
+    LOOM_ASSIGN_OR_RETURN(FusedValue x, f.MergeIntoDim1(f.input(0), f.name() + "/x"));
+    return f.EmitMergedAndMap({x});
   }
 
  private:

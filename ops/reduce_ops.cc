@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -249,6 +250,33 @@ class ReduceOp : public OpDef {
     g.SetInputGrad(0, dy);
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // Over the same axes, shifted past the replica axis, which is never
+  // reduced: an empty axes list (all axes) is spelled out.
+  Status Fuse(FusionBuilder& f) const override {
+    const FusedValue& x = f.input(0);
+    const int rank = f.SingleShape(x).rank();
+    const int k = x.axis();
+    std::vector<int64_t> axes = f.attrs().Ints("axes");
+    if (axes.empty())
+      for (int i = 0; i < rank; ++i) axes.push_back(i);
+    std::vector<int64_t> fused;
+    int before = 0;  // reduced axes before the replica axis
+    for (int64_t a : axes) {
+      LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(a, rank));
+      fused.push_back(FusedAxis(axis, k));
+      before += axis < k ? 1 : 0;
+    }
+    // A reduction over no axis (of a scalar) is the identity; its empty axes
+    // list would reduce the replica axis too.
+    const bool identity = fused.empty();
+    AttrMap attrs = f.attrs();
+    attrs.Set("axes", fused);
+    const ReplicaLayout layout = ReplicaLayout::Axis(f.attrs().Bool("keepdims") ? k : k - before);
+    LOOM_ASSIGN_OR_RETURN(auto outs,
+                          f.Emit(identity ? "Identity" : name_, {x}, identity ? AttrMap{} : attrs, f.name(), {layout}));
+    return f.MapOutputs(outs);
+  }
 
  private:
   const char* name_;
@@ -400,6 +428,8 @@ class SoftmaxOp : public OpDef {
                               AttrMap{{"axis", g.attrs().Int("axis", -1)}}));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", -1); }
 };
 LOOM_REGISTER_OP(SoftmaxOp<false>);
 LOOM_REGISTER_OP(SoftmaxOp<true>);

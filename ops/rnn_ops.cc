@@ -133,6 +133,11 @@ class LstmOp : public OpDef {
     g.SetInputGrad(6, grads[5]);
     return Status::Ok();
   }
+
+  // No fused form (yet): R replicas would be one LSTM with block-diagonal
+  // recurrent weights, which the kernel does not have. It runs once per
+  // replica.
+  FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
 };
 LOOM_REGISTER_OP(LstmOp);
 

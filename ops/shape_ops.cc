@@ -23,6 +23,7 @@
 #include <numeric>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -143,6 +144,30 @@ class TransposeOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("Transpose", {g.output_grad(0)}, AttrMap{{"perm", inverse}}));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // The replica axis keeps its position; the permutation moves the rest.
+  Status Fuse(FusionBuilder& f) const override {
+    const FusedValue& x = f.input(0);
+    const int rank = f.SingleShape(x).rank();
+    std::vector<int64_t> perm = f.attrs().Ints("perm");
+    if (perm.empty())
+      for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+    const int k = x.axis();
+    std::vector<int64_t> fused;
+    for (int j = 0; j <= rank; ++j) {
+      if (j == k) {
+        fused.push_back(k);
+        continue;
+      }
+      int64_t p = perm[j < k ? j : j - 1];
+      if (p < 0) p += rank;
+      fused.push_back(FusedAxis(static_cast<int>(p), k));
+    }
+    AttrMap attrs = f.attrs();
+    attrs.Set("perm", fused);
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit(name_, {x}, attrs, f.name(), {ReplicaLayout::Axis(k)}));
+    return f.MapOutputs(outs);
+  }
 
  private:
   const char* name_;
@@ -215,6 +240,8 @@ class FlattenOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("Reshape", {g.output_grad(0)}, AttrMap{{"shape", g.type(g.input(0)).shape.dims()}}));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override { return f.AsReshape(); }
 };
 LOOM_REGISTER_OP(FlattenOp);
 LOOM_REGISTER_KERNEL("Flatten", DeviceType::kCpu, CopyKernel);
@@ -254,6 +281,24 @@ class ConcatOp : public OpDef {
         g.Emit("Split", {g.output_grad(0)}, AttrMap{{"axis", int64_t{axis}}, {"sizes", sizes}});
     for (int i = 0; i < n; ++i) g.SetInputGrad(i, parts[i]);
     return Status::Ok();
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // Every input with the replica axis where the first replicated one has it
+  // (shared ones broadcast); the concat axis shifts past it.
+  Status Fuse(FusionBuilder& f) const override {
+    int k = -1;
+    for (int i = 0; i < f.num_inputs() && k < 0; ++i)
+      if (f.input(i).replicated()) k = f.input(i).axis();
+    LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(f.attrs().Int("axis", 0), f.SingleShape(f.input(0)).rank()));
+    std::vector<FusedValue> ins;
+    for (int i = 0; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue v, f.Replicated(f.input(i), k, f.name() + "/in" + std::to_string(i)));
+      ins.push_back(v);
+    }
+    AttrMap attrs = f.attrs();
+    attrs.Set("axis", static_cast<int64_t>(FusedAxis(axis, k)));
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("Concat", ins, attrs, f.name(), {ReplicaLayout::Axis(k)}));
+    return f.MapOutputs(outs);
   }
 };
 LOOM_REGISTER_OP(ConcatOp);
@@ -314,6 +359,8 @@ class SplitOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("Concat", parts, AttrMap{{"axis", g.attrs().Int("axis", 0)}}));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", 0); }
 };
 LOOM_REGISTER_OP(SplitOp);
 
@@ -383,6 +430,8 @@ class SliceOp : public OpDef {
     g.SetInputGrad(0, g.Emit1("SliceBackward", {g.output_grad(0)}, attrs));
     return Status::Ok();
   }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", 0); }
 };
 LOOM_REGISTER_OP(SliceOp);
 

@@ -93,13 +93,13 @@ void CheckGraph(const std::string& label, const Graph& graph) {
   CHECK(static_cast<size_t>(feeds_later.peak) >= est->state_bytes + est->arena_bytes + est->input_bytes);
 }
 
-Graph Fused(const Graph& forward, int replicas, const OptimizerConfig& opt) {
+Graph Fused(const Graph& forward, int replicas, const StepOptimizer& opt) {
   FusionOptions fo;
   fo.replicas = replicas;
   for (int r = 0; r < replicas; ++r) fo.seeds.push_back(static_cast<uint64_t>(r + 1));
   auto fused = FuseReplicas(forward, fo);
   REQUIRE(fused.ok());
-  auto train = BuildFusedTrainingGraph(*fused, "loss", std::vector<OptimizerConfig>(replicas, opt), true);
+  auto train = BuildFusedTrainingGraph(*fused, "loss", std::vector<StepOptimizer>(replicas, opt), true);
   INFO(train.status().message());
   REQUIRE(train.ok());
   return *train;
@@ -116,8 +116,8 @@ Graph Classifier(const std::string& name, const std::map<std::string, std::strin
 
 TEST_CASE("the estimate is the allocator's peak: MLP") {
   const Graph forward = Classifier("mlp", {{"hidden", "32,16"}, {"dropout", "0.1"}}, {1, 8, 8}, 8);
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   auto single = BuildTrainingGraph(forward, "loss", sgd);
   REQUIRE(single.ok());
   CheckGraph("mlp, single", *single);
@@ -127,9 +127,9 @@ TEST_CASE("the estimate is the allocator's peak: MLP") {
 
 TEST_CASE("the estimate is the allocator's peak: CNN") {
   const Graph forward = Classifier("cnn", {{"channels", "4,8"}, {"hidden", "16"}, {"dropout", "0.25"}}, {1, 8, 8}, 4);
-  OptimizerConfig adam;
-  adam.type = "adam";
-  adam.max_grad_norm = 1.0;
+  StepOptimizer adam;
+  adam.config.set_type("adam");
+  adam.config.set_clip_grad_norm(1.0);
   auto single = BuildTrainingGraph(forward, "loss", adam);
   REQUIRE(single.ok());
   CheckGraph("cnn, single", *single);
@@ -139,12 +139,12 @@ TEST_CASE("the estimate is the allocator's peak: CNN") {
 
 TEST_CASE("the estimate is the allocator's peak at the shipped configs' sizes") {
   // models/configs/fashion_mnist_{mlp,cnn}.pbtxt: batch 128, 28x28 images.
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   CheckGraph("fashion_mnist_mlp, fused R=4", Fused(Classifier("mlp", {{"hidden", "256,128"}}, {1, 28, 28}, 128), 4, sgd));
-  OptimizerConfig nesterov = sgd;
-  nesterov.nesterov = true;
-  nesterov.weight_decay = 5e-4;
+  StepOptimizer nesterov = sgd;
+  nesterov.config.set_nesterov(true);
+  nesterov.config.set_weight_decay(5e-4);
   CheckGraph("fashion_mnist_cnn, fused R=2",
              Fused(Classifier("cnn", {{"channels", "32,64"}, {"hidden", "128"}, {"dropout", "0.25"}}, {1, 28, 28}, 128), 2,
                    nesterov));
@@ -157,15 +157,15 @@ TEST_CASE("the estimate counts the scratch of the LSTM and attention backward ke
   Model l;
   testing::LstmClassifier(l);
   REQUIRE(l.status().ok());
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   CheckGraph("transformer block, fused R=2", Fused(t.graph(), 2, sgd));
   CheckGraph("lstm, fused R=2", Fused(l.graph(), 2, sgd));
 }
 
 TEST_CASE("on CUDA the host copies do not count and a feed's next copy does") {
   const Graph forward = Classifier("mlp", {{"hidden", "32"}}, {1, 8, 8}, 8);
-  const Graph g = Fused(forward, 3, OptimizerConfig{});
+  const Graph g = Fused(forward, 3, StepOptimizer{});
   auto cpu = EstimateStepMemory(g, Device::Cpu());
   auto cuda = EstimateStepMemory(g, Device::Cuda(0));
   REQUIRE(cpu.ok());

@@ -95,23 +95,23 @@ std::vector<Net> Nets() {
 }
 
 // Per-replica optimizers: same type, everything else different.
-std::vector<OptimizerConfig> Optimizers(const std::string& type) {
-  std::vector<OptimizerConfig> opts(kR);
-  for (int r = 0; r < kR; ++r) opts[r].type = type;
+std::vector<StepOptimizer> Optimizers(const std::string& type) {
+  std::vector<StepOptimizer> opts(kR);
+  for (int r = 0; r < kR; ++r) opts[r].config.set_type(type);
   if (type == "sgd") {
-    opts[0].momentum = 0.9;
-    opts[1].momentum = 0.0;  // no momentum in one replica, while the others keep a buffer
-    opts[1].weight_decay = 1e-2;
-    opts[2].momentum = 0.5;
-    opts[2].dampening = 0.1;
+    opts[0].config.set_momentum(0.9);
+    opts[1].config.set_momentum(0.0);  // no momentum in one replica, while the others keep a buffer
+    opts[1].config.set_weight_decay(1e-2);
+    opts[2].config.set_momentum(0.5);
+    opts[2].config.set_dampening(0.1);
   } else {
-    opts[0].beta1 = 0.8;
-    opts[1].beta2 = 0.99;
-    opts[1].weight_decay = 0.05;
-    opts[2].eps = 1e-6;
+    opts[0].config.set_beta1(0.8);
+    opts[1].config.set_beta2(0.99);
+    opts[1].config.set_weight_decay(0.05);
+    opts[2].config.set_eps(1e-6);
   }
-  opts[0].max_grad_norm = 0.5;  // clips
-  opts[2].max_grad_norm = 1e3;  // does not
+  opts[0].config.set_clip_grad_norm(0.5);  // clips
+  opts[2].config.set_clip_grad_norm(1e3);  // does not
   return opts;
 }
 const double kLearningRates[kR] = {0.05, 0.1, 0.02};
@@ -138,7 +138,7 @@ struct SeparateRun {
   std::map<std::string, Tensor> state;
 };
 
-SeparateRun TrainSeparately(const Net& net, DType dtype, const OptimizerConfig& opt, double lr, uint64_t seed) {
+SeparateRun TrainSeparately(const Net& net, DType dtype, const StepOptimizer& opt, double lr, uint64_t seed) {
   Model m(dtype);
   net.build(m);
   auto g = BuildTrainingGraph(m.graph(), "loss", opt);
@@ -165,7 +165,7 @@ struct FusedRun {
   std::map<std::string, Tensor> state;
 };
 
-FusedRun TrainFused(const Net& net, DType dtype, const std::vector<OptimizerConfig>& opts,
+FusedRun TrainFused(const Net& net, DType dtype, const std::vector<StepOptimizer>& opts,
                     const std::vector<double>& lrs) {
   Model m(dtype);
   net.build(m);
@@ -297,8 +297,8 @@ TEST_CASE("fusion errors name the problem") {
   CHECK_THAT(layer.status().message(), Catch::Contains("no_such_layer"));
   auto fused = FuseReplicas(m.graph(), FusionOptions{2, {1, 2}, {}, {}});
   REQUIRE(fused.ok());
-  std::vector<OptimizerConfig> mixed(2);
-  mixed[1].type = "adam";
+  std::vector<StepOptimizer> mixed(2);
+  mixed[1].config.set_type("adam");
   auto g = BuildFusedTrainingGraph(*fused, "loss", mixed, true);
   REQUIRE_FALSE(g.ok());
   CHECK_THAT(g.status().message(), Catch::Contains("share one optimizer type"));

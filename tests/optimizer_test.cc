@@ -53,7 +53,7 @@ struct LoomRun {
   std::map<std::string, std::vector<double>> slots;
 };
 
-std::unique_ptr<Executor> MakeExecutor(const OptimizerConfig& opt, DType dtype, const Problem& pr) {
+std::unique_ptr<Executor> MakeExecutor(const StepOptimizer& opt, DType dtype, const Problem& pr) {
   auto train = BuildTrainingGraph(ProblemGraph(dtype), "loss", opt);
   REQUIRE(train.status().ToString() == "OK");
   auto exec = Executor::Create(*train);
@@ -64,7 +64,7 @@ std::unique_ptr<Executor> MakeExecutor(const OptimizerConfig& opt, DType dtype, 
   return std::move(exec).value();
 }
 
-LoomRun RunLoom(const OptimizerConfig& opt, const Problem& pr, double lr, DType dtype = DType::kF64) {
+LoomRun RunLoom(const StepOptimizer& opt, const Problem& pr, double lr, DType dtype = DType::kF64) {
   auto exec = MakeExecutor(opt, dtype, pr);
   LoomRun r;
   for (int s = 1; s <= kSteps; ++s) {
@@ -85,13 +85,14 @@ LoomRun RunLoom(const OptimizerConfig& opt, const Problem& pr, double lr, DType 
 
 // torch.optim's algorithms (the pseudo-code of its documentation), one
 // element at a time, with clip_grad_norm_ over all gradients first.
-LoomRun RunReference(const OptimizerConfig& o, const Problem& pr, double lr) {
+LoomRun RunReference(const StepOptimizer& step, const Problem& pr, double lr) {
+  const proto::OptimizerConfig o = OptimizerWithDefaults(step.config).value();
   std::vector<double> x = pr.p0, c = pr.w;
   x.insert(x.end(), pr.q0.begin(), pr.q0.end());
   c.insert(c.end(), pr.u.begin(), pr.u.end());
   const size_t n = x.size();
   std::vector<double> buf(n, 0), m(n, 0), v(n, 0), vmax(n, 0), sq(n, 0), acc(n, 0), gavg(n, 0);
-  const double wd = o.EffectiveWeightDecay(), eps = o.EffectiveEps();
+  const double wd = o.weight_decay(), eps = o.eps();
   LoomRun r;
   for (int t = 1; t <= kSteps; ++t) {
     std::vector<double> grad(n);
@@ -101,50 +102,50 @@ LoomRun RunReference(const OptimizerConfig& o, const Problem& pr, double lr) {
       sumsq += grad[i] * grad[i];
     }
     r.grad_norm.push_back(std::sqrt(sumsq));
-    const double coef = o.max_grad_norm / (std::sqrt(sumsq) + 1e-6);
-    if (o.max_grad_norm > 0 && coef < 1)
+    const double coef = o.clip_grad_norm() / (std::sqrt(sumsq) + 1e-6);
+    if (o.clip_grad_norm() > 0 && coef < 1)
       for (double& g : grad) g *= coef;
     for (size_t i = 0; i < n; ++i) {
       double g = grad[i];
-      if (o.type == "sgd") {
+      if (o.type() == "sgd") {
         g += wd * x[i];
-        if (o.momentum != 0) {
-          buf[i] = t == 1 ? g : o.momentum * buf[i] + (1 - o.dampening) * g;  // torch: first buf = grad
-          g = o.nesterov ? g + o.momentum * buf[i] : buf[i];
+        if (o.momentum() != 0) {
+          buf[i] = t == 1 ? g : o.momentum() * buf[i] + (1 - o.dampening()) * g;  // torch: first buf = grad
+          g = o.nesterov() ? g + o.momentum() * buf[i] : buf[i];
         }
         x[i] -= lr * g;
-      } else if (o.type == "adam" || o.type == "adamw") {
-        if (o.type == "adamw") x[i] *= 1 - lr * wd;
+      } else if (o.type() == "adam" || o.type() == "adamw") {
+        if (o.type() == "adamw") x[i] *= 1 - lr * wd;
         else g += wd * x[i];
-        m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
-        v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+        m[i] = o.beta1() * m[i] + (1 - o.beta1()) * g;
+        v[i] = o.beta2() * v[i] + (1 - o.beta2()) * g * g;
         vmax[i] = std::max(vmax[i], v[i]);
-        double mhat = m[i] / (1 - std::pow(o.beta1, t));
-        double vhat = (o.amsgrad ? vmax[i] : v[i]) / (1 - std::pow(o.beta2, t));
+        double mhat = m[i] / (1 - std::pow(o.beta1(), t));
+        double vhat = (o.amsgrad() ? vmax[i] : v[i]) / (1 - std::pow(o.beta2(), t));
         x[i] -= lr * mhat / (std::sqrt(vhat) + eps);
-      } else if (o.type == "adadelta") {
+      } else if (o.type() == "adadelta") {
         g += wd * x[i];
-        sq[i] = o.rho * sq[i] + (1 - o.rho) * g * g;
+        sq[i] = o.rho() * sq[i] + (1 - o.rho()) * g * g;
         double delta = std::sqrt(acc[i] + eps) / std::sqrt(sq[i] + eps) * g;
-        acc[i] = o.rho * acc[i] + (1 - o.rho) * delta * delta;
+        acc[i] = o.rho() * acc[i] + (1 - o.rho()) * delta * delta;
         x[i] -= lr * delta;
-      } else if (o.type == "rmsprop") {
+      } else if (o.type() == "rmsprop") {
         g += wd * x[i];
-        sq[i] = o.alpha * sq[i] + (1 - o.alpha) * g * g;
+        sq[i] = o.alpha() * sq[i] + (1 - o.alpha()) * g * g;
         double var = sq[i];
-        if (o.centered) {
-          gavg[i] = o.alpha * gavg[i] + (1 - o.alpha) * g;
+        if (o.centered()) {
+          gavg[i] = o.alpha() * gavg[i] + (1 - o.alpha()) * g;
           var -= gavg[i] * gavg[i];
         }
         double avg = std::sqrt(var) + eps;
-        if (o.momentum > 0) {
-          buf[i] = o.momentum * buf[i] + g / avg;
+        if (o.momentum() > 0) {
+          buf[i] = o.momentum() * buf[i] + g / avg;
           x[i] -= lr * buf[i];
         } else {
           x[i] -= lr * g / avg;
         }
       } else {
-        FAIL("no reference for " << o.type);
+        FAIL("no reference for " << o.type());
       }
     }
   }
@@ -162,25 +163,25 @@ std::vector<double> Initial(const Problem& pr) {
 
 // Parameters and every optimizer state slot, f64 to 1e-12 relative and f32
 // to 1e-5 (which also covers the f32 kernels).
-void Compare(const OptimizerConfig& o, double lr) {
+void Compare(const StepOptimizer& o, double lr) {
   Problem pr;
   const LoomRun want = RunReference(o, pr, lr), got = RunLoom(o, pr, lr), got32 = RunLoom(o, pr, lr, DType::kF32);
   const std::vector<double> x0 = Initial(pr);
   for (size_t i = 0; i < want.x.size(); ++i) {
-    INFO(o.type << " element " << i);
+    INFO(o.config.type() << " element " << i);
     CHECK(got.x[i] == Approx(want.x[i]).epsilon(1e-12));
     CHECK(got32.x[i] == Approx(want.x[i]).epsilon(1e-5).margin(1e-6));
     CHECK(got.x[i] != Approx(x0[i]));  // it moved
   }
   for (const auto& [slot, values] : got.slots) {
-    INFO(o.type << " state " << slot);
+    INFO(o.config.type() << " state " << slot);
     REQUIRE(want.slots.count(slot));
     for (size_t i = 0; i < values.size(); ++i) CHECK(values[i] == Approx(want.slots.at(slot)[i]).epsilon(1e-12));
   }
 }
 
 // Optimizer state names in the training step's executor.
-std::vector<std::string> StateNames(const OptimizerConfig& o) {
+std::vector<std::string> StateNames(const StepOptimizer& o) {
   auto exec = MakeExecutor(o, DType::kF64, Problem{});
   std::vector<std::string> names;
   for (const auto& [name, t] : exec->state()) {
@@ -194,134 +195,145 @@ std::vector<std::string> StateNames(const OptimizerConfig& o) {
 }
 
 TEST_CASE("SGD matches torch.optim.SGD for a few steps") {
-  OptimizerConfig o;
+  StepOptimizer o;
   Compare(o, 0.1);
-  o.momentum = 0.9;
+  o.config.set_momentum(0.9);
   Compare(o, 0.1);
-  o.weight_decay = 0.05;
+  o.config.set_weight_decay(0.05);
   Compare(o, 0.1);
-  o.nesterov = true;
+  o.config.set_nesterov(true);
   Compare(o, 0.1);
-  o.nesterov = false;
-  o.dampening = 0.3;
+  o.config.set_nesterov(false);
+  o.config.set_dampening(0.3);
   Compare(o, 0.1);
 }
 
 TEST_CASE("Adam and AdamW match torch.optim for a few steps") {
-  OptimizerConfig o;
-  o.type = "adam";
+  StepOptimizer o;
+  o.config.set_type("adam");
   Compare(o, 0.01);
-  o.weight_decay = 0.1;
+  o.config.set_weight_decay(0.1);
   Compare(o, 0.01);
-  o.type = "adamw";
+  o.config.set_type("adamw");
   Compare(o, 0.01);
-  o.amsgrad = true;
+  o.config.set_amsgrad(true);
   Compare(o, 0.01);
-  o.type = "adam";
-  o.beta1 = 0.5;
-  o.beta2 = 0.9;
-  o.eps = 1e-3;
+  o.config.set_type("adam");
+  o.config.set_beta1(0.5);
+  o.config.set_beta2(0.9);
+  o.config.set_eps(1e-3);
   Compare(o, 0.01);
 }
 
 TEST_CASE("AMSGrad keeps the running maximum of the second moment") {
   // With a gradient that shrinks step by step, v falls and the maximum keeps
   // the step small: the amsgrad run moves less than plain Adam.
-  OptimizerConfig o;
-  o.type = "adam";
-  o.beta2 = 0.5;
+  StepOptimizer o;
+  o.config.set_type("adam");
+  o.config.set_beta2(0.5);
   Problem pr;
   pr.w = {4.0, 4.0, 4.0};
   double plain = RunLoom(o, pr, 0.1).x[0];
-  o.amsgrad = true;
+  o.config.set_amsgrad(true);
   double ams = RunLoom(o, pr, 0.1).x[0];
   CHECK(ams == Approx(RunReference(o, pr, 0.1).x[0]).epsilon(1e-12));
   CHECK(std::abs(ams - pr.p0[0]) < std::abs(plain - pr.p0[0]));
 }
 
 TEST_CASE("Adadelta matches torch.optim.Adadelta for a few steps") {
-  OptimizerConfig o;
-  o.type = "adadelta";
+  StepOptimizer o;
+  o.config.set_type("adadelta");
   Compare(o, 1.0);  // torch's default lr, rho 0.9, eps 1e-6
-  o.weight_decay = 0.1;
+  o.config.set_weight_decay(0.1);
   Compare(o, 1.0);
-  o.rho = 0.5;
-  o.eps = 1e-4;
+  o.config.set_rho(0.5);
+  o.config.set_eps(1e-4);
   Compare(o, 0.5);
 }
 
 TEST_CASE("RMSprop matches torch.optim.RMSprop for a few steps") {
-  OptimizerConfig o;
-  o.type = "rmsprop";
+  StepOptimizer o;
+  o.config.set_type("rmsprop");
   Compare(o, 0.01);
-  o.alpha = 0.9;
-  o.weight_decay = 0.05;
+  o.config.set_alpha(0.9);
+  o.config.set_weight_decay(0.05);
   Compare(o, 0.01);
-  o.momentum = 0.8;
+  o.config.set_momentum(0.8);
   Compare(o, 0.01);
-  o.centered = true;
+  o.config.set_centered(true);
   Compare(o, 0.01);
-  o.momentum = 0;
+  o.config.set_momentum(0);
   Compare(o, 0.01);
 }
 
-TEST_CASE("torch's per-optimizer defaults apply when eps and weight decay are unset") {
-  OptimizerConfig o;
-  o.type = "adadelta";
-  CHECK(o.EffectiveEps() == 1e-6);
-  o.type = "rmsprop";
-  CHECK(o.EffectiveEps() == 1e-8);
-  CHECK(o.EffectiveWeightDecay() == 0);
-  o.type = "adamw";
-  CHECK(o.EffectiveWeightDecay() == 0.01);
-  o.weight_decay = 0.0;
-  CHECK(o.EffectiveWeightDecay() == 0);  // set explicitly: no decay
-  o.eps = 1e-3;
-  CHECK(o.EffectiveEps() == 1e-3);
+TEST_CASE("torch's per-optimizer defaults apply to unset fields") {
+  auto with_defaults = [](const std::string& type) {
+    proto::OptimizerConfig c;
+    c.set_type(type);
+    return OptimizerWithDefaults(c).value();
+  };
+  CHECK(with_defaults("adadelta").eps() == 1e-6);
+  CHECK(with_defaults("rmsprop").eps() == 1e-8);
+  CHECK(with_defaults("rmsprop").weight_decay() == 0);
+  CHECK(with_defaults("rmsprop").alpha() == 0.99);
+  CHECK(with_defaults("adamw").weight_decay() == 0.01);
+  CHECK(with_defaults("adam").beta1() == 0.9);
+  CHECK(with_defaults("adam").beta2() == 0.999);
+  CHECK(with_defaults("adadelta").rho() == 0.9);
+  CHECK(OptimizerWithDefaults(proto::OptimizerConfig{}).value().type() == "sgd");
+  proto::OptimizerConfig set;
+  set.set_type("adamw");
+  set.set_weight_decay(0.0);
+  set.set_eps(1e-3);
+  CHECK(OptimizerWithDefaults(set).value().weight_decay() == 0);  // set explicitly: no decay
+  CHECK(OptimizerWithDefaults(set).value().eps() == 1e-3);
   // Unset weight decay on AdamW decays (torch's 0.01): it differs from 0.
-  OptimizerConfig unset, none;
-  unset.type = none.type = "adamw";
-  none.weight_decay = 0.0;
+  StepOptimizer unset, none;
+  unset.config.set_type("adamw");
+  none.config.set_type("adamw");
+  none.config.set_weight_decay(0.0);
   Compare(unset, 0.01);
   Problem pr;
   CHECK(RunLoom(unset, pr, 0.01).x[0] != Approx(RunLoom(none, pr, 0.01).x[0]).epsilon(1e-9));
 
-  CHECK(*DefaultLearningRate("sgd") == 1e-3);
-  CHECK(*DefaultLearningRate("adam") == 1e-3);
-  CHECK(*DefaultLearningRate("adamw") == 1e-3);
-  CHECK(*DefaultLearningRate("adadelta") == 1.0);
-  CHECK(*DefaultLearningRate("rmsprop") == 1e-2);
-  auto bad = DefaultLearningRate("adagrad");
+  CHECK(with_defaults("sgd").lr() == 1e-3);
+  CHECK(with_defaults("adam").lr() == 1e-3);
+  CHECK(with_defaults("adamw").lr() == 1e-3);
+  CHECK(with_defaults("adadelta").lr() == 1.0);
+  CHECK(with_defaults("rmsprop").lr() == 1e-2);
+  proto::OptimizerConfig adagrad;
+  adagrad.set_type("adagrad");
+  auto bad = OptimizerWithDefaults(adagrad);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("unknown optimizer 'adagrad'") != std::string::npos);
 }
 
 TEST_CASE("optimizer state is one zeroed buffer per parameter and torch state name") {
   using V = std::vector<std::string>;
-  OptimizerConfig o;
+  StepOptimizer o;
   CHECK(StateNames(o) == V{"p", "q"});  // plain SGD keeps no buffer
-  o.momentum = 0.9;
+  o.config.set_momentum(0.9);
   CHECK(StateNames(o) == V{"p", "p/momentum_buffer", "q", "q/momentum_buffer"});
-  o = OptimizerConfig();
-  o.type = "adamw";
-  o.amsgrad = true;
+  o = StepOptimizer();
+  o.config.set_type("adamw");
+  o.config.set_amsgrad(true);
   CHECK(StateNames(o) == V{"p", "p/exp_avg", "p/exp_avg_sq", "p/max_exp_avg_sq", "q", "q/exp_avg", "q/exp_avg_sq",
                            "q/max_exp_avg_sq"});
-  o = OptimizerConfig();
-  o.type = "adadelta";
+  o = StepOptimizer();
+  o.config.set_type("adadelta");
   CHECK(StateNames(o) == V{"p", "p/acc_delta", "p/square_avg", "q", "q/acc_delta", "q/square_avg"});
-  o.type = "rmsprop";
+  o.config.set_type("rmsprop");
   CHECK(StateNames(o) == V{"p", "p/square_avg", "q", "q/square_avg"});
-  o.momentum = 0.5;
-  o.centered = true;
+  o.config.set_momentum(0.5);
+  o.config.set_centered(true);
   CHECK(StateNames(o) == V{"p", "p/grad_avg", "p/momentum_buffer", "p/square_avg", "q", "q/grad_avg",
                            "q/momentum_buffer", "q/square_avg"});
 }
 
 // Step 1 by hand: g = [0.5, -0.5, -0.5, 3, -0.5], |g| = sqrt(10).
 TEST_CASE("clipping by global norm scales every gradient when the norm is too large") {
-  OptimizerConfig o;
-  o.max_grad_norm = 1.0;
+  StepOptimizer o;
+  o.config.set_clip_grad_norm(1.0);
   Problem pr;
   LoomRun one = [&] {
     auto exec = MakeExecutor(o, DType::kF64, pr);
@@ -342,11 +354,11 @@ TEST_CASE("clipping by global norm scales every gradient when the norm is too la
   for (size_t i = 0; i < g.size(); ++i) CHECK(one.x[i] == Approx(x0[i] - 0.1 * coef * g[i]).epsilon(1e-14));
 
   // Several steps, with momentum and with Adam, against the reference.
-  o.momentum = 0.9;
+  o.config.set_momentum(0.9);
   Compare(o, 0.1);
-  OptimizerConfig adam;
-  adam.type = "adam";
-  adam.max_grad_norm = 0.5;
+  StepOptimizer adam;
+  adam.config.set_type("adam");
+  adam.config.set_clip_grad_norm(0.5);
   Compare(adam, 0.01);
   LoomRun got = RunLoom(adam, pr, 0.01), want = RunReference(adam, pr, 0.01);
   REQUIRE(got.grad_norm.size() == kSteps);
@@ -354,12 +366,12 @@ TEST_CASE("clipping by global norm scales every gradient when the norm is too la
 }
 
 TEST_CASE("clipping leaves gradients alone when the norm is within the limit") {
-  OptimizerConfig o;
-  o.momentum = 0.9;
-  OptimizerConfig clipped = o;
-  clipped.max_grad_norm = 3.17;  // just above sqrt(10) + 1e-6, and the norm falls from there
+  StepOptimizer o;
+  o.config.set_momentum(0.9);
+  StepOptimizer clipped = o;
+  clipped.config.set_clip_grad_norm(3.17);  // just above sqrt(10) + 1e-6, and the norm falls from there
   Problem pr;
-  for (double norm : RunReference(o, pr, 0.1).grad_norm) REQUIRE(norm + 1e-6 < clipped.max_grad_norm);
+  for (double norm : RunReference(o, pr, 0.1).grad_norm) REQUIRE(norm + 1e-6 < clipped.config.clip_grad_norm());
   LoomRun a = RunLoom(o, pr, 0.1), b = RunLoom(clipped, pr, 0.1);
   for (size_t i = 0; i < a.x.size(); ++i) CHECK(a.x[i] == b.x[i]);  // bit for bit: the factor is exactly 1
   CHECK(a.grad_norm.empty());
@@ -369,7 +381,7 @@ TEST_CASE("clipping leaves gradients alone when the norm is within the limit") {
 }
 
 TEST_CASE("the gradient norm can be an output without clipping") {
-  OptimizerConfig o;
+  StepOptimizer o;
   o.output_grad_norm = true;
   Problem pr;
   LoomRun got = RunLoom(o, pr, 0.1), want = RunReference(o, pr, 0.1);
@@ -446,52 +458,52 @@ TEST_CASE("BuildTrainingGraph rejects bad requests clearly") {
   Model m(DType::kF64);
   Sym p = m.parameter("p", {3}, InitZeros());
   m.set_output("loss", m.op("SumToShape", {p}, AttrMap{{"shape", std::vector<int64_t>{}}})[0]);
-  auto error = [&](const OptimizerConfig& o, const std::string& loss = "loss") {
+  auto error = [&](const StepOptimizer& o, const std::string& loss = "loss") {
     auto r = BuildTrainingGraph(m.graph(), loss, o);
     REQUIRE_FALSE(r.ok());
     return r.status().message();
   };
   using Catch::Matchers::Contains;
-  OptimizerConfig o;
+  StepOptimizer o;
   CHECK_THAT(error(o, "los"), Contains("no output named 'los'"));
-  o.type = "lion";
+  o.config.set_type("lion");
   CHECK_THAT(error(o), Contains("unknown optimizer 'lion' (expected sgd, adam, adamw, adadelta or rmsprop)"));
-  o = OptimizerConfig();
-  o.max_grad_norm = -1;
-  CHECK_THAT(error(o), Contains("max_grad_norm must be >= 0 (0 = no clipping), got -1"));
-  o.max_grad_norm = std::numeric_limits<double>::quiet_NaN();
-  CHECK_THAT(error(o), Contains("max_grad_norm must be >= 0"));
-  o = OptimizerConfig();
-  o.weight_decay = -0.1;
+  o = StepOptimizer();
+  o.config.set_clip_grad_norm(-1);
+  CHECK_THAT(error(o), Contains("clip_grad_norm must be >= 0 (0 = no clipping), got -1"));
+  o.config.set_clip_grad_norm(std::numeric_limits<double>::quiet_NaN());
+  CHECK_THAT(error(o), Contains("clip_grad_norm must be >= 0"));
+  o = StepOptimizer();
+  o.config.set_weight_decay(-0.1);
   CHECK_THAT(error(o), Contains("node 'p/update' (SgdUpdate)") && Contains("weight_decay must be >= 0, got -0.1"));
-  o = OptimizerConfig();
-  o.nesterov = true;
+  o = StepOptimizer();
+  o.config.set_nesterov(true);
   CHECK_THAT(error(o), Contains("nesterov needs momentum > 0 and dampening = 0"));
-  o = OptimizerConfig();
-  o.type = "adam";
-  o.beta2 = 1.0;
+  o = StepOptimizer();
+  o.config.set_type("adam");
+  o.config.set_beta2(1.0);
   CHECK_THAT(error(o), Contains("AdamUpdate: beta2 must be in [0, 1), got 1"));
-  o = OptimizerConfig();
-  o.type = "adadelta";
-  o.rho = 1.5;
+  o = StepOptimizer();
+  o.config.set_type("adadelta");
+  o.config.set_rho(1.5);
   CHECK_THAT(error(o), Contains("AdadeltaUpdate: rho must be in [0, 1], got 1.5"));
-  o.rho = 0.9;
-  o.eps = -1e-6;
+  o.config.set_rho(0.9);
+  o.config.set_eps(-1e-6);
   CHECK_THAT(error(o), Contains("AdadeltaUpdate: eps must be >= 0, got -1e-06"));
-  o = OptimizerConfig();
-  o.type = "rmsprop";
-  o.alpha = -0.5;
+  o = StepOptimizer();
+  o.config.set_type("rmsprop");
+  o.config.set_alpha(-0.5);
   CHECK_THAT(error(o), Contains("RmspropUpdate: alpha must be >= 0, got -0.5"));
-  o.alpha = 0.99;
-  o.momentum = -0.9;
+  o.config.set_alpha(0.99);
+  o.config.set_momentum(-0.9);
   CHECK_THAT(error(o), Contains("RmspropUpdate: momentum must be >= 0, got -0.9"));
 
   Model clash(DType::kF64);
   Sym c = clash.parameter("p", {3}, InitZeros());
   clash.set_output("loss", clash.sum(c));
   clash.set_output("grad_norm", clash.sum(c));
-  o = OptimizerConfig();
-  o.max_grad_norm = 1;
+  o = StepOptimizer();
+  o.config.set_clip_grad_norm(1);
   auto r = BuildTrainingGraph(clash.graph(), "loss", o);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Contains("already has an output named 'grad_norm'"));

@@ -45,8 +45,8 @@ Result Train(const Model& m, int64_t steps, double lr) {
   REQUIRE(train_loader.status().ToString() == "OK");
   REQUIRE(test_loader.status().ToString() == "OK");
 
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   auto train_graph = BuildTrainingGraph(m.graph(), "loss", sgd);
   auto eval_graph = BuildEvalGraph(m.graph());
   REQUIRE(train_graph.status().ToString() == "OK");

@@ -1,18 +1,20 @@
 // Every zoo model, at a reduced size: one training step lowers the loss on a
 // fixed batch, and the fused graph of 2 replicas (graph/fusion.h) computes
 // the logits of 2 separate models started from the replicas' seeds (f64,
-// 1e-9 relative: only the summation order inside products differs).
+// 1e-9 relative: only the summation order inside products differs) and has
+// the structure of the fused forms (tests/fusion_structure.h).
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
+#include <set>
 
 #include "core/rng.h"
 #include "graph/fusion.h"
 #include "graph/training.h"
+#include "graph/verifier.h"
 #include "models/model_test_util.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
+#include "tests/fusion_structure.h"
 
 namespace loom {
 namespace {
@@ -136,6 +138,66 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
   }
 }
 
+// Fused as 2 replicas, `model` passes the verifier (with its training step),
+// runs once per replica only ops that declare it, and returns those ops.
+// Image classifiers, whose layers all have fused forms that keep the
+// replica axis where the next layer wants it, also move no activation
+// around: fusion adds no BroadcastTo, and its only Transposes bring the
+// replicas to the front for the classifier's batched GEMM (a Linear on a
+// replicated input).
+std::set<std::string> CheckFusedStructure(const Graph& model, bool image_classifier) {
+  auto fused = FuseReplicas(model, FusionOptions{2, {7, 8}, {}, {}});
+  if (!fused.ok()) FAIL(fused.status().ToString());
+  CHECK(VerifyGraph(*fused).ToString() == "OK");
+  auto step = BuildFusedTrainingGraph(*fused, "loss", std::vector<StepOptimizer>(2), true);
+  if (!step.ok()) FAIL(step.status().ToString());
+  CHECK(VerifyGraph(*step).ToString() == "OK");
+
+  auto model_op = [&](const std::string& fused_name) {
+    const std::string owner = testing::ModelNodeOf(fused_name, model);
+    return owner.empty() ? std::string("(none)") : model.node(*model.FindNode(owner)).op;
+  };
+  std::set<std::string> per_replica;
+  for (NodeId id : testing::PerReplicaNodes(*fused)) {
+    const std::string op = model_op(fused->node(id).name);
+    INFO("node " << fused->node(id).name << " runs per replica for a " << op);
+    const OpDef* def = OpRegistry::Global().FindOp(op);
+    REQUIRE(def != nullptr);
+    CHECK(def->fusion_kind() != FusionKind::kFused);
+    per_replica.insert(op);
+  }
+  if (image_classifier) {
+    CHECK(per_replica == std::set<std::string>{"CrossEntropy"});
+    for (const Node& n : fused->nodes()) {
+      if (model.FindNode(n.name) || (n.op != "Transpose" && n.op != "BroadcastTo")) continue;
+      INFO("fusion added " << n.op << " '" << n.name << "' for a " << model_op(n.name));
+      CHECK((n.op == "Transpose" && model_op(n.name) == "Linear"));
+    }
+  }
+  return per_replica;
+}
+
+TEST_CASE("each zoo model's fused graph runs per replica only the ops that declare it") {
+  const std::set<std::string> image_classifiers = {"mlp",          "cnn",          "resnet18",
+                                                   "resnet101",    "alexnet",      "vgg16",
+                                                   "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+                                                   "inception_v3"};
+  for (const SmallModel& s : SmallModels()) {
+    INFO(s.name);
+    if (IsGan(s)) {
+      for (models::GanStep step : {models::GanStep::kDiscriminator, models::GanStep::kGenerator}) {
+        Model m;
+        REQUIRE(models::BuildGanStep(m, s.name, s.args, s.data.input, kBatch, step).ok());
+        CHECK(CheckFusedStructure(m.graph(), false) == std::set<std::string>{"BCEWithLogits"});
+      }
+      continue;
+    }
+    Model m;
+    REQUIRE(models::BuildSupervised(m, s.name, s.args, s.data, kBatch).ok());
+    CheckFusedStructure(m.graph(), image_classifiers.count(s.name) > 0);
+  }
+}
+
 // Each GAN step, in f64: one update lowers the step's loss, and the fused
 // step of 2 replicas computes the losses (and the generator's images) of 2
 // separate GANs started from the replicas' seeds.
@@ -156,7 +218,7 @@ TEST_CASE("each zoo GAN's steps train, and fused as 2 replicas equal 2 separate 
       std::map<std::string, Tensor> feeds = {{"noise", noise}};
       if (discriminator) feeds["real"] = real;
 
-      OptimizerConfig opt;
+      StepOptimizer opt;
       opt.trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
       auto change = models::testing::LossAcrossOneStep(m.graph(), feeds, 0.05, opt);
       if (!change.ok()) FAIL(change.status().ToString());
@@ -170,24 +232,6 @@ TEST_CASE("each zoo GAN's steps train, and fused as 2 replicas equal 2 separate 
         CHECK(models::testing::FusedMismatch(*run) == "");
       }
     }
-  }
-}
-
-
-// TEMP golden dump (helper): the fused graph of every zoo model.
-TEST_CASE("dump fused zoo graphs", "[.dump]") {
-  const char* dir = std::getenv("LOOM_FUSION_DUMP");
-  REQUIRE(dir != nullptr);
-  std::ofstream out(std::string(dir) + "/zoo.txt");
-  for (const SmallModel& s : SmallModels()) {
-    if (IsGan(s)) continue;
-    Model m(DType::kF64);
-    REQUIRE(models::BuildSupervised(m, s.name, s.args, s.data, kBatch).ok());
-    auto fused = FuseReplicas(m.graph(), FusionOptions{2, {7, 8}, {}, {}});
-    REQUIRE(fused.ok());
-    out << "=== " << s.name << "\n" << fused->ToString();
-    auto train = BuildFusedTrainingGraph(*fused, "loss", std::vector<OptimizerConfig>(2), true);
-    if (train.ok()) out << "--- train\n" << train->ToString();
   }
 }
 

@@ -141,8 +141,8 @@ StatusOr<Graph> MlpStepGraph(int64_t batch) {
   Sym logits = models::Mlp(m, image);
   m.set_output("loss", m.cross_entropy(logits, label));
   if (!m.status().ok()) return m.status();
-  OptimizerConfig opt;
-  opt.momentum = 0.9;
+  StepOptimizer opt;
+  opt.config.set_momentum(0.9);
   return Compile(m.graph(), Program::kTrainingStep, StepOptions(opt));
 }
 
@@ -236,7 +236,7 @@ Status BenchProfile(const Flags& flags) {
   Model m;
   LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
   LOOM_ASSIGN_OR_RETURN(int64_t replicas, flags.Int("replicas", 0));
-  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
+  const StepOptimizer opt = StepOptimizer{config.optimizer()};
   std::optional<FusionOptions> fusion;
   if (replicas > 0) {  // the fused step of that many replicas
     fusion.emplace();
@@ -310,7 +310,7 @@ Status BenchFusion(const Flags& flags) {
   const int64_t batch = config.data().batch_size();
   Model m;
   LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
-  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
+  const StepOptimizer opt = StepOptimizer{config.optimizer()};
   LOOM_ASSIGN_OR_RETURN(Graph single, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt)));
   const double single_flops = GraphCost(single).flops;
   // Layers left unfused (run once per replica): the config's, or --unfused.
@@ -367,7 +367,7 @@ Status BenchFusion(const Flags& flags) {
   std::string unfused_note;
   for (const std::string& l : unfused) unfused_note += (unfused_note.empty() ? ", unfused: " : ",") + l;
   std::printf("%s, batch %lld, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
-              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str(), unfused_note.c_str(),
+              config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(), unfused_note.c_str(),
               static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
   std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");

@@ -169,7 +169,7 @@ Status Plan(const Flags& flags) {
   const int64_t batch = config.data().batch_size();
   Model m;
   LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, config.model().name(), model_args, spec, batch));
-  const OptimizerConfig opt = ToOptimizerConfig(config.optimizer());
+  const StepOptimizer opt = StepOptimizer{config.optimizer()};
   // loom train also keeps an executor of the evaluation graph (BatchNorm and
   // Dropout in eval mode, at eval_batch_size) with its own state tensors.
   const bool with_eval = flags.Bool("with-eval");
@@ -239,7 +239,7 @@ Status Plan(const Flags& flags) {
   }
   const std::string size = FormatBytes(memory);
   std::printf("%s: model %s, batch %lld, optimizer %s; fused training step of R replicas\n", config_path.c_str(),
-              config.model().name().c_str(), static_cast<long long>(batch), opt.type.c_str());
+              config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str());
   std::printf("%8s %12s %16s %12s%s %12s %6s\n", "R", "state MiB", "activations MiB", "other MiB",
               with_eval ? "     eval MiB" : "", "total MiB", "fits");
   for (const auto& [r, row] : rows) {

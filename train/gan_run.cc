@@ -105,7 +105,7 @@ StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
   co.isolate_divergence = false;
   if (fused()) co.fusion = Fusion();
   for (const Member& mem : members_) {
-    co.optimizers.push_back(ToOptimizerConfig((discriminator ? mem.discriminator : mem.generator).optimizer()));
+    co.optimizers.push_back(StepOptimizer{(discriminator ? mem.discriminator : mem.generator).optimizer()});
     co.optimizers.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
   }
   return Compile(m.graph(), Program::kTrainingStep, co);

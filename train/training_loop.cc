@@ -195,7 +195,7 @@ Status TrainingLoop::BuildArray(bool initialize) {
   step_options.dump_dir = opt_.dump_graphs_dir;
   step_options.isolate_divergence = !c_.fusion().has_isolate_divergence() || c_.fusion().isolate_divergence();
   for (int64_t r : alive_) {
-    step_options.optimizers.push_back(ToOptimizerConfig(replicas_[r].spec.config.optimizer()));
+    step_options.optimizers.push_back(StepOptimizer{replicas_[r].spec.config.optimizer()});
     step_options.optimizers.back().output_grad_norm = true;
   }
   CompileOptions eval_options;

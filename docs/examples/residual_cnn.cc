@@ -52,8 +52,8 @@ int main() {
   std::printf("parameters: %lld\n", static_cast<long long>(total));
 
   // One graph per training step: forward, backward and SGD update.
-  OptimizerConfig sgd;
-  sgd.momentum = 0.9;
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
   StatusOr<Graph> train = BuildTrainingGraph(m.graph(), "loss", sgd);
   if (!train.ok()) return std::fprintf(stderr, "%s\n", train.status().ToString().c_str()), 1;
   auto exec = Executor::Create(*train);

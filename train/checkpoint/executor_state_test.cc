@@ -31,9 +31,9 @@ struct TinyModel {
   int64_t hidden = 16;
   DType dtype = DType::kF32;
   bool extra_layer = false;
-  OptimizerConfig optimizer = [] {
-    OptimizerConfig o;
-    o.momentum = 0.9;
+  StepOptimizer optimizer = [] {
+    StepOptimizer o;
+    o.config.set_momentum(0.9);
     return o;
   }();
 };
@@ -198,7 +198,7 @@ TEST_CASE("A checkpoint of another model is refused, naming the first differing 
   wider.hidden = 8;
   deeper.extra_layer = true;
   f64.dtype = DType::kF64;
-  adam.optimizer.type = "adam";
+  adam.optimizer.config.set_type("adam");
   CHECK_THAT(Mismatch(base, wider).message(),
              Contains("tensor 'bn/bias' is f32 [16] in the checkpoint but f32 [8] in the model"));
   CHECK_THAT(Mismatch(base, deeper).message(),

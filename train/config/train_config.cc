@@ -391,17 +391,8 @@ void FillDefaults(proto::TrainConfig* c) {
     if (d->text_target().empty()) d->set_text_target("next");
     if (!d->has_test_fraction()) d->set_test_fraction(0.1);
   }
-  proto::OptimizerConfig* o = c->mutable_optimizer();
-  if (o->type().empty()) o->set_type("sgd");
-  if (o->lr() == 0) o->set_lr(DefaultLearningRate(o->type()).value());  // type was checked
-  OptimizerConfig defaults;  // torch.optim's defaults, in one place (graph/training.h)
-  defaults.type = o->type();
-  if (!o->has_beta1()) o->set_beta1(defaults.beta1);
-  if (!o->has_beta2()) o->set_beta2(defaults.beta2);
-  if (!o->has_eps()) o->set_eps(defaults.EffectiveEps());
-  if (!o->has_weight_decay()) o->set_weight_decay(defaults.EffectiveWeightDecay());
-  if (!o->has_rho()) o->set_rho(defaults.rho);
-  if (!o->has_alpha()) o->set_alpha(defaults.alpha);
+  // torch.optim's defaults, in one place (graph/training.h); the type was checked.
+  if (auto o = OptimizerWithDefaults(c->optimizer()); o.ok()) *c->mutable_optimizer() = *o;
   proto::ScheduleConfig* s = c->mutable_schedule();
   if (s->type().empty()) s->set_type("constant");
   if (s->unit().empty()) s->set_unit("epoch");
@@ -515,23 +506,6 @@ std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConf
     out += line;
   }
   return out;
-}
-
-OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p) {
-  OptimizerConfig o;
-  o.type = p.type();
-  o.momentum = p.momentum();
-  o.dampening = p.dampening();
-  o.nesterov = p.nesterov();
-  o.beta1 = p.beta1();
-  o.beta2 = p.beta2();
-  o.rho = p.rho();
-  o.alpha = p.alpha();
-  o.centered = p.centered();
-  if (p.has_eps()) o.eps = p.eps();
-  if (p.has_weight_decay()) o.weight_decay = p.weight_decay();
-  o.max_grad_norm = p.clip_grad_norm();
-  return o;
 }
 
 }  // namespace loom

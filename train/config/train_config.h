@@ -47,9 +47,6 @@ std::string TrainConfigToText(const proto::TrainConfig& config);
 // thread count (results do not depend on it).
 std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConfig& given);
 
-// The graph layer's optimizer settings for a config's optimizer block.
-OptimizerConfig ToOptimizerConfig(const proto::OptimizerConfig& p);
-
 // The CPU threads a config (or `loom train --threads`) may ask for: 0 (all
 // cores) up to kMaxThreads (more is a typo, and may not start at all). The
 // error's message says what is wrong: "must be <= 1024 (...), got N".
