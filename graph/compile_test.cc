@@ -49,6 +49,15 @@ TEST_CASE("Compile builds what fusion and the training graph build by hand") {
   auto fused_by_hand = BuildFusedTrainingGraph(*fused_forward, "loss", {sgd, sgd}, true);
   REQUIRE(fused_by_hand.ok());
   CHECK(fused_step->ToString() == fused_by_hand->ToString());
+  // The step's own values carry the replica layout: one row per replica.
+  auto layout_of = [&](const std::string& node) {
+    return fused_step->value(fused_step->node(*fused_step->FindNode(node)).outputs[0]).replica_layout;
+  };
+  CHECK(layout_of(kLearningRateInput) == ReplicaLayout::Axis(0));
+  CHECK(layout_of(kReplicaMaskInput) == ReplicaLayout::Axis(0));
+  CHECK(layout_of(kStepInput) == ReplicaLayout::Shared());
+  CHECK(layout_of("fc1/weight/momentum_buffer") == ReplicaLayout::Axis(0));
+  CHECK(layout_of("fc1/weight/update") == ReplicaLayout::Axis(0));
 
   auto forward = Compile(model, Program::kForward, fused);
   REQUIRE(forward.ok());

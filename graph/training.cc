@@ -144,8 +144,15 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
 
   const DType dtype = g.type(grads.begin()->first).dtype;
   const Shape per_replica = fused ? Shape({replicas}) : Shape{};
+  // In a fused step the values made here have one row per replica (the
+  // optimizer's own state, the learning rates, the norms) or are shared.
+  auto set_layout = [&](ValueId v, ReplicaLayout layout) {
+    if (fused) g.mutable_value(v).replica_layout = layout;
+  };
   const ValueId lr = b.Input(kLearningRateInput, {per_replica, dtype});
+  set_layout(lr, ReplicaLayout::Axis(0));
   const ValueId step = b.Input(kStepInput, {Shape{}, dtype});
+  set_layout(step, ReplicaLayout::Shared());
 
   // Clipping as torch.nn.utils.clip_grad_norm_: one norm over all gradients
   // (of each replica), one factor for all of them.
@@ -159,6 +166,8 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   }
   if (clip || output_norm) {
     LOOM_ASSIGN_OR_RETURN(ValueId norm, b.Add1("Sqrt", {squared_norm}, {}, "grad_clip/norm"));
+    set_layout(squared_norm, ReplicaLayout::Axis(0));
+    set_layout(norm, ReplicaLayout::Axis(0));
     g.outputs()[kGradNormOutput] = norm;
     if (clip) {
       // A replica without clipping clips at +inf: its factor is 1.
@@ -192,11 +201,13 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   ValueId active = kNoValue;
   if (fused) {
     active = b.Input(kReplicaMaskInput, {per_replica, dtype});
+    set_layout(active, ReplicaLayout::Axis(0));
     if (isolate_divergence) {
       LOOM_ASSIGN_OR_RETURN(ValueId finite_grads, b.Add1("IsFinite", {squared_norm}, {}, "divergence/grads"));
       LOOM_ASSIGN_OR_RETURN(ValueId finite_loss, b.Add1("IsFinite", {loss}, {}, "divergence/loss"));
       LOOM_ASSIGN_OR_RETURN(ValueId finite, b.Add1("Mul", {finite_grads, finite_loss}, {}, "divergence/finite"));
       LOOM_ASSIGN_OR_RETURN(active, b.Add1("Mul", {finite, active}, {}, "divergence/active"));
+      set_layout(active, ReplicaLayout::Axis(0));
     }
     g.outputs()[kActiveOutput] = active;
   }
@@ -208,12 +219,14 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
     for (const std::string& slot : spec.slots) {
       AttrMap init{{"init", "zeros"}};
       slots.push_back(b.Buffer(pname + "/" + slot, t, init));
+      set_layout(slots.back(), ReplicaLayout::Axis(0));
       inputs.push_back(slots.back());
     }
     inputs.push_back(lr);
     inputs.push_back(step);
     if (fused) inputs.push_back(active);
     LOOM_ASSIGN_OR_RETURN(auto outs, b.Add(spec.op, inputs, spec.attrs, pname + "/update"));
+    for (ValueId out : outs) set_layout(out, ReplicaLayout::Axis(0));
     g.state_updates().push_back({param, outs[0]});
     for (size_t k = 0; k < slots.size(); ++k) g.state_updates().push_back({slots[k], outs[1 + k]});
   }
