@@ -149,19 +149,12 @@ DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& dat
 
 StatusOr<std::unique_ptr<Schedule>> BuildSchedule(const proto::TrainConfig& c, int64_t steps_per_epoch,
                                                   int64_t total_steps) {
-  const proto::ScheduleConfig& p = c.schedule();
-  ScheduleConfig s;
-  s.type = p.type();
-  s.step_size = p.step_size();
-  s.milestones.assign(p.milestones().begin(), p.milestones().end());
-  s.gamma = p.gamma();
-  s.eta_min = p.eta_min();
-  s.warmup_steps = p.warmup_steps();
-  s.warmup_start_factor = p.warmup_start_factor();
-  const bool per_epoch = p.unit() == "epoch";
-  // t_max 0: anneal over the whole run (after the warm-up).
-  s.t_max = p.t_max() > 0 ? p.t_max()
-                          : (per_epoch ? c.epochs() : std::max<int64_t>(1, total_steps - s.warmup_steps));
+  // The config's own block (one schema, train/optim/schedule.proto); only
+  // t_max 0, "anneal over the whole run (after the warm-up)", is resolved here.
+  proto::ScheduleConfig s = c.schedule();
+  const bool per_epoch = s.unit() == "epoch";
+  if (s.t_max() <= 0)
+    s.set_t_max(per_epoch ? c.epochs() : std::max<int64_t>(1, total_steps - s.warmup_steps()));
   auto made = per_epoch ? MakeEpochSchedule(s, c.optimizer().lr(), steps_per_epoch) : MakeSchedule(s, c.optimizer().lr());
   if (!made.ok()) return made.status().WithContext("schedule");
   return made;

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "graph/model.h"
-#include "graph/training.h"
+#include "graph/compile.h"
 #include "runtime/executor.h"
 
 using namespace loom;
@@ -54,7 +54,7 @@ int main() {
   // One graph per training step: forward, backward and SGD update.
   StepOptimizer sgd;
   sgd.config.set_momentum(0.9);
-  StatusOr<Graph> train = BuildTrainingGraph(m.graph(), "loss", sgd);
+  StatusOr<Graph> train = Compile(m.graph(), Program::kTrainingStep, StepOptions(sgd));
   if (!train.ok()) return std::fprintf(stderr, "%s\n", train.status().ToString().c_str()), 1;
   auto exec = Executor::Create(*train);
   if (!exec.ok() || !(*exec)->InitializeState(/*seed=*/0).ok()) return 1;

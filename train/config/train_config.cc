@@ -17,6 +17,7 @@
 
 #include "graph/training.h"
 #include "train/config/replicas.h"
+#include "train/optim/schedule.h"
 
 namespace loom {
 
@@ -393,11 +394,8 @@ void FillDefaults(proto::TrainConfig* c) {
   }
   // torch.optim's defaults, in one place (graph/training.h); the type was checked.
   if (auto o = OptimizerWithDefaults(c->optimizer()); o.ok()) *c->mutable_optimizer() = *o;
-  proto::ScheduleConfig* s = c->mutable_schedule();
-  if (s->type().empty()) s->set_type("constant");
-  if (s->unit().empty()) s->set_unit("epoch");
-  if (!s->has_gamma()) s->set_gamma(0.1);
-  if (!s->has_warmup_start_factor()) s->set_warmup_start_factor(1.0 / 3.0);
+  // The schedule's defaults, in one place (train/optim/schedule.h).
+  *c->mutable_schedule() = ScheduleWithDefaults(c->schedule());
   if (c->epochs() == 0) c->set_epochs(1);
   if (c->eval_every_epochs() == 0) c->set_eval_every_epochs(1);
   if (c->log_every_steps() == 0) c->set_log_every_steps(50);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 namespace loom {
 
@@ -150,35 +151,37 @@ Status ExpectAtLeastOne(const std::string& type, const char* field, int64_t v) {
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Schedule>> MakeMain(const ScheduleConfig& c, double base_lr) {
-  const std::string& type = c.type;
+// `c` has its defaults (ScheduleWithDefaults).
+StatusOr<std::unique_ptr<Schedule>> MakeMain(const proto::ScheduleConfig& c, double base_lr) {
+  const std::string& type = c.type();
   if (type == "constant" || type == "warmup") return Make<ConstantSchedule>(base_lr);
   if (type == "step") {
-    LOOM_RETURN_IF_ERROR(ExpectAtLeastOne(type, "step_size", c.step_size));
-    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma));
-    return Make<StepSchedule>(base_lr, c.step_size, c.gamma);
+    LOOM_RETURN_IF_ERROR(ExpectAtLeastOne(type, "step_size", c.step_size()));
+    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma()));
+    return Make<StepSchedule>(base_lr, c.step_size(), c.gamma());
   }
   if (type == "multistep") {
-    if (c.milestones.empty()) return InvalidArgument("multistep schedule: milestones must not be empty");
-    for (size_t i = 0; i < c.milestones.size(); ++i) {
-      if (c.milestones[i] < 1)
-        return InvalidArgument("multistep schedule: milestones must be >= 1 update, got ", c.milestones[i]);
-      if (i > 0 && c.milestones[i] <= c.milestones[i - 1])
+    if (c.milestones().empty()) return InvalidArgument("multistep schedule: milestones must not be empty");
+    for (int i = 0; i < c.milestones_size(); ++i) {
+      if (c.milestones(i) < 1)
+        return InvalidArgument("multistep schedule: milestones must be >= 1 update, got ", c.milestones(i));
+      if (i > 0 && c.milestones(i) <= c.milestones(i - 1))
         return InvalidArgument("multistep schedule: milestones must be strictly increasing, got ",
-                               c.milestones[i - 1], " then ", c.milestones[i]);
+                               c.milestones(i - 1), " then ", c.milestones(i));
     }
-    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma));
-    return Make<MultiStepSchedule>(base_lr, c.milestones, c.gamma);
+    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma()));
+    return Make<MultiStepSchedule>(base_lr, std::vector<int64_t>(c.milestones().begin(), c.milestones().end()),
+                                   c.gamma());
   }
   if (type == "exponential") {
-    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma));
-    return Make<ExponentialSchedule>(base_lr, c.gamma);
+    LOOM_RETURN_IF_ERROR(ExpectPositive(type, "gamma", c.gamma()));
+    return Make<ExponentialSchedule>(base_lr, c.gamma());
   }
   if (type == "cosine") {
-    LOOM_RETURN_IF_ERROR(ExpectAtLeastOne(type, "t_max", c.t_max));
-    if (!(c.eta_min >= 0) || std::isinf(c.eta_min))
-      return InvalidArgument("cosine schedule: eta_min must be >= 0 and finite, got ", c.eta_min);
-    return Make<CosineSchedule>(base_lr, c.t_max, c.eta_min);
+    LOOM_RETURN_IF_ERROR(ExpectAtLeastOne(type, "t_max", c.t_max()));
+    if (!(c.eta_min() >= 0) || std::isinf(c.eta_min()))
+      return InvalidArgument("cosine schedule: eta_min must be >= 0 and finite, got ", c.eta_min());
+    return Make<CosineSchedule>(base_lr, c.t_max(), c.eta_min());
   }
   return InvalidArgument("unknown schedule '", type,
                          "' (expected constant, step, multistep, exponential, cosine or warmup)");
@@ -186,20 +189,32 @@ StatusOr<std::unique_ptr<Schedule>> MakeMain(const ScheduleConfig& c, double bas
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Schedule>> MakeSchedule(const ScheduleConfig& c, double base_lr) {
-  if (!(base_lr >= 0) || std::isinf(base_lr))
-    return InvalidArgument("the base learning rate must be >= 0 and finite, got ", base_lr);
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Schedule> main, MakeMain(c, base_lr));
-  if (c.warmup_steps < 0) return InvalidArgument(c.type, " schedule: warmup_steps must be >= 0, got ", c.warmup_steps);
-  if (c.type == "warmup" && c.warmup_steps == 0)
-    return InvalidArgument("warmup schedule: warmup_steps must be >= 1 update, got 0");
-  if (c.warmup_steps == 0) return main;
-  if (!(c.warmup_start_factor > 0 && c.warmup_start_factor <= 1))
-    return InvalidArgument(c.type, " schedule: warmup_start_factor must be in (0, 1], got ", c.warmup_start_factor);
-  return Make<WarmupSchedule>(base_lr, c.warmup_steps, c.warmup_start_factor, std::move(main));
+proto::ScheduleConfig ScheduleWithDefaults(const proto::ScheduleConfig& config) {
+  proto::ScheduleConfig c = config;
+  if (c.type().empty()) c.set_type("constant");
+  if (c.unit().empty()) c.set_unit("epoch");
+  if (!c.has_gamma()) c.set_gamma(0.1);
+  if (!c.has_warmup_start_factor()) c.set_warmup_start_factor(1.0 / 3.0);
+  return c;
 }
 
-StatusOr<std::unique_ptr<Schedule>> MakeEpochSchedule(const ScheduleConfig& c, double base_lr,
+StatusOr<std::unique_ptr<Schedule>> MakeSchedule(const proto::ScheduleConfig& config, double base_lr) {
+  if (!(base_lr >= 0) || std::isinf(base_lr))
+    return InvalidArgument("the base learning rate must be >= 0 and finite, got ", base_lr);
+  const proto::ScheduleConfig c = ScheduleWithDefaults(config);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Schedule> main, MakeMain(c, base_lr));
+  const int64_t warmup = c.warmup_steps();
+  if (warmup < 0) return InvalidArgument(c.type(), " schedule: warmup_steps must be >= 0, got ", warmup);
+  if (c.type() == "warmup" && warmup == 0)
+    return InvalidArgument("warmup schedule: warmup_steps must be >= 1 update, got 0");
+  if (warmup == 0) return main;
+  const double start = c.warmup_start_factor();
+  if (!(start > 0 && start <= 1))
+    return InvalidArgument(c.type(), " schedule: warmup_start_factor must be in (0, 1], got ", start);
+  return Make<WarmupSchedule>(base_lr, warmup, start, std::move(main));
+}
+
+StatusOr<std::unique_ptr<Schedule>> MakeEpochSchedule(const proto::ScheduleConfig& c, double base_lr,
                                                       int64_t updates_per_epoch) {
   if (updates_per_epoch < 1) return InvalidArgument("updates_per_epoch must be >= 1, got ", updates_per_epoch);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Schedule> per_epoch, MakeSchedule(c, base_lr));

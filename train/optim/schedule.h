@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "core/status.h"
+#include "train/optim/schedule.pb.h"
 
 namespace loom {
 
@@ -31,30 +31,25 @@ class Schedule {
   virtual double At(int64_t updates_done) const = 0;
 };
 
-// What a config file says. Lengths count optimizer updates.
-struct ScheduleConfig {
-  // constant | step | multistep | exponential | cosine | warmup
-  // ("warmup" is the linear warm-up alone: constant after it).
-  std::string type = "constant";
-  int64_t step_size = 0;            // step: updates between decays (StepLR)
-  std::vector<int64_t> milestones;  // multistep: strictly increasing, >= 1 (MultiStepLR)
-  double gamma = 0.1;               // step, multistep, exponential: decay factor, > 0
-  int64_t t_max = 0;                // cosine: updates from the peak to eta_min (CosineAnnealingLR)
-  double eta_min = 0.0;             // cosine: the floor
-  // Any type: a linear ramp from base_lr * warmup_start_factor to base_lr over
-  // warmup_steps updates (LinearLR), after which the schedule runs with its
-  // own count restarted at 0 (SequentialLR). 0 = no warm-up.
-  int64_t warmup_steps = 0;
-  double warmup_start_factor = 1.0 / 3.0;  // in (0, 1]; torch's LinearLR default
-};
+// `config` (train/optim/schedule.proto, one schema with train configs) with
+// every unset field at its default, the one place they live: type
+// "constant", unit "epoch", gamma 0.1, warmup_start_factor 1/3 (torch's
+// LinearLR default); everything else 0 or empty. MakeSchedule and
+// MakeEpochSchedule apply it to what they are given; train configs apply it
+// when loaded (train/config/train_config.h FillDefaults).
+proto::ScheduleConfig ScheduleWithDefaults(const proto::ScheduleConfig& config);
 
-// Checks the config (errors name the field and the value) and builds it.
-StatusOr<std::unique_ptr<Schedule>> MakeSchedule(const ScheduleConfig& config, double base_lr);
+// Checks the config, unset fields at their defaults (errors name the field
+// and the value), and builds it, lengths counted in updates. `unit` is the
+// caller's business (it chooses this or MakeEpochSchedule) and is ignored;
+// t_max must be >= 1 for a cosine (a train config's 0 = "the whole run" is
+// resolved by train/run_parts.h BuildSchedule).
+StatusOr<std::unique_ptr<Schedule>> MakeSchedule(const proto::ScheduleConfig& config, double base_lr);
 
 // The same config read in epochs and stepped once per epoch, as torch does
 // when scheduler.step() is called after each epoch: LearningRate(t) is the
 // per-epoch schedule at epoch floor(t / updates_per_epoch).
-StatusOr<std::unique_ptr<Schedule>> MakeEpochSchedule(const ScheduleConfig& config, double base_lr,
+StatusOr<std::unique_ptr<Schedule>> MakeEpochSchedule(const proto::ScheduleConfig& config, double base_lr,
                                                       int64_t updates_per_epoch);
 
 }  // namespace loom
