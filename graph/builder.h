@@ -42,8 +42,12 @@ class GraphBuilder {
 };
 
 // Infers a node's output types from the registry, with the node named in the
-// error. Used by the builder and the verifier.
+// error. Used by the builder and the verifier. The attributes are checked
+// against the op's schema (undeclared, mistyped, missing required ones are
+// errors) and inferred with their defaults filled in; `canonical`, when
+// given, receives them so.
 StatusOr<std::vector<TensorType>> InferNodeTypes(const Graph& graph, const std::string& op, const AttrMap& attrs,
-                                                 const std::vector<ValueId>& inputs, const std::string& node_name);
+                                                 const std::vector<ValueId>& inputs, const std::string& node_name,
+                                                 AttrMap* canonical = nullptr);
 
 }  // namespace loom

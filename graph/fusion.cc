@@ -157,7 +157,7 @@ class Fuser final : public FusionBuilder {
     for (ValueId v : n.inputs) any_replicated = any_replicated || map_.at(v).replicated();
     if (n.op == kInputOp) return FuseInput(n);
     if (n.op == kParameterOp || n.op == kBufferOp) return FuseState(n);
-    if (n.op == "Dropout" && n.attrs.Bool("training", true) && n.attrs.Float("p", 0.5) > 0) return FuseDropout();
+    if (n.op == "Dropout" && n.attrs.Bool("training") && n.attrs.Float("p") > 0) return FuseDropout();
     if (!any_replicated) return Clone(n);
     if (MatchesLayer(n.name, opt_.unfused_layers)) return PerReplica();
     LOOM_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().GetOp(n.op));

@@ -198,6 +198,9 @@ Status AddNodeFromProto(const proto::NodeProto& p, int index, Graph* graph, Valu
     if (!v.ok()) return v.status().WithContext(where);
     attrs.Set(name, std::move(*v));
   }
+  // A file may leave defaults out (or predate an attribute); the graph in
+  // memory holds them, as a built one does.
+  LOOM_RETURN_IF_ERROR(CanonicalizeAttrs(**def, &attrs).WithContext(where));
 
   std::vector<ValueId> inputs;
   for (int i = 0; i < p.inputs_size(); ++i) {

@@ -202,6 +202,27 @@ TEST_CASE("a loaded replica layout that does not fit its value is rejected") {
              Contains("node 'fc1' (Linear): output 0 'fc1' ([4, 15] f32): its replica dim 7 is outside its shape"));
 }
 
+// An op taking one attribute of every kind (the ops of the build have no
+// such mix); its output is a scalar f64.
+class AttrKindsOp : public OpDef {
+ public:
+  AttrKindsOp() {
+    DeclareAttrs()
+        .Required("shape", AttrType::kInts, "an int list")
+        .Required("dtype", AttrType::kString, "a string")
+        .Required("value", AttrType::kFloat, "a float")
+        .Required("an_int", AttrType::kInt, "an int")
+        .Required("a_flag", AttrType::kBool, "a bool")
+        .Required("empty_string", AttrType::kString, "a string")
+        .Required("floats", AttrType::kFloats, "a float list");
+  }
+  std::string name() const override { return "TestAttrKinds"; }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>&) const override {
+    return std::vector<TensorType>{{Shape({}), DType::kF64}};
+  }
+};
+LOOM_REGISTER_OP(AttrKindsOp);
+
 TEST_CASE("attribute kinds and exact values survive the round trip") {
   Graph g;
   GraphBuilder b(&g);
@@ -213,7 +234,7 @@ TEST_CASE("attribute kinds and exact values survive the round trip") {
                 {"a_flag", false},
                 {"empty_string", std::string()},
                 {"floats", std::vector<double>{1e-300, -2.5, 1.0 / 3.0}}};
-  NodeId id = g.AddNode("fill", "Fill", attrs, {}, {TensorType{Shape({}), DType::kF64}});
+  NodeId id = g.AddNode("fill", "TestAttrKinds", attrs, {}, {TensorType{Shape({}), DType::kF64}});
   ValueId sum = b.Add1("Add", {x, g.node(id).outputs[0]}, {}, "sum").value();
   g.outputs()["sum"] = sum;
   for (bool binary : {false, true}) {
@@ -290,6 +311,23 @@ TEST_CASE("hand-written text may leave out output types") {
   INFO(g.status().ToString());
   REQUIRE(g.ok());
   CHECK(g->type(g->outputs().at("y")) == TensorType{Shape({2, 4}), DType::kF64});
+}
+
+TEST_CASE("a loaded node gets its attribute defaults; an undeclared one is an error naming it") {
+  const std::string input = R"pb(
+    nodes { name: "x" op: "Input"
+            attrs { key: "shape" value { ints { values: [2, 3] } } } }
+    nodes { name: "y" op: "Softmax" inputs { name: "x" } )pb";
+  auto g = GraphFromText(input + "}");
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  CHECK(g->node(*g->FindNode("y")).attrs == AttrMap{{"axis", int64_t{-1}}});
+  CHECK(g->node(*g->FindNode("x")).attrs.Str("dtype") == "f32");
+
+  auto bad = GraphFromText(input + R"pb(attrs { key: "axiss" value { i: 0 } } })pb");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("node 'y' (Softmax): unknown attribute 'axiss'") &&
+                                         Catch::Contains("axis: int = -1"));
 }
 
 // ---- bad input ----

@@ -114,6 +114,42 @@ TEST_CASE("a node reading its own output is reported") {
              Contains("node 'loop' (Neg): input 0 'loop' is produced by 'loop', which does not run before it"));
 }
 
+// Nodes added without the builder (a pass, a hand-built graph) are held to
+// the op's declared attributes.
+TEST_CASE("an undeclared attribute is reported with the node, op and the declared ones") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({1, 4, 8, 8}), DType::kF32});
+  ValueId w = b.Input("w", {Shape({4, 2, 3, 3}), DType::kF32});
+  g.AddNode("conv", "Conv2d", AttrMap{{"grups", int64_t{2}}}, {x, w}, {{Shape({1, 4, 6, 6}), DType::kF32}});
+  std::string msg = Verify(g);
+  CHECK_THAT(msg, Contains("node 'conv' (Conv2d): unknown attribute 'grups'") && Contains("groups: int = 1"));
+}
+
+TEST_CASE("an attribute of the wrong type or a missing required one is reported") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({1, 4, 8, 8}), DType::kF32});
+  ValueId w = b.Input("w", {Shape({4, 4, 3, 3}), DType::kF32});
+  g.AddNode("conv", "Conv2d", AttrMap{{"groups", 1.5}}, {x, w}, {{Shape({1, 4, 6, 6}), DType::kF32}});
+  CHECK_THAT(Verify(g), Contains("node 'conv' (Conv2d): attribute 'groups' must be of type int, got 1.5"));
+
+  Graph g2;
+  GraphBuilder b2(&g2);
+  ValueId y = b2.Input("y", kF32x23);
+  g2.AddNode("ln", "LayerNorm", {}, {y}, {kF32x23, {Shape({2}), DType::kF32}, {Shape({2}), DType::kF32}});
+  CHECK_THAT(Verify(g2), Contains("node 'ln' (LayerNorm): missing required attribute 'normalized_shape'"));
+}
+
+TEST_CASE("a node without its defaulted attributes still verifies (they are implied)") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape({1, 4, 8, 8}), DType::kF32});
+  ValueId w = b.Input("w", {Shape({4, 4, 3, 3}), DType::kF32});
+  g.AddNode("conv", "Conv2d", {}, {x, w}, {{Shape({1, 4, 6, 6}), DType::kF32}});
+  CHECK(Verify(g) == "OK");
+}
+
 TEST_CASE("an unknown op is reported with the node name") {
   SmallModel m = BuildSmallModel();
   m.graph.AddNode("mystery", "Frobnicate", {}, {m.x}, {kF32x23});

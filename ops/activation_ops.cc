@@ -15,7 +15,7 @@
 // on the CPU): max(x, 0) maps ids such as models::kIgnoreTarget (-100) to a
 // valid index 0. It has no gradient (autodiff only differentiates floating
 // values, and ReLU's gradient rule refuses an i64 input) and no CUDA kernel
-// (a CUDA executor reports "op ReLU has no kernel for cuda:N").
+// (Executor::Create on CUDA reports "op ReLU has no kernel for CUDA").
 #include <cmath>
 #include <string>
 
@@ -33,21 +33,28 @@ enum class Unary {
 // What the backward op reads besides dy.
 enum class Saved { kInput, kOutput };
 
-// Attribute values, validated once by type inference and read by kernels.
+// Attribute values, validated once by type inference and read by kernels
+// (the defaults are DeclareUnaryAttrs').
 struct UnaryParams {
-  double negative_slope = 0.01;  // LeakyReLU
-  bool gelu_tanh = false;        // GELU approximate="tanh"
+  double negative_slope = 0;  // LeakyReLU
+  bool gelu_tanh = false;     // GELU approximate="tanh"
 };
+
+// The attributes of a forward op of the table and of its backward op.
+void DeclareUnaryAttrs(Unary kind, AttrSchema& s) {
+  if (kind == Unary::kLeakyRelu) s.Default("negative_slope", 0.01, "slope for x < 0");
+  if (kind == Unary::kGelu) s.Default("approximate", "none", "\"none\" (erf) or \"tanh\"");
+}
 
 StatusOr<UnaryParams> ParseParams(Unary kind, const std::string& op, const AttrMap& attrs) {
   UnaryParams p;
   if (kind == Unary::kLeakyRelu) {
-    p.negative_slope = attrs.Float("negative_slope", 0.01);
+    p.negative_slope = attrs.Float("negative_slope");
     if (!std::isfinite(p.negative_slope))
       return InvalidArgument(op, ": attribute negative_slope must be finite, got ", p.negative_slope);
   }
   if (kind == Unary::kGelu) {
-    std::string approximate = attrs.Str("approximate", "none");
+    std::string approximate = attrs.Str("approximate");
     if (approximate != "none" && approximate != "tanh")
       return InvalidArgument(op, ": attribute approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
     p.gelu_tanh = approximate == "tanh";
@@ -240,7 +247,7 @@ constexpr UnaryRow kUnaryOps[] = {
 // Forward op: x -> y, same type.
 class UnaryOp : public ElementwiseOpDef {
  public:
-  explicit UnaryOp(const UnaryRow& row) : row_(row) {}
+  explicit UnaryOp(const UnaryRow& row) : row_(row) { DeclareUnaryAttrs(row.kind, DeclareAttrs()); }
   std::string name() const override { return row_.name; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, row_.name));
@@ -274,7 +281,9 @@ class UnaryOp : public ElementwiseOpDef {
 // Backward op: (dy, saved) -> dx, all of one type.
 class UnaryBackwardOp : public OpDef {
  public:
-  explicit UnaryBackwardOp(const UnaryRow& row) : row_(row), name_(std::string(row.name) + "Backward") {}
+  explicit UnaryBackwardOp(const UnaryRow& row) : row_(row), name_(std::string(row.name) + "Backward") {
+    DeclareUnaryAttrs(row.kind, DeclareAttrs());
+  }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_ + " (dy, " + (row_.saved == Saved::kInput ? "x)" : "y)")));

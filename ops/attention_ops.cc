@@ -88,6 +88,11 @@ int64_t LastVisibleKey(bool causal, int64_t i, int64_t tq, int64_t tk) {
 // (softmax over an empty set is undefined; zero keeps NaN out of training).
 class AttentionOp : public OpDef {
  public:
+  AttentionOp() {
+    DeclareAttrs()
+        .Default("causal", false, "query i sees keys up to its own position (aligned bottom-right)")
+        .Optional("scale", AttrType::kFloat, "the scores' factor, > 0; absent: 1/sqrt(D)");
+  }
   std::string name() const override { return kAttention; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -240,6 +245,7 @@ LOOM_REGISTER_KERNEL(kAttention, DeviceType::kCpu, AttentionKernel);
 //   dQ = scale dS K;  dK = scale dS^T Q.
 class AttentionBackwardOp : public OpDef {
  public:
+  AttentionBackwardOp() { DeclareAttrs().Required("scale", AttrType::kFloat, "the forward op's resolved scale"); }
   std::string name() const override { return kAttentionBackward; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -247,7 +253,6 @@ class AttentionBackwardOp : public OpDef {
       return InvalidArgument(kAttentionBackward, " takes (q, k, v, probs, d_out[, d_probs]), got ", in.size(),
                              " inputs");
     LOOM_ASSIGN_OR_RETURN(AttnDims n, CheckQkv(kAttentionBackward, in[0], in[1], in[2]));
-    if (!attrs.Has("scale")) return InvalidArgument(kAttentionBackward, ": missing attribute 'scale'");
     LOOM_RETURN_IF_ERROR(ResolveScale(kAttentionBackward, attrs, n.d).status());
     const TensorType probs{Shape({n.b, n.h, n.tq, n.tk}), in[0].dtype};
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[3], probs, std::string(kAttentionBackward) + " probs vs expected"));

@@ -12,20 +12,38 @@
 namespace loom {
 namespace {
 
+// The type of a source or Fill: its attributes shape and dtype.
+AttrSchema& DeclareTypeAttrs(AttrSchema& s) {
+  return s.Required("shape", AttrType::kInts, "the tensor's shape")
+      .Default("dtype", "f32", "the tensor's dtype (f32, f64, i32, i64, bf16, f16, bool)");
+}
+
 StatusOr<TensorType> TypeFromAttrs(const AttrMap& attrs) {
-  if (!attrs.Has("shape")) return InvalidArgument("missing attribute 'shape'");
   TensorType t;
   t.shape = Shape(attrs.Ints("shape"));
   for (int64_t d : t.shape.dims())
     if (d < 0) return InvalidArgument("negative extent in shape ", t.shape.ToString());
-  LOOM_ASSIGN_OR_RETURN(t.dtype, ParseDType(attrs.Str("dtype", "f32")));
+  LOOM_ASSIGN_OR_RETURN(t.dtype, ParseDType(attrs.Str("dtype")));
   return t;
 }
 
 // Input / Parameter / Buffer: the executor binds their tensors; no kernel.
 class SourceOp : public OpDef {
  public:
-  explicit SourceOp(const char* name) : name_(name) {}
+  explicit SourceOp(const char* name) : name_(name) {
+    AttrSchema& s = DeclareTypeAttrs(DeclareAttrs());
+    if (std::string(name) == kInputOp) return;
+    // State initializers (runtime/executor.cc reads them; absent values take
+    // the defaults stated there, so that an initializer holds only what it uses).
+    s.Optional("init", AttrType::kString, "zeros (when absent), ones, constant, normal, uniform or sinusoidal")
+        .Optional("value", AttrType::kFloat, "init constant: the value")
+        .Optional("mean", AttrType::kFloat, "init normal: the mean")
+        .Optional("std", AttrType::kFloat, "init normal: the standard deviation")
+        .Optional("low", AttrType::kFloat, "init uniform: the lower bound")
+        .Optional("high", AttrType::kFloat, "init uniform: the upper bound")
+        // Set by the fusion pass (graph/fusion.h) on stacked state.
+        .Optional("replica_seeds", AttrType::kInts, "fused [R, ...] state: replica r is initialized from seed r");
+  }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 0, name_));
@@ -49,6 +67,7 @@ LOOM_REGISTER_OP(SourceOp, kBufferOp);
 // Fill: a tensor of one value. attrs: shape, dtype, value.
 class FillOp : public OpDef {
  public:
+  FillOp() { DeclareTypeAttrs(DeclareAttrs()).Required("value", AttrType::kFloat, "every element's value"); }
   std::string name() const override { return "Fill"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 0, "Fill"));
@@ -60,6 +79,7 @@ class FillOp : public OpDef {
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
 };
 LOOM_REGISTER_OP(FillOp);
+LOOM_REGISTER_KERNEL_SUPPORT("Fill", DeviceType::kCpu, AnyDTypeSupport());
 LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
   ctx.out(0).Fill(ctx.attrs->Float("value"));
   return Status::Ok();
@@ -68,6 +88,7 @@ LOOM_REGISTER_KERNEL("Fill", DeviceType::kCpu, [](KernelContext& ctx) {
 // Identity: y = x (also what a pass leaves behind when it drops an op).
 class IdentityOp : public ElementwiseOpDef {
  public:
+  IdentityOp() { DeclareAttrs(); }
   std::string name() const override { return "Identity"; }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
@@ -86,10 +107,12 @@ Status CopyKernel(KernelContext& ctx) {
   return Status::Ok();
 }
 LOOM_REGISTER_KERNEL("Identity", DeviceType::kCpu, CopyKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("Identity", DeviceType::kCpu, AnyDTypeSupport());
 
 // Reshape: attrs shape (one entry may be -1, inferred).
 class ReshapeOp : public OpDef {
  public:
+  ReshapeOp() { DeclareAttrs().Required("shape", AttrType::kInts, "the output shape; one entry may be -1 (inferred)"); }
   std::string name() const override { return "Reshape"; }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -127,11 +150,13 @@ class ReshapeOp : public OpDef {
 };
 LOOM_REGISTER_OP(ReshapeOp);
 LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCpu, CopyKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("Reshape", DeviceType::kCpu, AnyDTypeSupport());
 
 // SumToShape: sums a broadcast tensor back down to attrs.shape (the reverse
 // of broadcasting; gradient of broadcasting ops).
 class SumToShapeOp : public OpDef {
  public:
+  SumToShapeOp() { DeclareAttrs().Required("shape", AttrType::kInts, "the shape summed down to"); }
   std::string name() const override { return "SumToShape"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "SumToShape"));
@@ -155,6 +180,7 @@ class SumToShapeOp : public OpDef {
   FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
 };
 LOOM_REGISTER_OP(SumToShapeOp);
+LOOM_REGISTER_KERNEL_SUPPORT("SumToShape", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
@@ -183,6 +209,7 @@ LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
 // BroadcastTo: repeats x along broadcast dims to attrs.shape.
 class BroadcastToOp : public OpDef {
  public:
+  BroadcastToOp() { DeclareAttrs().Required("shape", AttrType::kInts, "the shape broadcast to"); }
   std::string name() const override { return "BroadcastTo"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "BroadcastTo"));
@@ -210,6 +237,7 @@ class BroadcastToOp : public OpDef {
   }
 };
 LOOM_REGISTER_OP(BroadcastToOp);
+LOOM_REGISTER_KERNEL_SUPPORT("BroadcastTo", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
@@ -232,7 +260,7 @@ enum class BinaryKind { kAdd, kSub, kMul, kDiv };
 
 class BinaryOp : public OpDef {
  public:
-  BinaryOp(const char* name, BinaryKind kind) : name_(name), kind_(kind) {}
+  BinaryOp(const char* name, BinaryKind kind) : name_(name), kind_(kind) { DeclareAttrs(); }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
@@ -345,6 +373,12 @@ LOOM_REGISTER_KERNEL("Add", DeviceType::kCpu, BinaryKernel<BinaryKind::kAdd>);
 LOOM_REGISTER_KERNEL("Sub", DeviceType::kCpu, BinaryKernel<BinaryKind::kSub>);
 LOOM_REGISTER_KERNEL("Mul", DeviceType::kCpu, BinaryKernel<BinaryKind::kMul>);
 LOOM_REGISTER_KERNEL("Div", DeviceType::kCpu, BinaryKernel<BinaryKind::kDiv>);
+// Type inference takes any dtype (the same for both operands); the kernels
+// DispatchFloat, so an integer Add fails at Executor::Create, not mid-step.
+LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Sub", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Mul", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Div", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
 
 }  // namespace
 }  // namespace loom
@@ -357,13 +391,14 @@ enum class ScalarKind { kNeg, kAdd, kMul, kPow };
 
 class ScalarOp : public ElementwiseOpDef {
  public:
-  ScalarOp(const char* name, ScalarKind kind) : name_(name), kind_(kind) {}
+  ScalarOp(const char* name, ScalarKind kind) : name_(name), kind_(kind) {
+    if (kind == ScalarKind::kNeg) DeclareAttrs();
+    else DeclareAttrs().Required("value", AttrType::kFloat, "the scalar operand");
+  }
   std::string name() const override { return name_; }
-  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
-    if (kind_ != ScalarKind::kNeg && !attrs.Has("value")) return InvalidArgument(name_, ": missing attribute 'value'");
-    attrs.Float("value");  // a mistyped value is reported here, under the builder's AttrTypeErrors
     return in;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {

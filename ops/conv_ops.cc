@@ -51,12 +51,24 @@ std::string PairString(const Pair& p, int sd) {
   return sd == 2 ? StrCat("[", p[0], ", ", p[1], "]") : StrCat("[", p[1], "]");
 }
 
-// An int or a list of `sd` ints; absent means `def` (which is also the
-// neutral value the unused h axis of 1-D ops keeps).
-StatusOr<Pair> SpatialAttr(const AttrMap& attrs, const std::string& op, const char* name, int sd, int64_t def) {
-  Pair v = {def, def};
+// The attributes of every convolution op, declared once. The backward ops
+// take the forward op's plus the shape they produce.
+void DeclareConvAttrs(AttrSchema& s, bool transpose) {
+  s.Default("stride", AttrType::kIntOrInts, int64_t{1}, "step of the kernel: one int or one per spatial dim")
+      .Default("padding", AttrType::kIntOrInts, int64_t{0}, "zeros added on both sides of each spatial dim")
+      .Default("dilation", AttrType::kIntOrInts, int64_t{1}, "spacing between kernel taps")
+      .Default("groups", int64_t{1}, "channel groups; the weight's input dim is C / groups");
+  if (transpose)
+    s.Default("output_padding", AttrType::kIntOrInts, int64_t{0}, "extra rows added on one side of the output");
+}
+
+// An int or a list of `sd` ints (present: the node is canonical). The h
+// axis of 1-D ops is an extent-1 axis, and keeps `neutral`, the value that
+// leaves it as it is.
+StatusOr<Pair> SpatialAttr(const AttrMap& attrs, const std::string& op, const char* name, int sd, int64_t neutral) {
+  Pair v = {neutral, neutral};
   auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return v;
+  if (it == attrs.values().end()) return InvalidArgument(op, ": missing attribute '", name, "'");
   if (const int64_t* i = std::get_if<int64_t>(&it->second)) {
     v[1] = *i;
     if (sd == 2) v[0] = *i;
@@ -87,19 +99,13 @@ struct ConvParams {
 StatusOr<ConvParams> ParseConvParams(const AttrMap& attrs, const std::string& op, int sd, bool transpose) {
   ConvParams p;
   p.sd = sd;
-  LOOM_ASSIGN_OR_RETURN(p.stride, SpatialAttr(attrs, op, "stride", sd, 1));
-  LOOM_ASSIGN_OR_RETURN(p.padding, SpatialAttr(attrs, op, "padding", sd, 0));
-  LOOM_ASSIGN_OR_RETURN(p.dilation, SpatialAttr(attrs, op, "dilation", sd, 1));
+  LOOM_ASSIGN_OR_RETURN(p.stride, SpatialAttr(attrs, op, "stride", sd, /*neutral=*/1));
+  LOOM_ASSIGN_OR_RETURN(p.padding, SpatialAttr(attrs, op, "padding", sd, /*neutral=*/0));
+  LOOM_ASSIGN_OR_RETURN(p.dilation, SpatialAttr(attrs, op, "dilation", sd, /*neutral=*/1));
   if (transpose) {
-    LOOM_ASSIGN_OR_RETURN(p.output_padding, SpatialAttr(attrs, op, "output_padding", sd, 0));
-  } else if (attrs.Has("output_padding")) {
-    return InvalidArgument(op, ": 'output_padding' applies to transposed convolutions only");
+    LOOM_ASSIGN_OR_RETURN(p.output_padding, SpatialAttr(attrs, op, "output_padding", sd, /*neutral=*/0));
   }
-  if (attrs.Has("groups")) {
-    const int64_t* g = std::get_if<int64_t>(&attrs.values().at("groups"));
-    if (g == nullptr) return InvalidArgument(op, ": attribute 'groups' must be an int");
-    p.groups = *g;
-  }
+  p.groups = attrs.Int("groups");
   if (p.groups < 1) return InvalidArgument(op, ": groups must be >= 1, got ", p.groups);
   for (int a = 0; a < 2; ++a) {
     if (p.stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(p.stride, sd));
@@ -661,7 +667,9 @@ Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
 // Conv1d / Conv2d / ConvTranspose1d / ConvTranspose2d: (x, weight[, bias]) -> y.
 class ConvOp : public OpDef {
  public:
-  ConvOp(const char* name, int sd, bool transpose) : name_(name), sd_(sd), transpose_(transpose) {}
+  ConvOp(const char* name, int sd, bool transpose) : name_(name), sd_(sd), transpose_(transpose) {
+    DeclareConvAttrs(DeclareAttrs(), transpose);
+  }
   std::string name() const override { return name_; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -707,7 +715,7 @@ class ConvOp : public OpDef {
   // and the weights (and biases) of the replicas stacked on dim 0. A shared
   // x with one group needs no copies: one convolution into R*O channels.
   Status Fuse(FusionBuilder& f) const override {
-    const int64_t groups = f.attrs().Int("groups", 1);
+    const int64_t groups = f.attrs().Int("groups");
     const bool shared_x = !f.input(0).replicated() && groups == 1 && !transpose_;
     FusedValue x = f.input(0);
     if (!shared_x) {
@@ -746,7 +754,11 @@ LOOM_REGISTER_OP(ConvOp, "ConvTranspose2d", 2, true);
 // attributes and the given shape and checks dy against the forward output.
 class ConvBackwardOp : public OpDef {
  public:
-  ConvBackwardOp(const char* name, bool weight, bool transpose) : name_(name), weight_(weight), transpose_(transpose) {}
+  ConvBackwardOp(const char* name, bool weight, bool transpose) : name_(name), weight_(weight), transpose_(transpose) {
+    DeclareConvAttrs(DeclareAttrs(), transpose);
+    DeclareAttrs().Required(weight ? "weight_shape" : "input_shape", AttrType::kInts,
+                            weight ? "the forward weight's shape" : "the forward input's shape");
+  }
   std::string name() const override { return name_; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -790,6 +802,7 @@ LOOM_REGISTER_OP(ConvBackwardOp, "ConvTransposeBackwardWeight", true, true);
 // ConvBackwardBias: dy [N, C, spatial...] -> [C].
 class ConvBackwardBiasOp : public OpDef {
  public:
+  ConvBackwardBiasOp() { DeclareAttrs(); }
   std::string name() const override { return "ConvBackwardBias"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "ConvBackwardBias"));

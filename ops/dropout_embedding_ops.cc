@@ -33,18 +33,26 @@ namespace {
 // count and however the blocks are scheduled.
 constexpr int64_t kDropoutBlock = 16384;
 
-bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training", true) && attrs.Float("p", 0.5) > 0; }
+bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training") && attrs.Float("p") > 0; }
 
 // Fused, an active dropout draws one mask per replica from the replica's
 // seed: the fusion pass emits that form itself (graph/fusion.cc); in eval
 // or with p = 0 it is the identity, element-wise.
 class DropoutOp : public ElementwiseOpDef {
  public:
+  DropoutOp() {
+    DeclareAttrs()
+        .Default("p", 0.5, "probability of zeroing an element, in [0, 1]")
+        .Default("training", true, "false: the identity (evaluation)")
+        // Set by the fusion pass (graph/fusion.h) on an active fused dropout.
+        .Optional("replica_seeds", AttrType::kInts, "fused: one seed per replica, each replica's mask from its own")
+        .Optional("replica_axis", AttrType::kInt, "fused: the input dim that holds the replicas");
+  }
   std::string name() const override { return "Dropout"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Dropout"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Dropout input"));
-    const double p = attrs.Float("p", 0.5);
+    const double p = attrs.Float("p");
     if (!(p >= 0 && p <= 1)) return InvalidArgument("Dropout: attribute p must be in [0, 1], got ", p);
     if (attrs.Has("replica_seeds")) {
       const int64_t axis = attrs.Int("replica_axis");
@@ -73,7 +81,7 @@ class DropoutOp : public ElementwiseOpDef {
 LOOM_REGISTER_OP(DropoutOp);
 
 LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
-  const double p = ctx.attrs->Float("p", 0.5);
+  const double p = ctx.attrs->Float("p");
   const bool active = DropoutActive(*ctx.attrs);
   const int64_t n = ctx.in(0).numel();
   if (active && !ctx.rng) return Internal("Dropout: the executor gave no random stream");
@@ -178,13 +186,14 @@ Status ExpectPaddingIdx(const std::string& op, int64_t padding_idx, int64_t num_
 
 class EmbeddingOp : public OpDef {
  public:
+  EmbeddingOp() { DeclareAttrs().Default("padding_idx", int64_t{-1}, "a row whose gradient is zero; -1: none"); }
   std::string name() const override { return "Embedding"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "Embedding (indices, weight)"));
     LOOM_RETURN_IF_ERROR(ExpectIndices(in[0], "Embedding indices (input 0)"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "Embedding weight (input 1)"));
     LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, "Embedding weight [num_embeddings, dim] (input 1)"));
-    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("Embedding", attrs.Int("padding_idx", -1), in[1].shape[0]));
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("Embedding", attrs.Int("padding_idx"), in[1].shape[0]));
     std::vector<int64_t> out = in[0].shape.dims();
     out.push_back(in[1].shape[1]);
     return std::vector<TensorType>{{Shape(out), in[1].dtype}};
@@ -201,7 +210,7 @@ class EmbeddingOp : public OpDef {
     if (!g.NeedsInputGrad(1)) return Status::Ok();
     const Shape& w = g.type(g.input(1)).shape;
     g.SetInputGrad(1, g.Emit1("EmbeddingBackward", {g.output_grad(0), g.input(0)},
-                              AttrMap{{"num_embeddings", w[0]}, {"padding_idx", g.attrs().Int("padding_idx", -1)}}));
+                              AttrMap{{"num_embeddings", w[0]}, {"padding_idx", g.attrs().Int("padding_idx")}}));
     return Status::Ok();
   }
 
@@ -244,6 +253,11 @@ LOOM_REGISTER_KERNEL("Embedding", DeviceType::kCpu, [](KernelContext& ctx) {
 // [num_embeddings, dim]; attrs num_embeddings, padding_idx.
 class EmbeddingBackwardOp : public OpDef {
  public:
+  EmbeddingBackwardOp() {
+    DeclareAttrs()
+        .Required("num_embeddings", AttrType::kInt, "rows of the forward weight")
+        .Required("padding_idx", AttrType::kInt, "the forward op's padding_idx");
+  }
   std::string name() const override { return "EmbeddingBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "EmbeddingBackward (dy, indices)"));
@@ -255,9 +269,9 @@ class EmbeddingBackwardOp : public OpDef {
     for (int d = 0; ok && d < ids.rank(); ++d) ok = dy[d] == ids[d];
     if (!ok)
       return InvalidArgument("EmbeddingBackward: dy ", dy.ToString(), " must be indices ", ids.ToString(), " + [dim]");
-    const int64_t num = attrs.Int("num_embeddings", -1);
+    const int64_t num = attrs.Int("num_embeddings");
     if (num < 1) return InvalidArgument("EmbeddingBackward: attribute num_embeddings must be positive, got ", num);
-    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("EmbeddingBackward", attrs.Int("padding_idx", -1), num));
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("EmbeddingBackward", attrs.Int("padding_idx"), num));
     return std::vector<TensorType>{{Shape{num, dy.dim(-1)}, in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -271,7 +285,7 @@ LOOM_REGISTER_OP(EmbeddingBackwardOp);
 LOOM_REGISTER_KERNEL("EmbeddingBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   Tensor& dw = ctx.out(0);
   const int64_t num = dw.shape()[0], dim = dw.shape()[1];
-  const int64_t padding_idx = ctx.attrs->Int("padding_idx", -1);
+  const int64_t padding_idx = ctx.attrs->Int("padding_idx");
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("EmbeddingBackward", ctx.in(1), num));
   const int64_t n = static_cast<int64_t>(idx.size());
   return DispatchFloat(dw.dtype(), [&](auto zero) {

@@ -16,8 +16,8 @@ namespace {
 // output, snaps each element to the nearest legal value (0 or the keep
 // scale; all ones when inactive) and checks y = x * mask against that.
 std::vector<Tensor> DropoutRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>& actual) {
-  const double p = attrs.Float("p", 0.5);
-  const bool active = attrs.Bool("training", true) && p > 0;
+  const double p = attrs.Float("p");
+  const bool active = attrs.Bool("training") && p > 0;
   const double scale = p < 1 ? 1 / (1 - p) : 0;
   Tensor y = ZerosF64(in[0].shape()), mask = ZerosF64(in[0].shape());
   for (int64_t i = 0; i < y.numel(); ++i) {

@@ -120,9 +120,9 @@ Status FusionBuilder::AsReshape() {
   return MapOutputs({y});
 }
 
-Status FusionBuilder::AlongAxis(const char* attr, int64_t default_axis) {
+Status FusionBuilder::AlongAxis(const char* attr) {
   const FusedValue& x = input(0);
-  LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(attrs().Int(attr, default_axis), SingleShape(x).rank()));
+  LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(attrs().Int(attr), SingleShape(x).rank()));
   AttrMap fused = attrs();
   fused.Set(attr, static_cast<int64_t>(FusedAxis(axis, x.axis())));
   LOOM_ASSIGN_OR_RETURN(auto outs, Emit(node().op, {x}, fused, name(), {x.layout}));

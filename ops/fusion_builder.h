@@ -114,9 +114,9 @@ class FusionBuilder {
   // The node's output 0 is input 0 reshaped (Reshape, Flatten): one Reshape
   // of the fused input, the replica axis kept in place where it can be.
   Status AsReshape();
-  // The node as it is with its axis attribute `attr` (default
-  // `default_axis`) shifted past input 0's replica axis; the outputs keep it.
-  Status AlongAxis(const char* attr, int64_t default_axis);
+  // The node as it is with its axis attribute `attr` shifted past input 0's
+  // replica axis; the outputs keep it.
+  Status AlongAxis(const char* attr);
   // The node as it is on `merged` inputs (MergeIntoDim1, or shared), for
   // ops that work per channel, plane or head; its outputs, merged in dim 1,
   // are mapped back as [d0, R, d1, ...].

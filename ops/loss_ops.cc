@@ -41,13 +41,26 @@ namespace {
 
 // ------------------------------------------------------------------ helpers
 
+// The attributes the losses share, declared once for all of them (and for
+// the backward ops, which take the forward op's).
+AttrSchema& DeclareReduction(AttrSchema& s) {
+  return s.Default("reduction", "mean", "\"mean\" or \"sum\" over the samples");
+}
+AttrSchema& DeclareIgnoreIndex(AttrSchema& s) {
+  return s.Default("ignore_index", int64_t{-100}, "samples with this target add nothing (nor count for the mean)");
+}
+AttrSchema& DeclareCrossEntropyAttrs(AttrSchema& s) {
+  return DeclareIgnoreIndex(DeclareReduction(s))
+      .Default("label_smoothing", 0.0, "weight moved from the target class to a uniform distribution, in [0, 1]");
+}
+
 StatusOr<bool> ParseMeanReduction(const std::string& op, const AttrMap& attrs) {
-  const std::string r = attrs.Str("reduction", "mean");
+  const std::string r = attrs.Str("reduction");
   if (r != "mean" && r != "sum")
     return InvalidArgument(op, ": attribute 'reduction' must be \"mean\" or \"sum\", got \"", r, "\"");
   return r == "mean";
 }
-bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction", "mean") == "mean"; }
+bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction") == "mean"; }
 
 std::vector<TensorType> Scalar(DType dtype) { return {TensorType{Shape{}, dtype}}; }
 
@@ -193,7 +206,7 @@ T LossScale(const Tensor& dy, bool mean, int64_t count) {
 
 Status CheckCrossEntropyAttrs(const std::string& op, const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ParseMeanReduction(op, attrs).status());
-  const double eps = attrs.Float("label_smoothing", 0.0);
+  const double eps = attrs.Float("label_smoothing");
   if (!(eps >= 0.0 && eps <= 1.0))
     return InvalidArgument(op, ": attribute 'label_smoothing' must be in [0, 1], got ", eps);
   return Status::Ok();
@@ -226,6 +239,7 @@ class LossOpDef : public OpDef {
 
 class CrossEntropyOp : public LossOpDef {
  public:
+  CrossEntropyOp() { DeclareCrossEntropyAttrs(DeclareAttrs()); }
   std::string name() const override { return "CrossEntropy"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "CrossEntropy (logits, targets)"));
@@ -236,7 +250,7 @@ class CrossEntropyOp : public LossOpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     // Per logit: max, subtract, exp, add; label smoothing adds one more sum.
-    c.flops = (a.Float("label_smoothing", 0.0) > 0 ? 5.0 : 4.0) * static_cast<double>(in[0].shape.numel());
+    c.flops = (a.Float("label_smoothing") > 0 ? 5.0 : 4.0) * static_cast<double>(in[0].shape.numel());
     return c;
   }
   Status Gradient(GradBuilder& g) const override {
@@ -250,8 +264,8 @@ LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
   const ClassLayout L = ClassLayoutOf(x.shape());
-  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
-  const double eps = ctx.attrs->Float("label_smoothing", 0.0);
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  const double eps = ctx.attrs->Float("label_smoothing");
   LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropy", t, L.classes, ignore));
   return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
@@ -284,6 +298,7 @@ LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
 // for ignored samples.
 class CrossEntropyBackwardOp : public OpDef {
  public:
+  CrossEntropyBackwardOp() { DeclareCrossEntropyAttrs(DeclareAttrs()); }
   std::string name() const override { return "CrossEntropyBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "CrossEntropyBackward (logits, targets, dy)"));
@@ -305,8 +320,8 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
   const ClassLayout L = ClassLayoutOf(x.shape());
-  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
-  const double eps = ctx.attrs->Float("label_smoothing", 0.0);
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  const double eps = ctx.attrs->Float("label_smoothing");
   LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropyBackward", t, L.classes, ignore));
   return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
@@ -339,6 +354,7 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
 
 class NllOp : public LossOpDef {
  public:
+  NllOp() { DeclareIgnoreIndex(DeclareReduction(DeclareAttrs())); }
   std::string name() const override { return "NLL"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "NLL (log_probs, targets)"));
@@ -367,7 +383,7 @@ LOOM_REGISTER_KERNEL("NLL", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& lp = ctx.in(0);
   const Tensor& t = ctx.in(1);
   const ClassLayout L = ClassLayoutOf(lp.shape());
-  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
   LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("NLL", t, L.classes, ignore));
   return DispatchFloatIndex(lp.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
@@ -386,6 +402,10 @@ LOOM_REGISTER_KERNEL("NLL", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class NllBackwardOp : public OpDef {
  public:
+  NllBackwardOp() {
+    DeclareIgnoreIndex(DeclareReduction(DeclareAttrs()))
+        .Required("num_classes", AttrType::kInt, "C, the class dim of the forward log_probs");
+  }
   std::string name() const override { return "NLLBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "NLLBackward (targets, dy)"));
@@ -393,7 +413,7 @@ class NllBackwardOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectIndexTargets("NLLBackward", in[0]));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "NLLBackward dy"));
     LOOM_RETURN_IF_ERROR(ExpectScalarGrad("NLLBackward", in[1], in[1].dtype));
-    const int64_t classes = attrs.Int("num_classes", 0);
+    const int64_t classes = attrs.Int("num_classes");
     if (classes <= 0) return InvalidArgument("NLLBackward: attribute 'num_classes' must be positive, got ", classes);
     return std::vector<TensorType>{{ScoreShapeFor(in[0].shape, classes), in[1].dtype}};
   }
@@ -404,7 +424,7 @@ LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& t = ctx.in(0);
   Tensor& dlp = ctx.out(0);
   const ClassLayout L = ClassLayoutOf(dlp.shape());
-  const int64_t ignore = ctx.attrs->Int("ignore_index", -100);
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
   LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("NLLBackward", t, L.classes, ignore));
   return DispatchFloatIndex(dlp.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
@@ -422,6 +442,7 @@ LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class MseOp : public LossOpDef {
  public:
+  MseOp() { DeclareReduction(DeclareAttrs()); }
   std::string name() const override { return "MSE"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "MSE (prediction, target)"));
@@ -464,6 +485,7 @@ LOOM_REGISTER_KERNEL("MSE", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class MseBackwardOp : public OpDef {
  public:
+  MseBackwardOp() { DeclareReduction(DeclareAttrs()); }
   std::string name() const override { return "MSEBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "MSEBackward (prediction, target, dy)"));
@@ -557,6 +579,7 @@ BceLayout BceLayoutOf(const KernelContext& ctx, int logits_input) {
 
 class BceWithLogitsOp : public LossOpDef {
  public:
+  BceWithLogitsOp() { DeclareReduction(DeclareAttrs()); }
   std::string name() const override { return "BCEWithLogits"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.size() != 2 && in.size() != 3)
@@ -610,6 +633,10 @@ LOOM_REGISTER_KERNEL("BCEWithLogits", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class BceWithLogitsBackwardOp : public OpDef {
  public:
+  BceWithLogitsBackwardOp() {
+    DeclareReduction(DeclareAttrs())
+        .Default("wrt", "logits", "the input differentiated: \"logits\", \"targets\" or \"pos_weight\"");
+  }
   std::string name() const override { return "BCEWithLogitsBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.size() != 3 && in.size() != 4)
@@ -619,7 +646,7 @@ class BceWithLogitsBackwardOp : public OpDef {
     const std::vector<TensorType> rest(in.begin() + 1, in.end());
     LOOM_RETURN_IF_ERROR(CheckBceInputs("BCEWithLogitsBackward", rest));
     LOOM_RETURN_IF_ERROR(ExpectScalarGrad("BCEWithLogitsBackward", in[0], in[1].dtype));
-    const std::string wrt = attrs.Str("wrt", "logits");
+    const std::string wrt = attrs.Str("wrt");
     if (wrt != "logits" && wrt != "targets" && wrt != "pos_weight")
       return InvalidArgument("BCEWithLogitsBackward: attribute 'wrt' must be \"logits\", \"targets\" or \"pos_weight\", got \"",
                              wrt, "\"");
@@ -641,7 +668,7 @@ LOOM_REGISTER_KERNEL("BCEWithLogitsBackward", DeviceType::kCpu, [](KernelContext
   const Tensor& x = ctx.in(1);
   const BceLayout L = BceLayoutOf(ctx, 1);
   const bool has_pw = ctx.inputs.size() == 4;
-  const std::string wrt_name = ctx.attrs->Str("wrt", "logits");
+  const std::string wrt_name = ctx.attrs->Str("wrt");
   const BceWrt wrt = wrt_name == "targets" ? BceWrt::kTargets : wrt_name == "pos_weight" ? BceWrt::kPosWeight : BceWrt::kLogits;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);

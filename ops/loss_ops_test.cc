@@ -17,7 +17,7 @@ Tensor ScalarF64(double v) {
 }
 
 double Reduce(double total, int64_t count, const AttrMap& attrs) {
-  return attrs.Str("reduction", "mean") == "mean" ? total / static_cast<double>(count) : total;
+  return attrs.Str("reduction") == "mean" ? total / static_cast<double>(count) : total;
 }
 
 // Loops over samples of scores [N, C, d...] (or [C]) with targets [N, d...]
@@ -45,9 +45,9 @@ void RequireSomeIgnored(const Tensor& targets, int64_t ignore) {
 
 // -log_softmax written out per sample, then PyTorch's label smoothing.
 std::vector<Tensor> CrossEntropyRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
-  const double eps = attrs.Float("label_smoothing", 0.0);
-  const int64_t ignore = attrs.Int("ignore_index", -100);
-  if (attrs.Has("ignore_index")) RequireSomeIgnored(in[1], ignore);
+  const double eps = attrs.Float("label_smoothing");
+  const int64_t ignore = attrs.Int("ignore_index");
+  if (ignore >= 0) RequireSomeIgnored(in[1], ignore);  // a class the case picked
   double total = 0;
   int64_t count = 0;
   ForSamples(in[0], in[1], [&](int64_t base, int64_t stride, int64_t classes, int64_t y) {
@@ -66,8 +66,8 @@ std::vector<Tensor> CrossEntropyRef(const std::vector<Tensor>& in, const AttrMap
 }
 
 std::vector<Tensor> NllRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
-  const int64_t ignore = attrs.Int("ignore_index", -100);
-  if (attrs.Has("ignore_index")) RequireSomeIgnored(in[1], ignore);
+  const int64_t ignore = attrs.Int("ignore_index");
+  if (ignore >= 0) RequireSomeIgnored(in[1], ignore);  // a class the case picked
   double total = 0;
   int64_t count = 0;
   ForSamples(in[0], in[1], [&](int64_t base, int64_t stride, int64_t, int64_t y) {

@@ -29,7 +29,11 @@ StatusOr<Shape> MatMulShape(const std::string& op, const Shape& a, const Shape& 
 // MatMul / BatchMatMul. attrs: transpose_a, transpose_b.
 class MatMulOp : public OpDef {
  public:
-  MatMulOp(const char* name, bool batched) : name_(name), batched_(batched) {}
+  MatMulOp(const char* name, bool batched) : name_(name), batched_(batched) {
+    DeclareAttrs()
+        .Default("transpose_a", false, "use the transpose of a's last two dims")
+        .Default("transpose_b", false, "use the transpose of b's last two dims");
+  }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
@@ -98,6 +102,7 @@ LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulKernel);
 // Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
 class LinearOp : public OpDef {
  public:
+  LinearOp() { DeclareAttrs(); }
   std::string name() const override { return "Linear"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     if (in.size() != 2 && in.size() != 3) return InvalidArgument("Linear takes (x, weight[, bias]), got ", in.size(), " inputs");

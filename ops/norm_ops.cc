@@ -100,6 +100,12 @@ const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "r
 
 class BatchNormOp : public OpDef {
  public:
+  BatchNormOp() {
+    DeclareAttrs()
+        .Default("training", false, "normalize with the batch's statistics and update the running ones")
+        .Default("momentum", 0.1, "weight of the batch statistics in the running-statistics update")
+        .Default("eps", 1e-5, "added to the variance");
+  }
   std::string name() const override { return "BatchNorm"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
@@ -113,10 +119,10 @@ class BatchNormOp : public OpDef {
         return InvalidArgument("BatchNorm ", kBatchNormInputs[i], " (input ", i, ") must be ", channels.ToString(), " ",
                                DTypeName(x.dtype), " to match x ", x.ToString(), ", got ", in[i].ToString());
     }
-    const double momentum = attrs.Float("momentum", 0.1);
+    const double momentum = attrs.Float("momentum");
     if (!(momentum >= 0 && momentum <= 1))
       return InvalidArgument("BatchNorm: attribute momentum must be in [0, 1], got ", momentum);
-    LOOM_RETURN_IF_ERROR(ExpectEps("BatchNorm", attrs.Float("eps", 1e-5)));
+    LOOM_RETURN_IF_ERROR(ExpectEps("BatchNorm", attrs.Float("eps")));
     if (attrs.Bool("training") && LayoutOf(x.shape).per_channel() < 2)
       return InvalidArgument("BatchNorm: training needs more than one value per channel, got x ", x.shape.ToString());
     TensorType stat{channels, x.dtype};
@@ -177,7 +183,7 @@ LOOM_REGISTER_OP(BatchNormOp);
 
 LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
-  const double momentum = ctx.attrs->Float("momentum", 0.1), eps = ctx.attrs->Float("eps", 1e-5);
+  const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
   const ChannelLayout l = LayoutOf(x.shape());
   const int64_t m = l.per_channel();
@@ -241,6 +247,9 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
 // they depend on x) or the running ones (then they are constants).
 class BatchNormBackwardOp : public OpDef {
  public:
+  BatchNormBackwardOp() {
+    DeclareAttrs().Required("training", AttrType::kBool, "the forward op's: whether the statistics were the batch's");
+  }
   std::string name() const override { return "BatchNormBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(
@@ -323,7 +332,6 @@ RowLayout RowsOf(const Shape& x, int normalized_rank) {
 // Checks attr normalized_shape against x; returns the shape of the saved
 // statistics (x's leading dims).
 StatusOr<Shape> StatShape(const std::string& op, const AttrMap& attrs, const TensorType& x) {
-  if (!attrs.Has("normalized_shape")) return InvalidArgument(op, ": missing attribute normalized_shape");
   const std::vector<int64_t> norm = attrs.Ints("normalized_shape");
   const int k = static_cast<int>(norm.size());
   if (k == 0) return InvalidArgument(op, ": attribute normalized_shape must not be empty");
@@ -339,6 +347,11 @@ StatusOr<Shape> StatShape(const std::string& op, const AttrMap& attrs, const Ten
 
 class LayerNormOp : public OpDef {
  public:
+  LayerNormOp() {
+    DeclareAttrs()
+        .Required("normalized_shape", AttrType::kInts, "the trailing dims of x that are normalized")
+        .Default("eps", 1e-5, "added to the variance");
+  }
   std::string name() const override { return "LayerNorm"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.empty() || in.size() > 3)
@@ -351,7 +364,7 @@ class LayerNormOp : public OpDef {
       if (in[i] != affine)
         return InvalidArgument("LayerNorm ", names[i], " (input ", i, ") must be ", affine.ToString(),
                                " (normalized_shape), got ", in[i].ToString());
-    LOOM_RETURN_IF_ERROR(ExpectEps("LayerNorm", attrs.Float("eps", 1e-5)));
+    LOOM_RETURN_IF_ERROR(ExpectEps("LayerNorm", attrs.Float("eps")));
     return std::vector<TensorType>{in[0], {stat, in[0].dtype}, {stat, in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -401,7 +414,7 @@ class LayerNormOp : public OpDef {
 LOOM_REGISTER_OP(LayerNormOp);
 
 LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
-  const double eps = ctx.attrs->Float("eps", 1e-5);
+  const double eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
   const RowLayout l = RowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
   return DispatchFloat(x.dtype(), [&](auto zero) {
@@ -438,6 +451,9 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
 // (dgamma, dbeta) when gamma is given; attr normalized_shape.
 class LayerNormBackwardOp : public OpDef {
  public:
+  LayerNormBackwardOp() {
+    DeclareAttrs().Required("normalized_shape", AttrType::kInts, "the forward op's normalized_shape");
+  }
   std::string name() const override { return "LayerNormBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.size() != 4 && in.size() != 5)

@@ -18,7 +18,7 @@ std::vector<Tensor> BatchNormRef(const std::vector<Tensor>& in, const AttrMap& a
   int64_t spatial = 1;
   for (int d = 2; d < xs.rank(); ++d) spatial *= xs[d];
   const bool training = attrs.Bool("training");
-  const double momentum = attrs.Float("momentum", 0.1), eps = attrs.Float("eps", 1e-5);
+  const double momentum = attrs.Float("momentum"), eps = attrs.Float("eps");
   Tensor y = ZerosF64(xs), rm = ZerosF64({channels}), rv = ZerosF64({channels});
   Tensor sm = ZerosF64({channels}), sis = ZerosF64({channels});
   auto index = [&](int64_t i, int64_t c, int64_t s) { return (i * channels + c) * spatial + s; };
@@ -84,7 +84,7 @@ TEST_CASE("batch norm passes the op harness") {
 std::vector<Tensor> LayerNormRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
   const Shape& xs = in[0].shape();
   const std::vector<int64_t> norm = attrs.Ints("normalized_shape");
-  const double eps = attrs.Float("eps", 1e-5);
+  const double eps = attrs.Float("eps");
   const int lead = xs.rank() - static_cast<int>(norm.size());
   std::vector<int64_t> stat_dims(xs.dims().begin(), xs.dims().begin() + lead);
   int64_t d = 1;

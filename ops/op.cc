@@ -51,6 +51,63 @@ void OpRegistry::RegisterKernel(const std::string& op, DeviceType device, Kernel
   kernels_[key] = std::move(fn);
 }
 
+void OpRegistry::RegisterKernelSupport(const std::string& op, DeviceType device, KernelSupportFn fn) {
+  auto key = std::make_pair(op, device);
+  LOOM_CHECK(!support_.count(key), "kernel support of ", op, " registered twice");
+  support_[key] = std::move(fn);
+}
+
+KernelSupportFn DTypeSupport(std::vector<DType> dtypes) {
+  return [dtypes](const Node&, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
+    for (const auto* types : {&inputs, &outputs})
+      for (const TensorType& t : *types)
+        if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) {
+          std::string names;
+          for (DType d : dtypes) names += (names.empty() ? "" : ", ") + std::string(DTypeName(d));
+          return Unimplemented("dtype ", DTypeName(t.dtype), " (", types == &inputs ? "an input" : "an output",
+                               "); the kernel covers ", names);
+        }
+    return Status::Ok();
+  };
+}
+
+KernelSupportFn FloatKernelSupport() {
+  return [](const Node&, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
+    for (const auto* types : {&inputs, &outputs})
+      for (const TensorType& t : *types)
+        if (IsFloating(t.dtype) && t.dtype != DType::kF32 && t.dtype != DType::kF64)
+          return Unimplemented("dtype ", DTypeName(t.dtype), " (", types == &inputs ? "an input" : "an output",
+                               "); the kernel covers f32, f64");
+    return Status::Ok();
+  };
+}
+
+KernelSupportFn AnyDTypeSupport() {
+  return [](const Node&, const std::vector<TensorType>&, const std::vector<TensorType>&) { return Status::Ok(); };
+}
+
+Status OpRegistry::SupportsNode(const Node& node, const std::vector<TensorType>& inputs,
+                                const std::vector<TensorType>& outputs, DeviceType device) const {
+  const std::string where = "node '" + node.name + "' (" + node.op + ")";
+  const std::string on = device == DeviceType::kCpu ? "CPU" : "CUDA";
+  if (!FindKernel(node.op, device)) return Unimplemented(where, ": op ", node.op, " has no kernel for ", on);
+  auto it = support_.find({node.op, device});
+  static const KernelSupportFn kDefault = FloatKernelSupport();
+  Status s = (it == support_.end() ? kDefault : it->second)(node, inputs, outputs);
+  if (!s.ok()) return Unimplemented(where, ": the ", on, " kernel of ", node.op, " does not support ", s.message());
+  return Status::Ok();
+}
+
+Status CanonicalizeAttrs(const OpDef& op, AttrMap* attrs) {
+  const AttrSchema* schema = op.attr_schema();
+  return schema ? schema->Canonicalize(attrs) : Status::Ok();
+}
+
+StatusOr<std::vector<TensorType>> InferOpTypes(const OpDef& op, AttrMap attrs, const std::vector<TensorType>& inputs) {
+  LOOM_RETURN_IF_ERROR(CanonicalizeAttrs(op, &attrs));
+  return op.InferTypes(attrs, inputs);
+}
+
 const OpDef* OpRegistry::FindOp(const std::string& name) const {
   auto it = ops_.find(name);
   return it == ops_.end() ? nullptr : it->second.get();

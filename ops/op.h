@@ -1,13 +1,14 @@
 // The operator interface. An op is defined once (OpDef: attributes, type
 // inference, cost, gradient rule, fusion rule) and has kernels registered
 // per device type (CPU always, CUDA under --config=cuda). A backend that has
-// no kernel for an op says so through SupportsOp; the executor and
-// simulator route around it.
+// no kernel for an op, or none for a node's dtypes, says so through
+// SupportsOp / SupportsNode; the executor and simulator route around it.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,11 @@ class OpDef {
  public:
   virtual ~OpDef() = default;
   virtual std::string name() const = 0;
+  // The attributes the op takes (docs/ops.md). The builder and the loader
+  // fill in the defaults and reject undeclared or mistyped attributes; the
+  // verifier checks the same. Null for an op that never called DeclareAttrs:
+  // its attributes go unchecked, and graph/builder_test.cc fails on it.
+  const AttrSchema* attr_schema() const { return schema_ ? &*schema_ : nullptr; }
   // Output types from attributes and input types; errors say what is wrong
   // with which input or attribute (the caller adds the node name).
   virtual StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
@@ -103,7 +109,25 @@ class OpDef {
     (void)output;
     return -1;
   }
+
+ protected:
+  // Declares the op's attributes (from its constructor; an op without
+  // attributes calls it too, so that any attribute is an error).
+  AttrSchema& DeclareAttrs() {
+    if (!schema_) schema_.emplace();
+    return *schema_;
+  }
+
+ private:
+  std::optional<AttrSchema> schema_;
 };
+
+// Checks `attrs` against the op's schema and fills in defaults (no-op for an
+// op without one). Errors name the attribute and list the declared ones.
+Status CanonicalizeAttrs(const OpDef& op, AttrMap* attrs);
+// InferTypes on `attrs` as a node would hold them (checked, defaults filled):
+// for callers that infer without a graph (tests, ops reusing another op's).
+StatusOr<std::vector<TensorType>> InferOpTypes(const OpDef& op, AttrMap attrs, const std::vector<TensorType>& inputs);
 
 // Ops whose outputs are element-wise functions of their one input
 // (activations, scalar arithmetic, Identity, Dropout): fused, each runs as
@@ -136,6 +160,19 @@ struct KernelContext {
 
 using KernelFn = std::function<Status(KernelContext&)>;
 
+// Whether a kernel handles a node with these input and output types: Ok, or
+// the reason it does not ("dtype bf16; the kernel covers f32, f64").
+using KernelSupportFn =
+    std::function<Status(const Node& node, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs)>;
+// The common predicates. FloatKernelSupport is what DispatchFloat covers and
+// what a kernel without a registered predicate is held to: every
+// floating-point input and output is f32 or f64 (integer and bool inputs,
+// labels and indices, are the op's to check). AnyDTypeSupport: kernels that
+// move bytes (shape ops, copies).
+KernelSupportFn DTypeSupport(std::vector<DType> dtypes);
+KernelSupportFn FloatKernelSupport();
+KernelSupportFn AnyDTypeSupport();
+
 // Registry of op definitions and kernels.
 class OpRegistry {
  public:
@@ -147,12 +184,21 @@ class OpRegistry {
   const OpDef* FindOp(const std::string& name) const;
   StatusOr<const OpDef*> GetOp(const std::string& name) const;  // error lists close names
   const KernelFn* FindKernel(const std::string& op, DeviceType device) const;
+  // Whether `device` has a kernel for the op at all (any dtype).
   bool SupportsOp(const std::string& op, DeviceType device) const { return FindKernel(op, device) != nullptr; }
+  // Restricts the kernel of (op, device) to the nodes `fn` accepts; kernels
+  // without one get FloatKernelSupport.
+  void RegisterKernelSupport(const std::string& op, DeviceType device, KernelSupportFn fn);
+  // Whether `device` has a kernel for this node with these types: Ok, or an
+  // error naming the node, op, device and the reason (the dtype).
+  Status SupportsNode(const Node& node, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
+                      DeviceType device) const;
   std::vector<std::string> OpNames() const;
 
  private:
   std::map<std::string, std::unique_ptr<OpDef>> ops_;
   std::map<std::pair<std::string, DeviceType>, KernelFn> kernels_;
+  std::map<std::pair<std::string, DeviceType>, KernelSupportFn> support_;
 };
 
 // Static registration from the op's own .cc file (libraries are alwayslink).
@@ -164,12 +210,20 @@ struct KernelRegistration {
     OpRegistry::Global().RegisterKernel(op, device, std::move(fn));
   }
 };
+struct KernelSupportRegistration {
+  KernelSupportRegistration(const std::string& op, DeviceType device, KernelSupportFn fn) {
+    OpRegistry::Global().RegisterKernelSupport(op, device, std::move(fn));
+  }
+};
 
 #define LOOM_OP_REG_NAME(line) LOOM_CONCAT(loom_op_registration_, line)
 #define LOOM_REGISTER_OP(OpClass, ...) \
   static ::loom::OpRegistration LOOM_OP_REG_NAME(__LINE__)(std::make_unique<OpClass>(__VA_ARGS__))
 #define LOOM_REGISTER_KERNEL(op_name, device_type, ...) \
   static ::loom::KernelRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)
+// LOOM_REGISTER_KERNEL_SUPPORT("Transpose", DeviceType::kCpu, AnyDTypeSupport());
+#define LOOM_REGISTER_KERNEL_SUPPORT(op_name, device_type, ...) \
+  static ::loom::KernelSupportRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)
 
 // Shared helpers for type inference messages.
 Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what);

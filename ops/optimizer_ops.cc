@@ -50,8 +50,17 @@ Status ExpectInRange(const std::string& op, const std::string& attr, double v, d
 
 // ---- Replicas (horizontal fusion) ----
 
-// The `replicas` attribute: 0 (or absent) for an unfused op, else R >= 1.
+// The `replicas` attribute: 0 for an unfused op, else R >= 1. Every op of
+// this file declares it; graph/training.cc sets it on fused ones.
+AttrSchema& DeclareReplicas(AttrSchema& s) {
+  return s.Default("replicas", int64_t{0}, "fused: R, and float attributes may hold one value per replica");
+}
 int64_t Replicas(const AttrMap& attrs) { return attrs.Int("replicas"); }
+
+// A float hyper-parameter of an update op: one float, or (fused) one per replica.
+AttrSchema& DeclareRate(AttrSchema& s, const char* name, double def, const char* doc) {
+  return s.Default(name, AttrType::kFloatOrFloats, def, doc);
+}
 
 Status CheckReplicas(const std::string& op, const AttrMap& attrs) {
   const int64_t r = Replicas(attrs);
@@ -71,14 +80,13 @@ std::optional<std::vector<double>> FloatList(const AttrMap& attrs, const std::st
 }
 
 // Replica r's value of a float attribute: entry r of a list, or the single
-// value (the default when absent). Lists are only read after
-// CheckFloatAttrs accepted them.
-double ReplicaFloat(const AttrMap& attrs, const std::string& name, double def, int64_t r) {
+// value. Lists are only read after CheckFloatAttrs accepted them.
+double ReplicaFloat(const AttrMap& attrs, const std::string& name, int64_t r) {
   if (auto list = FloatList(attrs, name)) {
     LOOM_CHECK(r >= 0 && r < static_cast<int64_t>(list->size()), "attribute ", name, " has no value for replica ", r);
     return (*list)[static_cast<size_t>(r)];
   }
-  return attrs.Float(name, def);
+  return attrs.Float(name);
 }
 
 // A list-valued float attribute needs replicas = R and exactly R values.
@@ -255,14 +263,21 @@ struct SgdAttrs {
   double momentum, dampening, weight_decay;
   bool nesterov;
   explicit SgdAttrs(const AttrMap& a, int64_t r = 0)
-      : momentum(ReplicaFloat(a, "momentum", 0, r)),
-        dampening(ReplicaFloat(a, "dampening", 0, r)),
-        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
+      : momentum(ReplicaFloat(a, "momentum", r)),
+        dampening(ReplicaFloat(a, "dampening", r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", r)),
         nesterov(a.Bool("nesterov")) {}
 };
 
 class SgdUpdateOp : public UpdateOpDef {
  public:
+  SgdUpdateOp() {
+    AttrSchema& s = DeclareReplicas(DeclareAttrs());
+    DeclareRate(s, "momentum", 0, "momentum factor; > 0 adds the momentum buffer");
+    DeclareRate(s, "dampening", 0, "dampening of the momentum");
+    DeclareRate(s, "weight_decay", 0, "L2 penalty");
+    s.Default("nesterov", false, "Nesterov momentum");
+  }
   std::string name() const override { return "SgdUpdate"; }
 
  protected:
@@ -329,16 +344,25 @@ struct AdamAttrs {
   double beta1, beta2, eps, weight_decay;
   bool decoupled, amsgrad;
   explicit AdamAttrs(const AttrMap& a, int64_t r = 0)
-      : beta1(ReplicaFloat(a, "beta1", 0.9, r)),
-        beta2(ReplicaFloat(a, "beta2", 0.999, r)),
-        eps(ReplicaFloat(a, "eps", 1e-8, r)),
-        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
+      : beta1(ReplicaFloat(a, "beta1", r)),
+        beta2(ReplicaFloat(a, "beta2", r)),
+        eps(ReplicaFloat(a, "eps", r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", r)),
         decoupled(a.Bool("decoupled")),
         amsgrad(a.Bool("amsgrad")) {}
 };
 
 class AdamUpdateOp : public UpdateOpDef {
  public:
+  AdamUpdateOp() {
+    AttrSchema& s = DeclareReplicas(DeclareAttrs());
+    DeclareRate(s, "beta1", 0.9, "decay of the first moment, in [0, 1)");
+    DeclareRate(s, "beta2", 0.999, "decay of the second moment, in [0, 1)");
+    DeclareRate(s, "eps", 1e-8, "added to the denominator");
+    DeclareRate(s, "weight_decay", 0, "L2 penalty (decoupled: AdamW's)");
+    s.Default("decoupled", false, "AdamW: decay the weights directly")
+        .Default("amsgrad", false, "keep the maximum second moment (adds a slot)");
+  }
   std::string name() const override { return "AdamUpdate"; }
 
  protected:
@@ -393,13 +417,17 @@ LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
 struct AdadeltaAttrs {
   double rho, eps, weight_decay;
   explicit AdadeltaAttrs(const AttrMap& a, int64_t r = 0)
-      : rho(ReplicaFloat(a, "rho", 0.9, r)),
-        eps(ReplicaFloat(a, "eps", 1e-6, r)),
-        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)) {}
+      : rho(ReplicaFloat(a, "rho", r)), eps(ReplicaFloat(a, "eps", r)), weight_decay(ReplicaFloat(a, "weight_decay", r)) {}
 };
 
 class AdadeltaUpdateOp : public UpdateOpDef {
  public:
+  AdadeltaUpdateOp() {
+    AttrSchema& s = DeclareReplicas(DeclareAttrs());
+    DeclareRate(s, "rho", 0.9, "decay of the running averages, in [0, 1]");
+    DeclareRate(s, "eps", 1e-6, "added inside the square roots");
+    DeclareRate(s, "weight_decay", 0, "L2 penalty");
+  }
   std::string name() const override { return "AdadeltaUpdate"; }
 
  protected:
@@ -447,10 +475,10 @@ struct RmspropAttrs {
   double alpha, eps, weight_decay, momentum;
   bool centered;
   explicit RmspropAttrs(const AttrMap& a, int64_t r = 0)
-      : alpha(ReplicaFloat(a, "alpha", 0.99, r)),
-        eps(ReplicaFloat(a, "eps", 1e-8, r)),
-        weight_decay(ReplicaFloat(a, "weight_decay", 0, r)),
-        momentum(ReplicaFloat(a, "momentum", 0, r)),
+      : alpha(ReplicaFloat(a, "alpha", r)),
+        eps(ReplicaFloat(a, "eps", r)),
+        weight_decay(ReplicaFloat(a, "weight_decay", r)),
+        momentum(ReplicaFloat(a, "momentum", r)),
         centered(a.Bool("centered")) {}
 };
 
@@ -462,6 +490,14 @@ bool RmspropHasBuffer(const AttrMap& attrs) {
 
 class RmspropUpdateOp : public UpdateOpDef {
  public:
+  RmspropUpdateOp() {
+    AttrSchema& s = DeclareReplicas(DeclareAttrs());
+    DeclareRate(s, "alpha", 0.99, "decay of the squared-gradient average");
+    DeclareRate(s, "eps", 1e-8, "added to the denominator");
+    DeclareRate(s, "weight_decay", 0, "L2 penalty");
+    DeclareRate(s, "momentum", 0, "momentum factor; > 0 adds the momentum buffer");
+    s.Default("centered", false, "normalize by the variance estimate (adds the gradient average)");
+  }
   std::string name() const override { return "RmspropUpdate"; }
 
  protected:
@@ -540,6 +576,7 @@ LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
 // sums replica r's chunks only.
 class SquaredNormOp : public OpDef {
  public:
+  SquaredNormOp() { DeclareReplicas(DeclareAttrs()); }
   std::string name() const override { return "SquaredNorm"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
                                                const std::vector<TensorType>& in) const override {
@@ -616,6 +653,10 @@ constexpr double kClipEps = 1e-6;
 
 class ClipScaleOp : public OpDef {
  public:
+  ClipScaleOp() {
+    DeclareReplicas(DeclareAttrs())
+        .Required("max_norm", AttrType::kFloatOrFloats, "the gradient norm clipped to, > 0 (fused: one per replica)");
+  }
   std::string name() const override { return "ClipScale"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "ClipScale (total_norm)"));
@@ -629,7 +670,7 @@ class ClipScaleOp : public OpDef {
       LOOM_RETURN_IF_ERROR(ExpectShape(in[0], Shape{replicas}, "ClipScale total_norm (one norm per replica)"));
     LOOM_RETURN_IF_ERROR(CheckFloatAttrs("ClipScale", attrs, {"max_norm"}));
     for (int64_t r = 0; r < ReplicaCount(attrs); ++r) {
-      const double max_norm = ReplicaFloat(attrs, "max_norm", 0, r);
+      const double max_norm = ReplicaFloat(attrs, "max_norm", r);
       if (!(max_norm > 0))
         return InvalidArgument("ClipScale: ", AttrLabel("max_norm", attrs, r), " must be > 0, got ", max_norm);
     }
@@ -649,7 +690,7 @@ LOOM_REGISTER_KERNEL("ClipScale", DeviceType::kCpu, [](KernelContext& ctx) {
     const T* norm = ctx.in(0).data<T>();
     T* out = ctx.out(0).data<T>();
     for (int64_t r = 0; r < ReplicaCount(*ctx.attrs); ++r) {
-      const double coef = ReplicaFloat(*ctx.attrs, "max_norm", 0, r) / (static_cast<double>(norm[r]) + kClipEps);
+      const double coef = ReplicaFloat(*ctx.attrs, "max_norm", r) / (static_cast<double>(norm[r]) + kClipEps);
       out[r] = static_cast<T>(coef > 1 ? 1.0 : coef);  // NaN stays NaN
     }
   });
@@ -663,6 +704,7 @@ LOOM_REGISTER_KERNEL("ClipScale", DeviceType::kCpu, [](KernelContext& ctx) {
 // No gradient: it only feeds the update ops' `active` input.
 class IsFiniteOp : public OpDef {
  public:
+  IsFiniteOp() { DeclareAttrs(); }
   std::string name() const override { return "IsFinite"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "IsFinite (x)"));

@@ -34,12 +34,9 @@ using Pair = std::array<int64_t, 2>;  // (h, w)
 std::string PairString(const Pair& p) { return StrCat("[", p[0], ", ", p[1], "]"); }
 
 // An int or a list of two; absent means *def (an error when def is null).
-StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char* name, const Pair* def) {
+StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char* name) {
   auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) {
-    if (def == nullptr) return InvalidArgument(op, ": missing attribute '", name, "'");
-    return *def;
-  }
+  if (it == attrs.values().end()) return InvalidArgument(op, ": missing attribute '", name, "'");
   if (const int64_t* i = std::get_if<int64_t>(&it->second)) return Pair{*i, *i};
   const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
   if (list == nullptr || list->size() != 2)
@@ -48,15 +45,22 @@ StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char*
   return Pair{(*list)[0], (*list)[1]};
 }
 
-StatusOr<bool> BoolAttr(const AttrMap& attrs, const std::string& op, const char* name, bool def) {
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return def;
-  const bool* b = std::get_if<bool>(&it->second);
-  if (b == nullptr) return InvalidArgument(op, ": attribute '", name, "' must be a bool, got ", AttrValueToString(it->second));
-  return *b;
-}
-
 enum class PoolKind { kMax, kAvg, kAdaptiveAvg };
+
+// The attributes of a pool op, declared once; the backward ops take the
+// forward op's plus the input shape.
+void DeclarePoolAttrs(PoolKind kind, AttrSchema& s) {
+  if (kind == PoolKind::kAdaptiveAvg) {
+    s.Required("output_size", AttrType::kIntOrInts, "the output's [H, W] (one int: square)");
+    return;
+  }
+  s.Required("kernel", AttrType::kIntOrInts, "window [H, W] (one int: square)")
+      .Optional("stride", AttrType::kIntOrInts, "window step; absent or []: the kernel, as stride=None in PyTorch")
+      .Default("padding", AttrType::kIntOrInts, int64_t{0}, "implicit padding on both sides, at most half the kernel")
+      .Default("ceil_mode", false, "round the output extent up");
+  if (kind == PoolKind::kMax) s.Default("dilation", AttrType::kIntOrInts, int64_t{1}, "spacing between window taps");
+  if (kind == PoolKind::kAvg) s.Default("count_include_pad", true, "divide by the padded window size");
+}
 
 // One output position's window along one axis: the input taps first + t *
 // step for t in [0, count) (only those inside the input), and the extent a
@@ -132,19 +136,20 @@ struct PoolPlan {
 
 StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrMap& attrs, const Shape& x) {
   const bool max = kind == PoolKind::kMax;
-  if (!max && attrs.Has("dilation")) return InvalidArgument(op, " has no 'dilation' attribute");
-  if (max && attrs.Has("count_include_pad")) return InvalidArgument(op, " has no 'count_include_pad' attribute");
-  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, op, "kernel", nullptr));
-  Pair stride = kernel;
-  // An empty stride list means the default, as stride=None in PyTorch.
-  if (!(attrs.Has("stride") && attrs.values().at("stride") == AttrValue(std::vector<int64_t>{}))) {
-    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, op, "stride", &kernel));
+  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, op, "kernel"));
+  Pair stride = kernel;  // see DeclarePoolAttrs
+  if (attrs.Has("stride") && attrs.values().at("stride") != AttrValue(std::vector<int64_t>{})) {
+    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, op, "stride"));
   }
-  const Pair zero{0, 0}, one{1, 1};
-  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, op, "padding", &zero));
-  LOOM_ASSIGN_OR_RETURN(Pair dilation, PairAttr(attrs, op, "dilation", &one));
-  LOOM_ASSIGN_OR_RETURN(bool ceil_mode, BoolAttr(attrs, op, "ceil_mode", false));
-  LOOM_ASSIGN_OR_RETURN(bool include_pad, BoolAttr(attrs, op, "count_include_pad", true));
+  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, op, "padding"));
+  // Average pools have no dilation (theirs is 1); max pools divide by no
+  // extent, so count_include_pad does not matter to them.
+  Pair dilation{1, 1};
+  if (max) {
+    LOOM_ASSIGN_OR_RETURN(dilation, PairAttr(attrs, op, "dilation"));
+  }
+  const bool ceil_mode = attrs.Bool("ceil_mode");
+  const bool include_pad = max || attrs.Bool("count_include_pad");
   for (int a = 0; a < 2; ++a) {
     if (kernel[a] < 1) return InvalidArgument(op, ": kernel must be >= 1, got ", PairString(kernel));
     if (stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(stride));
@@ -175,7 +180,7 @@ StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrM
 }
 
 StatusOr<PoolPlan> PlanAdaptive(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  LOOM_ASSIGN_OR_RETURN(Pair out, PairAttr(attrs, op, "output_size", nullptr));
+  LOOM_ASSIGN_OR_RETURN(Pair out, PairAttr(attrs, op, "output_size"));
   if (out[0] < 1 || out[1] < 1) return InvalidArgument(op, ": output_size must be >= 1, got ", PairString(out));
   if (x.rank() != 4) return InvalidArgument(op, ": input x must be [N, C, H, W], got ", x.ToString());
   if (x[2] < 1 || x[3] < 1) return InvalidArgument(op, ": input x ", x.ToString(), " has an empty plane");
@@ -387,7 +392,7 @@ void WindowMeanBackward(const PoolPlan& plan, const Shape& xs, const T* dy, T* d
 
 class PoolOp : public OpDef {
  public:
-  PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) {}
+  PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) { DeclarePoolAttrs(kind, DeclareAttrs()); }
   std::string name() const override { return name_; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -436,7 +441,10 @@ LOOM_REGISTER_OP(PoolOp, "AdaptiveAvgPool2d", PoolKind::kAdaptiveAvg);
 // (dy[, indices]) -> dx with the forward attrs plus input_shape.
 class PoolBackwardOp : public OpDef {
  public:
-  PoolBackwardOp(const char* name, PoolKind kind) : name_(name), kind_(kind) {}
+  PoolBackwardOp(const char* name, PoolKind kind) : name_(name), kind_(kind) {
+    DeclarePoolAttrs(kind, DeclareAttrs());
+    DeclareAttrs().Required("input_shape", AttrType::kInts, "the forward input's shape");
+  }
   std::string name() const override { return name_; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -446,10 +454,7 @@ class PoolBackwardOp : public OpDef {
     if (max && (in[1].dtype != DType::kI64 || in[1].shape != in[0].shape))
       return InvalidArgument(name_, ": indices must be i64 shaped like dy ", in[0].shape.ToString(), ", got ",
                              in[1].ToString());
-    auto it = attrs.values().find("input_shape");
-    const auto* dims = it == attrs.values().end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
-    if (dims == nullptr) return InvalidArgument(name_, ": missing int-list attribute 'input_shape'");
-    const Shape x(*dims);
+    const Shape x(attrs.Ints("input_shape"));
     LOOM_ASSIGN_OR_RETURN(PoolPlan plan, PlanPool(kind_, name_, attrs, x));
     if (plan.out != in[0].shape)
       return InvalidArgument(name_, ": dy ", in[0].shape.ToString(), " is not the forward output ", plan.out.ToString(),

@@ -40,7 +40,7 @@ struct RefPool {
         s(Get(a, "stride", k)),
         p(Get(a, "padding", {0, 0})),
         d(Get(a, "dilation", {1, 1})),
-        ceil_mode(a.Bool("ceil_mode", false)),
+        ceil_mode(a.Bool("ceil_mode")),
         n(x[0]),
         c(x[1]),
         h(x[2]),
@@ -79,7 +79,7 @@ std::vector<Tensor> MaxPoolRef(const std::vector<Tensor>& in, const AttrMap& att
 // Mean over each window; the divisor follows PyTorch's avg_pool2d.
 std::vector<Tensor> AvgPoolRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
   RefPool r(attrs, in[0].shape());
-  const bool include_pad = attrs.Bool("count_include_pad", true);
+  const bool include_pad = attrs.Bool("count_include_pad");
   Tensor y = ZerosF64({r.n, r.c, r.oh, r.ow});
   for (int64_t pl = 0; pl < r.n * r.c; ++pl)
     for (int64_t oy = 0; oy < r.oh; ++oy)
@@ -184,7 +184,7 @@ TEST_CASE("pool kernels agree across thread counts") {
 TensorType F32(Shape s) { return {std::move(s), DType::kF32}; }
 
 StatusOr<std::vector<TensorType>> Infer(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
-  return OpRegistry::Global().GetOp(op).value()->InferTypes(attrs, in);
+  return InferOpTypes(*OpRegistry::Global().GetOp(op).value(), attrs, in);
 }
 
 std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
@@ -227,7 +227,7 @@ TEST_CASE("pool shape errors name the problem") {
              Contains("kernel [3, 3] spans [3, 3], larger than the padded input [2, 5]") && Contains("x [1, 1, 2, 5]"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}, {"padding", int64_t{2}}}, {F32({1, 1, 8, 8})}),
              Contains("padding [2, 2] must be between 0 and half the kernel [2, 2]"));
-  CHECK_THAT(InferError("MaxPool2d", {}, {F32({1, 1, 8, 8})}), Contains("missing attribute 'kernel'"));
+  CHECK_THAT(InferError("MaxPool2d", {}, {F32({1, 1, 8, 8})}), Contains("missing required attribute 'kernel'"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}}, {F32({1, 8, 8})}),
              Contains("input x must be [N, C, H, W], got [1, 8, 8]"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}, {"stride", Ints{0, 1}}}, {F32({1, 1, 8, 8})}),
@@ -235,14 +235,14 @@ TEST_CASE("pool shape errors name the problem") {
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", Ints{2, 2, 2}}}, {F32({1, 1, 8, 8})}),
              Contains("'kernel' must be an int or a list of 2 ints, got [2, 2, 2]"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}, {"ceil_mode", int64_t{1}}}, {F32({1, 1, 8, 8})}),
-             Contains("'ceil_mode' must be a bool"));
+             Contains("'ceil_mode' must be of type bool"));
   CHECK_THAT(InferError("AvgPool2d", {{"kernel", int64_t{2}}, {"dilation", int64_t{2}}}, {F32({1, 1, 8, 8})}),
-             Contains("AvgPool2d has no 'dilation'"));
+             Contains("unknown attribute 'dilation'"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}, {"count_include_pad", false}}, {F32({1, 1, 8, 8})}),
-             Contains("MaxPool2d has no 'count_include_pad'"));
+             Contains("unknown attribute 'count_include_pad'"));
   CHECK_THAT(InferError("AdaptiveAvgPool2d", {{"output_size", Ints{0, 2}}}, {F32({1, 1, 8, 8})}),
              Contains("output_size must be >= 1, got [0, 2]"));
-  CHECK_THAT(InferError("AdaptiveAvgPool2d", {}, {F32({1, 1, 8, 8})}), Contains("missing attribute 'output_size'"));
+  CHECK_THAT(InferError("AdaptiveAvgPool2d", {}, {F32({1, 1, 8, 8})}), Contains("missing required attribute 'output_size'"));
   CHECK_THAT(InferError("AdaptiveAvgPool2d", {{"output_size", int64_t{2}}}, {F32({1, 1, 0, 8})}),
              Contains("has an empty plane"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}}, {{Shape({1, 1, 4, 4}), DType::kI32}}),
@@ -255,24 +255,29 @@ TEST_CASE("pool shape errors name the problem") {
                         {F32({1, 1, 4, 4})}),
              Contains("dy [1, 1, 4, 4] is not the forward output [1, 1, 3, 3]"));
   CHECK_THAT(InferError("AdaptiveAvgPool2dBackward", {{"output_size", int64_t{2}}}, {F32({1, 1, 2, 2})}),
-             Contains("missing int-list attribute 'input_shape'"));
+             Contains("missing required attribute 'input_shape'"));
 }
 
 TEST_CASE("pool cost counts window elements") {
   const OpDef* avg = OpRegistry::Global().GetOp("AvgPool2d").value();
   AttrMap attrs{{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}};
   std::vector<TensorType> in = {F32({2, 3, 5, 5})};
+  LOOM_CHECK_OK(CanonicalizeAttrs(*avg, &attrs));
   auto out = avg->InferTypes(attrs, in).value();
   // Along each axis the 3 windows cover input rows {0,1}, {1,2,3}, {3,4}: 7
   // taps; 2 * 3 planes of 7 * 7 adds, plus one scale per output.
   CHECK(avg->Cost(attrs, in, out).flops == 6 * 49 + 6 * 9);
   const OpDef* max = OpRegistry::Global().GetOp("MaxPool2d").value();
-  auto max_out = max->InferTypes(attrs, in).value();
-  CHECK(max->Cost(attrs, in, max_out).flops == 6 * 49);
+  AttrMap max_attrs{{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}};
+  LOOM_CHECK_OK(CanonicalizeAttrs(*max, &max_attrs));
+  auto max_out = max->InferTypes(max_attrs, in).value();
+  CHECK(max->Cost(max_attrs, in, max_out).flops == 6 * 49);
 }
 
-// Runs a CPU kernel directly (for values the harness cannot compare).
-void RunKernel(const std::string& op, const AttrMap& attrs, std::vector<const Tensor*> in, std::vector<Tensor*> out) {
+// Runs a CPU kernel directly (for values the harness cannot compare), on
+// the attributes as a node would hold them.
+void RunKernel(const std::string& op, AttrMap attrs, std::vector<const Tensor*> in, std::vector<Tensor*> out) {
+  REQUIRE(CanonicalizeAttrs(*OpRegistry::Global().GetOp(op).value(), &attrs).ok());
   KernelContext ctx;
   ctx.attrs = &attrs;
   ctx.inputs = std::move(in);

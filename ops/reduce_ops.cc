@@ -29,6 +29,12 @@ namespace {
 
 // ---------------------------------------------------------------- reductions
 
+// The reductions' attributes (ReduceMaxBackward takes ReduceMax's).
+AttrSchema& DeclareReduceAttrs(AttrSchema& s) {
+  return s.Default("axes", std::vector<int64_t>{}, "the dims reduced (negative: from the end); empty: all")
+      .Default("keepdims", false, "keep each reduced dim with extent 1");
+}
+
 // Which axes of x are reduced.
 StatusOr<std::vector<bool>> ResolveAxes(const std::string& op, const AttrMap& attrs, const Shape& x) {
   const std::vector<int64_t> axes = attrs.Ints("axes");
@@ -212,7 +218,7 @@ bool IsMax(T v, T m) {
 
 class ReduceOp : public OpDef {
  public:
-  ReduceOp(const char* name, ReduceKind kind) : name_(name), kind_(kind) {}
+  ReduceOp(const char* name, ReduceKind kind) : name_(name), kind_(kind) { DeclareReduceAttrs(DeclareAttrs()); }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
@@ -313,6 +319,7 @@ LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCpu, ReduceKernel<ReduceKind::kMa
 // dx = dy at the first maximum of each reduction, 0 elsewhere.
 class ReduceMaxBackwardOp : public OpDef {
  public:
+  ReduceMaxBackwardOp() { DeclareReduceAttrs(DeclareAttrs()); }
   std::string name() const override { return "ReduceMaxBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "ReduceMaxBackward (x, y, dy)"));
@@ -372,8 +379,13 @@ struct AxisLayout {
   int64_t outer = 1, len = 1, inner = 1;
 };
 
+// Softmax's and its backward's one attribute.
+AttrSchema& DeclareSoftmaxAttrs(AttrSchema& s) {
+  return s.Default("axis", int64_t{-1}, "the dim normalized over (negative: from the end)");
+}
+
 StatusOr<AxisLayout> ResolveSoftmaxAxis(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  const int64_t given = attrs.Int("axis", -1);
+  const int64_t given = attrs.Int("axis");
   auto axis = NormalizeAxis(given, x.rank());
   if (!axis.ok())
     return InvalidArgument(op, ": attribute 'axis' = ", given, " is out of range for input of shape ", x.ToString(),
@@ -410,6 +422,7 @@ void ForEachLaneBlock(ThreadPool* pool, const AxisLayout& L, Fn&& fn) {
 template <bool kLog>
 class SoftmaxOp : public OpDef {
  public:
+  SoftmaxOp() { DeclareSoftmaxAttrs(this->DeclareAttrs()); }
   std::string name() const override { return kLog ? "LogSoftmax" : "Softmax"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name()));
@@ -425,11 +438,11 @@ class SoftmaxOp : public OpDef {
   }
   Status Gradient(GradBuilder& g) const override {
     g.SetInputGrad(0, g.Emit1(kLog ? "LogSoftmaxBackward" : "SoftmaxBackward", {g.output(0), g.output_grad(0)},
-                              AttrMap{{"axis", g.attrs().Int("axis", -1)}}));
+                              AttrMap{{"axis", g.attrs().Int("axis")}}));
     return Status::Ok();
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
-  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", -1); }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis"); }
 };
 LOOM_REGISTER_OP(SoftmaxOp<false>);
 LOOM_REGISTER_OP(SoftmaxOp<true>);
@@ -488,6 +501,7 @@ LOOM_REGISTER_KERNEL("LogSoftmax", DeviceType::kCpu, SoftmaxKernel<true>);
 template <bool kLog>
 class SoftmaxBackwardOp : public OpDef {
  public:
+  SoftmaxBackwardOp() { DeclareSoftmaxAttrs(this->DeclareAttrs()); }
   std::string name() const override { return kLog ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name() + " (y, dy)"));

@@ -69,7 +69,7 @@ ReferenceFn ReduceRef(Kind kind) {
 ReferenceFn SoftmaxRef(bool log) {
   return [log](const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
     const Shape& xs = in[0].shape();
-    int axis = static_cast<int>(attrs.Int("axis", -1));
+    int axis = static_cast<int>(attrs.Int("axis"));
     if (axis < 0) axis += xs.rank();
     const int64_t n = xs[axis];
     int64_t stride = 1;

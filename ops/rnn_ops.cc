@@ -83,6 +83,7 @@ inline T Sigmoid(T v) {
 // With T = 0, y is empty and (h_T, c_T) = (h0, c0).
 class LstmOp : public OpDef {
  public:
+  LstmOp() { DeclareAttrs(); }
   std::string name() const override { return kLstm; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
@@ -200,6 +201,7 @@ LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCpu, LstmKernel);
 // dw_hh and db are each one GEMM (or sum) over all T * N rows at the end.
 class LstmBackwardOp : public OpDef {
  public:
+  LstmBackwardOp() { DeclareAttrs(); }
   std::string name() const override { return kLstmBackward; }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {

@@ -128,7 +128,9 @@ StatusOr<std::vector<int>> ResolvePerm(const std::string& op, const AttrMap& att
 
 class TransposeOp : public OpDef {
  public:
-  explicit TransposeOp(const char* name) : name_(name) {}
+  explicit TransposeOp(const char* name) : name_(name) {
+    DeclareAttrs().Default("perm", std::vector<int64_t>{}, "output dim i is input dim perm[i]; empty: reversed");
+  }
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
@@ -219,6 +221,11 @@ LOOM_REGISTER_KERNEL("Permute", DeviceType::kCpu, TransposeKernel);
 
 class FlattenOp : public OpDef {
  public:
+  FlattenOp() {
+    DeclareAttrs()
+        .Default("start_dim", int64_t{1}, "first dim merged (negative: from the end)")
+        .Default("end_dim", int64_t{-1}, "last dim merged (negative: from the end)");
+  }
   std::string name() const override { return "Flatten"; }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -226,11 +233,11 @@ class FlattenOp : public OpDef {
     const Shape& x = in[0].shape;
     // PyTorch treats a scalar as rank 1 here: start/end may be 0 or -1.
     const Shape as_rank1 = x.rank() == 0 ? Shape({1}) : x;
-    LOOM_ASSIGN_OR_RETURN(int start, ResolveAxis("Flatten", "start_dim", attrs.Int("start_dim", 1), as_rank1));
-    LOOM_ASSIGN_OR_RETURN(int end, ResolveAxis("Flatten", "end_dim", attrs.Int("end_dim", -1), as_rank1));
+    LOOM_ASSIGN_OR_RETURN(int start, ResolveAxis("Flatten", "start_dim", attrs.Int("start_dim"), as_rank1));
+    LOOM_ASSIGN_OR_RETURN(int end, ResolveAxis("Flatten", "end_dim", attrs.Int("end_dim"), as_rank1));
     if (start > end)
-      return InvalidArgument("Flatten: start_dim ", attrs.Int("start_dim", 1), " comes after end_dim ",
-                             attrs.Int("end_dim", -1), " for input of shape ", x.ToString());
+      return InvalidArgument("Flatten: start_dim ", attrs.Int("start_dim"), " comes after end_dim ",
+                             attrs.Int("end_dim"), " for input of shape ", x.ToString());
     std::vector<int64_t> dims(as_rank1.dims().begin(), as_rank1.dims().begin() + start);
     dims.push_back(Product(as_rank1, start, end + 1));
     dims.insert(dims.end(), as_rank1.dims().begin() + end + 1, as_rank1.dims().end());
@@ -245,16 +252,25 @@ class FlattenOp : public OpDef {
 };
 LOOM_REGISTER_OP(FlattenOp);
 LOOM_REGISTER_KERNEL("Flatten", DeviceType::kCpu, CopyKernel);
+// Shape ops move elements of any size (DispatchBytes): every dtype.
+LOOM_REGISTER_KERNEL_SUPPORT("Transpose", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Permute", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Flatten", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Concat", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Split", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Slice", DeviceType::kCpu, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("SliceBackward", DeviceType::kCpu, AnyDTypeSupport());
 
 // ------------------------------------------------------------ Concat, Split
 
 class ConcatOp : public OpDef {
  public:
+  ConcatOp() { DeclareAttrs().Default("axis", int64_t{0}, "the dim joined along (negative: from the end)"); }
   std::string name() const override { return "Concat"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.empty()) return InvalidArgument("Concat takes at least one input, got none");
     const Shape& first = in[0].shape;
-    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Concat", "axis", attrs.Int("axis", 0), first));
+    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Concat", "axis", attrs.Int("axis"), first));
     std::vector<int64_t> dims = first.dims();
     dims[axis] = 0;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -274,7 +290,7 @@ class ConcatOp : public OpDef {
   // One Split of dy hands every input its part in a single pass.
   Status Gradient(GradBuilder& g) const override {
     const int n = static_cast<int>(g.node().inputs.size());
-    const int axis = NormalizeAxis(g.attrs().Int("axis", 0), g.type(g.input(0)).shape.rank()).value();
+    const int axis = NormalizeAxis(g.attrs().Int("axis"), g.type(g.input(0)).shape.rank()).value();
     std::vector<int64_t> sizes(n);
     for (int i = 0; i < n; ++i) sizes[i] = g.type(g.input(i)).shape[axis];
     std::vector<ValueId> parts =
@@ -289,7 +305,7 @@ class ConcatOp : public OpDef {
     int k = -1;
     for (int i = 0; i < f.num_inputs() && k < 0; ++i)
       if (f.input(i).replicated()) k = f.input(i).axis();
-    LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(f.attrs().Int("axis", 0), f.SingleShape(f.input(0)).rank()));
+    LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis(f.attrs().Int("axis"), f.SingleShape(f.input(0)).rank()));
     std::vector<FusedValue> ins;
     for (int i = 0; i < f.num_inputs(); ++i) {
       LOOM_ASSIGN_OR_RETURN(FusedValue v, f.Replicated(f.input(i), k, f.name() + "/in" + std::to_string(i)));
@@ -305,7 +321,7 @@ LOOM_REGISTER_OP(ConcatOp);
 
 LOOM_REGISTER_KERNEL("Concat", DeviceType::kCpu, [](KernelContext& ctx) {
   Tensor& y = ctx.out(0);
-  const int axis = NormalizeAxis(ctx.attrs->Int("axis", 0), y.shape().rank()).value();
+  const int axis = NormalizeAxis(ctx.attrs->Int("axis"), y.shape().rank()).value();
   const AxisSplit ys = SplitAt(y.shape(), axis);
   return DispatchBytes(y.dtype(), [&](auto zero) {
     using U = decltype(zero);
@@ -321,13 +337,18 @@ LOOM_REGISTER_KERNEL("Concat", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class SplitOp : public OpDef {
  public:
+  SplitOp() {
+    DeclareAttrs()
+        .Default("axis", int64_t{0}, "the dim split (negative: from the end)")
+        .Required("sizes", AttrType::kInts, "the extent of each output along axis");
+  }
   std::string name() const override { return "Split"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Split"));
     const Shape& x = in[0].shape;
-    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Split", "axis", attrs.Int("axis", 0), x));
+    LOOM_ASSIGN_OR_RETURN(int axis, ResolveAxis("Split", "axis", attrs.Int("axis"), x));
     const std::vector<int64_t> sizes = attrs.Ints("sizes");
-    if (sizes.empty()) return InvalidArgument("Split: attribute 'sizes' is missing or empty");
+    if (sizes.empty()) return InvalidArgument("Split: attribute 'sizes' is empty");
     int64_t total = 0;
     for (int64_t s : sizes) {
       if (s < 0) return InvalidArgument("Split: attribute 'sizes' ", Shape(sizes).ToString(), " has a negative entry");
@@ -356,17 +377,17 @@ class SplitOp : public OpDef {
       }
       parts.push_back(dy);
     }
-    g.SetInputGrad(0, g.Emit1("Concat", parts, AttrMap{{"axis", g.attrs().Int("axis", 0)}}));
+    g.SetInputGrad(0, g.Emit1("Concat", parts, AttrMap{{"axis", g.attrs().Int("axis")}}));
     return Status::Ok();
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
-  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", 0); }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis"); }
 };
 LOOM_REGISTER_OP(SplitOp);
 
 LOOM_REGISTER_KERNEL("Split", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const int axis = NormalizeAxis(ctx.attrs->Int("axis", 0), x.shape().rank()).value();
+  const int axis = NormalizeAxis(ctx.attrs->Int("axis"), x.shape().rank()).value();
   const AxisSplit xs = SplitAt(x.shape(), axis);
   return DispatchBytes(x.dtype(), [&](auto zero) {
     using U = decltype(zero);
@@ -388,18 +409,26 @@ struct SliceRange {
 };
 
 // Python's slice.indices() for a positive step.
+// Slice's attributes; SliceBackward takes them too.
+AttrSchema& DeclareSliceAttrs(AttrSchema& s) {
+  return s.Default("axis", int64_t{0}, "the dim sliced (negative: from the end)")
+      .Default("start", int64_t{0}, "first index (negative: from the end; clamped)")
+      .Default("end", std::numeric_limits<int64_t>::max(), "one past the last index (negative: from the end; clamped)")
+      .Default("step", int64_t{1}, "stride between indices, positive");
+}
+
 StatusOr<SliceRange> ResolveSlice(const std::string& op, const AttrMap& attrs, const Shape& x) {
   SliceRange r;
-  LOOM_ASSIGN_OR_RETURN(r.axis, ResolveAxis(op, "axis", attrs.Int("axis", 0), x));
-  r.step = attrs.Int("step", 1);
+  LOOM_ASSIGN_OR_RETURN(r.axis, ResolveAxis(op, "axis", attrs.Int("axis"), x));
+  r.step = attrs.Int("step");
   if (r.step <= 0) return InvalidArgument(op, ": attribute 'step' must be positive, got ", r.step);
   const int64_t len = x[r.axis];
   auto clamp = [len](int64_t i) {
     if (i < 0) i = std::max<int64_t>(0, i + len);
     return std::min(i, len);
   };
-  r.start = clamp(attrs.Int("start", 0));
-  const int64_t end = clamp(attrs.Int("end", std::numeric_limits<int64_t>::max()));
+  r.start = clamp(attrs.Int("start"));
+  const int64_t end = clamp(attrs.Int("end"));
   r.count = end > r.start ? (end - r.start + r.step - 1) / r.step : 0;
   return r;
 }
@@ -412,6 +441,7 @@ Shape SlicedShape(const Shape& x, const SliceRange& r) {
 
 class SliceOp : public OpDef {
  public:
+  SliceOp() { DeclareSliceAttrs(DeclareAttrs()); }
   std::string name() const override { return "Slice"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Slice"));
@@ -431,7 +461,7 @@ class SliceOp : public OpDef {
     return Status::Ok();
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
-  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis", 0); }
+  Status Fuse(FusionBuilder& f) const override { return f.AlongAxis("axis"); }
 };
 LOOM_REGISTER_OP(SliceOp);
 
@@ -448,10 +478,10 @@ LOOM_REGISTER_KERNEL("Slice", DeviceType::kCpu, [](KernelContext& ctx) {
 
 class SliceBackwardOp : public OpDef {
  public:
+  SliceBackwardOp() { DeclareSliceAttrs(DeclareAttrs()).Required("shape", AttrType::kInts, "the Slice input's shape"); }
   std::string name() const override { return "SliceBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "SliceBackward"));
-    if (!attrs.Has("shape")) return InvalidArgument("SliceBackward: missing attribute 'shape' (the Slice input's shape)");
     const Shape x(attrs.Ints("shape"));
     LOOM_ASSIGN_OR_RETURN(SliceRange r, ResolveSlice("SliceBackward", attrs, x));
     if (SlicedShape(x, r) != in[0].shape)

@@ -50,7 +50,7 @@ ReferenceFn FlattenRef(Shape expected) {
 
 std::vector<Tensor> ConcatRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
   int rank = in[0].shape().rank();
-  int axis = static_cast<int>(attrs.Int("axis", 0));
+  int axis = static_cast<int>(attrs.Int("axis"));
   if (axis < 0) axis += rank;
   std::vector<int64_t> dims = in[0].shape().dims();
   dims[axis] = 0;
@@ -67,7 +67,7 @@ std::vector<Tensor> ConcatRef(const std::vector<Tensor>& in, const AttrMap& attr
 
 std::vector<Tensor> SplitRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
   const Shape& xs = in[0].shape();
-  int axis = static_cast<int>(attrs.Int("axis", 0));
+  int axis = static_cast<int>(attrs.Int("axis"));
   if (axis < 0) axis += xs.rank();
   std::vector<Tensor> outs;
   int64_t offset = 0;
@@ -186,7 +186,7 @@ TEST_CASE("shape ops reject bad attributes and shapes with clear messages") {
   CHECK_THAT(InferError("Concat", {}, {}), Contains("at least one input"));
   CHECK_THAT(InferError("Split", {{"axis", 1}, {"sizes", Ints{1, 1}}}, {x}),
              Contains("sizes [1, 1] sum to 2 but axis 1 of input [2, 3, 4] has extent 3"));
-  CHECK_THAT(InferError("Split", {{"axis", 1}}, {x}), Contains("'sizes' is missing"));
+  CHECK_THAT(InferError("Split", {{"axis", 1}}, {x}), Contains("missing required attribute 'sizes'"));
   CHECK_THAT(InferError("Slice", {{"axis", 0}, {"step", 0}}, {x}), Contains("'step' must be positive, got 0"));
   CHECK_THAT(InferError("Slice", {{"axis", 3}}, {x}), Contains("'axis' = 3 is out of range"));
   CHECK_THAT(InferError("SliceBackward", {{"axis", 1}, {"start", 1}, {"shape", Ints{2, 3, 4}}}, {x}),

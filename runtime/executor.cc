@@ -88,7 +88,12 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const E
 Status Executor::Prepare() {
   if (!options_.pool) options_.pool = &ThreadPool::Default();
   const OpRegistry& registry = OpRegistry::Global();
-  for (const Node& n : graph_.nodes()) {
+  for (const Node& node : graph_.nodes()) {
+    // Kernels read attributes without defaults; a graph that was not built
+    // or loaded (a hand-made node) gets its defaults here.
+    Node& n = graph_.mutable_node(node.id);
+    if (const OpDef* def = registry.FindOp(n.op))
+      LOOM_RETURN_IF_ERROR(CanonicalizeAttrs(*def, &n.attrs).WithContext("node '" + n.name + "' (" + n.op + ")"));
     node_index_[n.id] = static_cast<int>(node_keys_.size());
     node_keys_.push_back(HashName(n.name));
     if (options_.profile) profile_.push_back({n.name, n.op, 0.0, 0});
@@ -96,9 +101,12 @@ Status Executor::Prepare() {
       kernels_.push_back(nullptr);
       continue;
     }
-    const KernelFn* k = registry.FindKernel(n.op, options_.device.type);
-    if (!k) return Unimplemented("node '", n.name, "': op ", n.op, " has no kernel for ", options_.device.ToString());
-    kernels_.push_back(k);
+    // Fails here, not at the first step, for an op or dtype the device lacks.
+    std::vector<TensorType> in_types, out_types;
+    for (ValueId v : n.inputs) in_types.push_back(graph_.type(v));
+    for (ValueId v : n.outputs) out_types.push_back(graph_.type(v));
+    LOOM_RETURN_IF_ERROR(registry.SupportsNode(n, in_types, out_types, options_.device.type));
+    kernels_.push_back(registry.FindKernel(n.op, options_.device.type));
   }
 
   std::set<ValueId> keep;

@@ -89,17 +89,52 @@ TEST_CASE("a kernel's error names the node") {
   CHECK(r.status().message().find("9") != std::string::npos);
 }
 
-TEST_CASE("a mistyped attribute in a graph built without type inference fails the step, naming the node") {
+TEST_CASE("a mistyped attribute in a graph built without type inference fails at Create, naming the node") {
   Graph g;
   NodeId x = g.AddNode("x", kInputOp, AttrMap{{"shape", std::vector<int64_t>{2}}}, {}, {{Shape{2}, DType::kF32}});
   NodeId y = g.AddNode("scale", "MulScalar", AttrMap{{"value", std::string("two")}}, {g.node(x).outputs[0]},
                        {{Shape{2}, DType::kF32}});
   g.outputs()["y"] = g.node(y).outputs[0];
   auto exec = Executor::Create(g);
+  REQUIRE_FALSE(exec.ok());
+  CHECK(exec.status().message().find("node 'scale' (MulScalar): attribute 'value' must be of type float, got \"two\"") ==
+        0);
+}
+
+TEST_CASE("a hand-built node gets its attribute defaults before kernels read them") {
+  Graph g;
+  NodeId x = g.AddNode("x", kInputOp, AttrMap{{"shape", std::vector<int64_t>{2, 3}}}, {}, {{Shape{2, 3}, DType::kF32}});
+  NodeId y = g.AddNode("sm", "Softmax", {}, {g.node(x).outputs[0]}, {{Shape{2, 3}, DType::kF32}});
+  g.outputs()["y"] = g.node(y).outputs[0];
+  auto exec = Executor::Create(g);
   REQUIRE(exec.ok());
-  auto r = (*exec)->Run({{"x", Tensor::Zeros({2})}});
-  REQUIRE_FALSE(r.ok());
-  CHECK(r.status().message() == "node 'scale' (MulScalar): attribute 'value' is \"two\", of the wrong type");
+  auto r = (*exec)->Run({{"x", Tensor::Zeros({2, 3})}});
+  REQUIRE(r.ok());
+  CHECK(r->at("y").data<float>()[0] == Approx(1.0 / 3));  // over the last axis, the default
+}
+
+TEST_CASE("a dtype the device has no kernel for fails at Create, naming the node, op, dtype and device") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("x", {Shape{2}, DType::kI64});
+  ValueId y = b.Add1("Add", {x, x}, {}, "sum").value();  // type inference takes any dtype
+  g.outputs()["y"] = y;
+  auto exec = Executor::Create(g);
+  REQUIRE_FALSE(exec.ok());
+  INFO(exec.status().message());
+  CHECK(exec.status().message() ==
+        "node 'sum' (Add): the CPU kernel of Add does not support dtype i64 (an input); the kernel covers f32, f64");
+
+  // A shape op moves any dtype.
+  Graph ok;
+  GraphBuilder ob(&ok);
+  ok.outputs()["y"] = ob.Add1("Transpose", {ob.Input("x", {Shape{2, 3}, DType::kI64})}, {}, "t").value();
+  CHECK(Executor::Create(ok).ok());
+  // The query itself, as the simulator will ask it.
+  const Node& sum = g.node(g.value(y).producer);
+  CHECK(OpRegistry::Global().SupportsNode(sum, {{Shape{2}, DType::kF32}, {Shape{2}, DType::kF32}},
+                                          {{Shape{2}, DType::kF32}}, DeviceType::kCpu).ok());
+  CHECK(OpRegistry::Global().SupportsOp("Add", DeviceType::kCpu));
 }
 
 TEST_CASE("state initialisation is seeded and independent of graph order") {

@@ -34,6 +34,8 @@ Status FillKernel(KernelContext& ctx) {
   return Status::Ok();
 }
 LOOM_REGISTER_KERNEL("Fill", DeviceType::kCuda, FillKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("Fill", DeviceType::kCuda,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}));
 
 // Identity and Reshape: a device-to-device copy (none when the memory plan
 // already placed the output on the input).
@@ -47,6 +49,8 @@ Status CopyKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("Identity", DeviceType::kCuda, CopyKernel);
 LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCuda, CopyKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("Identity", DeviceType::kCuda, AnyDTypeSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("Reshape", DeviceType::kCuda, AnyDTypeSupport());
 
 template <BinaryKind kKind>
 Status BinaryKernel(KernelContext& ctx) {
@@ -69,6 +73,10 @@ LOOM_REGISTER_KERNEL("Add", DeviceType::kCuda, BinaryKernel<BinaryKind::kAdd>);
 LOOM_REGISTER_KERNEL("Sub", DeviceType::kCuda, BinaryKernel<BinaryKind::kSub>);
 LOOM_REGISTER_KERNEL("Mul", DeviceType::kCuda, BinaryKernel<BinaryKind::kMul>);
 LOOM_REGISTER_KERNEL("Div", DeviceType::kCuda, BinaryKernel<BinaryKind::kDiv>);
+LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Sub", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Mul", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Div", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
 
 LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));

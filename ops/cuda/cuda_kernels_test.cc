@@ -517,10 +517,11 @@ TEST_CASE("a Linear forward and backward pass runs on CUDA as on the CPU") {
 // ---- throughput, run by tools/gpu_check.sh with the [bench] tag ----
 
 // Times `iters` calls of a kernel on device tensors; returns seconds per call.
-double TimeKernel(const std::string& op, const AttrMap& attrs, const std::vector<Tensor*>& inputs, Tensor* output,
+double TimeKernel(const std::string& op, AttrMap attrs, const std::vector<Tensor*>& inputs, Tensor* output,
                   int iters) {
   const KernelFn* kernel = OpRegistry::Global().FindKernel(op, DeviceType::kCuda);
   REQUIRE(kernel != nullptr);
+  REQUIRE(CanonicalizeAttrs(*OpRegistry::Global().GetOp(op).value(), &attrs).ok());  // as a node holds them
   KernelContext ctx;
   ctx.attrs = &attrs;
   for (Tensor* t : inputs) ctx.inputs.push_back(t);
