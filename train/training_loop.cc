@@ -13,6 +13,7 @@
 #include "graph/model.h"
 #include "models/zoo.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/data_spec.h"
 #include "train/checkpoint/executor_state.h"
 #include "train/checkpoint/run_dir.h"
 #include "train/metrics/summary_table.h"
@@ -676,6 +677,9 @@ StatusOr<Checkpoint> TrainingLoop::CaptureCheckpoint() const {
     }
   }
   for (const auto& [name, t] : retired_) ckpt.tensors[name] = t;
+  // What the model reads, so that the checkpoint alone serves it (loom::Predictor).
+  const DataLoaderOptions eval_loading = LoaderOptions(c_, data_, /*training=*/false);
+  RecordDataSpec({data_spec_, eval_loading.mean, eval_loading.std}, &ckpt);
   return ckpt;
 }
 
