@@ -5,7 +5,8 @@
 # suite again under ASan + UBSan (--config=asan), and fuzzes each reader of
 # outside input for a while (tests/fuzz/run.sh). Ends with the line
 # "N passed, N failed, N skipped": the CPU suite's tests, plus one each for
-# the CUDA build, the layering check, the sanitizer suite and the fuzz run.
+# the CUDA build, the layering check, the outside consumers, the sanitizer
+# suite and the fuzz run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,9 @@ else
 fi
 
 step "tools/check_layers.sh (libraries depend only on the layers below theirs)" bash tools/check_layers.sh
+
+step "tests/consumers/run.sh (loom installed, then built and run by CMake, pkg-config and Bazel projects)" \
+  bash tests/consumers/run.sh
 
 step "bazel test --config=asan //... (AddressSanitizer + UndefinedBehaviorSanitizer)" \
   bazel test --config=asan //... --test_output=errors
