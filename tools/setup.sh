@@ -7,6 +7,7 @@ packages=(
   bazel-bootstrap        # Bazel 4.2.3, used fully offline (see WORKSPACE)
   build-essential
   cmake                  # the CMake consumer of the installed library (tests/consumers/run.sh)
+  pkg-config             # the pkg-config consumer of the installed library
   libeigen3-dev          # CPU kernels
   libspdlog-dev          # logging (pulls libfmt-dev)
   libprotobuf-dev protobuf-compiler   # IR / config serialization
