@@ -219,11 +219,6 @@ StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
   return out;
 }
 
-Status BuildConfigModel(Model& m, const proto::TrainConfig& config, const models::DataSpec& spec) {
-  return models::BuildSupervised(m, config.model().name(), {config.model().args().begin(), config.model().args().end()},
-                                 spec, config.data().batch_size());
-}
-
 // `loom bench profile`: where a training step's time goes, per op type and
 // per node, for the model and batch of a config (its data's first batch).
 Status BenchProfile(const Flags& flags) {
@@ -234,7 +229,7 @@ Status BenchProfile(const Flags& flags) {
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
   LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
   Model m;
-  LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
+  LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, data.spec, config.data().batch_size()));
   LOOM_ASSIGN_OR_RETURN(int64_t replicas, flags.Int("replicas", 0));
   const StepOptimizer opt = StepOptimizer{config.optimizer()};
   std::optional<FusionOptions> fusion;
@@ -309,7 +304,7 @@ Status BenchFusion(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
   const int64_t batch = config.data().batch_size();
   Model m;
-  LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config, data.spec));
+  LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, data.spec, config.data().batch_size()));
   const StepOptimizer opt = StepOptimizer{config.optimizer()};
   LOOM_ASSIGN_OR_RETURN(Graph single, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt)));
   const double single_flops = GraphCost(single).flops;

@@ -165,10 +165,9 @@ Status Plan(const Flags& flags) {
   // training data (any dataset loom train reads; loaded, not fed).
   LOOM_ASSIGN_OR_RETURN(const train::Datasets data, train::LoadDatasets(config.data()));
   const models::DataSpec spec = train::DataSpecOf(*data.train);
-  const std::map<std::string, std::string> model_args(config.model().args().begin(), config.model().args().end());
   const int64_t batch = config.data().batch_size();
   Model m;
-  LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, config.model().name(), model_args, spec, batch));
+  LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, spec, batch));
   const StepOptimizer opt = StepOptimizer{config.optimizer()};
   // loom train also keeps an executor of the evaluation graph (BatchNorm and
   // Dropout in eval mode, at eval_batch_size) with its own state tensors.
@@ -176,8 +175,7 @@ Status Plan(const Flags& flags) {
   Model eval_model;
   eval_model.set_training(false);
   if (with_eval)
-    LOOM_RETURN_IF_ERROR(
-        models::BuildSupervised(eval_model, config.model().name(), model_args, spec, config.data().eval_batch_size()));
+    LOOM_RETURN_IF_ERROR(train::BuildConfigModel(eval_model, config, spec, config.data().eval_batch_size()));
 
   std::map<int64_t, Row> rows;
   auto evaluate = [&](int64_t r) -> StatusOr<bool> {

@@ -144,12 +144,7 @@ Status PredictorImpl::Init(const Checkpoint& ckpt, proto::TrainConfig config, co
   const std::string& name = config_.model().name();
   Model m;
   m.set_training(false);
-  if (options.network) {
-    LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, options.network, data_.spec, batch_).WithContext(source_));
-  } else {
-    const std::map<std::string, std::string> args(config_.model().args().begin(), config_.model().args().end());
-    LOOM_RETURN_IF_ERROR(models::BuildSupervised(m, name, args, data_.spec, batch_).WithContext(source_));
-  }
+  LOOM_RETURN_IF_ERROR(BuildConfigModel(m, config_, data_.spec, batch_, options.network).WithContext(source_));
   graph_ = m.graph();
   for (auto it = graph_.outputs().begin(); it != graph_.outputs().end();)
     it = it->first == "logits" ? std::next(it) : graph_.outputs().erase(it);

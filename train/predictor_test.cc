@@ -140,6 +140,18 @@ std::string LoadError(const std::string& path, PredictorOptions options = {}) {
   return p.status().message();
 }
 
+// The fraction of `classes` equal to the test set's labels.
+double Accuracy(const std::vector<int64_t>& classes, const Dataset& test) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < test.size(); ++i) {
+    float pixels[36];
+    int64_t label = 0;
+    test.Get(i, pixels, &label);
+    correct += classes[i] == label;
+  }
+  return static_cast<double>(correct) / static_cast<double>(test.size());
+}
+
 TEST_CASE("predictor: logits equal the evaluation graph's on the test loader's batches") {
   train::Datasets data = Data();
   REQUIRE(data.test->size() == 19);
@@ -190,14 +202,7 @@ TEST_CASE("predictor: accuracy on the test set equals Trainer::Evaluate's") {
   train::Datasets data = Data();
   auto classes = Load(path)->Classify(RawExamples(*data.test, data.test->size()));
   REQUIRE(classes.ok());
-  int64_t correct = 0;
-  for (int64_t i = 0; i < data.test->size(); ++i) {
-    float pixels[36];
-    int64_t label = 0;
-    data.test->Get(i, pixels, &label);
-    correct += (*classes)[i] == label;
-  }
-  CHECK(static_cast<double>(correct) / static_cast<double>(data.test->size()) == eval->accuracy);
+  CHECK(Accuracy(*classes, *data.test) == eval->accuracy);
   CHECK(DirectLogits(path).size() == 19 * 4);
 }
 
@@ -223,14 +228,7 @@ TEST_CASE("predictor: a host network serves with the same NetworkBuilder") {
   train::Datasets data = Data();
   auto classes = Load(path, po)->Classify(RawExamples(*data.test, data.test->size()));
   REQUIRE(classes.ok());
-  int64_t correct = 0;
-  for (int64_t i = 0; i < data.test->size(); ++i) {
-    float pixels[36];
-    int64_t label = 0;
-    data.test->Get(i, pixels, &label);
-    correct += (*classes)[i] == label;
-  }
-  CHECK(static_cast<double>(correct) / static_cast<double>(data.test->size()) == eval->accuracy);
+  CHECK(Accuracy(*classes, *data.test) == eval->accuracy);
   // Without it the config's zoo model is built, whose tensors the file lacks.
   CHECK_THAT(LoadError(path), Catch::StartsWith(path + ": no tensor 'fc1/weight'"));
 }

@@ -124,6 +124,13 @@ models::DataSpec DataSpecOf(const Dataset& data) {
                           data.num_classes(), data.input_vocabulary()};
 }
 
+Status BuildConfigModel(Model& m, const proto::TrainConfig& c, const models::DataSpec& data, int64_t batch,
+                        const models::NetworkFn& network) {
+  if (network) return models::BuildSupervised(m, network, data, batch);
+  const std::map<std::string, std::string> args(c.model().args().begin(), c.model().args().end());
+  return models::BuildSupervised(m, c.model().name(), args, data, batch);
+}
+
 DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& data, bool training) {
   const proto::DataConfig& d = c.data();
   DataLoaderOptions o;

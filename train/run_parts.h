@@ -27,6 +27,11 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d);
 // What a dataset's examples are, for models::BuildSupervised.
 models::DataSpec DataSpecOf(const Dataset& data);
 
+// The config's model (or `network` in its place, when set) for examples of
+// `data` at `batch`, as loom train builds it (models::BuildSupervised).
+Status BuildConfigModel(Model& m, const proto::TrainConfig& c, const models::DataSpec& data, int64_t batch,
+                        const models::NetworkFn& network = nullptr);
+
 // The loader of the training (shuffled, augmented) or test data.
 DataLoaderOptions LoaderOptions(const proto::TrainConfig& c, const Datasets& data, bool training);
 

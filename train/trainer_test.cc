@@ -172,7 +172,8 @@ TEST_CASE("Trainer trains a network of the host's own") {
     Sym h = m.relu(m.linear(m.flatten(in.input), 5, {}, "hidden"));
     return m.linear(h, in.num_classes, {}, "out");
   };
-  auto trainer = Trainer::FromConfigText(SmallConfig(), o);
+  // model.name only names the run: it need not be a zoo model.
+  auto trainer = Trainer::FromConfigText(SmallConfig("", 2, "host_net"), o);
   REQUIRE(trainer.ok());
   REQUIRE((*trainer)->Run().ok());
   auto latest = FindLatestCheckpoint(tmp + "/custom");

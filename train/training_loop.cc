@@ -32,24 +32,22 @@ std::string ReplicaKey(size_t r) { return "replica_" + std::to_string(r); }
 
 }  // namespace
 
-Status CheckRunFolder(const proto::TrainConfig& config, bool resume, bool* rewrite_config) {
+StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume) {
   const std::string& out_dir = config.out_dir();
   const std::string config_path = (fs::path(out_dir) / "config.pbtxt").string();
-  *rewrite_config = !resume;
   if (resume) {
     if (!fs::exists(config_path)) return NotFound(out_dir, " holds no run to resume (no config.pbtxt)");
     LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
     if (std::string diff = RunDifferences(saved, config); !diff.empty())
       return FailedPrecondition("the config differs from the run's own ", config_path, " in ", diff,
                                 " (a resume may change only epochs, max_steps and threads)");
-    *rewrite_config = TrainConfigToText(saved) != TrainConfigToText(config);  // extended or moved
-    return Status::Ok();
+    return TrainConfigToText(saved) != TrainConfigToText(config);  // extended or moved
   }
   std::error_code ec;
   if (fs::exists(out_dir) && !fs::is_empty(out_dir, ec))
     return FailedPrecondition("the output folder ", out_dir, " is not empty: resume it with --resume ", out_dir,
                               " or choose another --out");
-  return Status::Ok();
+  return true;
 }
 
 TrainingLoop::TrainingLoop(LoopOptions options) : opt_(std::move(options)), c_(opt_.config) {
@@ -64,12 +62,13 @@ TrainingLoop::~TrainingLoop() {
 
 StatusOr<std::unique_ptr<TrainingLoop>> TrainingLoop::Open(LoopOptions options) {
   if (options.config.out_dir().empty()) return InvalidArgument("the run needs an output folder (out_dir)");
-  LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(options.config.model().name()));
-  if (entry->gan && !options.network)
-    return Unimplemented("model ", entry->name, " is a GAN: it trains with `loom train` (train::RunTraining); ",
-                         "the step-by-step Trainer drives supervised models");
-  bool rewrite_config = false;
-  LOOM_RETURN_IF_ERROR(CheckRunFolder(options.config, options.resume, &rewrite_config));
+  if (!options.network) {  // with a host network, model.name only names the run
+    LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(options.config.model().name()));
+    if (entry->gan)
+      return Unimplemented("model ", entry->name, " is a GAN: it trains with `loom train` (train::RunTraining); ",
+                           "the step-by-step Trainer drives supervised models");
+  }
+  LOOM_ASSIGN_OR_RETURN(const bool rewrite_config, CheckRunFolder(options.config, options.resume));
   std::unique_ptr<TrainingLoop> loop(new TrainingLoop(std::move(options)));
   if (loop->console_ == nullptr) return Internal("cannot open /dev/null for a silent run");
   LOOM_RETURN_IF_ERROR(loop->Prepare());
@@ -104,16 +103,11 @@ Status TrainingLoop::Prepare() {
   // The same model twice: a training graph at the training batch size and an
   // evaluation graph (BatchNorm and Dropout in eval mode) at the eval batch.
   data_spec_ = DataSpecOf(*data_.train);
-  const std::map<std::string, std::string> model_args(c_.model().args().begin(), c_.model().args().end());
-  auto build = [&](Model& m, int64_t batch) -> Status {
-    if (opt_.network) return models::BuildSupervised(m, opt_.network, data_spec_, batch);
-    return models::BuildSupervised(m, c_.model().name(), model_args, data_spec_, batch);
-  };
   Model train_model;
-  LOOM_RETURN_IF_ERROR(build(train_model, c_.data().batch_size()));
+  LOOM_RETURN_IF_ERROR(BuildConfigModel(train_model, c_, data_spec_, c_.data().batch_size(), opt_.network));
   Model eval_model;
   eval_model.set_training(false);
-  LOOM_RETURN_IF_ERROR(build(eval_model, c_.data().eval_batch_size()));
+  LOOM_RETURN_IF_ERROR(BuildConfigModel(eval_model, c_, data_spec_, c_.data().eval_batch_size(), opt_.network));
   train_forward_ = train_model.graph();
   eval_forward_ = eval_model.graph();
   LOOM_RETURN_IF_ERROR(BuildArray(/*initialize=*/true));

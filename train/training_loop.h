@@ -49,9 +49,9 @@ struct LoopOptions {
 // Checks a run's folder against its config before anything is written: a
 // new run needs an empty or absent folder; a resumed one must hold a
 // config.pbtxt that defines the same run (only out_dir, epochs, max_steps
-// and threads may change). Sets *rewrite_config when config.pbtxt must be
-// (re)written with the config given.
-Status CheckRunFolder(const proto::TrainConfig& config, bool resume, bool* rewrite_config);
+// and threads may change). Returns whether config.pbtxt must be (re)written
+// with the config given: a new run, or a resume that extends or moves it.
+StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume);
 
 // A replica of the run (the only one when unfused): its config, schedule,
 // data order and record. A fused replica leaves the array when it diverges

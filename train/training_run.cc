@@ -31,8 +31,8 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (run.config.out_dir().empty()) run.config.set_out_dir(DefaultOutDir(options.config_name));
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(run.config.model().name()));
   if (entry->gan) {
-    bool rewrite_config = false;  // GAN runs always write their config: they do not resume yet
-    LOOM_RETURN_IF_ERROR(CheckRunFolder(run.config, run.resume, &rewrite_config));
+    // GAN runs always write their config (they do not resume yet).
+    LOOM_RETURN_IF_ERROR(CheckRunFolder(run.config, run.resume).status());
     return RunGanTraining(run, run.config.out_dir());
   }
   LoopOptions lo;
