@@ -3,21 +3,25 @@
 mobilenet_v3_large, pointnet_cls, transformer_lm, bert_medium): R replicas
 trained one after another (serial) against the same R replicas fused into one
 vmapped model (torch.func, or functorch on torch 1.13), in training
-samples/s on the CPU, timed the way loom times them.
+samples/s on the CPU or on a CUDA GPU, timed the way loom times them.
 
-Usage (bench/zoo_fusion_vs_pytorch.sh runs it after loom, with loom's JSON):
+Usage (bench/zoo_fusion_vs_pytorch.sh runs it after loom on the CPU,
+bench/gpu_zoo_fusion.sh on a GPU, with loom's JSON):
   PYTHON bench/pytorch_zoo_fusion.py --model NAME --loom-json LOOM.json \
       --replicas 1,2,4 --threads 1 --reps 3 [--lr 0.01 --momentum 0.9] [--json OUT]
+      [--device cpu|cuda] [--precision f32|tf32|bf16[,...]] [--deadline-s S]
 
 The model, batch, input shape, number of classes and vocabulary come from
 loom's JSON (what `loom bench fusion --json` wrote for the same config), so
 both sides build the same network for the same data:
   resnet18            torchvision.models.resnet18(num_classes) with the CIFAR
                       stem as loom's `stem: cifar` (conv1 3x3/1 pad 1 without
-                      bias, no max-pool); needs torchvision (Debian's
-                      /usr/bin/python3: torch 1.13 + torchvision 0.14).
+                      bias, no max-pool); torchvision (Debian's
+                      /usr/bin/python3: torch 1.13 + torchvision 0.14), or
+                      without it the same layers rebuilt here.
   mobilenet_v3_large  torchvision.models.mobilenet_v3_large(num_classes)
-                      (dropout 0.2).
+                      (dropout 0.2), or without torchvision its layers
+                      rebuilt here (the same parameters).
   pointnet_cls        fxia22's PointNetCls(k, feature_transform=True) rebuilt
                       here with its forward (bench/reference_models.py has
                       the module list), loss + 0.001 * the feature-transform
@@ -47,13 +51,34 @@ independent optimizers).
           "different": per-replica dropout masks; BatchNorm running stats
           updated per replica in place), the R losses summed, one backward,
           one step.
-Timing as `loom bench fusion`: per R a fresh process, one warm-up step, then
-`reps` timed steps of each variant (alternating serial, vmap, so both see
-the same background load); the fastest step is reported (samples/s =
-R * batch / seconds), the median too.
+Timing on the CPU, as `loom bench fusion`: per R a fresh process, one
+warm-up step, then `reps` timed steps of each variant (alternating serial,
+vmap, so both see the same background load); the fastest step is reported
+(samples/s = R * batch / seconds), the median too.
+
+--device cuda: models, optimizer state and the batch on the GPU (the batch
+copied there once, while loom's GPU steps copy theirs from the host every
+step), cudnn.benchmark on, every timed step between two
+torch.cuda.synchronize(). Every R in this process (--fresh-process: each in
+its own, as on the CPU; a CUDA start-up costs seconds), one variant at a
+time (the other's memory freed first) and per --precision:
+  f32   torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32 False
+  tf32  both True
+  bf16  torch.autocast("cuda", dtype=torch.bfloat16) around the forward and
+        the loss (TF32 off elsewhere), f32 master weights, no loss scaling
+        (bf16 needs none)
+two warm-up steps (cudnn.benchmark's search, autocast's casts), then
+`reps` timed steps; torch.cuda.max_memory_allocated over those steps is
+the variant's peak. An out-of-memory (torch.cuda.OutOfMemoryError) is
+recorded as "OOM" for that R, variant and precision, and the rest goes on;
+after an R where nothing fits, larger R are not tried. --deadline-s: the
+wall-clock seconds this run may take; what would start after it is skipped
+and said so (the JSON is rewritten after every R, so a run stopped from
+outside keeps what it measured).
 """
 import argparse
 import copy
+import gc
 import json
 import math
 import os
@@ -76,17 +101,116 @@ from pytorch_fusion import FUSION_API, Fused, Serial  # noqa: E402  (serial and 
 class TorchvisionModel(nn.Module):
     def __init__(self, name, classes):
         super().__init__()
-        import torchvision
+        try:
+            import torchvision
+        except ImportError:
+            torchvision = None
         if name == "resnet18":
-            net = torchvision.models.resnet18(num_classes=classes)
+            net = torchvision.models.resnet18(num_classes=classes) if torchvision else ResNet18(classes)
             net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # loom's stem: cifar
             net.maxpool = nn.Identity()
         else:
-            net = torchvision.models.mobilenet_v3_large(num_classes=classes)
+            net = torchvision.models.mobilenet_v3_large(num_classes=classes) if torchvision else \
+                MobileNetV3Large(classes)
+        self.source = "torchvision" if torchvision else "rebuilt (no torchvision)"
         self.net = net
 
     def forward(self, x):
         return self.net(x), None
+
+
+# torchvision's layers rebuilt (same modules, names and parameters) for a
+# Python without torchvision; the initialisation does not matter here.
+class BasicBlock(nn.Module):
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes)
+        self.conv2, self.bn2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False), nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or cin != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        widths, cin = (64, 128, 256, 512), 64
+        for i, w in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(cin, w, stride), BasicBlock(w, w, 1)))
+            cin = w
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def make_divisible(v, divisor=8):
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def conv_bn_act(cin, cout, kernel, stride=1, groups=1, act=None):
+    layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout, eps=0.001, momentum=0.01)]
+    return nn.Sequential(*layers, *([act(inplace=True)] if act else []))
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels, squeeze):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(channels, squeeze, 1), nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x):
+        s = self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1))))
+        return F.hardsigmoid(s) * x
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, kernel, expanded, cout, se, act, stride):
+        super().__init__()
+        self.use_res_connect = stride == 1 and cin == cout
+        layers = [conv_bn_act(cin, expanded, 1, act=act)] if expanded != cin else []
+        layers.append(conv_bn_act(expanded, expanded, kernel, stride, groups=expanded, act=act))
+        if se:
+            layers.append(SqueezeExcitation(expanded, make_divisible(expanded // 4)))
+        layers.append(conv_bn_act(expanded, cout, 1))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.use_res_connect else y
+
+
+class MobileNetV3Large(nn.Module):
+    SETTING = [  # torchvision's _mobilenet_v3_conf("mobilenet_v3_large"): in, kernel, expanded, out, SE, act, stride
+        (16, 3, 16, 16, False, "RE", 1), (16, 3, 64, 24, False, "RE", 2), (24, 3, 72, 24, False, "RE", 1),
+        (24, 5, 72, 40, True, "RE", 2), (40, 5, 120, 40, True, "RE", 1), (40, 5, 120, 40, True, "RE", 1),
+        (40, 3, 240, 80, False, "HS", 2), (80, 3, 200, 80, False, "HS", 1), (80, 3, 184, 80, False, "HS", 1),
+        (80, 3, 184, 80, False, "HS", 1), (80, 3, 480, 112, True, "HS", 1), (112, 3, 672, 112, True, "HS", 1),
+        (112, 5, 672, 160, True, "HS", 2), (160, 5, 960, 160, True, "HS", 1), (160, 5, 960, 160, True, "HS", 1)]
+
+    def __init__(self, classes, dropout=0.2):
+        super().__init__()
+        acts = {"RE": nn.ReLU, "HS": nn.Hardswish}
+        layers = [conv_bn_act(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [InvertedResidual(i, k, e, o, se, acts[a], s) for i, k, e, o, se, a, s in self.SETTING]
+        layers.append(conv_bn_act(160, 960, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Linear(960, 1280), nn.Hardswish(inplace=True),
+                                        nn.Dropout(dropout, inplace=True), nn.Linear(1280, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
 class STN(nn.Module):  # fxia22's STN3d (k = 3) / STNkd
@@ -130,7 +254,7 @@ class PointNetCls(nn.Module):  # fxia22's PointNetCls(k, feature_transform=True)
         x = self.bn3(self.conv3(x)).max(dim=2)[0]
         x = F.relu(self.cbn1(self.fc1(x)))
         x = F.relu(self.cbn2(self.dropout(self.fc2(x))))
-        eye = torch.eye(64, dtype=x.dtype)
+        eye = torch.eye(64, dtype=x.dtype, device=x.device)
         d = torch.bmm(trans_feat, trans_feat.transpose(2, 1)) - eye
         return self.fc3(x), 0.001 * (d * d).sum(dim=(1, 2)).mean()
 
@@ -189,7 +313,7 @@ class TransformerLm(nn.Module):
     def forward(self, tokens):
         t = tokens.shape[1]
         x = self.pos_drop(self.encoder(tokens) * math.sqrt(self.width) + self.pe[:t])
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=tokens.device).triu(1)
         for layer in self.layers:
             x = layer(x, mask)
         return self.decoder(x), None
@@ -256,7 +380,50 @@ def loss_of(out, y):
     return loss if aux is None else loss + aux
 
 
-def worker(args, spec):
+# ---------------------------------------------------------------- precision (CUDA)
+PRECISIONS = ("f32", "tf32", "bf16")
+AUTOCAST = {"bf16": False}  # read at every forward, so one trainer serves every precision
+
+
+def set_precision(precision):
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    AUTOCAST["bf16"] = precision == "bf16"
+
+
+class Autocast(nn.Module):
+    """The model's forward under bf16 autocast while AUTOCAST["bf16"] is set."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=AUTOCAST["bf16"]):
+            return self.net(x)
+
+
+def autocast_loss_of(out, y):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=AUTOCAST["bf16"]):
+        return loss_of(out, y)
+
+
+def is_oom(e):
+    oom = getattr(torch.cuda, "OutOfMemoryError", ())
+    return (oom and isinstance(e, oom)) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
+
+
+def short(e):
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
+def rates(r, batch, seconds):
+    return {"best_samples_per_s": r * batch / min(seconds),
+            "median_samples_per_s": r * batch / statistics.median(seconds), "seconds": seconds}
+
+
+def cpu_worker(args, spec):
+    """Both variants in one process, their steps alternating so that both see the same background load."""
     torch.set_num_threads(args.threads)
     r = args.worker_replicas
     optim = dict(lr=args.lr, momentum=args.momentum)
@@ -272,12 +439,12 @@ def worker(args, spec):
         try:
             trainers["vmap"] = Fused(copy.deepcopy(models), optim, loss_of)
         except Exception as e:  # noqa: BLE001
-            errors["vmap"] = f"{type(e).__name__}: {e}"
+            errors["vmap"] = short(e)
     for v in list(trainers):
         try:
             trainers[v].step(x, y)  # warm-up
         except Exception as e:  # noqa: BLE001
-            errors[v] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            errors[v] = short(e)
             del trainers[v]
     times = {v: [] for v in trainers}
     for rep in range(args.reps):
@@ -285,11 +452,106 @@ def worker(args, spec):
             start = time.perf_counter()
             trainers[v].step(x, y)
             times[v].append(time.perf_counter() - start)
-    out = {"errors": errors}
+    row = {"precision": "f32", "errors": errors}
     for v, t in times.items():
-        out[v] = {"best_samples_per_s": r * spec["batch"] / min(t),
-                  "median_samples_per_s": r * spec["batch"] / statistics.median(t), "seconds": t}
-    print(json.dumps(out))
+        row[v] = rates(r, spec["batch"], t)
+    return [row]
+
+
+def release(trainer):
+    """Drops the gradients an interrupted step left, then the allocator's cache."""
+    if trainer is not None:
+        for opt in getattr(trainer, "opts", None) or [trainer.opt]:
+            opt.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def cuda_worker(args, spec):
+    """One variant at a time on the GPU (its peak memory its own), every precision in turn."""
+    torch.set_num_threads(args.threads)
+    torch.backends.cudnn.benchmark = True
+    r, batch = args.worker_replicas, spec["batch"]
+    optim = dict(lr=args.lr, momentum=args.momentum)
+    torch.manual_seed(args.seed)
+    models = [build_model(args.model, spec) for _ in range(r)]  # on the host; each variant copies them
+    for m in models:
+        m.train()
+    x, y = (t.cuda() for t in make_batch(args.model, spec, args.seed))
+    rows = {p: {"precision": p, "errors": {}} for p in args.precisions}
+    variants = ["serial"] + (["vmap"] if FUSION_API else [])
+    if not FUSION_API:
+        for row in rows.values():
+            row["errors"]["vmap"] = "neither torch.func nor functorch"
+    for v in variants:
+        trainer, failure, gpu_models = None, None, None
+        try:
+            gpu_models = [Autocast(copy.deepcopy(m).cuda()) for m in models]
+            trainer = (Serial if v == "serial" else Fused)(gpu_models, optim, autocast_loss_of)
+        except Exception as e:  # noqa: BLE001
+            failure = "OOM" if is_oom(e) else short(e)
+        gpu_models = None  # vmap's stacked copies replace them; an OOM's partial copies go
+        for p in args.precisions:
+            if failure is None and args.deadline and time.time() > args.deadline:
+                failure = "skipped: time budget spent"
+            if failure is not None:
+                rows[p]["errors"][v] = failure
+                continue
+            set_precision(p)
+            oom = False
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                for _ in range(2):  # cudnn.benchmark's search, then a plain step
+                    trainer.step(x, y)
+                seconds = []
+                for _ in range(args.reps):
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    trainer.step(x, y)
+                    torch.cuda.synchronize()
+                    seconds.append(time.perf_counter() - start)
+                rows[p][v] = {**rates(r, batch, seconds), "peak_bytes": torch.cuda.max_memory_allocated()}
+            except Exception as e:  # noqa: BLE001
+                oom = is_oom(e)
+                rows[p]["errors"][v] = "OOM" if oom else short(e)
+            if oom:  # outside the except block: its traceback holds the step's tensors
+                release(trainer)
+        trainer = None
+        release(None)
+    set_precision("f32")
+    return [rows[p] for p in args.precisions]
+
+
+def run_worker(args, r):
+    """Rows (one per precision) of R = r from a fresh process; a crashed worker's rows say why."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--loom-json", args.loom_json,
+           "--threads", str(args.threads), "--reps", str(args.reps), "--lr", str(args.lr),
+           "--momentum", str(args.momentum), "--seed", str(args.seed), "--device", args.device,
+           "--precision", ",".join(args.precisions), "--worker-replicas", str(r)]
+    if args.deadline:
+        cmd += ["--deadline", repr(args.deadline)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    if args.device == "cpu":
+        raise SystemExit(f"worker R={r} failed:\n{proc.stderr[-3000:]}")
+    last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1][:300]
+    why = "OOM" if "out of memory" in proc.stderr else f"worker failed: {last}"
+    return [{"precision": p, "errors": {"serial": why, "vmap": why}} for p in args.precisions]
+
+
+def run_in_process(args, spec, r):
+    """cuda_worker in this process: saves a CUDA start-up per R (seconds, on a GPU lent for minutes)."""
+    args.worker_replicas = r
+    try:
+        return cuda_worker(args, spec)
+    except Exception as e:  # noqa: BLE001
+        why = "OOM" if is_oom(e) else short(e)
+        return [{"precision": q, "errors": {"serial": why, "vmap": why}} for q in args.precisions]
+    finally:
+        args.worker_replicas = None
+        release(None)
 
 
 def main():
@@ -302,45 +564,79 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write the results here")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--precision", default="f32",
+                   help="f32, tf32 or bf16, or a comma-separated list of them (tf32 and bf16: --device cuda only)")
+    p.add_argument("--deadline-s", type=float, help="wall-clock seconds for the whole run; later work is skipped")
+    p.add_argument("--fresh-process", action="store_true",
+                   help="--device cuda: each R in a fresh process, as on the CPU (default: all R in this one)")
+    p.add_argument("--json", help="write the results here (rewritten after every R)")
     p.add_argument("--worker-replicas", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # absolute time.time()
     args = p.parse_args()
+    args.precisions = args.precision.split(",")
+    if any(q not in PRECISIONS for q in args.precisions):
+        p.error(f"--precision: each of {args.precision!r} must be one of {', '.join(PRECISIONS)}")
+    if args.device == "cpu" and args.precisions != ["f32"]:
+        p.error("--precision tf32 and bf16 need --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    if args.deadline_s is not None and not args.deadline:
+        args.deadline = time.time() + args.deadline_s
     spec = json.load(open(args.loom_json))
     if args.worker_replicas:
-        worker(args, spec)
+        print(json.dumps((cuda_worker if args.device == "cuda" else cpu_worker)(args, spec)))
         return
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} threads"
     print(f"torch {torch.__version__}, fusion API {FUSION_API or 'none'}; {args.model}, batch {spec['batch']}/replica, "
-          f"input {spec['input_dtype']} {spec['input_shape']}, {spec['num_classes']} classes, {args.threads} threads, "
+          f"input {spec['input_dtype']} {spec['input_shape']}, {spec['num_classes']} classes, {where}, "
           f"SGD lr {args.lr} momentum {args.momentum}, best of {args.reps} steps; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    params = sum(p.numel() for p in build_model(args.model, spec).parameters())
+    model = build_model(args.model, spec)
+    params = sum(q.numel() for q in model.parameters())
     result = {"model": args.model, "batch": spec["batch"], "threads": args.threads, "params": params,
               "torch_version": torch.__version__, "fusion_api": FUSION_API, "reps": args.reps,
+              "device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+              "precision": args.precisions, "model_source": getattr(model, "source", "bench/pytorch_zoo_fusion.py"),
               "loadavg_start": os.getloadavg(), "rows": []}
     print(f"parameters per replica: {params}")
-    print(f"{'R':>3} {'serial smp/s':>13} {'vmap smp/s':>11} {'vmap/serial':>12}")
-    for r in [int(s) for s in args.replicas.split(",")]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--loom-json", args.loom_json,
-               "--threads", str(args.threads), "--reps", str(args.reps), "--lr", str(args.lr),
-               "--momentum", str(args.momentum), "--seed", str(args.seed), "--worker-replicas", str(r)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"worker R={r} failed:\n{proc.stderr[-3000:]}")
-        t = json.loads(proc.stdout.strip().splitlines()[-1])
-        s, v = t.get("serial"), t.get("vmap")
-        row = {"replicas": r, "serial_samples_per_s": s["best_samples_per_s"] if s else None,
-               "vmap_samples_per_s": v["best_samples_per_s"] if v else None,
-               "serial_median_samples_per_s": s["median_samples_per_s"] if s else None,
-               "vmap_median_samples_per_s": v["median_samples_per_s"] if v else None, "errors": t["errors"]}
-        result["rows"].append(row)
-        fmt = lambda a: f"{a:.1f}" if a is not None else "n/a"  # noqa: E731
-        ratio = fmt(v["best_samples_per_s"] / s["best_samples_per_s"]) if v and s else "n/a"
-        print(f"{r:3d} {fmt(row['serial_samples_per_s']):>13} {fmt(row['vmap_samples_per_s']):>11} {ratio:>12}"
-              + (f"  ({'; '.join(f'{k}: {e}' for k, e in t['errors'].items())})" if t["errors"] else ""), flush=True)
-    result["loadavg_end"] = os.getloadavg()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    print(f"{'R':>3} {'precision':>9} {'serial smp/s':>13} {'vmap smp/s':>11} {'vmap/serial':>12}"
+          f" {'serial MiB':>11} {'vmap MiB':>9}")
+    fmt = lambda a, d=1: f"{a:.{d}f}" if a is not None else "n/a"  # noqa: E731
+    nothing_fit = None
+    for r in [int(q) for q in args.replicas.split(",")]:
+        if nothing_fit is not None or (args.deadline and time.time() > args.deadline):
+            why = f"skipped: nothing fit at R={nothing_fit}" if nothing_fit is not None else \
+                "skipped: time budget spent"
+            t = [{"precision": q, "errors": {"serial": why, "vmap": why}} for q in args.precisions]
+        elif args.device == "cuda" and not args.fresh_process:
+            t = run_in_process(args, spec, r)
+        else:
+            t = run_worker(args, r)
+        for w in t:
+            s, v = w.get("serial"), w.get("vmap")
+            row = {"replicas": r, "precision": w["precision"],
+                   "serial_samples_per_s": s["best_samples_per_s"] if s else None,
+                   "vmap_samples_per_s": v["best_samples_per_s"] if v else None,
+                   "serial_median_samples_per_s": s["median_samples_per_s"] if s else None,
+                   "vmap_median_samples_per_s": v["median_samples_per_s"] if v else None,
+                   "serial_peak_bytes": s.get("peak_bytes") if s else None,
+                   "vmap_peak_bytes": v.get("peak_bytes") if v else None, "errors": w["errors"]}
+            result["rows"].append(row)
+            ratio = fmt(v["best_samples_per_s"] / s["best_samples_per_s"], 2) if v and s else "n/a"
+            mib = lambda b: fmt(b / 2**20 if b is not None else None, 0)  # noqa: E731
+            print(f"{r:3d} {w['precision']:>9} {fmt(row['serial_samples_per_s']):>13} "
+                  f"{fmt(row['vmap_samples_per_s']):>11} {ratio:>12} {mib(row['serial_peak_bytes']):>11} "
+                  f"{mib(row['vmap_peak_bytes']):>9}"
+                  + (f"  ({'; '.join(f'{k}: {e}' for k, e in w['errors'].items())})" if w["errors"] else ""),
+                  flush=True)
+        if args.device == "cuda" and all(set(w["errors"].values()) == {"OOM"} and len(w["errors"]) == 2 for w in t):
+            nothing_fit = r
+        if args.json:
+            result["loadavg_end"] = os.getloadavg()
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(result, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
 
 
 if __name__ == "__main__":

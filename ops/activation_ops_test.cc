@@ -56,6 +56,12 @@ TEST_CASE("activation ops pass the op harness") {
       Case("rsqrt", "Rsqrt", [](double x) { return std::pow(x, -0.5); }, 0.2, 3),
       Case("abs", "Abs", [](double x) { return x < 0 ? -x : x; }, -1, 1),
       Case("exp rank 0", "Exp", [](double x) { return std::exp(x); }, -1, 1, {}, Shape{}),
+      // Odd sizes: whole 16-byte packs plus a tail, over several blocks.
+      Case("gelu exact odd size", "GELU", [](double x) { return x * 0.5 * std::erfc(-x / std::sqrt(2.0)); }, -3, 3, {},
+           {1001}),
+      Case("silu odd size", "SiLU", [](double x) { return x / (1 + std::exp(-x)); }, -4, 4, {}, {7, 143}),
+      Case("hardswish odd size", "Hardswish", [](double x) { return x * Clamp(x + 3, 0, 6) / 6; }, -5, 5, {},
+           {37, 29}),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }

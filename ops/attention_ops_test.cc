@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/allocator.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
@@ -77,6 +78,14 @@ TEST_CASE("attention ops pass the op harness") {
                        {3, 1, 4, 2}, {3, 1, 4, 3}),
              DType::kI32),
       Attention("larger (threaded rows and GEMMs)", {{"causal", true}}, {2, 4, 48, 16}, {2, 4, 48, 16}, {2, 4, 48, 8}),
+      // Long rows: CUDA holds up to 1024 keys in one warp's registers and
+      // gives longer rows a block each.
+      Masked(Attention("300 keys, causal Tq < Tk, padded", {{"causal", true}}, {1, 2, 5, 4}, {1, 2, 300, 4},
+                       {1, 2, 300, 3}),
+             DType::kI64),
+      Masked(Attention("1100 keys, causal Tq < Tk, padded", {{"causal", true}}, {1, 1, 3, 4}, {1, 1, 1100, 4},
+                       {1, 1, 1100, 2}),
+             DType::kI32),
   };
   OpCase out_only = Attention("loss on the output only", {}, {1, 2, 3, 2}, {1, 2, 4, 2}, {1, 2, 4, 3});
   out_only.loss_outputs = {0};
@@ -86,6 +95,14 @@ TEST_CASE("attention ops pass the op harness") {
   probs_only.loss_outputs = {1};
   cases.push_back(probs_only);
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// The CPU, and the first GPU where there is one: the tests below check the
+// CUDA kernels the same way (on masks and shapes the op harness cannot draw).
+std::vector<Device> TestDevices() {
+  std::vector<Device> devices = {Device::Cpu()};
+  if (GetAllocator(Device::Cuda(0)).ok()) devices.push_back(Device::Cuda(0));
+  return devices;
 }
 
 Tensor RandomF64(const Shape& shape, Rng& rng) {
@@ -117,79 +134,82 @@ Tensor MaskOf(DType dtype) {
 // finite differences: for masks the harness cannot draw (bool, float, and
 // a fully padded batch row).
 TEST_CASE("attention key padding mask of any dtype, fully padded rows") {
-  for (DType mask_dtype : {DType::kBool, DType::kF32, DType::kF64, DType::kI64}) {
-    DYNAMIC_SECTION("mask " << DTypeName(mask_dtype)) {
-      const Shape qs{2, 2, 3, 3}, ks{2, 2, 4, 3}, vs{2, 2, 4, 2};
-      Graph graph;
-      GraphBuilder b(&graph);
-      ValueId q = b.Input("q", {qs, DType::kF64}), k = b.Input("k", {ks, DType::kF64});
-      ValueId v = b.Input("v", {vs, DType::kF64}), mask = b.Input("mask", {{2, 4}, mask_dtype});
-      auto outs = b.Add("ScaledDotProductAttention", {q, k, v, mask}, {}, "attn");
-      REQUIRE(outs.status().ToString() == "OK");
-      ValueId w0 = b.Input("w0", {{2, 2, 3, 2}, DType::kF64}), w1 = b.Input("w1", {{2, 2, 3, 4}, DType::kF64});
-      auto weighted_sum = [&](ValueId x, ValueId w) {
-        ValueId product = b.Add1("Mul", {x, w}, {}, "").value();
-        return b.Add1("SumToShape", {product}, AttrMap{{"shape", std::vector<int64_t>{}}}, "").value();
-      };
-      ValueId loss = b.Add1("Add", {weighted_sum((*outs)[0], w0), weighted_sum((*outs)[1], w1)}, {}, "loss").value();
-      auto grads = BuildGradients(&graph, loss, {q, k, v});
-      REQUIRE(grads.status().ToString() == "OK");
-      graph.outputs() = {{"out", (*outs)[0]}, {"probs", (*outs)[1]}, {"loss", loss},
-                         {"dq", grads->at(q)}, {"dk", grads->at(k)}, {"dv", grads->at(v)}};
-      auto exec = Executor::Create(graph);
-      REQUIRE(exec.status().ToString() == "OK");
+  for (Device device : TestDevices())
+    for (DType mask_dtype : {DType::kBool, DType::kF32, DType::kF64, DType::kI64}) {
+      DYNAMIC_SECTION("mask " << DTypeName(mask_dtype) << " on " << device.ToString()) {
+        const Shape qs{2, 2, 3, 3}, ks{2, 2, 4, 3}, vs{2, 2, 4, 2};
+        Graph graph;
+        GraphBuilder b(&graph);
+        ValueId q = b.Input("q", {qs, DType::kF64}), k = b.Input("k", {ks, DType::kF64});
+        ValueId v = b.Input("v", {vs, DType::kF64}), mask = b.Input("mask", {{2, 4}, mask_dtype});
+        auto outs = b.Add("ScaledDotProductAttention", {q, k, v, mask}, {}, "attn");
+        REQUIRE(outs.status().ToString() == "OK");
+        ValueId w0 = b.Input("w0", {{2, 2, 3, 2}, DType::kF64}), w1 = b.Input("w1", {{2, 2, 3, 4}, DType::kF64});
+        auto weighted_sum = [&](ValueId x, ValueId w) {
+          ValueId product = b.Add1("Mul", {x, w}, {}, "").value();
+          return b.Add1("SumToShape", {product}, AttrMap{{"shape", std::vector<int64_t>{}}}, "").value();
+        };
+        ValueId loss = b.Add1("Add", {weighted_sum((*outs)[0], w0), weighted_sum((*outs)[1], w1)}, {}, "loss").value();
+        auto grads = BuildGradients(&graph, loss, {q, k, v});
+        REQUIRE(grads.status().ToString() == "OK");
+        graph.outputs() = {{"out", (*outs)[0]}, {"probs", (*outs)[1]}, {"loss", loss},
+                           {"dq", grads->at(q)}, {"dk", grads->at(k)}, {"dv", grads->at(v)}};
+        ExecutorOptions opts;
+        opts.device = device;
+        auto exec = Executor::Create(graph, opts);
+        REQUIRE(exec.status().ToString() == "OK");
 
-      Rng rng(7);
-      std::map<std::string, Tensor> feeds = {{"q", RandomF64(qs, rng)},
-                                             {"k", RandomF64(ks, rng)},
-                                             {"v", RandomF64(vs, rng)},
-                                             {"mask", MaskOf(mask_dtype)},
-                                             {"w0", RandomF64({2, 2, 3, 2}, rng)},
-                                             {"w1", RandomF64({2, 2, 3, 4}, rng)}};
-      auto run = [&]() {
-        auto r = (*exec)->Run(feeds);
-        REQUIRE(r.status().ToString() == "OK");
-        return *r;
-      };
-      std::map<std::string, Tensor> got = run();
+        Rng rng(7);
+        std::map<std::string, Tensor> feeds = {{"q", RandomF64(qs, rng)},
+                                               {"k", RandomF64(ks, rng)},
+                                               {"v", RandomF64(vs, rng)},
+                                               {"mask", MaskOf(mask_dtype)},
+                                               {"w0", RandomF64({2, 2, 3, 2}, rng)},
+                                               {"w1", RandomF64({2, 2, 3, 4}, rng)}};
+        auto run = [&]() {
+          auto r = (*exec)->Run(feeds);
+          REQUIRE(r.status().ToString() == "OK");
+          return *r;
+        };
+        std::map<std::string, Tensor> got = run();
 
-      std::vector<Tensor> expected = AttentionRef({feeds["q"], feeds["k"], feeds["v"], feeds["mask"]}, {}, {});
-      const char* names[] = {"out", "probs"};
-      for (int o = 0; o < 2; ++o)
-        for (int64_t i = 0; i < expected[o].numel(); ++i) {
-          INFO(names[o] << "[" << i << "]");
-          REQUIRE(std::isfinite(got[names[o]].ScalarAt(i)));
-          CHECK(got[names[o]].ScalarAt(i) == Approx(At(expected[o], i)).margin(1e-12));
-        }
-      // Batch 1 is fully padded: exact zeros, not NaN, not a uniform average.
-      for (int64_t i = 12; i < 24; ++i) CHECK(got["out"].ScalarAt(i) == 0.0);
-      for (int64_t i = 0; i < 18; ++i) CHECK(got["dq"].ScalarAt(18 + i) == 0.0);
-      // Padded keys get no gradient: keys 1 and 3 of batch 0, all of batch 1.
-      for (int64_t bh = 0; bh < 4; ++bh)
-        for (int64_t j = 0; j < 4; ++j) {
-          bool padded = bh >= 2 || j % 2 == 1;
-          if (!padded) continue;
-          for (int64_t d = 0; d < 3; ++d) CHECK(got["dk"].ScalarAt((bh * 4 + j) * 3 + d) == 0.0);
-          for (int64_t d = 0; d < 2; ++d) CHECK(got["dv"].ScalarAt((bh * 4 + j) * 2 + d) == 0.0);
-        }
+        std::vector<Tensor> expected = AttentionRef({feeds["q"], feeds["k"], feeds["v"], feeds["mask"]}, {}, {});
+        const char* names[] = {"out", "probs"};
+        for (int o = 0; o < 2; ++o)
+          for (int64_t i = 0; i < expected[o].numel(); ++i) {
+            INFO(names[o] << "[" << i << "]");
+            REQUIRE(std::isfinite(got[names[o]].ScalarAt(i)));
+            CHECK(got[names[o]].ScalarAt(i) == Approx(At(expected[o], i)).margin(1e-12));
+          }
+        // Batch 1 is fully padded: exact zeros, not NaN, not a uniform average.
+        for (int64_t i = 12; i < 24; ++i) CHECK(got["out"].ScalarAt(i) == 0.0);
+        for (int64_t i = 0; i < 18; ++i) CHECK(got["dq"].ScalarAt(18 + i) == 0.0);
+        // Padded keys get no gradient: keys 1 and 3 of batch 0, all of batch 1.
+        for (int64_t bh = 0; bh < 4; ++bh)
+          for (int64_t j = 0; j < 4; ++j) {
+            bool padded = bh >= 2 || j % 2 == 1;
+            if (!padded) continue;
+            for (int64_t d = 0; d < 3; ++d) CHECK(got["dk"].ScalarAt((bh * 4 + j) * 3 + d) == 0.0);
+            for (int64_t d = 0; d < 2; ++d) CHECK(got["dv"].ScalarAt((bh * 4 + j) * 2 + d) == 0.0);
+          }
 
-      const double eps = 1e-6;
-      for (const char* in : {"q", "k", "v"}) {
-        Tensor& x = feeds[in];
-        const Tensor grad = got[std::string("d") + in];
-        for (int64_t e = 0; e < x.numel(); ++e) {
-          double orig = At(x, e);
-          At(x, e) = orig + eps;
-          double up = run()["loss"].ScalarAt(0);
-          At(x, e) = orig - eps;
-          double down = run()["loss"].ScalarAt(0);
-          At(x, e) = orig;
-          INFO("d loss / d " << in << "[" << e << "]");
-          CHECK(grad.ScalarAt(e) == Approx((up - down) / (2 * eps)).margin(1e-6).epsilon(1e-5));
+        const double eps = 1e-6;
+        for (const char* in : {"q", "k", "v"}) {
+          Tensor& x = feeds[in];
+          const Tensor grad = got[std::string("d") + in];
+          for (int64_t e = 0; e < x.numel(); ++e) {
+            double orig = At(x, e);
+            At(x, e) = orig + eps;
+            double up = run()["loss"].ScalarAt(0);
+            At(x, e) = orig - eps;
+            double down = run()["loss"].ScalarAt(0);
+            At(x, e) = orig;
+            INFO("d loss / d " << in << "[" << e << "]");
+            CHECK(grad.ScalarAt(e) == Approx((up - down) / (2 * eps)).margin(1e-6).epsilon(1e-5));
+          }
         }
       }
     }
-  }
 }
 
 // Type inference rejects bad inputs with messages that name them.

@@ -140,6 +140,8 @@ std::vector<OpCase> Conv2dCases() {
        {U({2, 1, 6, 6}), U({4, 1, 3, 3}), U({4})}, ConvRef},
       {"conv2d image processed in several row tiles", "Conv2d", {{"padding", Ints{1, 1}}},
        {U({1, 16, 40, 40}), U({4, 16, 3, 3}), U({4})}, ConvRef},
+      // A bias gradient of over 4096 elements per channel: reduced in slices, then added up (CUDA).
+      {"conv2d long bias gradient", "Conv2d", {}, {U({4, 2, 36, 36}), U({3, 2, 3, 3}), U({3})}, ConvRef},
   };
 }
 
@@ -171,6 +173,14 @@ std::vector<OpCase> ConvTransposeCases() {
       {"conv transpose 2d output_padding below dilation", "ConvTranspose2d",
        {{"dilation", Ints{2, 2}}, {"output_padding", Ints{1, 1}}}, {U({1, 2, 3, 3}), U({2, 2, 2, 2}), U({2})},
        ConvTransposeRef},
+      // The same with padding, on one axis only: the padded rows past the
+      // inputs' reach are output rows again.
+      {"conv transpose 2d output_padding below dilation, padded, one axis", "ConvTranspose2d",
+       {{"stride", Ints{1, 2}}, {"padding", Ints{1, 1}}, {"dilation", Ints{3, 1}}, {"output_padding", Ints{2, 1}}},
+       {U({2, 2, 4, 3}), U({2, 3, 3, 3}), U({3})}, ConvTransposeRef},
+      {"conv transpose 1d output_padding below dilation, padded", "ConvTranspose1d",
+       {{"dilation", int64_t{2}}, {"padding", int64_t{1}}, {"output_padding", int64_t{1}}},
+       {U({2, 2, 5}), U({2, 2, 3}), U({2})}, ConvTransposeRef},
       {"conv transpose 2d 1x1", "ConvTranspose2d", {}, {U({2, 4, 3, 2}), U({4, 3, 1, 1}), U({3})}, ConvTransposeRef},
       {"conv transpose 2d output in several row tiles", "ConvTranspose2d", {{"stride", int64_t{2}}},
        {U({1, 4, 40, 40}), U({4, 16, 3, 3})}, ConvTransposeRef},

@@ -5,8 +5,13 @@
 // each element was multiplied by: 0 for a dropped element, 1 / (1 - p) for a
 // kept one, so y = x * mask and dx = dy * mask. p = 1 drops everything (the
 // mask is all 0, no division by zero); eval or p = 0 is the identity with an
-// all-ones mask. The draw comes from the node's per-step stream (ctx.rng);
-// fused replicas (attrs replica_seeds, replica_axis) draw one mask each.
+// all-ones mask. Element n is dropped iff CounterUniform(key, n) < p
+// (core/counter_rng.h), so any thread on any device draws any element
+// without walking the others, and the CPU and CUDA kernels give the same
+// mask. The key is the first number of the node's per-step stream (ctx.rng);
+// fused replicas (attrs replica_seeds, replica_axis) each use the key of
+// their own seed's stream, and n counts a replica's elements in the order a
+// single model holds them, so each replica draws the single model's mask.
 //
 // Embedding: (indices i32 | i64 [...], weight [num_embeddings, dim]) ->
 // [..., dim]; attr padding_idx (default -1: none), whose row gets no
@@ -18,6 +23,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/counter_rng.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
@@ -28,9 +34,8 @@ namespace {
 // ---------------------------------------------------------------------------
 // Dropout
 
-// Elements per random sub-stream: each block draws from its own stream
-// derived from the node's, so the mask is the same whatever the thread
-// count and however the blocks are scheduled.
+// Elements per unit of parallel work. The draws do not depend on it: each
+// element's comes from its counter alone.
 constexpr int64_t kDropoutBlock = 16384;
 
 bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training") && attrs.Float("p") > 0; }
@@ -86,9 +91,10 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   const int64_t n = ctx.in(0).numel();
   if (active && !ctx.rng) return Internal("Dropout: the executor gave no random stream");
   // Fused replicas (graph/fusion.h): replica r's elements, in the order a
-  // single model holds them, draw from the stream of replica r's seed, so
-  // its mask is the one the single model would draw.
-  std::vector<uint64_t> stream_seeds;
+  // single model holds them, draw with the key of replica r's seed, so its
+  // mask is the one the single model would draw. The CUDA kernel makes the
+  // keys the same way (ops/cuda/dropout_embedding_kernels.cc).
+  std::vector<uint64_t> stream_keys;
   int64_t replicas = 1, outer = 1, inner = n;
   if (active && ctx.attrs->Has("replica_seeds")) {
     const Shape& s = ctx.in(0).shape();
@@ -97,9 +103,9 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
     for (int d = 0; d < axis; ++d) outer *= s[d];
     inner = n / std::max<int64_t>(1, outer * replicas);
     for (int64_t seed : ctx.attrs->Ints("replica_seeds"))
-      stream_seeds.push_back(ctx.StreamFor(static_cast<uint64_t>(seed)).NextU64());
+      stream_keys.push_back(ctx.StreamFor(static_cast<uint64_t>(seed)).NextU64());
   } else if (active) {
-    stream_seeds.push_back(ctx.rng->NextU64());
+    stream_keys.push_back(ctx.rng->NextU64());
   }
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -117,11 +123,12 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
     ParallelRange(ctx.pool, replicas * blocks, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t r = t / blocks, b = t % blocks;
-        Rng rng = Rng::Stream(stream_seeds[r], static_cast<uint64_t>(b));
+        const uint64_t key = stream_keys[r];
         const int64_t end = std::min(per_replica, (b + 1) * kDropoutBlock);
         for (int64_t i = b * kDropoutBlock; i < end; ++i) {
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
-          mask[at] = rng.Uniform() < p ? T(0) : scale;  // P(drop) = p; p = 1 drops all
+          // P(drop) = p; p = 1 drops all.
+          mask[at] = CounterUniform(key, static_cast<uint64_t>(i)) < p ? T(0) : scale;
           y[at] = x[at] * mask[at];
         }
       }

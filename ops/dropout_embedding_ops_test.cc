@@ -197,6 +197,39 @@ TEST_CASE("embedding gives the padding row no gradient") {
   for (int64_t j = 0; j < dim; ++j) CHECK(dw.ScalarAt(padding * dim + j) == 0.0);
 }
 
+// dw[r] = the sum of dy rows whose index is r; the padding row stays zero.
+std::vector<Tensor> EmbeddingBackwardRef(const std::vector<Tensor>& in, const AttrMap& attrs,
+                                         const std::vector<Tensor>&) {
+  const int64_t num = attrs.Int("num_embeddings"), padding = attrs.Int("padding_idx");
+  const int64_t dim = in[0].shape().dim(-1);
+  Tensor dw = ZerosF64({num, dim});
+  for (int64_t i = 0; i < in[1].numel(); ++i) {
+    const int64_t row = static_cast<int64_t>(in[1].ScalarAt(i));
+    if (row == padding) continue;
+    for (int64_t j = 0; j < dim; ++j) At(dw, row * dim + j) += At(in[0], i * dim + j);
+  }
+  return {dw};
+}
+
+TEST_CASE("embedding backward passes the op harness") {
+  auto make = [](const std::string& name, Shape ids, int64_t num, int64_t dim, int64_t padding, DType dtype) {
+    std::vector<int64_t> dy = ids.dims();
+    dy.push_back(dim);
+    OpCase c{name, "EmbeddingBackward", {{"num_embeddings", num}, {"padding_idx", padding}},
+             {InputSpec::Uniform(Shape(dy)), InputSpec::Index(ids, num, dtype)}, EmbeddingBackwardRef};
+    c.check_gradient = false;  // no gradient of its own
+    return c;
+  };
+  // Rows hit many times (the CUDA kernel sums them in chunks), a padding
+  // row, rows never hit, odd dims.
+  std::vector<OpCase> cases = {
+      make("embedding backward hot rows i64", {40, 30}, 7, 5, 3, DType::kI64),
+      make("embedding backward i32 sparse rows", {9}, 40, 33, -1, DType::kI32),
+      make("embedding backward scalar index", {}, 3, 4, 0, DType::kI64),
+  };
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
 // Runs a one-node Embedding graph over `ids` with a [5, 2] weight.
 Status RunEmbedding(const Tensor& ids) {
   Graph graph;

@@ -133,16 +133,28 @@ std::vector<OpCase> Cases() {
                CrossEntropyRef});
   c.push_back({"ce large (threaded)", "CrossEntropy", {{"label_smoothing", 0.05}}, {logits({700, 100}), idx({700}, 100)},
                CrossEntropyRef});
+  // The CUDA row kernels pick a group per row by C: 8 threads (C <= 128), a
+  // warp (C <= 4096) or the whole block; [N, C, d...] takes a thread per sample.
+  c.push_back({"ce wide rows, label smoothing", "CrossEntropy", {{"label_smoothing", 0.1}},
+               {logits({3, 5000}), idx({3}, 5000)}, CrossEntropyRef});
+  c.push_back({"ce mid rows, sum", "CrossEntropy", {{"reduction", "sum"}}, {logits({33, 300}), idx({33}, 300)},
+               CrossEntropyRef});
+  c.push_back({"ce [N, C, H, W] many samples, ignore_index", "CrossEntropy", {{"ignore_index", 3}},
+               {logits({4, 10, 30, 20}), idx({4, 30, 20}, 10)}, CrossEntropyRef});
 
   c.push_back({"nll mean", "NLL", {}, {logits({5, 4}), idx({5}, 4)}, NllRef});
   c.push_back({"nll sum ignore_index hit", "NLL", {{"reduction", "sum"}, {"ignore_index", 0}},
                {logits({10, 3}), idx({10}, 3)}, NllRef});
   c.push_back({"nll mean ignore_index hit", "NLL", {{"ignore_index", 0}}, {logits({10, 3}), idx({10}, 3)}, NllRef});
   c.push_back({"nll [N, C, L] i32", "NLL", {}, {logits({2, 4, 3}), InputSpec::Index({2, 3}, 4, DType::kI32)}, NllRef});
+  c.push_back({"nll [N, C, L] many samples, i32, sum, ignore_index", "NLL", {{"reduction", "sum"}, {"ignore_index", 2}},
+               {logits({3, 7, 500}), InputSpec::Index({3, 500}, 7, DType::kI32)}, NllRef});
+  c.push_back({"nll many rows", "NLL", {}, {logits({3000, 5}), idx({3000}, 5)}, NllRef});
 
   c.push_back({"mse mean", "MSE", {}, {InputSpec::Uniform({3, 4}), InputSpec::Uniform({3, 4})}, MseRef});
   c.push_back({"mse sum", "MSE", {{"reduction", "sum"}}, {InputSpec::Uniform({5}), InputSpec::Uniform({5})}, MseRef});
   c.push_back({"mse scalar", "MSE", {}, {InputSpec::Uniform({}), InputSpec::Uniform({})}, MseRef});
+  c.push_back({"mse odd size", "MSE", {}, {InputSpec::Uniform({1001, 3}), InputSpec::Uniform({1001, 3})}, MseRef});
   c.push_back({"mse large (threaded)", "MSE", {}, {InputSpec::Uniform({300, 250}), InputSpec::Uniform({300, 250})}, MseRef});
 
   auto wide = [](Shape s) { return InputSpec::Uniform(std::move(s), -6.0, 6.0); };
@@ -156,6 +168,8 @@ std::vector<OpCase> Cases() {
   c.push_back({"bce scalar", "BCEWithLogits", {}, {wide({}), prob({})}, BceRef});
   c.push_back({"bce large (threaded) with pos_weight", "BCEWithLogits", {},
                {wide({300, 40}), prob({300, 40}), InputSpec::Uniform({40}, 0.5, 3.0)}, BceRef});
+  c.push_back({"bce pos_weight [C, 1] many elements", "BCEWithLogits", {},
+               {wide({8, 16, 33}), prob({8, 16, 33}), InputSpec::Uniform({16, 1}, 0.5, 3.0)}, BceRef});
   return c;
 }
 

@@ -76,6 +76,10 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm2d train momentum 0.3 eps 1e-3", {2, 2, 3, 3}, true,
                     {{"momentum", 0.3}, {"eps", 1e-3}}),
       BatchNormCase("batchnorm2d train large (threaded channels)", {8, 4, 64, 64}, true),
+      // CUDA paths: [N, C] sums split over blocks, short planes of many channels.
+      BatchNormCase("batchnorm1d train [N, C] long batch", {3000, 4}, true),
+      BatchNormCase("batchnorm1d train [N, C, L] short L, many channels", {4, 40, 3}, true),
+      BatchNormCase("batchnorm2d eval many channels", {2, 70, 2, 3}, false),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -126,6 +130,9 @@ TEST_CASE("layer norm passes the op harness") {
       LayerNormCase("layernorm gamma only", {2, 3, 4}, {4}, 1),
       LayerNormCase("layernorm over all dims, eps 1e-3", {2, 3}, {2, 3}, 2, {{"eps", 1e-3}}),
       LayerNormCase("layernorm large (threaded rows and columns)", {512, 128}, {128}, 2),
+      // CUDA paths: rows longer than a block, and dgamma / dbeta split over blocks.
+      LayerNormCase("layernorm long rows", {5, 1000}, {1000}, 2),
+      LayerNormCase("layernorm many short rows, gamma only", {3000, 8}, {8}, 1),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/allocator.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
@@ -106,11 +107,14 @@ std::vector<OpCase> Cases() {
   c.push_back({"sum one long row (blocked)", "ReduceSum", {}, {U({7, 10000})}, sum});
   c.push_back({"sum leading axis (blocked inner vectors)", "ReduceSum", {{"axes", Ints{0}}}, {U({5000, 8})}, sum});
   c.push_back({"sum of empty axis is zero", "ReduceSum", {{"axes", Ints{1}}}, {U({3, 0})}, sum});
+  c.push_back({"sum long non-adjacent axes (split)", "ReduceSum", {{"axes", Ints{0, 2}}}, {U({300, 3, 40})}, sum});
+  c.push_back({"sum middle axis of few columns (split)", "ReduceSum", {{"axes", Ints{1}}}, {U({2, 3000, 3})}, sum});
 
   c.push_back({"mean last axis", "ReduceMean", {{"axes", Ints{-1}}}, {U({3, 5})}, mean});
   c.push_back({"mean two axes keepdims", "ReduceMean", {{"axes", Ints{1, 2}}, {"keepdims", true}}, {U({2, 3, 4})}, mean});
   c.push_back({"mean first and last of 4d", "ReduceMean", {{"axes", Ints{0, 3}}}, {U({2, 3, 2, 5})}, mean});
   c.push_back({"mean all (blocked)", "ReduceMean", {}, {U({40000})}, mean});
+  c.push_back({"mean of empty axis is NaN", "ReduceMean", {{"axes", Ints{0}}}, {U({0, 3})}, mean});
 
   c.push_back({"max last axis", "ReduceMax", {{"axes", Ints{1}}}, {U({4, 5})}, max});
   c.push_back({"max first axis", "ReduceMax", {{"axes", Ints{0}}}, {U({4, 5})}, max});
@@ -131,6 +135,11 @@ std::vector<OpCase> Cases() {
   c.push_back({"log softmax over more than one lane block", "LogSoftmax", {{"axis", 0}}, {wide({5, 130})},
                SoftmaxRef(true)});
   c.push_back({"log softmax rows in parallel", "LogSoftmax", {}, {wide({512, 100})}, SoftmaxRef(true)});
+  // Rows longer than a CUDA block's threads, along the last and a strided axis.
+  c.push_back({"softmax long rows", "Softmax", {}, {wide({3, 2000})}, SoftmaxRef(false)});
+  c.push_back({"softmax long strided axis", "Softmax", {{"axis", 1}}, {wide({2, 600, 5})}, SoftmaxRef(false)});
+  c.push_back({"log softmax long rows", "LogSoftmax", {}, {wide({2, 3000})}, SoftmaxRef(true)});
+  c.push_back({"log softmax long strided axis", "LogSoftmax", {{"axis", 0}}, {wide({700, 40})}, SoftmaxRef(true)});
   return c;
 }
 
@@ -154,7 +163,8 @@ TEST_CASE("reductions and softmax reject bad attributes with clear messages") {
 }
 
 // Builds x -> op -> ReduceSum (loss), returns the op output and d loss / dx.
-std::pair<Tensor, Tensor> ForwardAndGrad(const std::string& op, const AttrMap& attrs, const Tensor& x) {
+std::pair<Tensor, Tensor> ForwardAndGrad(const std::string& op, const AttrMap& attrs, const Tensor& x,
+                                         Device device = Device::Cpu()) {
   Graph graph;
   GraphBuilder b(&graph);
   ValueId in = b.Input("x", {x.shape(), x.dtype()});
@@ -164,11 +174,13 @@ std::pair<Tensor, Tensor> ForwardAndGrad(const std::string& op, const AttrMap& a
   REQUIRE(grads.ok());
   graph.outputs()["y"] = y;
   graph.outputs()["dx"] = grads->at(in);
-  auto exec = Executor::Create(graph);
-  REQUIRE(exec.ok());
+  ExecutorOptions opts;
+  opts.device = device;
+  auto exec = Executor::Create(graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
   auto r = (*exec)->Run({{"x", x}});
-  REQUIRE(r.ok());
-  return {(*r)["y"], (*r)["dx"]};
+  REQUIRE(r.status().ToString() == "OK");
+  return {(*r)["y"].To(Device::Cpu()).value(), (*r)["dx"].To(Device::Cpu()).value()};
 }
 
 TEST_CASE("ReduceMax sends the gradient to the first maximum on ties") {
@@ -179,6 +191,33 @@ TEST_CASE("ReduceMax sends the gradient to the first maximum on ties") {
   // Along a leading axis the first maximum is the lowest row.
   auto [y0, dx0] = ForwardAndGrad("ReduceMax", {{"axes", Ints{0}}}, Tensor::FromVector<float>({2, 2}, {5, 1, 5, 1}));
   CHECK(dx0.ToDoubleVector() == std::vector<double>{1, 1, 0, 0});
+}
+
+// The same rules on CUDA when there is a GPU, with ties and NaN spread over
+// threads and over the blocks a long reduction is split into.
+TEST_CASE("ReduceMax on CUDA sends the gradient where the CPU does") {
+  if (!GetAllocator(Device::Cuda(0)).ok() || !OpRegistry::Global().SupportsOp("ReduceMax", DeviceType::kCuda)) return;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> rows(2 * 40000, 0.0f);
+  for (int64_t i : {9001, 20000, 100, 39999}) rows[i] = 5;  // row 0: first maximum at 100
+  for (int64_t i : {777, 778, 5}) rows[40000 + i] = 1;      // row 1: the NaN wins
+  rows[40000 + 30000] = nan;
+  std::vector<float> cols(40000 * 3, -1.0f);
+  for (int64_t r : {31000, 17, 16}) cols[r * 3 + 1] = 2;  // column 1: first maximum in row 16
+  const struct {
+    Tensor x;
+    Ints axes;
+  } cases[] = {{Tensor::FromVector<float>({2, 40000}, rows), {1}},
+               {Tensor::FromVector<float>({40000, 3}, cols), {0}},
+               {Tensor::FromVector<float>({2, 3}, {1, 3, 3, 2, 2, 0}), {1}}};
+  for (const auto& c : cases) {
+    auto [y_cpu, dx_cpu] = ForwardAndGrad("ReduceMax", {{"axes", c.axes}}, c.x);
+    auto [y_gpu, dx_gpu] = ForwardAndGrad("ReduceMax", {{"axes", c.axes}}, c.x, Device::Cuda(0));
+    const std::vector<double> a = y_cpu.ToDoubleVector(), b = y_gpu.ToDoubleVector();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK((a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))));
+    CHECK(dx_cpu.ToDoubleVector() == dx_gpu.ToDoubleVector());
+  }
 }
 
 TEST_CASE("ReduceMax propagates NaN") {

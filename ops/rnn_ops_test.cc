@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
@@ -72,6 +73,7 @@ TEST_CASE("rnn ops pass the op harness") {
       Lstm("lstm loss on c_T only", 3, 2, 3, 4, 1.0, {2}),
       Lstm("lstm loss on y only", 3, 2, 3, 4, 1.0, {0}),
       Lstm("lstm larger (threaded GEMMs)", 4, 16, 24, 32, 1.0),
+      Lstm("lstm one sequence, wide hidden state", 5, 1, 7, 80, 0.5),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -175,6 +177,14 @@ TEST_CASE("two chained LSTM layers: forward and gradients vs finite differences"
   }
 }
 
+// The CPU, and the first GPU where there is one (the CUDA kernels get the
+// same checks on shapes the op harness does not draw).
+std::vector<Device> TestDevices() {
+  std::vector<Device> devices = {Device::Cpu()};
+  if (GetAllocator(Device::Cuda(0)).ok()) devices.push_back(Device::Cuda(0));
+  return devices;
+}
+
 // An empty sequence passes the initial state through; gradients flow to it.
 TEST_CASE("lstm with T = 0") {
   Graph graph;
@@ -192,21 +202,26 @@ TEST_CASE("lstm with T = 0") {
   REQUIRE(grads.status().ToString() == "OK");
   graph.outputs() = {{"hT", (*outs)[1]}, {"cT", (*outs)[2]}, {"dh0", grads->at(ins[1])},
                      {"dc0", grads->at(ins[2])}, {"dw_hh", grads->at(ins[4])}};
-  auto exec = Executor::Create(graph);
-  REQUIRE(exec.status().ToString() == "OK");
-  Rng rng(3);
-  const char* names[] = {"x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"};
-  std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < ins.size(); ++i) feeds[names[i]] = RandomF64(graph.type(ins[i]).shape, rng);
-  auto got = (*exec)->Run(feeds);
-  REQUIRE(got.status().ToString() == "OK");
-  for (int64_t i = 0; i < 6; ++i) {
-    CHECK((*got)["hT"].ScalarAt(i) == At(feeds["h0"], i));
-    CHECK((*got)["cT"].ScalarAt(i) == At(feeds["c0"], i));
-    CHECK((*got)["dh0"].ScalarAt(i) == 1.0);
-    CHECK((*got)["dc0"].ScalarAt(i) == 1.0);
+  for (Device device : TestDevices()) {
+    INFO("on " << device.ToString());
+    ExecutorOptions opts;
+    opts.device = device;
+    auto exec = Executor::Create(graph, opts);
+    REQUIRE(exec.status().ToString() == "OK");
+    Rng rng(3);
+    const char* names[] = {"x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"};
+    std::map<std::string, Tensor> feeds;
+    for (size_t i = 0; i < ins.size(); ++i) feeds[names[i]] = RandomF64(graph.type(ins[i]).shape, rng);
+    auto got = (*exec)->Run(feeds);
+    REQUIRE(got.status().ToString() == "OK");
+    for (int64_t i = 0; i < 6; ++i) {
+      CHECK((*got)["hT"].ScalarAt(i) == At(feeds["h0"], i));
+      CHECK((*got)["cT"].ScalarAt(i) == At(feeds["c0"], i));
+      CHECK((*got)["dh0"].ScalarAt(i) == 1.0);
+      CHECK((*got)["dc0"].ScalarAt(i) == 1.0);
+    }
+    for (int64_t i = 0; i < 36; ++i) CHECK((*got)["dw_hh"].ScalarAt(i) == 0.0);
   }
-  for (int64_t i = 0; i < 36; ++i) CHECK((*got)["dw_hh"].ScalarAt(i) == 0.0);
 }
 
 // Type inference rejects bad inputs with messages that name them.

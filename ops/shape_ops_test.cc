@@ -120,6 +120,13 @@ std::vector<OpCase> Cases() {
   c.push_back({"transpose identity perm", "Transpose", {{"perm", Ints{0, 1}}}, {U({3, 2})}, TransposeRef({0, 1})});
   c.push_back({"transpose large (threaded)", "Transpose", {{"perm", Ints{2, 0, 1}}}, {U({40, 36, 50})},
                TransposeRef({2, 0, 1})});
+  // CUDA paths: tiled transposes with partial tiles, batched; and a gather
+  // of contiguous runs too short to copy in wide units.
+  c.push_back({"transpose 2d tiled, partial tiles", "Transpose", {{"perm", Ints{1, 0}}}, {U({70, 45})},
+               TransposeRef({1, 0})});
+  c.push_back({"transpose batched tiled (key layout)", "Transpose", {{"perm", Ints{0, 1, 3, 2}}}, {U({2, 3, 20, 33})},
+               TransposeRef({0, 1, 3, 2})});
+  c.push_back({"transpose odd runs", "Transpose", {{"perm", Ints{1, 0, 2}}}, {U({5, 7, 3})}, TransposeRef({1, 0, 2})});
   c.push_back({"permute alias", "Permute", {{"perm", Ints{1, 2, 0}}}, {U({2, 3, 4})}, TransposeRef({1, 2, 0})});
 
   c.push_back({"flatten default", "Flatten", {}, {U({2, 3, 4, 5})}, FlattenRef({2, 60})});
@@ -159,6 +166,8 @@ std::vector<OpCase> Cases() {
   c.push_back({"slice default end", "Slice", {{"axis", 1}, {"start", 2}}, {U({2, 4})}, SliceRef(1, {2, 3})});
   c.push_back({"slice empty (start after end)", "Slice", {{"axis", 1}, {"start", 4}, {"end", 2}}, {U({2, 5})},
                SliceRef(1, {})});
+  c.push_back({"slice last axis step 3 (strided elements)", "Slice", {{"axis", -1}, {"start", 1}, {"step", 3}},
+               {U({4, 3, 10})}, SliceRef(2, {1, 4, 7})});
   c.push_back({"slice large (threaded)", "Slice", {{"axis", 1}, {"start", 5}, {"end", 290}, {"step", 2}},
                {U({200, 300})}, [](const std::vector<Tensor>& in, const AttrMap& a, const std::vector<Tensor>& o) {
                  std::vector<int64_t> picked;

@@ -87,6 +87,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const E
 
 Status Executor::Prepare() {
   if (!options_.pool) options_.pool = &ThreadPool::Default();
+  // A missing device (no GPU, a CPU-only build) is the error, not the first
+  // op without a kernel there.
+  LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
   const OpRegistry& registry = OpRegistry::Global();
   for (const Node& node : graph_.nodes()) {
     // Kernels read attributes without defaults; a graph that was not built
@@ -119,7 +122,6 @@ Status Executor::Prepare() {
     const OpDef* def = registry.FindOp(producer.op);
     if (def && def->IsView()) kernels_[node_index_.at(producer.id)] = nullptr;
   }
-  LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
   arena_ = std::make_shared<Buffer>(allocator, std::max<size_t>(plan_.arena_bytes, 1));
   if (!arena_->data())
     return ResourceExhausted("cannot allocate the ", plan_.arena_bytes, "-byte activation arena on ",

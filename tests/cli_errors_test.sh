@@ -52,6 +52,16 @@ cfg arg 'model { name: "mlp" args { key: "hiden" value: "64" } }
 data { dataset: "fashion_mnist" }'
 expect "unknown model argument" "model mlp has no argument 'hiden'" -- train --config "$work/arg.pbtxt" --out "$work/out"
 
+cfg device 'model { name: "mlp" }
+data { dataset: "fashion_mnist" }
+device: "tpu"'
+expect "unknown device" "device.pbtxt:3: field device: unknown device 'tpu' (expected cpu[:N] or cuda[:N])" -- train --config "$work/device.pbtxt" --out "$work/out"
+# No GPU in the CPU build (or on the machine): named before any step runs.
+cfg plain 'model { name: "mlp" }
+data { dataset: "fashion_mnist" }'
+expect "absent device" "cuda:0" -- train --config "$work/plain.pbtxt" --device cuda --max-steps 1 --out "$work/out"
+expect "bad --device" "--device: unknown device 'gpu0'" -- train --config "$work/plain.pbtxt" --device gpu0 --out "$work/out"
+
 mkdir -p "$work/data"
 cfg missing_data "model { name: \"mlp\" }
 data { dataset: \"mnist\" path: \"$work/data\" }"

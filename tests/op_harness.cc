@@ -121,41 +121,79 @@ void CheckForward(const OpCase& c, const std::vector<Tensor>& ins) {
   }
 }
 
-void CheckGradient(const OpCase& c, const std::vector<Tensor>& ins) {
-  OpGraph g = BuildOpGraph(c, DType::kF64);
+// The op's graph plus loss = sum_k sum(out_k * w_k) with fixed random
+// weights w_k, so every output element carries a distinct weight; `feeds`
+// holds the inputs and weights in `float_dtype`.
+struct LossGraph {
+  OpGraph op;
+  ValueId loss = kNoValue;
+  std::map<std::string, Tensor> feeds;
+  std::vector<std::string> wrt;  // the differentiable inputs
+};
+
+LossGraph BuildLossGraph(const OpCase& c, const std::vector<Tensor>& ins, DType float_dtype) {
+  LossGraph lg{BuildOpGraph(c, float_dtype)};
+  OpGraph& g = lg.op;
   GraphBuilder b(&g.graph);
-  // loss = sum_k sum(out_k * w_k) with fixed random weights w_k, so every
-  // output element carries a distinct weight.
   std::vector<int> loss_outputs = c.loss_outputs;
   if (loss_outputs.empty())
     for (size_t k = 0; k < g.outputs.size(); ++k)
       if (IsFloating(g.graph.type(g.outputs[k]).dtype)) loss_outputs.push_back(static_cast<int>(k));
   REQUIRE_FALSE(loss_outputs.empty());
   Rng rng(c.seed + 1000);
-  std::map<std::string, Tensor> feeds = Feeds(c, ins, DType::kF64);
-  ValueId loss = kNoValue;
+  lg.feeds = Feeds(c, ins, float_dtype);
   for (int k : loss_outputs) {
     const TensorType& t = g.graph.type(g.outputs[k]);
     std::string wname = "w" + std::to_string(k);
     ValueId w = b.Input(wname, t);
     Tensor wt = ZerosF64(t.shape);
     for (int64_t i = 0; i < wt.numel(); ++i) At(wt, i) = rng.Uniform(-1, 1);
-    feeds[wname] = wt;
+    lg.feeds[wname] = wt.Cast(float_dtype).value();
     ValueId term = b.Add1("SumToShape", {b.Add1("Mul", {g.outputs[k], w}, {}, "").value()},
                           AttrMap{{"shape", std::vector<int64_t>{}}}, "")
                        .value();
-    loss = loss == kNoValue ? term : b.Add1("Add", {loss, term}, {}, "").value();
+    lg.loss = lg.loss == kNoValue ? term : b.Add1("Add", {lg.loss, term}, {}, "").value();
   }
-  std::vector<std::string> wrt;
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (c.inputs[i].differentiable) wrt.push_back("in" + std::to_string(i));
-  if (wrt.empty()) return;
-  CheckGraphGradients(g.graph, loss, feeds, wrt, c.grad_tolerance, c.seed, "case '" + c.name + "'");
+    if (c.inputs[i].differentiable) lg.wrt.push_back("in" + std::to_string(i));
+  return lg;
+}
+
+void CheckGradient(const OpCase& c, const std::vector<Tensor>& ins) {
+  LossGraph lg = BuildLossGraph(c, ins, DType::kF64);
+  if (lg.wrt.empty()) return;
+  CheckGraphGradients(lg.op.graph, lg.loss, lg.feeds, lg.wrt, c.grad_tolerance, c.seed, "case '" + c.name + "'");
 }
 
 bool HaveCuda() {
   static bool have = GetAllocator(Device::Cuda(0)).ok();
   return have;
+}
+
+// The loss and the input gradients of the case's loss graph in f32 on
+// `device` (the backward ops are whatever the op's gradient rule emits).
+std::map<std::string, Tensor> RunBackward(const OpCase& c, const std::vector<Tensor>& ins, Device device) {
+  LossGraph lg = BuildLossGraph(c, ins, DType::kF32);
+  std::vector<ValueId> wrt;
+  for (const std::string& name : lg.wrt) wrt.push_back(lg.op.inputs.at(std::stoi(name.substr(2))));
+  auto grads = BuildGradients(&lg.op.graph, lg.loss, wrt);
+  INFO("case '" << c.name << "': autodiff");
+  REQUIRE(grads.status().ToString() == "OK");
+  Graph& graph = lg.op.graph;
+  graph.outputs().clear();
+  graph.outputs()["loss"] = lg.loss;
+  for (size_t j = 0; j < wrt.size(); ++j) graph.outputs()["grad_" + lg.wrt[j]] = grads->at(wrt[j]);
+  ExecutorOptions opts;
+  opts.device = device;
+  opts.seed = c.seed;
+  // A forward op with a CUDA kernel must have CUDA kernels for its backward
+  // ops too: this fails naming the op that lacks one.
+  auto exec = Executor::Create(graph, opts);
+  INFO("case '" << c.name << "' backward on " << device.ToString());
+  REQUIRE(exec.status().ToString() == "OK");
+  auto result = (*exec)->Run(lg.feeds);
+  REQUIRE(result.status().ToString() == "OK");
+  return *result;
 }
 
 void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
@@ -166,6 +204,16 @@ void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
   for (int k : Indices(c.checked_outputs, cpu.size()))
     CompareTensors("case '" + c.name + "' output " + std::to_string(k) + " cuda vs cpu", cpu[k], gpu[k],
                    c.f32_tolerance);
+  if (!c.check_gradient) return;
+  bool any_differentiable = false;
+  for (const InputSpec& s : c.inputs) any_differentiable |= s.differentiable;
+  if (!any_differentiable) return;
+  // Gradients sum over more terms than the forward: a looser bound.
+  std::map<std::string, Tensor> cpu_grads = RunBackward(c, ins, Device::Cpu());
+  std::map<std::string, Tensor> gpu_grads = RunBackward(c, ins, Device::Cuda(0));
+  for (const auto& [name, expected] : cpu_grads)
+    CompareTensors("case '" + c.name + "' " + name + " cuda vs cpu", expected, gpu_grads.at(name),
+                   4 * c.f32_tolerance);
 }
 
 }  // namespace

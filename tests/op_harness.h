@@ -1,7 +1,10 @@
 // The one harness every op goes through (ggml's test-backend-ops idea):
 //  1. forward in f32 and f64 against an independent naive reference (f64);
 //  2. backward against central finite differences in f64;
-//  3. the CUDA kernel against the CPU kernel, where a GPU is present.
+//  3. the CUDA kernels against the CPU kernels in f32, where a GPU is
+//     present: the op's outputs, and the gradients of the same loss through
+//     the backward ops its gradient rule emits (which must all have CUDA
+//     kernels), to 4x the forward tolerance.
 // Adding an op to the harness is one OpCase entry in its family's test.
 #pragma once
 

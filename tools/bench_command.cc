@@ -295,6 +295,10 @@ struct FusionRow {
 Status BenchFusion(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench fusion needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  if (flags.Has("device")) config.set_device(flags.Str("device", ""));
+  LOOM_ASSIGN_OR_RETURN(const Device device, RunDevice(config));
+  ExecutorOptions eo;
+  eo.device = device;
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts, flags.PositiveInts("replicas", {1, 2, 4, 8, 16}));
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
   if (reps < 1) return InvalidArgument("--reps must be at least 1, got ", reps);
@@ -311,7 +315,7 @@ Status BenchFusion(const Flags& flags) {
   // Layers left unfused (run once per replica): the config's, or --unfused.
   const std::vector<std::string> unfused =
       flags.List("unfused", {config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end()});
-  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
+  const double roof1_before = device.is_cpu() ? EigenGemmGflops(static_cast<int>(reps)) : 0.0;
 
   std::vector<FusionRow> rows;
   for (int64_t r : replica_counts) {
@@ -322,7 +326,7 @@ Status BenchFusion(const Flags& flags) {
     fo.unfused_layers = unfused;
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
     LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fo)));
-    LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused));
+    LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused, eo));
     LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
     std::map<std::string, Tensor> feeds = RandomFeeds(fused, data.feeds);
     feeds[kReplicaMaskInput].Fill(1);
@@ -338,7 +342,7 @@ Status BenchFusion(const Flags& flags) {
     // The same R models, one after another.
     std::vector<std::unique_ptr<Executor>> serial;
     for (int64_t i = 0; i < r; ++i) {
-      LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(single));
+      LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(single, eo));
       LOOM_RETURN_IF_ERROR(e->InitializeState(static_cast<uint64_t>(i + 1)));
       serial.push_back(std::move(e));
     }
@@ -356,14 +360,21 @@ Status BenchFusion(const Flags& flags) {
     row.fused_gflops = static_cast<double>(r) * single_flops / fused_secs / 1e9;
     rows.push_back(row);
   }
-  const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
-  const double roof = roof1 * static_cast<double>(threads);
+  // The Eigen roof is the CPU's; on a GPU the column says nothing and is left out.
+  const double roof1 = device.is_cpu() ? std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps))) : 0.0;
+  const double roof = device.is_cpu() ? roof1 * static_cast<double>(threads) : 0.0;
 
   std::string unfused_note;
   for (const std::string& l : unfused) unfused_note += (unfused_note.empty() ? ", unfused: " : ",") + l;
-  std::printf("%s, batch %lld, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
-              config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(), unfused_note.c_str(),
-              static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
+  if (device.is_cpu()) {
+    std::printf("%s, batch %lld, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
+                config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(),
+                unfused_note.c_str(), static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
+  } else {
+    std::printf("%s, batch %lld, %s%s, on %s (each step: inputs host -> device, outputs back)\n",
+                config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(),
+                unfused_note.c_str(), device.ToString().c_str());
+  }
   std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");
   const auto json_dims = [](const Shape& shape) {
@@ -378,19 +389,21 @@ Status BenchFusion(const Flags& flags) {
                      json_dims(data.spec.target) + ", \"num_classes\": " + std::to_string(data.spec.num_classes) +
                      ", \"vocabulary\": " + std::to_string(data.spec.vocabulary) +
                      ", \"single_step_flops\": " + std::to_string(single_flops) + ", \"reps\": " +
-                     std::to_string(reps) + ", \"threads\": " + std::to_string(threads) +
+                     std::to_string(reps) + ", \"threads\": " + std::to_string(threads) + ", \"device\": \"" +
+                     device.ToString() + "\"" +
                      ", \"roof_gflops\": " + std::to_string(roof) + ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const FusionRow& r = rows[i];
     const double speedup = r.fused_samples_per_s / r.serial_samples_per_s;
     std::printf("%8lld %14.0f %14.0f %8.2fx %10.1f %7.1f%% %12.1f %12.1f\n", static_cast<long long>(r.replicas),
-                r.fused_samples_per_s, r.serial_samples_per_s, speedup, r.fused_gflops, 100 * r.fused_gflops / roof,
+                r.fused_samples_per_s, r.serial_samples_per_s, speedup, r.fused_gflops,
+                roof > 0 ? 100 * r.fused_gflops / roof : 0.0,
                 r.fused_peak_bytes / 1048576.0, r.serial_peak_bytes / 1048576.0);
     json += std::string(i ? ", " : "") + "{\"replicas\": " + std::to_string(r.replicas) +
             ", \"fused_samples_per_s\": " + std::to_string(r.fused_samples_per_s) +
             ", \"serial_samples_per_s\": " + std::to_string(r.serial_samples_per_s) +
             ", \"speedup\": " + std::to_string(speedup) + ", \"fused_gflops\": " + std::to_string(r.fused_gflops) +
-            ", \"fraction_of_roof\": " + std::to_string(r.fused_gflops / roof) +
+            ", \"fraction_of_roof\": " + std::to_string(roof > 0 ? r.fused_gflops / roof : 0.0) +
             ", \"fused_peak_bytes\": " + std::to_string(r.fused_peak_bytes) +
             ", \"serial_peak_bytes\": " + std::to_string(r.serial_peak_bytes) + "}";
   }
@@ -412,6 +425,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
                  {"unfused", "layers to leave unfused, e.g. fc1,fc2 (default: the config's fusion.unfused_layers)"},
                  {"reps", "timed steps per measurement; the fastest is reported (default 5)"},
                  {"threads", "CPU threads (default: the config's)"},
+                 {"device", "cpu (default) or cuda[:i]: where both the fused and the serial steps run"},
                  {"json", "also write the results as JSON to this file"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {

@@ -15,12 +15,18 @@
 #   glibc/   this machine's glibc and loader, used only if the machine's glibc
 #            is too old to load the binaries
 #   cuda/    libcudart, used only if the machine has no libcudart.so.13
-#            (cuBLAS is not packed: libcublasLt alone is over 500 MiB)
+#            (cuBLAS, cuDNN and NCCL are not packed: each is hundreds of MiB;
+#            the machine's own, or PyTorch's nvidia-* wheels, are used)
+#   tools/   the loom binary (training runs and benchmarks on the GPU)
+#   data/    the Jargon File, for the text models of tools/gpu_configs
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK="$ROOT/.gpu"
-TESTS=(//ops/cuda:cuda_kernels_test //ops:matmul_ops_test //ops:basic_ops_test)
+# Every op family's harness cases run in //ops:all_ops_test (one binary keeps
+# the pack small: each binary carries every kernel's device code).
+TESTS=(//ops/cuda:cuda_kernels_test //ops:all_ops_test)
+TOOLS=(//tools:loom)
 read -r -a EXTRA_TESTS <<<"${LOOM_GPU_EXTRA_TESTS:-}"  # more cc_test labels, space-separated
 TESTS+=("${EXTRA_TESTS[@]}")
 MAX_PACK_MIB=60
@@ -40,7 +46,7 @@ die() { echo "gpu_check: error: $*" >&2; exit 1; }
 classify() {
   case "$(basename "$1")" in
     libcuda.so* | libnvidia*) echo skip ;;  # the driver: always the machine's own
-    libcublas.so* | libcublasLt.so*) echo skip ;;  # too big; the machine has CUDA 13
+    libcublas.so* | libcublasLt.so* | libcudnn*.so* | libnccl.so*) echo skip ;;  # too big; the machine has them
     libcudart.so*) echo cuda ;;
     libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*) echo glibc ;;
     libstdc++.so.* | libgcc_s.so.*) echo compat ;;
@@ -52,12 +58,13 @@ prepare() {
   command -v bazel >/dev/null || die "prepare needs Bazel (run it on the build machine)"
   cd "$ROOT"
   say "building ${TESTS[*]} with ${BUILD_FLAGS[*]}"
-  bazel build "${BUILD_FLAGS[@]}" "${TESTS[@]}"
+  bazel build "${BUILD_FLAGS[@]}" "${TESTS[@]}" "${TOOLS[@]}"
 
   rm -rf "$PACK"
-  mkdir -p "$PACK"/{bin,lib,compat,glibc,cuda}
+  mkdir -p "$PACK"/{bin,lib,compat,glibc,cuda,tools,data}
+  cp /usr/share/doc/jargon-text/jargon.txt.gz "$PACK/data/" || die "no Jargon File (tools/setup.sh installs jargon-text)"
   local label bin
-  for label in "${TESTS[@]}"; do
+  for label in "${TESTS[@]}" "${TOOLS[@]}"; do
     bin="bazel-bin/$(echo "${label#//}" | tr ':' '/')"
     [ -x "$bin" ] || die "no binary at $bin for $label"
     # Another build in this workspace may have replaced bazel-bin since ours:
@@ -67,13 +74,15 @@ prepare() {
     if grep -q '_solib' <<<"$deps"; then
       die "$bin links Bazel's _solib libraries (a concurrent build replaced it?); run prepare again"
     fi
-    cp "$bin" "$PACK/bin/"
-    chmod u+w "$PACK/bin/$(basename "$bin")"
+    local dest_dir="$PACK/bin"
+    [[ " ${TOOLS[*]} " == *" $label "* ]] && dest_dir="$PACK/tools"
+    cp "$bin" "$dest_dir/"
+    chmod u+w "$dest_dir/$(basename "$bin")"
   done
 
   # The shared libraries every binary resolves here, sorted into the pack.
   local line path dest
-  for bin in "$PACK"/bin/*; do
+  for bin in "$PACK"/bin/* "$PACK"/tools/*; do
     while read -r line; do
       path="$(echo "$line" | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p; s/^\(\/[^ ]*\) (0x.*/\1/p')"
       [ -n "$path" ] || continue
@@ -89,7 +98,7 @@ prepare() {
   done
 
   # The binaries must resolve their non-system libraries from the pack.
-  for bin in "$PACK"/bin/*; do
+  for bin in "$PACK"/bin/* "$PACK"/tools/*; do
     local resolved
     resolved="$(LD_LIBRARY_PATH="$PACK/lib" ldd "$bin")"
     for lib in "$PACK"/lib/*; do
@@ -103,7 +112,7 @@ prepare() {
   # The pack's own loader and glibc must be able to start every binary
   # (the fallback for a GPU machine with an older glibc).
   local cuda_here="/usr/local/cuda/lib64:/usr/local/cuda-13.0/lib"
-  for bin in "$PACK"/bin/*; do
+  for bin in "$PACK"/bin/* "$PACK"/tools/*; do
     "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$PACK/glibc:$PACK/compat:$PACK/lib:$cuda_here" "$bin" \
       --help >/dev/null || die "$(basename "$bin") does not start through the packed loader"
   done
@@ -119,6 +128,7 @@ prepare() {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(getconf GNU_LIBC_VERSION)"
     echo "flags: ${BUILD_FLAGS[*]}"
     echo "tests: ${TESTS[*]}"
+    echo "tools: ${TOOLS[*]}"
     (cd "$PACK" && find . -type f ! -name MANIFEST | sort | xargs sha256sum)
   } >"$PACK/MANIFEST"
 
@@ -136,18 +146,24 @@ find_cuda_dirs() {
   local dirs=() d f
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
            /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/local/cuda-13.0/lib; do
-    if [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcudart.so.13" ]; then dirs+=("$d"); fi
-  done
-  if [ ${#dirs[@]} -eq 0 ]; then
-    # Elsewhere: ldconfig's cache, then pip's nvidia-* wheels (PyTorch's).
-    f="$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 /{print $NF}' | head -1 || true)"
-    if [ -n "$f" ]; then dirs+=("$(dirname "$f")"); fi
-    local site
-    site="$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)"
-    for d in $site; do
-      while read -r f; do dirs+=("$(dirname "$f")"); done < <(find "$d/nvidia" -name 'libcu*.so.13' 2>/dev/null || true)
+    for f in libcublas.so.13 libcudart.so.13 libcudnn.so.9 libnccl.so.2; do
+      if [ -e "$d/$f" ]; then dirs+=("$d"); break; fi
     done
-  fi
+  done
+  # Each library the toolkit directories lack: ldconfig's cache, then pip's
+  # nvidia-* wheels (PyTorch's).
+  local lib site
+  site="$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null || true)"
+  for lib in libcublas.so.13 libcudnn.so.9 libnccl.so.2; do
+    local have=0
+    for d in "${dirs[@]}"; do [ -e "$d/$lib" ] && have=1; done
+    [ "$have" -eq 1 ] && continue
+    f="$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF}' | head -1 || true)"
+    if [ -n "$f" ]; then dirs+=("$(dirname "$f")"); continue; fi
+    for d in $site; do
+      while read -r f; do dirs+=("$(dirname "$f")"); done < <(find "$d/nvidia" -name "$lib" 2>/dev/null | head -1 || true)
+    done
+  done
   [ ${#dirs[@]} -gt 0 ] || return 0
   # One entry per real directory (/usr/local/cuda is usually a link).
   for d in "${dirs[@]}"; do readlink -f "$d"; done | awk 'NF && !seen[$0]++' | paste -sd:
@@ -206,17 +222,21 @@ run() {
   echo "== loading tier: $tier" >>"$env_log"
   say "loading tier: $tier; CUDA libraries from ${cuda_dirs:-the default search path}"
 
-  # Runs a pack binary with the chosen tier, at most 300 s (a hung kernel
-  # must not eat the device budget): launch BIN ARGS...
+  # Runs a pack binary with the chosen tier, at most $limit s (default 300;
+  # a hung kernel must not eat the device budget): launch BIN ARGS...
   launch() {
     local bin="$1"
     shift
     case "$tier" in
-      native) LD_LIBRARY_PATH="$native" timeout 300 "$bin" "$@" ;;
-      compat) LD_LIBRARY_PATH="$compat" timeout 300 "$bin" "$@" ;;
-      glibc) timeout 300 "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" "$bin" "$@" ;;
+      native) LD_LIBRARY_PATH="$native" timeout "${limit:-300}" "$bin" "$@" ;;
+      compat) LD_LIBRARY_PATH="$compat" timeout "${limit:-300}" "$bin" "$@" ;;
+      glibc) timeout "${limit:-300}" "$PACK/glibc/ld-linux-x86-64.so.2" --library-path "$glibc" "$bin" "$@" ;;
     esac
   }
+  # The whole run stays inside the session's device time: phases that would
+  # start past the budget are skipped (and say so).
+  local budget="${LOOM_GPU_BUDGET_S:-420}" started="$SECONDS"
+  time_left() { echo $((budget - (SECONDS - started))); }
   {
     echo "== libraries the CUDA test loads (tier $tier)"
     case "$tier" in
@@ -276,6 +296,63 @@ run() {
     echo "SKIP memcheck: no compute-sanitizer on this machine" | tee -a "$summary"
   else
     echo "SKIP memcheck: --no-sanitizer" | tee -a "$summary"
+  fi
+
+  # One short fused training run per model family on cuda:0, then the CNN's
+  # run resumed on the CPU: checkpoints are device independent.
+  local cfg runs="$OUT/runs" configs="$OUT/configs"
+  mkdir -p "$runs" "$configs"
+  for cfg in tools/gpu_configs/*.pbtxt; do
+    name="$(basename "$cfg" .pbtxt)"
+    if [ "$(time_left)" -lt 60 ]; then
+      echo "SKIP train $name: device budget spent" | tee -a "$summary"
+      continue
+    fi
+    sed "s|@DATA@|$PACK/data|g" "$cfg" >"$configs/$name.pbtxt"
+    set +e
+    limit=90 launch "$PACK/tools/loom" train --config "$configs/$name.pbtxt" --device cuda --max-steps 20 \
+      --out "$runs/$name" >"$OUT/train_$name.log" 2>&1 </dev/null
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+      passed=$((passed + 1))
+      echo "PASS train $name on cuda: $(grep -iE 'loss' "$OUT/train_$name.log" | tail -1 | cut -c1-150)" | tee -a "$summary"
+    else
+      failed=$((failed + 1))
+      echo "FAIL train $name on cuda (exit $rc): $(grep -iE 'error|fail' "$OUT/train_$name.log" | head -1 | cut -c1-200)" |
+        tee -a "$summary"
+    fi
+  done
+  if [ -d "$runs/cnn" ] && [ "$(time_left)" -ge 30 ]; then
+    set +e
+    limit=90 launch "$PACK/tools/loom" train --resume "$runs/cnn" --device cpu --max-steps 25 \
+      >"$OUT/resume_cnn_on_cpu.log" 2>&1 </dev/null
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+      passed=$((passed + 1)); echo "PASS resume cnn (trained on cuda) on the cpu" | tee -a "$summary"
+    else
+      failed=$((failed + 1)); echo "FAIL resume cnn on the cpu (exit $rc, see resume_cnn_on_cpu.log)" | tee -a "$summary"
+    fi
+  fi
+
+  # The zoo benchmark (informational; bench/gpu_zoo_fusion.sh writes its table).
+  if [ -f bench/gpu_zoo_fusion.sh ] && [ "$(time_left)" -ge 60 ]; then
+    local wrapper="$OUT/loom"
+    case "$tier" in
+      glibc) printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$PACK/glibc/ld-linux-x86-64.so.2" "$glibc" \
+               "$PACK/tools/loom" >"$wrapper" ;;
+      *) printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$([ "$tier" = native ] && echo "$native" || echo "$compat")" \
+           "$PACK/tools/loom" >"$wrapper" ;;
+    esac
+    chmod +x "$wrapper"
+    set +e
+    bash bench/gpu_zoo_fusion.sh "$wrapper" "$OUT/bench" --budget-s "$(( $(time_left) - 20 ))" >"$OUT/gpu_zoo_fusion.log" 2>&1
+    set -e
+    [ -f "$OUT/bench/gpu_zoo_fusion.md" ] && sed 's/^/bench: /' "$OUT/bench/gpu_zoo_fusion.md" | tee -a "$summary"
+  else
+    echo "SKIP zoo benchmark: $([ -f bench/gpu_zoo_fusion.sh ] && echo 'device budget spent' || echo 'no bench/gpu_zoo_fusion.sh')" |
+      tee -a "$summary"
   fi
 
   echo "$passed passed, $failed failed" | tee -a "$summary"

@@ -20,6 +20,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"max-steps", "stop after this many optimizer steps"},
                {"seed", "override the config's seed"},
                {"threads", "CPU threads (0 = all cores)"},
+               {"device", "where the step runs: cpu (default) or cuda[:i] (overrides the config's device)"},
                {"dump-graphs", "write each compiled program's graph after each pass to this folder "
                                "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
                {"init-from", "start from the parameters and buffers of this single-model checkpoint "
@@ -63,6 +64,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
     LOOM_ASSIGN_OR_RETURN(uint64_t seed, flags.Unsigned("seed", 0));
     o.seed = seed;
   }
+  if (flags.Has("device")) o.device = flags.Str("device", "");
   if (flags.Has("resume")) o.out_dir = flags.Str("resume", "");
   if (flags.Has("out")) o.out_dir = flags.Str("out", "");
   LOOM_RETURN_IF_ERROR(train::ApplyOverrides(o, &run.config));

@@ -138,6 +138,7 @@ Status GanTrainer::Prepare() {
   LOOM_ASSIGN_OR_RETURN(Graph g_graph, StepGraph(models::GanStep::kGenerator));
   ExecutorOptions eo;
   eo.seed = c_.seed();
+  LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
   LOOM_ASSIGN_OR_RETURN(d_step_, Executor::Create(d_graph, eo));
   LOOM_ASSIGN_OR_RETURN(g_step_, Executor::Create(g_graph, eo));
   LOOM_RETURN_IF_ERROR(d_step_->InitializeState(c_.seed()));

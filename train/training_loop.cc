@@ -40,7 +40,7 @@ StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume) {
     LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
     if (std::string diff = RunDifferences(saved, config); !diff.empty())
       return FailedPrecondition("the config differs from the run's own ", config_path, " in ", diff,
-                                " (a resume may change only epochs, max_steps and threads)");
+                                " (a resume may change only epochs, max_steps, threads and device)");
     return TrainConfigToText(saved) != TrainConfigToText(config);  // extended or moved
   }
   std::error_code ec;
@@ -209,6 +209,7 @@ Status TrainingLoop::BuildArray(bool initialize) {
   LOOM_ASSIGN_OR_RETURN(Graph eval_graph, Compile(eval_forward_, Program::kForward, eval_options));
   ExecutorOptions eo;
   eo.seed = c_.seed();
+  LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
   LOOM_ASSIGN_OR_RETURN(auto train, Executor::Create(train_graph, eo));
   LOOM_ASSIGN_OR_RETURN(eval_, Executor::Create(eval_graph, eo));
   if (initialize) {

@@ -48,9 +48,10 @@ struct LoopOptions {
 
 // Checks a run's folder against its config before anything is written: a
 // new run needs an empty or absent folder; a resumed one must hold a
-// config.pbtxt that defines the same run (only out_dir, epochs, max_steps
-// and threads may change). Returns whether config.pbtxt must be (re)written
-// with the config given: a new run, or a resume that extends or moves it.
+// config.pbtxt that defines the same run (only out_dir, epochs, max_steps,
+// threads and device may change). Returns whether config.pbtxt must be
+// (re)written with the config given: a new run, or a resume that extends or
+// moves it.
 StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume);
 
 // A replica of the run (the only one when unfused): its config, schedule,

@@ -21,6 +21,10 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
     LOOM_RETURN_IF_ERROR(CheckThreadCount(*o.threads).WithContext("--threads"));
     c->set_threads(*o.threads);
   }
+  if (o.device) {
+    LOOM_RETURN_IF_ERROR(ParseDevice(*o.device).status().WithContext("--device"));
+    c->set_device(*o.device);
+  }
   if (o.seed) c->set_seed(*o.seed);
   if (o.out_dir) c->set_out_dir(*o.out_dir);
   return Status::Ok();

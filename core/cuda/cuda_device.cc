@@ -1,6 +1,7 @@
 #include "core/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -147,22 +148,55 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
   return Status::Ok();
 }
 
+CudaAllocator::CudaAllocator(int index) : index_(index) {
+  const char* env = std::getenv("LOOM_CUDA_CACHING");
+  caching_ = !(env && std::string(env) == "0");
+}
+
+CudaAllocator::~CudaAllocator() { ReleaseCached(); }
+
+size_t CudaAllocator::RoundedSize(size_t bytes) {
+  constexpr size_t kSmallStep = 512, kLargeStep = size_t{1} << 20;
+  // Empty tensors get a real (minimal) block: Buffer reads nullptr as out of memory.
+  bytes = std::max<size_t>(bytes, 1);
+  const size_t step = bytes < kLargeStep ? kSmallStep : kLargeStep;
+  return (bytes + step - 1) / step * step;
+}
+
+void* CudaAllocator::DeviceMalloc(size_t bytes) {
+  void* ptr = nullptr;
+  cudaError_t error = cudaMalloc(&ptr, bytes);
+  if (error == cudaSuccess) return ptr;
+  (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
+  if (!free_.empty()) {
+    ReleaseCachedLocked();
+    error = cudaMalloc(&ptr, bytes);
+    if (error == cudaSuccess) return ptr;
+    (void)cudaGetLastError();
+  }
+  LOOM_LOG_WARN("CUDA allocator: {} ({} bytes; {} in use on cuda:{})",
+                CudaErrorMessage(error, "cudaMalloc(&ptr, bytes)", __FILE__, __LINE__), bytes, stats().current_bytes,
+                index_);
+  return nullptr;
+}
+
 void* CudaAllocator::Allocate(size_t bytes) {
   Status s = SetDevice(index_);
   if (!s.ok()) {
     LOOM_LOG_ERROR("CUDA allocator: {}", s.ToString());
     return nullptr;
   }
-  // cudaMalloc(0) yields nullptr, which Buffer reads as out of memory: give
-  // empty tensors a real (minimal) allocation.
+  const size_t rounded = RoundedSize(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
   void* ptr = nullptr;
-  cudaError_t error = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
-  if (error != cudaSuccess) {
-    (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
-    LOOM_LOG_WARN("CUDA allocator: {} ({} bytes; {} in use on cuda:{})",
-                  CudaErrorMessage(error, "cudaMalloc(&ptr, bytes)", __FILE__, __LINE__), bytes, stats().current_bytes,
-                  index_);
-    return nullptr;
+  auto it = free_.find(rounded);
+  if (it != free_.end()) {
+    ptr = it->second;
+    free_.erase(it);
+  } else {
+    ptr = DeviceMalloc(rounded);
+    if (!ptr) return nullptr;
+    reserved_ += rounded;
   }
   RecordAllocate(bytes);
   return ptr;
@@ -170,12 +204,43 @@ void* CudaAllocator::Allocate(size_t bytes) {
 
 void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
   if (!ptr) return;
+  const size_t rounded = RoundedSize(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  RecordDeallocate(bytes);
+  if (caching_) {
+    free_.emplace(rounded, ptr);
+    return;
+  }
+  reserved_ -= rounded;
   if (SetDevice(index_).ok()) {
     cudaError_t error = cudaFree(ptr);
     // At process exit the runtime may already be gone, and the memory with it.
     if (error != cudaErrorCudartUnloading) CudaOkOrLog(error, "cudaFree(ptr)", __FILE__, __LINE__);
   }
-  RecordDeallocate(bytes);
+}
+
+size_t CudaAllocator::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_;
+}
+
+void CudaAllocator::ReleaseCached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReleaseCachedLocked();
+}
+
+void CudaAllocator::ReleaseCachedLocked() {
+  if (free_.empty()) return;
+  if (SetDevice(index_).ok()) {
+    // Kernels queued before the frees may still use the blocks.
+    CudaOkOrLog(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
+    for (const auto& [size, ptr] : free_) {
+      cudaError_t error = cudaFree(ptr);
+      if (error != cudaErrorCudartUnloading) CudaOkOrLog(error, "cudaFree(ptr)", __FILE__, __LINE__);
+      reserved_ -= size;
+    }
+  }
+  free_.clear();
 }
 
 namespace {

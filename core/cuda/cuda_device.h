@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/allocator.h"
@@ -37,17 +39,42 @@ Status SynchronizeDevice(int index);
 // destination can be read (host) or is ordered on the device's stream.
 Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
-// cudaMalloc / cudaFree on one device, with the Allocator's byte accounting.
-// Returns nullptr when the device is out of memory.
+// The device allocator of one GPU: a caching allocator over cudaMalloc.
+// Freed blocks go back to a free list by rounded size (512-byte steps below
+// 1 MiB, 1 MiB steps above) and are handed out again without a cudaMalloc,
+// so temporaries (kernel workspaces, per-step buffers) cost nothing after
+// the first step. Safe because every kernel and copy of a device runs on
+// its one stream (DeviceStream): a block freed on the host while a kernel
+// that uses it is still queued is only reused by work queued after it.
+// When cudaMalloc fails the cache is released and the call retried; it
+// returns nullptr only when the device is really out of memory.
+// stats() counts the bytes asked for (what the memory plan predicts);
+// reserved_bytes() is what the device gave, cached blocks included. LOOM_CUDA_CACHING=0 turns the cache off (every free is a
+// cudaFree), for compute-sanitizer runs.
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(int index) : index_(index) {}
+  explicit CudaAllocator(int index);
+  ~CudaAllocator() override;
   Device device() const override { return Device::Cuda(index_); }
   void* Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
 
+  // Bytes obtained from cudaMalloc and not yet returned: in use plus cached.
+  size_t reserved_bytes() const;
+  // Returns every cached block to the device.
+  void ReleaseCached();
+  // The size a request of `bytes` is rounded up to.
+  static size_t RoundedSize(size_t bytes);
+
  private:
+  void* DeviceMalloc(size_t bytes);
+  void ReleaseCachedLocked();
+
   int index_;
+  bool caching_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // rounded size -> cached block
+  size_t reserved_ = 0;
 };
 
 }  // namespace loom::cuda

@@ -29,34 +29,57 @@ std::string CublasErrorMessage(cublasStatus_t status, const char* expr, const ch
                 line);
 }
 
+std::string CudnnErrorMessage(cudnnStatus_t status, const char* expr, const char* file, int line) {
+  return StrCat(cudnnGetErrorString(status), " in `", expr, "` at ", file, ":", line);
+}
+
 namespace {
-struct CublasEntry {
+
+template <typename Handle>
+struct HandleEntry {
   std::mutex mu;
-  cublasHandle_t handle = nullptr;  // created on first use; kept for the process
+  Handle handle = nullptr;  // created on first use; kept for the process
 };
+
+// The entry of `device` in a per-library table (never freed: handles outlive
+// static destruction order).
+template <typename Handle>
+HandleEntry<Handle>* FindEntry(int device) {
+  static std::mutex* table_mu = new std::mutex;
+  static auto* table = new std::map<int, std::unique_ptr<HandleEntry<Handle>>>;
+  std::lock_guard<std::mutex> lock(*table_mu);
+  std::unique_ptr<HandleEntry<Handle>>& slot = (*table)[device];
+  if (!slot) slot = std::make_unique<HandleEntry<Handle>>();
+  return slot.get();
+}
+
 }  // namespace
 
-StatusOr<CublasLease> CublasLease::Acquire(int device, cudaStream_t stream) {
-  static std::mutex* table_mu = new std::mutex;
-  static auto* table = new std::map<int, std::unique_ptr<CublasEntry>>;
-  CublasEntry* entry = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(*table_mu);
-    std::unique_ptr<CublasEntry>& slot = (*table)[device];
-    if (!slot) slot = std::make_unique<CublasEntry>();
-    entry = slot.get();
-  }
+StatusOr<CublasLease> AcquireCublas(int device, cudaStream_t stream) {
+  HandleEntry<cublasHandle_t>* entry = FindEntry<cublasHandle_t>(device);
   std::unique_lock<std::mutex> lock(entry->mu);
   if (!entry->handle) {
     LOOM_RETURN_IF_ERROR(SetDevice(device));
     cublasHandle_t handle = nullptr;
     LOOM_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
-    // Full FP32 (no TF32 tensor-core rounding), so results match the CPU.
     LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
     entry->handle = handle;
   }
   LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(entry->handle, stream));
   return CublasLease(std::move(lock), entry->handle);
+}
+
+StatusOr<CudnnLease> AcquireCudnn(int device, cudaStream_t stream) {
+  HandleEntry<cudnnHandle_t>* entry = FindEntry<cudnnHandle_t>(device);
+  std::unique_lock<std::mutex> lock(entry->mu);
+  if (!entry->handle) {
+    LOOM_RETURN_IF_ERROR(SetDevice(device));
+    cudnnHandle_t handle = nullptr;
+    LOOM_CUDNN_RETURN_IF_ERROR(cudnnCreate(&handle));
+    entry->handle = handle;
+  }
+  LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetStream(entry->handle, stream));
+  return CudnnLease(std::move(lock), entry->handle);
 }
 
 namespace {

@@ -1,9 +1,11 @@
 // What every CUDA kernel wrapper shares: the device and stream it queues on,
-// the per-device cuBLAS handle with its check macro, dtype dispatch and the
-// index structures of the broadcasting kernels built from loom shapes.
+// the per-device cuBLAS and cuDNN handles with their check macros, dtype
+// dispatch and the index structures of the broadcasting kernels built from
+// loom shapes.
 #pragma once
 
 #include <cublas_v2.h>
+#include <cudnn.h>
 
 #include <mutex>
 #include <string>
@@ -23,19 +25,29 @@ StatusOr<cudaStream_t> KernelStream(const KernelContext& ctx);
 // `expr` at file:line".
 std::string CublasErrorMessage(cublasStatus_t status, const char* expr, const char* file, int line);
 
-// The cuBLAS handle of one device, bound to a stream for as long as the
-// lease lives; the lease holds the handle's lock so that another thread
-// cannot rebind it before this one has queued its calls.
-class CublasLease {
+// A library handle of one device (cuBLAS, cuDNN), bound to a stream for as
+// long as the lease lives; the lease holds the handle's lock so that another
+// thread cannot rebind it before this one has queued its calls. Handles are
+// created on first use and kept for the life of the process.
+template <typename Handle>
+class HandleLease {
  public:
-  static StatusOr<CublasLease> Acquire(int device, cudaStream_t stream);
-  cublasHandle_t handle() const { return handle_; }
+  HandleLease(std::unique_lock<std::mutex> lock, Handle handle) : lock_(std::move(lock)), handle_(handle) {}
+  Handle handle() const { return handle_; }
 
  private:
-  CublasLease(std::unique_lock<std::mutex> lock, cublasHandle_t handle) : lock_(std::move(lock)), handle_(handle) {}
   std::unique_lock<std::mutex> lock_;
-  cublasHandle_t handle_;
+  Handle handle_;
 };
+using CublasLease = HandleLease<cublasHandle_t>;
+using CudnnLease = HandleLease<cudnnHandle_t>;
+
+// cuBLAS in full FP32 math (no TF32), so results match the CPU.
+StatusOr<CublasLease> AcquireCublas(int device, cudaStream_t stream);
+StatusOr<CudnnLease> AcquireCudnn(int device, cudaStream_t stream);
+
+// "CUDNN_STATUS_BAD_PARAM (...) in `expr` at file:line".
+std::string CudnnErrorMessage(cudnnStatus_t status, const char* expr, const char* file, int line);
 
 // Calls fn(T{}) with T = float or double; fn returns a Status.
 template <typename Fn>
@@ -62,4 +74,11 @@ StatusOr<ReduceIndex> MakeReduceIndex(const Shape& in, const Shape& target);
     cublasStatus_t loom_cublas_status_ = (expr);                                                            \
     if (loom_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                                       \
       return ::loom::Internal(::loom::cuda::CublasErrorMessage(loom_cublas_status_, #expr, __FILE__, __LINE__)); \
+  } while (0)
+
+#define LOOM_CUDNN_RETURN_IF_ERROR(expr)                                                                  \
+  do {                                                                                                    \
+    cudnnStatus_t loom_cudnn_status_ = (expr);                                                            \
+    if (loom_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                                       \
+      return ::loom::Internal(::loom::cuda::CudnnErrorMessage(loom_cudnn_status_, #expr, __FILE__, __LINE__)); \
   } while (0)

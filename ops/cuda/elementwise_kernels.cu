@@ -5,18 +5,10 @@
 
 #include <algorithm>
 
+#include "ops/cuda/device_util.cuh"
+
 namespace loom::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
-
-unsigned Blocks(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)));
-}
-
-__device__ inline int64_t FirstIndex() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 template <BinaryKind kKind, typename T>
 __device__ inline T ApplyBinary(T a, T b) {
@@ -25,9 +17,6 @@ __device__ inline T ApplyBinary(T a, T b) {
   if constexpr (kKind == BinaryKind::kMul) return a * b;
   if constexpr (kKind == BinaryKind::kDiv) return a / b;
 }
-
-__device__ inline float Pow(float x, float y) { return powf(x, y); }
-__device__ inline double Pow(double x, double y) { return pow(x, y); }
 
 template <UnaryKind kKind, typename T>
 __device__ inline T ApplyUnary(T x, T value) {

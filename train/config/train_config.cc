@@ -367,6 +367,10 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   k.Require(c.max_steps() >= 0, "max_steps", StrCat("must be >= 0, got ", c.max_steps()));
   const Status threads = CheckThreadCount(c.threads());
   k.Require(threads.ok(), "threads", threads.message());
+  if (!c.device().empty()) {
+    const StatusOr<Device> device = ParseDevice(c.device());
+    k.Require(device.ok(), "device", device.status().message());
+  }
   k.AtLeast(c.eval_every_epochs(), 1, "eval_every_epochs");
   k.AtLeast(c.log_every_steps(), 1, "log_every_steps");
   k.Require(c.checkpoint_every_steps() >= 0, "checkpoint_every_steps",
@@ -453,6 +457,11 @@ StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
   return ParseTrainConfig(text.str(), path);
 }
 
+StatusOr<Device> RunDevice(const proto::TrainConfig& c) {
+  if (c.device().empty()) return Device::Cpu();
+  return ParseDevice(c.device());
+}
+
 Status CheckThreadCount(int64_t threads) {
   if (threads < 0) return InvalidArgument("must be >= 0, got ", threads);
   if (threads > kMaxThreads)
@@ -471,9 +480,10 @@ std::string TrainConfigToText(const proto::TrainConfig& config) {
 namespace {
 
 // What a resume may change: the folder's path (a run can be moved or named
-// by another path), the run's length (to extend it) and the thread count
-// (results do not depend on it). Every other field defines the run.
-const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads"};
+// by another path), the run's length (to extend it), the thread count
+// (results do not depend on it) and the device (checkpoints are host
+// tensors). Every other field defines the run.
+const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads", "device"};
 
 }  // namespace
 

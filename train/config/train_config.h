@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "core/device.h"
 #include "core/status.h"
 #include "graph/training.h"
 #include "train/config/train_config.pb.h"
@@ -43,8 +44,8 @@ std::string TrainConfigToText(const proto::TrainConfig& config);
 // The fields in which `run` and `given` define different runs, as
 // "seed: 1 -> 2; optimizer.lr: ..."; empty when they define the same run.
 // What a resume may change is ignored: the folder's path (a run can be
-// moved or named by another path), the run's length (to extend it) and the
-// thread count (results do not depend on it).
+// moved or named by another path), the run's length (to extend it), the
+// thread count (results do not depend on it) and the device.
 std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConfig& given);
 
 // The CPU threads a config (or `loom train --threads`) may ask for: 0 (all
@@ -52,6 +53,8 @@ std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConf
 // error's message says what is wrong: "must be <= 1024 (...), got N".
 constexpr int64_t kMaxThreads = 1024;
 Status CheckThreadCount(int64_t threads);
+// The device of the run's steps (config field `device`; cpu when unset).
+StatusOr<Device> RunDevice(const proto::TrainConfig& c);
 
 
 }  // namespace loom

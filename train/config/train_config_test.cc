@@ -123,5 +123,21 @@ TEST_CASE("long values are cut in messages") {
                        "text, text_classes)");
 }
 
+
+TEST_CASE("device names a CPU or a CUDA device and may change on resume") {
+  const std::string base = "model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\n";
+  CHECK(Error(base + "device: \"tpu:0\"") ==
+        "cfg.pbtxt:3: field device: unknown device 'tpu:0' (expected cpu[:N] or cuda[:N])");
+  CHECK(Error(base + "device: \"cuda:x\"") == "cfg.pbtxt:3: field device: bad device index in 'cuda:x'");
+  auto cuda = ParseTrainConfig(base + "device: \"cuda:1\"", "cfg.pbtxt");
+  REQUIRE(cuda.ok());
+  CHECK(RunDevice(*cuda).value() == Device::Cuda(1));
+  auto cpu = ParseTrainConfig(base, "cfg.pbtxt");
+  REQUIRE(cpu.ok());
+  CHECK(RunDevice(*cpu).value() == Device::Cpu());
+  // Checkpoints hold host tensors: a run saved on one device resumes on another.
+  CHECK(RunDifferences(*cpu, *cuda).empty());
+}
+
 }  // namespace
 }  // namespace loom

@@ -1,0 +1,80 @@
+#include "ops/cuda/cublas_gemm.h"
+
+#include <climits>
+
+#include "core/cuda/cuda_device.h"
+#include "ops/cuda/cuda_kernel_util.h"
+
+namespace loom::cuda {
+namespace {
+
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    const float* alpha, const float* a, int lda, const float* b, int ldb, const float* beta, float* c,
+                    int ldc) {
+  return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t Gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    const double* alpha, const double* a, int lda, const double* b, int ldb, const double* beta,
+                    double* c, int ldc) {
+  return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t GemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const float* alpha, const float* a, int lda, long long stride_a, const float* b,
+                                  int ldb, long long stride_b, const float* beta, float* c, int ldc, long long stride_c,
+                                  int batch) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                                   stride_c, batch);
+}
+cublasStatus_t GemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const double* alpha, const double* a, int lda, long long stride_a, const double* b,
+                                  int ldb, long long stride_b, const double* beta, double* c, int ldc,
+                                  long long stride_c, int batch) {
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                                   stride_c, batch);
+}
+
+// cuBLAS takes sizes as int.
+Status FitsInt(const char* what, int64_t value) {
+  if (value > INT_MAX) return Unimplemented("cuBLAS GEMM: ", what, " = ", value, " exceeds its 32-bit size limit");
+  return Status::Ok();
+}
+
+}  // namespace
+
+template <typename T>
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                    int64_t stride_b, T beta, T* c) {
+  if (batch == 0 || m == 0 || n == 0) return Status::Ok();
+  if (k == 0) {  // an empty sum: C = beta C (cuBLAS would reject the zero leading dims)
+    if (beta == T(0))
+      LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * sizeof(T), stream));
+    return Status::Ok();
+  }
+  LOOM_RETURN_IF_ERROR(FitsInt("m", m));
+  LOOM_RETURN_IF_ERROR(FitsInt("n", n));
+  LOOM_RETURN_IF_ERROR(FitsInt("k", k));
+  LOOM_RETURN_IF_ERROR(FitsInt("lda", lda));
+  LOOM_RETURN_IF_ERROR(FitsInt("ldb", ldb));
+  LOOM_RETURN_IF_ERROR(FitsInt("batch", batch));
+  const CublasGemmShape g = RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
+  const cublasOperation_t op1 = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op2 = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int gm = static_cast<int>(g.m), gn = static_cast<int>(g.n), gk = static_cast<int>(g.k);
+  const int ld1 = static_cast<int>(g.ld_first), ld2 = static_cast<int>(g.ld_second), ldc = static_cast<int>(g.ldc);
+  if (batch == 1) {
+    LOOM_CUBLAS_RETURN_IF_ERROR(Gemm(handle, op1, op2, gm, gn, gk, &alpha, b, ld1, a, ld2, &beta, c, ldc));
+  } else {
+    LOOM_CUBLAS_RETURN_IF_ERROR(GemmStridedBatched(handle, op1, op2, gm, gn, gk, &alpha, b, ld1, stride_b, a, ld2,
+                                                   stride_a, &beta, c, ldc, m * n, static_cast<int>(batch)));
+  }
+  return Status::Ok();
+}
+
+template Status RowMajorGemm<float>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t, float,
+                                    const float*, int64_t, int64_t, const float*, int64_t, int64_t, float, float*);
+template Status RowMajorGemm<double>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                                     double, const double*, int64_t, int64_t, const double*, int64_t, int64_t, double,
+                                     double*);
+
+}  // namespace loom::cuda

@@ -1,0 +1,232 @@
+// CUDA kernels of ops/loss_ops.cc: CrossEntropy, NLL, MSE, BCEWithLogits and
+// their backward ops, f32 and f64, class targets i32 or i64. Attributes,
+// layouts, reductions and mean denominators are the CPU kernels'.
+//
+// Out-of-range class targets: the CPU fails the forward op with
+// InvalidArgument naming the first bad position. The forward kernels find
+// that position on the device (never reading out of bounds) and the wrapper
+// copies back a 16-byte record and waits for it: the one stream sync of
+// these kernels, because the op's contract is an error from this call and
+// there is no deferred device-error path in the executor. The backward ops
+// do not sync: their forward op has already checked the same targets, and
+// a bad target there turns its gradient row into NaN instead.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/cuda_kernel_util.h"
+#include "ops/cuda/loss_kernels.h"
+
+namespace loom::cuda {
+namespace {
+
+bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction") == "mean"; }
+
+// Scores [N, C, d1, ...] (or [C]), as the CPU's ClassLayoutOf.
+ClassShape ClassShapeOf(const Shape& scores) {
+  ClassShape s;
+  if (scores.rank() == 1) {
+    s.classes = scores[0];
+    return s;
+  }
+  s.batch = scores[0];
+  s.classes = scores[1];
+  for (int d = 2; d < scores.rank(); ++d) s.inner *= scores[d];
+  return s;
+}
+
+std::string PositionString(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return Shape(idx).ToString();
+}
+
+// Calls fn(T{}, I{}) for the float dtype of the scores and the index dtype of the targets.
+template <typename Fn>
+Status DispatchFloatIndex(DType float_dtype, DType index_dtype, const char* op, Fn&& fn) {
+  return DispatchCudaFloat(float_dtype, op, [&](auto zf) -> Status {
+    switch (index_dtype) {
+      case DType::kI32: return fn(zf, int32_t{});
+      case DType::kI64: return fn(zf, int64_t{});
+      default: return Unimplemented("no CUDA kernel for ", op, " with index dtype ", DTypeName(index_dtype));
+    }
+  });
+}
+
+StatusOr<Tensor> Scratch(int64_t words, const KernelContext& ctx) {
+  return Tensor::Empty(Shape{std::max<int64_t>(1, words)}, DType::kI64, ctx.device);
+}
+
+// Waits for the forward kernel's TargetCheck and turns a bad target into the
+// CPU's error.
+Status CheckTargets(const std::string& op, const Tensor& scratch, const Tensor& targets, int64_t classes,
+                    int64_t ignore, cudaStream_t stream) {
+  TargetCheck check;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&check, scratch.raw_data(), sizeof(check), cudaMemcpyDeviceToHost, stream));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (check.bad_position < 0) return Status::Ok();
+  return InvalidArgument(op, ": target ", check.bad_value, " at position ",
+                         PositionString(check.bad_position, targets.shape()), " is out of range for ", classes,
+                         " classes (expected 0..", classes - 1, " or ignore_index ", ignore, ")");
+}
+
+// ------------------------------------------------------------- CrossEntropy
+
+Status CrossEntropyKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassShape shape = ClassShapeOf(x.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  const double eps = ctx.attrs->Float("label_smoothing");
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(ClassLossScratchWords(shape.samples(), true), ctx));
+  LOOM_RETURN_IF_ERROR(DispatchFloatIndex(x.dtype(), t.dtype(), "CrossEntropy", [&](auto zf, auto zi) -> Status {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropy(x.data<T>(), t.data<I>(), shape, ignore, eps, IsMean(*ctx.attrs),
+                                                 ctx.out(0).data<T>(), scratch.raw_data(), stream));
+    return Status::Ok();
+  }));
+  return CheckTargets("CrossEntropy", scratch, t, shape.classes, ignore, stream);
+}
+LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCuda, CrossEntropyKernel);
+
+Status CrossEntropyBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassShape shape = ClassShapeOf(x.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  const double eps = ctx.attrs->Float("label_smoothing");
+  LOOM_ASSIGN_OR_RETURN(Tensor count, Scratch(1, ctx));
+  return DispatchFloatIndex(x.dtype(), t.dtype(), "CrossEntropyBackward", [&](auto zf, auto zi) -> Status {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropyBackward(x.data<T>(), t.data<I>(), ctx.in(2).data<T>(), shape, ignore,
+                                                         eps, IsMean(*ctx.attrs), ctx.out(0).data<T>(),
+                                                         count.raw_data(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCuda, CrossEntropyBackwardKernel);
+
+// ---------------------------------------------------------------------- NLL
+
+Status NllKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& lp = ctx.in(0);
+  const Tensor& t = ctx.in(1);
+  const ClassShape shape = ClassShapeOf(lp.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(ClassLossScratchWords(shape.samples(), false), ctx));
+  LOOM_RETURN_IF_ERROR(DispatchFloatIndex(lp.dtype(), t.dtype(), "NLL", [&](auto zf, auto zi) -> Status {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchNll(lp.data<T>(), t.data<I>(), shape, ignore, IsMean(*ctx.attrs),
+                                        ctx.out(0).data<T>(), scratch.raw_data(), stream));
+    return Status::Ok();
+  }));
+  return CheckTargets("NLL", scratch, t, shape.classes, ignore, stream);
+}
+LOOM_REGISTER_KERNEL("NLL", DeviceType::kCuda, NllKernel);
+
+Status NllBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& t = ctx.in(0);
+  Tensor& dlp = ctx.out(0);
+  const ClassShape shape = ClassShapeOf(dlp.shape());
+  const int64_t ignore = ctx.attrs->Int("ignore_index");
+  LOOM_ASSIGN_OR_RETURN(Tensor count, Scratch(1, ctx));
+  return DispatchFloatIndex(dlp.dtype(), t.dtype(), "NLLBackward", [&](auto zf, auto zi) -> Status {
+    using T = decltype(zf);
+    using I = decltype(zi);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchNllBackward(t.data<I>(), ctx.in(1).data<T>(), shape, ignore, IsMean(*ctx.attrs),
+                                                dlp.data<T>(), count.raw_data(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCuda, NllBackwardKernel);
+
+// ---------------------------------------------------------------------- MSE
+
+Status MseKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& p = ctx.in(0);
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(SumLossScratchWords(p.numel()), ctx));
+  return DispatchCudaFloat(p.dtype(), "MSE", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchMse(p.data<T>(), ctx.in(1).data<T>(), p.numel(), IsMean(*ctx.attrs),
+                                        ctx.out(0).data<T>(), scratch.raw_data(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("MSE", DeviceType::kCuda, MseKernel);
+
+Status MseBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& p = ctx.in(0);
+  return DispatchCudaFloat(p.dtype(), "MSEBackward", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchMseBackward(p.data<T>(), ctx.in(1).data<T>(), ctx.in(2).data<T>(), p.numel(),
+                                                IsMean(*ctx.attrs), ctx.out(0).data<T>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("MSEBackward", DeviceType::kCuda, MseBackwardKernel);
+
+// ------------------------------------------------------------ BCEWithLogits
+
+// pos_weight's offsets against the logits (unused without pos_weight).
+StatusOr<PosWeightIndex> PosWeightIndexOf(const Shape& logits, const Tensor* pos_weight) {
+  PosWeightIndex index;
+  if (pos_weight == nullptr) return index;
+  LOOM_ASSIGN_OR_RETURN(BroadcastIndex b, MakeBroadcastIndex(logits, {pos_weight->shape()}));
+  static_assert(kBceMaxRank == kMaxKernelRank, "PosWeightIndex mirrors BroadcastIndex");
+  index.rank = b.rank;
+  for (int d = 0; d < b.rank; ++d) {
+    index.dims[d] = b.dims[d];
+    index.strides[d] = b.strides[0][d];
+  }
+  return index;
+}
+
+Status BceWithLogitsKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  const Tensor* pw = ctx.inputs.size() == 3 ? &ctx.in(2) : nullptr;
+  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(x.shape(), pw));
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(SumLossScratchWords(x.numel()), ctx));
+  return DispatchCudaFloat(x.dtype(), "BCEWithLogits", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogits(x.data<T>(), ctx.in(1).data<T>(), pw ? pw->data<T>() : nullptr,
+                                                  index, x.numel(), IsMean(*ctx.attrs), ctx.out(0).data<T>(),
+                                                  scratch.raw_data(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BCEWithLogits", DeviceType::kCuda, BceWithLogitsKernel);
+
+Status BceWithLogitsBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(1);
+  const Tensor* pw = ctx.inputs.size() == 4 ? &ctx.in(3) : nullptr;
+  const std::string wrt_name = ctx.attrs->Str("wrt");
+  const BceWrt wrt = wrt_name == "targets"      ? BceWrt::kTargets
+                     : wrt_name == "pos_weight" ? BceWrt::kPosWeight
+                                                : BceWrt::kLogits;
+  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(x.shape(), pw));
+  return DispatchCudaFloat(x.dtype(), "BCEWithLogitsBackward", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogitsBackward(ctx.in(0).data<T>(), x.data<T>(), ctx.in(2).data<T>(),
+                                                          pw ? pw->data<T>() : nullptr, index, x.numel(),
+                                                          IsMean(*ctx.attrs), wrt, ctx.out(0).data<T>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BCEWithLogitsBackward", DeviceType::kCuda, BceWithLogitsBackwardKernel);
+
+}  // namespace
+}  // namespace loom::cuda

@@ -1,0 +1,108 @@
+// CUDA kernels of ops/norm_ops.cc: BatchNorm (train and eval, [N, C],
+// [N, C, L], [N, C, H, W]), BatchNormBackward, LayerNorm and
+// LayerNormBackward, f32 and f64, with the CPU kernels' semantics. Own
+// kernels rather than cuDNN: they keep the CPU's statistics exactly (double
+// accumulation, the same saved invstd and unbiased running variance for
+// every layout) and run deterministically.
+#include "ops/cuda/norm_kernels.h"
+
+#include "ops/cuda/cuda_kernel_util.h"
+
+namespace loom::cuda {
+namespace {
+
+ChannelDims ChannelDimsOf(const Shape& x) {
+  ChannelDims d;
+  d.n = x[0];
+  d.c = x[1];
+  for (int k = 2; k < x.rank(); ++k) d.s *= x[k];
+  return d;
+}
+
+StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
+  return Tensor::Empty(Shape({doubles}), DType::kF64, device);
+}
+
+Status BatchNormKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const bool training = ctx.attrs->Bool("training");
+  const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
+  const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
+  const BatchNormArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),  ctx.in(3).raw_data(),
+                           ctx.in(4).raw_data(),  ctx.out(0).raw_data(), ctx.out(1).raw_data(), ctx.out(2).raw_data(),
+                           ctx.out(3).raw_data(), ctx.out(4).raw_data()};
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNorm", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(
+        LaunchBatchNorm<T>(training, momentum, eps, dims, args, workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCuda, BatchNormKernel);
+
+Status BatchNormBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const bool training = ctx.attrs->Bool("training");
+  const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
+  const BatchNormBackwardArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),
+                                   ctx.in(3).raw_data(),  ctx.in(4).raw_data(),  ctx.out(0).raw_data(),
+                                   ctx.out(1).raw_data(), ctx.out(2).raw_data()};
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackward", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackward<T>(training, dims, args, workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCuda, BatchNormBackwardKernel);
+
+// x viewed as [rows, d], d the element count of the normalized_shape.
+void RowsOf(const Shape& x, int normalized_rank, int64_t* rows, int64_t* d) {
+  *rows = 1;
+  *d = 1;
+  for (int i = 0; i < x.rank(); ++i) *(i < x.rank() - normalized_rank ? rows : d) *= x[i];
+}
+
+Status LayerNormKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const double eps = ctx.attrs->Float("eps");
+  const Tensor& x = ctx.in(0);
+  int64_t rows, d;
+  RowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()), &rows, &d);
+  return DispatchCudaFloat(x.dtype(), "LayerNorm", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;
+    const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNorm(rows, d, eps, x.data<T>(), gamma, beta, ctx.out(0).data<T>(),
+                                              ctx.out(1).data<T>(), ctx.out(2).data<T>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCuda, LayerNormKernel);
+
+Status LayerNormBackwardKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  int64_t rows, d;
+  RowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()), &rows, &d);
+  const bool affine = ctx.inputs.size() == 5;
+  Tensor workspace;
+  if (affine) {
+    LOOM_ASSIGN_OR_RETURN(workspace, Workspace(LayerNormBackwardWorkspaceSize(rows, d), ctx.device));
+  }
+  return DispatchCudaFloat(ctx.in(0).dtype(), "LayerNormBackward", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const T* gamma = affine ? ctx.in(4).data<T>() : nullptr;
+    T* dgamma = affine ? ctx.out(1).data<T>() : nullptr;
+    T* dbeta = affine ? ctx.out(2).data<T>() : nullptr;
+    double* scratch = affine ? workspace.data<double>() : nullptr;
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNormBackward(rows, d, ctx.in(0).data<T>(), ctx.in(1).data<T>(),
+                                                      ctx.in(2).data<T>(), ctx.in(3).data<T>(), gamma,
+                                                      ctx.out(0).data<T>(), dgamma, dbeta, scratch, stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCuda, LayerNormBackwardKernel);
+
+}  // namespace
+}  // namespace loom::cuda

@@ -1,0 +1,70 @@
+// Launchers of the norm family's device code (norm_kernels.cu): BatchNorm,
+// BatchNormBackward, LayerNorm and LayerNormBackward. Statistics accumulate
+// in double, as on the CPU; per-channel and per-column sums are split over
+// blocks in a fixed way and combined in a fixed order (no atomics).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace loom::cuda {
+
+// BatchNorm's x viewed as [n, c, s]: batch, channels, flattened spatial dims.
+struct ChannelDims {
+  int64_t n = 0, c = 0, s = 1;
+};
+
+// Doubles of device workspace the BatchNorm launchers need.
+int64_t BatchNormWorkspaceSize(const ChannelDims& dims);
+
+struct BatchNormArgs {
+  const void* x;
+  const void* gamma;
+  const void* beta;
+  const void* running_mean;
+  const void* running_var;
+  void* y;
+  void* new_running_mean;
+  void* new_running_var;
+  void* saved_mean;
+  void* saved_invstd;
+};
+
+// Training: batch statistics (biased variance normalizes, unbiased variance
+// moves the running one by momentum); eval: the running statistics. saved_*
+// are the statistics used. Pointers are T arrays.
+template <typename T>
+cudaError_t LaunchBatchNorm(bool training, double momentum, double eps, const ChannelDims& dims,
+                            const BatchNormArgs& args, double* workspace, cudaStream_t stream);
+
+struct BatchNormBackwardArgs {
+  const void* dy;
+  const void* x;
+  const void* gamma;
+  const void* saved_mean;
+  const void* saved_invstd;
+  void* dx;
+  void* dgamma;
+  void* dbeta;
+};
+
+template <typename T>
+cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, const BatchNormBackwardArgs& args,
+                                    double* workspace, cudaStream_t stream);
+
+// LayerNorm over rows of d elements; gamma and beta may be null.
+template <typename T>
+cudaError_t LaunchLayerNorm(int64_t rows, int64_t d, double eps, const T* x, const T* gamma, const T* beta, T* y,
+                            T* saved_mean, T* saved_rstd, cudaStream_t stream);
+
+// Doubles of device workspace LaunchLayerNormBackward needs with gamma.
+int64_t LayerNormBackwardWorkspaceSize(int64_t rows, int64_t d);
+
+// dx always; dgamma and dbeta (and the workspace) only when gamma is given.
+template <typename T>
+cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+                                    const T* gamma, T* dx, T* dgamma, T* dbeta, double* workspace,
+                                    cudaStream_t stream);
+
+}  // namespace loom::cuda

@@ -1,0 +1,145 @@
+// CUDA kernels of ops/optimizer_ops.cc: SgdUpdate, AdamUpdate,
+// AdadeltaUpdate, RmspropUpdate (unfused, or fused over replicas with
+// per-replica hyper-parameters and active flags), SquaredNorm, ClipScale and
+// IsFinite, f32 and f64. The attributes are read as the CPU kernels read
+// them; lr, step and active stay on the device.
+#include <algorithm>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "ops/cuda/cuda_kernel_util.h"
+#include "ops/cuda/optimizer_kernels.h"
+
+namespace loom::cuda {
+namespace {
+
+// 0 unfused, else R (the ops' `replicas` attribute).
+int64_t Replicas(const AttrMap& attrs) { return attrs.Int("replicas"); }
+int64_t ReplicaCount(const AttrMap& attrs) { return std::max<int64_t>(1, Replicas(attrs)); }
+
+// Replica r's value of a float attribute that may be one float or one per
+// replica (ops/optimizer_ops.cc's ReplicaFloat; type inference checked the
+// list lengths).
+double ReplicaFloat(const AttrMap& attrs, const std::string& name, int64_t r) {
+  auto it = attrs.values().find(name);
+  if (it != attrs.values().end()) {
+    if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return v->at(static_cast<size_t>(r));
+    if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
+      return static_cast<double>(v->at(static_cast<size_t>(r)));
+  }
+  return attrs.Float(name);
+}
+
+// Every replica's float attributes `names`, in the launcher's order.
+std::vector<UpdateHyper> Hyper(const AttrMap& attrs, const std::vector<std::string>& names) {
+  std::vector<UpdateHyper> hyper(static_cast<size_t>(ReplicaCount(attrs)));
+  for (size_t r = 0; r < hyper.size(); ++r)
+    for (size_t h = 0; h < names.size(); ++h) hyper[r].v[h] = ReplicaFloat(attrs, names[h], static_cast<int64_t>(r));
+  return hyper;
+}
+
+// (param, grad, slots..., lr, step[, active]) -> (new_param, new_slots...).
+template <typename T>
+StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
+  UpdateTensors<T> t;
+  const int slots = static_cast<int>(ctx.outputs.size()) - 1;
+  if (slots < 0 || slots > kMaxOptimizerSlots) return Internal("an update op with ", slots, " state slots");
+  const int64_t replicas = Replicas(*ctx.attrs);
+  t.slots = slots;
+  t.n = ctx.in(0).numel() / ReplicaCount(*ctx.attrs);
+  t.p = ctx.in(0).data<T>();
+  t.g = ctx.in(1).data<T>();
+  t.new_p = ctx.out(0).data<T>();
+  for (int k = 0; k < slots; ++k) {
+    t.slot[k] = ctx.in(2 + k).data<T>();
+    t.new_slot[k] = ctx.out(1 + k).data<T>();
+  }
+  t.lr = ctx.in(2 + slots).data<T>();
+  t.step = ctx.in(3 + slots).data<T>();
+  if (replicas > 0) t.active = ctx.in(4 + slots).data<T>();
+  return t;
+}
+
+template <UpdateRule kRule>
+Status UpdateKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const AttrMap& attrs = *ctx.attrs;
+  UpdateFlags flags;
+  std::vector<UpdateHyper> hyper;
+  switch (kRule) {
+    case UpdateRule::kSgd:
+      flags.nesterov = attrs.Bool("nesterov");
+      hyper = Hyper(attrs, {"momentum", "dampening", "weight_decay"});
+      break;
+    case UpdateRule::kAdam:
+      flags.decoupled = attrs.Bool("decoupled");
+      hyper = Hyper(attrs, {"beta1", "beta2", "eps", "weight_decay"});
+      break;
+    case UpdateRule::kAdadelta: hyper = Hyper(attrs, {"rho", "eps", "weight_decay"}); break;
+    case UpdateRule::kRmsprop:
+      flags.centered = attrs.Bool("centered");
+      hyper = Hyper(attrs, {"alpha", "eps", "weight_decay", "momentum"});
+      break;
+  }
+  const char* op = ctx.node ? ctx.node->op.c_str() : "an update op";
+  return DispatchCudaFloat(ctx.in(0).dtype(), op, [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_ASSIGN_OR_RETURN(UpdateTensors<T> t, Tensors<T>(ctx));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        LaunchUpdate(kRule, flags, t, hyper.data(), static_cast<int64_t>(hyper.size()), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kSgd>);
+LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kAdam>);
+LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kAdadelta>);
+LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kRmsprop>);
+
+// Unfused: one sum over every element of every input; fused: one per
+// replica over its chunks of every input.
+LOOM_REGISTER_KERNEL("SquaredNorm", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  return DispatchCudaFloat(ctx.in(0).dtype(), "SquaredNorm", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const int64_t sums = ReplicaCount(*ctx.attrs);
+    std::vector<const T*> x;
+    std::vector<int64_t> chunk_n;
+    for (const Tensor* t : ctx.inputs) {
+      x.push_back(t->data<T>());
+      chunk_n.push_back(t->numel() / sums);
+    }
+    const int count = static_cast<int>(x.size());
+    const int64_t cols = SquaredNormPartials(chunk_n.data(), count);
+    LOOM_ASSIGN_OR_RETURN(Tensor partial, Tensor::Empty(Shape{std::max<int64_t>(1, sums * cols)}, DType::kF64,
+                                                         ctx.device));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchSquaredNorm(x.data(), chunk_n.data(), count, sums, partial.data<double>(),
+                                                ctx.out(0).data<T>(), stream));
+    return Status::Ok();
+  });
+});
+
+LOOM_REGISTER_KERNEL("ClipScale", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  return DispatchCudaFloat(ctx.in(0).dtype(), "ClipScale", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const int64_t count = ReplicaCount(*ctx.attrs);
+    std::vector<double> max_norm;
+    for (int64_t r = 0; r < count; ++r) max_norm.push_back(ReplicaFloat(*ctx.attrs, "max_norm", r));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        LaunchClipScale(ctx.in(0).data<T>(), ctx.out(0).data<T>(), max_norm.data(), count, stream));
+    return Status::Ok();
+  });
+});
+
+LOOM_REGISTER_KERNEL("IsFinite", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  return DispatchCudaFloat(ctx.in(0).dtype(), "IsFinite", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchIsFinite(ctx.in(0).data<T>(), ctx.out(0).data<T>(), ctx.in(0).numel(), stream));
+    return Status::Ok();
+  });
+});
+
+}  // namespace
+}  // namespace loom::cuda

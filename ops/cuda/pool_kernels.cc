@@ -1,0 +1,104 @@
+// CUDA kernels of ops/pool_ops.cc: MaxPool2d (with its argmax indices),
+// AvgPool2d, AdaptiveAvgPool2d and their backward ops, f32 and f64. The
+// attributes are read as the CPU kernels read them; the output extents
+// (ceil_mode included) come from the shapes InferTypes gave the tensors.
+#include <array>
+#include <variant>
+#include <vector>
+
+#include "ops/cuda/cuda_kernel_util.h"
+#include "ops/cuda/pool_kernels.h"
+
+namespace loom::cuda {
+namespace {
+
+using Pair = std::array<int64_t, 2>;  // (h, w)
+
+// An int or a list of two.
+StatusOr<Pair> PairAttr(const AttrMap& attrs, const char* name) {
+  auto it = attrs.values().find(name);
+  if (it == attrs.values().end()) return InvalidArgument("pool kernel: missing attribute '", name, "'");
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return Pair{*i, *i};
+  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
+  if (list == nullptr || list->size() != 2)
+    return InvalidArgument("pool kernel: attribute '", name, "' must be an int or a list of 2 ints, got ",
+                           AttrValueToString(it->second));
+  return Pair{(*list)[0], (*list)[1]};
+}
+
+enum class PoolKind { kMax, kAvg, kAdaptiveAvg };
+
+// x [N, C, H, W] pooled to y [N, C, OH, OW].
+StatusOr<PoolGeom> MakePoolGeom(PoolKind kind, const AttrMap& attrs, const Shape& x, const Shape& y) {
+  if (x.rank() != 4 || y.rank() != 4)
+    return InvalidArgument("pool kernel: expected [N, C, H, W] tensors, got ", x.ToString(), " and ", y.ToString());
+  PoolGeom g;
+  g.planes = x[0] * x[1];
+  g.h = x[2];
+  g.w = x[3];
+  g.oh = y[2];
+  g.ow = y[3];
+  if (kind == PoolKind::kAdaptiveAvg) return g;
+  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, "kernel"));
+  Pair stride = kernel;  // absent or []: the kernel, as stride=None in PyTorch
+  if (attrs.Has("stride") && attrs.values().at("stride") != AttrValue(std::vector<int64_t>{})) {
+    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, "stride"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, "padding"));
+  Pair dilation{1, 1};
+  if (kind == PoolKind::kMax) {
+    LOOM_ASSIGN_OR_RETURN(dilation, PairAttr(attrs, "dilation"));
+  }
+  for (int a = 0; a < 2; ++a)
+    if (kernel[a] < 1 || stride[a] < 1 || dilation[a] < 1 || padding[a] < 0)
+      return InvalidArgument("pool kernel: invalid kernel, stride, dilation or padding");
+  g.kh = kernel[0];
+  g.kw = kernel[1];
+  g.sh = stride[0];
+  g.sw = stride[1];
+  g.ph = padding[0];
+  g.pw = padding[1];
+  g.dh = dilation[0];
+  g.dw = dilation[1];
+  // Max pools divide by no extent.
+  g.include_pad = kind == PoolKind::kMax || attrs.Bool("count_include_pad");
+  return g;
+}
+
+template <PoolKind kKind, bool kBackward>
+Status PoolKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Shape& xs = kBackward ? ctx.out(0).shape() : ctx.in(0).shape();
+  const Shape& ys = kBackward ? ctx.in(0).shape() : ctx.out(0).shape();
+  LOOM_ASSIGN_OR_RETURN(PoolGeom g, MakePoolGeom(kKind, *ctx.attrs, xs, ys));
+  const char* op = ctx.node ? ctx.node->op.c_str() : "pool";
+  return DispatchCudaFloat(ctx.in(0).dtype(), op, [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const T* in = ctx.in(0).data<T>();
+    T* out = ctx.out(0).data<T>();
+    if constexpr (kKind == PoolKind::kMax && !kBackward) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchMaxPoolForward<T>(g, in, out, ctx.out(1).data<int64_t>(), stream));
+    } else if constexpr (kKind == PoolKind::kMax) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchMaxPoolBackward<T>(g, in, ctx.in(1).data<int64_t>(), out, stream));
+    } else if constexpr (kKind == PoolKind::kAvg && !kBackward) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchAvgPoolForward<T>(g, in, out, stream));
+    } else if constexpr (kKind == PoolKind::kAvg) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchAvgPoolBackward<T>(g, in, out, stream));
+    } else if constexpr (!kBackward) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchAdaptiveAvgPoolForward<T>(g, in, out, stream));
+    } else {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchAdaptiveAvgPoolBackward<T>(g, in, out, stream));
+    }
+    return Status::Ok();
+  });
+}
+
+LOOM_REGISTER_KERNEL("MaxPool2d", DeviceType::kCuda, PoolKernel<PoolKind::kMax, false>);
+LOOM_REGISTER_KERNEL("MaxPool2dBackward", DeviceType::kCuda, PoolKernel<PoolKind::kMax, true>);
+LOOM_REGISTER_KERNEL("AvgPool2d", DeviceType::kCuda, PoolKernel<PoolKind::kAvg, false>);
+LOOM_REGISTER_KERNEL("AvgPool2dBackward", DeviceType::kCuda, PoolKernel<PoolKind::kAvg, true>);
+LOOM_REGISTER_KERNEL("AdaptiveAvgPool2d", DeviceType::kCuda, PoolKernel<PoolKind::kAdaptiveAvg, false>);
+LOOM_REGISTER_KERNEL("AdaptiveAvgPool2dBackward", DeviceType::kCuda, PoolKernel<PoolKind::kAdaptiveAvg, true>);
+
+}  // namespace
+}  // namespace loom::cuda
