@@ -146,4 +146,12 @@ TEST_CASE("a thread count the system cannot start is an error, not an exception"
   ThreadPool::SetDefaultThreads(0);
 }
 
+TEST_CASE("WaitForDevice returns at once on the CPU and names a device it cannot wait for") {
+  CHECK(WaitForDevice(Device::Cpu()).ok());
+  // The CPU build has no CUDA backend; a CUDA build without a GPU has no cuda:0.
+  const Status s = WaitForDevice(Device::Cuda(0));
+  if (!s.ok()) CHECK_THAT(s.message(), Catch::Contains("cuda:0"));
+}
+
 }  // namespace loom
+

@@ -1,5 +1,6 @@
 // Element types. Float kernels exist for f32 (training) and f64 (gradient
-// checks); bf16/f16 are storage types for now.
+// checks); bf16/f16 convert exactly (core/half.h) and the Cast op moves
+// between them, the first pieces of mixed precision (docs/mixed_precision.md).
 #pragma once
 
 #include <cstddef>

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/half.h"
+
 namespace loom {
 
 Buffer::Buffer(Allocator* allocator, size_t bytes)
@@ -62,6 +64,30 @@ std::map<DeviceType, DeviceCopyFn>& copy_fns() {
 void RegisterDeviceCopy(DeviceType type, DeviceCopyFn fn) {
   std::lock_guard<std::mutex> lock(copy_mu());
   copy_fns()[type] = std::move(fn);
+}
+
+namespace {
+std::map<DeviceType, DeviceSyncFn>& sync_fns() {
+  static auto* fns = new std::map<DeviceType, DeviceSyncFn>;
+  return *fns;
+}
+}  // namespace
+
+void RegisterDeviceSync(DeviceType type, DeviceSyncFn fn) {
+  std::lock_guard<std::mutex> lock(copy_mu());
+  sync_fns()[type] = std::move(fn);
+}
+
+Status WaitForDevice(Device device) {
+  if (device.is_cpu()) return Status::Ok();
+  DeviceSyncFn fn;
+  {
+    std::lock_guard<std::mutex> lock(copy_mu());
+    auto it = sync_fns().find(device.type);
+    if (it == sync_fns().end()) return FailedPrecondition("no backend for ", device.ToString(), " in this build");
+    fn = it->second;
+  }
+  return fn(device.index);
 }
 
 Status Tensor::CopyFrom(const Tensor& src) {
@@ -174,16 +200,20 @@ std::vector<double> Tensor::ToDoubleVector() const {
 
 StatusOr<Tensor> Tensor::Cast(DType dtype) const {
   if (!device().is_cpu()) return Unimplemented("Cast runs on the host only");
-  if (!IsInteger(dtype) && dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kBool)
-    return Unimplemented("Cast to ", DTypeName(dtype));
   Tensor out = Zeros(shape_, dtype);
+  // bf16 / f16 on either side go through core/half.h (rounding once, to nearest even).
   for (int64_t i = 0; i < numel(); ++i) {
-    double v = ScalarAt(i);
+    double v;
+    if (dtype_ == DType::kBF16) v = ToFloat(data<BFloat16>()[i]);
+    else if (dtype_ == DType::kF16) v = ToFloat(data<Float16>()[i]);
+    else v = ScalarAt(i);
     switch (dtype) {
       case DType::kF32: Store<float>(out.raw_data(), i, v); break;
       case DType::kF64: Store<double>(out.raw_data(), i, v); break;
       case DType::kI32: Store<int32_t>(out.raw_data(), i, v); break;
       case DType::kI64: Store<int64_t>(out.raw_data(), i, v); break;
+      case DType::kBF16: out.data<BFloat16>()[i] = ToBFloat16(v); break;
+      case DType::kF16: out.data<Float16>()[i] = ToFloat16(v); break;
       default: Store<bool>(out.raw_data(), i, v); break;
     }
   }

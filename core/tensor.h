@@ -76,7 +76,8 @@ class Tensor {
   static StatusOr<Tensor> Stack(const std::vector<Tensor>& parts, Device device = Device::Cpu());
   // Copies `src` (same shape and dtype, any device pair with a copy path) into this.
   Status CopyFrom(const Tensor& src);
-  // Host copy with a new element type (f32 <-> f64 <-> i32 <-> i64).
+  // Host copy with a new element type (f32, f64, i32, i64, bf16, f16; the
+  // half types round to nearest even, core/half.h).
   StatusOr<Tensor> Cast(DType dtype) const;
   void Fill(double value);  // host only
   double ScalarAt(int64_t flat_index) const;  // host only, any numeric dtype, for tests and logs
@@ -93,6 +94,12 @@ class Tensor {
 // A backend's memcpy between its device and the host (or within the device).
 using DeviceCopyFn = std::function<Status(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes)>;
 void RegisterDeviceCopy(DeviceType type, DeviceCopyFn fn);
+
+// Waits until the work queued on a device is done (a no-op on the CPU,
+// whose kernels return when done): for timing asynchronous devices.
+using DeviceSyncFn = std::function<Status(int index)>;
+void RegisterDeviceSync(DeviceType type, DeviceSyncFn fn);
+Status WaitForDevice(Device device);
 
 template <typename T>
 Tensor Tensor::FromVector(const Shape& shape, const std::vector<T>& values) {

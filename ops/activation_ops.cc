@@ -12,54 +12,28 @@
 // forward node's attributes.
 //
 // Types: every op takes f32 or f64. ReLU alone also takes i64 (forward only,
-// on the CPU): max(x, 0) maps ids such as models::kIgnoreTarget (-100) to a
-// valid index 0. It has no gradient (autodiff only differentiates floating
-// values, and ReLU's gradient rule refuses an i64 input) and no CUDA kernel
-// (Executor::Create on CUDA reports "op ReLU has no kernel for CUDA").
+// on the CPU and on CUDA): max(x, 0) maps ids such as models::kIgnoreTarget
+// (-100) to a valid index 0. It has no gradient (autodiff only
+// differentiates floating values, and ReLU's gradient rule refuses an i64
+// input).
 #include <cmath>
 #include <string>
 
+#include "ops/activation_attrs.h"
+#include "ops/activation_params.h"
 #include "ops/cpu_util.h"
 #include "ops/op.h"
 
 namespace loom {
 namespace {
 
-enum class Unary {
-  kRelu, kRelu6, kLeakyRelu, kGelu, kSigmoid, kTanh, kHardswish, kHardsigmoid, kSilu,
-  kExp, kLog, kSqrt, kRsqrt, kAbs,
-};
-
 // What the backward op reads besides dy.
 enum class Saved { kInput, kOutput };
-
-// Attribute values, validated once by type inference and read by kernels
-// (the defaults are DeclareUnaryAttrs').
-struct UnaryParams {
-  double negative_slope = 0;  // LeakyReLU
-  bool gelu_tanh = false;     // GELU approximate="tanh"
-};
 
 // The attributes of a forward op of the table and of its backward op.
 void DeclareUnaryAttrs(Unary kind, AttrSchema& s) {
   if (kind == Unary::kLeakyRelu) s.Default("negative_slope", 0.01, "slope for x < 0");
   if (kind == Unary::kGelu) s.Default("approximate", "none", "\"none\" (erf) or \"tanh\"");
-}
-
-StatusOr<UnaryParams> ParseParams(Unary kind, const std::string& op, const AttrMap& attrs) {
-  UnaryParams p;
-  if (kind == Unary::kLeakyRelu) {
-    p.negative_slope = attrs.Float("negative_slope");
-    if (!std::isfinite(p.negative_slope))
-      return InvalidArgument(op, ": attribute negative_slope must be finite, got ", p.negative_slope);
-  }
-  if (kind == Unary::kGelu) {
-    std::string approximate = attrs.Str("approximate");
-    if (approximate != "none" && approximate != "tanh")
-      return InvalidArgument(op, ": attribute approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
-    p.gelu_tanh = approximate == "tanh";
-  }
-  return p;
 }
 
 // sqrt(2 / pi) and 1 / sqrt(2 pi), for GELU.
@@ -190,7 +164,7 @@ void ForwardLoop(KernelContext& ctx, const UnaryParams& p) {
 
 template <Unary K>
 Status ForwardKernel(KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
+  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseUnaryParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
   if constexpr (TakesI64(K)) {
     if (ctx.in(0).dtype() == DType::kI64) {
       ForwardLoop<K, int64_t>(ctx, p);
@@ -202,7 +176,7 @@ Status ForwardKernel(KernelContext& ctx) {
 
 template <Unary K>
 Status BackwardKernel(KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
+  LOOM_ASSIGN_OR_RETURN(const UnaryParams p, ParseUnaryParams(K, ctx.node ? ctx.node->op : "", *ctx.attrs));
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* dy = ctx.in(0).data<T>();
@@ -253,12 +227,12 @@ class UnaryOp : public ElementwiseOpDef {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, row_.name));
     if (!(TakesI64(row_.kind) && in[0].dtype == DType::kI64))
       LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(row_.name) + " input"));
-    LOOM_RETURN_IF_ERROR(ParseParams(row_.kind, row_.name, attrs).status());
+    LOOM_RETURN_IF_ERROR(ParseUnaryParams(row_.kind, row_.name, attrs).status());
     return in;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    auto p = ParseParams(row_.kind, row_.name, a);
+    auto p = ParseUnaryParams(row_.kind, row_.name, a);
     c.flops = static_cast<double>(in[0].shape.numel()) * ForwardFlops(row_.kind, p.ok() ? *p : UnaryParams{});
     return c;
   }
@@ -289,12 +263,12 @@ class UnaryBackwardOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_ + " (dy, " + (row_.saved == Saved::kInput ? "x)" : "y)")));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name_ + " dy"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], name_ + ": dy and the saved tensor differ"));
-    LOOM_RETURN_IF_ERROR(ParseParams(row_.kind, name_, attrs).status());
+    LOOM_RETURN_IF_ERROR(ParseUnaryParams(row_.kind, name_, attrs).status());
     return std::vector<TensorType>{in[0]};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    auto p = ParseParams(row_.kind, name_, a);
+    auto p = ParseUnaryParams(row_.kind, name_, a);
     c.flops = static_cast<double>(in[0].shape.numel()) * BackwardFlops(row_.kind, p.ok() ? *p : UnaryParams{});
     return c;
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/attention_geometry.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/gemm.h"
@@ -21,17 +22,6 @@ namespace {
 
 constexpr const char* kAttention = "ScaledDotProductAttention";
 constexpr const char* kAttentionBackward = "ScaledDotProductAttentionBackward";
-
-// Extents of one attention problem, read from q [B, H, Tq, D],
-// k [B, H, Tk, D] and v [B, H, Tk, Dv].
-struct AttnDims {
-  int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  int64_t heads() const { return b * h; }  // independent (batch, head) problems
-};
-
-AttnDims DimsOf(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
-}
 
 StatusOr<AttnDims> CheckQkv(const std::string& op, const TensorType& q, const TensorType& k, const TensorType& v) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(q, op + " q"));
@@ -50,29 +40,8 @@ StatusOr<AttnDims> CheckQkv(const std::string& op, const TensorType& q, const Te
   return AttnDims{sq[0], sq[1], sq[2], sk[2], sq[3], sv[3]};
 }
 
-// The `scale` attribute, or 1/sqrt(D) when absent.
-StatusOr<double> ResolveScale(const std::string& op, const AttrMap& attrs, int64_t d) {
-  if (!attrs.Has("scale")) {
-    if (d <= 0) return InvalidArgument(op, ": the default scale 1/sqrt(D) needs D > 0, q has D = ", d);
-    return 1.0 / std::sqrt(static_cast<double>(d));
-  }
-  double scale = attrs.Float("scale");
-  if (!std::isfinite(scale) || scale <= 0)
-    return InvalidArgument(op, ": attribute 'scale' must be a positive finite number, got ", scale);
-  return scale;
-}
-
 bool IsMaskDType(DType d) {
   return d == DType::kBool || d == DType::kI32 || d == DType::kI64 || d == DType::kF32 || d == DType::kF64;
-}
-
-// Last key index visible to query i (may be < 0: no key visible). Causal
-// masking is aligned bottom-right: query i sits at key position
-// i + (Tk - Tq), so with Tq == Tk it is the usual j <= i, and with Tq < Tk
-// the queries are the last Tq positions of the key sequence (incremental
-// decoding). With Tq > Tk the first Tq - Tk queries see no key at all.
-int64_t LastVisibleKey(bool causal, int64_t i, int64_t tq, int64_t tk) {
-  return causal ? std::min(tk - 1, i + tk - tq) : tk - 1;
 }
 
 // ---------------------------------------------------------------------------
@@ -80,7 +49,7 @@ int64_t LastVisibleKey(bool causal, int64_t i, int64_t tq, int64_t tk) {
 //   inputs: q [B, H, Tq, D], k [B, H, Tk, D], v [B, H, Tk, Dv],
 //           optional key_padding_mask [B, Tk] (bool, i32, i64, f32 or f64;
 //           nonzero = padded key, excluded from every query of that batch row)
-//   attrs:  causal (bool, default false; see LastVisibleKey),
+//   attrs:  causal (bool, default false; see LastVisibleKey, ops/attention_causal.h),
 //           scale (float > 0, default 1/sqrt(D))
 //   outputs: 0 = out [B, H, Tq, Dv], 1 = probs [B, H, Tq, Tk] (the attention
 //           weights; zero on masked keys).
@@ -99,7 +68,7 @@ class AttentionOp : public OpDef {
     if (in.size() != 3 && in.size() != 4)
       return InvalidArgument(kAttention, " takes (q, k, v[, key_padding_mask]), got ", in.size(), " inputs");
     LOOM_ASSIGN_OR_RETURN(AttnDims n, CheckQkv(kAttention, in[0], in[1], in[2]));
-    LOOM_RETURN_IF_ERROR(ResolveScale(kAttention, attrs, n.d).status());
+    LOOM_RETURN_IF_ERROR(ResolveAttentionScale(kAttention, attrs, n.d).status());
     if (in.size() == 4) {
       const TensorType& m = in[3];
       if (m.shape != Shape({n.b, n.tk}))
@@ -127,7 +96,7 @@ class AttentionOp : public OpDef {
   Status Gradient(GradBuilder& g) const override {
     if (!g.NeedsInputGrad(0) && !g.NeedsInputGrad(1) && !g.NeedsInputGrad(2)) return Status::Ok();
     const TensorType& q = g.type(g.input(0));
-    LOOM_ASSIGN_OR_RETURN(double scale, ResolveScale(kAttention, g.attrs(), q.shape[3]));
+    LOOM_ASSIGN_OR_RETURN(double scale, ResolveAttentionScale(kAttention, g.attrs(), q.shape[3]));
     ValueId d_out = g.output_grad(0);
     if (d_out == kNoValue) {  // only the weights reach the loss
       const TensorType& t = g.type(g.output(0));
@@ -207,8 +176,8 @@ void MaskedSoftmaxRow(T* row, int64_t tk, int64_t last, const uint8_t* padded) {
 Status AttentionKernel(KernelContext& ctx) {
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2);
   Tensor &out = ctx.out(0), &probs = ctx.out(1);
-  const AttnDims n = DimsOf(q, k, v);
-  LOOM_ASSIGN_OR_RETURN(double scale, ResolveScale(kAttention, *ctx.attrs, n.d));
+  const AttnDims n = AttnDimsOf(q, k, v);
+  LOOM_ASSIGN_OR_RETURN(double scale, ResolveAttentionScale(kAttention, *ctx.attrs, n.d));
   const bool causal = ctx.attrs->Bool("causal");
   std::vector<uint8_t> padded;
   if (ctx.inputs.size() == 4) padded = PaddedKeys(ctx.in(3));
@@ -253,7 +222,7 @@ class AttentionBackwardOp : public OpDef {
       return InvalidArgument(kAttentionBackward, " takes (q, k, v, probs, d_out[, d_probs]), got ", in.size(),
                              " inputs");
     LOOM_ASSIGN_OR_RETURN(AttnDims n, CheckQkv(kAttentionBackward, in[0], in[1], in[2]));
-    LOOM_RETURN_IF_ERROR(ResolveScale(kAttentionBackward, attrs, n.d).status());
+    LOOM_RETURN_IF_ERROR(ResolveAttentionScale(kAttentionBackward, attrs, n.d).status());
     const TensorType probs{Shape({n.b, n.h, n.tq, n.tk}), in[0].dtype};
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[3], probs, std::string(kAttentionBackward) + " probs vs expected"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[4], {Shape({n.b, n.h, n.tq, n.dv}), in[0].dtype},
@@ -283,7 +252,7 @@ LOOM_REGISTER_OP(AttentionBackwardOp);
 Status AttentionBackwardKernel(KernelContext& ctx) {
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2), &probs = ctx.in(3), &d_out = ctx.in(4);
   const Tensor* d_probs = ctx.inputs.size() == 6 ? &ctx.in(5) : nullptr;
-  const AttnDims n = DimsOf(q, k, v);
+  const AttnDims n = AttnDimsOf(q, k, v);
   const double scale = ctx.attrs->Float("scale");
   LOOM_ASSIGN_OR_RETURN(Tensor ds, Tensor::Empty(probs.shape(), probs.dtype(), ctx.device));  // [B, H, Tq, Tk]
   return DispatchFloat(q.dtype(), [&](auto zero) {

@@ -97,14 +97,6 @@ TEST_CASE("attention ops pass the op harness") {
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
-// The CPU, and the first GPU where there is one: the tests below check the
-// CUDA kernels the same way (on masks and shapes the op harness cannot draw).
-std::vector<Device> TestDevices() {
-  std::vector<Device> devices = {Device::Cpu()};
-  if (GetAllocator(Device::Cuda(0)).ok()) devices.push_back(Device::Cuda(0));
-  return devices;
-}
-
 Tensor RandomF64(const Shape& shape, Rng& rng) {
   Tensor t = ZerosF64(shape);
   for (int64_t i = 0; i < t.numel(); ++i) At(t, i) = rng.Uniform(-1.5, 1.5);

@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "ops/conv_geometry.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/gemm.h"
@@ -45,11 +46,16 @@ namespace {
 // ---------------------------------------------------------------------------
 // Attributes and shapes.
 
-using Pair = std::array<int64_t, 2>;  // (h, w); 1-D ops use w and keep h neutral
-
-std::string PairString(const Pair& p, int sd) {
-  return sd == 2 ? StrCat("[", p[0], ", ", p[1], "]") : StrCat("[", p[1], "]");
-}
+// Attribute parsing and the products' geometry: ops/conv_geometry.h, shared
+// with the CUDA kernels.
+using conv::ConvGeom;
+using conv::ConvParams;
+using conv::Pair;
+using conv::PairString;
+using conv::ParseConvParams;
+using conv::Product;
+using conv::SpatialOf;
+using conv::WithSpatial;
 
 // The attributes of every convolution op, declared once. The backward ops
 // take the forward op's plus the shape they produce.
@@ -62,69 +68,11 @@ void DeclareConvAttrs(AttrSchema& s, bool transpose) {
     s.Default("output_padding", AttrType::kIntOrInts, int64_t{0}, "extra rows added on one side of the output");
 }
 
-// An int or a list of `sd` ints (present: the node is canonical). The h
-// axis of 1-D ops is an extent-1 axis, and keeps `neutral`, the value that
-// leaves it as it is.
-StatusOr<Pair> SpatialAttr(const AttrMap& attrs, const std::string& op, const char* name, int sd, int64_t neutral) {
-  Pair v = {neutral, neutral};
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return InvalidArgument(op, ": missing attribute '", name, "'");
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) {
-    v[1] = *i;
-    if (sd == 2) v[0] = *i;
-    return v;
-  }
-  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
-  if (list == nullptr || static_cast<int>(list->size()) != sd)
-    return InvalidArgument(op, ": attribute '", name, "' must be an int or a list of ", sd, " int", sd == 1 ? "" : "s",
-                           ", got ", AttrValueToString(it->second));
-  v[1] = list->back();
-  if (sd == 2) v[0] = list->front();
-  return v;
-}
-
 StatusOr<std::vector<int64_t>> ShapeAttr(const AttrMap& attrs, const std::string& op, const char* name) {
   auto it = attrs.values().find(name);
   const auto* list = it == attrs.values().end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
   if (list == nullptr) return InvalidArgument(op, ": missing int-list attribute '", name, "'");
   return *list;
-}
-
-struct ConvParams {
-  int sd = 2;  // spatial dims
-  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1}, output_padding{0, 0};
-  int64_t groups = 1;
-};
-
-StatusOr<ConvParams> ParseConvParams(const AttrMap& attrs, const std::string& op, int sd, bool transpose) {
-  ConvParams p;
-  p.sd = sd;
-  LOOM_ASSIGN_OR_RETURN(p.stride, SpatialAttr(attrs, op, "stride", sd, /*neutral=*/1));
-  LOOM_ASSIGN_OR_RETURN(p.padding, SpatialAttr(attrs, op, "padding", sd, /*neutral=*/0));
-  LOOM_ASSIGN_OR_RETURN(p.dilation, SpatialAttr(attrs, op, "dilation", sd, /*neutral=*/1));
-  if (transpose) {
-    LOOM_ASSIGN_OR_RETURN(p.output_padding, SpatialAttr(attrs, op, "output_padding", sd, /*neutral=*/0));
-  }
-  p.groups = attrs.Int("groups");
-  if (p.groups < 1) return InvalidArgument(op, ": groups must be >= 1, got ", p.groups);
-  for (int a = 0; a < 2; ++a) {
-    if (p.stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(p.stride, sd));
-    if (p.dilation[a] < 1) return InvalidArgument(op, ": dilation must be >= 1, got ", PairString(p.dilation, sd));
-    if (p.padding[a] < 0) return InvalidArgument(op, ": padding must be >= 0, got ", PairString(p.padding, sd));
-    // PyTorch's rule: an output_padding of s or more would add rows that no
-    // input reaches, unless dilation spreads the kernel that far.
-    if (p.output_padding[a] < 0 || (p.output_padding[a] >= p.stride[a] && p.output_padding[a] >= p.dilation[a]))
-      return InvalidArgument(op, ": output_padding ", PairString(p.output_padding, sd),
-                             " must be >= 0 and smaller than either stride ", PairString(p.stride, sd),
-                             " or dilation ", PairString(p.dilation, sd));
-  }
-  return p;
-}
-
-// Spatial extents of [N, C, spatial...] as (h, w).
-Pair SpatialOf(const Shape& s) { return s.rank() == 4 ? Pair{s[2], s[3]} : Pair{1, s[2]}; }
-Shape WithSpatial(int64_t n, int64_t c, const Pair& sp, int sd) {
-  return sd == 2 ? Shape{n, c, sp[0], sp[1]} : Shape{n, c, sp[1]};
 }
 
 const char* LayoutName(int sd, bool weight) {
@@ -214,32 +162,6 @@ double ConvFlops(const Shape& cols, const Shape& weight) {
 
 // ---------------------------------------------------------------------------
 // CPU machinery.
-
-struct ConvGeom {
-  int64_t n, c, h, w;  // image  [N, C, H, W]
-  int64_t o, oh, ow;   // cols   [N, O, OH, OW]
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups;
-  int64_t cg() const { return c / groups; }
-  int64_t og() const { return o / groups; }
-  int64_t k() const { return cg() * kh * kw; }  // GEMM depth: rows of im2col
-  int64_t hw() const { return h * w; }
-  int64_t ohw() const { return oh * ow; }
-  // im2col of a 1x1, stride-1, unpadded conv is the image itself.
-  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == w; }
-  // The planes im2col reads and col2im writes: zero-padded copies when the
-  // convolution pads (see PadPlanes), else the image's own.
-  bool padded() const { return ph > 0 || pw > 0; }
-  int64_t hp() const { return h + 2 * ph; }
-  int64_t wp() const { return w + 2 * pw; }
-};
-
-ConvGeom MakeGeom(const ConvParams& p, const Shape& image, const Shape& weight, const Shape& cols) {
-  const Pair in = SpatialOf(image), k = SpatialOf(weight), out = SpatialOf(cols);
-  return ConvGeom{image[0],     image[1],     in[0],        in[1],          // image
-                  cols[1],      out[0],       out[1],                       // cols
-                  k[0],         k[1],         p.stride[0],  p.stride[1],    // kernel
-                  p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups};
-}
 
 // Output positions [lo, hi) along one axis whose input coordinate
 // o * stride + off falls inside [0, in).
@@ -626,11 +548,6 @@ void BiasGrad(const T* dy, int64_t n, int64_t c, int64_t s, T* db, ThreadPool* p
   }, ChannelChunk(n * s));
 }
 
-// Which of the three products a kernel runs. `transpose` says the op is of
-// the ConvTranspose family, which only changes which input is the image in
-// the weight gradient: (x = cols, dy = image) instead of (x = image, dy = cols).
-enum class Product { kForward, kAdjoint, kWeightGrad };
-
 Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
@@ -638,23 +555,21 @@ Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
   Tensor& out = ctx.out(0);
   const int sd = a.shape().rank() - 2;
   LOOM_ASSIGN_OR_RETURN(ConvParams p, ParseConvParams(*ctx.attrs, "convolution kernel", sd, transpose));
+  const ConvGeom g = conv::ProductGeom(p, product, transpose, a.shape(), b.shape(), out.shape());
   return DispatchFloat(out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pb = bias ? bias->data<T>() : nullptr;
     switch (product) {
       case Product::kForward:  // (image, w[, bias]) -> cols
-        ConvForward(MakeGeom(p, a.shape(), b.shape(), out.shape()), a.data<T>(), b.data<T>(), pb, out.data<T>(),
-                    ctx.pool);
+        ConvForward(g, a.data<T>(), b.data<T>(), pb, out.data<T>(), ctx.pool);
         break;
       case Product::kAdjoint:  // (cols, w[, bias]) -> image
-        ConvAdjoint(MakeGeom(p, out.shape(), b.shape(), a.shape()), a.data<T>(), b.data<T>(), pb, out.data<T>(),
-                    ctx.pool);
+        ConvAdjoint(g, a.data<T>(), b.data<T>(), pb, out.data<T>(), ctx.pool);
         break;
       case Product::kWeightGrad: {  // (x, dy) -> dw
         const Tensor& image = transpose ? b : a;
         const Tensor& cols = transpose ? a : b;
-        ConvWeightGrad(MakeGeom(p, image.shape(), out.shape(), cols.shape()), image.data<T>(), cols.data<T>(),
-                       out.data<T>(), ctx.pool);
+        ConvWeightGrad(g, image.data<T>(), cols.data<T>(), out.data<T>(), ctx.pool);
         break;
       }
     }
@@ -822,21 +737,14 @@ LOOM_REGISTER_OP(ConvBackwardBiasOp);
 // ---------------------------------------------------------------------------
 // CPU kernels.
 
-Status ForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, false); }
-Status AdjointKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, false); }
-Status WeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, false); }
-Status TransposeForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, true); }
-Status TransposeInputGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, true); }
-Status TransposeWeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, true); }
-
-LOOM_REGISTER_KERNEL("Conv1d", DeviceType::kCpu, ForwardKernel);
-LOOM_REGISTER_KERNEL("Conv2d", DeviceType::kCpu, ForwardKernel);
-LOOM_REGISTER_KERNEL("ConvBackwardInput", DeviceType::kCpu, AdjointKernel);
-LOOM_REGISTER_KERNEL("ConvBackwardWeight", DeviceType::kCpu, WeightGradKernel);
-LOOM_REGISTER_KERNEL("ConvTranspose1d", DeviceType::kCpu, TransposeForwardKernel);
-LOOM_REGISTER_KERNEL("ConvTranspose2d", DeviceType::kCpu, TransposeForwardKernel);
-LOOM_REGISTER_KERNEL("ConvTransposeBackwardInput", DeviceType::kCpu, TransposeInputGradKernel);
-LOOM_REGISTER_KERNEL("ConvTransposeBackwardWeight", DeviceType::kCpu, TransposeWeightGradKernel);
+// The kernels of conv::kKernelRoles (which product each op runs).
+const bool kConvKernelsRegistered = [] {
+  for (const conv::KernelRole& role : conv::kKernelRoles)
+    OpRegistry::Global().RegisterKernel(role.op, DeviceType::kCpu, [role](KernelContext& ctx) {
+      return ConvKernel(ctx, role.product, role.transpose);
+    });
+  return true;
+}();
 
 LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);

@@ -25,6 +25,7 @@
 
 #include "core/counter_rng.h"
 #include "ops/cpu_util.h"
+#include "ops/dropout_embedding_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
 
@@ -38,7 +39,11 @@ namespace {
 // element's comes from its counter alone.
 constexpr int64_t kDropoutBlock = 16384;
 
-bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training") && attrs.Float("p") > 0; }
+using dropout_embedding::DispatchIndex;
+using dropout_embedding::DropoutActive;
+using dropout_embedding::DropoutKeys;
+using dropout_embedding::IndexOutOfRange;
+using dropout_embedding::MakeDropoutKeys;
 
 // Fused, an active dropout draws one mask per replica from the replica's
 // seed: the fusion pass emits that form itself (graph/fusion.cc); in eval
@@ -93,20 +98,10 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   // Fused replicas (graph/fusion.h): replica r's elements, in the order a
   // single model holds them, draw with the key of replica r's seed, so its
   // mask is the one the single model would draw. The CUDA kernel makes the
-  // keys the same way (ops/cuda/dropout_embedding_kernels.cc).
-  std::vector<uint64_t> stream_keys;
-  int64_t replicas = 1, outer = 1, inner = n;
-  if (active && ctx.attrs->Has("replica_seeds")) {
-    const Shape& s = ctx.in(0).shape();
-    const int axis = static_cast<int>(ctx.attrs->Int("replica_axis"));
-    replicas = s[axis];
-    for (int d = 0; d < axis; ++d) outer *= s[d];
-    inner = n / std::max<int64_t>(1, outer * replicas);
-    for (int64_t seed : ctx.attrs->Ints("replica_seeds"))
-      stream_keys.push_back(ctx.StreamFor(static_cast<uint64_t>(seed)).NextU64());
-  } else if (active) {
-    stream_keys.push_back(ctx.rng->NextU64());
-  }
+  // keys with the same MakeDropoutKeys (ops/dropout_embedding_util.h).
+  const DropoutKeys draw = active ? MakeDropoutKeys(ctx) : DropoutKeys{};
+  const std::vector<uint64_t>& stream_keys = draw.keys;
+  const int64_t replicas = draw.replicas, outer = draw.outer, inner = draw.inner;
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = ctx.in(0).data<T>();  // [n]
@@ -139,26 +134,6 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
 // ---------------------------------------------------------------------------
 // Embedding
 
-// "[1, 0]": the multi-index of a flat position, for error messages.
-std::string PositionString(const Shape& shape, int64_t flat) {
-  std::vector<int64_t> idx(shape.rank());
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    idx[d] = shape[d] == 0 ? 0 : flat % shape[d];
-    flat = shape[d] == 0 ? 0 : flat / shape[d];
-  }
-  return Shape(idx).ToString();
-}
-
-// Calls fn(I{}) with I = int32_t or int64_t for the index dtype.
-template <typename Fn>
-Status DispatchIndex(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kI32: return fn(int32_t{});
-    case DType::kI64: return fn(int64_t{});
-    default: return InvalidArgument("indices must be i32 or i64, got ", DTypeName(dtype));
-  }
-}
-
 // The indices as int64, or an error naming the first out-of-range one.
 StatusOr<std::vector<int64_t>> ReadIndices(const std::string& op, const Tensor& indices, int64_t num_embeddings) {
   std::vector<int64_t> out(indices.numel());
@@ -168,8 +143,7 @@ StatusOr<std::vector<int64_t>> ReadIndices(const std::string& op, const Tensor& 
     for (size_t i = 0; i < out.size(); ++i) {
       const int64_t v = p[i];
       if (v < 0 || v >= num_embeddings)
-        return InvalidArgument(op, ": index ", v, " at position ", PositionString(indices.shape(), i), " of indices ",
-                               indices.shape().ToString(), " is out of range for ", num_embeddings, " embeddings");
+        return IndexOutOfRange(op, v, static_cast<int64_t>(i), indices.shape(), num_embeddings);
       out[i] = v;
     }
     return Status::Ok();

@@ -34,6 +34,7 @@
 #include <cmath>
 
 #include "ops/cpu_util.h"
+#include "ops/loss_geometry.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -60,7 +61,6 @@ StatusOr<bool> ParseMeanReduction(const std::string& op, const AttrMap& attrs) {
     return InvalidArgument(op, ": attribute 'reduction' must be \"mean\" or \"sum\", got \"", r, "\"");
   return r == "mean";
 }
-bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction") == "mean"; }
 
 std::vector<TensorType> Scalar(DType dtype) { return {TensorType{Shape{}, dtype}}; }
 
@@ -107,26 +107,6 @@ Status DispatchFloatIndex(DType float_dtype, DType index_dtype, Fn&& fn) {
 
 // ------------------------------------------------- class-index losses layout
 
-// Scores [N, C, d1, ...] (or [C]) with targets [N, d1, ...] (or []): the
-// score of sample i = n * inner + s for class c is at (n * C + c) * inner + s.
-struct ClassLayout {
-  int64_t batch = 1, classes = 0, inner = 1;
-  int64_t samples() const { return batch * inner; }
-  int64_t ScoreOffset(int64_t sample) const { return (sample / inner) * classes * inner + sample % inner; }
-};
-
-ClassLayout ClassLayoutOf(const Shape& scores) {
-  ClassLayout L;
-  if (scores.rank() == 1) {
-    L.classes = scores[0];
-    return L;
-  }
-  L.batch = scores[0];
-  L.classes = scores[1];
-  for (int d = 2; d < scores.rank(); ++d) L.inner *= scores[d];
-  return L;
-}
-
 // The targets shape that goes with a scores shape: the class dim removed.
 Shape TargetShapeFor(const Shape& scores) {
   std::vector<int64_t> dims = scores.dims();
@@ -163,15 +143,6 @@ Status CheckClassInputs(const std::string& op, const char* scores_name, const Te
   return Status::Ok();
 }
 
-std::string PositionString(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.rank());
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return Shape(idx).ToString();
-}
-
 // Checks every target and counts those not ignored (the mean's denominator).
 StatusOr<int64_t> CountTargets(const std::string& op, const Tensor& targets, int64_t classes, int64_t ignore_index) {
   int64_t count = 0;
@@ -181,9 +152,7 @@ StatusOr<int64_t> CountTargets(const std::string& op, const Tensor& targets, int
       const int64_t v = t[i];
       if (v == ignore_index) continue;
       if (v < 0 || v >= classes) {
-        status = InvalidArgument(op, ": target ", v, " at position ", PositionString(i, targets.shape()),
-                                 " is out of range for ", classes, " classes (expected 0..", classes - 1,
-                                 " or ignore_index ", ignore_index, ")");
+        status = TargetOutOfRange(op, v, i, targets.shape(), classes, ignore_index);
         return;
       }
       ++count;
@@ -290,7 +259,7 @@ LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
       }
       return sum;
     });
-    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(count) : total);
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(count) : total);
   });
 });
 
@@ -329,7 +298,7 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
     const T* px = x.data<T>();
     const I* pt = t.data<I>();
     T* pdx = ctx.out(0).data<T>();
-    const T scale = LossScale<T>(ctx.in(2), IsMean(*ctx.attrs), count);
+    const T scale = LossScale<T>(ctx.in(2), IsMeanReduction(*ctx.attrs), count);
     const T smooth = static_cast<T>(eps / static_cast<double>(L.classes)), hit = static_cast<T>(1.0 - eps);
     ParallelRange(ctx.pool, L.samples(), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
@@ -396,7 +365,7 @@ LOOM_REGISTER_KERNEL("NLL", DeviceType::kCpu, [](KernelContext& ctx) {
         if (pt[i] != ignore) sum -= plp[L.ScoreOffset(i) + pt[i] * L.inner];
       return sum;
     });
-    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(count) : total);
+    ctx.out(0).data<T>()[0] = static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(count) : total);
   });
 });
 
@@ -432,7 +401,7 @@ LOOM_REGISTER_KERNEL("NLLBackward", DeviceType::kCpu, [](KernelContext& ctx) {
     const I* pt = t.data<I>();
     T* pd = dlp.data<T>();
     std::fill(pd, pd + dlp.numel(), T(0));
-    const T g = -LossScale<T>(ctx.in(1), IsMean(*ctx.attrs), count);
+    const T g = -LossScale<T>(ctx.in(1), IsMeanReduction(*ctx.attrs), count);
     for (int64_t i = 0; i < L.samples(); ++i)
       if (pt[i] != ignore) pd[L.ScoreOffset(i) + pt[i] * L.inner] = g;
   });
@@ -479,7 +448,8 @@ LOOM_REGISTER_KERNEL("MSE", DeviceType::kCpu, [](KernelContext& ctx) {
       }
       return sum;
     });
-    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(p.numel()) : total);
+    ctx.out(0).data<T>()[0] =
+        static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(p.numel()) : total);
   });
 });
 
@@ -510,7 +480,7 @@ LOOM_REGISTER_KERNEL("MSEBackward", DeviceType::kCpu, [](KernelContext& ctx) {
     const T* pp = p.data<T>();
     const T* pt = ctx.in(1).data<T>();
     T* pd = ctx.out(0).data<T>();
-    const T scale = 2 * LossScale<T>(ctx.in(2), IsMean(*ctx.attrs), p.numel());
+    const T scale = 2 * LossScale<T>(ctx.in(2), IsMeanReduction(*ctx.attrs), p.numel());
     ParallelRange(ctx.pool, p.numel(), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) pd[i] = scale * (pp[i] - pt[i]);
     });
@@ -627,7 +597,8 @@ LOOM_REGISTER_KERNEL("BCEWithLogits", DeviceType::kCpu, [](KernelContext& ctx) {
       });
       return sum;
     });
-    ctx.out(0).data<T>()[0] = static_cast<T>(IsMean(*ctx.attrs) ? total / static_cast<double>(x.numel()) : total);
+    ctx.out(0).data<T>()[0] =
+        static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(x.numel()) : total);
   });
 });
 
@@ -676,7 +647,7 @@ LOOM_REGISTER_KERNEL("BCEWithLogitsBackward", DeviceType::kCpu, [](KernelContext
     const T* pt = ctx.in(2).data<T>();
     const T* pw = has_pw ? ctx.in(3).data<T>() : nullptr;
     T* pd = ctx.out(0).data<T>();
-    const T scale = LossScale<T>(ctx.in(0), IsMean(*ctx.attrs), x.numel());
+    const T scale = LossScale<T>(ctx.in(0), IsMeanReduction(*ctx.attrs), x.numel());
     ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
       ForEachBceElement(x.shape(), L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
         const T weight = has_pw ? pw[w] : T(1);

@@ -24,6 +24,7 @@
 
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
+#include "ops/norm_geometry.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -44,20 +45,6 @@ Status ExpectEps(const std::string& op, double eps) {
 
 // ---------------------------------------------------------------------------
 // BatchNorm
-
-// x viewed as [n, c, s]: batch, channels, and the flattened spatial dims.
-struct ChannelLayout {
-  int64_t n = 0, c = 0, s = 1;
-  int64_t per_channel() const { return n * s; }
-};
-
-ChannelLayout LayoutOf(const Shape& x) {
-  ChannelLayout l;
-  l.n = x[0];
-  l.c = x[1];
-  for (int d = 2; d < x.rank(); ++d) l.s *= x[d];
-  return l;
-}
 
 // Calls fn(c, offset, length) for every plane (n, c), the contiguous runs
 // of channel elements, in parallel.
@@ -123,7 +110,7 @@ class BatchNormOp : public OpDef {
     if (!(momentum >= 0 && momentum <= 1))
       return InvalidArgument("BatchNorm: attribute momentum must be in [0, 1], got ", momentum);
     LOOM_RETURN_IF_ERROR(ExpectEps("BatchNorm", attrs.Float("eps")));
-    if (attrs.Bool("training") && LayoutOf(x.shape).per_channel() < 2)
+    if (attrs.Bool("training") && ChannelLayoutOf(x.shape).per_channel() < 2)
       return InvalidArgument("BatchNorm: training needs more than one value per channel, got x ", x.shape.ToString());
     TensorType stat{channels, x.dtype};
     return std::vector<TensorType>{x, stat, stat, stat, stat};
@@ -185,7 +172,7 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
   const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
-  const ChannelLayout l = LayoutOf(x.shape());
+  const ChannelLayout l = ChannelLayoutOf(x.shape());
   const int64_t m = l.per_channel();
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -276,7 +263,7 @@ LOOM_REGISTER_OP(BatchNormBackwardOp);
 
 LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
-  const ChannelLayout l = LayoutOf(ctx.in(1).shape());
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   const double m = static_cast<double>(l.per_channel());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -316,18 +303,6 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
 
 // ---------------------------------------------------------------------------
 // LayerNorm
-
-// x viewed as [rows, d]: d is the normalized_shape's element count.
-struct RowLayout {
-  int64_t rows = 0, d = 1;
-};
-
-RowLayout RowsOf(const Shape& x, int normalized_rank) {
-  RowLayout l;
-  l.rows = 1;
-  for (int i = 0; i < x.rank(); ++i) (i < x.rank() - normalized_rank ? l.rows : l.d) *= x[i];
-  return l;
-}
 
 // Checks attr normalized_shape against x; returns the shape of the saved
 // statistics (x's leading dims).
@@ -416,7 +391,7 @@ LOOM_REGISTER_OP(LayerNormOp);
 LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   const double eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
-  const RowLayout l = RowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  const RowLayout l = NormRowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();                                                  // [rows, d]
@@ -487,7 +462,7 @@ class LayerNormBackwardOp : public OpDef {
 LOOM_REGISTER_OP(LayerNormBackwardOp);
 
 LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
-  const RowLayout l = RowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  const RowLayout l = NormRowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* dy = ctx.in(0).data<T>();                                         // [rows, d]

@@ -27,6 +27,7 @@
 
 #include "ops/cpu_util.h"
 #include "ops/op.h"
+#include "ops/optimizer_replicas.h"
 
 namespace loom {
 namespace {
@@ -50,12 +51,18 @@ Status ExpectInRange(const std::string& op, const std::string& attr, double v, d
 
 // ---- Replicas (horizontal fusion) ----
 
+// Reading `replicas` and per-replica float attributes (shared with the CUDA
+// kernels).
+using optimizer::FloatList;
+using optimizer::ReplicaCount;
+using optimizer::ReplicaFloat;
+using optimizer::Replicas;
+
 // The `replicas` attribute: 0 for an unfused op, else R >= 1. Every op of
 // this file declares it; graph/training.cc sets it on fused ones.
 AttrSchema& DeclareReplicas(AttrSchema& s) {
   return s.Default("replicas", int64_t{0}, "fused: R, and float attributes may hold one value per replica");
 }
-int64_t Replicas(const AttrMap& attrs) { return attrs.Int("replicas"); }
 
 // A float hyper-parameter of an update op: one float, or (fused) one per replica.
 AttrSchema& DeclareRate(AttrSchema& s, const char* name, double def, const char* doc) {
@@ -66,27 +73,6 @@ Status CheckReplicas(const std::string& op, const AttrMap& attrs) {
   const int64_t r = Replicas(attrs);
   if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
   return Status::Ok();
-}
-
-// A float attribute given as a list (one value per replica), or nullopt when
-// it is absent or a single number.
-std::optional<std::vector<double>> FloatList(const AttrMap& attrs, const std::string& name) {
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return std::nullopt;
-  if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
-  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
-    return std::vector<double>(v->begin(), v->end());
-  return std::nullopt;
-}
-
-// Replica r's value of a float attribute: entry r of a list, or the single
-// value. Lists are only read after CheckFloatAttrs accepted them.
-double ReplicaFloat(const AttrMap& attrs, const std::string& name, int64_t r) {
-  if (auto list = FloatList(attrs, name)) {
-    LOOM_CHECK(r >= 0 && r < static_cast<int64_t>(list->size()), "attribute ", name, " has no value for replica ", r);
-    return (*list)[static_cast<size_t>(r)];
-  }
-  return attrs.Float(name);
 }
 
 // A list-valued float attribute needs replicas = R and exactly R values.
@@ -105,9 +91,6 @@ Status CheckFloatAttrs(const std::string& op, const AttrMap& attrs, const std::v
   }
   return Status::Ok();
 }
-
-// How many sets of scalars an op's attributes describe: 1 unfused, R fused.
-int64_t ReplicaCount(const AttrMap& attrs) { return std::max<int64_t>(1, Replicas(attrs)); }
 
 // The attribute's name in a message: "momentum", or "momentum[2]" for
 // replica 2 of a fused op.

@@ -25,27 +25,18 @@
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
+#include "ops/pool_geometry.h"
 
 namespace loom {
 namespace {
 
-using Pair = std::array<int64_t, 2>;  // (h, w)
-
-std::string PairString(const Pair& p) { return StrCat("[", p[0], ", ", p[1], "]"); }
-
-// An int or a list of two; absent means *def (an error when def is null).
-StatusOr<Pair> PairAttr(const AttrMap& attrs, const std::string& op, const char* name) {
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return InvalidArgument(op, ": missing attribute '", name, "'");
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return Pair{*i, *i};
-  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
-  if (list == nullptr || list->size() != 2)
-    return InvalidArgument(op, ": attribute '", name, "' must be an int or a list of 2 ints, got ",
-                           AttrValueToString(it->second));
-  return Pair{(*list)[0], (*list)[1]};
-}
-
-enum class PoolKind { kMax, kAvg, kAdaptiveAvg };
+// Attributes and windows: ops/pool_geometry.h and ops/pool_window.h, shared
+// with the CUDA kernels.
+using pool::Pair;
+using pool::PairAttr;
+using pool::PairString;
+using pool::PoolKind;
+using pool::Window;
 
 // The attributes of a pool op, declared once; the backward ops take the
 // forward op's plus the input shape.
@@ -62,12 +53,6 @@ void DeclarePoolAttrs(PoolKind kind, AttrSchema& s) {
   if (kind == PoolKind::kAvg) s.Default("count_include_pad", true, "divide by the padded window size");
 }
 
-// One output position's window along one axis: the input taps first + t *
-// step for t in [0, count) (only those inside the input), and the extent a
-// mean divides by (which counts padding under count_include_pad).
-struct Window {
-  int64_t first = 0, count = 0, extent = 0;
-};
 struct AxisWindows {
   int64_t step = 1;
   std::vector<Window> windows;  // one per output position
@@ -88,17 +73,7 @@ AxisWindows SlidingWindows(int64_t in, int64_t out, int64_t k, int64_t s, int64_
   a.stride = s;
   a.padding = p;
   a.kernel = k;
-  for (int64_t o = 0; o < out; ++o) {
-    const int64_t start = o * s - p;
-    const int64_t t_lo = start >= 0 ? 0 : (-start + d - 1) / d;           // first tap at or after 0
-    const int64_t t_hi = start >= in ? 0 : std::min(k, (in - start + d - 1) / d);  // taps before in
-    Window w;
-    w.count = std::max<int64_t>(0, t_hi - t_lo);
-    w.first = start + t_lo * d;
-    // PyTorch: the padded window ends at min(start + k, in + p).
-    w.extent = include_pad ? std::min(start + k, in + p) - start : w.count;
-    a.windows.push_back(w);
-  }
+  for (int64_t o = 0; o < out; ++o) a.windows.push_back(pool::SlidingWindow(o, in, k, s, p, d, include_pad));
   // Whole windows are contiguous: the clipped ones sit at the two ends.
   a.full_lo = 0;
   while (a.full_lo < out && a.windows[a.full_lo].count != k) ++a.full_lo;
@@ -110,7 +85,7 @@ AxisWindows SlidingWindows(int64_t in, int64_t out, int64_t k, int64_t s, int64_
 AxisWindows AdaptiveWindows(int64_t in, int64_t out) {
   AxisWindows a;
   for (int64_t o = 0; o < out; ++o) {
-    const int64_t begin = o * in / out, end = ((o + 1) * in + out - 1) / out;
+    const int64_t begin = pool::AdaptiveBegin(o, in, out), end = pool::AdaptiveEnd(o, in, out);
     a.windows.push_back({begin, end - begin, end - begin});
   }
   return a;
@@ -136,28 +111,9 @@ struct PoolPlan {
 
 StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrMap& attrs, const Shape& x) {
   const bool max = kind == PoolKind::kMax;
-  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, op, "kernel"));
-  Pair stride = kernel;  // see DeclarePoolAttrs
-  if (attrs.Has("stride") && attrs.values().at("stride") != AttrValue(std::vector<int64_t>{})) {
-    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, op, "stride"));
-  }
-  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, op, "padding"));
-  // Average pools have no dilation (theirs is 1); max pools divide by no
-  // extent, so count_include_pad does not matter to them.
-  Pair dilation{1, 1};
-  if (max) {
-    LOOM_ASSIGN_OR_RETURN(dilation, PairAttr(attrs, op, "dilation"));
-  }
-  const bool ceil_mode = attrs.Bool("ceil_mode");
-  const bool include_pad = max || attrs.Bool("count_include_pad");
-  for (int a = 0; a < 2; ++a) {
-    if (kernel[a] < 1) return InvalidArgument(op, ": kernel must be >= 1, got ", PairString(kernel));
-    if (stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(stride));
-    if (dilation[a] < 1) return InvalidArgument(op, ": dilation must be >= 1, got ", PairString(dilation));
-    if (padding[a] < 0 || padding[a] > kernel[a] / 2)
-      return InvalidArgument(op, ": padding ", PairString(padding), " must be between 0 and half the kernel ",
-                             PairString(kernel));
-  }
+  LOOM_ASSIGN_OR_RETURN(pool::SlidingAttrs attr, pool::ParseSlidingAttrs(kind, op, attrs));
+  const Pair &kernel = attr.kernel, &stride = attr.stride, &padding = attr.padding, &dilation = attr.dilation;
+  const bool ceil_mode = attr.ceil_mode, include_pad = attr.include_pad;
   if (x.rank() != 4) return InvalidArgument(op, ": input x must be [N, C, H, W], got ", x.ToString());
   const Pair in{x[2], x[3]};
   Pair span, padded;

@@ -23,6 +23,7 @@
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
+#include "ops/reduce_geometry.h"
 
 namespace loom {
 namespace {
@@ -33,22 +34,6 @@ namespace {
 AttrSchema& DeclareReduceAttrs(AttrSchema& s) {
   return s.Default("axes", std::vector<int64_t>{}, "the dims reduced (negative: from the end); empty: all")
       .Default("keepdims", false, "keep each reduced dim with extent 1");
-}
-
-// Which axes of x are reduced.
-StatusOr<std::vector<bool>> ResolveAxes(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  const std::vector<int64_t> axes = attrs.Ints("axes");
-  std::vector<bool> mask(x.rank(), axes.empty());
-  for (int64_t a : axes) {
-    auto axis = NormalizeAxis(a, x.rank());
-    if (!axis.ok())
-      return InvalidArgument(op, ": attribute 'axes' ", Shape(axes).ToString(), " has axis ", a,
-                             ", out of range for input of shape ", x.ToString(), " (rank ", x.rank(), ")");
-    if (mask[*axis])
-      return InvalidArgument(op, ": attribute 'axes' ", Shape(axes).ToString(), " names axis ", *axis, " twice");
-    mask[*axis] = true;
-  }
-  return mask;
 }
 
 Shape ReducedShape(const Shape& x, const std::vector<bool>& mask, bool keepdims) {
@@ -67,46 +52,10 @@ int64_t ReducedCount(const Shape& x, const std::vector<bool>& mask) {
   return n;
 }
 
-// x seen as rows of output vectors: output element (row, j) folds the
-// `reduced` input vectors x[RowOffset(row) + ReducedOffset(r) + j], j <
-// inner. Adjacent axes of the same kind are merged and unit axes dropped, so
-// reducing the last axis walks contiguous memory and reducing a leading axis
-// adds contiguous inner vectors.
-struct ReduceLayout {
-  int64_t rows = 1, inner = 1, reduced = 1;
-  std::vector<int64_t> kept_dims, kept_strides;
-  std::vector<int64_t> red_dims, red_strides;  // never empty
-
-  ReduceLayout(const Shape& x, const std::vector<bool>& mask) {
-    const std::vector<int64_t> strides = x.Strides();
-    struct Group {
-      bool reduced;
-      int64_t size, stride;
-    };
-    std::vector<Group> groups;
-    for (int d = 0; d < x.rank(); ++d) {
-      if (x[d] == 1) continue;
-      if (!groups.empty() && groups.back().reduced == mask[d]) {
-        groups.back().size *= x[d];
-        groups.back().stride = strides[d];
-      } else {
-        groups.push_back({static_cast<bool>(mask[d]), x[d], strides[d]});
-      }
-    }
-    if (!groups.empty() && !groups.back().reduced) {
-      inner = groups.back().size;
-      groups.pop_back();
-    }
-    for (const Group& g : groups) {
-      (g.reduced ? red_dims : kept_dims).push_back(g.size);
-      (g.reduced ? red_strides : kept_strides).push_back(g.stride);
-      (g.reduced ? reduced : rows) *= g.size;
-    }
-    if (red_dims.empty()) {  // nothing (or only unit axes) reduced
-      red_dims.push_back(1);
-      red_strides.push_back(0);
-    }
-  }
+// The groups of ReduceGroupsOf (ops/reduce_geometry.h) with the CPU
+// kernels' walks over them.
+struct ReduceLayout : ReduceGroups {
+  ReduceLayout(const Shape& x, const std::vector<bool>& mask) : ReduceGroups(ReduceGroupsOf(x, mask)) {}
 
   int64_t RowOffset(int64_t row) const {
     int64_t offset = 0;
@@ -223,7 +172,7 @@ class ReduceOp : public OpDef {
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
-    LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveAxes(name_, attrs, in[0].shape));
+    LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes(name_, attrs, in[0].shape));
     if (kind_ == ReduceKind::kMax && ReducedCount(in[0].shape, mask) == 0)
       return InvalidArgument(name_, ": cannot take the maximum over an empty reduction (input ", in[0].shape.ToString(),
                              ", attribute 'axes' ", Shape(attrs.Ints("axes")).ToString(), ")");
@@ -244,7 +193,7 @@ class ReduceOp : public OpDef {
       g.SetInputGrad(0, g.Emit1("ReduceMaxBackward", {x, g.output(0), dy}, g.attrs()));
       return Status::Ok();
     }
-    const std::vector<bool> mask = ResolveAxes(name_, g.attrs(), xs).value();
+    const std::vector<bool> mask = ResolveReduceAxes(name_, g.attrs(), xs).value();
     if (kind_ == ReduceKind::kMean) {
       const int64_t n = ReducedCount(xs, mask);
       dy = g.Emit1("MulScalar", {dy}, AttrMap{{"value", n > 0 ? 1.0 / static_cast<double>(n) : 0.0}});
@@ -295,7 +244,7 @@ LOOM_REGISTER_OP(ReduceOp, "ReduceMax", ReduceKind::kMax);
 template <ReduceKind kKind>
 Status ReduceKernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const std::vector<bool> mask = ResolveAxes("Reduce", *ctx.attrs, x.shape()).value();
+  const std::vector<bool> mask = ResolveReduceAxes("Reduce", *ctx.attrs, x.shape()).value();
   const ReduceLayout layout(x.shape(), mask);
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -338,7 +287,7 @@ LOOM_REGISTER_OP(ReduceMaxBackwardOp);
 
 LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const std::vector<bool> mask = ResolveAxes("ReduceMaxBackward", *ctx.attrs, x.shape()).value();
+  const std::vector<bool> mask = ResolveReduceAxes("ReduceMaxBackward", *ctx.attrs, x.shape()).value();
   const ReduceLayout L(x.shape(), mask);
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -374,29 +323,9 @@ LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCpu, [](KernelContext& ct
 
 // ------------------------------------------------------------------ softmax
 
-// x seen as [outer, len, inner] around the softmax axis.
-struct AxisLayout {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-
 // Softmax's and its backward's one attribute.
 AttrSchema& DeclareSoftmaxAttrs(AttrSchema& s) {
   return s.Default("axis", int64_t{-1}, "the dim normalized over (negative: from the end)");
-}
-
-StatusOr<AxisLayout> ResolveSoftmaxAxis(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  const int64_t given = attrs.Int("axis");
-  auto axis = NormalizeAxis(given, x.rank());
-  if (!axis.ok())
-    return InvalidArgument(op, ": attribute 'axis' = ", given, " is out of range for input of shape ", x.ToString(),
-                           " (rank ", x.rank(), ")");
-  AxisLayout L;
-  for (int d = 0; d < x.rank(); ++d) {
-    if (d < *axis) L.outer *= x[d];
-    else if (d > *axis) L.inner *= x[d];
-  }
-  L.len = x[*axis];
-  return L;
 }
 
 // The softmax axis is walked for a block of up to kLanes neighbouring inner

@@ -11,6 +11,7 @@
 
 #include "ops/cpu_util.h"
 #include "ops/gemm.h"
+#include "ops/lstm_geometry.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -22,12 +23,6 @@ constexpr const char* kLstmBackward = "LSTMBackward";
 // Sigmoid and tanh count as this many FLOPs each in Cost() (exp, add,
 // divide and a negation, roughly).
 constexpr double kActivationFlops = 4;
-
-// Extents: x [T, N, I], hidden size Hd (the gates are 4 * Hd wide).
-struct LstmDims {
-  int64_t t = 0, n = 0, in = 0, hd = 0;
-  int64_t gates() const { return 4 * hd; }
-};
 
 Status ExpectShape(const std::string& op, const std::string& what, const TensorType& t, const Shape& want,
                    DType dtype) {
@@ -55,8 +50,6 @@ StatusOr<LstmDims> CheckLstmCore(const std::string& op, const std::vector<Tensor
   LOOM_RETURN_IF_ERROR(ExpectShape(op, "w_hh [4*Hd, Hd]", in[4], {n.gates(), n.hd}, dt));
   return n;
 }
-
-LstmDims DimsOf(const Tensor& x, const Tensor& h0) { return {x.shape()[0], x.shape()[1], x.shape()[2], h0.shape()[1]}; }
 
 // FLOPs of the two GEMMs x W_ih^T and h W_hh^T over all steps (forward); the
 // backward runs each of them twice (data and weight gradients).
@@ -144,7 +137,7 @@ LOOM_REGISTER_OP(LstmOp);
 
 Status LstmKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = DimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x, h0);
   const int64_t G = n.gates(), Hd = n.hd;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -240,7 +233,7 @@ LOOM_REGISTER_OP(LstmBackwardOp);
 
 Status LstmBackwardKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = DimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x, h0);
   const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
   LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.t, n.n, G}, x.dtype(), ctx.device));
   return DispatchFloat(x.dtype(), [&](auto zero) {

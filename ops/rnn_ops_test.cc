@@ -177,14 +177,6 @@ TEST_CASE("two chained LSTM layers: forward and gradients vs finite differences"
   }
 }
 
-// The CPU, and the first GPU where there is one (the CUDA kernels get the
-// same checks on shapes the op harness does not draw).
-std::vector<Device> TestDevices() {
-  std::vector<Device> devices = {Device::Cpu()};
-  if (GetAllocator(Device::Cuda(0)).ok()) devices.push_back(Device::Cuda(0));
-  return devices;
-}
-
 // An empty sequence passes the initial state through; gradients flow to it.
 TEST_CASE("lstm with T = 0") {
   Graph graph;

@@ -25,6 +25,7 @@
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
+#include "ops/shape_geometry.h"
 
 namespace loom {
 namespace {
@@ -42,26 +43,15 @@ Status DispatchBytes(DType dtype, Fn&& fn) {
   }
 }
 
-// Resolves a possibly negative axis attribute against `shape`, naming the op
-// and the input in the error.
-StatusOr<int> ResolveAxis(const std::string& op, const char* attr, int64_t axis, const Shape& shape) {
-  auto a = NormalizeAxis(axis, shape.rank());
-  if (!a.ok()) return InvalidArgument(op, ": attribute '", attr, "' = ", axis, " is out of range for input of shape ",
-                                      shape.ToString(), " (rank ", shape.rank(), ")");
-  return *a;
-}
-
-int64_t Product(const Shape& s, int begin, int end) {
-  int64_t p = 1;
-  for (int d = begin; d < end; ++d) p *= s[d];
-  return p;
-}
-
-// A tensor seen as [outer, len, inner] around one axis.
-struct AxisSplit {
-  int64_t outer, len, inner;
-};
-AxisSplit SplitAt(const Shape& s, int axis) { return {Product(s, 0, axis), s[axis], Product(s, axis + 1, s.rank())}; }
+using shape_ops::AxisSplit;
+using shape_ops::MergePermutedDims;
+using shape_ops::PermutedDims;
+using shape_ops::Product;
+using shape_ops::ResolveAxis;
+using shape_ops::ResolvePerm;
+using shape_ops::ResolveSlice;
+using shape_ops::SliceRange;
+using shape_ops::SplitAt;
 
 // Which slabs (inner-sized rows along the axis) of one side of a copy are used:
 // slab indices start, start + step, ... within `len` slabs per outer index.
@@ -102,29 +92,6 @@ Status CopyKernel(KernelContext& ctx) {
 }
 
 // ---------------------------------------------------------------- Transpose
-
-StatusOr<std::vector<int>> ResolvePerm(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  const int rank = x.rank();
-  std::vector<int64_t> given = attrs.Ints("perm");
-  std::vector<int> perm(rank);
-  if (given.empty()) {
-    for (int i = 0; i < rank; ++i) perm[i] = rank - 1 - i;
-    return perm;
-  }
-  auto bad = [&] {
-    return InvalidArgument(op, ": attribute 'perm' ", Shape(given).ToString(), " is not a permutation of the ", rank,
-                           " axes of input ", x.ToString());
-  };
-  if (static_cast<int>(given.size()) != rank) return bad();
-  std::vector<bool> seen(rank, false);
-  for (int i = 0; i < rank; ++i) {
-    auto a = NormalizeAxis(given[i], rank);
-    if (!a.ok() || seen[*a]) return bad();
-    seen[*a] = true;
-    perm[i] = *a;
-  }
-  return perm;
-}
 
 class TransposeOp : public OpDef {
  public:
@@ -186,19 +153,10 @@ Status TransposeKernel(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   if (x.numel() == 0) return Status::Ok();
   std::vector<int> perm = ResolvePerm("Transpose", *ctx.attrs, x.shape()).value();
-  const std::vector<int64_t> in_strides = x.shape().Strides();
-  std::vector<int64_t> dims, strides;  // merged output dims and their strides in x
-  for (int p : perm) {
-    const int64_t n = x.shape()[p], st = in_strides[p];
-    if (n == 1) continue;
-    if (!dims.empty() && strides.back() == st * n) {  // continues the previous run in x
-      dims.back() *= n;
-      strides.back() = st;
-    } else {
-      dims.push_back(n);
-      strides.push_back(st);
-    }
-  }
+  // Merged output dims and their strides in x.
+  const PermutedDims merged = MergePermutedDims(x.shape(), perm);
+  const std::vector<int64_t>& dims = merged.dims;
+  const std::vector<int64_t>& strides = merged.strides;
   if (dims.size() <= 1) return CopyKernel(ctx);  // the element order is unchanged
   const Shape out(dims);
   const std::vector<int64_t> none(dims.size(), 0);
@@ -403,34 +361,12 @@ LOOM_REGISTER_KERNEL("Split", DeviceType::kCpu, [](KernelContext& ctx) {
 
 // -------------------------------------------------------- Slice (+backward)
 
-struct SliceRange {
-  int axis;
-  int64_t start, step, count;
-};
-
-// Python's slice.indices() for a positive step.
 // Slice's attributes; SliceBackward takes them too.
 AttrSchema& DeclareSliceAttrs(AttrSchema& s) {
   return s.Default("axis", int64_t{0}, "the dim sliced (negative: from the end)")
       .Default("start", int64_t{0}, "first index (negative: from the end; clamped)")
       .Default("end", std::numeric_limits<int64_t>::max(), "one past the last index (negative: from the end; clamped)")
       .Default("step", int64_t{1}, "stride between indices, positive");
-}
-
-StatusOr<SliceRange> ResolveSlice(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  SliceRange r;
-  LOOM_ASSIGN_OR_RETURN(r.axis, ResolveAxis(op, "axis", attrs.Int("axis"), x));
-  r.step = attrs.Int("step");
-  if (r.step <= 0) return InvalidArgument(op, ": attribute 'step' must be positive, got ", r.step);
-  const int64_t len = x[r.axis];
-  auto clamp = [len](int64_t i) {
-    if (i < 0) i = std::max<int64_t>(0, i + len);
-    return std::min(i, len);
-  };
-  r.start = clamp(attrs.Int("start"));
-  const int64_t end = clamp(attrs.Int("end"));
-  r.count = end > r.start ? (end - r.start + r.step - 1) / r.step : 0;
-  return r;
 }
 
 Shape SlicedShape(const Shape& x, const SliceRange& r) {

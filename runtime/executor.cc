@@ -216,8 +216,12 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     // Type inference normally catches mistyped attributes; this scope covers
     // graphs built without it (a wrong type becomes this node's error).
     AttrTypeErrors attr_errors;
+    // Kernels on an asynchronous device (CUDA) return once queued: a profile
+    // waits for the device before and after each one, so it times the kernel.
+    if (options_.profile) LOOM_RETURN_IF_ERROR(WaitForDevice(options_.device));
     const auto start = options_.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status s = (*kernels_[i])(ctx);
+    if (options_.profile && s.ok()) s = WaitForDevice(options_.device);
     if (options_.profile) {
       profile_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++profile_[i].calls;

@@ -338,6 +338,7 @@ std::vector<FuseCase> Cases() {
   add("AddScalar", "AddScalar", A({{"value", 0.5}}), {Rep({3, 4})}, same("AddScalar"));
   add("MulScalar", "MulScalar", A({{"value", -2.0}}), {Rep({3, 4})}, same("MulScalar"));
   add("PowScalar", "PowScalar", A({{"value", 3.0}}), {Rep({3, 4})}, same("PowScalar"));
+  add("Cast", "Cast", A({{"to", "f64"}}), {Rep({3, 4})}, same("Cast"));
   // Broadcasting binary ops: shared data against per-replica parameters.
   add("Add shared x + bias", "Add", {}, {Shr({4, 3, 5}), Rep({5})}, same("Add"));
   add("Sub bias - shared x", "Sub", {}, {Rep({3, 1}), Shr({4, 3, 5})}, same("Sub"));
@@ -494,8 +495,8 @@ LOOM_REGISTER_KERNEL(kFalselyFusedOp, DeviceType::kCpu, CopyKernel);
 // graph, before autodiff and the optimizer add these.
 bool IsTrainingOnlyOp(const std::string& op) {
   static const std::set<std::string> ops = {"SgdUpdate", "AdamUpdate", "AdadeltaUpdate", "RmspropUpdate",
-                                            "SquaredNorm", "ClipScale",  "IsFinite",       "Input",
-                                            "Parameter",  "Buffer"};
+                                            "SquaredNorm", "ClipScale",  "IsFinite",       "LossScaleUpdate",
+                                            "Input",      "Parameter",  "Buffer"};
   return ops.count(op) || op.find("Backward") != std::string::npos;
 }
 

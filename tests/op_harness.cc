@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/rng.h"
 #include "graph/autodiff.h"
@@ -165,11 +167,6 @@ void CheckGradient(const OpCase& c, const std::vector<Tensor>& ins) {
   CheckGraphGradients(lg.op.graph, lg.loss, lg.feeds, lg.wrt, c.grad_tolerance, c.seed, "case '" + c.name + "'");
 }
 
-bool HaveCuda() {
-  static bool have = GetAllocator(Device::Cuda(0)).ok();
-  return have;
-}
-
 // The loss and the input gradients of the case's loss graph in f32 on
 // `device` (the backward ops are whatever the op's gradient rule emits).
 std::map<std::string, Tensor> RunBackward(const OpCase& c, const std::vector<Tensor>& ins, Device device) {
@@ -197,7 +194,7 @@ std::map<std::string, Tensor> RunBackward(const OpCase& c, const std::vector<Ten
 }
 
 void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
-  if (!HaveCuda()) return;  // skipped: no GPU here
+  if (!GpuAvailable()) return;  // skipped: no GPU here
   if (!OpRegistry::Global().SupportsOp(c.op, DeviceType::kCuda)) return;
   std::vector<Tensor> cpu = RunForward(c, ins, DType::kF32, Device::Cpu());
   std::vector<Tensor> gpu = RunForward(c, ins, DType::kF32, Device::Cuda(0));
@@ -217,6 +214,25 @@ void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
 }
 
 }  // namespace
+
+bool GpuAvailable() {
+  static const Status present = GetAllocator(Device::Cuda(0)).status();
+  if (present.ok()) return true;
+  const char* required = std::getenv("LOOM_REQUIRE_CUDA");
+  if (required && std::string(required) == "1") FAIL("LOOM_REQUIRE_CUDA=1 but cuda:0 is unusable: " << present.ToString());
+  static const bool logged = [] {
+    std::fprintf(stderr, "no GPU: CUDA comparisons skipped (%s)\n", present.ToString().c_str());
+    return true;
+  }();
+  (void)logged;
+  return false;
+}
+
+std::vector<Device> TestDevices() {
+  std::vector<Device> devices = {Device::Cpu()};
+  if (GpuAvailable()) devices.push_back(Device::Cuda(0));
+  return devices;
+}
 
 void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, Tensor>& feeds,
                          const std::vector<std::string>& wrt_nodes, double tolerance, uint64_t seed,

@@ -89,6 +89,14 @@ void CheckGraphGradients(Graph graph, ValueId loss, const std::map<std::string, 
 // inference must fail).
 std::string InferError(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& inputs);
 
+// Whether the CUDA comparisons can run on cuda:0: true with a GPU; false
+// without one (logged once), except under LOOM_REQUIRE_CUDA=1 (the GPU
+// check), where a missing GPU fails the calling test instead of skipping.
+bool GpuAvailable();
+// The CPU, and cuda:0 where GpuAvailable(): for tests that check every
+// device the same way.
+std::vector<Device> TestDevices();
+
 // Helpers for references.
 Tensor ZerosF64(const Shape& shape);
 inline double& At(Tensor& t, int64_t i) { return t.data<double>()[i]; }

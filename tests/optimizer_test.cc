@@ -16,6 +16,7 @@
 #include "graph/training.h"
 #include "ops/op.h"
 #include "runtime/executor.h"
+#include "tests/op_harness.h"
 
 namespace loom {
 namespace {
@@ -393,9 +394,9 @@ TEST_CASE("the gradient norm can be an output without clipping") {
   for (int s = 0; s < kSteps; ++s) CHECK(f32.grad_norm[s] == Approx(want.grad_norm[s]).epsilon(1e-6));
 }
 
-// Runs one op on fed inputs; returns all its outputs.
-StatusOr<std::vector<Tensor>> RunOpOutputs(const std::string& op, const std::vector<Tensor>& inputs,
-                                           const AttrMap& attrs) {
+// Runs one op on fed inputs on `device`; returns all its outputs.
+StatusOr<std::vector<Tensor>> RunOpOn(Device device, const std::string& op, const std::vector<Tensor>& inputs,
+                                      const AttrMap& attrs) {
   Graph g;
   GraphBuilder b(&g);
   std::vector<ValueId> ids;
@@ -407,11 +408,18 @@ StatusOr<std::vector<Tensor>> RunOpOutputs(const std::string& op, const std::vec
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<ValueId> ys, b.Add(op, ids, attrs, "op"));
   for (size_t i = 0; i < ys.size(); ++i) g.outputs()["y" + std::to_string(i)] = ys[i];
-  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(g));
+  ExecutorOptions opts;
+  opts.device = device;
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(g, opts));
   LOOM_ASSIGN_OR_RETURN(auto out, exec->Run(feeds));
   std::vector<Tensor> result;
   for (size_t i = 0; i < ys.size(); ++i) result.push_back(out.at("y" + std::to_string(i)));
   return result;
+}
+
+StatusOr<std::vector<Tensor>> RunOpOutputs(const std::string& op, const std::vector<Tensor>& inputs,
+                                           const AttrMap& attrs) {
+  return RunOpOn(Device::Cpu(), op, inputs, attrs);
 }
 
 // Runs one op on fed inputs; returns its first output.
@@ -1083,32 +1091,7 @@ TEST_CASE("the fused ops check replicas, shapes and per-replica attributes") {
 
 // ---- CUDA kernels against the CPU kernels (skipped without a GPU) ----
 
-bool HaveCuda() {
-  static const bool have = GetAllocator(Device::Cuda(0)).ok();
-  return have;
-}
-
-StatusOr<std::vector<Tensor>> RunOpOn(Device device, const std::string& op, const std::vector<Tensor>& inputs,
-                                      const AttrMap& attrs) {
-  Graph g;
-  GraphBuilder b(&g);
-  std::vector<ValueId> ids;
-  std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string name = "x" + std::to_string(i);
-    ids.push_back(b.Input(name, {inputs[i].shape(), inputs[i].dtype()}));
-    feeds[name] = inputs[i];
-  }
-  LOOM_ASSIGN_OR_RETURN(std::vector<ValueId> ys, b.Add(op, ids, attrs, "op"));
-  for (size_t i = 0; i < ys.size(); ++i) g.outputs()["y" + std::to_string(i)] = ys[i];
-  ExecutorOptions opts;
-  opts.device = device;
-  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(g, opts));
-  LOOM_ASSIGN_OR_RETURN(auto out, exec->Run(feeds));
-  std::vector<Tensor> result;
-  for (size_t i = 0; i < ys.size(); ++i) result.push_back(out.at("y" + std::to_string(i)));
-  return result;
-}
+bool HaveCuda() { return testing::GpuAvailable(); }
 
 // Every output on CUDA against the CPU: f64 to 1e-12 and f32 to 1e-6 of
 // max(1, |cpu|); NaN where the CPU has NaN.

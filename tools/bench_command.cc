@@ -224,6 +224,8 @@ StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
 Status BenchProfile(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench profile needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  if (flags.Has("device")) config.set_device(flags.Str("device", ""));
+  LOOM_ASSIGN_OR_RETURN(const Device device, RunDevice(config));
   LOOM_ASSIGN_OR_RETURN(int64_t steps, flags.Int("steps", 20));
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
@@ -241,6 +243,7 @@ Status BenchProfile(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(Graph train, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fusion)));
   ExecutorOptions eo;
   eo.profile = true;
+  eo.device = device;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(train, eo));
   LOOM_RETURN_IF_ERROR(exec->InitializeState(0));
   std::map<std::string, Tensor> feeds = RandomFeeds(train, data.feeds);
@@ -262,10 +265,11 @@ Status BenchProfile(const Flags& flags) {
   std::vector<std::pair<std::string, std::pair<double, double>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   const int64_t batch = config.data().batch_size() * std::max<int64_t>(1, replicas);
-  std::printf("%s: %lld steps of batch %lld, %.2f ms/step, %.0f samples/s, %.1f GFLOP/s (%d threads)\n",
+  const std::string where =
+      device.is_cpu() ? StrCat(ThreadPool::Default().num_threads(), " threads") : device.ToString();
+  std::printf("%s: %lld steps of batch %lld, %.2f ms/step, %.0f samples/s, %.1f GFLOP/s (%s)\n",
               config.model().name().c_str(), static_cast<long long>(steps), static_cast<long long>(batch),
-              1e3 * total / steps, steps * batch / total, GraphCost(train).flops * steps / total / 1e9,
-              ThreadPool::Default().num_threads());
+              1e3 * total / steps, steps * batch / total, GraphCost(train).flops * steps / total / 1e9, where.c_str());
   std::printf("%-34s %10s %8s %10s\n", "op", "ms/step", "share", "GFLOP/s");
   for (const auto& [op, v] : rows) {
     if (v.first <= 0) continue;
@@ -438,7 +442,8 @@ Status BenchCommand(const std::vector<std::string>& args) {
     Flags flags({{"config", "the training config whose model and batch to profile"},
                  {"steps", "profiled steps (default 20)"},
                  {"replicas", "profile the fused step of this many replicas (batch = replicas x the config's)"},
-                 {"threads", "CPU threads (default: the config's)"}});
+                 {"threads", "CPU threads (default: the config's)"},
+                 {"device", "cpu (default) or cuda[:i]; on a GPU each kernel is timed to completion"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {
       std::printf("usage: loom bench profile --config FILE [flags]\n%s", flags.Help().c_str());

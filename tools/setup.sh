@@ -14,6 +14,7 @@ packages=(
   catch2                 # tests (v2 API)
   clang libclang-rt-14-dev  # libFuzzer for the fuzz targets (tests/fuzz/run.sh)
   zlib1g-dev             # gzip IDX files
+  xz-utils               # tools/gpu_check.sh compresses the binaries it packs
   dataset-fashion-mnist  # the real training data
   jargon-text            # English text (the Jargon File) for the language-model configs
   fortunes               # English text by topic, for the text-classification config

@@ -257,6 +257,7 @@ struct Registrar {
       return new CudaAllocator(index);
     });
     RegisterDeviceCopy(DeviceType::kCuda, CopyBytes);
+    RegisterDeviceSync(DeviceType::kCuda, SynchronizeDevice);
   }
 };
 Registrar registrar;

@@ -1,9 +1,9 @@
 // CUDA kernels of ops/activation_ops.cc: every forward op of the CPU table and
 // its "Backward" op, f32 and f64; ReLU also on i64 (forward only, as on the
-// CPU). Attributes are read and validated as the CPU kernels do (ParseParams).
-#include <cmath>
+// CPU). Attributes are read and validated by the CPU kernels' ParseUnaryParams.
 #include <string>
 
+#include "ops/activation_attrs.h"
 #include "ops/cuda/activation_kernels.h"
 #include "ops/cuda/cuda_kernel_util.h"
 
@@ -12,30 +12,13 @@ namespace {
 
 using K = ActivationKind;
 
-// The CPU's ParseParams.
-StatusOr<ActivationParams> ParseParams(K kind, const std::string& op, const AttrMap& attrs) {
-  ActivationParams p;
-  if (kind == K::kLeakyRelu) {
-    p.negative_slope = attrs.Float("negative_slope");
-    if (!std::isfinite(p.negative_slope))
-      return InvalidArgument(op, ": attribute negative_slope must be finite, got ", p.negative_slope);
-  }
-  if (kind == K::kGelu) {
-    const std::string approximate = attrs.Str("approximate");
-    if (approximate != "none" && approximate != "tanh")
-      return InvalidArgument(op, ": attribute approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
-    p.gelu_tanh = approximate == "tanh";
-  }
-  return p;
-}
-
 std::string OpName(const KernelContext& ctx, const char* fallback) { return ctx.node ? ctx.node->op : fallback; }
 
 template <K kKind>
 Status ForwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const std::string op = OpName(ctx, "activation");
-  LOOM_ASSIGN_OR_RETURN(const ActivationParams p, ParseParams(kKind, op, *ctx.attrs));
+  LOOM_ASSIGN_OR_RETURN(const ActivationParams p, ParseUnaryParams(kKind, op, *ctx.attrs));
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   if (kKind == K::kRelu && x.dtype() == DType::kI64) {
@@ -54,7 +37,7 @@ template <K kKind>
 Status BackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const std::string op = OpName(ctx, "activation backward");
-  LOOM_ASSIGN_OR_RETURN(const ActivationParams p, ParseParams(kKind, op, *ctx.attrs));
+  LOOM_ASSIGN_OR_RETURN(const ActivationParams p, ParseUnaryParams(kKind, op, *ctx.attrs));
   const Tensor& dy = ctx.in(0);
   return DispatchCudaFloat(dy.dtype(), op.c_str(), [&](auto zero) -> Status {
     using T = decltype(zero);

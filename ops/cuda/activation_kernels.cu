@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/pack16.cuh"
 
 namespace loom::cuda {
 namespace {
@@ -83,22 +84,13 @@ __device__ inline T Backward(T dy, T s, const ActivationParams& p) {
   if constexpr (kKind == K::kAbs) return s > T(0) ? dy : (s < T(0) ? -dy : T(0));
 }
 
-// 16 bytes of T, loaded and stored as one vector access.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // y[i] = op(a[i]) or op(a[i], b[i]) for i < n; `packed` (every pointer
 // 16-byte aligned) walks whole packs, then the tail of fewer than a pack.
 template <bool kBinary, typename T, typename Op>
 __device__ inline void Map(const T* a, const T* b, T* y, int64_t n, bool packed, Op op) {
   int64_t done = 0;
   if (packed) {
-    constexpr int kSize = Pack<T>::kSize;
+    constexpr int kSize = Pack<T>::kLanes;
     const int64_t packs = n / kSize;
     const Pack<T>* pa = reinterpret_cast<const Pack<T>*>(a);
     const Pack<T>* pb = reinterpret_cast<const Pack<T>*>(b);
@@ -140,7 +132,7 @@ __global__ void ReluInt64Kernel(const int64_t* x, int64_t* y, int64_t n, bool pa
 
 template <typename T>
 unsigned GridFor(int64_t n, bool packed) {
-  return Blocks(packed ? std::max<int64_t>(1, n / Pack<T>::kSize) : n);
+  return Blocks(packed ? std::max<int64_t>(1, n / Pack<T>::kLanes) : n);
 }
 
 // Calls fn(std::integral_constant<K, kind>) for the runtime kind.

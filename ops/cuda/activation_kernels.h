@@ -8,19 +8,14 @@
 
 #include <cstdint>
 
+#include "ops/activation_params.h"
+
 namespace loom::cuda {
 
-// The rows of the CPU table, in its order.
-enum class ActivationKind : int {
-  kRelu, kRelu6, kLeakyRelu, kGelu, kSigmoid, kTanh, kHardswish, kHardsigmoid, kSilu,
-  kExp, kLog, kSqrt, kRsqrt, kAbs,
-};
-
-// The attributes the formulas read (validated by the .cc).
-struct ActivationParams {
-  double negative_slope = 0;  // LeakyReLU
-  bool gelu_tanh = false;     // GELU approximate="tanh"
-};
+// The rows of the CPU table and the attributes the formulas read (parsed and
+// validated by the .cc), as the CPU kernels see them.
+using ActivationKind = Unary;
+using ActivationParams = UnaryParams;
 
 // y[i] = f(x[i]), i < n (T: float, double).
 template <typename T>

@@ -3,8 +3,7 @@
 // GEMMs over the B * H heads, in full FP32/FP64 math; the masked softmax and
 // its backward are row kernels (attention_kernels.cu). Scores and weights
 // live in the forward's probs output, as on the CPU.
-#include <cmath>
-
+#include "ops/attention_geometry.h"
 #include "ops/cuda/attention_kernels.h"
 #include "ops/cuda/cublas_gemm.h"
 #include "ops/cuda/cuda_kernel_util.h"
@@ -14,21 +13,6 @@ namespace {
 
 constexpr const char* kAttention = "ScaledDotProductAttention";
 constexpr const char* kAttentionBackward = "ScaledDotProductAttentionBackward";
-
-struct AttnDims {
-  int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  int64_t heads() const { return b * h; }
-};
-
-AttnDims DimsOf(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return {q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
-}
-
-// The `scale` attribute, or 1/sqrt(D) when absent (type inference has
-// checked it: positive and finite, D > 0 for the default).
-double ScaleOf(const AttrMap& attrs, int64_t d) {
-  return attrs.Has("scale") ? attrs.Float("scale") : 1.0 / std::sqrt(static_cast<double>(d));
-}
 
 StatusOr<KeyPaddingMask> MaskOf(const Tensor& mask) {
   KeyPaddingMask m;
@@ -49,8 +33,8 @@ Status AttentionKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2);
   Tensor &out = ctx.out(0), &probs = ctx.out(1);
-  const AttnDims n = DimsOf(q, k, v);
-  const double scale = ScaleOf(*ctx.attrs, n.d);
+  const AttnDims n = AttnDimsOf(q, k, v);
+  LOOM_ASSIGN_OR_RETURN(double scale, ResolveAttentionScale(kAttention, *ctx.attrs, n.d));
   KeyPaddingMask mask;
   if (ctx.inputs.size() == 4) {
     LOOM_ASSIGN_OR_RETURN(mask, MaskOf(ctx.in(3)));
@@ -77,7 +61,7 @@ Status AttentionBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &q = ctx.in(0), &k = ctx.in(1), &v = ctx.in(2), &probs = ctx.in(3), &d_out = ctx.in(4);
   const Tensor* d_probs = ctx.inputs.size() == 6 ? &ctx.in(5) : nullptr;
-  const AttnDims n = DimsOf(q, k, v);
+  const AttnDims n = AttnDimsOf(q, k, v);
   const double scale = ctx.attrs->Float("scale");
   LOOM_ASSIGN_OR_RETURN(Tensor ds, Tensor::Empty(probs.shape(), probs.dtype(), ctx.device));  // [B, H, Tq, Tk]
   return DispatchCudaFloat(q.dtype(), kAttentionBackward, [&](auto zero) -> Status {

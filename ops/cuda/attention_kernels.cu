@@ -6,6 +6,7 @@
 // the results do not depend on timing.
 #include <limits>
 
+#include "ops/attention_causal.h"
 #include "ops/cuda/attention_kernels.h"
 #include "ops/cuda/device_util.cuh"
 
@@ -22,39 +23,38 @@ __device__ inline T MaxOf(T acc, T value) {
   return acc < value ? value : acc;
 }
 
-// Butterfly reductions; the result is lane 0's, broadcast, so every lane
-// holds the same bits.
-template <typename T>
-__device__ inline T WarpSum(T v) {
-  for (int s = kWarp / 2; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
-  return __shfl_sync(0xffffffffu, v, 0);
-}
-template <typename T>
-__device__ inline T WarpMax(T v) {
-  for (int s = kWarp / 2; s > 0; s >>= 1) v = MaxOf(v, __shfl_xor_sync(0xffffffffu, v, s));
+// The combiners of the reductions below.
+struct SumOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const {
+    return MaxOf(a, b);
+  }
+};
+
+// Butterfly reduction over a warp; the result is lane 0's, broadcast, so
+// every lane holds the same bits. Every lane of the warp must call it.
+template <typename T, typename Op>
+__device__ inline T WarpReduce(T v, Op op) {
+  for (int s = kWarp / 2; s > 0; s >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, s));
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
-// Over a block of kThreads: warp trees, then every thread adds the warps'
-// results in the same order. Called by every thread of the block.
-template <typename T>
-__device__ inline T BlockSumOfWarps(T v, T* scratch) {
-  v = WarpSum(v);
+// Over a block of kThreads: warp trees, then every thread combines the
+// warps' results in the same order. Called by every thread of the block.
+template <typename T, typename Op>
+__device__ inline T BlockReduceOfWarps(T v, T* scratch, Op op) {
+  v = WarpReduce(v, op);
   if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
   __syncthreads();
   T total = scratch[0];
-  for (int w = 1; w < kWarpsPerBlock; ++w) total += scratch[w];
+  for (int w = 1; w < kWarpsPerBlock; ++w) total = op(total, scratch[w]);
   __syncthreads();  // scratch is reused by the next reduction
-  return total;
-}
-template <typename T>
-__device__ inline T BlockMaxOfWarps(T v, T* scratch) {
-  v = WarpMax(v);
-  if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  T total = scratch[0];
-  for (int w = 1; w < kWarpsPerBlock; ++w) total = MaxOf(total, scratch[w]);
-  __syncthreads();
   return total;
 }
 
@@ -72,14 +72,12 @@ __device__ inline bool IsPadded(const KeyPaddingMask& m, int64_t i) {
 }
 
 // Where row r's query sits: its batch's mask row and its last visible key
-// (ops/attention_ops.cc LastVisibleKey; may be < 0).
+// (LastVisibleKey, as on the CPU; may be < 0).
 struct RowView {
   int64_t mask_offset, last;
 };
 __device__ inline RowView ViewOf(const SoftmaxRows& s, int64_t r) {
-  const int64_t i = r % s.tq;
-  const int64_t last = s.causal ? (i + s.tk - s.tq < s.tk - 1 ? i + s.tk - s.tq : s.tk - 1) : s.tk - 1;
-  return {(r / (s.heads * s.tq)) * s.tk, last};
+  return {(r / (s.heads * s.tq)) * s.tk, LastVisibleKey(s.causal, r % s.tq, s.tq, s.tk)};
 }
 
 __device__ inline bool Visible(const KeyPaddingMask& mask, const RowView& view, int64_t j) {
@@ -106,7 +104,7 @@ __global__ void MaskedSoftmaxWarpKernel(T* scores, SoftmaxRows s, KeyPaddingMask
       v[e] = visible[e] ? row[j] : neg_inf;
       if (visible[e]) max = MaxOf(max, v[e]);
     }
-    max = WarpMax(max);
+    max = WarpReduce(max, MaxOp());
     if (max == neg_inf) {  // uniform over the warp
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e)
@@ -119,7 +117,7 @@ __global__ void MaskedSoftmaxWarpKernel(T* scores, SoftmaxRows s, KeyPaddingMask
       v[e] = visible[e] ? Exp(v[e] - max) : T(0);
       sum += v[e];
     }
-    const T inv = T(1) / WarpSum(sum);
+    const T inv = T(1) / WarpReduce(sum, SumOp());
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e)
       if (lane + e * kWarp < s.tk) row[lane + e * kWarp] = v[e] * inv;
@@ -136,7 +134,7 @@ __global__ void MaskedSoftmaxBlockKernel(T* scores, SoftmaxRows s, KeyPaddingMas
     T max = neg_inf;
     for (int64_t j = threadIdx.x; j < s.tk; j += blockDim.x)
       if (Visible(mask, view, j)) max = MaxOf(max, row[j]);
-    max = BlockMaxOfWarps(max, scratch);
+    max = BlockReduceOfWarps(max, scratch, MaxOp());
     if (max == neg_inf) {  // uniform over the block; no barrier is skipped
       for (int64_t j = threadIdx.x; j < s.tk; j += blockDim.x) row[j] = T(0);
       continue;
@@ -147,7 +145,7 @@ __global__ void MaskedSoftmaxBlockKernel(T* scores, SoftmaxRows s, KeyPaddingMas
       row[j] = e;
       sum += e;
     }
-    const T inv = T(1) / BlockSumOfWarps(sum, scratch);
+    const T inv = T(1) / BlockReduceOfWarps(sum, scratch, SumOp());
     for (int64_t j = threadIdx.x; j < s.tk; j += blockDim.x) row[j] *= inv;
   }
 }
@@ -168,7 +166,7 @@ __global__ void SoftmaxBackwardWarpKernel(const T* probs, T* grad, int64_t rows,
       gv[e] = j < tk ? g[j] : T(0);
       dot += pv[e] * gv[e];
     }
-    dot = WarpSum(dot);
+    dot = WarpReduce(dot, SumOp());
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e)
       if (lane + e * kWarp < tk) g[lane + e * kWarp] = pv[e] * (gv[e] - dot);
@@ -183,7 +181,7 @@ __global__ void SoftmaxBackwardBlockKernel(const T* probs, T* grad, int64_t rows
     T* g = grad + r * tk;
     T dot = 0;
     for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) dot += p[j] * g[j];
-    dot = BlockSumOfWarps(dot, scratch);
+    dot = BlockReduceOfWarps(dot, scratch, SumOp());
     for (int64_t j = threadIdx.x; j < tk; j += blockDim.x) g[j] = p[j] * (g[j] - dot);
   }
 }

@@ -37,16 +37,6 @@ LOOM_REGISTER_KERNEL("Fill", DeviceType::kCuda, FillKernel);
 LOOM_REGISTER_KERNEL_SUPPORT("Fill", DeviceType::kCuda,
                              DTypeSupport({DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}));
 
-// Identity and Reshape: a device-to-device copy (none when the memory plan
-// already placed the output on the input).
-Status CopyKernel(KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.out(0);
-  if (x.nbytes() == 0 || y.raw_data() == x.raw_data()) return Status::Ok();
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice, stream));
-  return Status::Ok();
-}
 LOOM_REGISTER_KERNEL("Identity", DeviceType::kCuda, CopyKernel);
 LOOM_REGISTER_KERNEL("Reshape", DeviceType::kCuda, CopyKernel);
 LOOM_REGISTER_KERNEL_SUPPORT("Identity", DeviceType::kCuda, AnyDTypeSupport());

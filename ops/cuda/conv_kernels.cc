@@ -21,74 +21,21 @@
 #include <map>
 #include <mutex>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 #include "ops/cuda/conv_kernels.h"
+#include "ops/conv_geometry.h"
 #include "ops/cuda/cuda_kernel_util.h"
 
 namespace loom::cuda {
 namespace {
 
 // ---------------------------------------------------------------------------
-// Attributes and geometry, read exactly as the CPU kernels read them.
+// Attributes and geometry: the CPU kernels' own (ops/conv_geometry.h).
 
-using Pair = std::array<int64_t, 2>;  // (h, w); 1-D ops use w and keep h neutral
-
-// An int or a list of `sd` ints; the h axis of 1-D ops keeps `neutral`.
-StatusOr<Pair> SpatialAttr(const AttrMap& attrs, const char* name, int sd, int64_t neutral) {
-  Pair v = {neutral, neutral};
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return InvalidArgument("convolution kernel: missing attribute '", name, "'");
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) {
-    v[1] = *i;
-    if (sd == 2) v[0] = *i;
-    return v;
-  }
-  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
-  if (list == nullptr || static_cast<int>(list->size()) != sd)
-    return InvalidArgument("convolution kernel: attribute '", name, "' must be an int or a list of ", sd, " ints, got ",
-                           AttrValueToString(it->second));
-  v[1] = list->back();
-  if (sd == 2) v[0] = list->front();
-  return v;
-}
-
-struct ConvParams {
-  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-};
-
-StatusOr<ConvParams> ParseConvParams(const AttrMap& attrs, int sd) {
-  if (sd != 1 && sd != 2) return InvalidArgument("convolution kernel: expected 1 or 2 spatial dims, got ", sd);
-  ConvParams p;
-  LOOM_ASSIGN_OR_RETURN(p.stride, SpatialAttr(attrs, "stride", sd, 1));
-  LOOM_ASSIGN_OR_RETURN(p.padding, SpatialAttr(attrs, "padding", sd, 0));
-  LOOM_ASSIGN_OR_RETURN(p.dilation, SpatialAttr(attrs, "dilation", sd, 1));
-  p.groups = attrs.Int("groups");
-  if (p.groups < 1) return InvalidArgument("convolution kernel: groups must be >= 1, got ", p.groups);
-  // output_padding needs no reading: it only sizes the image, which the
-  // output (or input_shape) already has.
-  return p;
-}
-
-Pair SpatialOf(const Shape& s) { return s.rank() == 4 ? Pair{s[2], s[3]} : Pair{1, s[2]}; }
-
-struct ConvGeom {
-  int64_t n, c, h, w;  // image  [N, C, H, W]
-  int64_t o, oh, ow;   // cols   [N, O, OH, OW]
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups;
-  int64_t image_numel() const { return n * c * h * w; }
-  int64_t cols_numel() const { return n * o * oh * ow; }
-  int64_t weight_numel() const { return o * (c / groups) * kh * kw; }
-};
-
-ConvGeom MakeGeom(const ConvParams& p, const Shape& image, const Shape& weight, const Shape& cols) {
-  const Pair in = SpatialOf(image), k = SpatialOf(weight), out = SpatialOf(cols);
-  return ConvGeom{image[0],     image[1],     in[0],         in[1],         cols[1],  out[0],
-                  out[1],       k[0],         k[1],          p.stride[0],   p.stride[1], p.padding[0],
-                  p.padding[1], p.dilation[0], p.dilation[1], p.groups};
-}
+using conv::ConvGeom;
+using conv::ConvParams;
+using conv::Product;
 
 // cuDNN derives the column extent from the image: (H + 2P - span) / S + 1.
 // The CPU geometry takes both as given, and they differ for transposed
@@ -472,54 +419,44 @@ Status WeightGrad(const KernelContext& ctx, cudaStream_t stream, const ConvGeom&
                              nullptr, cols, dw);
 }
 
-// Which product a kernel runs; `transpose` (the ConvTranspose family) only
-// swaps which input is the image in the weight gradient, as on the CPU.
-enum class Product { kForward, kAdjoint, kWeightGrad };
-
+// The product of conv::kKernelRoles; `transpose` (the ConvTranspose family)
+// only swaps which input is the image in the weight gradient, as on the CPU.
 Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
   const Tensor* bias = ctx.inputs.size() > 2 ? &ctx.in(2) : nullptr;
   Tensor& out = ctx.out(0);
-  LOOM_ASSIGN_OR_RETURN(ConvParams p, ParseConvParams(*ctx.attrs, a.shape().rank() - 2));
+  const int sd = a.shape().rank() - 2;
+  if (sd != 1 && sd != 2) return InvalidArgument("convolution kernel: expected 1 or 2 spatial dims, got ", sd);
+  LOOM_ASSIGN_OR_RETURN(ConvParams p, conv::ParseConvParams(*ctx.attrs, "convolution kernel", sd, transpose));
+  const ConvGeom g = conv::ProductGeom(p, product, transpose, a.shape(), b.shape(), out.shape());
   const char* op = ctx.node ? ctx.node->op.c_str() : "convolution";
   return DispatchCudaFloat(out.dtype(), op, [&](auto zero) -> Status {
     using T = decltype(zero);
     const T* pb = bias ? bias->data<T>() : nullptr;
     switch (product) {
       case Product::kForward:  // (image, w[, bias]) -> cols
-        return Forward<T>(ctx, stream, MakeGeom(p, a.shape(), b.shape(), out.shape()), a.data<T>(), b.data<T>(), pb,
-                          out.data<T>());
+        return Forward<T>(ctx, stream, g, a.data<T>(), b.data<T>(), pb, out.data<T>());
       case Product::kAdjoint:  // (cols, w[, bias]) -> image
-        return Adjoint<T>(ctx, stream, MakeGeom(p, out.shape(), b.shape(), a.shape()), a.data<T>(), b.data<T>(), pb,
-                          out.data<T>());
+        return Adjoint<T>(ctx, stream, g, a.data<T>(), b.data<T>(), pb, out.data<T>());
       case Product::kWeightGrad: {  // (x, dy) -> dw
         const Tensor& image = transpose ? b : a;
         const Tensor& cols = transpose ? a : b;
-        return WeightGrad<T>(ctx, stream, MakeGeom(p, image.shape(), out.shape(), cols.shape()), image.data<T>(),
-                             cols.data<T>(), out.data<T>());
+        return WeightGrad<T>(ctx, stream, g, image.data<T>(), cols.data<T>(), out.data<T>());
       }
     }
     return Internal("unknown convolution product");
   });
 }
 
-Status ForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, false); }
-Status AdjointKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, false); }
-Status WeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, false); }
-Status TransposeForwardKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kAdjoint, true); }
-Status TransposeInputGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kForward, true); }
-Status TransposeWeightGradKernel(KernelContext& ctx) { return ConvKernel(ctx, Product::kWeightGrad, true); }
-
-LOOM_REGISTER_KERNEL("Conv1d", DeviceType::kCuda, ForwardKernel);
-LOOM_REGISTER_KERNEL("Conv2d", DeviceType::kCuda, ForwardKernel);
-LOOM_REGISTER_KERNEL("ConvBackwardInput", DeviceType::kCuda, AdjointKernel);
-LOOM_REGISTER_KERNEL("ConvBackwardWeight", DeviceType::kCuda, WeightGradKernel);
-LOOM_REGISTER_KERNEL("ConvTranspose1d", DeviceType::kCuda, TransposeForwardKernel);
-LOOM_REGISTER_KERNEL("ConvTranspose2d", DeviceType::kCuda, TransposeForwardKernel);
-LOOM_REGISTER_KERNEL("ConvTransposeBackwardInput", DeviceType::kCuda, TransposeInputGradKernel);
-LOOM_REGISTER_KERNEL("ConvTransposeBackwardWeight", DeviceType::kCuda, TransposeWeightGradKernel);
+const bool kConvKernelsRegistered = [] {
+  for (const conv::KernelRole& role : conv::kKernelRoles)
+    OpRegistry::Global().RegisterKernel(role.op, DeviceType::kCuda, [role](KernelContext& ctx) {
+      return ConvKernel(ctx, role.product, role.transpose);
+    });
+  return true;
+}();
 
 // db [C] = dy [N, C, spatial...] summed over all dims but 1.
 Status BiasGradKernel(KernelContext& ctx) {

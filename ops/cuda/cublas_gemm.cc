@@ -45,6 +45,7 @@ template <typename T>
 Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
                     int64_t stride_b, T beta, T* c) {
+  if (beta != T(0) && beta != T(1)) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
   if (batch == 0 || m == 0 || n == 0) return Status::Ok();
   if (k == 0) {  // an empty sum: C = beta C (cuBLAS would reject the zero leading dims)
     if (beta == T(0))

@@ -46,9 +46,9 @@ inline CublasGemmShape RowMajorGemmToCublas(bool ta, bool tb, int64_t m, int64_t
 // Row-major C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch, with
 // C[i] a contiguous [m, n] at stride m * n; lda and ldb are the row lengths
 // of A and B as stored, stride_a and stride_b their batch strides. The
-// handle must be bound to `stream` (AcquireCublas). An empty sum (k = 0)
-// leaves beta C (zeros for beta = 0). T: float or double. Sizes past
-// cuBLAS's int are UNIMPLEMENTED.
+// handle must be bound to `stream` (AcquireCublas). beta is 0 (overwrite)
+// or 1 (accumulate), so an empty sum (k = 0) is zeros or C as it is. T:
+// float or double. Sizes past cuBLAS's int are UNIMPLEMENTED.
 template <typename T>
 Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,

@@ -49,6 +49,11 @@ StatusOr<CudnnLease> AcquireCudnn(int device, cudaStream_t stream);
 // "CUDNN_STATUS_BAD_PARAM (...) in `expr` at file:line".
 std::string CudnnErrorMessage(cudnnStatus_t status, const char* expr, const char* file, int line);
 
+// Output 0 = input 0, byte for byte (Identity, Reshape, Flatten, an
+// unchanged Transpose): a device-to-device copy, or nothing when the memory
+// plan placed the output on the input.
+Status CopyKernel(KernelContext& ctx);
+
 // Calls fn(T{}) with T = float or double; fn returns a Status.
 template <typename Fn>
 Status DispatchCudaFloat(DType dtype, const char* op, Fn&& fn) {

@@ -15,13 +15,18 @@
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/dropout_embedding_kernels.h"
+#include "ops/dropout_embedding_util.h"
 
 namespace loom::cuda {
 namespace {
 
 // ---------------------------------------------------------------- Dropout
 
-bool DropoutActive(const AttrMap& attrs) { return attrs.Bool("training") && attrs.Float("p") > 0; }
+using dropout_embedding::DispatchIndex;
+using dropout_embedding::DropoutActive;
+using dropout_embedding::DropoutKeys;
+using dropout_embedding::IndexOutOfRange;
+using dropout_embedding::MakeDropoutKeys;
 
 Status DropoutKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
@@ -30,21 +35,12 @@ Status DropoutKernel(KernelContext& ctx) {
   const bool active = DropoutActive(*ctx.attrs);
   const int64_t n = x.numel();
   if (active && !ctx.rng) return Internal("Dropout: the executor gave no random stream");
-  // The keys exactly as the CPU kernel makes them (ops/dropout_embedding_ops.cc).
-  std::vector<uint64_t> keys;
+  // The keys exactly as the CPU kernel makes them (ops/dropout_embedding_util.h).
+  const DropoutKeys draw = active ? MakeDropoutKeys(ctx) : DropoutKeys{};
+  const std::vector<uint64_t>& keys = draw.keys;
   DropoutIndex index;
-  if (active && ctx.attrs->Has("replica_seeds")) {
-    const Shape& s = x.shape();
-    const int axis = static_cast<int>(ctx.attrs->Int("replica_axis"));
-    int64_t inner = 1;
-    for (int d = axis + 1; d < s.rank(); ++d) inner *= s[d];
-    index.replicas = s[axis];
-    index.inner = inner;
-    for (int64_t seed : ctx.attrs->Ints("replica_seeds"))
-      keys.push_back(ctx.StreamFor(static_cast<uint64_t>(seed)).NextU64());
-  } else if (active) {
-    keys.push_back(ctx.rng->NextU64());
-  }
+  index.replicas = draw.replicas;
+  index.inner = draw.inner;
   return DispatchCudaFloat(x.dtype(), "Dropout", [&](auto zero) -> Status {
     using T = decltype(zero);
     T* y = ctx.out(0).data<T>();
@@ -79,25 +75,6 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCuda, DropoutKernel);
 
 // -------------------------------------------------------------- Embedding
 
-// "[1, 0]": the multi-index of a flat position, as the CPU kernel's errors.
-std::string PositionString(const Shape& shape, int64_t flat) {
-  std::vector<int64_t> idx(shape.rank());
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    idx[d] = shape[d] == 0 ? 0 : flat % shape[d];
-    flat = shape[d] == 0 ? 0 : flat / shape[d];
-  }
-  return Shape(idx).ToString();
-}
-
-template <typename Fn>
-Status DispatchIndex(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kI32: return fn(int32_t{});
-    case DType::kI64: return fn(int64_t{});
-    default: return InvalidArgument("indices must be i32 or i64, got ", DTypeName(dtype));
-  }
-}
-
 // A device u64 preset to ~0, which the kernels lower to the first bad position.
 StatusOr<Tensor> NewBadFlag(const KernelContext& ctx, cudaStream_t stream) {
   LOOM_ASSIGN_OR_RETURN(Tensor flag, Tensor::Empty(Shape({1}), DType::kI64, ctx.device));
@@ -118,9 +95,7 @@ Status CheckBadFlag(const char* op, const Tensor& flag, const Tensor& indices, i
   I value = 0;
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&value, indices.data<I>() + at, sizeof(I), cudaMemcpyDeviceToHost, stream));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return InvalidArgument(op, ": index ", static_cast<int64_t>(value), " at position ",
-                         PositionString(indices.shape(), at), " of indices ", indices.shape().ToString(),
-                         " is out of range for ", num_embeddings, " embeddings");
+  return IndexOutOfRange(op, static_cast<int64_t>(value), at, indices.shape(), num_embeddings);
 }
 
 Status EmbeddingKernel(KernelContext& ctx) {

@@ -12,36 +12,18 @@
 // a bad target there turns its gradient row into NaN instead.
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/loss_kernels.h"
+#include "ops/loss_geometry.h"
 
 namespace loom::cuda {
 namespace {
 
-bool IsMean(const AttrMap& attrs) { return attrs.Str("reduction") == "mean"; }
-
-// Scores [N, C, d1, ...] (or [C]), as the CPU's ClassLayoutOf.
+// The CPU's ClassLayoutOf (ops/loss_geometry.h) as the launchers' shape.
 ClassShape ClassShapeOf(const Shape& scores) {
-  ClassShape s;
-  if (scores.rank() == 1) {
-    s.classes = scores[0];
-    return s;
-  }
-  s.batch = scores[0];
-  s.classes = scores[1];
-  for (int d = 2; d < scores.rank(); ++d) s.inner *= scores[d];
-  return s;
-}
-
-std::string PositionString(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.rank());
-  for (int d = shape.rank() - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return Shape(idx).ToString();
+  const ClassLayout L = ClassLayoutOf(scores);
+  return {L.batch, L.classes, L.inner};
 }
 
 // Calls fn(T{}, I{}) for the float dtype of the scores and the index dtype of the targets.
@@ -68,9 +50,7 @@ Status CheckTargets(const std::string& op, const Tensor& scratch, const Tensor& 
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&check, scratch.raw_data(), sizeof(check), cudaMemcpyDeviceToHost, stream));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   if (check.bad_position < 0) return Status::Ok();
-  return InvalidArgument(op, ": target ", check.bad_value, " at position ",
-                         PositionString(check.bad_position, targets.shape()), " is out of range for ", classes,
-                         " classes (expected 0..", classes - 1, " or ignore_index ", ignore, ")");
+  return TargetOutOfRange(op, check.bad_value, check.bad_position, targets.shape(), classes, ignore);
 }
 
 // ------------------------------------------------------------- CrossEntropy
@@ -86,8 +66,9 @@ Status CrossEntropyKernel(KernelContext& ctx) {
   LOOM_RETURN_IF_ERROR(DispatchFloatIndex(x.dtype(), t.dtype(), "CrossEntropy", [&](auto zf, auto zi) -> Status {
     using T = decltype(zf);
     using I = decltype(zi);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropy(x.data<T>(), t.data<I>(), shape, ignore, eps, IsMean(*ctx.attrs),
-                                                 ctx.out(0).data<T>(), scratch.raw_data(), stream));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropy(x.data<T>(), t.data<I>(), shape, ignore, eps,
+                                                 IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(), scratch.raw_data(),
+                                                 stream));
     return Status::Ok();
   }));
   return CheckTargets("CrossEntropy", scratch, t, shape.classes, ignore, stream);
@@ -106,7 +87,7 @@ Status CrossEntropyBackwardKernel(KernelContext& ctx) {
     using T = decltype(zf);
     using I = decltype(zi);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropyBackward(x.data<T>(), t.data<I>(), ctx.in(2).data<T>(), shape, ignore,
-                                                         eps, IsMean(*ctx.attrs), ctx.out(0).data<T>(),
+                                                         eps, IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(),
                                                          count.raw_data(), stream));
     return Status::Ok();
   });
@@ -125,7 +106,7 @@ Status NllKernel(KernelContext& ctx) {
   LOOM_RETURN_IF_ERROR(DispatchFloatIndex(lp.dtype(), t.dtype(), "NLL", [&](auto zf, auto zi) -> Status {
     using T = decltype(zf);
     using I = decltype(zi);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchNll(lp.data<T>(), t.data<I>(), shape, ignore, IsMean(*ctx.attrs),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchNll(lp.data<T>(), t.data<I>(), shape, ignore, IsMeanReduction(*ctx.attrs),
                                         ctx.out(0).data<T>(), scratch.raw_data(), stream));
     return Status::Ok();
   }));
@@ -143,8 +124,8 @@ Status NllBackwardKernel(KernelContext& ctx) {
   return DispatchFloatIndex(dlp.dtype(), t.dtype(), "NLLBackward", [&](auto zf, auto zi) -> Status {
     using T = decltype(zf);
     using I = decltype(zi);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchNllBackward(t.data<I>(), ctx.in(1).data<T>(), shape, ignore, IsMean(*ctx.attrs),
-                                                dlp.data<T>(), count.raw_data(), stream));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchNllBackward(t.data<I>(), ctx.in(1).data<T>(), shape, ignore,
+                                                IsMeanReduction(*ctx.attrs), dlp.data<T>(), count.raw_data(), stream));
     return Status::Ok();
   });
 }
@@ -158,7 +139,7 @@ Status MseKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(SumLossScratchWords(p.numel()), ctx));
   return DispatchCudaFloat(p.dtype(), "MSE", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchMse(p.data<T>(), ctx.in(1).data<T>(), p.numel(), IsMean(*ctx.attrs),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchMse(p.data<T>(), ctx.in(1).data<T>(), p.numel(), IsMeanReduction(*ctx.attrs),
                                         ctx.out(0).data<T>(), scratch.raw_data(), stream));
     return Status::Ok();
   });
@@ -171,7 +152,7 @@ Status MseBackwardKernel(KernelContext& ctx) {
   return DispatchCudaFloat(p.dtype(), "MSEBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchMseBackward(p.data<T>(), ctx.in(1).data<T>(), ctx.in(2).data<T>(), p.numel(),
-                                                IsMean(*ctx.attrs), ctx.out(0).data<T>(), stream));
+                                                IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(), stream));
     return Status::Ok();
   });
 }
@@ -202,7 +183,7 @@ Status BceWithLogitsKernel(KernelContext& ctx) {
   return DispatchCudaFloat(x.dtype(), "BCEWithLogits", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogits(x.data<T>(), ctx.in(1).data<T>(), pw ? pw->data<T>() : nullptr,
-                                                  index, x.numel(), IsMean(*ctx.attrs), ctx.out(0).data<T>(),
+                                                  index, x.numel(), IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(),
                                                   scratch.raw_data(), stream));
     return Status::Ok();
   });
@@ -222,7 +203,8 @@ Status BceWithLogitsBackwardKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogitsBackward(ctx.in(0).data<T>(), x.data<T>(), ctx.in(2).data<T>(),
                                                           pw ? pw->data<T>() : nullptr, index, x.numel(),
-                                                          IsMean(*ctx.attrs), wrt, ctx.out(0).data<T>(), stream));
+                                                          IsMeanReduction(*ctx.attrs), wrt, ctx.out(0).data<T>(),
+                                                          stream));
     return Status::Ok();
   });
 }

@@ -7,16 +7,14 @@
 #include "ops/cuda/norm_kernels.h"
 
 #include "ops/cuda/cuda_kernel_util.h"
+#include "ops/norm_geometry.h"
 
 namespace loom::cuda {
 namespace {
 
 ChannelDims ChannelDimsOf(const Shape& x) {
-  ChannelDims d;
-  d.n = x[0];
-  d.c = x[1];
-  for (int k = 2; k < x.rank(); ++k) d.s *= x[k];
-  return d;
+  const ChannelLayout l = ChannelLayoutOf(x);
+  return {l.n, l.c, l.s};
 }
 
 StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
@@ -57,24 +55,20 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCuda, BatchNormBackwardKernel);
 
-// x viewed as [rows, d], d the element count of the normalized_shape.
-void RowsOf(const Shape& x, int normalized_rank, int64_t* rows, int64_t* d) {
-  *rows = 1;
-  *d = 1;
-  for (int i = 0; i < x.rank(); ++i) *(i < x.rank() - normalized_rank ? rows : d) *= x[i];
+RowLayout RowsOf(const KernelContext& ctx, const Shape& x) {
+  return NormRowsOf(x, static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
 }
 
 Status LayerNormKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const double eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
-  int64_t rows, d;
-  RowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()), &rows, &d);
+  const RowLayout l = RowsOf(ctx, x.shape());
   return DispatchCudaFloat(x.dtype(), "LayerNorm", [&](auto zero) -> Status {
     using T = decltype(zero);
     const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;
     const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNorm(rows, d, eps, x.data<T>(), gamma, beta, ctx.out(0).data<T>(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNorm(l.rows, l.d, eps, x.data<T>(), gamma, beta, ctx.out(0).data<T>(),
                                               ctx.out(1).data<T>(), ctx.out(2).data<T>(), stream));
     return Status::Ok();
   });
@@ -83,12 +77,11 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCuda, LayerNormKernel);
 
 Status LayerNormBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
-  int64_t rows, d;
-  RowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()), &rows, &d);
+  const RowLayout l = RowsOf(ctx, ctx.in(1).shape());
   const bool affine = ctx.inputs.size() == 5;
   Tensor workspace;
   if (affine) {
-    LOOM_ASSIGN_OR_RETURN(workspace, Workspace(LayerNormBackwardWorkspaceSize(rows, d), ctx.device));
+    LOOM_ASSIGN_OR_RETURN(workspace, Workspace(LayerNormBackwardWorkspaceSize(l.rows, l.d), ctx.device));
   }
   return DispatchCudaFloat(ctx.in(0).dtype(), "LayerNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
@@ -96,7 +89,7 @@ Status LayerNormBackwardKernel(KernelContext& ctx) {
     T* dgamma = affine ? ctx.out(1).data<T>() : nullptr;
     T* dbeta = affine ? ctx.out(2).data<T>() : nullptr;
     double* scratch = affine ? workspace.data<double>() : nullptr;
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNormBackward(rows, d, ctx.in(0).data<T>(), ctx.in(1).data<T>(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNormBackward(l.rows, l.d, ctx.in(0).data<T>(), ctx.in(1).data<T>(),
                                                       ctx.in(2).data<T>(), ctx.in(3).data<T>(), gamma,
                                                       ctx.out(0).data<T>(), dgamma, dbeta, scratch, stream));
     return Status::Ok();

@@ -14,22 +14,10 @@
 #include <algorithm>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/tile_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
-
-constexpr int64_t kTargetBlocks = 1024;  // enough resident blocks to fill an H200 (132 SMs)
-constexpr int64_t kMinFold = 32;         // elements per thread before a sum is split further
-constexpr int64_t kMaxSplits = 65535;    // gridDim.y limit
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The smallest power of two >= n, capped at `cap` (a power of two).
-int PowerOfTwoAtLeast(int64_t n, int cap) {
-  int p = 1;
-  while (p < cap && p < n) p *= 2;
-  return p;
-}
 
 struct Pair {
   double s0, s1;
@@ -37,58 +25,13 @@ struct Pair {
 
 __device__ inline Pair Add(Pair a, Pair b) { return {a.s0 + b.s0, a.s1 + b.s1}; }
 
-// lanes * parts threads: `lanes` items (channels or rows), `parts` threads each.
-struct TilePlan {
-  int lanes = 1, parts = 1;    // parts a power of two
-  bool parts_fastest = false;  // thread id = lane * parts + part, else part * lanes + lane
-  int64_t tiles = 0;
-  int64_t splits = 1, split_len = 0;  // channel sums: a's planes per split
-};
-
-__device__ inline void LanePart(const TilePlan& p, int& lane, int& part) {
-  const int t = threadIdx.x;
-  lane = p.parts_fastest ? t / p.parts : t % p.lanes;
-  part = p.parts_fastest ? t % p.parts : t / p.lanes;
-}
-
-// Combines the `parts` values of each lane (a fixed tree) and returns the
-// result to every thread of that lane. Called by all threads of the block.
-template <typename Acc, typename Combine>
-__device__ inline Acc TileReduce(Acc value, Acc* scratch, const TilePlan& p, int lane, int part, Combine combine) {
-  scratch[part * p.lanes + lane] = value;
-  __syncthreads();
-  for (int h = p.parts / 2; h > 0; h >>= 1) {
-    Acc* mine = scratch + part * p.lanes + lane;
-    if (part < h) *mine = combine(*mine, mine[h * p.lanes]);
-    __syncthreads();
-  }
-  const Acc total = scratch[lane];
-  __syncthreads();  // scratch is reused right after
-  return total;
-}
-
 // ------------------------------------------------------------ channel sums
 
+// Channels c of [a, c, b], each summing its a * b elements: threads walk b
+// when b > 1, else the channels; a's planes split over blocks.
 TilePlan PlanChannels(int64_t a, int64_t c, int64_t b) {
-  TilePlan p;
-  if (b == 1) {
-    p.parts_fastest = false;
-    const int lanes = PowerOfTwoAtLeast(c, 32);
-    p.parts = PowerOfTwoAtLeast(a, kThreads / lanes);
-  } else {
-    p.parts_fastest = true;
-    p.parts = PowerOfTwoAtLeast(b, kThreads);
-  }
-  p.lanes = PowerOfTwoAtLeast(c, kThreads / p.parts);
-  p.tiles = CeilDiv(c, p.lanes);
-  p.split_len = a;
-  const int64_t per_channel = a * b;
-  if (p.tiles > 0 && p.tiles < kTargetBlocks && a > 1 && per_channel > p.parts * kMinFold) {
-    const int64_t splits =
-        std::min({CeilDiv(kTargetBlocks, p.tiles), CeilDiv(per_channel, p.parts * kMinFold), a, kMaxSplits});
-    p.split_len = CeilDiv(a, splits);
-    p.splits = CeilDiv(a, p.split_len);
-  }
+  TilePlan p = b == 1 ? PlanTiles(c, a, /*contiguous=*/false) : PlanTiles(c, b, /*contiguous=*/true);
+  SplitOver(p, a, a * b);
   return p;
 }
 
@@ -298,14 +241,7 @@ struct BatchNormGradApply {
 
 // ------------------------------------------------------------------ LayerNorm
 
-TilePlan PlanRows(int64_t rows, int64_t d) {
-  TilePlan p;
-  p.parts_fastest = true;
-  p.parts = PowerOfTwoAtLeast(d, kThreads);
-  p.lanes = PowerOfTwoAtLeast(rows, kThreads / p.parts);
-  p.tiles = CeilDiv(rows, p.lanes);
-  return p;
-}
+TilePlan PlanRows(int64_t rows, int64_t d) { return PlanTiles(rows, d, /*contiguous=*/true); }
 
 template <typename T>
 __global__ void LayerNormKernel(int64_t rows, int64_t d, double eps, const T* x, const T* gamma, const T* beta, T* y,

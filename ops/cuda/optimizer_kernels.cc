@@ -4,32 +4,18 @@
 // IsFinite, f32 and f64. The attributes are read as the CPU kernels read
 // them; lr, step and active stay on the device.
 #include <algorithm>
-#include <optional>
-#include <variant>
 #include <vector>
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/optimizer_kernels.h"
+#include "ops/optimizer_replicas.h"
 
 namespace loom::cuda {
 namespace {
 
-// 0 unfused, else R (the ops' `replicas` attribute).
-int64_t Replicas(const AttrMap& attrs) { return attrs.Int("replicas"); }
-int64_t ReplicaCount(const AttrMap& attrs) { return std::max<int64_t>(1, Replicas(attrs)); }
-
-// Replica r's value of a float attribute that may be one float or one per
-// replica (ops/optimizer_ops.cc's ReplicaFloat; type inference checked the
-// list lengths).
-double ReplicaFloat(const AttrMap& attrs, const std::string& name, int64_t r) {
-  auto it = attrs.values().find(name);
-  if (it != attrs.values().end()) {
-    if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return v->at(static_cast<size_t>(r));
-    if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
-      return static_cast<double>(v->at(static_cast<size_t>(r)));
-  }
-  return attrs.Float(name);
-}
+using optimizer::ReplicaCount;
+using optimizer::ReplicaFloat;
+using optimizer::Replicas;
 
 // Every replica's float attributes `names`, in the launcher's order.
 std::vector<UpdateHyper> Hyper(const AttrMap& attrs, const std::vector<std::string>& names) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/pack16.cuh"
 
 namespace loom::cuda {
 namespace {
@@ -33,15 +34,6 @@ template <typename T>
 __device__ inline T StdMax(T a, T b) {
   return a < b ? b : a;
 }
-
-// 16 bytes: one vector load or store.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kLanes = 16 / sizeof(T);
-  T v[kLanes];
-};
-
-__device__ inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ---- Update rules: rule(p, g, s) turns param p and slots s[] into their new values ----
 

@@ -1,32 +1,15 @@
 // CUDA kernels of ops/pool_ops.cc: MaxPool2d (with its argmax indices),
 // AvgPool2d, AdaptiveAvgPool2d and their backward ops, f32 and f64. The
-// attributes are read as the CPU kernels read them; the output extents
+// attributes are the CPU kernels' own (ops/pool_geometry.h); the output extents
 // (ceil_mode included) come from the shapes InferTypes gave the tensors.
-#include <array>
-#include <variant>
-#include <vector>
-
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/pool_kernels.h"
+#include "ops/pool_geometry.h"
 
 namespace loom::cuda {
 namespace {
 
-using Pair = std::array<int64_t, 2>;  // (h, w)
-
-// An int or a list of two.
-StatusOr<Pair> PairAttr(const AttrMap& attrs, const char* name) {
-  auto it = attrs.values().find(name);
-  if (it == attrs.values().end()) return InvalidArgument("pool kernel: missing attribute '", name, "'");
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return Pair{*i, *i};
-  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
-  if (list == nullptr || list->size() != 2)
-    return InvalidArgument("pool kernel: attribute '", name, "' must be an int or a list of 2 ints, got ",
-                           AttrValueToString(it->second));
-  return Pair{(*list)[0], (*list)[1]};
-}
-
-enum class PoolKind { kMax, kAvg, kAdaptiveAvg };
+using pool::PoolKind;
 
 // x [N, C, H, W] pooled to y [N, C, OH, OW].
 StatusOr<PoolGeom> MakePoolGeom(PoolKind kind, const AttrMap& attrs, const Shape& x, const Shape& y) {
@@ -39,29 +22,16 @@ StatusOr<PoolGeom> MakePoolGeom(PoolKind kind, const AttrMap& attrs, const Shape
   g.oh = y[2];
   g.ow = y[3];
   if (kind == PoolKind::kAdaptiveAvg) return g;
-  LOOM_ASSIGN_OR_RETURN(Pair kernel, PairAttr(attrs, "kernel"));
-  Pair stride = kernel;  // absent or []: the kernel, as stride=None in PyTorch
-  if (attrs.Has("stride") && attrs.values().at("stride") != AttrValue(std::vector<int64_t>{})) {
-    LOOM_ASSIGN_OR_RETURN(stride, PairAttr(attrs, "stride"));
-  }
-  LOOM_ASSIGN_OR_RETURN(Pair padding, PairAttr(attrs, "padding"));
-  Pair dilation{1, 1};
-  if (kind == PoolKind::kMax) {
-    LOOM_ASSIGN_OR_RETURN(dilation, PairAttr(attrs, "dilation"));
-  }
-  for (int a = 0; a < 2; ++a)
-    if (kernel[a] < 1 || stride[a] < 1 || dilation[a] < 1 || padding[a] < 0)
-      return InvalidArgument("pool kernel: invalid kernel, stride, dilation or padding");
-  g.kh = kernel[0];
-  g.kw = kernel[1];
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.dh = dilation[0];
-  g.dw = dilation[1];
-  // Max pools divide by no extent.
-  g.include_pad = kind == PoolKind::kMax || attrs.Bool("count_include_pad");
+  LOOM_ASSIGN_OR_RETURN(pool::SlidingAttrs a, pool::ParseSlidingAttrs(kind, "pool kernel", attrs));
+  g.kh = a.kernel[0];
+  g.kw = a.kernel[1];
+  g.sh = a.stride[0];
+  g.sw = a.stride[1];
+  g.ph = a.padding[0];
+  g.pw = a.padding[1];
+  g.dh = a.dilation[0];
+  g.dw = a.dilation[1];
+  g.include_pad = a.include_pad;  // true for max pools, which divide by no extent
   return g;
 }
 

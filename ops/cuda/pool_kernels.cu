@@ -8,30 +8,16 @@
 #include <limits>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/pool_window.h"
 
 namespace loom::cuda {
 namespace {
 
-// One output's window along one axis: its in-input taps first + t * step
-// for t < count, and the extent a mean divides by (ops/pool_ops.cc).
-struct AxisWindow {
-  int64_t first, count, extent;
-};
-
-__device__ inline AxisWindow SlidingWindow(int64_t o, int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
-                                           bool include_pad) {
-  const int64_t start = o * s - p;
-  const int64_t t_lo = start >= 0 ? 0 : (-start + d - 1) / d;
-  const int64_t t_hi = start >= in ? 0 : min(k, (in - start + d - 1) / d);
-  AxisWindow w;
-  w.count = max(int64_t{0}, t_hi - t_lo);
-  w.first = start + t_lo * d;
-  w.extent = include_pad ? min(start + k, in + p) - start : w.count;
-  return w;
-}
-
-__device__ inline int64_t AdaptiveBegin(int64_t o, int64_t in, int64_t out) { return o * in / out; }
-__device__ inline int64_t AdaptiveEnd(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+// The windows of ops/pool_window.h, as the CPU kernels compute them.
+using pool::AdaptiveBegin;
+using pool::AdaptiveEnd;
+using pool::SlidingWindow;
+using AxisWindow = pool::Window;
 
 template <typename T>
 __global__ void MaxPoolForwardKernel(PoolGeom g, const T* x, T* y, int64_t* idx, int64_t total) {

@@ -3,64 +3,33 @@
 // LogSoftmaxBackward, f32 and f64, with the CPU kernels' semantics.
 #include "ops/cuda/reduce_kernels.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "ops/cuda/cuda_kernel_util.h"
+#include "ops/reduce_geometry.h"
 
 namespace loom::cuda {
 namespace {
 
-// Which axes of x are reduced (attribute axes; empty: all), as the CPU kernel.
-StatusOr<std::vector<bool>> ReducedAxes(const std::string& op, const AttrMap& attrs, const Shape& x) {
-  const std::vector<int64_t> axes = attrs.Ints("axes");
-  std::vector<bool> mask(x.rank(), axes.empty());
-  for (int64_t a : axes) {
-    auto axis = NormalizeAxis(a, x.rank());
-    if (!axis.ok()) return InvalidArgument(op, ": axis ", a, " is out of range for input of shape ", x.ToString());
-    mask[*axis] = true;
-  }
-  return mask;
-}
-
-// The CPU kernel's ReduceLayout as the device index: unit dims dropped,
-// adjacent dims of one kind merged, trailing kept dims as `inner`.
+// ReduceGroupsOf (ops/reduce_geometry.h, the CPU kernel's layout) as the
+// device index, which takes up to kReduceMaxGroups groups of each kind.
 StatusOr<ReduceDims> MakeReduceDims(const std::string& op, const Shape& x, const std::vector<bool>& mask) {
-  const std::vector<int64_t> strides = x.Strides();
-  struct Group {
-    bool reduced;
-    int64_t size, stride;
-  };
-  std::vector<Group> groups;
-  for (int d = 0; d < x.rank(); ++d) {
-    if (x[d] == 1) continue;
-    if (!groups.empty() && groups.back().reduced == mask[d]) {
-      groups.back().size *= x[d];
-      groups.back().stride = strides[d];
-    } else {
-      groups.push_back({static_cast<bool>(mask[d]), x[d], strides[d]});
-    }
-  }
+  const ReduceGroups g = ReduceGroupsOf(x, mask);
+  if (g.kept_dims.size() > static_cast<size_t>(kReduceMaxGroups) ||
+      g.red_dims.size() > static_cast<size_t>(kReduceMaxGroups))
+    return Unimplemented(op, " on CUDA: input ", x.ToString(), " alternates reduced and kept dims more than ",
+                         kReduceMaxGroups, " times");
   ReduceDims r;
-  if (!groups.empty() && !groups.back().reduced) {
-    r.inner = groups.back().size;
-    groups.pop_back();
-  }
-  r.red_rank = 0;
-  for (const Group& g : groups) {
-    int& rank = g.reduced ? r.red_rank : r.kept_rank;
-    if (rank == kReduceMaxGroups)
-      return Unimplemented(op, " on CUDA: input ", x.ToString(), " alternates reduced and kept dims more than ",
-                           kReduceMaxGroups, " times");
-    (g.reduced ? r.red_dims : r.kept_dims)[rank] = g.size;
-    (g.reduced ? r.red_strides : r.kept_strides)[rank] = g.stride;
-    (g.reduced ? r.reduced : r.rows) *= g.size;
-    ++rank;
-  }
-  if (r.red_rank == 0) {  // nothing (or only unit dims) reduced
-    r.red_rank = 1;
-    r.red_dims[0] = 1;
-    r.red_strides[0] = 0;
-  }
+  r.rows = g.rows;
+  r.inner = g.inner;
+  r.reduced = g.reduced;
+  r.kept_rank = static_cast<int>(g.kept_dims.size());
+  std::copy(g.kept_dims.begin(), g.kept_dims.end(), r.kept_dims);
+  std::copy(g.kept_strides.begin(), g.kept_strides.end(), r.kept_strides);
+  r.red_rank = static_cast<int>(g.red_dims.size());
+  std::copy(g.red_dims.begin(), g.red_dims.end(), r.red_dims);
+  std::copy(g.red_strides.begin(), g.red_strides.end(), r.red_strides);
   return r;
 }
 
@@ -82,7 +51,7 @@ Status ReduceKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const char* op = OpName(ctx, "Reduce");
   const Tensor& x = ctx.in(0);
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedAxes(op, *ctx.attrs, x.shape()));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes(op, *ctx.attrs, x.shape()));
   LOOM_ASSIGN_OR_RETURN(ReduceDims dims, MakeReduceDims(op, x.shape(), mask));
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, ReduceWorkspace(dims, ctx.device));
   return DispatchCudaFloat(x.dtype(), op, [&](auto zero) -> Status {
@@ -99,7 +68,7 @@ LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCuda, ReduceKernel<ReduceKind::kM
 Status ReduceMaxBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedAxes("ReduceMaxBackward", *ctx.attrs, x.shape()));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes("ReduceMaxBackward", *ctx.attrs, x.shape()));
   LOOM_ASSIGN_OR_RETURN(ReduceDims dims, MakeReduceDims("ReduceMaxBackward", x.shape(), mask));
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, ReduceWorkspace(dims, ctx.device));
   return DispatchCudaFloat(x.dtype(), "ReduceMaxBackward", [&](auto zero) -> Status {
@@ -113,16 +82,8 @@ Status ReduceMaxBackwardKernel(KernelContext& ctx) {
 LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCuda, ReduceMaxBackwardKernel);
 
 StatusOr<SoftmaxDims> SoftmaxDimsOf(const char* op, const AttrMap& attrs, const Shape& x) {
-  const int64_t given = attrs.Int("axis");
-  auto axis = NormalizeAxis(given, x.rank());
-  if (!axis.ok()) return InvalidArgument(op, ": attribute 'axis' = ", given, " is out of range for ", x.ToString());
-  SoftmaxDims d;
-  for (int k = 0; k < x.rank(); ++k) {
-    if (k < *axis) d.outer *= x[k];
-    else if (k > *axis) d.inner *= x[k];
-  }
-  d.len = x[*axis];
-  return d;
+  LOOM_ASSIGN_OR_RETURN(const AxisLayout L, ResolveSoftmaxAxis(op, attrs, x));
+  return SoftmaxDims{L.outer, L.len, L.inner};
 }
 
 template <bool kLog>

@@ -14,103 +14,40 @@
 #include <limits>
 
 #include "ops/cuda/device_util.cuh"
+#include "ops/cuda/tile_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
 
-constexpr int64_t kTargetBlocks = 1024;  // enough resident blocks to fill an H200 (132 SMs)
-constexpr int64_t kMinFold = 32;         // elements per thread before a reduction is split further
-constexpr int64_t kMaxSplits = 65535;    // gridDim.y limit
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The smallest power of two >= n, capped at `cap` (a power of two).
-int PowerOfTwoAtLeast(int64_t n, int cap) {
-  int p = 1;
-  while (p < cap && p < n) p *= 2;
-  return p;
-}
-
-struct TilePlan {
-  int lanes = 1, parts = 1;    // lanes * parts threads per block, parts a power of two
-  bool parts_fastest = false;  // thread id = lane * parts + part, else part * lanes + lane
-  int64_t tiles = 0;           // tiles of `lanes` outputs
-  int64_t splits = 1, split_len = 0;
-};
-
-// outputs columns of `len` elements each; `contiguous`: a column's elements
-// are adjacent in memory (else adjacent columns are).
-TilePlan PlanTiles(int64_t outputs, int64_t len, bool contiguous) {
-  TilePlan p;
-  p.parts_fastest = contiguous;
-  if (contiguous) {
-    p.parts = PowerOfTwoAtLeast(len, kThreads);
-  } else {
-    const int lanes = PowerOfTwoAtLeast(outputs, 32);
-    p.parts = PowerOfTwoAtLeast(len, kThreads / lanes);
-  }
-  p.lanes = PowerOfTwoAtLeast(outputs, kThreads / p.parts);
-  p.tiles = CeilDiv(outputs, p.lanes);
-  p.split_len = len;
-  return p;
-}
-
 // Splits long reductions over blocks when the tiles alone leave the GPU idle.
 TilePlan PlanReduceTiles(const ReduceDims& d) {
   TilePlan p = PlanTiles(d.rows * d.inner, d.reduced, d.inner == 1);
-  if (p.tiles > 0 && p.tiles < kTargetBlocks && d.reduced > p.parts * kMinFold) {
-    const int64_t splits =
-        std::min({CeilDiv(kTargetBlocks, p.tiles), CeilDiv(d.reduced, p.parts * kMinFold), kMaxSplits});
-    p.split_len = CeilDiv(d.reduced, splits);
-    p.splits = CeilDiv(d.reduced, p.split_len);
-  }
+  SplitOver(p, d.reduced, d.reduced);
   return p;
 }
 
-__device__ inline int64_t KeptOffset(const ReduceDims& d, int64_t row) {
+// The offset of row-major index i over `rank` dims with these strides.
+__device__ inline int64_t StridedOffset(int rank, const int64_t* dims, const int64_t* strides, int64_t i) {
   int64_t offset = 0;
-  for (int k = d.kept_rank - 1; k >= 0; --k) {
-    offset += (row % d.kept_dims[k]) * d.kept_strides[k];
-    row /= d.kept_dims[k];
+  for (int k = rank - 1; k >= 0; --k) {
+    offset += (i % dims[k]) * strides[k];
+    i /= dims[k];
   }
   return offset;
+}
+
+__device__ inline int64_t KeptOffset(const ReduceDims& d, int64_t row) {
+  return StridedOffset(d.kept_rank, d.kept_dims, d.kept_strides, row);
 }
 
 __device__ inline int64_t ReducedOffset(const ReduceDims& d, int64_t r) {
   if (d.red_rank == 1) return r * d.red_strides[0];  // the common case: no divisions
-  int64_t offset = 0;
-  for (int k = d.red_rank - 1; k >= 0; --k) {
-    offset += (r % d.red_dims[k]) * d.red_strides[k];
-    r /= d.red_dims[k];
-  }
-  return offset;
+  return StridedOffset(d.red_rank, d.red_dims, d.red_strides, r);
 }
 
 __device__ inline int64_t OutputBase(const ReduceDims& d, int64_t o) {
   const int64_t row = o / d.inner;
   return KeptOffset(d, row) + (o - row * d.inner);
-}
-
-// Combines the `parts` values of each lane of the tile (a fixed tree) and
-// returns the result to every thread of that lane. Called by all threads.
-template <typename Acc, typename Combine>
-__device__ inline Acc TileReduce(Acc value, Acc* scratch, const TilePlan& p, int lane, int part, Combine combine) {
-  scratch[part * p.lanes + lane] = value;
-  __syncthreads();
-  for (int h = p.parts / 2; h > 0; h >>= 1) {
-    Acc* mine = scratch + part * p.lanes + lane;
-    if (part < h) *mine = combine(*mine, mine[h * p.lanes]);
-    __syncthreads();
-  }
-  const Acc total = scratch[lane];
-  __syncthreads();  // scratch is reused right after
-  return total;
-}
-
-__device__ inline void LanePart(const TilePlan& p, int& lane, int& part) {
-  const int t = threadIdx.x;
-  lane = p.parts_fastest ? t / p.parts : t % p.lanes;
-  part = p.parts_fastest ? t % p.parts : t / p.lanes;
 }
 
 // NaN wins, as MaxStep in ops/reduce_ops.cc.

@@ -8,6 +8,7 @@
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/elementwise_kernels.h"
 #include "ops/cuda/rnn_kernels.h"
+#include "ops/lstm_geometry.h"
 
 namespace loom::cuda {
 namespace {
@@ -28,20 +29,12 @@ Status CopyOnDevice(void* dst, const void* src, size_t bytes, cudaStream_t strea
   return Status::Ok();
 }
 
-// x [T, N, I], hidden size Hd (the gates are 4 * Hd wide).
-struct LstmDims {
-  int64_t t = 0, n = 0, in = 0, hd = 0;
-  int64_t gates() const { return 4 * hd; }
-};
-
-LstmDims DimsOf(const Tensor& x, const Tensor& h0) { return {x.shape()[0], x.shape()[1], x.shape()[2], h0.shape()[1]}; }
-
 //   outputs: y [T, N, Hd], h_T, c_T [N, Hd], gates [T, N, 4Hd] (activated),
 //            cells [T, N, Hd]; with T = 0, (h_T, c_T) = (h0, c0).
 Status LstmKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = DimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x, h0);
   const int64_t G = n.gates(), Hd = n.hd;
   return DispatchCudaFloat(x.dtype(), kLstm, [&](auto zero) -> Status {
     using T = decltype(zero);
@@ -80,7 +73,7 @@ LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCuda, LstmKernel);
 Status LstmBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = DimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x, h0);
   const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
   LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.t, n.n, G}, x.dtype(), ctx.device));
   LOOM_ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty({rows}, x.dtype(), ctx.device));  // db as a GEMM

@@ -8,20 +8,18 @@
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/shape_kernels.h"
+#include "ops/shape_geometry.h"
 
 namespace loom::cuda {
 namespace {
 
-// A tensor seen as [outer, len, inner] around one axis.
-struct AxisSplit {
-  int64_t outer, len, inner;
-};
-AxisSplit SplitAt(const Shape& s, int axis) {
-  AxisSplit a{1, s[axis], 1};
-  for (int d = 0; d < axis; ++d) a.outer *= s[d];
-  for (int d = axis + 1; d < s.rank(); ++d) a.inner *= s[d];
-  return a;
-}
+using shape_ops::AxisSplit;
+using shape_ops::MergePermutedDims;
+using shape_ops::PermutedDims;
+using shape_ops::ResolvePerm;
+using shape_ops::ResolveSlice;
+using shape_ops::SliceRange;
+using shape_ops::SplitAt;
 
 char* Bytes(void* p, int64_t elements, int64_t elem_size) { return static_cast<char*>(p) + elements * elem_size; }
 const char* Bytes(const void* p, int64_t elements, int64_t elem_size) {
@@ -50,45 +48,18 @@ Status CopySlabs(const void* src, int64_t src_len, int64_t src_start, int64_t sr
 
 int64_t ElemSize(const Tensor& t) { return static_cast<int64_t>(DTypeSize(t.dtype())); }
 
-Status CopyKernel(KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
-  const Tensor& x = ctx.in(0);
-  Tensor& y = ctx.out(0);
-  if (x.nbytes() == 0 || y.raw_data() == x.raw_data()) return Status::Ok();
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice, stream));
-  return Status::Ok();
-}
-
 // ---------------------------------------------------------------- Transpose
-
-// The permutation (validated by InferTypes): empty reverses the axes.
-std::vector<int> ResolvePerm(const AttrMap& attrs, int rank) {
-  const std::vector<int64_t> given = attrs.Ints("perm");
-  std::vector<int> perm(rank);
-  for (int i = 0; i < rank; ++i)
-    perm[i] = given.empty() ? rank - 1 - i : static_cast<int>(given[i] < 0 ? given[i] + rank : given[i]);
-  return perm;
-}
 
 Status TransposeKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   if (x.numel() == 0) return Status::Ok();
-  const std::vector<int> perm = ResolvePerm(*ctx.attrs, x.shape().rank());
-  const std::vector<int64_t> in_strides = x.shape().Strides();
+  // The permutation was validated by InferTypes.
+  const std::vector<int> perm = ResolvePerm("Transpose", *ctx.attrs, x.shape()).value();
   // As the CPU kernel: unit dims dropped, output dims adjacent in x merged.
-  std::vector<int64_t> dims, strides;
-  for (int p : perm) {
-    const int64_t n = x.shape()[p], st = in_strides[p];
-    if (n == 1) continue;
-    if (!dims.empty() && strides.back() == st * n) {
-      dims.back() *= n;
-      strides.back() = st;
-    } else {
-      dims.push_back(n);
-      strides.push_back(st);
-    }
-  }
+  const PermutedDims merged = MergePermutedDims(x.shape(), perm);
+  const std::vector<int64_t>& dims = merged.dims;
+  const std::vector<int64_t>& strides = merged.strides;
   if (dims.size() <= 1) return CopyKernel(ctx);  // the element order is unchanged
   if (dims.size() > static_cast<size_t>(kMaxPermuteRank))
     return Unimplemented("CUDA Transpose: ", dims.size(), " dims after merging, at most ", kMaxPermuteRank);
@@ -137,32 +108,10 @@ LOOM_REGISTER_KERNEL("Split", DeviceType::kCuda, [](KernelContext& ctx) -> Statu
 
 // -------------------------------------------------------- Slice (+backward)
 
-struct SliceRange {
-  int axis;
-  int64_t start, step, count;
-};
-
-// The CPU kernel's ResolveSlice (Python's slice.indices() for a positive
-// step); the attributes were validated by InferTypes.
-SliceRange ResolveSlice(const AttrMap& attrs, const Shape& x) {
-  SliceRange r;
-  r.axis = NormalizeAxis(attrs.Int("axis"), x.rank()).value();
-  r.step = attrs.Int("step");
-  const int64_t len = x[r.axis];
-  auto clamp = [len](int64_t i) {
-    if (i < 0) i = std::max<int64_t>(0, i + len);
-    return std::min(i, len);
-  };
-  r.start = clamp(attrs.Int("start"));
-  const int64_t end = clamp(attrs.Int("end"));
-  r.count = end > r.start ? (end - r.start + r.step - 1) / r.step : 0;
-  return r;
-}
-
 LOOM_REGISTER_KERNEL("Slice", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
-  const SliceRange r = ResolveSlice(*ctx.attrs, x.shape());
+  const SliceRange r = ResolveSlice("Slice", *ctx.attrs, x.shape()).value();  // validated by InferTypes
   const AxisSplit xs = SplitAt(x.shape(), r.axis);
   return CopySlabs(x.raw_data(), xs.len, r.start, r.step, ctx.out(0).raw_data(), r.count, 0, 1, xs.outer, r.count,
                    xs.inner, ElemSize(x), stream);
@@ -171,7 +120,7 @@ LOOM_REGISTER_KERNEL("Slice", DeviceType::kCuda, [](KernelContext& ctx) -> Statu
 LOOM_REGISTER_KERNEL("SliceBackward", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   Tensor& dx = ctx.out(0);
-  const SliceRange r = ResolveSlice(*ctx.attrs, dx.shape());
+  const SliceRange r = ResolveSlice("SliceBackward", *ctx.attrs, dx.shape()).value();
   const AxisSplit xs = SplitAt(dx.shape(), r.axis);
   // All-zero bytes are zero in every dtype.
   if (dx.nbytes() > 0) LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), stream));

@@ -260,7 +260,10 @@ Status NcclCommunicator::Synchronize() {
     if (async != ncclSuccess && async != ncclInProgress) {
       Status failed = Internal(comm::CommContext(*this, name), ": ",
                                NcclErrorMessage(async, "an asynchronous NCCL operation", __FILE__, __LINE__));
-      AbortLocal();
+      // Mark the group too (not only ncclCommAbort here): this rank's peers
+      // in the process may wait in kernels for it, and only the group's mark
+      // makes their Synchronize() abort instead of polling forever.
+      Abort(failed);
       return failed;
     }
     if (group_->aborted.load()) {
