@@ -44,8 +44,8 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   # Compiles and links every CUDA kernel; the CUDA tests then run their
   # checks that need no GPU (registrations, coverage of the catalogue, the
   # index and GEMM mappings) and skip the rest.
-  step "bazel build --config=cuda //... + bazel test --config=cuda //ops/cuda:all (GPU checks run only where a GPU is present)" \
-    bash -c "bazel build --config=cuda //... && bazel test --config=cuda //ops/cuda:all"
+  step "bazel build --config=cuda //... + bazel test --config=cuda //ops/cuda:all //runtime/comm:all (GPU checks run only where a GPU is present)" \
+    bash -c "bazel build --config=cuda //... && bazel test --config=cuda //ops/cuda:all //runtime/comm:all"
 else
   echo "== no CUDA toolkit: --config=cuda build skipped"
 fi
