@@ -180,8 +180,10 @@ class SumToShapeOp : public OpDef {
   FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
 };
 LOOM_REGISTER_OP(SumToShapeOp);
-LOOM_REGISTER_KERNEL_SUPPORT("SumToShape", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
-LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
+// bf16 / f16 sum in f32 and round once (the bias gradient of a half Linear).
+LOOM_REGISTER_KERNEL_SUPPORT("SumToShape", DeviceType::kCpu,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
+Status SumToShapeKernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   return DispatchFloat(x.dtype(), [&](auto zero) {
@@ -204,6 +206,9 @@ LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
                        }
                      });
   });
+}
+LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCpu, [](KernelContext& ctx) {
+  return IsHalf(ctx.in(0).dtype()) ? RunHalfInF32(ctx, SumToShapeKernel) : SumToShapeKernel(ctx);
 });
 
 // BroadcastTo: repeats x along broadcast dims to attrs.shape.
@@ -369,13 +374,19 @@ Status BinaryKernel(KernelContext& ctx) {
   });
 }
 
-LOOM_REGISTER_KERNEL("Add", DeviceType::kCpu, BinaryKernel<BinaryKind::kAdd>);
+// Add also in bf16 / f16 (in f32, rounded once): autodiff accumulates the
+// gradients of a half value with several consumers (a GEMM output feeding a GEMM) with it.
+LOOM_REGISTER_KERNEL("Add", DeviceType::kCpu, [](KernelContext& ctx) {
+  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, BinaryKernel<BinaryKind::kAdd>)
+                                    : BinaryKernel<BinaryKind::kAdd>(ctx);
+});
 LOOM_REGISTER_KERNEL("Sub", DeviceType::kCpu, BinaryKernel<BinaryKind::kSub>);
 LOOM_REGISTER_KERNEL("Mul", DeviceType::kCpu, BinaryKernel<BinaryKind::kMul>);
 LOOM_REGISTER_KERNEL("Div", DeviceType::kCpu, BinaryKernel<BinaryKind::kDiv>);
 // Type inference takes any dtype (the same for both operands); the kernels
 // DispatchFloat, so an integer Add fails at Executor::Create, not mid-step.
-LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCpu,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
 LOOM_REGISTER_KERNEL_SUPPORT("Sub", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL_SUPPORT("Mul", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL_SUPPORT("Div", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));

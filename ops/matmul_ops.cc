@@ -1,5 +1,6 @@
 // MatMul (2-D), BatchMatMul (leading batch dims) and Linear (y = x W^T + b,
-// PyTorch's weight layout [out, in]). All run on Gemm / BatchedGemm.
+// PyTorch's weight layout [out, in]). All run on Gemm / BatchedGemm; bf16 /
+// f16 operands are widened to f32, multiplied in f32 and rounded once.
 #include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
@@ -37,7 +38,7 @@ class MatMulOp : public OpDef {
   std::string name() const override { return name_; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
-    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input 0"));
+    LOOM_RETURN_IF_ERROR(ExpectFloatOrHalf(in[0], std::string(name_) + " input 0"));
     LOOM_RETURN_IF_ERROR(ExpectSameType({in[0].shape, in[0].dtype}, {in[0].shape, in[1].dtype}, std::string(name_) + " dtypes"));
     if (!batched_ && in[0].shape.rank() != 2) return InvalidArgument("MatMul takes 2-D operands (use BatchMatMul), got ", in[0].shape.ToString());
     LOOM_ASSIGN_OR_RETURN(Shape out, MatMulShape(name_, in[0].shape, in[1].shape, attrs.Bool("transpose_a"),
@@ -96,8 +97,13 @@ Status MatMulKernel(KernelContext& ctx) {
                    sb.dim(-1), sb.dim(-1) * sb.dim(-2), T(0), y.data<T>(), n, m * n, ctx.pool);
   });
 }
-LOOM_REGISTER_KERNEL("MatMul", DeviceType::kCpu, MatMulKernel);
-LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulKernel);
+Status MatMulAnyFloatKernel(KernelContext& ctx) {
+  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, MatMulKernel) : MatMulKernel(ctx);
+}
+LOOM_REGISTER_KERNEL("MatMul", DeviceType::kCpu, MatMulAnyFloatKernel);
+LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulAnyFloatKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("MatMul", DeviceType::kCpu, HalfFloatKernelSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCpu, HalfFloatKernelSupport());
 
 // Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
 class LinearOp : public OpDef {
@@ -108,7 +114,7 @@ class LinearOp : public OpDef {
     if (in.size() != 2 && in.size() != 3) return InvalidArgument("Linear takes (x, weight[, bias]), got ", in.size(), " inputs");
     const Shape& x = in[0].shape;
     const Shape& w = in[1].shape;
-    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Linear input"));
+    LOOM_RETURN_IF_ERROR(ExpectFloatOrHalf(in[0], "Linear input"));
     if (x.rank() < 1) return InvalidArgument("Linear input must have rank >= 1");
     LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, "Linear weight"));
     if (w[1] != x.dim(-1))
@@ -195,7 +201,7 @@ class LinearOp : public OpDef {
 };
 LOOM_REGISTER_OP(LinearOp);
 
-LOOM_REGISTER_KERNEL("Linear", DeviceType::kCpu, [](KernelContext& ctx) {
+Status LinearKernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   Tensor& y = ctx.out(0);
@@ -211,7 +217,11 @@ LOOM_REGISTER_KERNEL("Linear", DeviceType::kCpu, [](KernelContext& ctx) {
     }
     Gemm<T>(false, true, rows, out_f, in_f, T(1), x.data<T>(), in_f, w.data<T>(), in_f, beta, py, out_f, ctx.pool);
   });
+}
+LOOM_REGISTER_KERNEL("Linear", DeviceType::kCpu, [](KernelContext& ctx) {
+  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, LinearKernel) : LinearKernel(ctx);
 });
+LOOM_REGISTER_KERNEL_SUPPORT("Linear", DeviceType::kCpu, HalfFloatKernelSupport());
 
 }  // namespace
 }  // namespace loom

@@ -1,5 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "runtime/executor.h"
 #include "tests/op_harness.h"
 #include "tests/reference_ops.h"
 
@@ -21,6 +30,222 @@ TEST_CASE("matmul ops pass the op harness") {
       {"linear no bias rank 3", "Linear", {}, {InputSpec::Uniform({2, 3, 6}), InputSpec::Uniform({5, 6})}, LinearRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// ---- bf16 / f16: forward and backward through the executor on every device ----
+
+// Values exactly representable in `low`, so that the f64 reference sees what the kernels see.
+std::vector<double> RandomHalfValues(int64_t n, DType low, Rng& rng) {
+  std::vector<double> v(n);
+  for (double& x : v) {
+    const float f = static_cast<float>(rng.Uniform(-1, 1));
+    x = low == DType::kBF16 ? ToFloat(ToBFloat16(f)) : ToFloat(ToFloat16(f));
+  }
+  return v;
+}
+
+Tensor HalfTensor(const Shape& shape, const std::vector<double>& values, DType low) {
+  return Tensor::FromVector<double>(shape, values).Cast(low).value();
+}
+
+// The exact f64 result of each element and the sum of its terms' magnitudes
+// (which bounds the f32 accumulation error).
+struct Exact {
+  std::vector<double> value, magnitude;
+  explicit Exact(int64_t n) : value(n, 0.0), magnitude(n, 0.0) {}
+  void Add(int64_t i, double term) {
+    value[i] += term;
+    magnitude[i] += std::abs(term);
+  }
+};
+
+// The kernels accumulate in f32 and round once to `low`, so each element is
+// within one ulp of `low` at the exact value (|x| 2^-7 for bf16, 2^-10 for
+// f16: the rounding, possibly to the other neighbour after the f32 error)
+// plus the f32 accumulation error (4 k 2^-24 per unit of term magnitude).
+void CheckHalf(const Tensor& got, const Exact& want, DType low, int64_t k, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.dtype() == low);
+  REQUIRE(got.numel() == static_cast<int64_t>(want.value.size()));
+  const Tensor g = got.Cast(DType::kF64).value();
+  const double ulp = low == DType::kBF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double accumulation = 4.0 * static_cast<double>(k) * std::ldexp(1.0, -24) * want.magnitude[i];
+    const double tol = ulp * std::abs(want.value[i]) + accumulation;
+    if (std::abs(g.data<double>()[i] - want.value[i]) > tol && bad++ < 5) {
+      INFO("element " << i << ": got " << g.data<double>()[i] << ", want " << want.value[i] << " +- " << tol);
+      CHECK(false);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// y = op(node inputs) in `low`; loss = sum(Cast(y, f32) * g) with g exact in
+// `low`, so dy = g and the backward ops (MatMul with transposes, Reshape,
+// SumToShape) run on half inputs.
+struct HalfGemmRun {
+  std::map<std::string, Tensor> outputs;  // "y" and "d<input>"
+};
+
+HalfGemmRun RunHalfGemm(const std::string& op, const AttrMap& attrs, const std::vector<Shape>& shapes,
+                        const std::vector<std::vector<double>>& values, const Shape& y_shape,
+                        const std::vector<double>& g_values, DType low, Device device) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  std::vector<ValueId> ins;
+  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(b.Input("in" + std::to_string(i), {shapes[i], low}));
+  ValueId y = b.Add1(op, ins, attrs, "gemm").value();
+  ValueId g = b.Input("g", {y_shape, DType::kF32});
+  ValueId y32 = b.Add1("Cast", {y}, AttrMap{{"to", std::string("f32")}}, "y32").value();
+  ValueId loss = b.Add1("SumToShape", {b.Add1("Mul", {y32, g}, {}, "weighted").value()},
+                        AttrMap{{"shape", std::vector<int64_t>{}}}, "loss")
+                     .value();
+  auto grads = BuildGradients(&graph, loss, ins);
+  REQUIRE(grads.status().ToString() == "OK");
+  graph.outputs() = {{"y", y}};
+  for (size_t i = 0; i < ins.size(); ++i) {
+    REQUIRE(graph.type(grads->at(ins[i])).dtype == low);
+    graph.outputs()["d" + std::to_string(i)] = grads->at(ins[i]);
+  }
+  ExecutorOptions opts;
+  opts.device = device;
+  auto exec = Executor::Create(graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
+  std::map<std::string, Tensor> feeds;
+  for (size_t i = 0; i < shapes.size(); ++i) feeds["in" + std::to_string(i)] = HalfTensor(shapes[i], values[i], low);
+  feeds["g"] = Tensor::FromVector<double>(y_shape, g_values).Cast(DType::kF32).value();
+  auto got = (*exec)->Run(feeds);
+  REQUIRE(got.status().ToString() == "OK");
+  return HalfGemmRun{*got};
+}
+
+TEST_CASE("MatMul and BatchMatMul in bf16 and f16 match the f64 reference rounded once, forward and backward") {
+  struct Case {
+    const char* op;
+    std::vector<int64_t> batch;
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {
+      {"MatMul", {}, 5, 6, 7, false, false},   {"MatMul", {}, 5, 6, 7, true, false},
+      {"MatMul", {}, 5, 6, 7, false, true},    {"MatMul", {}, 5, 6, 7, true, true},
+      {"MatMul", {}, 33, 40, 70, false, false}, {"BatchMatMul", {2, 3}, 5, 4, 7, false, false},
+      {"BatchMatMul", {3}, 6, 5, 9, true, false}, {"BatchMatMul", {2, 2}, 4, 6, 8, false, true},
+  };
+  Rng rng(21);
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    for (const Case& c : cases) {
+      int64_t batch = 1;
+      for (int64_t d : c.batch) batch *= d;
+      auto with_batch = [&](int64_t r, int64_t s) {
+        std::vector<int64_t> dims = c.batch;
+        dims.push_back(r);
+        dims.push_back(s);
+        return Shape(dims);
+      };
+      const Shape sa = c.ta ? with_batch(c.k, c.m) : with_batch(c.m, c.k);
+      const Shape sb = c.tb ? with_batch(c.n, c.k) : with_batch(c.k, c.n);
+      const Shape sy = with_batch(c.m, c.n);
+      const std::vector<double> a = RandomHalfValues(sa.numel(), low, rng), b = RandomHalfValues(sb.numel(), low, rng);
+      const std::vector<double> g = RandomHalfValues(sy.numel(), low, rng);
+      // op(A)[bi, i, l] and op(B)[bi, l, j] of the stored operands.
+      auto opa = [&](int64_t bi, int64_t i, int64_t l) {
+        return a[bi * c.m * c.k + (c.ta ? l * c.m + i : i * c.k + l)];
+      };
+      auto opb = [&](int64_t bi, int64_t l, int64_t j) {
+        return b[bi * c.k * c.n + (c.tb ? j * c.k + l : l * c.n + j)];
+      };
+      Exact y(sy.numel()), da(sa.numel()), db(sb.numel());
+      for (int64_t bi = 0; bi < batch; ++bi)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j)
+            for (int64_t l = 0; l < c.k; ++l) {
+              const double dy = g[(bi * c.m + i) * c.n + j];
+              y.Add((bi * c.m + i) * c.n + j, opa(bi, i, l) * opb(bi, l, j));
+              // dop(A)[i, l] += dy[i, j] op(B)[l, j]; dop(B)[l, j] += op(A)[i, l] dy[i, j].
+              da.Add(bi * c.m * c.k + (c.ta ? l * c.m + i : i * c.k + l), dy * opb(bi, l, j));
+              db.Add(bi * c.k * c.n + (c.tb ? j * c.k + l : l * c.n + j), opa(bi, i, l) * dy);
+            }
+      const AttrMap attrs{{"transpose_a", c.ta}, {"transpose_b", c.tb}};
+      for (Device device : TestDevices()) {
+        const std::string what = std::string(c.op) + " " + sa.ToString() + (c.ta ? "^T" : "") + " x " + sb.ToString() +
+                                 (c.tb ? "^T" : "") + " in " + DTypeName(low) + " on " + device.ToString();
+        HalfGemmRun run = RunHalfGemm(c.op, attrs, {sa, sb}, {a, b}, sy, g, low, device);
+        CheckHalf(run.outputs.at("y"), y, low, c.k, what + ": y");
+        CheckHalf(run.outputs.at("d0"), da, low, c.n, what + ": da");
+        CheckHalf(run.outputs.at("d1"), db, low, c.m, what + ": db");
+      }
+    }
+  }
+}
+
+TEST_CASE("Linear in bf16 and f16 matches the f64 reference rounded once, forward and backward") {
+  struct Case {
+    std::vector<int64_t> x_dims;
+    int64_t out;
+    bool bias;
+  };
+  const std::vector<Case> cases = {{{2, 3, 16}, 8, true}, {{5, 16}, 12, false}, {{16}, 3, true}, {{40, 24}, 33, true}};
+  Rng rng(22);
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    for (const Case& c : cases) {
+      const Shape sx(c.x_dims);
+      const int64_t in = sx.dim(-1), rows = sx.numel() / in, out = c.out;
+      std::vector<int64_t> y_dims = c.x_dims;
+      y_dims.back() = out;
+      const Shape sy(y_dims), sw({out, in}), sb({out});
+      const std::vector<double> x = RandomHalfValues(sx.numel(), low, rng), w = RandomHalfValues(sw.numel(), low, rng);
+      const std::vector<double> bias = RandomHalfValues(out, low, rng), g = RandomHalfValues(sy.numel(), low, rng);
+      Exact y(sy.numel()), dx(sx.numel()), dw(sw.numel()), db(out);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          const double dy = g[r * out + o];
+          if (c.bias) {
+            y.Add(r * out + o, bias[o]);
+            db.Add(o, dy);
+          }
+          for (int64_t i = 0; i < in; ++i) {
+            y.Add(r * out + o, x[r * in + i] * w[o * in + i]);
+            dx.Add(r * in + i, dy * w[o * in + i]);
+            dw.Add(o * in + i, dy * x[r * in + i]);
+          }
+        }
+      std::vector<Shape> shapes = {sx, sw};
+      std::vector<std::vector<double>> values = {x, w};
+      if (c.bias) {
+        shapes.push_back(sb);
+        values.push_back(bias);
+      }
+      for (Device device : TestDevices()) {
+        const std::string what = "Linear " + sx.ToString() + " x " + sw.ToString() + (c.bias ? " + bias" : "") +
+                                 " in " + DTypeName(low) + " on " + device.ToString();
+        HalfGemmRun run = RunHalfGemm("Linear", {}, shapes, values, sy, g, low, device);
+        CheckHalf(run.outputs.at("y"), y, low, in + 1, what + ": y");
+        CheckHalf(run.outputs.at("d0"), dx, low, out, what + ": dx");
+        CheckHalf(run.outputs.at("d1"), dw, low, rows, what + ": dw");
+        if (c.bias) CheckHalf(run.outputs.at("d2"), db, low, rows, what + ": db");
+      }
+    }
+  }
+}
+
+TEST_CASE("the GEMMs take bf16 and f16 in type inference, one dtype per node") {
+  const OpDef* mm = OpRegistry::Global().FindOp("MatMul");
+  const OpDef* linear = OpRegistry::Global().FindOp("Linear");
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    auto ok = InferOpTypes(*mm, {}, {{{2, 3}, low}, {{3, 4}, low}});
+    REQUIRE(ok.status().ToString() == "OK");
+    CHECK((*ok)[0].dtype == low);
+    auto mixed = InferOpTypes(*mm, {}, {{{2, 3}, low}, {{3, 4}, DType::kF32}});
+    CHECK_FALSE(mixed.ok());
+    auto lin = InferOpTypes(*linear, {}, {{{2, 3}, low}, {{4, 3}, low}, {{4}, DType::kF32}});
+    REQUIRE_FALSE(lin.ok());
+    CHECK_THAT(lin.status().message(), Catch::Contains("Linear: dtypes differ"));
+  }
+  auto ints = InferOpTypes(*mm, {}, {{{2, 3}, DType::kI32}, {{3, 4}, DType::kI32}});
+  REQUIRE_FALSE(ints.ok());
+  CHECK_THAT(ints.status().message(), Catch::Contains("MatMul input 0 must be f32, f64, bf16 or f16, got i32"));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/half.h"
+#include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 
 namespace loom {
@@ -82,6 +84,19 @@ KernelSupportFn FloatKernelSupport() {
   };
 }
 
+// Today that is every floating dtype; one added later (fp8) is refused until its kernels exist.
+KernelSupportFn HalfFloatKernelSupport() {
+  return [](const Node&, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
+    for (const auto* types : {&inputs, &outputs})
+      for (const TensorType& t : *types)
+        if (IsFloating(t.dtype) && t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kBF16 &&
+            t.dtype != DType::kF16)
+          return Unimplemented("dtype ", DTypeName(t.dtype), " (", types == &inputs ? "an input" : "an output",
+                               "); the kernel covers f32, f64, bf16, f16");
+    return Status::Ok();
+  };
+}
+
 KernelSupportFn AnyDTypeSupport() {
   return [](const Node&, const std::vector<TensorType>&, const std::vector<TensorType>&) { return Status::Ok(); };
 }
@@ -154,6 +169,56 @@ std::vector<std::string> OpRegistry::OpNames() const {
   return names;
 }
 
+namespace {
+template <typename Half>
+void WidenInto(const Tensor& from, Tensor* to, ThreadPool* pool) {
+  const Half* in = from.data<Half>();
+  float* out = to->data<float>();
+  ParallelRange(pool, from.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) out[i] = ToFloat(in[i]);
+  });
+}
+template <typename Half>
+void NarrowInto(const Tensor& from, Tensor* to, ThreadPool* pool) {
+  const float* in = from.data<float>();
+  Half* out = to->data<Half>();
+  ParallelRange(pool, from.numel(), [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) out[i] = NarrowFloat<Half>::From(in[i]);
+  });
+}
+}  // namespace
+
+Status RunHalfInF32(KernelContext& ctx, const KernelFn& f32_kernel) {
+  KernelContext wide = ctx;
+  std::vector<Tensor> widened_inputs, wide_outputs;
+  widened_inputs.reserve(ctx.inputs.size());
+  wide_outputs.reserve(ctx.outputs.size());
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const Tensor& t = *ctx.inputs[i];
+    if (!IsHalf(t.dtype())) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty(t.shape(), DType::kF32));
+    if (t.dtype() == DType::kBF16) WidenInto<BFloat16>(t, &w, ctx.pool);
+    else WidenInto<Float16>(t, &w, ctx.pool);
+    widened_inputs.push_back(std::move(w));
+    wide.inputs[i] = &widened_inputs.back();
+  }
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    const Tensor& t = *ctx.outputs[i];
+    if (!IsHalf(t.dtype())) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty(t.shape(), DType::kF32));
+    wide_outputs.push_back(std::move(w));
+    wide.outputs[i] = &wide_outputs.back();
+  }
+  LOOM_RETURN_IF_ERROR(f32_kernel(wide));
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    Tensor* t = ctx.outputs[i];
+    if (wide.outputs[i] == t) continue;
+    if (t->dtype() == DType::kBF16) NarrowInto<BFloat16>(*wide.outputs[i], t, ctx.pool);
+    else NarrowInto<Float16>(*wide.outputs[i], t, ctx.pool);
+  }
+  return Status::Ok();
+}
+
 Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what) {
   if (inputs.size() != n) return InvalidArgument(what, " takes ", n, " input(s), got ", inputs.size());
   return Status::Ok();
@@ -167,6 +232,12 @@ Status ExpectRank(const TensorType& t, int rank, const std::string& what) {
 Status ExpectFloat(const TensorType& t, const std::string& what) {
   if (t.dtype != DType::kF32 && t.dtype != DType::kF64)
     return InvalidArgument(what, " must be f32 or f64, got ", DTypeName(t.dtype));
+  return Status::Ok();
+}
+
+Status ExpectFloatOrHalf(const TensorType& t, const std::string& what) {
+  if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
+    return InvalidArgument(what, " must be f32, f64, bf16 or f16, got ", DTypeName(t.dtype));
   return Status::Ok();
 }
 

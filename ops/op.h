@@ -171,6 +171,9 @@ using KernelSupportFn =
 // move bytes (shape ops, copies).
 KernelSupportFn DTypeSupport(std::vector<DType> dtypes);
 KernelSupportFn FloatKernelSupport();
+// HalfFloatKernelSupport: FloatKernelSupport plus bf16 and f16 (kernels that
+// compute half types in f32 and round once, e.g. the GEMMs).
+KernelSupportFn HalfFloatKernelSupport();
 KernelSupportFn AnyDTypeSupport();
 
 // Registry of op definitions and kernels.
@@ -229,7 +232,16 @@ struct KernelSupportRegistration {
 Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what);
 Status ExpectRank(const TensorType& t, int rank, const std::string& what);
 Status ExpectFloat(const TensorType& t, const std::string& what);
+// f32, f64, bf16 or f16 (ops with half-precision kernels: the GEMMs).
+Status ExpectFloatOrHalf(const TensorType& t, const std::string& what);
 Status ExpectSameType(const TensorType& a, const TensorType& b, const std::string& what);
+
+// CPU kernels of half types computed in f32: runs `f32_kernel` on ctx with
+// every bf16 / f16 input widened to an f32 copy and every bf16 / f16 output
+// replaced by an f32 temporary, then rounds those outputs once into ctx's.
+// Other inputs and outputs pass through untouched. Host tensors only.
+Status RunHalfInF32(KernelContext& ctx, const KernelFn& f32_kernel);
+inline bool IsHalf(DType d) { return d == DType::kBF16 || d == DType::kF16; }
 
 // Calls fn(T{}) with T = float or double for the dtype:
 //   DispatchFloat(dt, [&](auto zero) { using T = decltype(zero); ... });

@@ -1,11 +1,24 @@
 // CUDA kernels of the basic ops (ops/basic_ops.cc): Fill, Identity, Reshape,
 // the broadcasting Add/Sub/Mul/Div, BroadcastTo, SumToShape and the scalar
 // ops Neg/AddScalar/MulScalar/PowScalar. Same semantics as the CPU kernels.
+// Add and SumToShape also take bf16 / f16 (f32 arithmetic, rounded once), for
+// the gradients of the half-precision GEMMs.
+#include "core/half.h"
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/elementwise_kernels.h"
 
 namespace loom::cuda {
 namespace {
+
+// DispatchCudaFloat plus BFloat16 and Float16.
+template <typename Fn>
+Status DispatchCudaFloatOrHalf(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBF16: return fn(BFloat16{});
+    case DType::kF16: return fn(Float16{});
+    default: return DispatchCudaFloat(dtype, op, std::forward<Fn>(fn));
+  }
+}
 
 Status FillKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
@@ -48,7 +61,9 @@ Status BinaryKernel(KernelContext& ctx) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
   Tensor& y = ctx.out(0);
-  return DispatchCudaFloat(y.dtype(), ctx.node ? ctx.node->op.c_str() : "a binary op", [&](auto zero) -> Status {
+  const char* op = ctx.node ? ctx.node->op.c_str() : "a binary op";
+  // The support predicates admit half types for Add only.
+  return DispatchCudaFloatOrHalf(y.dtype(), op, [&](auto zero) -> Status {
     using T = decltype(zero);
     if (a.shape() == b.shape()) {  // the common case: no index arithmetic
       LOOM_CUDA_RETURN_IF_ERROR(LaunchBinary(kKind, a.data<T>(), b.data<T>(), y.data<T>(), y.numel(), stream));
@@ -63,7 +78,8 @@ LOOM_REGISTER_KERNEL("Add", DeviceType::kCuda, BinaryKernel<BinaryKind::kAdd>);
 LOOM_REGISTER_KERNEL("Sub", DeviceType::kCuda, BinaryKernel<BinaryKind::kSub>);
 LOOM_REGISTER_KERNEL("Mul", DeviceType::kCuda, BinaryKernel<BinaryKind::kMul>);
 LOOM_REGISTER_KERNEL("Div", DeviceType::kCuda, BinaryKernel<BinaryKind::kDiv>);
-LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
+LOOM_REGISTER_KERNEL_SUPPORT("Add", DeviceType::kCuda,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
 LOOM_REGISTER_KERNEL_SUPPORT("Sub", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL_SUPPORT("Mul", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
 LOOM_REGISTER_KERNEL_SUPPORT("Div", DeviceType::kCuda, DTypeSupport({DType::kF32, DType::kF64}));
@@ -84,13 +100,15 @@ LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCuda, [](KernelContext& ctx) -> 
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
-  return DispatchCudaFloat(y.dtype(), "SumToShape", [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(y.dtype(), "SumToShape", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_ASSIGN_OR_RETURN(ReduceIndex index, MakeReduceIndex(x.shape(), y.shape()));
     LOOM_CUDA_RETURN_IF_ERROR(LaunchSumTo(x.data<T>(), y.data<T>(), y.numel(), index, stream));
     return Status::Ok();
   });
 });
+LOOM_REGISTER_KERNEL_SUPPORT("SumToShape", DeviceType::kCuda,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
 
 template <UnaryKind kKind>
 Status ScalarKernel(KernelContext& ctx) {

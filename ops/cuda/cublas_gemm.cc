@@ -72,6 +72,56 @@ Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb
   return Status::Ok();
 }
 
+namespace {
+
+// The half-precision GEMM on elements of `dtype` (CUDA_R_16BF / CUDA_R_16F), 2 bytes each.
+Status HalfRowMajorGemm(cublasHandle_t handle, cudaStream_t stream, cudaDataType_t dtype, bool ta, bool tb,
+                        int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                        int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c) {
+  if (beta != 0.0f && beta != 1.0f) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
+  if (batch == 0 || m == 0 || n == 0) return Status::Ok();
+  if (k == 0) {  // an empty sum: C = beta C; all bits clear is +0 in both formats
+    if (beta == 0.0f) LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * 2, stream));
+    return Status::Ok();
+  }
+  LOOM_RETURN_IF_ERROR(FitsInt("m", m));
+  LOOM_RETURN_IF_ERROR(FitsInt("n", n));
+  LOOM_RETURN_IF_ERROR(FitsInt("k", k));
+  LOOM_RETURN_IF_ERROR(FitsInt("lda", lda));
+  LOOM_RETURN_IF_ERROR(FitsInt("ldb", ldb));
+  LOOM_RETURN_IF_ERROR(FitsInt("batch", batch));
+  const CublasGemmShape g = RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
+  const cublasOperation_t op1 = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op2 = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int gm = static_cast<int>(g.m), gn = static_cast<int>(g.n), gk = static_cast<int>(g.k);
+  const int ld1 = static_cast<int>(g.ld_first), ld2 = static_cast<int>(g.ld_second), ldc = static_cast<int>(g.ldc);
+  if (batch == 1) {
+    LOOM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, op1, op2, gm, gn, gk, &alpha, b, dtype, ld1, a, dtype, ld2, &beta,
+                                             c, dtype, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    LOOM_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(handle, op1, op2, gm, gn, gk, &alpha, b, dtype, ld1,
+                                                           stride_b, a, dtype, ld2, stride_a, &beta, c, dtype, ldc,
+                                                           m * n, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+                                                           CUBLAS_GEMM_DEFAULT));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,
+                    int64_t ldb, int64_t stride_b, float beta, BFloat16* c) {
+  return HalfRowMajorGemm(handle, stream, CUDA_R_16BF, ta, tb, batch, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                          stride_b, beta, c);
+}
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, float alpha, const Float16* a, int64_t lda, int64_t stride_a, const Float16* b,
+                    int64_t ldb, int64_t stride_b, float beta, Float16* c) {
+  return HalfRowMajorGemm(handle, stream, CUDA_R_16F, ta, tb, batch, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                          stride_b, beta, c);
+}
+
 template Status RowMajorGemm<float>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t, float,
                                     const float*, int64_t, int64_t, const float*, int64_t, int64_t, float, float*);
 template Status RowMajorGemm<double>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t,

@@ -15,6 +15,11 @@
 
 #include "core/status.h"
 
+namespace loom {
+struct BFloat16;  // core/half.h
+struct Float16;
+}  // namespace loom
+
 namespace loom::cuda {
 
 // The cuBLAS GEMM that computes the row-major C[m, n] = op(A) op(B), with A
@@ -53,5 +58,16 @@ template <typename T>
 Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
                     int64_t stride_b, T beta, T* c);
+
+// The same in bf16 / f16 (operands and C), through cublasGemmEx /
+// cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F: f32 accumulation,
+// alpha and beta in f32, C (read when beta is 1) and the result rounded to the
+// half type once, by cuBLAS. Tensor cores, as the default math mode allows.
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, float alpha, const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b,
+                    int64_t ldb, int64_t stride_b, float beta, BFloat16* c);
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, float alpha, const Float16* a, int64_t lda, int64_t stride_a, const Float16* b,
+                    int64_t ldb, int64_t stride_b, float beta, Float16* c);
 
 }  // namespace loom::cuda

@@ -1,14 +1,26 @@
 // Element-wise, broadcasting and reducing kernels for the CUDA backend.
 // Every kernel is a grid-stride loop over 64-bit indices, so any launch size
 // covers any tensor; the launchers pick the grid and return the launch error.
+// bf16 / f16 elements (core/half.h) are widened to f32 for the arithmetic and
+// rounded once on the store; for f32 / f64 Widen and Narrow are the identity.
 #include "ops/cuda/elementwise_kernels.h"
 
 #include <algorithm>
 
+#include "core/half.h"
 #include "ops/cuda/device_util.cuh"
 
 namespace loom::cuda {
 namespace {
+
+// The arithmetic type of T: float for bf16 / f16, T itself otherwise.
+template <typename T>
+using Acc = decltype(WidenFloat(T{}));
+
+template <typename T>
+__device__ inline T Narrow(Acc<T> x) {
+  return NarrowFloat<T>::From(x);
+}
 
 template <BinaryKind kKind, typename T>
 __device__ inline T ApplyBinary(T a, T b) {
@@ -49,13 +61,15 @@ __device__ inline int64_t StridedOffset(const int64_t* dims, const int64_t* stri
 
 template <BinaryKind kKind, typename T>
 __global__ void BinaryKernel(const T* a, const T* b, T* y, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += GridStride()) y[i] = ApplyBinary<kKind>(a[i], b[i]);
+  for (int64_t i = FirstIndex(); i < n; i += GridStride())
+    y[i] = Narrow<T>(ApplyBinary<kKind>(WidenFloat(a[i]), WidenFloat(b[i])));
 }
 
 template <BinaryKind kKind, typename T>
 __global__ void BinaryBroadcastKernel(const T* a, const T* b, T* y, BroadcastIndex index, int64_t n) {
   for (int64_t i = FirstIndex(); i < n; i += GridStride())
-    y[i] = ApplyBinary<kKind>(a[BroadcastOffset(index, 0, i)], b[BroadcastOffset(index, 1, i)]);
+    y[i] = Narrow<T>(
+        ApplyBinary<kKind>(WidenFloat(a[BroadcastOffset(index, 0, i)]), WidenFloat(b[BroadcastOffset(index, 1, i)])));
 }
 
 template <UnaryKind kKind, typename T>
@@ -70,7 +84,8 @@ __global__ void FillKernel(T* y, int64_t n, T value) {
 
 template <typename T>
 __global__ void BiasAddKernel(T* y, const T* bias, int64_t n, int64_t cols) {
-  for (int64_t i = FirstIndex(); i < n; i += GridStride()) y[i] += bias[i % cols];
+  for (int64_t i = FirstIndex(); i < n; i += GridStride())
+    y[i] = Narrow<T>(WidenFloat(y[i]) + WidenFloat(bias[i % cols]));
 }
 
 template <typename T>
@@ -87,12 +102,12 @@ __global__ void SumToPerThreadKernel(const T* x, T* y, int64_t out_n, ReduceInde
   const int64_t inner_n = index.reduced_dims[last], inner_stride = index.reduced_strides[last];
   for (int64_t o = FirstIndex(); o < out_n; o += GridStride()) {
     const int64_t base = StridedOffset(index.kept_dims, index.kept_strides, index.kept_rank, o);
-    T acc = 0;
+    Acc<T> acc = 0;
     for (int64_t q = 0; q < outer_n; ++q) {
       const T* p = x + base + StridedOffset(index.reduced_dims, index.reduced_strides, last, q);
-      for (int64_t t = 0; t < inner_n; ++t) acc += p[t * inner_stride];
+      for (int64_t t = 0; t < inner_n; ++t) acc += WidenFloat(p[t * inner_stride]);
     }
-    y[o] = acc;
+    y[o] = Narrow<T>(acc);
   }
 }
 
@@ -101,19 +116,19 @@ __global__ void SumToPerThreadKernel(const T* x, T* y, int64_t out_n, ReduceInde
 // threads' partial sums in a fixed order.
 template <typename T>
 __global__ void SumToPerBlockKernel(const T* x, T* y, int64_t out_n, ReduceIndex index, int64_t reduced_n) {
-  __shared__ T partial[kThreads];
+  __shared__ Acc<T> partial[kThreads];
   for (int64_t o = blockIdx.x; o < out_n; o += gridDim.x) {
     const int64_t base = StridedOffset(index.kept_dims, index.kept_strides, index.kept_rank, o);
-    T acc = 0;
+    Acc<T> acc = 0;
     for (int64_t j = threadIdx.x; j < reduced_n; j += blockDim.x)
-      acc += x[base + StridedOffset(index.reduced_dims, index.reduced_strides, index.reduced_rank, j)];
+      acc += WidenFloat(x[base + StridedOffset(index.reduced_dims, index.reduced_strides, index.reduced_rank, j)]);
     partial[threadIdx.x] = acc;
     __syncthreads();
     for (int s = kThreads / 2; s > 0; s >>= 1) {
       if (static_cast<int>(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];
       __syncthreads();
     }
-    if (threadIdx.x == 0) y[o] = partial[0];
+    if (threadIdx.x == 0) y[o] = Narrow<T>(partial[0]);
     __syncthreads();  // partial is reused for the next output
   }
 }
@@ -208,7 +223,7 @@ cudaError_t LaunchSumTo(const T* x, T* y, int64_t out_n, const ReduceIndex& inde
   }
   int64_t reduced_n = 1;
   for (int d = 0; d < r.reduced_rank; ++d) reduced_n *= r.reduced_dims[d];
-  if (reduced_n == 0) return LaunchFill(y, out_n, T(0), stream);  // sums over nothing
+  if (reduced_n == 0) return LaunchFill(y, out_n, T{}, stream);  // sums over nothing: +0 (all bits clear)
   // Enough outputs to fill the GPU with one thread each, or reductions too
   // short to share out: a thread per output. Otherwise a block per output.
   constexpr int64_t kManyOutputs = 16384, kShortReduction = 64;
@@ -239,5 +254,19 @@ template cudaError_t LaunchFill<double>(double*, int64_t, double, cudaStream_t);
 template cudaError_t LaunchFill<int32_t>(int32_t*, int64_t, int32_t, cudaStream_t);
 template cudaError_t LaunchFill<int64_t>(int64_t*, int64_t, int64_t, cudaStream_t);
 template cudaError_t LaunchFill<bool>(bool*, int64_t, bool, cudaStream_t);
+
+// bf16 / f16: what the half GEMMs' kernels and their gradients need (Linear's
+// bias, SumToShape, the Add that accumulates gradients).
+#define LOOM_INSTANTIATE_HALF_KERNELS(T)                                                                          \
+  template cudaError_t LaunchBinary<T>(BinaryKind, const T*, const T*, T*, int64_t, cudaStream_t);               \
+  template cudaError_t LaunchBinaryBroadcast<T>(BinaryKind, const T*, const T*, T*, const BroadcastIndex&,        \
+                                                cudaStream_t);                                                    \
+  template cudaError_t LaunchBiasAdd<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                            \
+  template cudaError_t LaunchBroadcastTo<T>(const T*, T*, const BroadcastIndex&, cudaStream_t);                   \
+  template cudaError_t LaunchSumTo<T>(const T*, T*, int64_t, const ReduceIndex&, cudaStream_t);                   \
+  template cudaError_t LaunchFill<T>(T*, int64_t, T, cudaStream_t);
+
+LOOM_INSTANTIATE_HALF_KERNELS(BFloat16)
+LOOM_INSTANTIATE_HALF_KERNELS(Float16)
 
 }  // namespace loom::cuda

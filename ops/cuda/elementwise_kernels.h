@@ -2,7 +2,9 @@
 // their launchers. Plain C++ declarations, so gcc-compiled kernel wrappers
 // can call them. Each launcher queues one kernel on `stream` and returns the
 // launch's error (cudaSuccess or why the launch failed); faults inside the
-// kernel surface at the next synchronizing call.
+// kernel surface at the next synchronizing call. T is float or double; the
+// binary, bias-add, broadcast, sum and fill launchers also take BFloat16 and
+// Float16 (core/half.h), computing in f32 and rounding once per element.
 #pragma once
 
 #include <cuda_runtime_api.h>

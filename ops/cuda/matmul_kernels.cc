@@ -1,5 +1,9 @@
 // cuBLAS kernels of MatMul, BatchMatMul and Linear (ops/matmul_ops.cc),
-// through RowMajorGemm (ops/cuda/cublas_gemm.h).
+// through RowMajorGemm (ops/cuda/cublas_gemm.h): f32 / f64 in their own
+// precision, bf16 / f16 with f32 accumulation (cublasGemmEx).
+#include <type_traits>
+
+#include "core/half.h"
 #include "ops/cuda/cublas_gemm.h"
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/elementwise_kernels.h"
@@ -7,13 +11,32 @@
 namespace loom::cuda {
 namespace {
 
-// C = op(A) op(B) over a batch, on the device's cuBLAS handle.
+// Calls fn(T{}) with T = float, double, BFloat16 or Float16; fn returns a Status.
+template <typename Fn>
+Status DispatchGemmDType(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(float{});
+    case DType::kF64: return fn(double{});
+    case DType::kBF16: return fn(BFloat16{});
+    case DType::kF16: return fn(Float16{});
+    default: return Unimplemented("no CUDA kernel for ", op, " on ", DTypeName(dtype));
+  }
+}
+
+// C = op(A) op(B) (+ C when accumulate) over a batch, on the device's cuBLAS
+// handle; half types scale in f32.
 template <typename T>
 Status Product(const KernelContext& ctx, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
-               int64_t k, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T* c) {
+               int64_t k, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T* c,
+               bool accumulate = false) {
   LOOM_ASSIGN_OR_RETURN(CublasLease lease, AcquireCublas(ctx.device.index, stream));
-  return RowMajorGemm<T>(lease.handle(), stream, ta, tb, batch, m, n, k, T(1), a, lda, stride_a, b, ldb, stride_b,
-                         T(0), c);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return RowMajorGemm<T>(lease.handle(), stream, ta, tb, batch, m, n, k, T(1), a, lda, stride_a, b, ldb, stride_b,
+                           accumulate ? T(1) : T(0), c);
+  } else {
+    return RowMajorGemm(lease.handle(), stream, ta, tb, batch, m, n, k, 1.0f, a, lda, stride_a, b, ldb, stride_b,
+                        accumulate ? 1.0f : 0.0f, c);
+  }
 }
 
 // MatMul [m, k] x [k, n] and BatchMatMul [..., m, k] x [..., k, n] (either
@@ -29,17 +52,21 @@ Status MatMulKernel(KernelContext& ctx) {
   const int64_t m = y.shape().dim(-2), n = y.shape().dim(-1), k = ta ? sa.dim(-2) : sa.dim(-1);
   int64_t batch = 1;
   for (int d = 0; d < y.shape().rank() - 2; ++d) batch *= y.shape()[d];
-  return DispatchCudaFloat(y.dtype(), "MatMul", [&](auto zero) -> Status {
+  return DispatchGemmDType(y.dtype(), "MatMul", [&](auto zero) -> Status {
     using T = decltype(zero);
     return Product<T>(ctx, stream, ta, tb, batch, m, n, k, a.data<T>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2),
-                           b.data<T>(), sb.dim(-1), sb.dim(-1) * sb.dim(-2), y.data<T>());
+                      b.data<T>(), sb.dim(-1), sb.dim(-1) * sb.dim(-2), y.data<T>());
   });
 }
 LOOM_REGISTER_KERNEL("MatMul", DeviceType::kCuda, MatMulKernel);
 LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCuda, MatMulKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("MatMul", DeviceType::kCuda, HalfFloatKernelSupport());
+LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCuda, HalfFloatKernelSupport());
 
 // Linear: x [..., in] viewed as [rows, in], weight [out, in], optional bias
-// [out]: y = x W^T (one GEMM with B transposed), then the bias-add kernel.
+// [out]: y = x W^T (one GEMM with B transposed). f32 / f64 add the bias
+// after; bf16 / f16 start y from the broadcast bias and accumulate onto it
+// in f32 (beta = 1), so the result rounds once, as on the CPU.
 LOOM_REGISTER_KERNEL("Linear", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
@@ -48,15 +75,22 @@ LOOM_REGISTER_KERNEL("Linear", DeviceType::kCuda, [](KernelContext& ctx) -> Stat
   const int64_t out_f = w.shape()[0], in_f = w.shape()[1];
   int64_t rows = 1;
   for (int d = 0; d < x.shape().rank() - 1; ++d) rows *= x.shape()[d];
-  return DispatchCudaFloat(y.dtype(), "Linear", [&](auto zero) -> Status {
+  const bool bias = ctx.inputs.size() == 3;
+  return DispatchGemmDType(y.dtype(), "Linear", [&](auto zero) -> Status {
     using T = decltype(zero);
+    constexpr bool kWide = std::is_same_v<T, float> || std::is_same_v<T, double>;
+    if (!kWide && bias) {
+      LOOM_ASSIGN_OR_RETURN(BroadcastIndex index, MakeBroadcastIndex(y.shape(), {ctx.in(2).shape()}));
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchBroadcastTo(ctx.in(2).data<T>(), y.data<T>(), index, stream));
+    }
     LOOM_RETURN_IF_ERROR(Product<T>(ctx, stream, /*ta=*/false, /*tb=*/true, /*batch=*/1, rows, out_f, in_f,
-                                         x.data<T>(), in_f, 0, w.data<T>(), in_f, 0, y.data<T>()));
-    if (ctx.inputs.size() == 3)
-      LOOM_CUDA_RETURN_IF_ERROR(LaunchBiasAdd(y.data<T>(), ctx.in(2).data<T>(), rows, out_f, stream));
+                                    x.data<T>(), in_f, 0, w.data<T>(), in_f, 0, y.data<T>(),
+                                    /*accumulate=*/!kWide && bias));
+    if (kWide && bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchBiasAdd(y.data<T>(), ctx.in(2).data<T>(), rows, out_f, stream));
     return Status::Ok();
   });
 });
+LOOM_REGISTER_KERNEL_SUPPORT("Linear", DeviceType::kCuda, HalfFloatKernelSupport());
 
 }  // namespace
 }  // namespace loom::cuda
