@@ -117,13 +117,13 @@ TEST_CASE("a dtype the device has no kernel for fails at Create, naming the node
   Graph g;
   GraphBuilder b(&g);
   ValueId x = b.Input("x", {Shape{2}, DType::kI64});
-  ValueId y = b.Add1("Add", {x, x}, {}, "sum").value();  // type inference takes any dtype
+  ValueId y = b.Add1("Mul", {x, x}, {}, "sum").value();  // type inference takes any dtype
   g.outputs()["y"] = y;
   auto exec = Executor::Create(g);
   REQUIRE_FALSE(exec.ok());
   INFO(exec.status().message());
   CHECK(exec.status().message() ==
-        "node 'sum' (Add): the CPU kernel of Add does not support dtype i64 (an input); the kernel covers f32, f64");
+        "node 'sum' (Mul): the CPU kernel of Mul does not support dtype i64 (an input); the kernel covers f32, f64");
 
   // A shape op moves any dtype.
   Graph ok;
