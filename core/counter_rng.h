@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace loom {
 

@@ -13,11 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace loom {
 

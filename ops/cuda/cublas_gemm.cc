@@ -1,6 +1,7 @@
 #include "ops/cuda/cublas_gemm.h"
 
 #include <climits>
+#include <optional>
 
 #include "core/cuda/cuda_device.h"
 #include "ops/cuda/cuda_kernel_util.h"
@@ -39,18 +40,25 @@ Status FitsInt(const char* what, int64_t value) {
   return Status::Ok();
 }
 
-}  // namespace
+// The column-major call for a row-major GEMM, in cuBLAS's int sizes.
+struct CublasCall {
+  cublasOperation_t op1, op2;
+  int m, n, k, ld1, ld2, ldc;
+};
 
-template <typename T>
-Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
-                    int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
-                    int64_t stride_b, T beta, T* c) {
-  if (beta != T(0) && beta != T(1)) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
-  if (batch == 0 || m == 0 || n == 0) return Status::Ok();
-  if (k == 0) {  // an empty sum: C = beta C (cuBLAS would reject the zero leading dims)
-    if (beta == T(0))
-      LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * sizeof(T), stream));
-    return Status::Ok();
+// What every element type shares: the beta rule, the empty cases (C left as
+// it is, or zeroed for an empty sum with beta 0: all bits clear is +0 in
+// every float format) and the int limits. Returns the call, or nullopt when
+// no cuBLAS call is needed.
+StatusOr<std::optional<CublasCall>> PlanGemm(cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m,
+                                             int64_t n, int64_t k, int64_t lda, int64_t ldb, double beta,
+                                             size_t element_bytes, void* c) {
+  if (beta != 0 && beta != 1) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
+  if (batch == 0 || m == 0 || n == 0) return std::optional<CublasCall>();
+  if (k == 0) {  // cuBLAS would reject the zero leading dims
+    if (beta == 0)
+      LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * element_bytes, stream));
+    return std::optional<CublasCall>();
   }
   LOOM_RETURN_IF_ERROR(FitsInt("m", m));
   LOOM_RETURN_IF_ERROR(FitsInt("n", n));
@@ -59,10 +67,22 @@ Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb
   LOOM_RETURN_IF_ERROR(FitsInt("ldb", ldb));
   LOOM_RETURN_IF_ERROR(FitsInt("batch", batch));
   const CublasGemmShape g = RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
-  const cublasOperation_t op1 = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op2 = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int gm = static_cast<int>(g.m), gn = static_cast<int>(g.n), gk = static_cast<int>(g.k);
-  const int ld1 = static_cast<int>(g.ld_first), ld2 = static_cast<int>(g.ld_second), ldc = static_cast<int>(g.ldc);
+  return std::optional<CublasCall>(CublasCall{
+      g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), static_cast<int>(g.ld_first),
+      static_cast<int>(g.ld_second), static_cast<int>(g.ldc)});
+}
+
+}  // namespace
+
+template <typename T>
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                    int64_t stride_b, T beta, T* c) {
+  LOOM_ASSIGN_OR_RETURN(const std::optional<CublasCall> call,
+                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, sizeof(T), c));
+  if (!call) return Status::Ok();
+  const auto [op1, op2, gm, gn, gk, ld1, ld2, ldc] = *call;
   if (batch == 1) {
     LOOM_CUBLAS_RETURN_IF_ERROR(Gemm(handle, op1, op2, gm, gn, gk, &alpha, b, ld1, a, ld2, &beta, c, ldc));
   } else {
@@ -78,23 +98,10 @@ namespace {
 Status HalfRowMajorGemm(cublasHandle_t handle, cudaStream_t stream, cudaDataType_t dtype, bool ta, bool tb,
                         int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
                         int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c) {
-  if (beta != 0.0f && beta != 1.0f) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
-  if (batch == 0 || m == 0 || n == 0) return Status::Ok();
-  if (k == 0) {  // an empty sum: C = beta C; all bits clear is +0 in both formats
-    if (beta == 0.0f) LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * 2, stream));
-    return Status::Ok();
-  }
-  LOOM_RETURN_IF_ERROR(FitsInt("m", m));
-  LOOM_RETURN_IF_ERROR(FitsInt("n", n));
-  LOOM_RETURN_IF_ERROR(FitsInt("k", k));
-  LOOM_RETURN_IF_ERROR(FitsInt("lda", lda));
-  LOOM_RETURN_IF_ERROR(FitsInt("ldb", ldb));
-  LOOM_RETURN_IF_ERROR(FitsInt("batch", batch));
-  const CublasGemmShape g = RowMajorGemmToCublas(ta, tb, m, n, k, lda, ldb);
-  const cublasOperation_t op1 = g.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op2 = g.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int gm = static_cast<int>(g.m), gn = static_cast<int>(g.n), gk = static_cast<int>(g.k);
-  const int ld1 = static_cast<int>(g.ld_first), ld2 = static_cast<int>(g.ld_second), ldc = static_cast<int>(g.ldc);
+  LOOM_ASSIGN_OR_RETURN(const std::optional<CublasCall> call,
+                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, 2, c));
+  if (!call) return Status::Ok();
+  const auto [op1, op2, gm, gn, gk, ld1, ld2, ldc] = *call;
   if (batch == 1) {
     LOOM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, op1, op2, gm, gn, gk, &alpha, b, dtype, ld1, a, dtype, ld2, &beta,
                                              c, dtype, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

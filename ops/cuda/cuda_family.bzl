@@ -45,7 +45,7 @@ def cuda_kernel_family(name, cu = True, extra_hdrs = [], deps = [], linkopts = [
         cuda_object(
             name = name + "_kernels_o",
             src = name + "_kernels.cu",
-            hdrs = [name + "_kernels.h", "device_util.cuh", "//core:counter_rng.h"] + extra_hdrs,
+            hdrs = [name + "_kernels.h", "device_util.cuh", "//core:counter_rng.h", "//core:host_device.h"] + extra_hdrs,
         )
         srcs.append(":" + name + "_kernels_o")
         hdrs.append(name + "_kernels.h")
