@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "graph/mixed_precision.h"
 #include "graph/pass.h"
 
 namespace loom {
@@ -28,9 +29,13 @@ class TrainingStepPass : public Pass {
   TrainingStepPass(const CompileOptions& options, bool fused) : options_(options), fused_(fused) {}
   std::string name() const override { return "training-step"; }
   StatusOr<bool> Run(Graph* graph) override {
-    StatusOr<Graph> step =
-        fused_ ? BuildFusedTrainingGraph(*graph, options_.loss_output, options_.optimizers, options_.isolate_divergence)
-               : BuildTrainingGraph(*graph, options_.loss_output, options_.optimizers.at(0));
+    // bf16 keeps f32's exponent range; f16 gradients need scaling.
+    std::optional<LossScaling> loss_scaling;
+    if (options_.precision == DType::kF16) loss_scaling = options_.loss_scaling;
+    StatusOr<Graph> step = fused_ ? BuildFusedTrainingGraph(*graph, options_.loss_output, options_.optimizers,
+                                                            options_.isolate_divergence, loss_scaling)
+                                  : BuildTrainingGraph(*graph, options_.loss_output, options_.optimizers.at(0),
+                                                       loss_scaling);
     if (!step.ok()) return step.status();
     *graph = std::move(*step);
     return true;
@@ -55,6 +60,8 @@ StatusOr<Graph> Compile(const Graph& model, Program program, const CompileOption
   PassPipelineOptions po;
   po.dump_dir = options.dump_dir;
   PassPipeline pipeline(options.name, po);
+  // Casts are element-wise, so the fused graph carries them replica by replica.
+  if (options.precision != DType::kF32) pipeline.AddPass<MixedPrecisionPass>(options.precision);
   if (fused) pipeline.AddPass<FuseReplicasPass>(*options.fusion);
   if (program == Program::kTrainingStep) pipeline.AddPass<TrainingStepPass>(options, fused);
   Graph graph = model;

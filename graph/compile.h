@@ -4,9 +4,12 @@
 // PassPipeline (graph/pass.h): the verifier runs before the first pass and
 // after each one, and --dump-graphs writes the graph after each pass.
 //
+//   mixed-precision when options.precision is bf16 or f16: the FLOP-heavy
+//                   ops in that dtype, the rest in f32 (graph/mixed_precision.h)
 //   fuse-replicas   when options.fusion is set: R replicas as one array (graph/fusion.h)
 //   training-step   Program::kTrainingStep: autodiff, clipping, optimizer
-//                   updates (graph/training.h)
+//                   updates (graph/training.h); for f16, with dynamic
+//                   loss scaling per replica
 //
 //   CompileOptions o;
 //   o.optimizers = {sgd};
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "graph/fusion.h"
 #include "graph/ir.h"
 #include "graph/training.h"
@@ -36,6 +40,10 @@ struct CompileOptions {
   std::string loss_output = "loss";
   // Fused steps: a replica whose loss or gradient is not finite skips its update.
   bool isolate_divergence = true;
+  // kF32 (as built), kBF16 or kF16: mixed precision with f32 master weights.
+  DType precision = DType::kF32;
+  // f16 training steps: the dynamic loss scaler's settings.
+  LossScaling loss_scaling;
   // Names the pipeline in errors and dumps ("train", "eval", "d_step").
   std::string name = "program";
   // When set, the graph after each pass goes to "<dir>/<name>.<NN>.<pass>.txt".

@@ -13,10 +13,8 @@
 // a Cast is a Cast). Nodes with f64 inputs (gradient-check graphs) are left
 // alone, and precision f32 leaves the graph as it is.
 //
-// Not yet called from Compile (graph/compile.h) nor reachable from a config:
-// the ops on the list must first take bf16 / f16 in their type inference
-// (today ExpectFloat in ops/op.cc admits f32 and f64 only, so the pass
-// refuses, naming the node) and have kernels for them.
+// Compile (graph/compile.h) runs it for CompileOptions::precision, before
+// fusion; a train config's `precision` field sets that.
 #pragma once
 
 #include <string>

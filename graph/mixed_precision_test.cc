@@ -276,25 +276,25 @@ TEST_CASE("mixed precision leaves f64 graphs alone and rejects other precisions"
   CHECK_THAT(bad.status().message(), Contains("precision must be f32, bf16 or f16, got f64"));
 }
 
-// The convolutions have no half-precision kernels yet (their type inference
-// admits f32 and f64), so the pass refuses a graph with one, naming the
-// node, and changes nothing, not even the GEMMs it could convert.
-TEST_CASE("mixed precision refuses a convolution, naming the node") {
+// An op on the list whose type inference does not take the low dtype (average
+// pooling, f32 / f64 only): the pass refuses the graph, naming the node, and
+// changes nothing, not even the GEMM it could convert.
+TEST_CASE("mixed precision refuses an op without half support, naming the node") {
   for (DType low : {DType::kBF16, DType::kF16}) {
     Graph g;
     GraphBuilder b(&g);
     ValueId x = b.Input("x", {{1, 2, 6, 6}, DType::kF32});
-    ValueId w = b.Parameter("conv/weight", {{3, 2, 3, 3}, DType::kF32}, AttrMap{{"init", "normal"}});
-    ValueId c = b.Add1("Conv2d", {x, w}, {}, "conv").value();
-    ValueId flat = b.Add1("Reshape", {c}, AttrMap{{"shape", std::vector<int64_t>{1, 48}}}, "flat").value();
-    ValueId fw = b.Parameter("fc/weight", {{4, 48}, DType::kF32}, AttrMap{{"init", "normal"}});
+    ValueId p = b.Add1("AvgPool2d", {x}, AttrMap{{"kernel", std::vector<int64_t>{2, 2}}}, "pool").value();
+    ValueId flat = b.Add1("Reshape", {p}, AttrMap{{"shape", std::vector<int64_t>{1, 18}}}, "flat").value();
+    ValueId fw = b.Parameter("fc/weight", {{4, 18}, DType::kF32}, AttrMap{{"init", "normal"}});
     ValueId y = b.Add1("Linear", {flat, fw}, {}, "fc").value();
     g.outputs() = {{"y", y}};
     const std::string before = g.ToString();
-    auto r = ApplyMixedPrecision(&g, low);
+    MixedPrecisionPass pass(low, {"Linear", "AvgPool2d"});
+    auto r = pass.Run(&g);
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.status().message(),
-               Contains(std::string("node 'conv' (Conv2d) does not take ") + DTypeName(low) + " inputs"));
+               Contains(std::string("node 'pool' (AvgPool2d) does not take ") + DTypeName(low) + " inputs"));
     CHECK(g.ToString() == before);
   }
 }

@@ -99,10 +99,23 @@ StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<proto::OptimizerConfig>& o
   return s;
 }
 
+Status CheckLossScaling(const LossScaling& s) {
+  if (!(s.init_scale > 0) || !std::isfinite(s.init_scale))
+    return InvalidArgument("loss_scale.init_scale must be finite and > 0, got ", s.init_scale);
+  if (!(s.growth_factor > 1) || !std::isfinite(s.growth_factor))
+    return InvalidArgument("loss_scale.growth_factor must be finite and > 1, got ", s.growth_factor);
+  if (!(s.backoff_factor > 0 && s.backoff_factor < 1))
+    return InvalidArgument("loss_scale.backoff_factor must be in (0, 1), got ", s.backoff_factor);
+  if (s.growth_interval < 1 || s.growth_interval > (int64_t{1} << 24))
+    return InvalidArgument("loss_scale.growth_interval must be in [1, 2^24], got ", s.growth_interval);
+  return Status::Ok();
+}
+
 // The training step of an unfused model (replicas = 0) or of R fused
 // replicas (replicas = opts.size()): see the header.
 StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
-                          const std::vector<StepOptimizer>& step_opts, bool fused, bool isolate_divergence) {
+                          const std::vector<StepOptimizer>& step_opts, bool fused, bool isolate_divergence,
+                          const std::optional<LossScaling>& loss_scaling) {
   auto it = forward.outputs().find(loss_output);
   if (it == forward.outputs().end()) return InvalidArgument("the model has no output named '", loss_output, "'");
   if (step_opts.empty()) return InvalidArgument("no optimizer configuration");
@@ -117,8 +130,9 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
     output_norm = output_norm || so.output_grad_norm;
     opts.push_back(std::move(o));
   }
-  for (const char* name : {kGradNormOutput, kActiveOutput})
+  for (const char* name : {kGradNormOutput, kActiveOutput, kLossScaleOutput, kGradsFiniteOutput})
     if (forward.outputs().count(name)) return InvalidArgument("the model already has an output named '", name, "'");
+  if (loss_scaling) LOOM_RETURN_IF_ERROR(CheckLossScaling(*loss_scaling));
   LOOM_ASSIGN_OR_RETURN(const UpdateSpec spec, MakeUpdateSpec(opts, fused));
 
   Graph g = forward;
@@ -127,10 +141,27 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   if (fused && g.type(loss).shape != Shape({replicas}))
     return InvalidArgument("the fused loss must hold one value per replica, [", replicas, "], got ",
                            g.type(loss).shape.ToString());
+  const Shape per_replica = fused ? Shape({replicas}) : Shape{};
+  // In a fused step the values made here have one row per replica (the
+  // optimizer's own state, the learning rates, the norms) or are shared.
+  auto set_layout = [&](ValueId v, ReplicaLayout layout) {
+    if (fused) g.mutable_value(v).replica_layout = layout;
+  };
+  // Loss scaling: what autodiff differentiates is each replica's loss times
+  // its own scale.
+  ValueId total = loss, scale = kNoValue, good_steps = kNoValue;
+  if (loss_scaling) {
+    const TensorType scaler{per_replica, g.type(loss).dtype};
+    scale = b.Buffer(kLossScaleState, scaler, {{"init", "constant"}, {"value", loss_scaling->init_scale}});
+    good_steps = b.Buffer(kLossScaleGoodSteps, scaler, {{"init", "zeros"}});
+    set_layout(scale, ReplicaLayout::Axis(0));
+    set_layout(good_steps, ReplicaLayout::Axis(0));
+    LOOM_ASSIGN_OR_RETURN(total, b.Add1("Mul", {loss, scale}, {}, "loss_scale/scaled_loss"));
+    set_layout(total, ReplicaLayout::Axis(0));
+  }
   // The replicas' losses add up: each replica gets exactly its own gradient.
-  ValueId total = loss;
   if (fused) {
-    LOOM_ASSIGN_OR_RETURN(total, b.Add1("ReduceSum", {loss}, {}, "loss/replicas"));
+    LOOM_ASSIGN_OR_RETURN(total, b.Add1("ReduceSum", {total}, {}, "loss/replicas"));
   }
   std::vector<ValueId> trainable;
   const std::string& scope = step_opts[0].trainable_scope;
@@ -143,12 +174,21 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   if (grads.empty()) return InvalidArgument("the model has no parameters to train");
 
   const DType dtype = g.type(grads.begin()->first).dtype;
-  const Shape per_replica = fused ? Shape({replicas}) : Shape{};
-  // In a fused step the values made here have one row per replica (the
-  // optimizer's own state, the learning rates, the norms) or are shared.
-  auto set_layout = [&](ValueId v, ReplicaLayout layout) {
-    if (fused) g.mutable_value(v).replica_layout = layout;
+  // A per-replica factor ([R], or a scalar when unfused) shaped to multiply
+  // or divide `grad` ([R, ...]) row by row.
+  auto factor_for = [&](ValueId factor, ValueId grad, const std::string& name) -> StatusOr<ValueId> {
+    if (!fused) return factor;
+    std::vector<int64_t> dims(g.type(grad).shape.rank(), 1);
+    dims[0] = replicas;
+    return b.Add1("Reshape", {factor}, {{"shape", dims}}, name);
   };
+  if (loss_scaling) {
+    for (auto& [param, grad] : grads) {
+      const std::string pname = g.node(g.value(param).producer).name;
+      LOOM_ASSIGN_OR_RETURN(ValueId factor, factor_for(scale, grad, pname + "/loss_scale"));
+      LOOM_ASSIGN_OR_RETURN(grad, b.Add1("Div", {grad, factor}, {}, pname + "/unscaled_grad"));
+    }
+  }
   const ValueId lr = b.Input(kLearningRateInput, {per_replica, dtype});
   set_layout(lr, ReplicaLayout::Axis(0));
   const ValueId step = b.Input(kStepInput, {Shape{}, dtype});
@@ -157,16 +197,16 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   // Clipping as torch.nn.utils.clip_grad_norm_: one norm over all gradients
   // (of each replica), one factor for all of them.
   ValueId squared_norm = kNoValue;
-  if (clip || output_norm || (fused && isolate_divergence)) {
+  if (clip || output_norm || loss_scaling || (fused && isolate_divergence)) {
     std::vector<ValueId> all;
     for (const auto& [param, grad] : grads) all.push_back(grad);
     AttrMap attrs;
     if (fused) attrs.Set("replicas", replicas);
     LOOM_ASSIGN_OR_RETURN(squared_norm, b.Add1("SquaredNorm", all, attrs, "grad_clip/squared_norm"));
+    set_layout(squared_norm, ReplicaLayout::Axis(0));
   }
   if (clip || output_norm) {
     LOOM_ASSIGN_OR_RETURN(ValueId norm, b.Add1("Sqrt", {squared_norm}, {}, "grad_clip/norm"));
-    set_layout(squared_norm, ReplicaLayout::Axis(0));
     set_layout(norm, ReplicaLayout::Axis(0));
     g.outputs()[kGradNormOutput] = norm;
     if (clip) {
@@ -181,15 +221,10 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
       } else {
         attrs.Set("max_norm", max_norms[0]);
       }
-      LOOM_ASSIGN_OR_RETURN(ValueId scale, b.Add1("ClipScale", {norm}, attrs, "grad_clip/scale"));
+      LOOM_ASSIGN_OR_RETURN(ValueId clip_scale, b.Add1("ClipScale", {norm}, attrs, "grad_clip/scale"));
       for (auto& [param, grad] : grads) {
         const std::string pname = g.node(g.value(param).producer).name;
-        ValueId factor = scale;
-        if (fused) {
-          std::vector<int64_t> dims(g.type(grad).shape.rank(), 1);
-          dims[0] = replicas;
-          LOOM_ASSIGN_OR_RETURN(factor, b.Add1("Reshape", {scale}, {{"shape", dims}}, pname + "/clip_factor"));
-        }
+        LOOM_ASSIGN_OR_RETURN(ValueId factor, factor_for(clip_scale, grad, pname + "/clip_factor"));
         LOOM_ASSIGN_OR_RETURN(grad, b.Add1("Mul", {grad, factor}, {}, pname + "/clipped_grad"));
       }
     }
@@ -197,19 +232,39 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
 
   // Which replicas update this step: those the caller keeps running
   // (replica_mask) and, when isolating divergence, whose loss and gradients
-  // are finite. A replica left out keeps its parameters and state.
-  ValueId active = kNoValue;
+  // are finite; with loss scaling, only those whose gradients did not
+  // overflow (an unfused step too). A replica left out keeps its parameters
+  // and state.
+  ValueId active = kNoValue, finite_grads = kNoValue;
+  if (loss_scaling || (fused && isolate_divergence)) {
+    LOOM_ASSIGN_OR_RETURN(finite_grads, b.Add1("IsFinite", {squared_norm}, {}, "divergence/grads"));
+    set_layout(finite_grads, ReplicaLayout::Axis(0));
+  }
   if (fused) {
     active = b.Input(kReplicaMaskInput, {per_replica, dtype});
     set_layout(active, ReplicaLayout::Axis(0));
     if (isolate_divergence) {
-      LOOM_ASSIGN_OR_RETURN(ValueId finite_grads, b.Add1("IsFinite", {squared_norm}, {}, "divergence/grads"));
       LOOM_ASSIGN_OR_RETURN(ValueId finite_loss, b.Add1("IsFinite", {loss}, {}, "divergence/loss"));
       LOOM_ASSIGN_OR_RETURN(ValueId finite, b.Add1("Mul", {finite_grads, finite_loss}, {}, "divergence/finite"));
       LOOM_ASSIGN_OR_RETURN(active, b.Add1("Mul", {finite, active}, {}, "divergence/active"));
-      set_layout(active, ReplicaLayout::Axis(0));
+    } else if (loss_scaling) {
+      LOOM_ASSIGN_OR_RETURN(active, b.Add1("Mul", {finite_grads, active}, {}, "divergence/active"));
     }
+    set_layout(active, ReplicaLayout::Axis(0));
     g.outputs()[kActiveOutput] = active;
+  } else if (loss_scaling) {
+    active = finite_grads;
+  }
+  if (loss_scaling) {
+    AttrMap attrs{{"growth_factor", loss_scaling->growth_factor},
+                  {"backoff_factor", loss_scaling->backoff_factor},
+                  {"growth_interval", loss_scaling->growth_interval}};
+    LOOM_ASSIGN_OR_RETURN(auto outs, b.Add("LossScaleUpdate", {scale, good_steps, finite_grads}, attrs, "loss_scale/update"));
+    for (ValueId out : outs) set_layout(out, ReplicaLayout::Axis(0));
+    g.state_updates().push_back({scale, outs[0]});
+    g.state_updates().push_back({good_steps, outs[1]});
+    g.outputs()[kLossScaleOutput] = outs[0];
+    g.outputs()[kGradsFiniteOutput] = finite_grads;
   }
 
   for (const auto& [param, grad] : grads) {
@@ -224,7 +279,7 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
     }
     inputs.push_back(lr);
     inputs.push_back(step);
-    if (fused) inputs.push_back(active);
+    if (active != kNoValue) inputs.push_back(active);
     LOOM_ASSIGN_OR_RETURN(auto outs, b.Add(spec.op, inputs, spec.attrs, pname + "/update"));
     for (ValueId out : outs) set_layout(out, ReplicaLayout::Axis(0));
     g.state_updates().push_back({param, outs[0]});
@@ -249,13 +304,15 @@ StatusOr<proto::OptimizerConfig> OptimizerWithDefaults(const proto::OptimizerCon
   return o;
 }
 
-StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt) {
-  return BuildStep(forward, loss_output, {opt}, /*fused=*/false, /*isolate_divergence=*/false);
+StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt,
+                                   const std::optional<LossScaling>& loss_scaling) {
+  return BuildStep(forward, loss_output, {opt}, /*fused=*/false, /*isolate_divergence=*/false, loss_scaling);
 }
 
 StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
-                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence) {
-  return BuildStep(fused, loss_output, per_replica, /*fused=*/true, isolate_divergence);
+                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence,
+                                        const std::optional<LossScaling>& loss_scaling) {
+  return BuildStep(fused, loss_output, per_replica, /*fused=*/true, isolate_divergence, loss_scaling);
 }
 
 StatusOr<Graph> BuildEvalGraph(const Graph& forward) {

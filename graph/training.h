@@ -38,6 +38,16 @@ struct StepOptimizer {
 // false. An error for an unknown type.
 StatusOr<proto::OptimizerConfig> OptimizerWithDefaults(const proto::OptimizerConfig& config);
 
+// Dynamic loss scaling for f16 training, with torch.cuda.amp.GradScaler's
+// defaults (docs/mixed_precision.md). Each replica of a fused step has its
+// own scale: one that overflows skips its own update and backs off alone.
+struct LossScaling {
+  double init_scale = 65536;     // finite, > 0
+  double growth_factor = 2;      // > 1
+  double backoff_factor = 0.5;   // in (0, 1)
+  int64_t growth_interval = 2000;  // in [1, 2^24]
+};
+
 // Names of the scalar inputs that a training step is fed, and of the
 // gradient-norm output.
 inline constexpr const char* kLearningRateInput = "lr";
@@ -47,6 +57,13 @@ inline constexpr const char* kGradNormOutput = "grad_norm";
 // which it did update (output, [R]); both 1 or 0 per replica.
 inline constexpr const char* kReplicaMaskInput = "replica_mask";
 inline constexpr const char* kActiveOutput = "active";
+// Loss-scaled steps only: the scale the next step uses and whether this
+// step's gradients were finite (1 or 0; per replica when fused), and the
+// scaler's state Buffers.
+inline constexpr const char* kLossScaleOutput = "loss_scale";
+inline constexpr const char* kGradsFiniteOutput = "grads_finite";
+inline constexpr const char* kLossScaleState = "loss_scale/scale";
+inline constexpr const char* kLossScaleGoodSteps = "loss_scale/good_steps";
 
 // `loss_output` names a scalar in forward.outputs(). The result has the same
 // outputs (plus "grad_norm", the global L2 norm of the unclipped gradients,
@@ -59,7 +76,16 @@ inline constexpr const char* kActiveOutput = "active";
 //   rmsprop:              square_avg (+ momentum_buffer if momentum > 0,
 //                         + grad_avg if centered)
 // and the state updates of parameters and slots.
-StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt);
+//
+// With `loss_scaling`: autodiff differentiates loss * scale (the Buffer
+// "loss_scale/scale", initialised to init_scale), every gradient is divided
+// by the scale before clipping and the norm, and a step whose unscaled
+// gradients are not all finite leaves the parameters and optimizer state as
+// they were (the update ops' `active` input); LossScaleUpdate then backs the
+// scale off or grows it. Outputs "loss_scale" and "grads_finite" are added
+// and "grad_norm" is computed either way.
+StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss_output, const StepOptimizer& opt,
+                                   const std::optional<LossScaling>& loss_scaling = std::nullopt);
 
 // The training step of R fused replicas (graph/fusion.h), replica r trained
 // with per_replica[r] (R = per_replica.size()). As above, except:
@@ -71,9 +97,14 @@ StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const std::string& loss
 //  - input "replica_mask" [R] says which replicas may update; output
 //    "active" [R] says which did. With isolate_divergence, a replica whose
 //    loss or gradient norm is NaN or inf does not update (its parameters and
-//    optimizer state stay as they were) and the others are untouched.
+//    optimizer state stay as they were) and the others are untouched;
+//  - with loss scaling, the scaler is [R]: replica r's gradients carry its
+//    own scale, and a replica whose gradients overflowed is inactive this
+//    step (grads_finite[r] = 0) while the others update. With
+//    isolate_divergence, only a non-finite loss counts as divergence then.
 StatusOr<Graph> BuildFusedTrainingGraph(const Graph& fused, const std::string& loss_output,
-                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence);
+                                        const std::vector<StepOptimizer>& per_replica, bool isolate_divergence,
+                                        const std::optional<LossScaling>& loss_scaling = std::nullopt);
 
 // Forward only, every "training" attribute set to false, no state updates.
 StatusOr<Graph> BuildEvalGraph(const Graph& forward);

@@ -143,8 +143,9 @@ StatusOr<Shape> OutputShape(bool transpose, const std::string& op, const ConvPar
   return transpose ? ConvTransposeOutputShape(op, p, x, w) : ConvOutputShape(op, p, x, w);
 }
 
+// f32, f64, or (mixed precision) bf16 / f16 computed in f32.
 Status ExpectSameDType(const std::string& op, const std::vector<TensorType>& in, const char* const* names) {
-  LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " " + names[0]));
+  LOOM_RETURN_IF_ERROR(ExpectFloatOrHalf(in[0], op + " " + names[0]));
   for (size_t i = 1; i < in.size(); ++i)
     if (in[i].dtype != in[0].dtype)
       return InvalidArgument(op, ": ", names[i], " is ", DTypeName(in[i].dtype), " but ", names[0], " is ",
@@ -721,7 +722,7 @@ class ConvBackwardBiasOp : public OpDef {
   std::string name() const override { return "ConvBackwardBias"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "ConvBackwardBias"));
-    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "ConvBackwardBias dy"));
+    LOOM_RETURN_IF_ERROR(ExpectFloatOrHalf(in[0], "ConvBackwardBias dy"));
     if (in[0].shape.rank() < 3)
       return InvalidArgument("ConvBackwardBias: dy must be [N, C, spatial...], got ", in[0].shape.ToString());
     return std::vector<TensorType>{{Shape({in[0].shape[1]}), in[0].dtype}};
@@ -737,16 +738,20 @@ LOOM_REGISTER_OP(ConvBackwardBiasOp);
 // ---------------------------------------------------------------------------
 // CPU kernels.
 
-// The kernels of conv::kKernelRoles (which product each op runs).
+// The kernels of conv::kKernelRoles (which product each op runs). bf16 /
+// f16 run the f32 kernel on widened copies and round each output once.
 const bool kConvKernelsRegistered = [] {
-  for (const conv::KernelRole& role : conv::kKernelRoles)
-    OpRegistry::Global().RegisterKernel(role.op, DeviceType::kCpu, [role](KernelContext& ctx) {
-      return ConvKernel(ctx, role.product, role.transpose);
+  for (const conv::KernelRole& role : conv::kKernelRoles) {
+    const KernelFn f32_kernel = [role](KernelContext& ctx) { return ConvKernel(ctx, role.product, role.transpose); };
+    OpRegistry::Global().RegisterKernel(role.op, DeviceType::kCpu, [f32_kernel](KernelContext& ctx) {
+      return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, f32_kernel) : f32_kernel(ctx);
     });
+    OpRegistry::Global().RegisterKernelSupport(role.op, DeviceType::kCpu, HalfFloatKernelSupport());
+  }
   return true;
 }();
 
-LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCpu, [](KernelContext& ctx) {
+Status BiasGradKernel(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   Tensor& db = ctx.out(0);
   const int64_t n = dy.shape()[0], c = dy.shape()[1], s = c * n == 0 ? 0 : dy.numel() / (n * c);
@@ -754,7 +759,11 @@ LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCpu, [](KernelContext& ctx
     using T = decltype(zero);
     BiasGrad(dy.data<T>(), n, c, s, db.data<T>(), ctx.pool);
   });
+}
+LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCpu, [](KernelContext& ctx) {
+  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, BiasGradKernel) : BiasGradKernel(ctx);
 });
+LOOM_REGISTER_KERNEL_SUPPORT("ConvBackwardBias", DeviceType::kCpu, HalfFloatKernelSupport());
 
 }  // namespace
 }  // namespace loom

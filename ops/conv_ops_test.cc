@@ -5,6 +5,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/op.h"
+#include "tests/half_harness.h"
 #include "tests/op_harness.h"
 
 namespace loom::testing {
@@ -195,6 +196,65 @@ TEST_CASE("conv ops pass the op harness") {
   for (auto& c : Conv1dCases()) cases.push_back(c);
   for (auto& c : ConvTransposeCases()) cases.push_back(c);
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// bf16 / f16 (mixed precision): every case of the harness above, forward
+// and backward on every device, against the f64 result of the same
+// half-exact inputs. The terms' magnitudes (for the f32 accumulation bound)
+// are the same products of the inputs' absolute values: every output of a
+// convolution and of its backward ops is bilinear in its two operands.
+TEST_CASE("conv ops in bf16 and f16 match the f64 result rounded once, forward and backward") {
+  std::vector<OpCase> cases = Conv2dCases();
+  for (auto& c : Conv1dCases()) cases.push_back(c);
+  for (auto& c : ConvTransposeCases()) cases.push_back(c);
+  for (const OpCase& c : cases) {
+    std::vector<Shape> shapes;
+    std::vector<TensorType> types;
+    for (const InputSpec& in : c.inputs) {
+      shapes.push_back(in.shape);
+      types.push_back({in.shape, DType::kF64});
+    }
+    const OpDef* def = OpRegistry::Global().FindOp(c.op);
+    AttrMap attrs = c.attrs;
+    REQUIRE(CanonicalizeAttrs(*def, &attrs).ok());
+    auto out = def->InferTypes(attrs, types);
+    REQUIRE(out.ok());
+    const Shape y_shape = (*out)[0].shape;
+    // The longest sum of any output: forward C/groups * K (+ the bias),
+    // backward data O/groups * K, the weight and bias gradients N * OH * OW.
+    const Shape& w = shapes[1];
+    int64_t k = 1 + w.numel() / w[0] * (w[0] + y_shape[1]);
+    k = std::max(k, y_shape.numel() / y_shape[1]);
+    for (DType low : {DType::kBF16, DType::kF16}) {
+      Rng rng = Rng::Stream(c.seed, 7);
+      std::vector<std::vector<double>> values, magnitudes;
+      for (const Shape& sh : shapes) values.push_back(RandomHalfValues(sh.numel(), low, rng));
+      const std::vector<double> g = RandomHalfValues(y_shape.numel(), low, rng);
+      auto abs_of = [](std::vector<double> v) {
+        for (double& x : v) x = std::abs(x);
+        return v;
+      };
+      for (const auto& v : values) magnitudes.push_back(abs_of(v));
+      const HalfOpRun exact = RunHalfOp(c.op, attrs, shapes, values, y_shape, g, DType::kF64, Device::Cpu());
+      const HalfOpRun bound = RunHalfOp(c.op, attrs, shapes, magnitudes, y_shape, abs_of(g), DType::kF64, Device::Cpu());
+      auto want = [&](const std::string& name) {
+        const std::vector<double> v = exact.outputs.at(name).ToDoubleVector(), m = bound.outputs.at(name).ToDoubleVector();
+        Exact e(static_cast<int64_t>(v.size()));
+        e.value = v;
+        e.magnitude = m;
+        return e;
+      };
+      for (Device device : TestDevices()) {
+        const std::string what = c.name + " in " + DTypeName(low) + " on " + device.ToString();
+        HalfOpRun run = RunHalfOp(c.op, attrs, shapes, values, y_shape, g, low, device);
+        CheckHalf(run.outputs.at("y"), want("y"), low, k, what + ": y");
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const std::string d = "d" + std::to_string(i);
+          CheckHalf(run.outputs.at(d), want(d), low, k, what + ": " + d);
+        }
+      }
+    }
+  }
 }
 
 // The kernels split work differently by thread count (whole images and

@@ -9,6 +9,7 @@
 #include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
+#include "tests/half_harness.h"
 #include "tests/op_harness.h"
 #include "tests/reference_ops.h"
 
@@ -33,92 +34,6 @@ TEST_CASE("matmul ops pass the op harness") {
 }
 
 // ---- bf16 / f16: forward and backward through the executor on every device ----
-
-// Values exactly representable in `low`, so that the f64 reference sees what the kernels see.
-std::vector<double> RandomHalfValues(int64_t n, DType low, Rng& rng) {
-  std::vector<double> v(n);
-  for (double& x : v) {
-    const float f = static_cast<float>(rng.Uniform(-1, 1));
-    x = low == DType::kBF16 ? ToFloat(ToBFloat16(f)) : ToFloat(ToFloat16(f));
-  }
-  return v;
-}
-
-Tensor HalfTensor(const Shape& shape, const std::vector<double>& values, DType low) {
-  return Tensor::FromVector<double>(shape, values).Cast(low).value();
-}
-
-// The exact f64 result of each element and the sum of its terms' magnitudes
-// (which bounds the f32 accumulation error).
-struct Exact {
-  std::vector<double> value, magnitude;
-  explicit Exact(int64_t n) : value(n, 0.0), magnitude(n, 0.0) {}
-  void Add(int64_t i, double term) {
-    value[i] += term;
-    magnitude[i] += std::abs(term);
-  }
-};
-
-// The kernels accumulate in f32 and round once to `low`, so each element is
-// within one ulp of `low` at the exact value (|x| 2^-7 for bf16, 2^-10 for
-// f16: the rounding, possibly to the other neighbour after the f32 error)
-// plus the f32 accumulation error (4 k 2^-24 per unit of term magnitude).
-void CheckHalf(const Tensor& got, const Exact& want, DType low, int64_t k, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.dtype() == low);
-  REQUIRE(got.numel() == static_cast<int64_t>(want.value.size()));
-  const Tensor g = got.Cast(DType::kF64).value();
-  const double ulp = low == DType::kBF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
-  int bad = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double accumulation = 4.0 * static_cast<double>(k) * std::ldexp(1.0, -24) * want.magnitude[i];
-    const double tol = ulp * std::abs(want.value[i]) + accumulation;
-    if (std::abs(g.data<double>()[i] - want.value[i]) > tol && bad++ < 5) {
-      INFO("element " << i << ": got " << g.data<double>()[i] << ", want " << want.value[i] << " +- " << tol);
-      CHECK(false);
-    }
-  }
-  CHECK(bad == 0);
-}
-
-// y = op(node inputs) in `low`; loss = sum(Cast(y, f32) * g) with g exact in
-// `low`, so dy = g and the backward ops (MatMul with transposes, Reshape,
-// SumToShape) run on half inputs.
-struct HalfGemmRun {
-  std::map<std::string, Tensor> outputs;  // "y" and "d<input>"
-};
-
-HalfGemmRun RunHalfGemm(const std::string& op, const AttrMap& attrs, const std::vector<Shape>& shapes,
-                        const std::vector<std::vector<double>>& values, const Shape& y_shape,
-                        const std::vector<double>& g_values, DType low, Device device) {
-  Graph graph;
-  GraphBuilder b(&graph);
-  std::vector<ValueId> ins;
-  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(b.Input("in" + std::to_string(i), {shapes[i], low}));
-  ValueId y = b.Add1(op, ins, attrs, "gemm").value();
-  ValueId g = b.Input("g", {y_shape, DType::kF32});
-  ValueId y32 = b.Add1("Cast", {y}, AttrMap{{"to", std::string("f32")}}, "y32").value();
-  ValueId loss = b.Add1("SumToShape", {b.Add1("Mul", {y32, g}, {}, "weighted").value()},
-                        AttrMap{{"shape", std::vector<int64_t>{}}}, "loss")
-                     .value();
-  auto grads = BuildGradients(&graph, loss, ins);
-  REQUIRE(grads.status().ToString() == "OK");
-  graph.outputs() = {{"y", y}};
-  for (size_t i = 0; i < ins.size(); ++i) {
-    REQUIRE(graph.type(grads->at(ins[i])).dtype == low);
-    graph.outputs()["d" + std::to_string(i)] = grads->at(ins[i]);
-  }
-  ExecutorOptions opts;
-  opts.device = device;
-  auto exec = Executor::Create(graph, opts);
-  REQUIRE(exec.status().ToString() == "OK");
-  std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < shapes.size(); ++i) feeds["in" + std::to_string(i)] = HalfTensor(shapes[i], values[i], low);
-  feeds["g"] = Tensor::FromVector<double>(y_shape, g_values).Cast(DType::kF32).value();
-  auto got = (*exec)->Run(feeds);
-  REQUIRE(got.status().ToString() == "OK");
-  return HalfGemmRun{*got};
-}
 
 TEST_CASE("MatMul and BatchMatMul in bf16 and f16 match the f64 reference rounded once, forward and backward") {
   struct Case {
@@ -171,7 +86,7 @@ TEST_CASE("MatMul and BatchMatMul in bf16 and f16 match the f64 reference rounde
       for (Device device : TestDevices()) {
         const std::string what = std::string(c.op) + " " + sa.ToString() + (c.ta ? "^T" : "") + " x " + sb.ToString() +
                                  (c.tb ? "^T" : "") + " in " + DTypeName(low) + " on " + device.ToString();
-        HalfGemmRun run = RunHalfGemm(c.op, attrs, {sa, sb}, {a, b}, sy, g, low, device);
+        HalfOpRun run = RunHalfOp(c.op, attrs, {sa, sb}, {a, b}, sy, g, low, device);
         CheckHalf(run.outputs.at("y"), y, low, c.k, what + ": y");
         CheckHalf(run.outputs.at("d0"), da, low, c.n, what + ": da");
         CheckHalf(run.outputs.at("d1"), db, low, c.m, what + ": db");
@@ -220,7 +135,7 @@ TEST_CASE("Linear in bf16 and f16 matches the f64 reference rounded once, forwar
       for (Device device : TestDevices()) {
         const std::string what = "Linear " + sx.ToString() + " x " + sw.ToString() + (c.bias ? " + bias" : "") +
                                  " in " + DTypeName(low) + " on " + device.ToString();
-        HalfGemmRun run = RunHalfGemm("Linear", {}, shapes, values, sy, g, low, device);
+        HalfOpRun run = RunHalfOp("Linear", {}, shapes, values, sy, g, low, device);
         CheckHalf(run.outputs.at("y"), y, low, in + 1, what + ": y");
         CheckHalf(run.outputs.at("d0"), dx, low, out, what + ": dx");
         CheckHalf(run.outputs.at("d1"), dw, low, rows, what + ": dw");

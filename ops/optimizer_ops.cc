@@ -18,6 +18,8 @@
 // each float attribute is one float or a list of R floats, and replica r is
 // updated by the unfused kernel's own loop with its own scalars when
 // active[r] != 0, and copied unchanged (frozen) when active[r] == 0.
+// An unfused op may take a scalar `active` as a last input too (a
+// loss-scaled step skips its update after an overflow the same way).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -122,8 +124,9 @@ class UpdateOpDef : public OpDef {
     const size_t slots = NumSlots(attrs);
     const int64_t replicas = Replicas(attrs);
     if (replicas == 0) {
-      LOOM_RETURN_IF_ERROR(ExpectInputs(in, 4 + slots, op + " (param, grad, " + std::to_string(slots) +
-                                                           " state tensor(s), lr, step)"));
+      if (in.size() != 5 + slots)
+        LOOM_RETURN_IF_ERROR(ExpectInputs(in, 4 + slots, op + " (param, grad, " + std::to_string(slots) +
+                                                             " state tensor(s), lr, step[, active])"));
     } else {
       LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5 + slots, op + " (param, grad, " + std::to_string(slots) +
                                                            " state tensor(s), lr[R], step, active[R]) with replicas = " +
@@ -144,11 +147,14 @@ class UpdateOpDef : public OpDef {
       LOOM_RETURN_IF_ERROR(ExpectShape(in[2 + slots], Shape{replicas}, op + " lr (one per replica)"));
     }
     LOOM_RETURN_IF_ERROR(ExpectScalar(in[3 + slots], op + " step"));
-    if (replicas > 0)
+    if (replicas > 0) {
       LOOM_RETURN_IF_ERROR(ExpectShape(in[4 + slots], Shape{replicas}, op + " active (one flag per replica)"));
+    } else if (in.size() == 5 + slots) {
+      LOOM_RETURN_IF_ERROR(ExpectScalar(in[4 + slots], op + " active"));
+    }
     for (size_t i = 2 + slots; i < in.size(); ++i)
       if (in[i].dtype != in[0].dtype)
-        return InvalidArgument(op, replicas > 0 ? ": lr, step and active" : ": lr and step",
+        return InvalidArgument(op, in.size() > 4 + slots ? ": lr, step and active" : ": lr and step",
                                " must have the param's dtype ", DTypeName(in[0].dtype), ", got ",
                                DTypeName(in[i].dtype));
     return std::vector<TensorType>(1 + slots, in[0]);
@@ -190,8 +196,9 @@ void CopyChunk(void* dst, const void* src, size_t bytes) {
 }
 
 // Runs update(chunk, r) on the whole tensors when unfused (r = 0), or once
-// per active replica r on its chunk; a frozen replica (active[r] == 0) gets
-// a bit-exact copy of its param and slot chunks.
+// per active replica r on its chunk; a frozen replica (active[r] == 0), or
+// an unfused op whose scalar active is 0, gets a bit-exact copy of its param
+// and slot chunks.
 template <typename T, typename Update>
 void ForEachReplica(KernelContext& ctx, Update&& update) {
   const size_t slots = ctx.outputs.size() - 1;
@@ -207,14 +214,15 @@ void ForEachReplica(KernelContext& ctx, Update&& update) {
   const T* lr = ctx.in(static_cast<int>(2 + slots)).data<T>();
   all.step = static_cast<double>(ctx.in(static_cast<int>(3 + slots)).data<T>()[0]);
   const int64_t replicas = Replicas(*ctx.attrs);
-  if (replicas == 0) {
+  const T* active = ctx.inputs.size() > 4 + slots ? ctx.in(static_cast<int>(4 + slots)).data<T>() : nullptr;
+  if (replicas == 0 && active == nullptr) {
     all.lr = lr[0];
     update(all, int64_t{0});
     return;
   }
-  const T* active = ctx.in(static_cast<int>(4 + slots)).data<T>();
-  const int64_t n = all.n / replicas;
-  for (int64_t r = 0; r < replicas; ++r) {
+  const int64_t chunks = std::max<int64_t>(replicas, 1);
+  const int64_t n = all.n / chunks;
+  for (int64_t r = 0; r < chunks; ++r) {
     const int64_t at = r * n;
     UpdateChunk<T> c;
     c.n = n;

@@ -528,7 +528,7 @@ TEST_CASE("the update and clipping ops check their inputs and attributes") {
   auto sgd = infer("SgdUpdate", {{"momentum", 0.9}}, {v, v, s, s});
   REQUIRE_FALSE(sgd.ok());
   CHECK_THAT(sgd.status().message(),
-             Contains("SgdUpdate (param, grad, 1 state tensor(s), lr, step) takes 5 input(s), got 4"));
+             Contains("SgdUpdate (param, grad, 1 state tensor(s), lr, step[, active]) takes 5 input(s), got 4"));
   auto rms = infer("RmspropUpdate", {{"momentum", 0.9}, {"centered", true}}, {v, v, v, v, v, s, s});
   REQUIRE(rms.ok());
   CHECK(rms->size() == 4);
@@ -1143,6 +1143,39 @@ std::vector<Tensor> UpdateInputs(DType dt, const Shape& shape, int slots, const 
   return in;
 }
 
+// A loss-scaled unfused step passes a scalar `active` (0 after an fp16
+// overflow): 0 leaves the param and every slot as they were, bit for bit; 1
+// updates exactly as the op without the input.
+TEST_CASE("an unfused update op with a scalar active input skips or applies the step") {
+  const std::vector<std::pair<std::string, AttrMap>> ops = {
+      {"SgdUpdate", {{"momentum", 0.9}}}, {"AdamUpdate", {{"amsgrad", true}}}, {"RmspropUpdate", {{"centered", true}}}};
+  const int slots[] = {1, 3, 2};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto& [op, attrs] = ops[i];
+    INFO(op);
+    const std::vector<Tensor> in = UpdateInputs(DType::kF64, {37}, slots[i], {0.01}, 2, {});
+    auto plain = RunOpOutputs(op, in, attrs);
+    REQUIRE(plain.ok());
+    std::vector<Tensor> with = in;
+    with.push_back(MakeTensor(DType::kF64, {}, {1}));
+    auto applied = RunOpOutputs(op, with, attrs);
+    REQUIRE(applied.ok());
+    with.back() = MakeTensor(DType::kF64, {}, {0});
+    auto skipped = RunOpOutputs(op, with, attrs);
+    REQUIRE(skipped.ok());
+    REQUIRE(applied->size() == plain->size());
+    for (size_t k = 0; k < plain->size(); ++k) {
+      CHECK((*applied)[k].ToDoubleVector() == (*plain)[k].ToDoubleVector());
+      // Output 0 is the param (input 0), output k the slot (input k + 1).
+      CHECK((*skipped)[k].ToDoubleVector() == in[k == 0 ? 0 : k + 1].ToDoubleVector());
+    }
+    with.back() = MakeTensor(DType::kF64, {2}, {1, 1});
+    auto bad = RunOpOutputs(op, with, attrs);
+    REQUIRE(!bad.ok());
+    CHECK_THAT(bad.status().message(), Catch::Contains(op + " active must be a scalar, got [2]"));
+  }
+}
+
 struct UpdateCudaCase {
   std::string op;
   AttrMap attrs;
@@ -1179,6 +1212,13 @@ TEST_CASE("the CUDA update kernels match the CPU kernels, unfused and fused") {
       for (double step : {1.0, 3.0})
         CompareCudaToCpu(c.op + " " + DTypeName(dt) + " step " + std::to_string(step), c.op,
                          UpdateInputs(dt, {4099}, c.slots, {0.01}, step, {}), c.attrs);
+    // Unfused with a scalar active (a loss-scaled step): 0 skips, 1 updates.
+    for (double active : {0.0, 1.0}) {
+      std::vector<Tensor> in = UpdateInputs(dt, {4099}, 1, {0.01}, 2, {});
+      in.push_back(MakeTensor(dt, {}, {active}));
+      CompareCudaToCpu("SgdUpdate active " + std::to_string(active) + " " + DTypeName(dt), "SgdUpdate", in,
+                       {{"momentum", 0.9}});
+    }
     for (const UpdateCudaCase& c : fused)
       CompareCudaToCpu("fused " + c.op + " " + DTypeName(dt), c.op,
                        UpdateInputs(dt, {kR, 1365}, c.slots, {0.01, 0.02, 0.03}, 2, {1, 1, 0}), c.attrs);

@@ -28,6 +28,11 @@ namespace {
 
 constexpr char kRetiredPrefix[] = "retired/";
 
+// fp16: a scale backed off this far (80 overflows in a row from 65536)
+// leaves no gradient representable: the run (or replica) diverged. The
+// scale is checkpointed state, so a resumed run decides the same.
+constexpr double kMinLossScale = 0x1p-64;
+
 std::string ReplicaKey(size_t r) { return "replica_" + std::to_string(r); }
 
 }  // namespace
@@ -189,6 +194,8 @@ Status TrainingLoop::BuildArray(bool initialize) {
   step_options.name = "train";
   step_options.dump_dir = opt_.dump_graphs_dir;
   step_options.isolate_divergence = !c_.fusion().has_isolate_divergence() || c_.fusion().isolate_divergence();
+  step_options.precision = RunPrecision(c_);
+  step_options.loss_scaling = RunLossScaling(c_);
   for (int64_t r : alive_) {
     step_options.optimizers.push_back(StepOptimizer{replicas_[r].spec.config.optimizer()});
     step_options.optimizers.back().output_grad_norm = true;
@@ -196,6 +203,7 @@ Status TrainingLoop::BuildArray(bool initialize) {
   CompileOptions eval_options;
   eval_options.name = "eval";
   eval_options.dump_dir = opt_.dump_graphs_dir;
+  eval_options.precision = step_options.precision;  // evaluated as trained
   if (fused()) {
     FusionOptions fo;
     fo.replicas = static_cast<int>(alive_.size());
@@ -287,6 +295,20 @@ StatusOr<bool> TrainingLoop::TrainBatch() {
   ++batch_in_epoch_;
   const std::vector<double> losses = out["loss"].ToDoubleVector();
   const std::vector<double> norms = out[kGradNormOutput].ToDoubleVector();
+  // fp16: a step whose scaled gradients overflowed was skipped (its
+  // replica's scale backed off); that is no divergence unless the loss
+  // itself is not finite or the scale has collapsed.
+  const bool loss_scaled = out.count(kGradsFiniteOutput) > 0;
+  std::vector<double> grads_finite(static_cast<size_t>(n), 1), scales(static_cast<size_t>(n), 0);
+  if (loss_scaled) {
+    grads_finite = out[kGradsFiniteOutput].ToDoubleVector();
+    scales = out[kLossScaleOutput].ToDoubleVector();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    Replica& r = replicas_[alive_[i]];
+    r.loss_scale = scales[i];
+    if (grads_finite[i] == 0) ++r.window_skipped;
+  }
   if (!fused()) {
     last_loss_ = losses[0];
     replicas_[0].train_loss = last_loss_;
@@ -294,8 +316,13 @@ StatusOr<bool> TrainingLoop::TrainBatch() {
     if (!std::isfinite(last_loss_))
       return FailedPrecondition("the loss became ", last_loss_, " at step ", step_, " (epoch ", epoch_ + 1,
                                 "); lower optimizer.lr or set optimizer.clip_grad_norm");
+    if (loss_scaled && scales[0] < kMinLossScale)
+      return FailedPrecondition("the fp16 gradients overflowed at every step until the loss scale fell to ", scales[0],
+                                " at step ", step_, " (epoch ", epoch_ + 1,
+                                "); lower optimizer.lr, set optimizer.clip_grad_norm or use precision: bf16");
   } else {
-    // Replicas the step did not update diverged: they leave the array.
+    // Replicas the step did not update diverged, unless they only skipped
+    // an overflowed fp16 step: the diverged leave the array.
     const std::vector<double> active = out[kActiveOutput].ToDoubleVector();
     std::vector<int64_t> diverged;
     double sum = 0;
@@ -303,7 +330,8 @@ StatusOr<bool> TrainingLoop::TrainBatch() {
       Replica& r = replicas_[alive_[i]];
       r.train_loss = losses[i];
       r.grad_norm = norms[i];
-      if (active[i] == 0) {
+      const bool overflow_skip = grads_finite[i] == 0 && std::isfinite(losses[i]) && r.loss_scale >= kMinLossScale;
+      if (active[i] == 0 && !overflow_skip) {
         diverged.push_back(i);
         continue;
       }
@@ -328,9 +356,17 @@ StatusOr<bool> TrainingLoop::TrainBatch() {
     r.step = step_;
     r.samples_per_s = samples_per_s;
     r.time_s = Elapsed();
+    // fp16: the scale the next step uses, and the steps of this window
+    // that overflowed and were skipped.
+    auto add_loss_scale = [&](const Replica& s) {
+      if (!loss_scaled) return;
+      r.extra.push_back({"loss_scale", s.loss_scale});
+      r.extra.push_back({"skipped_steps", static_cast<double>(s.window_skipped)});
+    };
     if (!fused()) {
       r.loss = window_loss_ / window_steps_;
       r.extra = {{"lr", replicas_[0].schedule->LearningRate(step_ - 1)}, {"grad_norm", replicas_[0].grad_norm}};
+      add_loss_scale(replicas_[0]);
       LOOM_RETURN_IF_ERROR(Log(r));
     } else {
       r.samples_per_s = samples_per_s / static_cast<double>(alive_.size());
@@ -339,10 +375,14 @@ StatusOr<bool> TrainingLoop::TrainBatch() {
         r.replica = rep;
         r.loss = s.window_loss / window_steps_;
         r.extra = {{"lr", s.lr}, {"grad_norm", s.grad_norm}};
+        add_loss_scale(s);
         LOOM_RETURN_IF_ERROR(Log(r));
       }
     }
-    for (Replica& s : replicas_) s.window_loss = 0;
+    for (Replica& s : replicas_) {
+      s.window_loss = 0;
+      s.window_skipped = 0;
+    }
     window_loss_ = 0;
     window_steps_ = 0;
     timed_steps_ = 0;

@@ -68,6 +68,10 @@ struct Replica {
   double train_loss = NAN, test_loss = NAN, test_accuracy = NAN;
   double lr = 0, grad_norm = 0;
   double window_loss = 0;  // fused runs: the replica's loss window since the last train record
+  // fp16 runs: the scale the next step uses, and the steps skipped (gradient
+  // overflow) since the last train record.
+  double loss_scale = 0;
+  int64_t window_skipped = 0;
 };
 
 class TrainingLoop {

@@ -9,7 +9,11 @@
 // side, and PyTorch's weight layout for it is already [O, C/groups, ...] of
 // that geometry. 1-D ops are 2-D ones with H = KH = 1.
 //
-// f32 runs in CUDNN_FMA_MATH (true FP32, no TF32), f64 in CUDNN_DATA_DOUBLE.
+// f32 runs in CUDNN_FMA_MATH (true FP32, no TF32), f64 in CUDNN_DATA_DOUBLE,
+// bf16 / f16 (mixed precision) on tensor cores with f32 accumulation (the
+// convolution descriptor's compute type), rounded once: a bias is written
+// into the output first and the convolution accumulates onto it (beta = 1),
+// as the CPU rounds conv + bias once.
 // Algorithms come from cuDNN's heuristics (cudnnGet*_v7), not from timing
 // (cudnnFind*): a choice made by timing could differ between runs and
 // processes, and with it the rounding of every result. Only deterministic
@@ -110,7 +114,36 @@ Status CheckCudnnSizes(const ConvGeom& g) {
   return Status::Ok();
 }
 
-Status MakeDescriptors(const ConvGeom& g, int64_t batch, cudnnDataType_t dt, ConvDescriptors* d) {
+// What the heuristics may pick: f32 only FMA math (no TF32), f64 and the
+// half types anything but down-conversion.
+enum class ConvPrecision { kF32, kF64, kHalf };
+
+template <typename T>
+constexpr cudnnDataType_t CudnnDataType() {
+  if constexpr (std::is_same_v<T, float>) return CUDNN_DATA_FLOAT;
+  if constexpr (std::is_same_v<T, double>) return CUDNN_DATA_DOUBLE;
+  if constexpr (std::is_same_v<T, BFloat16>) return CUDNN_DATA_BFLOAT16;
+  if constexpr (std::is_same_v<T, Float16>) return CUDNN_DATA_HALF;
+}
+
+template <typename T>
+constexpr ConvPrecision PrecisionOf() {
+  if constexpr (std::is_same_v<T, float>) return ConvPrecision::kF32;
+  if constexpr (std::is_same_v<T, double>) return ConvPrecision::kF64;
+  return ConvPrecision::kHalf;
+}
+
+cudnnMathType_t DefaultMath(ConvPrecision p) {
+  switch (p) {
+    case ConvPrecision::kF32: return CUDNN_FMA_MATH;
+    case ConvPrecision::kF64: return CUDNN_DEFAULT_MATH;
+    case ConvPrecision::kHalf: return CUDNN_TENSOR_OP_MATH;
+  }
+  return CUDNN_DEFAULT_MATH;
+}
+
+Status MakeDescriptors(const ConvGeom& g, int64_t batch, cudnnDataType_t dt, ConvPrecision precision,
+                       ConvDescriptors* d) {
   auto i = [](int64_t v) { return static_cast<int>(v); };
   LOOM_RETURN_IF_ERROR(d->image.Create());
   LOOM_RETURN_IF_ERROR(d->cols.Create());
@@ -122,12 +155,13 @@ Status MakeDescriptors(const ConvGeom& g, int64_t batch, cudnnDataType_t dt, Con
       cudnnSetTensor4dDescriptor(d->cols.get(), CUDNN_TENSOR_NCHW, dt, i(batch), i(g.o), i(g.oh), i(g.ow)));
   LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetFilter4dDescriptor(d->filter.get(), dt, CUDNN_TENSOR_NCHW, i(g.o),
                                                         i(g.c / g.groups), i(g.kh), i(g.kw)));
+  // Half data accumulates in f32 (cuDNN's "pseudo half" configurations).
+  const cudnnDataType_t compute = precision == ConvPrecision::kHalf ? CUDNN_DATA_FLOAT : dt;
   LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetConvolution2dDescriptor(d->conv.get(), i(g.ph), i(g.pw), i(g.sh), i(g.sw),
-                                                             i(g.dh), i(g.dw), CUDNN_CROSS_CORRELATION, dt));
+                                                             i(g.dh), i(g.dw), CUDNN_CROSS_CORRELATION, compute));
   LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(d->conv.get(), i(g.groups)));
   // Heuristics answer for the math type set here: FMA keeps f32 off TF32.
-  LOOM_CUDNN_RETURN_IF_ERROR(
-      cudnnSetConvolutionMathType(d->conv.get(), dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d->conv.get(), DefaultMath(precision)));
   return Status::Ok();
 }
 
@@ -167,33 +201,35 @@ std::map<AlgoKey, AlgoChoice>& AlgoCache() {
 }
 
 // Deterministic, succeeded, and in the precision the CPU computes in:
-// f32 only FMA; f64 anything but down-conversion.
+// f32 only FMA; f64 and half anything but down-conversion.
 template <typename Perf>
-bool Acceptable(const Perf& perf, bool f32) {
+bool Acceptable(const Perf& perf, ConvPrecision precision) {
   if (perf.status != CUDNN_STATUS_SUCCESS || perf.determinism != CUDNN_DETERMINISTIC) return false;
-  return f32 ? perf.mathType == CUDNN_FMA_MATH : perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  return precision == ConvPrecision::kF32 ? perf.mathType == CUDNN_FMA_MATH
+                                          : perf.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
 template <typename Perf, typename GetCount, typename Get>
-Status Heuristics(bool f32, GetCount get_count, Get get, std::vector<Candidate>* out) {
+Status Heuristics(ConvPrecision precision, GetCount get_count, Get get, std::vector<Candidate>* out) {
   int max_count = 0;
   LOOM_CUDNN_RETURN_IF_ERROR(get_count(&max_count));
   std::vector<Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
   int returned = 0;
   LOOM_CUDNN_RETURN_IF_ERROR(get(static_cast<int>(perf.size()), &returned, perf.data()));
   for (int i = 0; i < returned; ++i)
-    if (Acceptable(perf[i], f32)) out->push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
+    if (Acceptable(perf[i], precision)) out->push_back({static_cast<int>(perf[i].algo), perf[i].mathType});
   return Status::Ok();
 }
 
 // The heuristics' deterministic candidates, best first, then the classic
 // deterministic algorithms as a fallback should none of them fit.
-Status Candidates(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, bool f32, std::vector<Candidate>* out) {
-  const cudnnMathType_t math = f32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+Status Candidates(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, ConvPrecision precision,
+                  std::vector<Candidate>* out) {
+  const cudnnMathType_t math = DefaultMath(precision);
   switch (dir) {
     case Direction::kForward:
       LOOM_RETURN_IF_ERROR(Heuristics<cudnnConvolutionFwdAlgoPerf_t>(
-          f32, [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); },
+          precision, [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); },
           [&](int req, int* ret, cudnnConvolutionFwdAlgoPerf_t* p) {
             return cudnnGetConvolutionForwardAlgorithm_v7(h, d.image.get(), d.filter.get(), d.conv.get(),
                                                           d.cols.get(), req, ret, p);
@@ -205,7 +241,7 @@ Status Candidates(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, bool
       break;
     case Direction::kBackwardData:
       LOOM_RETURN_IF_ERROR(Heuristics<cudnnConvolutionBwdDataAlgoPerf_t>(
-          f32, [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n); },
+          precision, [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n); },
           [&](int req, int* ret, cudnnConvolutionBwdDataAlgoPerf_t* p) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.filter.get(), d.cols.get(), d.conv.get(),
                                                                d.image.get(), req, ret, p);
@@ -215,7 +251,7 @@ Status Candidates(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, bool
       break;
     case Direction::kBackwardFilter:
       LOOM_RETURN_IF_ERROR(Heuristics<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          f32, [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n); },
+          precision, [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n); },
           [&](int req, int* ret, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.image.get(), d.cols.get(), d.conv.get(),
                                                                  d.filter.get(), req, ret, p);
@@ -246,7 +282,7 @@ cudnnStatus_t WorkspaceSize(cudnnHandle_t h, Direction dir, const ConvDescriptor
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, bool f32,
+StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescriptors& d, ConvPrecision precision,
                                 const AlgoKey& key) {
   {
     std::lock_guard<std::mutex> lock(AlgoCacheMutex());
@@ -254,7 +290,7 @@ StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescri
     if (it != AlgoCache().end()) return it->second;
   }
   std::vector<Candidate> candidates;
-  LOOM_RETURN_IF_ERROR(Candidates(h, dir, d, f32, &candidates));
+  LOOM_RETURN_IF_ERROR(Candidates(h, dir, d, precision, &candidates));
   for (const Candidate& c : candidates) {
     LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d.conv.get(), c.math));
     size_t bytes = 0;
@@ -264,7 +300,10 @@ StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescri
     AlgoCache().emplace(key, choice);  // a racing thread's equal choice may already be there
     return choice;
   }
-  return Unimplemented("cuDNN has no deterministic ", f32 ? "FP32 (FMA)" : "f64", " convolution algorithm for ",
+  const char* kind = precision == ConvPrecision::kF32 ? "FP32 (FMA)"
+                     : precision == ConvPrecision::kF64 ? "f64"
+                                                        : "bf16 / f16";
+  return Unimplemented("cuDNN has no deterministic ", kind, " convolution algorithm for ",
                        dir == Direction::kForward        ? "the forward pass"
                        : dir == Direction::kBackwardData ? "backward data"
                                                          : "backward filter",
@@ -276,13 +315,14 @@ StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescri
 // pointers are the whole batch, `out` is the image (backward data), the
 // cols (forward) or the weight gradient (backward filter). Batches too
 // large for cuDNN's int strides run in slices (the weight gradient adds the
-// slices up in order).
+// slices up in order). With `accumulate` the forward and backward-data
+// results add onto what `out` holds.
 template <typename T>
 Status CudnnConvolution(const KernelContext& ctx, cudaStream_t stream, Direction dir, const ConvGeom& g,
-                        const T* image, const T* weight, const T* cols, T* out) {
+                        const T* image, const T* weight, const T* cols, T* out, bool accumulate = false) {
   LOOM_RETURN_IF_ERROR(CheckCudnnSizes(g));
-  constexpr bool kF32 = std::is_same_v<T, float>;
-  const cudnnDataType_t dt = kF32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  constexpr ConvPrecision kPrecision = PrecisionOf<T>();
+  constexpr cudnnDataType_t dt = CudnnDataType<T>();
   const int64_t image_per = g.c * g.h * g.w, cols_per = g.o * g.oh * g.ow;
   const int64_t slice = std::max<int64_t>(1, std::min<int64_t>(g.n, INT_MAX / std::max({image_per, cols_per,
                                                                                           int64_t{1}})));
@@ -291,8 +331,9 @@ Status CudnnConvolution(const KernelContext& ctx, cudaStream_t stream, Direction
   for (int64_t n0 = 0; n0 < g.n; n0 += slice) {
     const int64_t batch = std::min(slice, g.n - n0);
     ConvDescriptors d;
-    LOOM_RETURN_IF_ERROR(MakeDescriptors(g, batch, dt, &d));
-    LOOM_ASSIGN_OR_RETURN(AlgoChoice choice, ChooseAlgo(h, dir, d, kF32, KeyOf(ctx.device.index, dt, dir, g, batch)));
+    LOOM_RETURN_IF_ERROR(MakeDescriptors(g, batch, dt, kPrecision, &d));
+    LOOM_ASSIGN_OR_RETURN(AlgoChoice choice,
+                          ChooseAlgo(h, dir, d, kPrecision, KeyOf(ctx.device.index, dt, dir, g, batch)));
     LOOM_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
     Tensor workspace;
     if (choice.workspace > 0) {
@@ -300,18 +341,21 @@ Status CudnnConvolution(const KernelContext& ctx, cudaStream_t stream, Direction
                                                      DType::kF64, ctx.device));
     }
     void* ws = choice.workspace > 0 ? workspace.raw_data() : nullptr;
-    const T one = 1, zero = 0;
+    // Scaling factors are double for double data, float otherwise.
+    using Scale = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const Scale one = 1, zero = 0;
+    const Scale* beta = accumulate ? &one : &zero;
     switch (dir) {
       case Direction::kForward:
         LOOM_CUDNN_RETURN_IF_ERROR(cudnnConvolutionForward(
             h, &one, d.image.get(), image + n0 * image_per, d.filter.get(), weight, d.conv.get(),
-            static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws, choice.workspace, &zero, d.cols.get(),
+            static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), ws, choice.workspace, beta, d.cols.get(),
             out + n0 * cols_per));
         break;
       case Direction::kBackwardData:
         LOOM_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
             h, &one, d.filter.get(), weight, d.cols.get(), cols + n0 * cols_per, d.conv.get(),
-            static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws, choice.workspace, &zero, d.image.get(),
+            static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo), ws, choice.workspace, beta, d.image.get(),
             out + n0 * image_per));
         break;
       case Direction::kBackwardFilter:
@@ -360,10 +404,10 @@ Status Forward(const KernelContext& ctx, cudaStream_t stream, const ConvGeom& g,
   if (v.copied) {
     LOOM_ASSIGN_OR_RETURN(copy, CopyIntoView(ctx, stream, g, v, image));
   }
-  LOOM_RETURN_IF_ERROR(CudnnConvolution<T>(ctx, stream, Direction::kForward, v.geom,
-                                           v.copied ? copy.data<T>() : image, weight, nullptr, cols));
-  if (bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchChannelBias<T>(cols, bias, g.n, g.o, g.oh * g.ow, true, stream));
-  return Status::Ok();
+  // The bias first, the convolution onto it: one rounding.
+  if (bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchChannelBias<T>(cols, bias, g.n, g.o, g.oh * g.ow, false, stream));
+  return CudnnConvolution<T>(ctx, stream, Direction::kForward, v.geom, v.copied ? copy.data<T>() : image, weight,
+                             nullptr, cols, /*accumulate=*/bias != nullptr);
 }
 
 // image [N, C, H, W] = the adjoint of conv applied to cols (+ bias [C]).
@@ -377,12 +421,13 @@ Status Adjoint(const KernelContext& ctx, cudaStream_t stream, const ConvGeom& g,
   }
   const CudnnView v = ViewForCudnn(g);
   if (!v.copied) {
-    LOOM_RETURN_IF_ERROR(CudnnConvolution<T>(ctx, stream, Direction::kBackwardData, g, nullptr, weight, cols, image));
-    if (bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchChannelBias<T>(image, bias, g.n, g.c, g.h * g.w, true, stream));
-    return Status::Ok();
+    if (bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchChannelBias<T>(image, bias, g.n, g.c, g.h * g.w, false, stream));
+    return CudnnConvolution<T>(ctx, stream, Direction::kBackwardData, g, nullptr, weight, cols, image,
+                               /*accumulate=*/bias != nullptr);
   }
   // Into the view's planes, then back to the image (rows past the view's
-  // reach get zero) with the bias on the way.
+  // reach get zero) with the bias on the way. (Half types round twice here,
+  // the planes and then the bias: within one ulp of the CPU.)
   LOOM_ASSIGN_OR_RETURN(Tensor planes, Tensor::Empty(Shape({g.n, g.c, v.geom.h, v.geom.w}), DTypeOf<T>::value,
                                                      ctx.device));
   LOOM_RETURN_IF_ERROR(
@@ -432,7 +477,7 @@ Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
   LOOM_ASSIGN_OR_RETURN(ConvParams p, conv::ParseConvParams(*ctx.attrs, "convolution kernel", sd, transpose));
   const ConvGeom g = conv::ProductGeom(p, product, transpose, a.shape(), b.shape(), out.shape());
   const char* op = ctx.node ? ctx.node->op.c_str() : "convolution";
-  return DispatchCudaFloat(out.dtype(), op, [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(out.dtype(), op, [&](auto zero) -> Status {
     using T = decltype(zero);
     const T* pb = bias ? bias->data<T>() : nullptr;
     switch (product) {
@@ -451,10 +496,12 @@ Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {
 }
 
 const bool kConvKernelsRegistered = [] {
-  for (const conv::KernelRole& role : conv::kKernelRoles)
+  for (const conv::KernelRole& role : conv::kKernelRoles) {
     OpRegistry::Global().RegisterKernel(role.op, DeviceType::kCuda, [role](KernelContext& ctx) {
       return ConvKernel(ctx, role.product, role.transpose);
     });
+    OpRegistry::Global().RegisterKernelSupport(role.op, DeviceType::kCuda, HalfFloatKernelSupport());
+  }
   return true;
 }();
 
@@ -464,19 +511,21 @@ Status BiasGradKernel(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   Tensor& db = ctx.out(0);
   const int64_t n = dy.shape()[0], c = dy.shape()[1], s = c * n == 0 ? 0 : dy.numel() / (n * c);
-  return DispatchCudaFloat(db.dtype(), "ConvBackwardBias", [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(db.dtype(), "ConvBackwardBias", [&](auto zero) -> Status {
     using T = decltype(zero);
+    using Acc = ConvAcc<T>;
     const int64_t chunks = ChannelSumChunks(n * s, c);
     Tensor partial;
     if (chunks > 1) {
-      LOOM_ASSIGN_OR_RETURN(partial, Tensor::Empty(Shape({c * chunks}), db.dtype(), ctx.device));
+      LOOM_ASSIGN_OR_RETURN(partial, Tensor::Empty(Shape({c * chunks}), DTypeOf<Acc>::value, ctx.device));
     }
     LOOM_CUDA_RETURN_IF_ERROR(LaunchChannelSum<T>(dy.data<T>(), n, c, s, chunks,
-                                                  chunks > 1 ? partial.data<T>() : nullptr, db.data<T>(), stream));
+                                                  chunks > 1 ? partial.data<Acc>() : nullptr, db.data<T>(), stream));
     return Status::Ok();
   });
 }
 LOOM_REGISTER_KERNEL("ConvBackwardBias", DeviceType::kCuda, BiasGradKernel);
+LOOM_REGISTER_KERNEL_SUPPORT("ConvBackwardBias", DeviceType::kCuda, HalfFloatKernelSupport());
 
 }  // namespace
 }  // namespace loom::cuda

@@ -8,7 +8,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace loom::cuda {
+
+// The arithmetic type of T: float for bf16 / f16 (widened, rounded once on
+// the store), T itself for f32 / f64.
+template <typename T>
+using ConvAcc = decltype(WidenFloat(T{}));
 
 // y [n, c, hw] = bias[c] + (accumulate ? y : 0); a null bias adds nothing
 // (with accumulate false: y = 0).
@@ -36,9 +43,10 @@ inline int64_t ChannelSumChunks(int64_t per_channel, int64_t channels) {
   const int64_t for_occupancy = std::max<int64_t>(1, (1024 + channels - 1) / std::max<int64_t>(1, channels));
   return std::clamp<int64_t>(std::min(wanted, for_occupancy), 1, 256);
 }
-// partial holds c * chunks elements (unused when chunks == 1).
+// partial holds c * chunks elements of the arithmetic type (unused when
+// chunks == 1), so that half sums round once.
 template <typename T>
-cudaError_t LaunchChannelSum(const T* dy, int64_t n, int64_t c, int64_t s, int64_t chunks, T* partial, T* db,
+cudaError_t LaunchChannelSum(const T* dy, int64_t n, int64_t c, int64_t s, int64_t chunks, ConvAcc<T>* partial, T* db,
                              cudaStream_t stream);
 
 }  // namespace loom::cuda

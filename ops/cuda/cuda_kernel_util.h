@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/cuda/cuda_device.h"
+#include "core/half.h"
 #include "ops/cuda/elementwise_kernels.h"
 #include "ops/op.h"
 
@@ -61,6 +62,19 @@ Status DispatchCudaFloat(DType dtype, const char* op, Fn&& fn) {
     case DType::kF32: return fn(float{});
     case DType::kF64: return fn(double{});
     default: return Unimplemented("no CUDA kernel for ", op, " on ", DTypeName(dtype), " (f32 and f64 only)");
+  }
+}
+
+// Calls fn(T{}) with T = float, double, BFloat16 or Float16 (kernels that
+// compute half types in f32); fn returns a Status.
+template <typename Fn>
+Status DispatchCudaFloatOrHalf(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(float{});
+    case DType::kF64: return fn(double{});
+    case DType::kBF16: return fn(BFloat16{});
+    case DType::kF16: return fn(Float16{});
+    default: return Unimplemented("no CUDA kernel for ", op, " on ", DTypeName(dtype));
   }
 }
 

@@ -11,18 +11,6 @@
 namespace loom::cuda {
 namespace {
 
-// Calls fn(T{}) with T = float, double, BFloat16 or Float16; fn returns a Status.
-template <typename Fn>
-Status DispatchGemmDType(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: return fn(float{});
-    case DType::kF64: return fn(double{});
-    case DType::kBF16: return fn(BFloat16{});
-    case DType::kF16: return fn(Float16{});
-    default: return Unimplemented("no CUDA kernel for ", op, " on ", DTypeName(dtype));
-  }
-}
-
 // C = op(A) op(B) (+ C when accumulate) over a batch, on the device's cuBLAS
 // handle; half types scale in f32.
 template <typename T>
@@ -52,7 +40,7 @@ Status MatMulKernel(KernelContext& ctx) {
   const int64_t m = y.shape().dim(-2), n = y.shape().dim(-1), k = ta ? sa.dim(-2) : sa.dim(-1);
   int64_t batch = 1;
   for (int d = 0; d < y.shape().rank() - 2; ++d) batch *= y.shape()[d];
-  return DispatchGemmDType(y.dtype(), "MatMul", [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(y.dtype(), "MatMul", [&](auto zero) -> Status {
     using T = decltype(zero);
     return Product<T>(ctx, stream, ta, tb, batch, m, n, k, a.data<T>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2),
                       b.data<T>(), sb.dim(-1), sb.dim(-1) * sb.dim(-2), y.data<T>());
@@ -76,7 +64,7 @@ LOOM_REGISTER_KERNEL("Linear", DeviceType::kCuda, [](KernelContext& ctx) -> Stat
   int64_t rows = 1;
   for (int d = 0; d < x.shape().rank() - 1; ++d) rows *= x.shape()[d];
   const bool bias = ctx.inputs.size() == 3;
-  return DispatchGemmDType(y.dtype(), "Linear", [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(y.dtype(), "Linear", [&](auto zero) -> Status {
     using T = decltype(zero);
     constexpr bool kWide = std::is_same_v<T, float> || std::is_same_v<T, double>;
     if (!kWide && bias) {

@@ -31,7 +31,6 @@ StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
   UpdateTensors<T> t;
   const int slots = static_cast<int>(ctx.outputs.size()) - 1;
   if (slots < 0 || slots > kMaxOptimizerSlots) return Internal("an update op with ", slots, " state slots");
-  const int64_t replicas = Replicas(*ctx.attrs);
   t.slots = slots;
   t.n = ctx.in(0).numel() / ReplicaCount(*ctx.attrs);
   t.p = ctx.in(0).data<T>();
@@ -43,7 +42,8 @@ StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
   }
   t.lr = ctx.in(2 + slots).data<T>();
   t.step = ctx.in(3 + slots).data<T>();
-  if (replicas > 0) t.active = ctx.in(4 + slots).data<T>();
+  // Fused ops always, unfused ones optionally (a loss-scaled step), take active.
+  if (ctx.inputs.size() > static_cast<size_t>(4 + slots)) t.active = ctx.in(4 + slots).data<T>();
   return t;
 }
 

@@ -371,6 +371,23 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
     const StatusOr<Device> device = ParseDevice(c.device());
     k.Require(device.ok(), "device", device.status().message());
   }
+  if (!c.precision().empty()) k.OneOf(c.precision(), {"f32", "bf16", "fp16"}, "precision");
+  if (c.has_loss_scale()) {
+    const proto::LossScaleConfig& ls = c.loss_scale();
+    k.Require(c.precision() == "fp16", "loss_scale", "is for precision: fp16 only (bf16 and f32 need no loss scaling)");
+    if (ls.has_init_scale())
+      k.Require(ls.init_scale() > 0 && std::isfinite(ls.init_scale()), "loss_scale.init_scale",
+                StrCat("must be finite and > 0, got ", ls.init_scale()));
+    if (ls.has_growth_factor())
+      k.Require(ls.growth_factor() > 1 && std::isfinite(ls.growth_factor()), "loss_scale.growth_factor",
+                StrCat("must be finite and > 1, got ", ls.growth_factor()));
+    if (ls.has_backoff_factor())
+      k.Require(ls.backoff_factor() > 0 && ls.backoff_factor() < 1, "loss_scale.backoff_factor",
+                StrCat("must be in (0, 1), got ", ls.backoff_factor()));
+    if (ls.has_growth_interval())
+      k.Require(ls.growth_interval() >= 1 && ls.growth_interval() <= (int64_t{1} << 24), "loss_scale.growth_interval",
+                StrCat("must be in [1, 16777216], got ", ls.growth_interval()));
+  }
   k.AtLeast(c.eval_every_epochs(), 1, "eval_every_epochs");
   k.AtLeast(c.log_every_steps(), 1, "log_every_steps");
   k.Require(c.checkpoint_every_steps() >= 0, "checkpoint_every_steps",
@@ -460,6 +477,22 @@ StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
 StatusOr<Device> RunDevice(const proto::TrainConfig& c) {
   if (c.device().empty()) return Device::Cpu();
   return ParseDevice(c.device());
+}
+
+DType RunPrecision(const proto::TrainConfig& c) {
+  if (c.precision() == "bf16") return DType::kBF16;
+  if (c.precision() == "fp16") return DType::kF16;
+  return DType::kF32;
+}
+
+LossScaling RunLossScaling(const proto::TrainConfig& c) {
+  LossScaling s;
+  const proto::LossScaleConfig& ls = c.loss_scale();
+  if (ls.has_init_scale()) s.init_scale = ls.init_scale();
+  if (ls.has_growth_factor()) s.growth_factor = ls.growth_factor();
+  if (ls.has_backoff_factor()) s.backoff_factor = ls.backoff_factor();
+  if (ls.has_growth_interval()) s.growth_interval = ls.growth_interval();
+  return s;
 }
 
 Status CheckThreadCount(int64_t threads) {

@@ -55,6 +55,12 @@ constexpr int64_t kMaxThreads = 1024;
 Status CheckThreadCount(int64_t threads);
 // The device of the run's steps (config field `device`; cpu when unset).
 StatusOr<Device> RunDevice(const proto::TrainConfig& c);
+// The low precision of a mixed-precision run (config field `precision`,
+// validated): kBF16, kF16, or kF32 when unset or "f32".
+DType RunPrecision(const proto::TrainConfig& c);
+// fp16's loss scaler: LossScaling's defaults with the fields of
+// `loss_scale` that the config sets.
+LossScaling RunLossScaling(const proto::TrainConfig& c);
 
 
 }  // namespace loom

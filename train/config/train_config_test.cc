@@ -139,5 +139,36 @@ TEST_CASE("device names a CPU or a CUDA device and may change on resume") {
   CHECK(RunDifferences(*cpu, *cuda).empty());
 }
 
+TEST_CASE("precision is f32, bf16 or fp16; loss_scale belongs to fp16 and is checked; neither may change on resume") {
+  const std::string base = "model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\n";
+  CHECK(Error(base + "precision: \"fp32\"") ==
+        "cfg.pbtxt:3: field precision: unknown value 'fp32' (expected one of: bf16, f32, fp16)");
+  CHECK(Error(base + "precision: \"bf16\"\nloss_scale { init_scale: 8 }") ==
+        "cfg.pbtxt:4: field loss_scale: is for precision: fp16 only (bf16 and f32 need no loss scaling)");
+  CHECK(Error(base + "precision: \"fp16\"\nloss_scale {\n  backoff_factor: 1.5\n}") ==
+        "cfg.pbtxt:5: field loss_scale.backoff_factor: must be in (0, 1), got 1.5");
+  CHECK(Error(base + "precision: \"fp16\"\nloss_scale { init_scale: 0 }") ==
+        "cfg.pbtxt:4: field loss_scale.init_scale: must be finite and > 0, got 0");
+  CHECK(Error(base + "precision: \"fp16\"\nloss_scale { growth_interval: 0 }") ==
+        "cfg.pbtxt:4: field loss_scale.growth_interval: must be in [1, 16777216], got 0");
+  auto f32 = ParseTrainConfig(base, "cfg.pbtxt");
+  auto bf16 = ParseTrainConfig(base + "precision: \"bf16\"", "cfg.pbtxt");
+  auto fp16 = ParseTrainConfig(base + "precision: \"fp16\"\nloss_scale { init_scale: 1024 growth_interval: 10 }",
+                               "cfg.pbtxt");
+  REQUIRE(f32.ok());
+  REQUIRE(bf16.ok());
+  REQUIRE(fp16.ok());
+  CHECK(RunPrecision(*f32) == DType::kF32);
+  CHECK(RunPrecision(*bf16) == DType::kBF16);
+  CHECK(RunPrecision(*fp16) == DType::kF16);
+  const LossScaling s = RunLossScaling(*fp16);
+  CHECK(s.init_scale == 1024);
+  CHECK(s.growth_interval == 10);
+  CHECK(s.growth_factor == 2);    // GradScaler's defaults for the rest
+  CHECK(s.backoff_factor == 0.5);
+  CHECK(RunLossScaling(*f32).init_scale == 65536);
+  CHECK(!RunDifferences(*f32, *bf16).empty());
+}
+
 }  // namespace
 }  // namespace loom
