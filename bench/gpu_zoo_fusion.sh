@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Horizontal fusion of the zoo on one GPU against PyTorch (issue 12's H200
 # table): per model, `loom bench fusion --device cuda` on
-# bench/configs/gpu/MODEL.pbtxt (loom fused and serial, f32: loom has no
-# TF32 or bf16 mode yet), then bench/pytorch_zoo_fusion.py --device cuda on
+# bench/configs/gpu/MODEL.pbtxt (loom fused and serial, at each of
+# --loom-precisions: f32 is true FP32, bf16 is `precision: bf16`), then
+# bench/pytorch_zoo_fusion.py --device cuda on
 # the same model, batch, data shapes and optimizer (PyTorch serial and
 # torch.func vmap, each at f32, TF32 and bf16 autocast), and one markdown
 # table of both in samples/s summed over the R replicas, with the issue's
 # goals as pass/fail notes.
 #
 #   bench/gpu_zoo_fusion.sh LOOM_BIN OUT_DIR [--models a,b] [--replicas 1,2,4,8] [--reps 3] [--budget-s 240]
-#                           [--precisions f32,tf32,bf16] [--python python3]
+#                           [--precisions f32,tf32,bf16] [--loom-precisions f32,bf16] [--python python3]
 #   bench/gpu_zoo_fusion.sh --table OUT_DIR     (re-writes OUT_DIR/gpu_zoo_fusion.md from its JSON; no GPU)
 #
 # MODEL: resnet18, mobilenet_v3_large, pointnet_cls, transformer_lm, bert_medium (default: all, in that order).
@@ -19,8 +20,9 @@
 # share of what is left when it starts (what one leaves unused goes to the
 # next), loom about 40% of it, PyTorch the rest; every command runs under
 # `timeout`, and what the budget leaves out is listed in the table.
-# loom runs once per R, so an R that fails (out of memory, a missing
-# kernel) keeps the smaller ones; larger R are then not tried. PyTorch runs
+# loom runs once per R and precision (f32 then bf16 at each R), so an R that
+# fails (out of memory, a missing kernel) keeps the smaller ones; larger R
+# are then not tried at that precision. PyTorch runs
 # every R in a fresh process and records an out-of-memory as OOM.
 # Writes OUT_DIR/MODEL.loom.json (the rows of every R, merged; the data
 # spec as loom wrote it), OUT_DIR/MODEL.torch.json, OUT_DIR/logs/*, and
@@ -29,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 all_models="resnet18,mobilenet_v3_large,pointnet_cls,transformer_lm,bert_medium"
 usage="usage: bench/gpu_zoo_fusion.sh LOOM_BIN OUT_DIR [--models $all_models] [--replicas 1,2,4,8] [--reps 3]
-         [--budget-s 240] [--precisions f32,tf32,bf16] [--python python3]
+         [--budget-s 240] [--precisions f32,tf32,bf16] [--loom-precisions f32,bf16] [--python python3]
        bench/gpu_zoo_fusion.sh --table OUT_DIR"
 python=python3
 
@@ -87,31 +89,41 @@ for model in order:
     trows = {}
     for r in (torch or {}).get("rows", []):
         trows.setdefault(r["replicas"], {})[r["precision"]] = r
-    lrows = {r["replicas"]: r for r in (loom or {}).get("rows", [])}
-    lerr = {int(k): v for k, v in (loom or {}).get("errors", {}).items()}
-    rs = sorted(set(lrows) | set(trows) | set(lerr))
-    for r in rs:
-        lr, t = lrows.get(r), trows.get(r, {})
+    # loom's rows by (R, precision); JSON from before loom had bf16 is f32.
+    all_lrows = {(r["replicas"], r.get("precision", "f32")): r for r in (loom or {}).get("rows", [])}
+    all_lerr = {}
+    for k, v in (loom or {}).get("errors", {}).items():
+        r, _, p = str(k).partition(":")
+        all_lerr[(int(r), p or "f32")] = v
+    lrows = {r: row for (r, p), row in all_lrows.items() if p == "f32"}
+    rs = sorted({r for r, _ in all_lrows} | set(trows) | {r for r, _ in all_lerr})
+
+    def loom_cells(r, p):
+        lr = all_lrows.get((r, p))
         if lr:
             f, s = lr["fused_samples_per_s"], lr["serial_samples_per_s"]
-            lf, ls, sp = num(f), num(s), f"{f / s:.2f}x"
-        else:
-            f = s = None
-            e = lerr.get(r, "not run")
-            if e.startswith("skipped"):
-                e = "skipped"
-            elif e not in ("OOM", "not run"):
-                e = note(f"loom: {e}")
-            lf = ls = sp = e
+            return lr, f, num(f), num(s), f"{f / s:.2f}x"
+        e = all_lerr.get((r, p), "not run")
+        if e.startswith("skipped"):
+            e = "skipped"
+        elif e not in ("OOM", "not run"):
+            e = note(f"loom {p}: {e}")
+        return None, None, e, e, e
+
+    for r in rs:
+        t = trows.get(r, {})
+        lr, f, lf, ls, sp = loom_cells(r, "f32")
+        _, fb, lfb, lsb, spb = loom_cells(r, "bf16")
         ser = [cell(t.get(p), "serial") for p in precisions]
         vm = [cell(t.get(p), "vmap") for p in precisions]
-        ts32, tv32 = ser[0][1], vm[0][1]
+        ts32, tv32, tvb = ser[0][1], vm[0][1], vm[2][1]
         vs_serial = f"{f / ts32:.2f}x" if f and ts32 else "n/a"
         vs_vmap = f"{f / tv32:.2f}x" if f and tv32 else "n/a"
+        vs_vmap_bf16 = f"{fb / tvb:.2f}x" if fb and tvb else "n/a"
         t32 = t.get("f32") or {}
         mem = f"{gib(lr.get('fused_peak_bytes') if lr else None)} / {gib(t32.get('vmap_peak_bytes'))}"
-        lines.append(f"| {model} | {r} | {lf} | {ls} | {sp} | {' | '.join(c for c, _ in ser)} "
-                     f"| {' | '.join(c for c, _ in vm)} | {vs_serial} | {vs_vmap} | {mem} |")
+        lines.append(f"| {model} | {r} | {lf} | {ls} | {sp} | {lfb} | {lsb} | {spb} | {' | '.join(c for c, _ in ser)} "
+                     f"| {' | '.join(c for c, _ in vm)} | {vs_serial} | {vs_vmap} | {vs_vmap_bf16} | {mem} |")
     # The issue's goals, on what was measured.
     g = []
     measured = sorted(r for r in lrows)
@@ -146,14 +158,16 @@ for model in order:
 print(f"GPU zoo fusion, {meta.get('date', '?')}, commit {meta.get('commit', '?')}, {meta.get('gpu', '?')}, "
       f"torch {torch_version or '?'}; samples/s over all R replicas, best of {meta.get('reps', '?')} steps after "
       f"warm-up; `{meta.get('command', 'bench/gpu_zoo_fusion.sh')}`\n")
-print("loom runs f32 only (no TF32 or bf16 mode yet); its steps copy the batch host -> device and the outputs back, "
+print("loom f32 is true FP32 (no TF32); loom bf16 is `precision: bf16` (GEMMs and convolutions in bf16 with f32 "
+      "accumulation, f32 master weights). loom's steps copy the batch host -> device and the outputs back, "
       "PyTorch's batch stays on the GPU. torch tf32: TF32 matmuls and convolutions; bf16: autocast around forward "
-      "and loss, f32 master weights. Peak memory: loom's fused step (its arena plus the state tensors) / PyTorch "
-      "vmap f32 (torch.cuda.max_memory_allocated: parameters, optimizer state and the step), GiB.\n")
-print("| model | R | loom fused | loom serial | fused/serial | torch serial f32 | torch serial tf32 "
-      "| torch serial bf16 | torch vmap f32 | torch vmap tf32 | torch vmap bf16 | loom fused / torch serial f32 "
-      "| loom fused / vmap f32 | peak GiB loom fused / vmap f32 |")
-print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+      "and loss, f32 master weights. Peak memory: loom's fused f32 step (its arena plus the state tensors) / "
+      "PyTorch vmap f32 (torch.cuda.max_memory_allocated: parameters, optimizer state and the step), GiB.\n")
+print("| model | R | loom fused f32 | loom serial f32 | fused/serial f32 | loom fused bf16 | loom serial bf16 "
+      "| fused/serial bf16 | torch serial f32 | torch serial tf32 "
+      "| torch serial bf16 | torch vmap f32 | torch vmap tf32 | torch vmap bf16 | loom fused f32 / torch serial f32 "
+      "| loom fused f32 / vmap f32 | loom fused bf16 / vmap bf16 | peak GiB loom fused / vmap f32 |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 print("\n".join(lines))
 print("\nGoals (issue 12):\n" + "\n".join(goals))
 if notes:
@@ -173,7 +187,7 @@ fi
 [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
 loom="$1" out="$2"
 shift 2
-models="$all_models" replicas="1,2,4,8" reps=3 budget=240 precisions="f32,tf32,bf16"
+models="$all_models" replicas="1,2,4,8" reps=3 budget=240 precisions="f32,tf32,bf16" loom_precisions="f32,bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -181,11 +195,13 @@ while [ $# -gt 0 ]; do
     --reps) reps="$2"; shift 2 ;;
     --budget-s) budget="$2"; shift 2 ;;
     --precisions) precisions="$2"; shift 2 ;;
+    --loom-precisions) loom_precisions="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; echo "$usage" >&2; exit 2 ;;
   esac
 done
 IFS=, read -r -a model_list <<< "$models"
+IFS=, read -r -a loom_precision_list <<< "$loom_precisions"
 for m in "${model_list[@]}"; do
   [ -f "bench/configs/gpu/$m.pbtxt" ] || { echo "no config bench/configs/gpu/$m.pbtxt" >&2; exit 2; }
 done
@@ -202,7 +218,7 @@ echo "$(date -u '+%Y-%m-%d %H:%M UTC'), ${gpu:-no nvidia-smi}, budget ${budget}s
 # spec, every run's row, each failed R's reason. Without any run, the
 # config's data spec as written below (what loom would report), so that
 # PyTorch still runs.
-merge_loom() {  # model, then (R, status, JSON file) triples
+merge_loom() {  # model, then ("R:precision", status, JSON file) triples
   "$python" - "$out" "$@" <<'EOF'
 import json, sys
 out, model, args = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -219,13 +235,14 @@ fallback = {  # bench/configs/gpu/*.pbtxt
                         vocabulary=257),
 }
 merged, rows, errors = None, [], {}
-for r, status, path in zip(args[::3], args[1::3], args[2::3]):
+for key, status, path in zip(args[::3], args[1::3], args[2::3]):
+    precision = key.partition(":")[2]
     if status == "ok":
         j = json.load(open(path))
         merged = merged or j
-        rows += j["rows"]
+        rows += [dict(row, precision=precision) for row in j["rows"]]
     else:
-        errors[r] = status
+        errors[key] = status
 if merged is None:
     merged = {"model": model, **fallback[model], "spec_source": "the script's copy of the config (loom gave no JSON)"}
 merged["rows"], merged["errors"] = rows, errors
@@ -263,41 +280,44 @@ for i in "${!model_list[@]}"; do
   echo "== $m: ${share}s (loom until +$((loom_deadline - $(now)))s), R $rs"
 
   runs=()
-  stop=""
+  declare -A stop=()
   IFS=, read -r -a r_list <<< "$rs"
   for r in "${r_list[@]}"; do
-    if [ -n "$stop" ]; then
-      runs+=("$r" "skipped: $stop" "")
-      continue
-    fi
-    t=$((loom_deadline - $(now)))
-    if [ "$t" -lt 5 ]; then
-      runs+=("$r" "skipped: time budget" "")
-      skipped+=("$m: loom R=$r (time budget)")
-      stop="time budget"
-      continue
-    fi
-    log="$out/logs/$m.loom.r$r.log"
-    if timeout -k 5 "$t" "$loom" bench fusion --config "$config" --device cuda --replicas "$r" --reps "$reps" \
-         --json "$out/logs/$m.loom.r$r.json" >"$log" 2>&1; then
-      runs+=("$r" ok "$out/logs/$m.loom.r$r.json")
-      grep -E "^ +$r " "$log" | sed "s/^/  loom: /" || true
-    else
-      rc=$?
-      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        why="timed out after ${t}s"
-        skipped+=("$m: loom R=$r (timed out after ${t}s)")
-      elif grep -qiE "out of memory|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED" "$log"; then
-        why="OOM"
-      else
-        why="$(grep -v '^ *$' "$log" | tail -1 | cut -c1-300)"
-        why="exit $rc: ${why:-no output}"
+    for p in "${loom_precision_list[@]}"; do
+      if [ -n "${stop[$p]:-}" ]; then
+        runs+=("$r:$p" "skipped: ${stop[$p]}" "")
+        continue
       fi
-      echo "  loom R=$r: $why"
-      runs+=("$r" "$why" "")
-      stop="R=$r failed"
-    fi
+      t=$((loom_deadline - $(now)))
+      if [ "$t" -lt 5 ]; then
+        runs+=("$r:$p" "skipped: time budget" "")
+        skipped+=("$m: loom $p R=$r (time budget)")
+        stop[$p]="time budget"
+        continue
+      fi
+      log="$out/logs/$m.loom.r$r.$p.log"
+      if timeout -k 5 "$t" "$loom" bench fusion --config "$config" --device cuda --precision "$p" --replicas "$r" \
+           --reps "$reps" --json "$out/logs/$m.loom.r$r.$p.json" >"$log" 2>&1; then
+        runs+=("$r:$p" ok "$out/logs/$m.loom.r$r.$p.json")
+        grep -E "^ +$r " "$log" | sed "s/^/  loom $p: /" || true
+      else
+        rc=$?
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+          why="timed out after ${t}s"
+          skipped+=("$m: loom $p R=$r (timed out after ${t}s)")
+        elif grep -qiE "out of memory|cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED" "$log"; then
+          why="OOM"
+        else
+          why="$(grep -v '^ *$' "$log" | tail -1 | cut -c1-300)"
+          why="exit $rc: ${why:-no output}"
+        fi
+        echo "  loom $p R=$r: $why"
+        runs+=("$r:$p" "$why" "")
+        stop[$p]="R=$r failed"
+      fi
+    done
   done
+  unset stop
   merge_loom "$m" "${runs[@]}"
 
   t=$((model_deadline - $(now)))
@@ -320,7 +340,7 @@ for i in "${!model_list[@]}"; do
 done
 
 command="bench/gpu_zoo_fusion.sh LOOM_BIN OUT_DIR --models $models --replicas $replicas --reps $reps"
-command+=" --budget-s $budget --precisions $precisions"
+command+=" --budget-s $budget --precisions $precisions --loom-precisions $loom_precisions"
 "$python" - "$out/run.json" "$start" "$reps" "$models" "${gpu:-unknown GPU}" \
   "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$command" "${skipped[@]+"${skipped[@]}"}" <<'EOF'
 import json, sys, time

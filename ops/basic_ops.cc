@@ -242,22 +242,30 @@ class BroadcastToOp : public OpDef {
   }
 };
 LOOM_REGISTER_OP(BroadcastToOp);
-LOOM_REGISTER_KERNEL_SUPPORT("BroadcastTo", DeviceType::kCpu, DTypeSupport({DType::kF32, DType::kF64}));
-LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCpu, [](KernelContext& ctx) {
+// A copy: any element type of 2, 4 or 8 bytes (bf16 / f16 for mixed precision).
+template <typename Bits>
+void BroadcastCopy(const Tensor& x, Tensor& y) {
+  const Bits* in = static_cast<const Bits*>(x.raw_data());
+  Bits* out = static_cast<Bits*>(y.raw_data());
+  if (y.numel() == 0) return;
+  std::vector<int64_t> si = BroadcastStrides(x.shape(), y.shape());
+  std::vector<int64_t> none(y.shape().rank(), 0);
+  int64_t rows = y.shape().rank() == 0 ? 1 : y.numel() / y.shape().dim(-1);
+  ForEachBroadcast(y.shape(), si, none, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
+    for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
+  });
+}
+LOOM_REGISTER_KERNEL_SUPPORT("BroadcastTo", DeviceType::kCpu,
+                             DTypeSupport({DType::kF32, DType::kF64, DType::kBF16, DType::kF16}));
+LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCpu, [](KernelContext& ctx) -> Status {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
-  return DispatchFloat(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* in = x.data<T>();
-    T* out = y.data<T>();
-    if (y.numel() == 0) return;
-    std::vector<int64_t> si = BroadcastStrides(x.shape(), y.shape());
-    std::vector<int64_t> none(y.shape().rank(), 0);
-    int64_t rows = y.shape().rank() == 0 ? 1 : y.numel() / y.shape().dim(-1);
-    ForEachBroadcast(y.shape(), si, none, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
-      for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
-    });
-  });
+  switch (DTypeSize(x.dtype())) {
+    case 2: BroadcastCopy<uint16_t>(x, y); return Status::Ok();
+    case 4: BroadcastCopy<uint32_t>(x, y); return Status::Ok();
+    case 8: BroadcastCopy<uint64_t>(x, y); return Status::Ok();
+    default: return Unimplemented("BroadcastTo: no CPU kernel for dtype ", DTypeName(x.dtype()));
+  }
 });
 
 // Binary element-wise ops with numpy broadcasting.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tests/half_harness.h"
 #include "tests/op_harness.h"
 #include "tests/reference_ops.h"
 
@@ -61,6 +62,30 @@ TEST_CASE("basic ops pass the op harness") {
   for (const OpCase& c : Cases()) {
     // Fill's dtype comes from its attribute; skip the f32 comparison quirk by running it as is.
     DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+  }
+}
+
+// Fusion broadcasts a shared half-precision operand to the replicas (a
+// mixed-precision GEMM's input): BroadcastTo copies bf16 / f16 bit for bit,
+// and its gradient sums in f32 and rounds once.
+TEST_CASE("BroadcastTo in bf16 and f16 copies exactly, and its gradient rounds once") {
+  const Shape x_shape{3, 1}, y_shape{2, 3, 4};
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    Rng rng(9);
+    const std::vector<double> x = RandomHalfValues(x_shape.numel(), low, rng);
+    const std::vector<double> g = RandomHalfValues(y_shape.numel(), low, rng);
+    Exact y(y_shape.numel()), dx(x_shape.numel());
+    for (int64_t i = 0; i < y_shape.numel(); ++i) {
+      const int64_t row = (i / 4) % 3;
+      y.Add(i, x[row]);
+      dx.Add(row, g[i]);
+    }
+    for (Device device : TestDevices()) {
+      const std::string what = std::string(DTypeName(low)) + " on " + device.ToString();
+      HalfOpRun run = RunHalfOp("BroadcastTo", {{"shape", y_shape.dims()}}, {x_shape}, {x}, y_shape, g, low, device);
+      CHECK(run.outputs.at("y").Cast(DType::kF64)->ToDoubleVector() == y.value);
+      CheckHalf(run.outputs.at("d0"), dx, low, 8, what + ": dx");
+    }
   }
 }
 

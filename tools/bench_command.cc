@@ -219,12 +219,37 @@ StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
   return out;
 }
 
+// --precision f32|bf16|fp16 over the config's `precision`.
+Status ApplyPrecisionFlag(const Flags& flags, proto::TrainConfig* config) {
+  if (!flags.Has("precision")) return Status::Ok();
+  const std::string p = flags.Str("precision", "");
+  if (p != "f32" && p != "bf16" && p != "fp16")
+    return InvalidArgument("--precision: unknown value '", p, "' (expected f32, bf16 or fp16)");
+  config->set_precision(p);
+  return Status::Ok();
+}
+
+// The step options of a benchmark: the config's precision (and fp16 loss
+// scaler), as `loom train` compiles it.
+CompileOptions BenchStepOptions(const StepOptimizer& opt, const proto::TrainConfig& config,
+                                std::optional<FusionOptions> fusion = std::nullopt) {
+  CompileOptions o = StepOptions(opt, std::move(fusion));
+  o.precision = RunPrecision(config);
+  o.loss_scaling = RunLossScaling(config);
+  return o;
+}
+
+std::string PrecisionName(const proto::TrainConfig& config) {
+  return config.precision().empty() ? "f32" : config.precision();
+}
+
 // `loom bench profile`: where a training step's time goes, per op type and
 // per node, for the model and batch of a config (its data's first batch).
 Status BenchProfile(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench profile needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
   if (flags.Has("device")) config.set_device(flags.Str("device", ""));
+  LOOM_RETURN_IF_ERROR(ApplyPrecisionFlag(flags, &config));
   LOOM_ASSIGN_OR_RETURN(const Device device, RunDevice(config));
   LOOM_ASSIGN_OR_RETURN(int64_t steps, flags.Int("steps", 20));
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
@@ -240,7 +265,7 @@ Status BenchProfile(const Flags& flags) {
     fusion->replicas = static_cast<int>(replicas);
     for (int64_t i = 0; i < replicas; ++i) fusion->seeds.push_back(static_cast<uint64_t>(i + 1));
   }
-  LOOM_ASSIGN_OR_RETURN(Graph train, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fusion)));
+  LOOM_ASSIGN_OR_RETURN(Graph train, Compile(m.graph(), Program::kTrainingStep, BenchStepOptions(opt, config, fusion)));
   ExecutorOptions eo;
   eo.profile = true;
   eo.device = device;
@@ -300,6 +325,7 @@ Status BenchFusion(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench fusion needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
   if (flags.Has("device")) config.set_device(flags.Str("device", ""));
+  LOOM_RETURN_IF_ERROR(ApplyPrecisionFlag(flags, &config));
   LOOM_ASSIGN_OR_RETURN(const Device device, RunDevice(config));
   ExecutorOptions eo;
   eo.device = device;
@@ -314,7 +340,7 @@ Status BenchFusion(const Flags& flags) {
   Model m;
   LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, data.spec, config.data().batch_size()));
   const StepOptimizer opt = StepOptimizer{config.optimizer()};
-  LOOM_ASSIGN_OR_RETURN(Graph single, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt)));
+  LOOM_ASSIGN_OR_RETURN(Graph single, Compile(m.graph(), Program::kTrainingStep, BenchStepOptions(opt, config)));
   const double single_flops = GraphCost(single).flops;
   // Layers left unfused (run once per replica): the config's, or --unfused.
   const std::vector<std::string> unfused =
@@ -329,7 +355,7 @@ Status BenchFusion(const Flags& flags) {
     fo.replicas = static_cast<int>(r);
     fo.unfused_layers = unfused;
     for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
-    LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fo)));
+    LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, BenchStepOptions(opt, config, fo)));
     LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(fused, eo));
     LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
     std::map<std::string, Tensor> feeds = RandomFeeds(fused, data.feeds);
@@ -371,13 +397,14 @@ Status BenchFusion(const Flags& flags) {
   std::string unfused_note;
   for (const std::string& l : unfused) unfused_note += (unfused_note.empty() ? ", unfused: " : ",") + l;
   if (device.is_cpu()) {
-    std::printf("%s, batch %lld, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
-                config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(),
-                unfused_note.c_str(), static_cast<long long>(threads), roof1, static_cast<long long>(threads), roof);
+    std::printf("%s, batch %lld, %s, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
+                config.model().name().c_str(), static_cast<long long>(batch), PrecisionName(config).c_str(),
+                opt.config.type().c_str(), unfused_note.c_str(), static_cast<long long>(threads), roof1,
+                static_cast<long long>(threads), roof);
   } else {
-    std::printf("%s, batch %lld, %s%s, on %s (each step: inputs host -> device, outputs back)\n",
-                config.model().name().c_str(), static_cast<long long>(batch), opt.config.type().c_str(),
-                unfused_note.c_str(), device.ToString().c_str());
+    std::printf("%s, batch %lld, %s, %s%s, on %s (each step: inputs host -> device, outputs back)\n",
+                config.model().name().c_str(), static_cast<long long>(batch), PrecisionName(config).c_str(),
+                opt.config.type().c_str(), unfused_note.c_str(), device.ToString().c_str());
   }
   std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");
@@ -394,7 +421,7 @@ Status BenchFusion(const Flags& flags) {
                      ", \"vocabulary\": " + std::to_string(data.spec.vocabulary) +
                      ", \"single_step_flops\": " + std::to_string(single_flops) + ", \"reps\": " +
                      std::to_string(reps) + ", \"threads\": " + std::to_string(threads) + ", \"device\": \"" +
-                     device.ToString() + "\"" +
+                     device.ToString() + "\", \"precision\": \"" + PrecisionName(config) + "\"" +
                      ", \"roof_gflops\": " + std::to_string(roof) + ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const FusionRow& r = rows[i];
@@ -430,6 +457,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
                  {"reps", "timed steps per measurement; the fastest is reported (default 5)"},
                  {"threads", "CPU threads (default: the config's)"},
                  {"device", "cpu (default) or cuda[:i]: where both the fused and the serial steps run"},
+                 {"precision", "f32, bf16 or fp16 (default: the config's): mixed precision as loom train runs it"},
                  {"json", "also write the results as JSON to this file"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {
@@ -443,7 +471,8 @@ Status BenchCommand(const std::vector<std::string>& args) {
                  {"steps", "profiled steps (default 20)"},
                  {"replicas", "profile the fused step of this many replicas (batch = replicas x the config's)"},
                  {"threads", "CPU threads (default: the config's)"},
-                 {"device", "cpu (default) or cuda[:i]; on a GPU each kernel is timed to completion"}});
+                 {"device", "cpu (default) or cuda[:i]; on a GPU each kernel is timed to completion"},
+                 {"precision", "f32, bf16 or fp16 (default: the config's)"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {
       std::printf("usage: loom bench profile --config FILE [flags]\n%s", flags.Help().c_str());

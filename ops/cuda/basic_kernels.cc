@@ -88,13 +88,15 @@ LOOM_REGISTER_KERNEL("BroadcastTo", DeviceType::kCuda, [](KernelContext& ctx) ->
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
-  return DispatchCudaFloat(y.dtype(), "BroadcastTo", [&](auto zero) -> Status {
+  return DispatchCudaFloatOrHalf(y.dtype(), "BroadcastTo", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_ASSIGN_OR_RETURN(BroadcastIndex index, MakeBroadcastIndex(y.shape(), {x.shape()}));
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBroadcastTo(x.data<T>(), y.data<T>(), index, stream));
     return Status::Ok();
   });
 });
+
+LOOM_REGISTER_KERNEL_SUPPORT("BroadcastTo", DeviceType::kCuda, HalfFloatKernelSupport());
 
 LOOM_REGISTER_KERNEL("SumToShape", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
