@@ -626,6 +626,32 @@ class ConvOp : public OpDef {
     return Status::Ok();
   }
 
+  // Convolutions (not the transposed ones yet). Sample: the images, every
+  // part with the whole weight. Parameter (one group): the output channels,
+  // every part reading the whole x. Attribute: output rows (H, or L in 1-D),
+  // each part reading its input rows and a halo of kernel - stride rows.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (transpose_) return rules;
+    auto p = conv::ParseConvParams(attrs, name_, sd_, false);
+    if (!p.ok()) return rules;
+    rules.sample = SplitAlong(-1, in.size(), 1);
+    rules.sample->inputs[0].axis = 0;
+    rules.sample->outputs[0].axis = 0;
+    if (p->groups == 1) {
+      rules.parameter = SplitAlong(0, in.size(), 1);
+      rules.parameter->inputs[0].axis = -1;
+      rules.parameter->outputs[0].axis = 1;
+    }
+    const int a = sd_ == 2 ? 0 : 1;  // the Pair entry of the split axis (H, or L of a 1-D op)
+    const int64_t kernel = in[1].shape[2];
+    rules.attribute = SplitAlong(-1, in.size(), 1);
+    rules.attribute->inputs[0] = AxisSplit{2, p->stride[a], p->padding[a], p->dilation[a] * (kernel - 1) + 1};
+    rules.attribute->outputs[0].axis = 2;
+    return rules;
+  }
+
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // A grouped convolution over x as [N, R*C, ...] with R times the groups
   // and the weights (and biases) of the replicas stacked on dim 0. A shared

@@ -153,6 +153,22 @@ class LinearOp : public OpDef {
     if (g.node().inputs.size() == 3 && g.NeedsInputGrad(2)) g.SetInputGrad(2, g.SumToShape(dy, g.type(g.input(2)).shape));
     return Status::Ok();
   }
+  // Sample: the rows of x and y, every part with the whole weight. Parameter:
+  // the output features, every part reading the whole x.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    const int rank = out[0].shape.rank();
+    if (rank >= 2) {
+      rules.sample = SplitAlong(-1, in.size(), 1);
+      rules.sample->inputs[0].axis = 0;
+      rules.sample->outputs[0].axis = 0;
+    }
+    rules.parameter = SplitAlong(0, in.size(), 1);
+    rules.parameter->inputs[0].axis = -1;
+    rules.parameter->outputs[0].axis = rank - 1;
+    return rules;
+  }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // On a shared x, one Linear against all replicas' weights stacked,
   // [R*out, in]; on a replicated x, a batched GEMM [R, rows, in] x

@@ -31,6 +31,29 @@ Status OpDef::Fuse(FusionBuilder& f) const { return f.PerReplica(); }
 
 Status ElementwiseOpDef::Fuse(FusionBuilder& f) const { return f.Elementwise(); }
 
+DimSplit SplitAlong(int axis, size_t inputs, size_t outputs) {
+  DimSplit d;
+  AxisSplit a;
+  a.axis = axis;
+  d.inputs.assign(inputs, a);
+  d.outputs.assign(outputs, a);
+  return d;
+}
+
+SplitRules OpDef::Splits(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const {
+  return {};
+}
+
+SplitRules ElementwiseOpDef::Splits(const AttrMap&, const std::vector<TensorType>& inputs,
+                                    const std::vector<TensorType>& outputs) const {
+  SplitRules rules;
+  for (const auto* types : {&inputs, &outputs})
+    for (const TensorType& t : *types)
+      if (t.shape.rank() == 0) return rules;  // a scalar has no batch
+  rules.sample = SplitAlong(0, inputs.size(), outputs.size());
+  return rules;
+}
+
 ValueId GradBuilder::SumToShape(ValueId grad, const Shape& shape) {
   if (type(grad).shape == shape) return grad;
   return Emit1("SumToShape", {grad}, AttrMap{{"shape", shape.dims()}});

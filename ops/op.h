@@ -69,6 +69,36 @@ enum class FusionKind {
 };
 const char* FusionKindName(FusionKind kind);  // "fused", "fused or per replica", "per replica"
 
+// ---- Parallel splits (graph/strategy.h, docs/parallel.md) ----
+
+// What one part of an op split along one dimension reads or writes of a
+// tensor: a slice of `axis` (its share of the extent) or, with axis -1,
+// the whole tensor (a replicated input, or a partial-sum output).
+struct AxisSplit {
+  int axis = -1;
+  // Window ops split along an attribute: output rows [lo, hi) read input
+  // rows [lo * stride - padding, (hi - 1) * stride - padding + span),
+  // clipped to the input (a halo of span - stride rows between parts).
+  int64_t stride = 1, padding = 0, span = 1;
+};
+
+// How an op's parts along one dimension divide its tensors: one AxisSplit
+// per input and per output. With partial_sums every part's outputs are
+// partial sums of the whole (a split reduction) that a reduction combines.
+struct DimSplit {
+  std::vector<AxisSplit> inputs, outputs;
+  bool partial_sums = false;
+};
+
+// The dimensions an op can be split along (absent: it cannot); the replica
+// dimension needs no rule: it follows the values' replica layouts.
+struct SplitRules {
+  std::optional<DimSplit> sample, attribute, parameter;
+};
+
+// Every input and output split along the same axis.
+DimSplit SplitAlong(int axis, size_t inputs, size_t outputs);
+
 class OpDef {
  public:
   virtual ~OpDef() = default;
@@ -109,6 +139,11 @@ class OpDef {
     (void)output;
     return -1;
   }
+  // Which SOAP dimensions a node of this op can be split along, and how its
+  // parts divide the tensors (types as the node holds them). The default:
+  // none, so the node runs whole on one device (operation parallelism only).
+  virtual SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& inputs,
+                            const std::vector<TensorType>& outputs) const;
 
  protected:
   // Declares the op's attributes (from its constructor; an op without
@@ -132,10 +167,13 @@ StatusOr<std::vector<TensorType>> InferOpTypes(const OpDef& op, AttrMap attrs, c
 // Ops whose outputs are element-wise functions of their one input
 // (activations, scalar arithmetic, Identity, Dropout): fused, each runs as
 // it is on the fused input (FusionBuilder::Elementwise).
+// Splits: sample along axis 0 (the batch) of every tensor.
 class ElementwiseOpDef : public OpDef {
  public:
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   Status Fuse(FusionBuilder& f) const override;
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& inputs,
+                    const std::vector<TensorType>& outputs) const override;
 };
 
 // What a kernel gets: inputs, preallocated outputs (types from InferTypes),

@@ -1,20 +1,16 @@
 #include "train/config/train_config.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <thread>
 
+#include "core/text_proto.h"
 #include "graph/training.h"
 #include "train/config/replicas.h"
 #include "train/optim/schedule.h"
@@ -31,53 +27,6 @@ constexpr int64_t kMaxCropPadding = 64;
 // Pixels of data.augment.crop_size, at most: GAN recipes crop 32 to 128; the
 // loader allocates crop_size^2 pixels per example.
 constexpr int64_t kMaxCropSize = 1024;
-
-class CollectErrors : public pb::io::ErrorCollector {
- public:
-  explicit CollectErrors(std::string origin) : origin_(std::move(origin)) {}
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (first_.empty()) first_ = StrCat(origin_, ":", line + 1, ":", column + 1, ": ", message);
-  }
-  void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
-  const std::string& first() const { return first_; }
-
- private:
-  std::string origin_;
-  std::string first_;
-};
-
-// "FILE:LINE" of a dotted field path, or "" when the file does not set it.
-// A repeated field's element is named by an index ("replicas[2].optimizer.lr");
-// without one, the first element.
-std::string Locate(const pb::TextFormat::ParseInfoTree& root, const pb::Descriptor* type, const std::string& origin,
-                   const std::string& path) {
-  const pb::TextFormat::ParseInfoTree* tree = &root;
-  std::stringstream parts(path);
-  std::string part;
-  std::vector<std::string> names;
-  while (std::getline(parts, part, '.')) names.push_back(part);
-  for (size_t i = 0; i < names.size(); ++i) {
-    std::string name = names[i];
-    int element = -1;
-    const size_t bracket = name.find('[');
-    if (bracket != std::string::npos) {
-      if (name.back() != ']') return "";
-      element = std::atoi(name.substr(bracket + 1, name.size() - bracket - 2).c_str());
-      name = name.substr(0, bracket);
-    }
-    const pb::FieldDescriptor* field = type->FindFieldByName(name);
-    if (!field || (element >= 0 && !field->is_repeated())) return "";
-    const int index = field->is_repeated() ? std::max(element, 0) : -1;
-    if (i + 1 == names.size()) {
-      pb::TextFormat::ParseLocation loc = tree->GetLocation(field, index);
-      return loc.line < 0 ? "" : StrCat(origin, ":", loc.line + 1);
-    }
-    tree = tree->GetTreeForNested(field, index);
-    if (!tree || !field->message_type()) return "";
-    type = field->message_type();
-  }
-  return "";
-}
 
 using FieldFn = std::function<std::string(const std::string&)>;
 
@@ -436,14 +385,8 @@ void FillDefaults(proto::TrainConfig* c) {
 
 StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std::string& origin) {
   proto::TrainConfig config;
-  pb::TextFormat::Parser parser;
-  CollectErrors errors(origin);
-  pb::TextFormat::ParseInfoTree tree;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text, &config))
-    return InvalidArgument(errors.first().empty() ? origin + ": cannot parse the config" : errors.first());
-  auto where = [&](const std::string& path) { return Locate(tree, proto::TrainConfig::descriptor(), origin, path); };
+  LOOM_ASSIGN_OR_RETURN(const TextLocations locations, ParseTextProto(text, origin, &config));
+  auto where = [&](const std::string& path) { return locations.Where(path); };
   Status s = ValidateTrainConfig(config, where);
   // A fused config's replicas must each be a valid config too.
   if (s.ok() && IsFused(config)) s = ExpandReplicas(config, where).status();
@@ -458,20 +401,8 @@ StatusOr<proto::TrainConfig> ParseTrainConfig(const std::string& text, const std
 }
 
 StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
-  // An ifstream opens a directory and reads nothing: without this check the
-  // empty text would fail as "model.name: is required".
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return InvalidArgument(path, ": is a directory, not a config file");
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT || errno == 0) return NotFound(path, ": cannot open the config file");
-    return InvalidArgument(path, ": cannot open the config file: ", std::strerror(errno));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return DataLoss(path, ": cannot read the config file: ", std::strerror(errno));
-  return ParseTrainConfig(text.str(), path);
+  LOOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "config file"));
+  return ParseTrainConfig(text, path);
 }
 
 StatusOr<Device> RunDevice(const proto::TrainConfig& c) {

@@ -1,0 +1,221 @@
+#include "graph/strategy.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <set>
+
+#include "ops/op.h"
+
+namespace loom {
+namespace {
+
+// The split an entry writes, checked on its own (not against a graph).
+StatusOr<LayerSplit> SplitOf(const proto::LayerSplit& e, int64_t devices, const std::string& where_degrees,
+                             const std::string& where_devices, const std::string& field) {
+  LayerSplit s;
+  const int64_t given[kSplitDims] = {e.sample(), e.replica(), e.attribute(), e.parameter()};
+  for (int d = 0; d < kSplitDims; ++d) {
+    if (given[d] < 0)
+      return InvalidArgument(where_degrees, ": field ", field, ".", SplitDimName(kAllSplitDims[d]),
+                             ": must be >= 1 (0 or unset: 1), got ", given[d]);
+    s.degree[d] = given[d] == 0 ? 1 : given[d];
+  }
+  const int64_t parts = s.parts();
+  if (e.devices().empty()) {
+    if (parts > devices)
+      return InvalidArgument(where_degrees, ": field ", field, ": ", parts, " parts need ", parts,
+                             " devices, the strategy has ", devices);
+    s.devices.resize(static_cast<size_t>(parts));
+    for (int64_t p = 0; p < parts; ++p) s.devices[static_cast<size_t>(p)] = p;
+    return s;
+  }
+  s.devices.assign(e.devices().begin(), e.devices().end());
+  if (static_cast<int64_t>(e.devices_size()) != parts)
+    return InvalidArgument(where_devices, ": field ", field, ".devices: ", e.devices_size(), " device(s) for ", parts,
+                           " part(s) (", s.ToString(), "): one device per part");
+  std::set<int64_t> seen;
+  for (int64_t d : e.devices()) {
+    if (d < 0 || d >= devices)
+      return InvalidArgument(where_devices, ": field ", field, ".devices: device ", d, " is not one of the strategy's ",
+                             devices, " (0 to ", devices - 1, ")");
+    if (!seen.insert(d).second)
+      return InvalidArgument(where_devices, ": field ", field, ".devices: device ", d,
+                             " holds two parts of one layer (each part needs its own device)");
+  }
+  return s;
+}
+
+// The extent a rule splits: the first output it partitions.
+int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& outputs, std::string* what) {
+  for (size_t i = 0; i < rule.outputs.size() && i < outputs.size(); ++i) {
+    const int axis = rule.outputs[i].axis;
+    if (axis < 0) continue;
+    const Shape& s = outputs[i].shape;
+    *what = StrCat("output ", i, " axis ", axis, " of ", s.ToString());
+    return s[axis];
+  }
+  *what = "no output axis";
+  return 0;
+}
+
+// The replica count of a value's layout, 0 when it has no replica axis.
+int64_t ReplicasOf(const Value& v) {
+  const ReplicaLayout& l = v.replica_layout;
+  if (!l.replicated()) return 0;
+  return v.type.shape[l.dim] / l.per_replica;
+}
+
+}  // namespace
+
+const char* SplitDimName(SplitDim d) {
+  switch (d) {
+    case SplitDim::kSample: return "sample";
+    case SplitDim::kReplica: return "replica";
+    case SplitDim::kAttribute: return "attribute";
+    case SplitDim::kParameter: return "parameter";
+  }
+  return "?";
+}
+
+std::string LayerSplit::ToString() const {
+  std::string dims;
+  for (SplitDim d : kAllSplitDims)
+    if (degree_of(d) > 1) dims += StrCat(dims.empty() ? "" : " x ", SplitDimName(d), " ", degree_of(d));
+  std::string devs;
+  for (int64_t d : devices) devs += StrCat(devs.empty() ? "" : ",", d);
+  if (dims.empty()) return StrCat("whole on device ", devs);
+  return StrCat(dims, " on devices ", devs);
+}
+
+bool GlobMatch(const std::string& pattern, const std::string& name) {
+  // Iterative matching with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+StatusOr<Strategy> Strategy::Load(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "strategy file"));
+  return Parse(text, path);
+}
+
+StatusOr<Strategy> Strategy::Parse(const std::string& text, const std::string& origin) {
+  Strategy s;
+  LOOM_ASSIGN_OR_RETURN(s.locations_, ParseTextProto(text, origin, &s.proto_));
+  s.origin_ = origin;
+  LOOM_RETURN_IF_ERROR(s.Check());
+  return s;
+}
+
+StatusOr<Strategy> Strategy::FromProto(const proto::Strategy& strategy, const std::string& origin) {
+  Strategy s;
+  s.proto_ = strategy;
+  s.origin_ = origin;
+  LOOM_RETURN_IF_ERROR(s.Check());
+  return s;
+}
+
+Status Strategy::Check() {
+  if (proto_.devices() < 1)
+    return InvalidArgument(Where("devices"), ": field devices: must be >= 1, got ", proto_.devices());
+  if (!proto_.default_split().layer().empty())
+    return InvalidArgument(Where("default_split.layer"),
+                           ": field default_split.layer: the default applies to every layer no entry names; "
+                           "write a layer { } entry to name one");
+  LOOM_ASSIGN_OR_RETURN(default_, SplitOf(proto_.default_split(), proto_.devices(), Where("default_split"),
+                                          Where("default_split.devices"), "default_split"));
+  entries_.clear();
+  for (int i = 0; i < proto_.layer_size(); ++i) {
+    const std::string field = StrCat("layer[", i, "]");
+    if (proto_.layer(i).layer().empty())
+      return InvalidArgument(Where(field), ": field ", field, ".layer: is required (a layer's name or a pattern)");
+    LOOM_ASSIGN_OR_RETURN(LayerSplit e, SplitOf(proto_.layer(i), proto_.devices(), Where(field),
+                                                Where(field + ".devices"), field));
+    entries_.push_back(std::move(e));
+  }
+  return Status::Ok();
+}
+
+std::string Strategy::Where(const std::string& path) const {
+  const std::string w = locations_.Where(path);
+  return w.empty() ? origin_ : w;
+}
+
+StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Graph& graph) const {
+  std::vector<bool> used(entries_.size(), false);
+  std::vector<std::pair<NodeId, LayerSplit>> out;
+  for (const Node& n : graph.nodes()) {
+    if (IsSourceOp(n.op)) continue;
+    int entry = -1;
+    for (int i = 0; i < proto_.layer_size() && entry < 0; ++i)
+      if (GlobMatch(proto_.layer(i).layer(), n.name)) entry = i;
+    const OpDef* def = OpRegistry::Global().FindOp(n.op);
+    if (!def) return InvalidArgument("layer '", n.name, "': unknown op ", n.op);
+    std::vector<TensorType> in, outs;
+    for (ValueId v : n.inputs) in.push_back(graph.type(v));
+    for (ValueId v : n.outputs) outs.push_back(graph.type(v));
+    const SplitRules rules = def->Splits(n.attrs, in, outs);
+    const std::optional<DimSplit>* rule_of[kSplitDims] = {&rules.sample, nullptr, &rules.attribute,
+                                                          &rules.parameter};
+    LayerSplit split = entry >= 0 ? entries_[static_cast<size_t>(entry)] : default_;
+    const std::string at = entry >= 0 ? Where(StrCat("layer[", entry, "]")) : Where("default_split");
+    bool reduced = false;  // the default dropped a dimension the layer cannot split
+    for (SplitDim d : kAllSplitDims) {
+      const int64_t degree = split.degree_of(d);
+      if (degree == 1) continue;
+      std::string why;
+      if (d == SplitDim::kReplica) {
+        const int64_t replicas = n.outputs.empty() ? 0 : ReplicasOf(graph.value(n.outputs[0]));
+        if (replicas == 0) why = "its output has no replica axis (not a fused array's layer)";
+        else if (replicas % degree != 0)
+          why = StrCat("its ", replicas, " replicas are not divisible by ", degree);
+      } else {
+        const std::optional<DimSplit>& rule = *rule_of[static_cast<int>(d)];
+        if (!rule) {
+          why = StrCat("its op cannot be split along ", SplitDimName(d));
+        } else {
+          std::string what;
+          const int64_t extent = ExtentOf(*rule, outs, &what);
+          if (extent <= 0 || extent % degree != 0)
+            why = StrCat("its extent ", extent, " (", what, ") is not divisible by ", degree);
+        }
+      }
+      if (why.empty()) continue;
+      if (entry >= 0)
+        return InvalidArgument(at, ": layer '", n.name, "' (", n.op, "): ", SplitDimName(d), " ", degree, ": ", why);
+      split.degree[static_cast<int>(d)] = 1;
+      reduced = true;
+    }
+    if (reduced) split.devices.resize(static_cast<size_t>(split.parts()));
+    if (entry >= 0) used[static_cast<size_t>(entry)] = true;
+    out.emplace_back(n.id, std::move(split));
+  }
+  for (size_t i = 0; i < used.size(); ++i)
+    if (!used[i])
+      return InvalidArgument(Where(StrCat("layer[", i, "].layer")), ": layer pattern '", proto_.layer(i).layer(),
+                             "' matches no layer of the model");
+  return out;
+}
+
+std::string StrategyToText(const proto::Strategy& strategy) {
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.PrintToString(strategy, &text);
+  return text;
+}
+
+}  // namespace loom

@@ -1,0 +1,85 @@
+// Parallelization strategies (docs/parallel.md): a text-proto file
+// (core/proto/strategy.proto) that says, per forward layer, how many parts
+// each SOAP dimension splits it into and which device runs each part.
+//
+//   devices: 2
+//   default_split { sample: 2 }              # data parallel where a layer allows it
+//   layer { layer: "fc*" parameter: 2 }      # the first matching entry wins
+//   layer { layer: "classifier" devices: 1 } # operation parallel: whole, on device 1
+//
+// A layer is a compute node of the forward graph (sources, Parameters and
+// Inputs, are not), named as the graph names it; a fused graph's layers
+// keep the model's names. Entries apply as written: a degree the layer's op
+// cannot split (OpDef::Splits), a degree that does not divide the extent it
+// splits, or a device out of range is an error naming the file, line, layer
+// and dimension. `default_split` applies to each layer along the dimensions
+// the layer can split; the others stay 1, and its parts take the first
+// devices of the default's list. An entry that matches no layer is an
+// error too (a typo would otherwise go unnoticed).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/proto/strategy.pb.h"
+#include "core/status.h"
+#include "core/text_proto.h"
+#include "graph/ir.h"
+
+namespace loom {
+
+enum class SplitDim { kSample = 0, kReplica = 1, kAttribute = 2, kParameter = 3 };
+inline constexpr int kSplitDims = 4;
+inline constexpr SplitDim kAllSplitDims[kSplitDims] = {SplitDim::kSample, SplitDim::kReplica, SplitDim::kAttribute,
+                                                       SplitDim::kParameter};
+const char* SplitDimName(SplitDim d);  // "sample", "replica", "attribute", "parameter"
+
+// One layer's split: a degree per dimension and the device of each part
+// (parts in row-major order of sample, replica, attribute, parameter).
+struct LayerSplit {
+  std::array<int64_t, kSplitDims> degree{1, 1, 1, 1};
+  std::vector<int64_t> devices{0};
+  int64_t degree_of(SplitDim d) const { return degree[static_cast<int>(d)]; }
+  int64_t parts() const { return degree[0] * degree[1] * degree[2] * degree[3]; }
+  // "sample 2 x parameter 2 on devices 0,1,2,3", "whole on device 1".
+  std::string ToString() const;
+};
+
+// '*' matches any run of characters (also none), '?' any one character.
+bool GlobMatch(const std::string& pattern, const std::string& name);
+
+class Strategy {
+ public:
+  // From a file or text (`origin` names it in errors). Checks the file on
+  // its own: devices >= 1, degrees >= 0, each entry's device list as long
+  // as its parts, devices in range and distinct within an entry.
+  static StatusOr<Strategy> Load(const std::string& path);
+  static StatusOr<Strategy> Parse(const std::string& text, const std::string& origin);
+  // A strategy built in code (the standard ones); errors name `origin`.
+  static StatusOr<Strategy> FromProto(const proto::Strategy& strategy, const std::string& origin);
+
+  const proto::Strategy& proto() const { return proto_; }
+  int64_t devices() const { return proto_.devices(); }
+  const std::string& origin() const { return origin_; }
+
+  // Each compute node of `graph` (a forward graph, fused or not) with its
+  // split, in node order; errors as in the header comment.
+  StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Resolve(const Graph& graph) const;
+
+ private:
+  // The checks of the file on its own; fills default_ and entries_.
+  Status Check();
+  // "FILE:LINE" of an entry's field, or the file when the text has no line.
+  std::string Where(const std::string& path) const;
+
+  proto::Strategy proto_;
+  LayerSplit default_;
+  std::vector<LayerSplit> entries_;  // proto_.layer's splits
+  TextLocations locations_;
+  std::string origin_;
+};
+
+std::string StrategyToText(const proto::Strategy& strategy);
+
+}  // namespace loom

@@ -1,0 +1,145 @@
+#include "graph/strategy.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "graph/fusion.h"
+#include "graph/model.h"
+#include "models/zoo.h"
+
+namespace loom {
+namespace {
+
+using Catch::Contains;
+
+std::string ErrorOf(const std::string& text) {
+  auto s = Strategy::Parse(text, "s.pbtxt");
+  REQUIRE(!s.ok());
+  return s.status().message();
+}
+
+// The zoo CNN: two conv stages (8x8 images, 4 and 6 channels), fc 8, 4 classes.
+Graph Cnn() {
+  Model m;
+  REQUIRE(models::BuildClassifier(m, "cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 6, 4).ok());
+  return m.graph();
+}
+
+std::map<std::string, LayerSplit> ByName(const Graph& g, const Strategy& s) {
+  auto resolved = s.Resolve(g);
+  if (!resolved.ok()) FAIL(resolved.status().ToString());
+  std::map<std::string, LayerSplit> out;
+  for (const auto& [id, split] : *resolved) out[g.node(id).name] = split;
+  return out;
+}
+
+std::string ResolveError(const Graph& g, const std::string& text) {
+  auto s = Strategy::Parse(text, "s.pbtxt");
+  REQUIRE(s.ok());
+  auto r = s->Resolve(g);
+  REQUIRE(!r.ok());
+  return r.status().message();
+}
+
+TEST_CASE("layer patterns: '*' any run, '?' one character") {
+  CHECK(GlobMatch("fc", "fc"));
+  CHECK(!GlobMatch("fc", "fc2"));
+  CHECK(GlobMatch("fc*", "fc2"));
+  CHECK(GlobMatch("*conv", "stage1/conv"));
+  CHECK(GlobMatch("stage?/conv", "stage2/conv"));
+  CHECK(!GlobMatch("stage?/conv", "stage12/conv"));
+  CHECK(GlobMatch("*", ""));
+  CHECK(GlobMatch("a*b*c", "aXbYbZc"));
+  CHECK(!GlobMatch("a*b*c", "aXbYbZ"));
+}
+
+TEST_CASE("a strategy file's own errors name the file, the line and the field") {
+  CHECK_THAT(ErrorOf("devices: 2\nlayer { layer: \"fc\" sample: 2\n"), Contains("s.pbtxt:3:1:"));
+  CHECK(ErrorOf("devices: 0\n") == "s.pbtxt:1: field devices: must be >= 1, got 0");
+  CHECK(ErrorOf("devices: 2\nlayer {\n  layer: \"fc\"\n  sample: -2\n}\n") ==
+        "s.pbtxt:2: field layer[0].sample: must be >= 1 (0 or unset: 1), got -2");
+  CHECK(ErrorOf("devices: 4\nlayer { layer: \"fc\" sample: 2 parameter: 2\n devices: [0, 1, 2] }\n") ==
+        "s.pbtxt:3: field layer[0].devices: 3 device(s) for 4 part(s) (sample 2 x parameter 2 on devices 0,1,2): "
+        "one device per part");
+  CHECK(ErrorOf("devices: 2\nlayer { layer: \"fc\" devices: 2 }\n") ==
+        "s.pbtxt:2: field layer[0].devices: device 2 is not one of the strategy's 2 (0 to 1)");
+  CHECK(ErrorOf("devices: 2\nlayer { layer: \"fc\" sample: 2 devices: [1, 1] }\n") ==
+        "s.pbtxt:2: field layer[0].devices: device 1 holds two parts of one layer (each part needs its own device)");
+  CHECK(ErrorOf("devices: 2\ndefault_split { sample: 4 }\n") ==
+        "s.pbtxt:2: field default_split: 4 parts need 4 devices, the strategy has 2");
+  CHECK(ErrorOf("devices: 2\nlayer { sample: 2 }\n") ==
+        "s.pbtxt:2: field layer[0].layer: is required (a layer's name or a pattern)");
+  CHECK(ErrorOf("devices: 2\ndefault_split { layer: \"fc\" }\n") ==
+        "s.pbtxt:2: field default_split.layer: the default applies to every layer no entry names; write a layer { } "
+        "entry to name one");
+  CHECK_THAT(ErrorOf("devices: 2\nlayers { }\n"), Contains("s.pbtxt:2:"));
+  auto missing = Strategy::Load("/nonexistent/strategy.pbtxt");
+  REQUIRE(!missing.ok());
+  CHECK(missing.status().message() == "/nonexistent/strategy.pbtxt: cannot open the strategy file");
+}
+
+TEST_CASE("the default splits each layer along what it can split; entries apply as written, first match first") {
+  const Graph g = Cnn();
+  auto s = Strategy::Parse(R"(
+devices: 4
+default_split { sample: 2 devices: [2, 3] }
+layer { layer: "stage1/conv" attribute: 2 }
+layer { layer: "fc" parameter: 2 devices: [1, 3] }
+layer { layer: "classifier" devices: 1 }
+layer { layer: "stage?/conv" sample: 2 devices: [0, 1] }
+)",
+                           "s.pbtxt");
+  if (!s.ok()) FAIL(s.status().ToString());
+  const auto splits = ByName(g, *s);
+  CHECK(splits.at("stage1/conv").ToString() == "attribute 2 on devices 0,1");
+  CHECK(splits.at("stage2/conv").ToString() == "sample 2 on devices 0,1");  // the last entry, by its pattern
+  CHECK(splits.at("fc").ToString() == "parameter 2 on devices 1,3");
+  CHECK(splits.at("classifier").ToString() == "whole on device 1");
+  // BatchNorm splits nothing yet: the default leaves it whole on its first device.
+  CHECK(splits.at("stage1/bn").ToString() == "whole on device 2");
+  for (const auto& [name, split] : splits) {
+    INFO(name);
+    if (name.rfind("stage", 0) == 0 || name == "fc" || name == "classifier") continue;
+    const Node& n = g.node(*g.FindNode(name));
+    if (n.op == "ReLU") CHECK(split.ToString() == "sample 2 on devices 2,3");  // element-wise: the default
+  }
+}
+
+TEST_CASE("splits a layer cannot take are errors naming the line, the layer and the dimension") {
+  const Graph g = Cnn();
+  CHECK(ResolveError(g, "devices: 3\nlayer { layer: \"stage1/conv\" attribute: 3 }\n") ==
+        "s.pbtxt:2: layer 'stage1/conv' (Conv2d): attribute 3: its extent 8 (output 0 axis 2 of [6, 4, 8, 8]) is "
+        "not divisible by 3");
+  CHECK(ResolveError(g, "devices: 3\nlayer { layer: \"fc\" parameter: 3 }\n") ==
+        "s.pbtxt:2: layer 'fc' (Linear): parameter 3: its extent 8 (output 0 axis 1 of [6, 8]) is not divisible by 3");
+  CHECK(ResolveError(g, "devices: 2\nlayer { layer: \"fc\" replica: 2 }\n") ==
+        "s.pbtxt:2: layer 'fc' (Linear): replica 2: its output has no replica axis (not a fused array's layer)");
+  CHECK(ResolveError(g, "devices: 2\nlayer { layer: \"fc\" attribute: 2 }\n") ==
+        "s.pbtxt:2: layer 'fc' (Linear): attribute 2: its op cannot be split along attribute");
+  CHECK(ResolveError(g, "devices: 2\nlayer { layer: \"fc\" }\nlayer {\n  layer: \"conv9*\"\n}\n") ==
+        "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
+}
+
+TEST_CASE("replica splits follow the fused array's replica axis") {
+  auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
+  REQUIRE(fused.ok());
+  auto s = Strategy::Parse("devices: 2\ndefault_split { replica: 2 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  const auto splits = ByName(*fused, *s);
+  CHECK(splits.at("stage1/conv").ToString() == "replica 2 on devices 0,1");
+  CHECK(splits.at("fc").ToString() == "replica 2 on devices 0,1");
+  CHECK(ResolveError(*fused, "devices: 3\nlayer { layer: \"fc\" replica: 3 }\n") ==
+        "s.pbtxt:2: layer 'fc' (BatchMatMul): replica 3: its 4 replicas are not divisible by 3");
+}
+
+TEST_CASE("strategies print as the text they parse from") {
+  auto s = Strategy::Parse("devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"fc\" devices: 1 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  auto again = Strategy::Parse(StrategyToText(s->proto()), "again.pbtxt");
+  REQUIRE(again.ok());
+  CHECK(StrategyToText(again->proto()) == StrategyToText(s->proto()));
+}
+
+}  // namespace
+}  // namespace loom
