@@ -114,6 +114,10 @@ class ReshapeOp : public OpDef {
  public:
   ReshapeOp() { DeclareAttrs().Required("shape", AttrType::kInts, "the output shape; one entry may be -1 (inferred)"); }
   std::string name() const override { return "Reshape"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return SampleAlongBatch(in, out);  // a reshape that keeps the batch dim
+  }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Reshape"));

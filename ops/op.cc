@@ -44,14 +44,22 @@ SplitRules OpDef::Splits(const AttrMap&, const std::vector<TensorType>&, const s
   return {};
 }
 
-SplitRules ElementwiseOpDef::Splits(const AttrMap&, const std::vector<TensorType>& inputs,
-                                    const std::vector<TensorType>& outputs) const {
+SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
   SplitRules rules;
+  int64_t batch = -1;
   for (const auto* types : {&inputs, &outputs})
-    for (const TensorType& t : *types)
+    for (const TensorType& t : *types) {
       if (t.shape.rank() == 0) return rules;  // a scalar has no batch
+      if (batch >= 0 && t.shape[0] != batch) return rules;
+      batch = t.shape[0];
+    }
   rules.sample = SplitAlong(0, inputs.size(), outputs.size());
   return rules;
+}
+
+SplitRules ElementwiseOpDef::Splits(const AttrMap&, const std::vector<TensorType>& inputs,
+                                    const std::vector<TensorType>& outputs) const {
+  return SampleAlongBatch(inputs, outputs);
 }
 
 ValueId GradBuilder::SumToShape(ValueId grad, const Shape& shape) {

@@ -98,6 +98,10 @@ struct SplitRules {
 
 // Every input and output split along the same axis.
 DimSplit SplitAlong(int axis, size_t inputs, size_t outputs);
+// Sample along axis 0 of every input and output when they all share their
+// dim 0 (the batch): element-wise ops, reshapes that keep the batch,
+// pooling. Nothing otherwise.
+SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs);
 
 class OpDef {
  public:

@@ -185,6 +185,10 @@ class FlattenOp : public OpDef {
         .Default("end_dim", int64_t{-1}, "last dim merged (negative: from the end)");
   }
   std::string name() const override { return "Flatten"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return SampleAlongBatch(in, out);  // a flatten that keeps the batch dim
+  }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Flatten"));

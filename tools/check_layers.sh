@@ -12,7 +12,8 @@ declare -A allowed=(
   [ops]="core graph ops"
   [models]="core graph ops models"
   [runtime]="core graph ops runtime"
-  [train]="core graph ops runtime models train"
+  [search]="core graph ops search"
+  [train]="core graph ops runtime search models train"
 )
 
 bad=0

@@ -19,5 +19,10 @@ Status ExportCommand(const std::vector<std::string>& args);
 // A zoo model's layers, parameters and FLOPs; its forward graph to a file
 // (docs/inspect.md).
 Status InspectCommand(const std::vector<std::string>& args);
+// Parallelization strategies (docs/parallel.md): the standard ones for a
+// config's model, and a strategy's split of every layer (`loom inspect
+// --config C --strategy S`).
+Status StrategyCommand(const std::vector<std::string>& args);
+Status InspectStrategy(const std::string& config_path, const std::string& strategy_path);
 
 }  // namespace loom::tools

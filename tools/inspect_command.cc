@@ -24,7 +24,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: loom inspect --model NAME [--set key=value ...] [--input C,H,W | T] [--classes N] [--batch B] "
-    "[--params] [--export FILE]\n";
+    "[--params] [--export FILE]\n"
+    "       loom inspect --config FILE --strategy FILE\n";
 
 // 235146 -> "235,146".
 std::string Grouped(double x) {
@@ -197,6 +198,8 @@ Status InspectCommand(const std::vector<std::string>& args) {
     model_args[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   Flags flags({{"model", "the zoo model to build"},
+               {"config", "with --strategy: the training config whose model the strategy splits"},
+               {"strategy", "show this strategy file's split of every layer of --config's model (docs/parallel.md)"},
                {"set", "a model argument key=value (repeatable), e.g. --set hidden=64,32"},
                {"input", "the example shape, comma-separated (default: the model's reference input, e.g. "
                          "3,224,224 for alexnet, 1,28,28 for mlp)"},
@@ -210,6 +213,11 @@ Status InspectCommand(const std::vector<std::string>& args) {
     std::printf("%s%s%s", kUsage, help.c_str(), !help.empty() && help.back() == '\n' ? "" : "\n");
     return Status::Ok();
   }
+  if (flags.Has("strategy")) {
+    if (!flags.Has("config")) return InvalidArgument("loom inspect --strategy FILE needs --config FILE (the model)");
+    return InspectStrategy(flags.Str("config", ""), flags.Str("strategy", ""));
+  }
+  if (flags.Has("config")) return InvalidArgument("loom inspect --config FILE goes with --strategy FILE");
   return Inspect(flags, model_args);
 }
 

@@ -21,7 +21,8 @@ constexpr const char* kUsage =
     "  checkpoint F   the training position and per-tensor checksums of checkpoint F\n"
     "  plan           how many fused replicas of a config's model fit in memory (loom plan --help)\n"
     "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n"
-    "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n";
+    "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n"
+    "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n";
 
 }  // namespace
 
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
       {"train", loom::tools::TrainCommand},     {"checkpoint", loom::tools::CheckpointCommand},
       {"ops", loom::tools::OpsCommand},         {"bench", loom::tools::BenchCommand},
       {"plan", loom::tools::PlanCommand},       {"export", loom::tools::ExportCommand},
-      {"inspect", loom::tools::InspectCommand},
+      {"inspect", loom::tools::InspectCommand}, {"strategy", loom::tools::StrategyCommand},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

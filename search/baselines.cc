@@ -1,0 +1,92 @@
+#include "search/baselines.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "graph/cost.h"
+#include "graph/strategy.h"
+
+namespace loom {
+namespace {
+
+// The replica count of a fused graph: the largest of its nodes' outputs'
+// (0 when unfused).
+int64_t ReplicaCount(const Graph& g) {
+  int64_t r = 0;
+  for (const Node& n : g.nodes())
+    for (ValueId id : n.outputs) {
+      const Value& v = g.value(id);
+      const ReplicaLayout& l = v.replica_layout;
+      if (l.replicated()) r = std::max(r, v.type.shape[l.dim] / l.per_replica);
+    }
+  return r;
+}
+
+// Contiguous runs of the layers (node order) of about equal forward FLOPs:
+// layer i goes to the device whose share of the running total it starts in.
+void PlaceByFlops(const Graph& g, int64_t devices, proto::Strategy* s) {
+  std::vector<const Node*> layers;
+  std::vector<double> flops;
+  double total = 0;
+  for (const Node& n : g.nodes()) {
+    if (IsSourceOp(n.op)) continue;
+    layers.push_back(&n);
+    flops.push_back(NodeCost(g, n).flops);
+    total += flops.back();
+  }
+  double before = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int64_t device =
+        total > 0 ? std::min<int64_t>(devices - 1, static_cast<int64_t>(before / total * static_cast<double>(devices)))
+                  : static_cast<int64_t>(i * static_cast<size_t>(devices) / layers.size());
+    before += flops[i];
+    proto::LayerSplit* e = s->add_layer();
+    e->set_layer(layers[i]->name);
+    e->add_devices(device);
+  }
+}
+
+}  // namespace
+
+StatusOr<StandardStrategy> ParseStandardStrategy(const std::string& kind) {
+  if (kind == "dp") return StandardStrategy::kDataParallel;
+  if (kind == "replica") return StandardStrategy::kReplicaParallel;
+  if (kind == "model") return StandardStrategy::kModelParallel;
+  if (kind == "owt") return StandardStrategy::kOneWeirdTrick;
+  return InvalidArgument("unknown strategy kind '", kind, "' (expected dp, replica, model or owt)");
+}
+
+StatusOr<proto::Strategy> MakeStandardStrategy(const Graph& graph, StandardStrategy kind, int64_t devices) {
+  if (devices < 1) return InvalidArgument("a strategy needs at least one device, got ", devices);
+  proto::Strategy s;
+  s.set_devices(devices);
+  switch (kind) {
+    case StandardStrategy::kDataParallel: s.mutable_default_split()->set_sample(devices); break;
+    case StandardStrategy::kReplicaParallel: {
+      const int64_t r = ReplicaCount(graph);
+      if (r == 0) return InvalidArgument("replica parallelism needs a fused model (a config with replicas or a sweep)");
+      if (r % devices != 0)
+        return InvalidArgument("replica parallelism: ", r, " replicas do not divide over ", devices, " devices");
+      s.mutable_default_split()->set_replica(devices);
+      break;
+    }
+    case StandardStrategy::kModelParallel: PlaceByFlops(graph, devices, &s); break;
+    case StandardStrategy::kOneWeirdTrick: {
+      s.mutable_default_split()->set_sample(devices);
+      for (const Node& n : graph.nodes()) {
+        if (n.op != "Linear") continue;
+        const Shape& y = graph.type(n.outputs[0]).shape;
+        if (y.rank() == 0 || y[y.rank() - 1] % devices != 0) continue;  // stays data parallel
+        proto::LayerSplit* e = s.add_layer();
+        e->set_layer(n.name);
+        e->set_parameter(devices);
+      }
+      break;
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(const Strategy checked, Strategy::FromProto(s, "the standard strategy"));
+  LOOM_RETURN_IF_ERROR(checked.Resolve(graph).status());
+  return s;
+}
+
+}  // namespace loom

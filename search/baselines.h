@@ -1,0 +1,28 @@
+// The standard strategies (docs/parallel.md), the baselines a search must
+// beat (issue 15) and what `loom strategy --kind` writes:
+//   dp       data parallel: every layer split along sample over all devices
+//            (where it can be; the rest whole on device 0)
+//   replica  a fused array's replicas over the devices (no gradient exchange)
+//   model    layers over devices: contiguous runs of about equal forward FLOPs
+//   owt      Krizhevsky's "one weird trick": data parallel, but fully
+//            connected layers (Linear) split along parameter
+#pragma once
+
+#include <string>
+
+#include "core/proto/strategy.pb.h"
+#include "core/status.h"
+#include "graph/ir.h"
+
+namespace loom {
+
+enum class StandardStrategy { kDataParallel, kReplicaParallel, kModelParallel, kOneWeirdTrick };
+
+// "dp", "replica", "model" or "owt"; an error lists them.
+StatusOr<StandardStrategy> ParseStandardStrategy(const std::string& kind);
+
+// The strategy of `kind` for the forward graph `graph` (fused for replica)
+// on `devices` devices, checked against the graph (graph/strategy.h).
+StatusOr<proto::Strategy> MakeStandardStrategy(const Graph& graph, StandardStrategy kind, int64_t devices);
+
+}  // namespace loom
