@@ -121,6 +121,21 @@ TEST_CASE("splits a layer cannot take are errors naming the line, the layer and 
         "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
 }
 
+TEST_CASE("BatchNorm splits its channels; LayerNorm its rows") {
+  auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/bn\" parameter: 2 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(ByName(Cnn(), *s).at("stage1/bn").ToString() == "parameter 2 on devices 0,1");
+  CHECK(ResolveError(Cnn(), "devices: 2\nlayer { layer: \"stage1/bn\" sample: 2 }\n") ==
+        "s.pbtxt:2: layer 'stage1/bn' (BatchNorm): sample 2: its op cannot be split along sample");
+  Model m;
+  Sym x = m.input("x", {4, 6});
+  m.set_output("y", m.layer_norm(x, {6}, 1e-5, "ln"));
+  REQUIRE(m.status().ok());
+  auto t = Strategy::Parse("devices: 2\ndefault_split { sample: 2 }\n", "t.pbtxt");
+  REQUIRE(t.ok());
+  CHECK(ByName(m.graph(), *t).at("ln").ToString() == "sample 2 on devices 0,1");
+}
+
 TEST_CASE("replica splits follow the fused array's replica axis") {
   auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
   REQUIRE(fused.ok());

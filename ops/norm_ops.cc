@@ -94,6 +94,17 @@ class BatchNormOp : public OpDef {
         .Default("eps", 1e-5, "added to the variance");
   }
   std::string name() const override { return "BatchNorm"; }
+  // Parameter: the channels (axis 1 of x and y, every per-channel tensor's
+  // rows); statistics are per channel, so the parts are exact. Sample
+  // splits would need the batch statistics reduced across parts: not yet.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.parameter = SplitAlong(0, in.size(), out.size());
+    rules.parameter->inputs[0].axis = 1;
+    rules.parameter->outputs[0].axis = 1;
+    return rules;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
     const TensorType& x = in[0];
@@ -328,6 +339,16 @@ class LayerNormOp : public OpDef {
         .Default("eps", 1e-5, "added to the variance");
   }
   std::string name() const override { return "LayerNorm"; }
+  // Sample: rows of x, y and the statistics, every part with the whole
+  // gamma and beta (each row is normalized on its own).
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (out[1].shape.rank() == 0) return rules;  // one row: nothing to split
+    rules.sample = SplitAlong(0, in.size(), out.size());
+    for (size_t i = 1; i < in.size(); ++i) rules.sample->inputs[i].axis = -1;
+    return rules;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.empty() || in.size() > 3)
       return InvalidArgument("LayerNorm takes (x[, gamma[, beta]]), got ", in.size(), " inputs");
