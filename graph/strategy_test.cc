@@ -121,6 +121,16 @@ TEST_CASE("splits a layer cannot take are errors naming the line, the layer and 
         "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
 }
 
+TEST_CASE("pooling splits its output rows along attribute") {
+  auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" attribute: 2 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(ByName(Cnn(), *s).at("stage1/max_pool2d").ToString() == "attribute 2 on devices 0,1");
+  // Stage 2's pool makes 2 rows of 4: three parts do not divide them.
+  CHECK(ResolveError(Cnn(), "devices: 3\nlayer { layer: \"stage2/max_pool2d\" attribute: 3 }\n") ==
+        "s.pbtxt:2: layer 'stage2/max_pool2d' (MaxPool2d): attribute 3: its extent 2 (output 0 axis 2 of "
+        "[6, 6, 2, 2]) is not divisible by 3");
+}
+
 TEST_CASE("BatchNorm splits its channels; LayerNorm its rows") {
   auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/bn\" parameter: 2 }\n", "s.pbtxt");
   REQUIRE(s.ok());

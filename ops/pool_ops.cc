@@ -350,9 +350,18 @@ class PoolOp : public OpDef {
  public:
   PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) { DeclarePoolAttrs(kind, DeclareAttrs()); }
   std::string name() const override { return name_; }
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  // Sample: every image pooled on its own. Attribute (sliding windows):
+  // output rows, each part reading its input rows and the window's halo.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return SampleAlongBatch(in, out);  // every image pooled on its own
+    SplitRules rules = SampleAlongBatch(in, out);
+    if (kind_ == PoolKind::kAdaptiveAvg) return rules;  // windows that vary with the extent
+    auto a = pool::ParseSlidingAttrs(kind_, name_, attrs);
+    if (!a.ok()) return rules;
+    rules.attribute = SplitAlong(2, in.size(), out.size());
+    rules.attribute->inputs[0] =
+        AxisSplit{2, a->stride[0], a->padding[0], a->dilation[0] * (a->kernel[0] - 1) + 1};
+    return rules;
   }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
