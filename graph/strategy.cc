@@ -58,14 +58,13 @@ int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& outputs, s
   return 0;
 }
 
-// The replica count of a value's layout, 0 when it has no replica axis.
+}  // namespace
+
 int64_t ReplicasOf(const Value& v) {
   const ReplicaLayout& l = v.replica_layout;
   if (!l.replicated()) return 0;
   return v.type.shape[l.dim] / l.per_replica;
 }
-
-}  // namespace
 
 const char* SplitDimName(SplitDim d) {
   switch (d) {

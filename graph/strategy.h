@@ -46,6 +46,10 @@ struct LayerSplit {
   std::string ToString() const;
 };
 
+// The replica count of a value's layout (graph/fusion.h), 0 when it has no
+// replica axis.
+int64_t ReplicasOf(const Value& v);
+
 // '*' matches any run of characters (also none), '?' any one character.
 bool GlobMatch(const std::string& pattern, const std::string& name);
 

@@ -99,18 +99,6 @@ StatusOr<UpdateSpec> MakeUpdateSpec(const std::vector<proto::OptimizerConfig>& o
   return s;
 }
 
-Status CheckLossScaling(const LossScaling& s) {
-  if (!(s.init_scale > 0) || !std::isfinite(s.init_scale))
-    return InvalidArgument("loss_scale.init_scale must be finite and > 0, got ", s.init_scale);
-  if (!(s.growth_factor > 1) || !std::isfinite(s.growth_factor))
-    return InvalidArgument("loss_scale.growth_factor must be finite and > 1, got ", s.growth_factor);
-  if (!(s.backoff_factor > 0 && s.backoff_factor < 1))
-    return InvalidArgument("loss_scale.backoff_factor must be in (0, 1), got ", s.backoff_factor);
-  if (s.growth_interval < 1 || s.growth_interval > (int64_t{1} << 24))
-    return InvalidArgument("loss_scale.growth_interval must be in [1, 2^24], got ", s.growth_interval);
-  return Status::Ok();
-}
-
 // The training step of an unfused model (replicas = 0) or of R fused
 // replicas (replicas = opts.size()): see the header.
 StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
@@ -132,7 +120,9 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   }
   for (const char* name : {kGradNormOutput, kActiveOutput, kLossScaleOutput, kGradsFiniteOutput})
     if (forward.outputs().count(name)) return InvalidArgument("the model already has an output named '", name, "'");
-  if (loss_scaling) LOOM_RETURN_IF_ERROR(CheckLossScaling(*loss_scaling));
+  if (loss_scaling)
+    if (auto problem = LossScalingProblem(*loss_scaling))
+      return InvalidArgument("loss_scale.", problem->first, " ", problem->second);
   LOOM_ASSIGN_OR_RETURN(const UpdateSpec spec, MakeUpdateSpec(opts, fused));
 
   Graph g = forward;
@@ -289,6 +279,18 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
 }
 
 }  // namespace
+
+std::optional<std::pair<std::string, std::string>> LossScalingProblem(const LossScaling& s) {
+  if (!(s.init_scale > 0) || !std::isfinite(s.init_scale))
+    return std::make_pair("init_scale", StrCat("must be finite and > 0, got ", s.init_scale));
+  if (!(s.growth_factor > 1) || !std::isfinite(s.growth_factor))
+    return std::make_pair("growth_factor", StrCat("must be finite and > 1, got ", s.growth_factor));
+  if (!(s.backoff_factor > 0 && s.backoff_factor < 1))
+    return std::make_pair("backoff_factor", StrCat("must be in (0, 1), got ", s.backoff_factor));
+  if (s.growth_interval < 1 || s.growth_interval > (int64_t{1} << 24))
+    return std::make_pair("growth_interval", StrCat("must be in [1, 16777216], got ", s.growth_interval));
+  return std::nullopt;
+}
 
 StatusOr<proto::OptimizerConfig> OptimizerWithDefaults(const proto::OptimizerConfig& config) {
   proto::OptimizerConfig o = config;

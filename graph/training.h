@@ -9,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct LossScaling {
   double backoff_factor = 0.5;   // in (0, 1)
   int64_t growth_interval = 2000;  // in [1, 2^24]
 };
+// The first setting of `s` out of its range as (field, message), e.g.
+// ("backoff_factor", "must be in (0, 1), got 1.5"); nullopt when all are
+// valid. The one check of train configs and of the training step.
+std::optional<std::pair<std::string, std::string>> LossScalingProblem(const LossScaling& s);
 
 // Names of the scalar inputs that a training step is fed, and of the
 // gradient-norm output.

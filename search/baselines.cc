@@ -14,11 +14,7 @@ namespace {
 int64_t ReplicaCount(const Graph& g) {
   int64_t r = 0;
   for (const Node& n : g.nodes())
-    for (ValueId id : n.outputs) {
-      const Value& v = g.value(id);
-      const ReplicaLayout& l = v.replica_layout;
-      if (l.replicated()) r = std::max(r, v.type.shape[l.dim] / l.per_replica);
-    }
+    for (ValueId id : n.outputs) r = std::max(r, ReplicasOf(g.value(id)));
   return r;
 }
 

@@ -322,20 +322,10 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   }
   if (!c.precision().empty()) k.OneOf(c.precision(), {"f32", "bf16", "fp16"}, "precision");
   if (c.has_loss_scale()) {
-    const proto::LossScaleConfig& ls = c.loss_scale();
     k.Require(c.precision() == "fp16", "loss_scale", "is for precision: fp16 only (bf16 and f32 need no loss scaling)");
-    if (ls.has_init_scale())
-      k.Require(ls.init_scale() > 0 && std::isfinite(ls.init_scale()), "loss_scale.init_scale",
-                StrCat("must be finite and > 0, got ", ls.init_scale()));
-    if (ls.has_growth_factor())
-      k.Require(ls.growth_factor() > 1 && std::isfinite(ls.growth_factor()), "loss_scale.growth_factor",
-                StrCat("must be finite and > 1, got ", ls.growth_factor()));
-    if (ls.has_backoff_factor())
-      k.Require(ls.backoff_factor() > 0 && ls.backoff_factor() < 1, "loss_scale.backoff_factor",
-                StrCat("must be in (0, 1), got ", ls.backoff_factor()));
-    if (ls.has_growth_interval())
-      k.Require(ls.growth_interval() >= 1 && ls.growth_interval() <= (int64_t{1} << 24), "loss_scale.growth_interval",
-                StrCat("must be in [1, 16777216], got ", ls.growth_interval()));
+    // Unset fields take valid defaults, so a problem is in a field the file sets.
+    if (auto problem = LossScalingProblem(RunLossScaling(c)))
+      k.Require(false, "loss_scale." + problem->first, problem->second);
   }
   k.AtLeast(c.eval_every_epochs(), 1, "eval_every_epochs");
   k.AtLeast(c.log_every_steps(), 1, "log_every_steps");
