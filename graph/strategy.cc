@@ -107,6 +107,24 @@ bool GlobMatch(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
+std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& n, const SplitRules& rules, std::string* why) {
+  DimSplit want = SplitAlong(-1, n.inputs.size(), n.outputs.size());
+  for (size_t i = 0; i < n.inputs.size() + n.outputs.size(); ++i) {
+    const bool input = i < n.inputs.size();
+    const ValueId v = input ? n.inputs[i] : n.outputs[i - n.inputs.size()];
+    const ReplicaLayout& layout = graph.value(v).replica_layout;
+    if (!layout.known()) {
+      *why = StrCat("value '", graph.value(v).name, "' has no known replica layout");
+      return std::nullopt;
+    }
+    (input ? want.inputs[i] : want.outputs[i - n.inputs.size()]).axis = layout.shared() ? -1 : layout.dim;
+  }
+  for (const DimSplit& d : rules.All())
+    if (!d.partial_sums && !d.HasWindow() && d.SameAxes(want)) return d;
+  *why = "no split rule of its op divides it along its replicas";
+  return std::nullopt;
+}
+
 StatusOr<Strategy> Strategy::Load(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "strategy file"));
   return Parse(text, path);
@@ -182,6 +200,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
         if (replicas == 0) why = "its output has no replica axis (not a fused array's layer)";
         else if (replicas % degree != 0)
           why = StrCat("its ", replicas, " replicas are not divisible by ", degree);
+        else if (!ReplicaSplit(graph, n, rules, &why)) why = "its replicas cannot be split: " + why;
       } else {
         const std::optional<DimSplit>& rule = *rule_of[static_cast<int>(d)];
         if (!rule) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "core/status.h"
 #include "core/text_proto.h"
 #include "graph/ir.h"
+#include "ops/op.h"
 
 namespace loom {
 
@@ -49,6 +51,11 @@ struct LayerSplit {
 // The replica count of a value's layout (graph/fusion.h), 0 when it has no
 // replica axis.
 int64_t ReplicasOf(const Value& v);
+
+// The replica split of a fused graph's node: the rule of its op whose axes
+// are those of its values' replica layouts (shared values read whole), or
+// nullopt with the reason in `why`.
+std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const SplitRules& rules, std::string* why);
 
 // '*' matches any run of characters (also none), '?' any one character.
 bool GlobMatch(const std::string& pattern, const std::string& name);

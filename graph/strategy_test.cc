@@ -121,14 +121,23 @@ TEST_CASE("splits a layer cannot take are errors naming the line, the layer and 
         "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
 }
 
-TEST_CASE("pooling splits its output rows along attribute") {
-  auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" attribute: 2 }\n", "s.pbtxt");
+TEST_CASE("pooling splits its channels; average windows also their output rows") {
+  auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" parameter: 2 }\n", "s.pbtxt");
   REQUIRE(s.ok());
-  CHECK(ByName(Cnn(), *s).at("stage1/max_pool2d").ToString() == "attribute 2 on devices 0,1");
-  // Stage 2's pool makes 2 rows of 4: three parts do not divide them.
-  CHECK(ResolveError(Cnn(), "devices: 3\nlayer { layer: \"stage2/max_pool2d\" attribute: 3 }\n") ==
-        "s.pbtxt:2: layer 'stage2/max_pool2d' (MaxPool2d): attribute 3: its extent 2 (output 0 axis 2 of "
-        "[6, 6, 2, 2]) is not divisible by 3");
+  CHECK(ByName(Cnn(), *s).at("stage1/max_pool2d").ToString() == "parameter 2 on devices 0,1");
+  // A max pool's indices are offsets in its part's plane: no row parts.
+  CHECK(ResolveError(Cnn(), "devices: 2\nlayer { layer: \"stage1/max_pool2d\" attribute: 2 }\n") ==
+        "s.pbtxt:2: layer 'stage1/max_pool2d' (MaxPool2d): attribute 2: its op cannot be split along attribute");
+  Model m;
+  Sym x = m.input("x", {2, 3, 8, 8});
+  m.set_output("y", m.avg_pool2d(x, {2, 2}, {}, "pool"));
+  REQUIRE(m.status().ok());
+  CHECK(ResolveError(m.graph(), "devices: 3\nlayer { layer: \"pool\" attribute: 3 }\n") ==
+        "s.pbtxt:2: layer 'pool' (AvgPool2d): attribute 3: its extent 4 (output 0 axis 2 of [2, 3, 4, 4]) is "
+        "not divisible by 3");
+  auto two = Strategy::Parse("devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n", "s.pbtxt");
+  REQUIRE(two.ok());
+  CHECK(ByName(m.graph(), *two).at("pool").ToString() == "attribute 2 on devices 0,1");
 }
 
 TEST_CASE("BatchNorm splits its channels; LayerNorm its rows") {

@@ -266,6 +266,13 @@ class UnaryBackwardOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ParseUnaryParams(row_.kind, name_, attrs).status());
     return std::vector<TensorType>{in[0]};
   }
+  // Element-wise in dy and the saved tensor: any axis.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules = SampleAlongBatch(in, out);
+    rules.other = ElementwiseAxes(in, out, rules.sample ? 0 : -1);
+    return rules;
+  }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     auto p = ParseUnaryParams(row_.kind, name_, a);

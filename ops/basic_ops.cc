@@ -116,7 +116,13 @@ class ReshapeOp : public OpDef {
   std::string name() const override { return "Reshape"; }
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return SampleAlongBatch(in, out);  // a reshape that keeps the batch dim
+    return ViewSplits(in[0], out[0]);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set("shape", out[0].shape().dims());
+    return part;
   }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -169,6 +175,30 @@ class SumToShapeOp : public OpDef {
     if (!b.ok() || *b != in[0].shape)
       return InvalidArgument("SumToShape: ", target.ToString(), " does not broadcast to ", in[0].shape.ToString());
     return std::vector<TensorType>{{target, in[0].dtype}};
+  }
+  // Any input axis: one the target keeps splits the output alike; one it
+  // sums over leaves each part a partial sum (a batch part's bias gradient).
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    const Shape& x = in[0].shape;
+    const Shape& y = out[0].shape;
+    for (int a = 0; a < x.rank(); ++a) {
+      if (x[a] < 2) continue;
+      const int kept = a - (x.rank() - y.rank());
+      DimSplit d = SplitAlong(a, 1, 1);
+      d.outputs[0].axis = kept >= 0 && y[kept] == x[a] ? kept : -1;
+      d.partial_sums = d.outputs[0].axis < 0;
+      if (a == 0) rules.sample = d;
+      else rules.other.push_back(d);
+    }
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set("shape", out[0].shape().dims());
+    return part;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -279,6 +309,15 @@ class BinaryOp : public OpDef {
  public:
   BinaryOp(const char* name, BinaryKind kind) : name_(name), kind_(kind) { DeclareAttrs(); }
   std::string name() const override { return name_; }
+  // Any axis of the output; an input that broadcasts along it is read whole.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (out[0].shape.rank() == 0) return rules;
+    rules.sample = ElementwiseAlong(0, in, out);
+    rules.other = ElementwiseAxes(in, out, 0);
+    return rules;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name_));
     if (in[0].dtype != in[1].dtype)

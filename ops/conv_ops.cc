@@ -639,17 +639,38 @@ class ConvOp : public OpDef {
     rules.sample = SplitAlong(-1, in.size(), 1);
     rules.sample->inputs[0].axis = 0;
     rules.sample->outputs[0].axis = 0;
-    if (p->groups == 1) {
-      rules.parameter = SplitAlong(0, in.size(), 1);
-      rules.parameter->inputs[0].axis = -1;
-      rules.parameter->outputs[0].axis = 1;
-    }
+    rules.parameter = SplitAlong(0, in.size(), 1);
+    rules.parameter->outputs[0].axis = 1;
+    // One group: every part reads all of x. Groups: a part is a run of
+    // groups, with their input channels (PartAttrs counts them).
+    rules.parameter->inputs[0].axis = p->groups == 1 ? -1 : 1;
     const int a = sd_ == 2 ? 0 : 1;  // the Pair entry of the split axis (H, or L of a 1-D op)
     const int64_t kernel = in[1].shape[2];
     rules.attribute = SplitAlong(-1, in.size(), 1);
     rules.attribute->inputs[0] = AxisSplit{2, p->stride[a], p->padding[a], p->dilation[a] * (kernel - 1) + 1};
     rules.attribute->outputs[0].axis = 2;
     return rules;
+  }
+  // A part of the rows reads its halo with the padding rows as zeros
+  // (graph/task_graph.h), so it runs unpadded along them; a run of groups
+  // has its share of the groups.
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    LOOM_ASSIGN_OR_RETURN(conv::ConvParams p, conv::ParseConvParams(attrs, name_, sd_, transpose_));
+    AttrMap part = attrs;
+    const Region& x = in_regions[0];
+    if (x.lo[2] != 0 || x.hi[2] != in[0].shape[2]) {
+      p.padding[sd_ == 2 ? 0 : 1] = 0;
+      part.Set("padding", sd_ == 2 ? std::vector<int64_t>{p.padding[0], p.padding[1]} : std::vector<int64_t>{p.padding[1]});
+    }
+    const int64_t channels = x.hi[1] - x.lo[1];
+    if (channels != in[0].shape[1]) {
+      if ((p.groups * channels) % in[0].shape[1] != 0)
+        return InvalidArgument(name_, ": ", channels, " of ", in[0].shape[1], " input channels are not a run of its ",
+                               p.groups, " groups");
+      part.Set("groups", p.groups * channels / in[0].shape[1]);
+    }
+    return part;
   }
 
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
@@ -721,6 +742,26 @@ class ConvBackwardOp : public OpDef {
                              " of x ", x.ToString(), " and weight ", w.ToString());
     return std::vector<TensorType>{{Shape(given), in[0].dtype}};
   }
+  // Sample: the batch of x, dy and dx; the weight gradient of a batch part
+  // is a partial sum.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>&) const override {
+    SplitRules rules;
+    rules.sample = SplitAlong(0, in.size(), 1);
+    if (weight_) {
+      rules.sample->outputs[0].axis = -1;
+      rules.sample->partial_sums = true;
+    } else {
+      rules.sample->inputs[1].axis = -1;
+    }
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set(weight_ ? "weight_shape" : "input_shape", out[0].shape().dims());
+    return part;
+  }
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -752,6 +793,17 @@ class ConvBackwardBiasOp : public OpDef {
     if (in[0].shape.rank() < 3)
       return InvalidArgument("ConvBackwardBias: dy must be [N, C, spatial...], got ", in[0].shape.ToString());
     return std::vector<TensorType>{{Shape({in[0].shape[1]}), in[0].dtype}};
+  }
+  // Sample: a batch part's bias gradient is a partial sum; parameter: the
+  // channels.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const override {
+    SplitRules rules;
+    rules.sample = SplitAlong(0, 1, 1);
+    rules.sample->outputs[0].axis = -1;
+    rules.sample->partial_sums = true;
+    rules.parameter = SplitAlong(1, 1, 1);
+    rules.parameter->outputs[0].axis = 0;
+    return rules;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);

@@ -63,6 +63,35 @@ class MatMulOp : public OpDef {
     if (g.NeedsInputGrad(1)) g.SetInputGrad(1, tb ? mm(dy, true, a, ta) : mm(a, !ta, dy, false));
     return Status::Ok();
   }
+  // y [..., M, N] = op(A) op(B). Sample: the leading batch dim (batched) or
+  // the rows M; parameter: the columns N; other: the reduction K (partial
+  // sums), the rows, the further batch dims.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    const bool ta = attrs.Bool("transpose_a"), tb = attrs.Bool("transpose_b");
+    const int r = out[0].shape.rank();
+    auto split = [](int a, int b, int y) {
+      DimSplit d = SplitAlong(-1, 2, 1);
+      d.inputs[0].axis = a;
+      d.inputs[1].axis = b;
+      d.outputs[0].axis = y;
+      return d;
+    };
+    const DimSplit rows = split(ta ? r - 1 : r - 2, -1, r - 2);
+    DimSplit reduction = split(ta ? r - 2 : r - 1, tb ? r - 1 : r - 2, -1);
+    reduction.partial_sums = true;
+    SplitRules rules;
+    rules.parameter = split(-1, tb ? r - 2 : r - 1, r - 1);
+    rules.other.push_back(reduction);
+    if (r > 2) {
+      rules.sample = split(0, 0, 0);
+      for (int b = 1; b < r - 2; ++b) rules.other.push_back(split(b, b, b));
+      rules.other.push_back(rows);
+    } else {
+      rules.sample = rows;
+    }
+    return rules;
+  }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // A BatchMatMul with the replicas as the leading batch dim.
   Status Fuse(FusionBuilder& f) const override {

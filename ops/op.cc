@@ -40,8 +40,77 @@ DimSplit SplitAlong(int axis, size_t inputs, size_t outputs) {
   return d;
 }
 
+bool DimSplit::HasWindow() const {
+  for (const AxisSplit& a : inputs)
+    if (a.stride != 1 || a.span != 1 || a.padding != 0) return true;
+  return false;
+}
+
+bool DimSplit::SameAxes(const DimSplit& o) const {
+  if (inputs.size() != o.inputs.size() || outputs.size() != o.outputs.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].axis != o.inputs[i].axis) return false;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].axis != o.outputs[i].axis) return false;
+  return true;
+}
+
+std::vector<DimSplit> SplitRules::All() const {
+  std::vector<DimSplit> all;
+  for (const auto* r : {&sample, &attribute, &parameter})
+    if (*r) all.push_back(**r);
+  all.insert(all.end(), other.begin(), other.end());
+  return all;
+}
+
+DimSplit ElementwiseAlong(int axis, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
+  DimSplit d = SplitAlong(axis, inputs.size(), outputs.size());
+  const Shape& out = outputs.at(0).shape;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Shape& in = inputs[i].shape;
+    const int aligned = axis - (out.rank() - in.rank());
+    d.inputs[i].axis = aligned >= 0 && in[aligned] == out[axis] ? aligned : -1;
+  }
+  return d;
+}
+
+std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
+                                      int except) {
+  std::vector<DimSplit> splits;
+  if (outputs.empty()) return splits;
+  for (int a = 0; a < outputs[0].shape.rank(); ++a) {
+    bool same = true;  // every output has output 0's extent there
+    for (const TensorType& t : outputs) same = same && t.shape == outputs[0].shape;
+    if (a != except && same) splits.push_back(ElementwiseAlong(a, inputs, outputs));
+  }
+  return splits;
+}
+
+SplitRules ViewSplits(const TensorType& input, const TensorType& output) {
+  SplitRules rules;
+  const Shape& in = input.shape;
+  const Shape& out = output.shape;
+  int64_t in_prefix = 1;
+  for (int a = 0; a < in.rank(); in_prefix *= in[a], ++a) {
+    int64_t out_prefix = 1;
+    for (int b = 0; b < out.rank() && out_prefix <= in_prefix; out_prefix *= out[b], ++b) {
+      if (out_prefix != in_prefix || in[a] < 2 || out[b] < 2) continue;
+      DimSplit d = SplitAlong(a, 1, 1);
+      d.outputs[0].axis = b;
+      if (a == 0 && b == 0 && in[0] == out[0]) rules.sample = d;
+      else rules.other.push_back(d);
+    }
+  }
+  return rules;
+}
+
 SplitRules OpDef::Splits(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const {
   return {};
+}
+
+StatusOr<AttrMap> OpDef::PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                                   const std::vector<Region>&, const std::vector<Region>&) const {
+  return attrs;
 }
 
 SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
@@ -59,7 +128,9 @@ SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::ve
 
 SplitRules ElementwiseOpDef::Splits(const AttrMap&, const std::vector<TensorType>& inputs,
                                     const std::vector<TensorType>& outputs) const {
-  return SampleAlongBatch(inputs, outputs);
+  SplitRules rules = SampleAlongBatch(inputs, outputs);
+  rules.other = ElementwiseAxes(inputs, outputs, rules.sample ? 0 : -1);
+  return rules;
 }
 
 ValueId GradBuilder::SumToShape(ValueId grad, const Shape& shape) {

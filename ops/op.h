@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/region.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -88,16 +89,39 @@ struct AxisSplit {
 struct DimSplit {
   std::vector<AxisSplit> inputs, outputs;
   bool partial_sums = false;
+  // Whether some input is read through a window (a halo between parts).
+  bool HasWindow() const;
+  // Whether both split the same axes of every input and output.
+  bool SameAxes(const DimSplit& o) const;
 };
 
 // The dimensions an op can be split along (absent: it cannot); the replica
-// dimension needs no rule: it follows the values' replica layouts.
+// dimension needs no rule: it follows the values' replica layouts. `other`
+// holds further valid ways to divide the op that no SOAP dimension names (a
+// GEMM's reduction, any axis of an element-wise op): the task graph lets
+// backward and update nodes pick, among all of them, the one that matches
+// how their inputs arrive (graph/task_graph.h).
 struct SplitRules {
   std::optional<DimSplit> sample, attribute, parameter;
+  std::vector<DimSplit> other;
+  // Every rule: sample, attribute, parameter (those present), then other.
+  std::vector<DimSplit> All() const;
 };
 
 // Every input and output split along the same axis.
 DimSplit SplitAlong(int axis, size_t inputs, size_t outputs);
+// Output axis `axis` of a broadcasting element-wise op: each input splits
+// along the axis it aligns with (numpy's right alignment) unless it
+// broadcasts there (extent 1, or no such axis), where it is read whole.
+DimSplit ElementwiseAlong(int axis, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs);
+// A view op (Reshape, Flatten): axis a of the input and axis b of the
+// output split alike when the dims before them have the same product (the
+// parts then hold the same elements in the same order); sample is (0, 0)
+// when the batch is kept.
+SplitRules ViewSplits(const TensorType& input, const TensorType& output);
+// ElementwiseAlong for every axis of output 0 but `except`.
+std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
+                                      int except = -1);
 // Sample along axis 0 of every input and output when they all share their
 // dim 0 (the batch): element-wise ops, reshapes that keep the batch,
 // pooling. Nothing otherwise.
@@ -148,6 +172,15 @@ class OpDef {
   // none, so the node runs whole on one device (operation parallelism only).
   virtual SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& inputs,
                             const std::vector<TensorType>& outputs) const;
+  // The attributes of one part of a split node: `inputs` and `outputs` are
+  // the node's (whole) types, the regions what the part reads and writes of
+  // them. Ops whose attributes describe shapes or replicas (a backward op's
+  // input_shape, a fused update's replica count and per-replica lists)
+  // rewrite them; the default keeps them. An error when the part cannot
+  // run as such.
+  virtual StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& inputs,
+                                      const std::vector<TensorType>& outputs, const std::vector<Region>& input_regions,
+                                      const std::vector<Region>& output_regions) const;
 
  protected:
   // Declares the op's attributes (from its constructor; an op without
@@ -171,7 +204,8 @@ StatusOr<std::vector<TensorType>> InferOpTypes(const OpDef& op, AttrMap attrs, c
 // Ops whose outputs are element-wise functions of their one input
 // (activations, scalar arithmetic, Identity, Dropout): fused, each runs as
 // it is on the fused input (FusionBuilder::Elementwise).
-// Splits: sample along axis 0 (the batch) of every tensor.
+// Splits: sample along axis 0 (the batch) of every tensor; any other axis
+// as `other`.
 class ElementwiseOpDef : public OpDef {
  public:
   FusionKind fusion_kind() const override { return FusionKind::kFused; }

@@ -167,6 +167,36 @@ class UpdateOpDef : public OpDef {
   // The new param and slots may overwrite the old ones: every kernel is
   // element-wise (see the *Chunk functions).
   int InPlaceInput(const AttrMap&, int output) const final { return output == 0 ? 0 : output + 1; }
+  // Element-wise, so any axis of the param, its gradient and slots, the
+  // scalars read whole. Fused, a part along dim 0 is a run of replicas with
+  // their own lr and active flags (PartAttrs gives it their attributes).
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const final {
+    SplitRules rules;
+    const size_t tensors = 2 + NumSlots(attrs);
+    const bool fused = Replicas(attrs) > 0;
+    for (int a = 0; a < in[0].shape.rank(); ++a) {
+      if (in[0].shape[a] < 2) continue;
+      DimSplit d = SplitAlong(a, in.size(), out.size());
+      for (size_t i = tensors; i < in.size(); ++i) {
+        const bool per_replica = fused && a == 0 && i != tensors + 1;  // lr and active, not step
+        d.inputs[i].axis = per_replica ? 0 : -1;
+      }
+      rules.other.push_back(d);
+    }
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const final {
+    if (Replicas(attrs) == 0 || in_regions[0].shape()[0] == in[0].shape[0]) return attrs;
+    const int64_t lo = in_regions[0].lo[0], hi = in_regions[0].hi[0];
+    AttrMap part = attrs;
+    part.Set("replicas", hi - lo);
+    for (const std::string& name : FloatAttrs())
+      if (auto list = FloatList(attrs, name))
+        part.Set(name, std::vector<double>(list->begin() + lo, list->begin() + hi));
+    return part;
+  }
 
  protected:
   // The float attributes, each one float or (fused) a list of R floats.
@@ -589,6 +619,27 @@ class SquaredNormOp : public OpDef {
     for (const TensorType& t : in) c.flops += 2.0 * static_cast<double>(t.shape.numel());
     return c;
   }
+  // Fused: a run of replicas (dim 0 of every input and of the output).
+  // Unfused: a part of dim 0 of every input, each part a partial sum.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>&) const override {
+    SplitRules rules;
+    for (const TensorType& t : in)
+      if (t.shape.rank() == 0) return rules;
+    DimSplit d = SplitAlong(0, in.size(), 1);
+    if (Replicas(attrs) == 0) {
+      d.outputs[0].axis = -1;
+      d.partial_sums = true;
+    }
+    rules.other.push_back(d);
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    if (Replicas(attrs) > 0) part.Set("replicas", out[0].shape()[0]);
+    return part;
+  }
 };
 LOOM_REGISTER_OP(SquaredNormOp);
 
@@ -701,6 +752,12 @@ class IsFiniteOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "IsFinite (x)"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "IsFinite x"));
     return std::vector<TensorType>{in[0]};
+  }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.other = ElementwiseAxes(in, out);
+    return rules;
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);

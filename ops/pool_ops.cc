@@ -350,14 +350,18 @@ class PoolOp : public OpDef {
  public:
   PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) { DeclarePoolAttrs(kind, DeclareAttrs()); }
   std::string name() const override { return name_; }
-  // Sample: every image pooled on its own. Attribute (sliding windows):
-  // output rows, each part reading its input rows and the window's halo.
+  // Sample: every image pooled on its own; parameter: the channels.
+  // Attribute (unpadded average windows): output rows, each part reading
+  // its input rows and the window's halo.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules = SampleAlongBatch(in, out);
-    if (kind_ == PoolKind::kAdaptiveAvg) return rules;  // windows that vary with the extent
+    rules.parameter = SplitAlong(1, in.size(), out.size());  // the channels
+    // Adaptive windows vary with the extent; a max pool's indices are
+    // offsets in its own part of the plane; padding is not zeros here.
+    if (kind_ != PoolKind::kAvg) return rules;
     auto a = pool::ParseSlidingAttrs(kind_, name_, attrs);
-    if (!a.ok()) return rules;
+    if (!a.ok() || a->padding[0] != 0) return rules;
     rules.attribute = SplitAlong(2, in.size(), out.size());
     rules.attribute->inputs[0] =
         AxisSplit{2, a->stride[0], a->padding[0], a->dilation[0] * (a->kernel[0] - 1) + 1};
@@ -429,6 +433,20 @@ class PoolBackwardOp : public OpDef {
       return InvalidArgument(name_, ": dy ", in[0].shape.ToString(), " is not the forward output ", plan.out.ToString(),
                              " of input_shape ", x.ToString());
     return std::vector<TensorType>{{x, in[0].dtype}};
+  }
+  // The batch and the channels (indices are offsets in their own plane).
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>&) const override {
+    SplitRules rules;
+    rules.sample = SplitAlong(0, in.size(), 1);
+    rules.parameter = SplitAlong(1, in.size(), 1);
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set("input_shape", out[0].shape().dims());
+    return part;
   }
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {

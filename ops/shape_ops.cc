@@ -106,6 +106,20 @@ class TransposeOp : public OpDef {
     for (size_t i = 0; i < perm.size(); ++i) dims[i] = in[0].shape[perm[i]];
     return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
   }
+  // Any output axis i, reading input axis perm[i].
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>&) const override {
+    SplitRules rules;
+    auto perm = ResolvePerm(name_, attrs, in[0].shape);
+    if (!perm.ok()) return rules;
+    for (size_t i = 0; i < perm->size(); ++i) {
+      DimSplit d = SplitAlong(static_cast<int>(i), 1, 1);
+      d.inputs[0].axis = (*perm)[i];
+      if (i == 0 && (*perm)[0] == 0) rules.sample = d;
+      else rules.other.push_back(d);
+    }
+    return rules;
+  }
   Status Gradient(GradBuilder& g) const override {
     std::vector<int> perm = ResolvePerm(name_, g.attrs(), g.type(g.input(0)).shape).value();
     std::vector<int64_t> inverse(perm.size());
@@ -187,7 +201,7 @@ class FlattenOp : public OpDef {
   std::string name() const override { return "Flatten"; }
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return SampleAlongBatch(in, out);  // a flatten that keeps the batch dim
+    return ViewSplits(in[0], out[0]);
   }
   bool IsView() const override { return true; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {

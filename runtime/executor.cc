@@ -9,18 +9,16 @@
 
 namespace loom {
 
-namespace {
-
-uint64_t HashName(const std::string& s) {
+uint64_t NodeStreamKey(const std::string& s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
-// Fills t from the node's initializer. A fused state tensor [R, ...]
-// (attr replica_seeds, graph/fusion.h) fills chunk r from replica r's seed,
-// as the single model would be filled with that seed.
-Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
+// A fused state tensor [R, ...] (attr replica_seeds, graph/fusion.h) fills
+// chunk r from replica r's seed, as the single model would be filled with
+// that seed.
+Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed) {
   const AttrMap& a = node.attrs;
   std::string init = a.Str("init", "zeros");
   std::vector<uint64_t> seeds;
@@ -29,7 +27,7 @@ Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
   const int64_t n = t->numel() / static_cast<int64_t>(seeds.size());
   auto fill = [&](const std::function<double(Rng&)>& gen) {
     for (size_t r = 0; r < seeds.size(); ++r) {
-      Rng rng = Rng::Stream(seeds[r], HashName(node.name));
+      Rng rng = Rng::Stream(seeds[r], NodeStreamKey(node.name));
       const int64_t begin = static_cast<int64_t>(r) * n;
       if (t->dtype() == DType::kF32) {
         float* p = t->data<float>() + begin;
@@ -77,8 +75,6 @@ Status InitTensor(const Node& node, Tensor* t, uint64_t seed) {
   return Status::Ok();
 }
 
-}  // namespace
-
 StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options) {
   std::unique_ptr<Executor> e(new Executor(graph, options));
   LOOM_RETURN_IF_ERROR(e->Prepare());
@@ -98,7 +94,7 @@ Status Executor::Prepare() {
     if (const OpDef* def = registry.FindOp(n.op))
       LOOM_RETURN_IF_ERROR(CanonicalizeAttrs(*def, &n.attrs).WithContext("node '" + n.name + "' (" + n.op + ")"));
     node_index_[n.id] = static_cast<int>(node_keys_.size());
-    node_keys_.push_back(HashName(n.name));
+    node_keys_.push_back(NodeStreamKey(n.name));
     if (options_.profile) profile_.push_back({n.name, n.op, 0.0, 0});
     if (IsSourceOp(n.op)) {
       kernels_.push_back(nullptr);
@@ -150,7 +146,7 @@ Status Executor::InitializeState(uint64_t seed) {
     if (!IsStateOp(n.op)) continue;
     const TensorType& t = graph_.type(n.outputs[0]);
     Tensor host = Tensor::Zeros(t.shape, t.dtype);
-    LOOM_RETURN_IF_ERROR(InitTensor(n, &host, seed));
+    LOOM_RETURN_IF_ERROR(InitializeStateTensor(n, &host, seed));
     LOOM_RETURN_IF_ERROR(state_[n.name].CopyFrom(host));
   }
   return Status::Ok();

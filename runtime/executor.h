@@ -30,6 +30,13 @@ struct NodeProfile {
   int64_t calls = 0;
 };
 
+// The RNG stream key of a node: a hash of its name, so that a random op
+// draws the same numbers however the graph is rebuilt or split.
+uint64_t NodeStreamKey(const std::string& node_name);
+// Fills a state tensor (host, the node's whole shape) from the node's
+// initializer attributes, as Executor::InitializeState does.
+Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed);
+
 class Executor {
  public:
   // Checks that every op has a kernel on the device and plans memory.

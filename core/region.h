@@ -1,0 +1,39 @@
+// A box of a tensor: per dimension the half-open range [lo, hi). Parallel
+// splits (graph/task_graph.h) describe what each part of an op reads and
+// writes as regions, and the task runtime moves regions between devices.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/shape.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+struct Region {
+  std::vector<int64_t> lo, hi;
+
+  static Region Whole(const Shape& shape);
+  int rank() const { return static_cast<int>(lo.size()); }
+  Shape shape() const;  // hi - lo per dimension
+  int64_t numel() const { return shape().numel(); }
+  bool Contains(const Region& o) const;
+  // The common box, or nullopt when it is empty.
+  std::optional<Region> Intersect(const Region& o) const;
+  bool operator==(const Region& o) const { return lo == o.lo && hi == o.hi; }
+  bool operator!=(const Region& o) const { return !(*this == o); }
+  bool operator<(const Region& o) const { return lo != o.lo ? lo < o.lo : hi < o.hi; }
+  std::string ToString() const;  // "[0:4, 0:8]"
+};
+
+// Copies `box` (in the whole tensor's coordinates) from src, which holds
+// region `src_region`, into dst, which holds `dst_region`. Host tensors of
+// one dtype; box must lie in both regions.
+Status CopyRegion(const Tensor& src, const Region& src_region, Tensor* dst, const Region& dst_region,
+                  const Region& box);
+
+}  // namespace loom

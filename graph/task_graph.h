@@ -1,0 +1,117 @@
+// The TaskGraph (docs/parallel.md): a training (or any) graph lowered onto
+// devices under a strategy. The simulator costs it and the task runtime
+// (runtime/task_runtime.h) runs it, task for task.
+//
+// Every compute node becomes one compute task per part of its split; a part
+// reads regions of its inputs and writes regions of its outputs. Values live
+// as pieces (a region on a device, written once). Where a part needs a
+// region that its device does not hold, transfer tasks copy the missing
+// pieces from the devices that hold them; partial sums (a batch part's
+// weight gradient) are combined by an all-reduce task first. Forward layers
+// split as the strategy says; every other node (backward, update) follows
+// the layer it belongs to ("<layer>/grad/...", "<param>/update"), choosing
+// among its op's split rules the one that matches how its inputs arrive, or
+// runs whole on the layer's first device when none applies. Random ops run
+// whole (a part would draw a different stream).
+//
+// Sources have no producer: an Input or a state value is held where its
+// consumers read it ("home" pieces, filled from the fed tensor or the state
+// before the step); after the step every state home piece is refreshed from
+// the state's new value (writebacks, with transfers where needed), so data
+// parallelism keeps a full copy of each parameter on every device.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/region.h"
+#include "core/status.h"
+#include "graph/attrs.h"
+#include "graph/ir.h"
+#include "graph/strategy.h"
+
+namespace loom {
+
+// A region of a value held on one device.
+struct Piece {
+  ValueId value = kNoValue;
+  int64_t device = 0;
+  Region region;
+  bool partial = false;  // a partial sum of the region, to be all-reduced
+  int64_t partial_index = 0;  // which partial sum: copies of one share it
+  int producer = -1;     // the task that writes it; -1 for a home piece of a source
+};
+
+// What a task reads of one value: `region`, tiled by `pieces` (on the
+// task's device for compute tasks and writebacks). A window part's region
+// may reach past the value's bounds (into a convolution's padding): those
+// elements are zeros.
+struct Operand {
+  ValueId value = kNoValue;
+  Region region;
+  std::vector<int> pieces;
+};
+
+enum class TaskKind { kCompute, kTransfer, kAllReduce };
+const char* TaskKindName(TaskKind kind);  // "compute", "transfer", "all-reduce"
+
+struct Task {
+  int id = 0;
+  TaskKind kind = TaskKind::kCompute;
+  std::string name;    // "fc1[0]", "fc1:0 0->1", "fc1/grad/MatMul:0 all-reduce"
+  int64_t device = 0;  // compute: where it runs; transfer: the destination; all-reduce: the first member
+  // Compute: the node, its part, the part's attributes and operands.
+  NodeId node = -1;
+  int64_t part = 0;
+  AttrMap attrs;
+  std::vector<Operand> inputs;
+  // Transfer: one source piece (on src_device). All-reduce: the distinct
+  // partial sums (`sources`), the devices that hold them (`group`, copies
+  // of one partial sum included), and `outputs` the sum on each of those
+  // devices, in the group's order.
+  std::vector<int> sources;
+  int64_t src_device = -1;
+  std::vector<int64_t> group;
+  std::vector<int> outputs;  // the pieces it writes
+  double flops = 0, bytes = 0;  // compute: OpDef::Cost of the part; transfer and all-reduce: the region's bytes
+  std::vector<int> deps;        // tasks that finish first (all earlier in TaskGraph::tasks)
+};
+
+struct TaskGraph {
+  int64_t devices = 1;
+  // In a topological order: the order each device's queue runs its tasks
+  // in, in the runtime and in the simulator.
+  std::vector<Task> tasks;
+  std::vector<Piece> pieces;
+  // Home pieces of sources: Input values (sliced from the feed) and state
+  // values (kept between steps), by value.
+  std::map<ValueId, std::vector<int>> homes;
+  // After the step: home piece <- the state's new value (on its device).
+  std::vector<std::pair<int, Operand>> writebacks;
+  // The graph's named outputs, each tiled by pieces on any devices.
+  std::map<std::string, Operand> outputs;
+  // Per compute node: the split it ran with (after fallbacks).
+  std::map<NodeId, LayerSplit> node_splits;
+
+  // One line per task: "12 compute fc1[1] on 1  deps 3,4  flops 4096 bytes 8192".
+  std::string ToString() const;
+  // {"devices": N, "tasks": [{"id", "kind", "name", "device", "src_device",
+  // "group", "flops", "bytes", "deps"}...]}
+  std::string ToJson() const;
+  // Bytes moved by transfer and all-reduce tasks (all-reduce: the region
+  // once per member).
+  double TransferBytes() const;
+};
+
+// Lowers `graph` (attributes canonical, as built) with the splits of its
+// forward layers by name (Strategy::Resolve on the forward graph), onto
+// devices 0 .. devices - 1. Errors name the layer: a split that no rule of
+// its op realises for these shapes.
+StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
+                                   int64_t devices);
+
+// Strategy::Resolve on `forward`, by node name.
+StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strategy, const Graph& forward);
+
+}  // namespace loom

@@ -1,0 +1,367 @@
+#include "runtime/task_runtime.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/logging.h"
+#include "core/rng.h"
+#include "runtime/executor.h"
+
+namespace loom {
+
+struct TaskRuntime::StepState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> done;  // by task id
+  bool failed = false;
+  Status error = Status::Ok();
+  std::vector<std::atomic<int>> readers;  // by piece id: readers still to run
+  std::chrono::steady_clock::time_point start;
+  explicit StepState(size_t tasks, size_t pieces) : done(tasks, 0), readers(pieces) {}
+};
+
+TaskRuntime::TaskRuntime(Graph graph, TaskGraph tasks, TaskRuntimeOptions options)
+    : graph_(std::move(graph)), tasks_(std::move(tasks)), options_(options) {}
+
+TaskRuntime::~TaskRuntime() = default;
+
+StatusOr<std::unique_ptr<TaskRuntime>> TaskRuntime::Create(const Graph& graph, TaskGraph tasks,
+                                                           const TaskRuntimeOptions& options) {
+  if (options.threads_per_device < 1)
+    return InvalidArgument("threads per device must be >= 1, got ", options.threads_per_device);
+  std::unique_ptr<TaskRuntime> r(new TaskRuntime(graph, std::move(tasks), options));
+  LOOM_RETURN_IF_ERROR(r->Prepare());
+  return r;
+}
+
+Status TaskRuntime::Prepare() {
+  const OpRegistry& registry = OpRegistry::Global();
+  const int64_t devices = tasks_.devices;
+  for (int64_t d = 0; d < devices; ++d) {
+    LOOM_ASSIGN_OR_RETURN(auto pool, ThreadPool::Create(options_.threads_per_device));
+    pools_.push_back(std::move(pool));
+  }
+  queues_.assign(static_cast<size_t>(devices), {});
+  kernels_.assign(tasks_.tasks.size(), nullptr);
+  readers_.assign(tasks_.pieces.size(), 0);
+  for (const Task& t : tasks_.tasks) {
+    if (t.device < 0 || t.device >= devices) return Internal("task ", t.name, " on device ", t.device);
+    queues_[static_cast<size_t>(t.device)].push_back(t.id);
+    for (int p : t.sources) ++readers_[static_cast<size_t>(p)];
+    for (const Operand& op : t.inputs)
+      for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
+    if (t.kind != TaskKind::kCompute) continue;
+    const Node& n = graph_.node(t.node);
+    std::vector<TensorType> in, out;
+    for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back({t.inputs[i].region.shape(), graph_.type(n.inputs[i]).dtype});
+    for (int p : t.outputs) {
+      const Piece& piece = tasks_.pieces[static_cast<size_t>(p)];
+      out.push_back({piece.region.shape(), graph_.type(piece.value).dtype});
+    }
+    LOOM_RETURN_IF_ERROR(registry.SupportsNode(n, in, out, DeviceType::kCpu));
+    kernels_[static_cast<size_t>(t.id)] = registry.FindKernel(n.op, DeviceType::kCpu);
+  }
+  for (const auto& [home, op] : tasks_.writebacks)
+    for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
+  for (const auto& [name, op] : tasks_.outputs)
+    for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
+
+  pieces_.assign(tasks_.pieces.size(), Tensor());
+  for (const Node& n : graph_.nodes()) {
+    if (!IsStateOp(n.op)) continue;
+    const ValueId v = n.outputs[0];
+    state_values_[n.name] = v;
+    for (int h : tasks_.homes[v]) {
+      LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)],
+                            Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), graph_.type(v).dtype));
+    }
+  }
+  return Status::Ok();
+}
+
+Status TaskRuntime::InitializeState(uint64_t seed) {
+  for (const auto& [name, v] : state_values_) {
+    Tensor whole = Tensor::Zeros(graph_.type(v).shape, graph_.type(v).dtype);
+    LOOM_RETURN_IF_ERROR(InitializeStateTensor(graph_.node(graph_.value(v).producer), &whole, seed));
+    LOOM_RETURN_IF_ERROR(SetState(name, whole));
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> TaskRuntime::StateNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, v] : state_values_) names.push_back(name);
+  return names;
+}
+
+StatusOr<Tensor> TaskRuntime::GetState(const std::string& name) const {
+  auto it = state_values_.find(name);
+  if (it == state_values_.end()) return NotFound("no parameter or buffer named '", name, "'");
+  const TensorType& t = graph_.type(it->second);
+  Tensor whole = Tensor::Zeros(t.shape, t.dtype);
+  const Region all = Region::Whole(t.shape);
+  std::vector<Region> seen;
+  for (int h : tasks_.homes.at(it->second)) {
+    const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
+    if (std::find(seen.begin(), seen.end(), r) != seen.end()) continue;
+    seen.push_back(r);
+    LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(h)], r, &whole, all, r));
+  }
+  return whole;
+}
+
+Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
+  auto it = state_values_.find(name);
+  if (it == state_values_.end()) return NotFound("no parameter or buffer named '", name, "'");
+  const TensorType& t = graph_.type(it->second);
+  if (value.shape() != t.shape || value.dtype() != t.dtype)
+    return InvalidArgument("state '", name, "' is ", t.ToString(), ", got ", value.shape().ToString(), " ",
+                           DTypeName(value.dtype()));
+  LOOM_ASSIGN_OR_RETURN(Tensor host, value.To(Device::Cpu()));
+  const Region all = Region::Whole(t.shape);
+  for (int h : tasks_.homes.at(it->second)) {
+    const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
+    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &pieces_[static_cast<size_t>(h)], r, r));
+  }
+  return Status::Ok();
+}
+
+StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op) const {
+  if (op.pieces.size() == 1 && Region::Whole(graph_.type(op.value).shape).Contains(op.region)) {
+    const Piece& p = tasks_.pieces[static_cast<size_t>(op.pieces[0])];
+    const Tensor& t = pieces_[static_cast<size_t>(op.pieces[0])];
+    if (p.region == op.region) return t;
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), t.dtype()));
+    LOOM_RETURN_IF_ERROR(CopyRegion(t, p.region, &out, op.region, op.region));
+    return out;
+  }
+  // Zeros where no piece lies: the padding rows of a window part.
+  const bool padded = !Region::Whole(graph_.type(op.value).shape).Contains(op.region);
+  Tensor out;
+  if (padded) {
+    out = Tensor::Zeros(op.region.shape(), graph_.type(op.value).dtype);
+  } else {
+    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), graph_.type(op.value).dtype));
+  }
+  for (int q : op.pieces) {
+    const Piece& p = tasks_.pieces[static_cast<size_t>(q)];
+    std::optional<Region> box = p.region.Intersect(op.region);
+    if (box) LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(q)], p.region, &out, op.region, *box));
+  }
+  return out;
+}
+
+Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
+  const auto piece_of = [&](int p) -> const Piece& { return tasks_.pieces[static_cast<size_t>(p)]; };
+  switch (task.kind) {
+    case TaskKind::kTransfer: {
+      const Piece& src = piece_of(task.sources[0]);
+      const Piece& dst = piece_of(task.outputs[0]);
+      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), graph_.type(dst.value).dtype));
+      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(task.sources[0])], src.region, &out, dst.region,
+                                      dst.region));
+      pieces_[static_cast<size_t>(task.outputs[0])] = out;
+      return Status::Ok();
+    }
+    case TaskKind::kAllReduce: {
+      const Piece& first = piece_of(task.sources[0]);
+      LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), graph_.type(first.value).dtype));
+      LOOM_RETURN_IF_ERROR(sum.CopyFrom(pieces_[static_cast<size_t>(task.sources[0])]));
+      LOOM_RETURN_IF_ERROR(DispatchFloat(sum.dtype(), [&](auto zero) {
+        using T = decltype(zero);
+        T* s = sum.data<T>();
+        for (size_t k = 1; k < task.sources.size(); ++k) {
+          const T* x = pieces_[static_cast<size_t>(task.sources[k])].data<T>();
+          for (int64_t i = 0; i < sum.numel(); ++i) s[i] += x[i];
+        }
+      }));
+      for (size_t k = 0; k < task.outputs.size(); ++k) {
+        LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype()));
+        LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
+        pieces_[static_cast<size_t>(task.outputs[k])] = copy;
+      }
+      return Status::Ok();
+    }
+    case TaskKind::kCompute: break;
+  }
+  const Node& n = graph_.node(task.node);
+  std::vector<Tensor> inputs, outputs;
+  for (const Operand& op : task.inputs) {
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
+    inputs.push_back(std::move(t));
+  }
+  for (int p : task.outputs) {
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), graph_.type(piece_of(p).value).dtype));
+    outputs.push_back(std::move(t));
+  }
+  KernelContext ctx;
+  ctx.node = &n;
+  ctx.attrs = &task.attrs;
+  ctx.device = Device::Cpu();
+  ctx.pool = pool;
+  for (const Tensor& t : inputs) ctx.inputs.push_back(&t);
+  for (Tensor& t : outputs) ctx.outputs.push_back(&t);
+  ctx.rng_key = NodeStreamKey(n.name);
+  ctx.step = static_cast<uint64_t>(step_);
+  Rng rng = ctx.StreamFor(options_.seed);
+  ctx.rng = &rng;
+  AttrTypeErrors attr_errors;
+  Status s = (*kernels_[static_cast<size_t>(task.id)])(ctx);
+  if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
+  LOOM_RETURN_IF_ERROR(s);
+  for (size_t i = 0; i < outputs.size(); ++i) pieces_[static_cast<size_t>(task.outputs[i])] = outputs[i];
+  return Status::Ok();
+}
+
+StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::string, Tensor>& feeds) {
+  size_t fed = 0;
+  for (const Node& n : graph_.nodes()) {
+    if (n.op != kInputOp) continue;
+    auto it = feeds.find(n.name);
+    if (it == feeds.end()) return InvalidArgument("input '", n.name, "' was not fed");
+    const TensorType& want = graph_.type(n.outputs[0]);
+    if (it->second.shape() != want.shape || it->second.dtype() != want.dtype)
+      return InvalidArgument("input '", n.name, "' expects ", want.ToString(), ", got ", it->second.shape().ToString(),
+                             " ", DTypeName(it->second.dtype()));
+    ++fed;
+    LOOM_ASSIGN_OR_RETURN(Tensor host, it->second.To(Device::Cpu()));
+    const Region all = Region::Whole(want.shape);
+    auto homes = tasks_.homes.find(n.outputs[0]);
+    if (homes == tasks_.homes.end()) continue;
+    for (int h : homes->second) {
+      const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
+      if (r == all) {
+        pieces_[static_cast<size_t>(h)] = host;
+        continue;
+      }
+      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(r.shape(), want.dtype));
+      LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &part, r, r));
+      pieces_[static_cast<size_t>(h)] = part;
+    }
+  }
+  if (fed != feeds.size())
+    for (const auto& [name, t] : feeds) {
+      auto id = graph_.FindNode(name);
+      if (!id || graph_.node(*id).op != kInputOp) return InvalidArgument("feed '", name, "' is not an input of the graph");
+    }
+
+  StepState st(tasks_.tasks.size(), tasks_.pieces.size());
+  for (size_t p = 0; p < readers_.size(); ++p) st.readers[p].store(readers_[p]);
+  if (options_.trace) trace_.assign(tasks_.tasks.size(), TaskSpan{});
+  st.start = std::chrono::steady_clock::now();
+  const auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - st.start).count();
+  };
+  auto worker = [&](size_t device) {
+    for (int id : queues_[device]) {
+      const Task& task = tasks_.tasks[static_cast<size_t>(id)];
+      {
+        std::unique_lock<std::mutex> lock(st.mu);
+        st.cv.wait(lock, [&] {
+          if (st.failed) return true;
+          for (int d : task.deps)
+            if (!st.done[static_cast<size_t>(d)]) return false;
+          return true;
+        });
+        if (st.failed) return;
+      }
+      const double start = options_.trace ? seconds() : 0;
+      Status s = RunTask(task, pools_[device].get());
+      if (options_.trace) trace_[static_cast<size_t>(id)] = {id, start, seconds()};
+      if (s.ok()) Release(task);
+      {
+        std::lock_guard<std::mutex> lock(st.mu);
+        if (!s.ok() && !st.failed) {
+          st.failed = true;
+          st.error = s.WithContext(StrCat("task ", task.id, " (", TaskKindName(task.kind), " ", task.name,
+                                          ") on device ", task.device));
+        }
+        st.done[static_cast<size_t>(id)] = 1;
+      }
+      st.cv.notify_all();
+    }
+  };
+  // Readers count down in Release; a piece whose last reader ran is freed.
+  step_state_ = &st;
+  std::vector<std::thread> threads;
+  for (size_t d = 1; d < queues_.size(); ++d) threads.emplace_back(worker, d);
+  worker(0);
+  for (std::thread& t : threads) t.join();
+  step_state_ = nullptr;
+  if (st.failed) {
+    for (size_t p = 0; p < pieces_.size(); ++p)
+      if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
+    return st.error;
+  }
+
+  std::map<std::string, Tensor> results;
+  for (const auto& [name, op] : tasks_.outputs) {
+    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op));
+    if (op.pieces.size() == 1) {  // a copy: the piece is freed below
+      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(results[name].shape(), results[name].dtype()));
+      LOOM_RETURN_IF_ERROR(copy.CopyFrom(results[name]));
+      results[name] = copy;
+    }
+  }
+  // Every reader of the old state has run: refresh the homes.
+  std::vector<Tensor> fresh;
+  for (const auto& [home, op] : tasks_.writebacks) {
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
+    fresh.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < fresh.size(); ++i)
+    LOOM_RETURN_IF_ERROR(pieces_[static_cast<size_t>(tasks_.writebacks[i].first)].CopyFrom(fresh[i]));
+  for (size_t p = 0; p < pieces_.size(); ++p)
+    if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
+  ++step_;
+  return results;
+}
+
+void TaskRuntime::Release(const Task& task) {
+  auto release = [&](int p) {
+    if (tasks_.pieces[static_cast<size_t>(p)].producer < 0) return;  // homes stay
+    if (step_state_->readers[static_cast<size_t>(p)].fetch_sub(1) == 1) pieces_[static_cast<size_t>(p)] = Tensor();
+  };
+  for (int p : task.sources) release(p);
+  for (const Operand& op : task.inputs)
+    for (int p : op.pieces) release(p);
+}
+
+std::string TaskRuntime::TraceJson() const {
+  // Rows: devices 0..N-1, then one per link (src, dst) that carried a transfer.
+  std::map<std::pair<int64_t, int64_t>, int64_t> links;
+  for (const Task& t : tasks_.tasks)
+    if (t.kind == TaskKind::kTransfer) links.emplace(std::make_pair(t.src_device, t.device), 0);
+  int64_t row = tasks_.devices;
+  for (auto& [link, id] : links) id = row++;
+  std::ostringstream s;
+  s << "{\"traceEvents\": [";
+  bool first = true;
+  auto event = [&](const std::string& body) {
+    s << (first ? "\n  " : ",\n  ") << body;
+    first = false;
+  };
+  for (int64_t d = 0; d < tasks_.devices; ++d)
+    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", d,
+                 ", \"args\": {\"name\": \"device ", d, "\"}}"));
+  for (const auto& [link, id] : links)
+    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", id, ", \"args\": {\"name\": \"link ",
+                 link.first, "->", link.second, "\"}}"));
+  for (const TaskSpan& span : trace_) {
+    const Task& t = tasks_.tasks[static_cast<size_t>(span.task)];
+    const int64_t tid = t.kind == TaskKind::kTransfer ? links.at({t.src_device, t.device}) : t.device;
+    std::string name;
+    for (char c : t.name)
+      if (c != '"' && c != '\\') name += c;
+    event(StrCat("{\"name\": \"", name, "\", \"cat\": \"", TaskKindName(t.kind), "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ",
+                 tid, ", \"ts\": ", span.start * 1e6, ", \"dur\": ", (span.end - span.start) * 1e6, "}"));
+  }
+  s << "\n]}\n";
+  return s.str();
+}
+
+}  // namespace loom

@@ -1,0 +1,84 @@
+// Runs a TaskGraph (graph/task_graph.h) on CPU devices of this process
+// (`--devices cpu:N`): one worker thread per device runs that device's
+// tasks in the task graph's order, each waiting for the tasks it depends
+// on; transfers copy regions between the devices' pieces, all-reduces sum
+// partial pieces in the group's order (so results do not depend on timing).
+// Each device has its own thread pool for kernels. A piece is freed as soon
+// as its last reader has run; sources' home pieces live between steps.
+//
+// The interface mirrors Executor's: state by name (assembled from and
+// scattered to the home pieces), one Run per step.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "graph/ir.h"
+#include "graph/task_graph.h"
+#include "ops/op.h"
+
+namespace loom {
+
+struct TaskRuntimeOptions {
+  int threads_per_device = 1;
+  uint64_t seed = 0;    // random ops draw from streams keyed by (seed, node name, step), as in Executor
+  bool trace = false;   // record every task's start and end (trace(), TraceJson())
+};
+
+// One task's run in the last step, in seconds from the step's start.
+struct TaskSpan {
+  int task = 0;
+  double start = 0, end = 0;
+};
+
+class TaskRuntime {
+ public:
+  // Checks every compute task's kernel on the CPU for its part's types and
+  // allocates the state's home pieces. `graph` is the one `tasks` lowers.
+  static StatusOr<std::unique_ptr<TaskRuntime>> Create(const Graph& graph, TaskGraph tasks,
+                                                       const TaskRuntimeOptions& options = {});
+  ~TaskRuntime();
+
+  Status InitializeState(uint64_t seed);
+  std::vector<std::string> StateNames() const;
+  StatusOr<Tensor> GetState(const std::string& name) const;
+  Status SetState(const std::string& name, const Tensor& value);
+
+  // One step; feeds keyed by Input node name, outputs whole on the host.
+  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds);
+
+  const Graph& graph() const { return graph_; }
+  const TaskGraph& task_graph() const { return tasks_; }
+  int64_t step() const { return step_; }
+  void SetStep(int64_t step) { step_ = step; }
+  const std::vector<TaskSpan>& trace() const { return trace_; }
+  // The last step as Chrome trace JSON: one row per device, one per link.
+  std::string TraceJson() const;
+
+ private:
+  TaskRuntime(Graph graph, TaskGraph tasks, TaskRuntimeOptions options);
+  Status Prepare();
+  Status RunTask(const Task& task, ThreadPool* pool);
+  StatusOr<Tensor> Assemble(const Operand& op) const;
+  void Release(const Task& task);
+
+  Graph graph_;
+  TaskGraph tasks_;
+  TaskRuntimeOptions options_;
+  std::vector<std::unique_ptr<ThreadPool>> pools_;  // per device
+  std::vector<std::vector<int>> queues_;            // per device: task ids in order
+  std::vector<Tensor> pieces_;                      // by piece id (homes persist)
+  std::vector<int> readers_;                        // by piece id: tasks, writebacks and outputs that read it
+  std::vector<const KernelFn*> kernels_;            // by task id (compute tasks)
+  std::map<std::string, ValueId> state_values_;     // state node name -> its value
+  std::vector<TaskSpan> trace_;
+  int64_t step_ = 0;
+  struct StepState;  // synchronisation of one step
+  StepState* step_state_ = nullptr;  // during Run
+};
+
+}  // namespace loom
