@@ -152,6 +152,12 @@ Status Executor::InitializeState(uint64_t seed) {
   return Status::Ok();
 }
 
+std::vector<std::string> Executor::StateNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : state_) names.push_back(name);
+  return names;
+}
+
 StatusOr<Tensor> Executor::GetState(const std::string& name) const {
   auto it = state_.find(name);
   if (it == state_.end()) return NotFound("no parameter or buffer named '", name, "'");

@@ -13,6 +13,7 @@
 #include "graph/ir.h"
 #include "ops/op.h"
 #include "runtime/memory_plan.h"
+#include "runtime/step_runner.h"
 
 namespace loom {
 
@@ -37,7 +38,7 @@ uint64_t NodeStreamKey(const std::string& node_name);
 // initializer attributes, as Executor::InitializeState does.
 Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed);
 
-class Executor {
+class Executor : public StepRunner {
  public:
   // Checks that every op has a kernel on the device and plans memory.
   static StatusOr<std::unique_ptr<Executor>> Create(const Graph& graph, const ExecutorOptions& options = {});
@@ -46,22 +47,23 @@ class Executor {
   // ("init": zeros | ones | constant(value) | normal(mean, std) |
   // uniform(low, high)). Streams are keyed by node name, so a parameter's
   // initial value does not depend on how many others precede it.
-  Status InitializeState(uint64_t seed);
+  Status InitializeState(uint64_t seed) override;
 
   // State tensors (Parameters and Buffers), by node name.
   const std::map<std::string, Tensor>& state() const { return state_; }
-  StatusOr<Tensor> GetState(const std::string& name) const;
-  Status SetState(const std::string& name, const Tensor& value);
+  std::vector<std::string> StateNames() const override;
+  StatusOr<Tensor> GetState(const std::string& name) const override;
+  Status SetState(const std::string& name, const Tensor& value) override;
 
   // One step. `feeds` are keyed by Input node name; every Input must be fed
   // with its exact shape and dtype. Returns copies of the graph's outputs.
-  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds);
+  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds) override;
 
-  const Graph& graph() const { return graph_; }
+  const Graph& graph() const override { return graph_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   // The step counter keys the random streams; a resumed run sets it back.
-  int64_t step() const { return step_; }
-  void SetStep(int64_t step) { step_ = step; }
+  int64_t step() const override { return step_; }
+  void SetStep(int64_t step) override { step_ = step; }
   // Bytes the step needs on the device: the arena plus the state tensors.
   size_t PeakStepBytes() const;
   // Per node, in execution order (empty unless options.profile).

@@ -20,6 +20,7 @@
 #include "graph/ir.h"
 #include "graph/task_graph.h"
 #include "ops/op.h"
+#include "runtime/step_runner.h"
 
 namespace loom {
 
@@ -35,7 +36,7 @@ struct TaskSpan {
   double start = 0, end = 0;
 };
 
-class TaskRuntime {
+class TaskRuntime : public StepRunner {
  public:
   // Checks every compute task's kernel on the CPU for its part's types and
   // allocates the state's home pieces. `graph` is the one `tasks` lowers.
@@ -43,18 +44,18 @@ class TaskRuntime {
                                                        const TaskRuntimeOptions& options = {});
   ~TaskRuntime();
 
-  Status InitializeState(uint64_t seed);
-  std::vector<std::string> StateNames() const;
-  StatusOr<Tensor> GetState(const std::string& name) const;
-  Status SetState(const std::string& name, const Tensor& value);
+  Status InitializeState(uint64_t seed) override;
+  std::vector<std::string> StateNames() const override;
+  StatusOr<Tensor> GetState(const std::string& name) const override;
+  Status SetState(const std::string& name, const Tensor& value) override;
 
   // One step; feeds keyed by Input node name, outputs whole on the host.
-  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds);
+  StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds) override;
 
-  const Graph& graph() const { return graph_; }
+  const Graph& graph() const override { return graph_; }
   const TaskGraph& task_graph() const { return tasks_; }
-  int64_t step() const { return step_; }
-  void SetStep(int64_t step) { step_ = step; }
+  int64_t step() const override { return step_; }
+  void SetStep(int64_t step) override { step_ = step; }
   const std::vector<TaskSpan>& trace() const { return trace_; }
   // The last step as Chrome trace JSON: one row per device, one per link.
   std::string TraceJson() const;

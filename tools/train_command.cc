@@ -21,6 +21,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"seed", "override the config's seed"},
                {"threads", "CPU threads (0 = all cores)"},
                {"device", "where the step runs: cpu (default) or cuda[:i] (overrides the config's device)"},
+               {"devices", "cpu:N: each step on N CPU devices of this process (the task runtime, docs/parallel.md)"},
+               {"strategy", "with --devices: dp (default), replica, model, owt, or a strategy file"},
                {"dump-graphs", "write each compiled program's graph after each pass to this folder "
                                "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
                {"init-from", "start from the parameters and buffers of this single-model checkpoint "
@@ -65,6 +67,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
     o.seed = seed;
   }
   if (flags.Has("device")) o.device = flags.Str("device", "");
+  if (flags.Has("devices")) o.devices = flags.Str("devices", "");
+  if (flags.Has("strategy")) o.strategy = flags.Str("strategy", "");
   if (flags.Has("resume")) o.out_dir = flags.Str("resume", "");
   if (flags.Has("out")) o.out_dir = flags.Str("out", "");
   LOOM_RETURN_IF_ERROR(train::ApplyOverrides(o, &run.config));

@@ -12,6 +12,10 @@
 #include "graph/compile.h"
 #include "graph/model.h"
 #include "models/zoo.h"
+#include "graph/strategy.h"
+#include "graph/task_graph.h"
+#include "runtime/task_runtime.h"
+#include "search/baselines.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/data_spec.h"
 #include "train/checkpoint/executor_state.h"
@@ -45,7 +49,7 @@ StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume) {
     LOOM_ASSIGN_OR_RETURN(proto::TrainConfig saved, LoadTrainConfig(config_path));
     if (std::string diff = RunDifferences(saved, config); !diff.empty())
       return FailedPrecondition("the config differs from the run's own ", config_path, " in ", diff,
-                                " (a resume may change only epochs, max_steps, threads and device)");
+                                " (a resume may change only epochs, max_steps, threads, device, devices and strategy)");
     return TrainConfigToText(saved) != TrainConfigToText(config);  // extended or moved
   }
   std::error_code ec;
@@ -189,6 +193,32 @@ Status TrainingLoop::InitFrom(const std::string& path) {
   return Status::Ok();
 }
 
+// The step on `devices` CPU devices under the config's strategy (a file, or
+// a standard kind named; dp when unset), resolved on the step's forward
+// graph; the run's threads are shared out among the devices.
+StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
+                                                                      int64_t devices) const {
+  const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
+  StatusOr<StandardStrategy> kind = ParseStandardStrategy(name);
+  std::optional<Strategy> strategy;
+  if (kind.ok()) {
+    LOOM_ASSIGN_OR_RETURN(proto::Strategy s, MakeStandardStrategy(forward, *kind, devices));
+    LOOM_ASSIGN_OR_RETURN(strategy, Strategy::FromProto(s, "strategy " + name));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(strategy, Strategy::Load(name));
+    if (strategy->devices() != devices)
+      return InvalidArgument(name, ": the strategy places parts on ", strategy->devices(),
+                             " devices, the run has devices: cpu:", devices);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(*strategy, forward));
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(step, layers, devices));
+  TaskRuntimeOptions o;
+  o.seed = c_.seed();
+  o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / static_cast<int>(devices));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(step, std::move(tasks), o));
+  return std::unique_ptr<StepRunner>(std::move(runtime));
+}
+
 Status TrainingLoop::BuildArray(bool initialize) {
   CompileOptions step_options;
   step_options.name = "train";
@@ -218,13 +248,20 @@ Status TrainingLoop::BuildArray(bool initialize) {
   ExecutorOptions eo;
   eo.seed = c_.seed();
   LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
-  LOOM_ASSIGN_OR_RETURN(auto train, Executor::Create(train_graph, eo));
+  std::unique_ptr<StepRunner> train;
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(c_));
+  if (devices > 0) {
+    LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(train_forward_, Program::kForward, step_options));
+    LOOM_ASSIGN_OR_RETURN(train, CreateTaskRuntime(train_graph, forward, devices));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(train, Executor::Create(train_graph, eo));
+  }
   LOOM_ASSIGN_OR_RETURN(eval_, Executor::Create(eval_graph, eo));
   if (initialize) {
     LOOM_RETURN_IF_ERROR(train->InitializeState(c_.seed()));
   } else {
     // Rows of the replicas that stay, in their new order.
-    for (const auto& [name, t] : train->state()) {
+    for (const std::string& name : train->StateNames()) {
       LOOM_ASSIGN_OR_RETURN(Tensor old, train_->GetState(name));
       LOOM_ASSIGN_OR_RETURN(Tensor kept, old.GatherRows(kept_rows_));
       LOOM_RETURN_IF_ERROR(train->SetState(name, kept));
@@ -581,7 +618,8 @@ Status TrainingLoop::Retire(const std::vector<int64_t>& positions, const std::st
       continue;
     }
     // Keep the replica's final state, as a single model's tensors.
-    for (const auto& [name, t] : train_->state()) {
+    for (const std::string& name : train_->StateNames()) {
+      LOOM_ASSIGN_OR_RETURN(Tensor t, train_->GetState(name));
       LOOM_ASSIGN_OR_RETURN(Tensor row, t.Row(static_cast<int64_t>(i)));
       LOOM_ASSIGN_OR_RETURN(retired_[kRetiredPrefix + std::to_string(r) + "/" + name], row.To(Device::Cpu()));
     }
@@ -731,7 +769,10 @@ Status TrainingLoop::SaveCheckpointTo(const std::string& path) {
 // Per replica in the array: the test loss and accuracy over the scored target
 // entries (one per example for classifiers, one per token for token models).
 Status TrainingLoop::EvaluateArray(std::vector<double>* loss, std::vector<double>* accuracy) {
-  for (const auto& [name, t] : eval_->state()) LOOM_RETURN_IF_ERROR(eval_->SetState(name, train_->state().at(name)));
+  for (const auto& [name, t] : eval_->state()) {
+    LOOM_ASSIGN_OR_RETURN(Tensor trained, train_->GetState(name));
+    LOOM_RETURN_IF_ERROR(eval_->SetState(name, trained));
+  }
   LOOM_RETURN_IF_ERROR(test_loader_->Start(0));
   const int64_t n = array_size();
   Batch batch;

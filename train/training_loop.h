@@ -21,6 +21,7 @@
 
 #include "graph/ir.h"
 #include "runtime/executor.h"
+#include "runtime/step_runner.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/config/replicas.h"
 #include "train/data/loader.h"
@@ -108,6 +109,8 @@ class TrainingLoop {
   // (Re)compiles the training and evaluation programs for alive_; state of
   // replicas still in the array moves over from the previous executors.
   Status BuildArray(bool initialize);
+  StatusOr<std::unique_ptr<StepRunner>> CreateTaskRuntime(const Graph& step, const Graph& forward,
+                                                          int64_t devices) const;
   // Takes the replicas at array positions `positions` out of the array.
   Status Retire(const std::vector<int64_t>& positions, const std::string& status);
   Status ApplyEarlyStop();
@@ -148,7 +151,8 @@ class TrainingLoop {
   std::unique_ptr<DataLoader> train_loader_, test_loader_;
   bool loaders_started_ = false;
   Graph train_forward_, eval_forward_;  // one model
-  std::unique_ptr<Executor> train_, eval_;
+  std::unique_ptr<StepRunner> train_;  // an Executor, or a TaskRuntime with `devices`
+  std::unique_ptr<Executor> eval_;
   std::string fingerprint_;
   std::string config_text_;
   DType dtype_ = DType::kF32;

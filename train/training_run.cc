@@ -25,6 +25,15 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
     LOOM_RETURN_IF_ERROR(ParseDevice(*o.device).status().WithContext("--device"));
     c->set_device(*o.device);
   }
+  if (o.devices) {
+    proto::TrainConfig probe;
+    probe.set_devices(*o.devices);
+    LOOM_RETURN_IF_ERROR(RunCpuDevices(probe).status().WithContext("--devices"));
+    c->set_devices(*o.devices);
+  }
+  if (o.strategy) c->set_strategy(*o.strategy);
+  if (!c->strategy().empty() && c->devices().empty())
+    return InvalidArgument("--strategy needs --devices cpu:N (or devices in the config)");
   if (o.seed) c->set_seed(*o.seed);
   if (o.out_dir) c->set_out_dir(*o.out_dir);
   return Status::Ok();
@@ -35,6 +44,9 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (run.config.out_dir().empty()) run.config.set_out_dir(DefaultOutDir(options.config_name));
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(run.config.model().name()));
   if (entry->gan) {
+    if (!run.config.devices().empty())
+      return Unimplemented("field devices: ", run.config.devices(), ": GAN models (", run.config.model().name(),
+                           ") train on one device for now");
     if (RunPrecision(run.config) != DType::kF32)
       return Unimplemented("field precision: ", run.config.precision(), " is not supported for GAN models (",
                            run.config.model().name(), ") yet; use f32");

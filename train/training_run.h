@@ -34,7 +34,7 @@ StatusOr<RunResult> RunTraining(const RunOptions& options);
 // Applies `loom train` flags to a config and re-checks it.
 struct Overrides {
   std::optional<int64_t> epochs, max_steps, threads;
-  std::optional<std::string> device;
+  std::optional<std::string> device, devices, strategy;
   std::optional<uint64_t> seed;
   std::optional<std::string> out_dir;
 };

@@ -74,11 +74,13 @@ std::string ModelFingerprint(const Graph& graph) {
   return text;
 }
 
-StatusOr<Checkpoint> CaptureExecutorState(const Executor& executor) {
+StatusOr<Checkpoint> CaptureExecutorState(const StepRunner& executor) {
   Checkpoint c;
-  for (const auto& [name, t] : executor.state()) {
+  for (const std::string& name : executor.StateNames()) {
     // A copy even on the host: the executor overwrites its state every step.
-    StatusOr<Tensor> host = t.To(Device::Cpu());
+    StatusOr<Tensor> t = executor.GetState(name);
+    if (!t.ok()) return t.status().WithContext("capturing state '" + name + "'");
+    StatusOr<Tensor> host = t->To(Device::Cpu());
     if (!host.ok()) return host.status().WithContext("capturing state '" + name + "'");
     c.tensors.emplace(name, *host);
   }
@@ -87,7 +89,7 @@ StatusOr<Checkpoint> CaptureExecutorState(const Executor& executor) {
   return c;
 }
 
-Status RestoreExecutorState(const Checkpoint& checkpoint, Executor* executor) {
+Status RestoreExecutorState(const Checkpoint& checkpoint, StepRunner* executor) {
   if (!checkpoint.model_fingerprint.empty()) {
     const std::string mine = ModelFingerprint(executor->graph());
     if (checkpoint.model_fingerprint != mine) {
@@ -99,7 +101,7 @@ Status RestoreExecutorState(const Checkpoint& checkpoint, Executor* executor) {
   }
   // The tensors are what gets copied, so they are checked even when the
   // fingerprints agree (a hand-built checkpoint may not match its own).
-  LOOM_RETURN_IF_ERROR(CompareSpecs(SpecsOf(checkpoint.tensors), SpecsOf(executor->state()), checkpoint));
+  LOOM_RETURN_IF_ERROR(CompareSpecs(SpecsOf(checkpoint.tensors), SpecsOf(executor->graph()), checkpoint));
   for (const auto& [name, t] : checkpoint.tensors) {
     Status s = executor->SetState(name, t);
     if (!s.ok()) return s.WithContext("restoring " + Describe(checkpoint));

@@ -1,4 +1,4 @@
-// Moving an Executor's state in and out of a Checkpoint, and the model
+// Moving a step runner's (an Executor's or a TaskRuntime's) state in and out of a Checkpoint, and the model
 // fingerprint that keeps a checkpoint from being loaded into another model.
 //
 // Resume: build the same training graph, create an Executor with the seed
@@ -12,7 +12,7 @@
 
 #include "graph/ir.h"
 #include "train/checkpoint/checkpoint.h"
-#include "runtime/executor.h"
+#include "runtime/step_runner.h"
 
 namespace loom {
 
@@ -25,7 +25,7 @@ std::string ModelFingerprint(const Graph& graph);
 // A host copy of every state tensor, position.executor_step and the model
 // fingerprint. The caller fills in the rest of the position, the seeds, the
 // config and its own values.
-StatusOr<Checkpoint> CaptureExecutorState(const Executor& executor);
+StatusOr<Checkpoint> CaptureExecutorState(const StepRunner& executor);
 
 // Checks the checkpoint against the executor, then copies every tensor into
 // the executor's state and sets its step counter to
@@ -33,6 +33,6 @@ StatusOr<Checkpoint> CaptureExecutorState(const Executor& executor);
 // checkpoint has one) and then the tensors themselves; the first difference
 // in name order is reported: a tensor missing from the checkpoint, an extra
 // one, or another dtype or shape. On a failed check the executor is unchanged.
-Status RestoreExecutorState(const Checkpoint& checkpoint, Executor* executor);
+Status RestoreExecutorState(const Checkpoint& checkpoint, StepRunner* executor);
 
 }  // namespace loom

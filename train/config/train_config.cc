@@ -320,6 +320,11 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
     const StatusOr<Device> device = ParseDevice(c.device());
     k.Require(device.ok(), "device", device.status().message());
   }
+  if (!c.devices().empty()) {
+    const StatusOr<int64_t> n = RunCpuDevices(c);
+    k.Require(n.ok(), "devices", n.status().message());
+  }
+  k.Require(c.strategy().empty() || !c.devices().empty(), "strategy", "needs devices (e.g. devices: \"cpu:2\")");
   if (!c.precision().empty()) k.OneOf(c.precision(), {"f32", "bf16", "fp16"}, "precision");
   if (c.has_loss_scale()) {
     k.Require(c.precision() == "fp16", "loss_scale", "is for precision: fp16 only (bf16 and f32 need no loss scaling)");
@@ -395,6 +400,16 @@ StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
   return ParseTrainConfig(text, path);
 }
 
+StatusOr<int64_t> RunCpuDevices(const proto::TrainConfig& c) {
+  if (c.devices().empty()) return 0;
+  const std::string& d = c.devices();
+  int64_t n = 0;
+  if (d.rfind("cpu:", 0) != 0 || d.size() == 4 || d.find_first_not_of("0123456789", 4) != std::string::npos ||
+      (n = std::stoll(d.substr(4))) < 1 || n > 64)
+    return InvalidArgument("expected cpu:N with N in [1, 64] CPU devices of this process, got '", d, "'");
+  return n;
+}
+
 StatusOr<Device> RunDevice(const proto::TrainConfig& c) {
   if (c.device().empty()) return Device::Cpu();
   return ParseDevice(c.device());
@@ -435,9 +450,9 @@ namespace {
 
 // What a resume may change: the folder's path (a run can be moved or named
 // by another path), the run's length (to extend it), the thread count
-// (results do not depend on it) and the device (checkpoints are host
-// tensors). Every other field defines the run.
-const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads", "device"};
+// (results do not depend on it), the device, devices and strategy
+// (checkpoints are whole host tensors). Every other field defines the run.
+const char* const kResumableFields[] = {"out_dir", "epochs", "max_steps", "threads", "device", "devices", "strategy"};
 
 }  // namespace
 

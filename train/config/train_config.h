@@ -55,6 +55,9 @@ constexpr int64_t kMaxThreads = 1024;
 Status CheckThreadCount(int64_t threads);
 // The device of the run's steps (config field `device`; cpu when unset).
 StatusOr<Device> RunDevice(const proto::TrainConfig& c);
+// The CPU devices of a parallel run (config field `devices`, "cpu:N"): N,
+// or 0 when unset (one device, field `device`).
+StatusOr<int64_t> RunCpuDevices(const proto::TrainConfig& c);
 // The low precision of a mixed-precision run (config field `precision`,
 // validated): kBF16, kF16, or kF32 when unset or "f32".
 DType RunPrecision(const proto::TrainConfig& c);
