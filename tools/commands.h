@@ -23,6 +23,9 @@ Status InspectCommand(const std::vector<std::string>& args);
 // config's model, and a strategy's split of every layer (`loom inspect
 // --config C --strategy S`).
 Status StrategyCommand(const std::vector<std::string>& args);
-Status InspectStrategy(const std::string& config_path, const std::string& strategy_path);
+// The strategy's split of every layer; with `taskgraph`, the training
+// step's task graph (and its JSON to `json_path` when not empty).
+Status InspectStrategy(const std::string& config_path, const std::string& strategy_path, bool taskgraph,
+                       const std::string& json_path);
 
 }  // namespace loom::tools

@@ -25,7 +25,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: loom inspect --model NAME [--set key=value ...] [--input C,H,W | T] [--classes N] [--batch B] "
     "[--params] [--export FILE]\n"
-    "       loom inspect --config FILE --strategy FILE\n";
+    "       loom inspect --config FILE --strategy FILE [--taskgraph [--json FILE]]\n";
 
 // 235146 -> "235,146".
 std::string Grouped(double x) {
@@ -200,6 +200,8 @@ Status InspectCommand(const std::vector<std::string>& args) {
   Flags flags({{"model", "the zoo model to build"},
                {"config", "with --strategy: the training config whose model the strategy splits"},
                {"strategy", "show this strategy file's split of every layer of --config's model (docs/parallel.md)"},
+               {"taskgraph?", "with --strategy: also the training step's task graph, task by task"},
+               {"json", "with --taskgraph: write the task graph to this file as JSON"},
                {"set", "a model argument key=value (repeatable), e.g. --set hidden=64,32"},
                {"input", "the example shape, comma-separated (default: the model's reference input, e.g. "
                          "3,224,224 for alexnet, 1,28,28 for mlp)"},
@@ -215,7 +217,9 @@ Status InspectCommand(const std::vector<std::string>& args) {
   }
   if (flags.Has("strategy")) {
     if (!flags.Has("config")) return InvalidArgument("loom inspect --strategy FILE needs --config FILE (the model)");
-    return InspectStrategy(flags.Str("config", ""), flags.Str("strategy", ""));
+    if (flags.Has("json") && !flags.Bool("taskgraph")) return InvalidArgument("--json FILE goes with --taskgraph");
+    return InspectStrategy(flags.Str("config", ""), flags.Str("strategy", ""), flags.Bool("taskgraph"),
+                           flags.Str("json", ""));
   }
   if (flags.Has("config")) return InvalidArgument("loom inspect --config FILE goes with --strategy FILE");
   return Inspect(flags, model_args);

@@ -8,7 +8,9 @@
 #include "core/file_util.h"
 #include "graph/fusion.h"
 #include "graph/model.h"
+#include "graph/compile.h"
 #include "graph/strategy.h"
+#include "graph/task_graph.h"
 #include "search/baselines.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -22,19 +24,33 @@ namespace {
 constexpr const char* kUsage =
     "usage: loom strategy --config FILE --devices N --kind dp|replica|model|owt [--out FILE]\n";
 
-// The forward graph `loom train` builds for the config: fused when the
-// config has replicas or a sweep (the names a strategy uses are the same).
-StatusOr<Graph> ConfigForwardGraph(const proto::TrainConfig& config) {
+// The forward graph and the training step `loom train` builds for the
+// config: fused when the config has replicas or a sweep (the names a
+// strategy uses are the same), in its precision. The step trains every
+// replica with the config's optimizer: per-replica hyper-parameters change
+// attributes, not tasks.
+struct ConfigPrograms {
+  Graph forward, step;
+};
+StatusOr<ConfigPrograms> BuildConfigPrograms(const proto::TrainConfig& config) {
   LOOM_ASSIGN_OR_RETURN(const train::Datasets data, train::LoadDatasets(config.data()));
   Model m;
   LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, train::DataSpecOf(*data.train), config.data().batch_size()));
-  if (!IsFused(config)) return m.graph();
-  LOOM_ASSIGN_OR_RETURN(const std::vector<ReplicaSpec> replicas, ExpandReplicas(config));
-  FusionOptions fo;
-  fo.replicas = static_cast<int>(replicas.size());
-  fo.unfused_layers.assign(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
-  for (const ReplicaSpec& r : replicas) fo.seeds.push_back(r.config.seed());
-  return FuseReplicas(m.graph(), fo);
+  std::optional<FusionOptions> fusion;
+  if (IsFused(config)) {
+    LOOM_ASSIGN_OR_RETURN(const std::vector<ReplicaSpec> replicas, ExpandReplicas(config));
+    fusion = FusionOptions{};
+    fusion->replicas = static_cast<int>(replicas.size());
+    fusion->unfused_layers.assign(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
+    for (const ReplicaSpec& r : replicas) fusion->seeds.push_back(r.config.seed());
+  }
+  CompileOptions o = StepOptions(StepOptimizer{config.optimizer()}, fusion);
+  o.precision = RunPrecision(config);
+  o.loss_scaling = RunLossScaling(config);
+  ConfigPrograms p;
+  LOOM_ASSIGN_OR_RETURN(p.forward, Compile(m.graph(), Program::kForward, o));
+  LOOM_ASSIGN_OR_RETURN(p.step, Compile(m.graph(), Program::kTrainingStep, o));
+  return p;
 }
 
 Status WriteStrategy(const Flags& flags) {
@@ -45,7 +61,8 @@ Status WriteStrategy(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(const StandardStrategy kind, ParseStandardStrategy(flags.Str("kind", "")));
   const std::string config_path = flags.Str("config", "");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(config_path));
-  LOOM_ASSIGN_OR_RETURN(const Graph graph, ConfigForwardGraph(config));
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  const Graph& graph = programs.forward;
   LOOM_ASSIGN_OR_RETURN(const proto::Strategy strategy, MakeStandardStrategy(graph, kind, devices));
   const std::string text = StrCat("# loom strategy --config ", config_path, " --devices ", devices, " --kind ",
                                   flags.Str("kind", ""), "\n", StrategyToText(strategy));
@@ -61,10 +78,12 @@ Status WriteStrategy(const Flags& flags) {
 
 }  // namespace
 
-Status InspectStrategy(const std::string& config_path, const std::string& strategy_path) {
+Status InspectStrategy(const std::string& config_path, const std::string& strategy_path, bool taskgraph,
+                       const std::string& json_path) {
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(config_path));
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::Load(strategy_path));
-  LOOM_ASSIGN_OR_RETURN(const Graph graph, ConfigForwardGraph(config));
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  const Graph& graph = programs.forward;
   LOOM_ASSIGN_OR_RETURN(const auto splits, strategy.Resolve(graph));
   size_t wn = 5, wo = 2, ws = 12;
   for (const auto& [id, split] : splits) {
@@ -82,6 +101,26 @@ Status InspectStrategy(const std::string& config_path, const std::string& strate
     const std::string shape = n.outputs.empty() ? "-" : graph.type(n.outputs[0]).shape.ToString();
     std::printf("%-*s  %-*s  %-*s  %s\n", static_cast<int>(wn), n.name.c_str(), static_cast<int>(wo), n.op.c_str(),
                 static_cast<int>(ws), shape.c_str(), split.ToString().c_str());
+  }
+  if (!taskgraph) return Status::Ok();
+  LOOM_ASSIGN_OR_RETURN(const auto layers, ResolveLayers(strategy, graph));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+  std::map<TaskKind, int64_t> count;
+  std::vector<double> flops(static_cast<size_t>(tasks.devices), 0.0);
+  for (const Task& t : tasks.tasks) {
+    ++count[t.kind];
+    if (t.kind == TaskKind::kCompute) flops[static_cast<size_t>(t.device)] += t.flops;
+  }
+  std::printf("\ntask graph of the training step: %zu tasks (%lld compute, %lld transfer, %lld all-reduce), "
+              "%.0f bytes moved\n",
+              tasks.tasks.size(), static_cast<long long>(count[TaskKind::kCompute]),
+              static_cast<long long>(count[TaskKind::kTransfer]), static_cast<long long>(count[TaskKind::kAllReduce]),
+              tasks.TransferBytes());
+  for (size_t d = 0; d < flops.size(); ++d) std::printf("  device %zu: %.4g FLOPs\n", d, flops[d]);
+  std::printf("\n%s", tasks.ToString().c_str());
+  if (!json_path.empty()) {
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(json_path, tasks.ToJson()));
+    std::printf("task graph written to %s\n", json_path.c_str());
   }
   return Status::Ok();
 }

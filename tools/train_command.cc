@@ -23,6 +23,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"device", "where the step runs: cpu (default) or cuda[:i] (overrides the config's device)"},
                {"devices", "cpu:N: each step on N CPU devices of this process (the task runtime, docs/parallel.md)"},
                {"strategy", "with --devices: dp (default), replica, model, owt, or a strategy file"},
+               {"trace", "with --devices: write the last step's tasks per device and link as Chrome trace JSON"},
                {"dump-graphs", "write each compiled program's graph after each pass to this folder "
                                "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
                {"init-from", "start from the parameters and buffers of this single-model checkpoint "
@@ -78,6 +79,7 @@ Status TrainCommand(const std::vector<std::string>& args) {
     run.init_from = flags.Str("init-from", "");
   }
   run.dump_graphs_dir = flags.Str("dump-graphs", "");
+  run.trace_path = flags.Str("trace", "");
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   if (result.stop_signal != 0) {
     // Stopped cleanly by SIGINT/SIGTERM: exit as the signal would have.

@@ -214,6 +214,7 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(step, layers, devices));
   TaskRuntimeOptions o;
   o.seed = c_.seed();
+  o.trace = !opt_.trace_path.empty();
   o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / static_cast<int>(devices));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(step, std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));
@@ -546,6 +547,13 @@ StatusOr<TrainerResult> TrainingLoop::Run() {
     }
   }
   progress_->Finish();
+  if (!opt_.trace_path.empty()) {
+    const auto* runtime = dynamic_cast<const TaskRuntime*>(train_.get());
+    if (!runtime) return InvalidArgument("--trace FILE needs devices (--devices cpu:N): it traces the task runtime");
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(opt_.trace_path, runtime->TraceJson()));
+    std::fprintf(console_, "trace of step %lld: %s\n", static_cast<long long>(runtime->step()),
+                 opt_.trace_path.c_str());
+  }
   TrainerResult result = Result();
   std::vector<metrics::SummaryRow> rows;
   metrics::SummaryOptions so;

@@ -45,6 +45,8 @@ struct LoopOptions {
   bool stop_on_signals = false;
   // When set, every compiled program's graph after each pass (graph/compile.h).
   std::string dump_graphs_dir;
+  // With devices: the last step's task trace (Chrome trace JSON) goes here.
+  std::string trace_path;
 };
 
 // Checks a run's folder against its config before anything is written: a

@@ -61,6 +61,9 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   lo.console = run.console;
   lo.stop_on_signals = true;
   lo.dump_graphs_dir = run.dump_graphs_dir;
+  lo.trace_path = run.trace_path;
+  if (!run.trace_path.empty() && run.config.devices().empty())
+    return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::Open(std::move(lo)));
   return loop->Run();
 }

@@ -23,6 +23,7 @@ struct RunOptions {
   std::string init_from;
   FILE* console = stdout;     // progress and summaries
   std::string dump_graphs_dir;  // --dump-graphs: each program's graph after each compile pass
+  std::string trace_path;       // --trace: the last step's task trace (with devices)
 };
 
 // What `loom train` reports; stop_signal is the SIGINT or SIGTERM that
