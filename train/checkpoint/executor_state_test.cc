@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "graph/model.h"
 #include "graph/training.h"
+#include "runtime/executor.h"
 #include "train/checkpoint/run_dir.h"
 
 namespace loom {

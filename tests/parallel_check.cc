@@ -1,0 +1,137 @@
+#include "tests/parallel_check.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "graph/compile.h"
+#include "graph/strategy.h"
+#include "runtime/executor.h"
+#include "runtime/task_runtime.h"
+
+namespace loom::testing {
+
+StatusOr<StepCase> MakeStepCase(const Graph& model, const std::optional<FusionOptions>& fusion,
+                                std::map<std::string, Tensor> feeds, double lr) {
+  StepOptimizer opt;
+  opt.config.set_type("sgd");
+  opt.config.set_lr(lr);
+  opt.config.set_momentum(0.9);
+  const CompileOptions o = StepOptions(opt, fusion);
+  StepCase c;
+  LOOM_ASSIGN_OR_RETURN(c.forward, Compile(model, Program::kForward, o));
+  LOOM_ASSIGN_OR_RETURN(c.step, Compile(model, Program::kTrainingStep, o));
+  for (const Node& n : c.step.nodes()) {
+    if (n.op != kInputOp || feeds.count(n.name)) continue;
+    const TensorType& t = c.step.type(n.outputs[0]);
+    Tensor x = Tensor::Zeros(t.shape, t.dtype);
+    x.Fill(n.name == kLearningRateInput ? lr : 1.0);  // lr, step 1, every replica active
+    feeds[n.name] = x;
+  }
+  c.feeds = std::move(feeds);
+  return c;
+}
+
+namespace {
+
+StatusOr<StepResults> RunSteps(StepRunner& runner, const StepCase& c, int steps) {
+  StepResults r;
+  for (int s = 0; s < steps; ++s) {
+    LOOM_ASSIGN_OR_RETURN(auto out, runner.Run(c.feeds));
+    r.outputs.push_back(std::move(out));
+  }
+  for (const std::string& name : runner.StateNames()) {
+    LOOM_ASSIGN_OR_RETURN(r.state[name], runner.GetState(name));
+  }
+  return r;
+}
+
+double MaxRelativeError(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  const std::vector<double> x = a.ToDoubleVector(), y = b.ToDoubleVector();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double scale = std::max(1e-6, std::max(std::abs(x[i]), std::abs(y[i])));
+    const double e = std::abs(x[i] - y[i]) / scale;
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  return worst;
+}
+
+}  // namespace
+
+StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed) {
+  LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(c.step));
+  LOOM_RETURN_IF_ERROR(e->InitializeState(seed));
+  return RunSteps(*e, c, steps);
+}
+
+StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text) {
+  LOOM_ASSIGN_OR_RETURN(Strategy s, Strategy::Parse(strategy_text, "strategy.pbtxt"));
+  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(s, c.forward));
+  return BuildTaskGraph(c.step, layers, s.devices());
+}
+
+StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed) {
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(c.step, std::move(tasks)));
+  LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
+  return RunSteps(*runtime, c, steps);
+}
+
+std::string FirstMismatch(const StepResults& want, const StepResults& got, double tolerance) {
+  if (want.outputs.size() != got.outputs.size()) return "a different number of steps";
+  for (size_t s = 0; s < want.outputs.size(); ++s)
+    for (const auto& [name, t] : want.outputs[s]) {
+      auto it = got.outputs[s].find(name);
+      const double e = it == got.outputs[s].end() ? INFINITY : MaxRelativeError(t, it->second);
+      if (!(e <= tolerance)) return StrCat("step ", s, " output ", name, ": ", e);
+    }
+  for (const auto& [name, t] : want.state) {
+    auto it = got.state.find(name);
+    const double e = it == got.state.end() ? INFINITY : MaxRelativeError(t, it->second);
+    if (!(e <= tolerance)) return StrCat("state ", name, ": ", e);
+  }
+  return "";
+}
+
+std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng) {
+  std::string text = StrCat("devices: ", devices, "\n");
+  for (const Node& n : forward.nodes()) {
+    if (IsSourceOp(n.op)) continue;
+    std::vector<TensorType> in, out;
+    for (ValueId v : n.inputs) in.push_back(forward.type(v));
+    for (ValueId v : n.outputs) out.push_back(forward.type(v));
+    const SplitRules rules = OpRegistry::Global().FindOp(n.op)->Splits(n.attrs, in, out);
+    std::string why;
+    const bool can[kSplitDims] = {rules.sample.has_value(), forward.fused() && ReplicaSplit(forward, n, rules, &why),
+                                  rules.attribute.has_value(), rules.parameter.has_value()};
+    // Halves of every tensor the rule divides (a window input follows its output).
+    auto halves = [&](const std::optional<DimSplit>& rule) {
+      if (!rule) return true;
+      for (size_t i = 0; i < rule->outputs.size(); ++i)
+        if (rule->outputs[i].axis >= 0 && out[i].shape[rule->outputs[i].axis] % 2 != 0) return false;
+      for (size_t i = 0; i < rule->inputs.size(); ++i)
+        if (rule->inputs[i].axis >= 0 && rule->inputs[i].span == 1 && rule->inputs[i].stride == 1 &&
+            in[i].shape[rule->inputs[i].axis] % 2 != 0)
+          return false;
+      return true;
+    };
+    const bool fits[kSplitDims] = {halves(rules.sample), forward.replicas() % 2 == 0, halves(rules.attribute),
+                                   halves(rules.parameter)};
+    int64_t degree[kSplitDims] = {1, 1, 1, 1};
+    int64_t parts = 1;
+    for (int d = 0; d < kSplitDims; ++d)
+      if (can[d] && fits[d] && rng() % 3 == 0 && parts * 2 <= devices) degree[d] = 2, parts *= 2;
+    std::vector<int64_t> order(static_cast<size_t>(devices));
+    for (int64_t d = 0; d < devices; ++d) order[static_cast<size_t>(d)] = d;
+    std::shuffle(order.begin(), order.end(), rng);
+    text += StrCat("layer { layer: \"", n.name, "\"");
+    for (int d = 0; d < kSplitDims; ++d)
+      if (degree[d] > 1) text += StrCat(" ", SplitDimName(kAllSplitDims[d]), ": ", degree[d]);
+    for (int64_t p = 0; p < parts; ++p) text += StrCat(" devices: ", order[static_cast<size_t>(p)]);
+    text += " }\n";
+  }
+  return text;
+}
+
+}  // namespace loom::testing

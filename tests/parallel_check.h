@@ -1,0 +1,51 @@
+// Runs a training step on one device and under a strategy on CPU devices
+// (runtime/task_runtime.h) from the same initial state, and compares the
+// two: the equivalence checks of docs/parallel.md.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/fusion.h"
+#include "graph/ir.h"
+#include "graph/task_graph.h"
+
+namespace loom::testing {
+
+struct StepCase {
+  Graph forward;  // what strategies name layers of (fused when the step is)
+  Graph step;     // the training step: SGD with momentum 0.9, lr fed
+  std::map<std::string, Tensor> feeds;
+};
+
+// The step of `model` (its output "loss"), fused when `fusion` is set, with
+// `feeds` for the model's inputs; the step's own inputs (lr, step, replica
+// mask) are added.
+StatusOr<StepCase> MakeStepCase(const Graph& model, const std::optional<FusionOptions>& fusion,
+                                std::map<std::string, Tensor> feeds, double lr = 0.1);
+
+struct StepResults {
+  std::vector<std::map<std::string, Tensor>> outputs;  // per step
+  std::map<std::string, Tensor> state;                  // after the last step
+};
+
+// `steps` steps from the state Executor::InitializeState(seed) makes.
+StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed);
+StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text);
+StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed);
+
+// The first output or state whose largest relative difference exceeds
+// `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.
+std::string FirstMismatch(const StepResults& want, const StepResults& got, double tolerance);
+
+// A strategy over `devices` devices: per forward layer, degrees of 1 or 2
+// for the dimensions its op declares (sample, attribute, parameter, and
+// replica in a fused graph), parts on random distinct devices. It may still
+// not fit a layer's shapes: LowerStrategy says.
+std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng);
+
+}  // namespace loom::testing
