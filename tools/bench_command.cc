@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/file_util.h"
+#include "core/parse.h"
 #include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/cost.h"
@@ -23,6 +24,10 @@
 #include "train/config/train_config.h"
 #include "train/data/loader.h"
 #include "runtime/executor.h"
+#include "runtime/task_runtime.h"
+#include "graph/strategy.h"
+#include "graph/task_graph.h"
+#include "search/baselines.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "train/run_parts.h"
@@ -449,7 +454,118 @@ Status BenchFusion(const Flags& flags) {
 
 }  // namespace
 
+// "model name" of /proc/cpuinfo: benchmarks say which CPU they ran on.
+std::string CpuModelName() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// The runtime's own cost per task: a chain of `n` scalar additions, as one
+// Executor step and as a task graph on one device (no transfers).
+Status BenchTaskOverhead(int reps) {
+  constexpr int kTasks = 2000;
+  Model m;
+  Sym x = m.input("x", {});
+  Sym y = x;
+  for (int i = 0; i < kTasks; ++i) y = m.add(y, x);
+  m.set_output("y", y);
+  LOOM_RETURN_IF_ERROR(m.status());
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(m.graph()));
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(m.graph(), {}, 1));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(m.graph(), std::move(tasks)));
+  const std::map<std::string, Tensor> feeds = {{"x", Tensor::FromVector<float>({}, {1.0f})}};
+  Status status;
+  auto step = [&](StepRunner& runner) {
+    const Status s = runner.Run(feeds).status();
+    if (!s.ok()) status = s;
+  };
+  const double exec_s = BestSeconds(reps, [&] { step(*exec); });
+  const double task_s = BestSeconds(reps, [&] { step(*runtime); });
+  LOOM_RETURN_IF_ERROR(status);
+  std::printf("runtime overhead: %d scalar tasks on 1 device: %.2f us per task (Executor: %.2f us per node)\n\n",
+              kTasks, task_s / kTasks * 1e6, exec_s / kTasks * 1e6);
+  return Status::Ok();
+}
+
+// One training step of the config on one device (one thread) against each
+// strategy on `devices` CPU devices (one thread each), interleaved, `reps`
+// steps each: the median step time with its spread, the speed-up, and the
+// bytes each step moves between devices.
+Status BenchParallel(const Flags& flags) {
+  if (!flags.Has("config")) return InvalidArgument("loom bench parallel needs --config FILE");
+  LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 2));
+  LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
+  if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
+  LOOM_RETURN_IF_ERROR(BenchTaskOverhead(static_cast<int>(reps)));
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  LOOM_ASSIGN_OR_RETURN(BenchData data, LoadBenchData(config));
+  const std::map<std::string, Tensor> feeds = RandomFeeds(programs.step, data.feeds);
+
+  struct Variant {
+    std::string name;
+    std::unique_ptr<StepRunner> runner;
+    double bytes = 0;
+    size_t tasks = 0;
+    std::vector<double> seconds;
+  };
+  std::vector<Variant> variants;
+  ThreadPool one_thread(1);
+  ExecutorOptions eo;
+  eo.pool = &one_thread;
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(programs.step, eo));
+  variants.push_back({"1 device", std::move(exec)});
+  for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
+    LOOM_ASSIGN_OR_RETURN(StandardStrategy kind, ParseStandardStrategy(kind_name));
+    LOOM_ASSIGN_OR_RETURN(proto::Strategy proto, MakeStandardStrategy(programs.forward, kind, devices));
+    LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
+    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
+    Variant v{StrCat(kind_name, " on cpu:", devices), nullptr, tasks.TransferBytes(), tasks.tasks.size()};
+    LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(programs.step, std::move(tasks)));
+    v.runner = std::move(runtime);
+    variants.push_back(std::move(v));
+  }
+  for (Variant& v : variants) LOOM_RETURN_IF_ERROR(v.runner->InitializeState(config.seed()));
+  for (int64_t r = 0; r <= reps; ++r)  // the first round warms up
+    for (Variant& v : variants) {
+      const auto start = std::chrono::steady_clock::now();
+      LOOM_RETURN_IF_ERROR(v.runner->Run(feeds).status());
+      if (r > 0) v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  auto quantile = [](std::vector<double> x, double q) {
+    std::sort(x.begin(), x.end());
+    return x[static_cast<size_t>(q * static_cast<double>(x.size() - 1) + 0.5)];
+  };
+  const double base = quantile(variants[0].seconds, 0.5);
+  std::printf("%s, batch %d, %lld steps each, interleaved; 1 thread per device (%s)\n\n", flags.Str("config", "").c_str(),
+              config.data().batch_size(), static_cast<long long>(reps), CpuModelName().c_str());
+  std::printf("%-16s  %10s  %18s  %8s  %6s  %14s\n", "", "median ms", "spread (p10-p90)", "speed-up", "tasks",
+              "bytes moved");
+  for (const Variant& v : variants) {
+    const double median = quantile(v.seconds, 0.5);
+    std::printf("%-16s  %10.2f  %8.2f - %7.2f  %7.2fx  %6zu  %14.0f\n", v.name.c_str(), median * 1e3,
+                quantile(v.seconds, 0.1) * 1e3, quantile(v.seconds, 0.9) * 1e3, base / median, v.tasks, v.bytes);
+  }
+  return Status::Ok();
+}
+
 Status BenchCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "parallel") {
+    Flags flags({{"config", "the training config whose step to split"},
+                 {"devices", "CPU devices (default 2), one thread each"},
+                 {"strategies", "standard strategies to measure (default dp,owt,model)"},
+                 {"reps", "timed steps of each variant, interleaved (default 20)"}});
+    LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
+    if (flags.help_requested()) {
+      std::printf("usage: loom bench parallel --config FILE [flags]\n%s", flags.Help().c_str());
+      return Status::Ok();
+    }
+    return BenchParallel(flags);
+  }
   if (!args.empty() && args[0] == "fusion") {
     Flags flags({{"config", "the training config whose model, batch and optimizer to fuse"},
                  {"replicas", "replica counts to measure, e.g. 1,2,4,8,16 (the default)"},
@@ -483,7 +599,8 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "kernels")
     return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]\n"
                            "       loom bench profile --config FILE [--steps N]\n"
-                           "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]");
+                           "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]\n"
+                           "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
                {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
                {"json", "also write the results as JSON to this file"}});

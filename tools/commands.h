@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "graph/ir.h"
+#include "train/config/train_config.h"
 
 namespace loom::tools {
 
@@ -23,6 +25,14 @@ Status InspectCommand(const std::vector<std::string>& args);
 // config's model, and a strategy's split of every layer (`loom inspect
 // --config C --strategy S`).
 Status StrategyCommand(const std::vector<std::string>& args);
+// The forward graph and the training step `loom train` builds for a
+// config (fused when it has replicas or a sweep, in its precision), every
+// replica with the config's optimizer: what strategies split.
+struct ConfigPrograms {
+  Graph forward, step;
+};
+StatusOr<ConfigPrograms> BuildConfigPrograms(const proto::TrainConfig& config);
+
 // The strategy's split of every layer; with `taskgraph`, the training
 // step's task graph (and its JSON to `json_path` when not empty).
 Status InspectStrategy(const std::string& config_path, const std::string& strategy_path, bool taskgraph,

@@ -24,14 +24,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: loom strategy --config FILE --devices N --kind dp|replica|model|owt [--out FILE]\n";
 
-// The forward graph and the training step `loom train` builds for the
-// config: fused when the config has replicas or a sweep (the names a
-// strategy uses are the same), in its precision. The step trains every
-// replica with the config's optimizer: per-replica hyper-parameters change
-// attributes, not tasks.
-struct ConfigPrograms {
-  Graph forward, step;
-};
+}  // namespace
+
+// Fused as loom train fuses (the names a strategy uses are the same); the
+// step trains every replica with the config's optimizer: per-replica
+// hyper-parameters change attributes, not tasks.
+
 StatusOr<ConfigPrograms> BuildConfigPrograms(const proto::TrainConfig& config) {
   LOOM_ASSIGN_OR_RETURN(const train::Datasets data, train::LoadDatasets(config.data()));
   Model m;
@@ -52,6 +50,8 @@ StatusOr<ConfigPrograms> BuildConfigPrograms(const proto::TrainConfig& config) {
   LOOM_ASSIGN_OR_RETURN(p.step, Compile(m.graph(), Program::kTrainingStep, o));
   return p;
 }
+
+namespace {
 
 Status WriteStrategy(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom strategy needs --config FILE");
