@@ -205,6 +205,9 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
     LOOM_ASSIGN_OR_RETURN(proto::Strategy s, MakeStandardStrategy(forward, *kind, devices));
     LOOM_ASSIGN_OR_RETURN(strategy, Strategy::FromProto(s, "strategy " + name));
   } else {
+    if (!std::filesystem::exists(name))
+      return NotFound("field strategy: '", name,
+                      "' is neither a standard strategy (dp, replica, model or owt) nor a strategy file");
     LOOM_ASSIGN_OR_RETURN(strategy, Strategy::Load(name));
     if (strategy->devices() != devices)
       return InvalidArgument(name, ": the strategy places parts on ", strategy->devices(),
