@@ -1,6 +1,7 @@
 #include "core/parse.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 namespace loom {
@@ -12,6 +13,23 @@ IntParse ParseInt64(const std::string& text, int64_t* value) {
   if (text.empty() || *end != '\0') return IntParse::kNotInteger;
   *value = static_cast<int64_t>(v);
   return errno == ERANGE ? IntParse::kOutOfRange : IntParse::kOk;
+}
+
+std::string JsonQuoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += u;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 std::vector<std::string> SplitCommas(const std::string& text) {

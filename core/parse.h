@@ -17,5 +17,8 @@ IntParse ParseInt64(const std::string& text, int64_t* value);
 
 // "a,,b" -> {"a", "", "b"}; "" -> {""}.
 std::vector<std::string> SplitCommas(const std::string& text);
+// `text` as a JSON string literal: quoted, with quotes, backslashes and
+// control characters escaped.
+std::string JsonQuoted(const std::string& text);
 
 }  // namespace loom

@@ -5,9 +5,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <tuple>
 
-#include "core/logging.h"
+#include "core/parse.h"
 #include "ops/op.h"
 
 namespace loom {
@@ -47,16 +46,6 @@ using DimRules = std::array<std::optional<DimSplit>, kSplitDims>;
 // Every tensor whole, every part computing all of it (a replicated op).
 DimSplit Replicated(size_t inputs, size_t outputs) { return SplitAlong(-1, inputs, outputs); }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out + "\"";
-}
-
 template <typename T>
 std::string Join(const std::vector<T>& v) {
   std::string s;
@@ -79,16 +68,14 @@ class Lowering {
     for (const auto& [name, v] : g_.outputs()) {
       LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(v));
     }
-    for (const StateUpdate& u : g_.state_updates()) {
-      LOOM_RETURN_IF_ERROR(CoverHomes(u.state));
-      for (int h : std::vector<int>(tg_.homes[u.state])) {
-        const Piece home = tg_.pieces[static_cast<size_t>(h)];
+    for (const Node& n : g_.nodes())
+      if (IsStateOp(n.op)) CoverHomes(n.outputs[0]);
+    for (const StateUpdate& u : g_.state_updates())
+      for (int h : std::vector<int>(tg_.homes[u.state])) {  // a copy: Fetch may add homes
+        const Piece home = piece(h);
         LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, home.region, home.device));
         tg_.writebacks.emplace_back(h, std::move(from));
       }
-    }
-    for (const Node& n : g_.nodes())
-      if (IsStateOp(n.op)) LOOM_RETURN_IF_ERROR(CoverHomes(n.outputs[0]));
     return std::move(tg_);
   }
 
@@ -237,7 +224,7 @@ class Lowering {
 
   // Makes sure the homes of a state value tile it (for reading it back): a
   // whole home on device 0 when they do not.
-  Status CoverHomes(ValueId state) {
+  void CoverHomes(ValueId state) {
     std::set<Region> regions;
     for (int h : tg_.homes[state]) regions.insert(piece(h).region);
     int64_t volume = 0;
@@ -246,16 +233,8 @@ class Lowering {
       volume += a->numel();
       for (auto b = std::next(a); b != regions.end(); ++b) disjoint = disjoint && !a->Intersect(*b);
     }
-    if (disjoint && volume == g_.type(state).shape.numel()) return Status::Ok();
-    const Region all = Region::Whole(g_.type(state).shape);
-    const int h = AddPiece(state, 0, all, false, -1);
-    tg_.homes[state].push_back(h);
-    for (const StateUpdate& u : g_.state_updates())
-      if (u.state == state) {
-        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, all, 0));
-        tg_.writebacks.emplace_back(h, std::move(from));
-      }
-    return Status::Ok();
+    if (disjoint && volume == g_.type(state).shape.numel()) return;
+    tg_.homes[state].push_back(AddPiece(state, 0, Region::Whole(g_.type(state).shape), false, -1));
   }
 
   // The forward layer a node belongs to: itself, or the longest layer name
@@ -474,7 +453,6 @@ class Lowering {
                       : dims[d]->partial_sums      ? kPartialAxis
                                                    : -1;
     }
-    tg_.node_splits[n.id] = split;
     return Status::Ok();
   }
 
@@ -506,8 +484,8 @@ std::string TaskGraph::ToJson() const {
   std::ostringstream s;
   s << "{\"devices\": " << devices << ", \"tasks\": [";
   for (const Task& t : tasks) {
-    s << (t.id ? ",\n  " : "\n  ") << "{\"id\": " << t.id << ", \"kind\": " << JsonString(TaskKindName(t.kind))
-      << ", \"name\": " << JsonString(t.name) << ", \"device\": " << t.device;
+    s << (t.id ? ",\n  " : "\n  ") << "{\"id\": " << t.id << ", \"kind\": " << JsonQuoted(TaskKindName(t.kind))
+      << ", \"name\": " << JsonQuoted(t.name) << ", \"device\": " << t.device;
     if (t.kind == TaskKind::kTransfer) s << ", \"src_device\": " << t.src_device;
     if (t.kind == TaskKind::kAllReduce) s << ", \"group\": [" << Join(t.group) << "]";
     s << ", \"flops\": " << t.flops << ", \"bytes\": " << t.bytes << ", \"deps\": [" << Join(t.deps) << "]}";

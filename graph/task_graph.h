@@ -91,8 +91,6 @@ struct TaskGraph {
   std::vector<std::pair<int, Operand>> writebacks;
   // The graph's named outputs, each tiled by pieces on any devices.
   std::map<std::string, Operand> outputs;
-  // Per compute node: the split it ran with (after fallbacks).
-  std::map<NodeId, LayerSplit> node_splits;
 
   // One line per task: "12 compute fc1[1] on 1  deps 3,4  flops 4096 bytes 8192".
   std::string ToString() const;

@@ -78,11 +78,10 @@ std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, con
                                       int except) {
   std::vector<DimSplit> splits;
   if (outputs.empty()) return splits;
-  for (int a = 0; a < outputs[0].shape.rank(); ++a) {
-    bool same = true;  // every output has output 0's extent there
-    for (const TensorType& t : outputs) same = same && t.shape == outputs[0].shape;
-    if (a != except && same) splits.push_back(ElementwiseAlong(a, inputs, outputs));
-  }
+  for (const TensorType& t : outputs)
+    if (t.shape != outputs[0].shape) return splits;  // outputs of other shapes: no common axis
+  for (int a = 0; a < outputs[0].shape.rank(); ++a)
+    if (a != except) splits.push_back(ElementwiseAlong(a, inputs, outputs));
   return splits;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "core/parse.h"
 #include "core/rng.h"
 #include "runtime/executor.h"
 
@@ -301,7 +302,9 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   std::map<std::string, Tensor> results;
   for (const auto& [name, op] : tasks_.outputs) {
     LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op));
-    if (op.pieces.size() == 1) {  // a copy: the piece is freed below
+    // A home (the feed, the state) may be the result itself: the writebacks
+    // below and the next feed overwrite it, so the caller gets a copy.
+    if (op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0) {
       LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(results[name].shape(), results[name].dtype()));
       LOOM_RETURN_IF_ERROR(copy.CopyFrom(results[name]));
       results[name] = copy;
@@ -354,10 +357,7 @@ std::string TaskRuntime::TraceJson() const {
   for (const TaskSpan& span : trace_) {
     const Task& t = tasks_.tasks[static_cast<size_t>(span.task)];
     const int64_t tid = t.kind == TaskKind::kTransfer ? links.at({t.src_device, t.device}) : t.device;
-    std::string name;
-    for (char c : t.name)
-      if (c != '"' && c != '\\') name += c;
-    event(StrCat("{\"name\": \"", name, "\", \"cat\": \"", TaskKindName(t.kind), "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ",
+    event(StrCat("{\"name\": ", JsonQuoted(t.name), ", \"cat\": \"", TaskKindName(t.kind), "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ",
                  tid, ", \"ts\": ", span.start * 1e6, ", \"dur\": ", (span.end - span.start) * 1e6, "}"));
   }
   s << "\n]}\n";
