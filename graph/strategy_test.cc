@@ -96,8 +96,9 @@ layer { layer: "stage?/conv" sample: 2 devices: [0, 1] }
   CHECK(splits.at("stage2/conv").ToString() == "sample 2 on devices 0,1");  // the last entry, by its pattern
   CHECK(splits.at("fc").ToString() == "parameter 2 on devices 1,3");
   CHECK(splits.at("classifier").ToString() == "whole on device 1");
-  // BatchNorm splits nothing yet: the default leaves it whole on its first device.
-  CHECK(splits.at("stage1/bn").ToString() == "whole on device 2");
+  // BatchNorm takes the default's sample split; it cannot split rows: an
+  // attribute default leaves it whole on its first device.
+  CHECK(splits.at("stage1/bn").ToString() == "sample 2 on devices 2,3");
   for (const auto& [name, split] : splits) {
     INFO(name);
     if (name.rfind("stage", 0) == 0 || name == "fc" || name == "classifier") continue;
@@ -140,12 +141,15 @@ TEST_CASE("pooling splits its channels; average windows also their output rows")
   CHECK(ByName(m.graph(), *two).at("pool").ToString() == "attribute 2 on devices 0,1");
 }
 
-TEST_CASE("BatchNorm splits its channels; LayerNorm its rows") {
+TEST_CASE("BatchNorm splits its channels and its batch; LayerNorm its rows") {
   auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/bn\" parameter: 2 }\n", "s.pbtxt");
   REQUIRE(s.ok());
   CHECK(ByName(Cnn(), *s).at("stage1/bn").ToString() == "parameter 2 on devices 0,1");
-  CHECK(ResolveError(Cnn(), "devices: 2\nlayer { layer: \"stage1/bn\" sample: 2 }\n") ==
-        "s.pbtxt:2: layer 'stage1/bn' (BatchNorm): sample 2: its op cannot be split along sample");
+  auto batch = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/bn\" sample: 2 }\n", "s.pbtxt");
+  REQUIRE(batch.ok());
+  CHECK(ByName(Cnn(), *batch).at("stage1/bn").ToString() == "sample 2 on devices 0,1");
+  CHECK(ResolveError(Cnn(), "devices: 2\nlayer { layer: \"stage1/bn\" attribute: 2 }\n") ==
+        "s.pbtxt:2: layer 'stage1/bn' (BatchNorm): attribute 2: its op cannot be split along attribute");
   Model m;
   Sym x = m.input("x", {4, 6});
   m.set_output("y", m.layer_norm(x, {6}, 1e-5, "ln"));

@@ -53,6 +53,58 @@ std::string Join(const std::vector<T>& v) {
   return s;
 }
 
+// The output types of `op` on `in`, its attributes made canonical.
+StatusOr<std::vector<TensorType>> Infer(const std::string& op, const std::vector<TensorType>& in, AttrMap* attrs) {
+  const OpDef* def = OpRegistry::Global().FindOp(op);
+  if (!def) return InvalidArgument("unknown op ", op);
+  LOOM_RETURN_IF_ERROR(CanonicalizeAttrs(*def, attrs));
+  return def->InferTypes(*attrs, in);
+}
+
+// Emits a node's expansion (OpDef::Expand) into the graph being lowered.
+class Expansion : public ExpandBuilder {
+ public:
+  Expansion(Graph& graph, const Node& node) : g_(graph), node_(node), outputs_(node.outputs.size(), kNoValue) {}
+  const Node& node() const override { return node_; }
+  const TensorType& type(ValueId v) const override { return g_.type(v); }
+  std::vector<ValueId> Emit(const std::string& op, const std::vector<ValueId>& inputs, const AttrMap& attrs,
+                            const std::string& suffix) override {
+    std::vector<TensorType> in;
+    for (ValueId v : inputs) in.push_back(g_.type(v));
+    AttrMap canonical = attrs;
+    StatusOr<std::vector<TensorType>> out = Infer(op, in, &canonical);
+    if (!out.ok()) {
+      // A rule that emits an ill-typed node is a bug in the rule.
+      if (status_.ok()) status_ = Internal("the expansion of '", node_.name, "' emits an ill-typed ", op, ": ",
+                                           out.status().message());
+      return std::vector<ValueId>(1, node_.inputs.at(0));
+    }
+    const NodeId id = g_.AddNode(g_.UniqueName(node_.name + "/" + suffix), op, canonical, inputs, *out);
+    emitted_.push_back(id);
+    return g_.node(id).outputs;
+  }
+  void SetOutput(int i, ValueId v) override { outputs_.at(static_cast<size_t>(i)) = v; }
+
+  // The emitted nodes and what stands for each output, or why the
+  // expansion is not one.
+  StatusOr<std::vector<NodeId>> Finish() const {
+    LOOM_RETURN_IF_ERROR(status_);
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      if (outputs_[i] == kNoValue || g_.type(outputs_[i]) != g_.type(node_.outputs[i]))
+        return Internal("the expansion of '", node_.name, "' (", node_.op, ") does not give output ", i, " as ",
+                        g_.type(node_.outputs[i]).ToString());
+    return emitted_;
+  }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+
+ private:
+  Graph& g_;
+  const Node node_;
+  std::vector<ValueId> outputs_;
+  std::vector<NodeId> emitted_;
+  Status status_;
+};
+
 class Lowering {
  public:
   Lowering(const Graph& graph, const std::map<std::string, LayerSplit>& layers, int64_t devices)
@@ -61,10 +113,10 @@ class Lowering {
   }
 
   StatusOr<TaskGraph> Run() {
-    for (const Node& n : g_.nodes()) {
-      if (IsSourceOp(n.op)) continue;
-      LOOM_RETURN_IF_ERROR(PlanNode(n));
-    }
+    std::vector<NodeId> order;  // a copy: expansions change the graph
+    for (const Node& n : g_.nodes())
+      if (!IsSourceOp(n.op)) order.push_back(n.id);
+    for (NodeId id : order) LOOM_RETURN_IF_ERROR(PlanNode(id));
     for (const auto& [name, v] : g_.outputs()) {
       LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(v));
     }
@@ -76,6 +128,7 @@ class Lowering {
         LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, home.region, home.device));
         tg_.writebacks.emplace_back(h, std::move(from));
       }
+    tg_.graph = std::move(g_);
     return std::move(tg_);
   }
 
@@ -359,7 +412,43 @@ class Lowering {
     return attrs;
   }
 
-  Status PlanNode(const Node& n) {
+  // Replaces node n by its op's expansion, placed where n was, and plans
+  // the expansion's nodes; consumers, graph outputs, state updates and
+  // gradients that named n's outputs name the expansion's.
+  Status Expand(const Node& n, const OpDef& def) {
+    Expansion b(g_, n);
+    LOOM_RETURN_IF_ERROR(def.Expand(b));
+    LOOM_ASSIGN_OR_RETURN(const std::vector<NodeId> emitted, b.Finish());
+    std::map<ValueId, ValueId> renamed;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      renamed[n.outputs[i]] = b.outputs()[i];
+      g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(n.outputs[i]).replica_layout;
+    }
+    auto rename = [&](ValueId& v) {
+      auto it = renamed.find(v);
+      if (it != renamed.end()) v = it->second;
+    };
+    const std::set<NodeId> mine(emitted.begin(), emitted.end());
+    std::vector<NodeId> order;
+    for (const Node& m : g_.nodes()) {
+      if (m.id == n.id) order.insert(order.end(), emitted.begin(), emitted.end());
+      if (m.id == n.id || mine.count(m.id)) continue;
+      order.push_back(m.id);
+    }
+    for (NodeId id : order)
+      if (!mine.count(id))
+        for (ValueId& v : g_.mutable_node(id).inputs) rename(v);
+    for (auto& [name, v] : g_.outputs()) rename(v);
+    for (StateUpdate& u : g_.state_updates()) rename(u.new_value);
+    for (auto& [param, grad] : g_.gradients()) rename(grad);
+    g_.RemoveNodes({n.id});
+    g_.SetNodeOrder(order);
+    for (NodeId id : emitted) LOOM_RETURN_IF_ERROR(PlanNode(id));
+    return Status::Ok();
+  }
+
+  Status PlanNode(NodeId id) {
+    const Node n = g_.node(id);  // a copy: an expansion changes the graph
     const OpDef* def = OpRegistry::Global().FindOp(n.op);
     if (!def) return InvalidArgument("node '", n.name, "': unknown op ", n.op);
     std::vector<TensorType> in, out;
@@ -376,7 +465,7 @@ class Lowering {
     LayerSplit split;
     split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
     DimRules dims;
-    if (owner && !def->IsRandom()) {
+    if (owner) {
       split = *owner;
       const SplitRules rules = def->Splits(n.attrs, in, out);
       const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute,
@@ -398,6 +487,8 @@ class Lowering {
           return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree,
                                  ": ", why);
       }
+      for (const std::optional<DimSplit>& d : dims)
+        if (d && d->expands) return Expand(n, *def);
     }
     StatusOr<std::vector<PartRegions>> parts = Parts(n, split, dims);
     std::vector<AttrMap> attrs;
@@ -456,7 +547,7 @@ class Lowering {
     return Status::Ok();
   }
 
-  const Graph& g_;
+  Graph g_;  // the graph being lowered: expansions replace nodes of it
   const std::map<std::string, LayerSplit>& layers_;
   TaskGraph tg_;
   std::map<ValueId, std::vector<int>> origin_;                   // pieces its producer (or an all-reduce) wrote

@@ -11,8 +11,13 @@
 // split as the strategy says; every other node (backward, update) follows
 // the layer it belongs to ("<layer>/grad/...", "<param>/update"), choosing
 // among its op's split rules the one that matches how its inputs arrive, or
-// runs whole on the layer's first device when none applies. Random ops run
-// whole (a part would draw a different stream).
+// runs whole on the layer's first device when none applies. A random op
+// splits only as its rules say (Dropout's parts draw by position, so they
+// draw the whole's mask). A split that needs a reduction between its parts
+// (BatchNorm's batch statistics under a sample split; DimSplit::expands)
+// replaces the node by its op's expansion (OpDef::Expand), whose nodes
+// split without one: the task graph's own graph is the input graph with
+// those nodes replaced.
 //
 // Sources have no producer: an Input or a state value is held where its
 // consumers read it ("home" pieces, filled from the fed tensor or the state
@@ -79,6 +84,9 @@ struct Task {
 };
 
 struct TaskGraph {
+  // The graph the tasks run (Task::node): the lowered graph with the nodes
+  // whose splits expand replaced by their expansions.
+  Graph graph;
   int64_t devices = 1;
   // In a topological order: the order each device's queue runs its tasks
   // in, in the runtime and in the simulator.

@@ -12,6 +12,9 @@
 // fused replicas (attrs replica_seeds, replica_axis) each use the key of
 // their own seed's stream, and n counts a replica's elements in the order a
 // single model holds them, so each replica draws the single model's mask.
+// A part of a split dropout (graph/task_graph.h) starts its count at attr
+// offset, the whole tensor's index of its first element, so the parts draw
+// the whole's mask.
 //
 // Embedding: (indices i32 | i64 [...], weight [num_embeddings, dim]) ->
 // [..., dim]; attr padding_idx (default -1: none), whose row gets no
@@ -45,6 +48,13 @@ using dropout_embedding::DropoutKeys;
 using dropout_embedding::IndexOutOfRange;
 using dropout_embedding::MakeDropoutKeys;
 
+// The input dim that holds a fused dropout's replicas; -1 unfused.
+int ReplicaAxis(const AttrMap& attrs) {
+  return attrs.Has("replica_seeds") ? static_cast<int>(attrs.Int("replica_axis")) : -1;
+}
+// The batch: axis 0, or 1 behind replicas on axis 0.
+int BatchAxis(const AttrMap& attrs) { return ReplicaAxis(attrs) == 0 ? 1 : 0; }
+
 // Fused, an active dropout draws one mask per replica from the replica's
 // seed: the fusion pass emits that form itself (graph/fusion.cc); in eval
 // or with p = 0 it is the identity, element-wise.
@@ -56,9 +66,46 @@ class DropoutOp : public ElementwiseOpDef {
         .Default("training", true, "false: the identity (evaluation)")
         // Set by the fusion pass (graph/fusion.h) on an active fused dropout.
         .Optional("replica_seeds", AttrType::kInts, "fused: one seed per replica, each replica's mask from its own")
-        .Optional("replica_axis", AttrType::kInt, "fused: the input dim that holds the replicas");
+        .Optional("replica_axis", AttrType::kInt, "fused: the input dim that holds the replicas")
+        .Default("offset", int64_t{0}, "a part's: the draw index of its first element in the whole tensor");
   }
   std::string name() const override { return "Dropout"; }
+  // Active, a part draws by position: along the batch (axis 0, or 1 when
+  // the replicas are axis 0) and the replica axis (each part keeps its
+  // replicas' seeds). Inactive, it is element-wise.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    if (!DropoutActive(attrs)) return ElementwiseOpDef::Splits(attrs, in, out);
+    SplitRules rules;
+    const int replica_axis = ReplicaAxis(attrs);
+    if (BatchAxis(attrs) < in[0].shape.rank()) rules.sample = SplitAlong(BatchAxis(attrs), in.size(), out.size());
+    if (replica_axis >= 0) rules.other.push_back(SplitAlong(replica_axis, in.size(), out.size()));
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    if (!DropoutActive(attrs)) return attrs;
+    const Shape& shape = in[0].shape;
+    const Region& part = in_regions[0];
+    const int replica_axis = ReplicaAxis(attrs), batch_axis = BatchAxis(attrs);
+    for (int d = 0; d < shape.rank(); ++d)
+      if (d != replica_axis && d != batch_axis && (part.lo[d] != 0 || part.hi[d] != shape[d]))
+        return InvalidArgument("Dropout: a part may split only the batch and the replicas, not axis ", d, " (",
+                               part.ToString(), " of ", shape.ToString(), ")");
+    AttrMap out = attrs;
+    if (replica_axis >= 0) {
+      const std::vector<int64_t> seeds = attrs.Ints("replica_seeds");
+      out.Set("replica_seeds", std::vector<int64_t>(seeds.begin() + part.lo[replica_axis],
+                                                    seeds.begin() + part.hi[replica_axis]));
+    }
+    if (batch_axis < shape.rank() && part.lo[batch_axis] > 0) {
+      // Elements per batch row of one replica, in the replica's draw order.
+      const int64_t replicas = replica_axis >= 0 ? shape[replica_axis] : 1;
+      const int64_t row = shape.numel() / shape[batch_axis] / replicas;
+      out.Set("offset", attrs.Int("offset") + part.lo[batch_axis] * row);
+    }
+    return out;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Dropout"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "Dropout input"));
@@ -102,6 +149,7 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   const DropoutKeys draw = active ? MakeDropoutKeys(ctx) : DropoutKeys{};
   const std::vector<uint64_t>& stream_keys = draw.keys;
   const int64_t replicas = draw.replicas, outer = draw.outer, inner = draw.inner;
+  const uint64_t offset = static_cast<uint64_t>(ctx.attrs->Int("offset"));
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = ctx.in(0).data<T>();  // [n]
@@ -123,7 +171,7 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
         for (int64_t i = b * kDropoutBlock; i < end; ++i) {
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
           // P(drop) = p; p = 1 drops all.
-          mask[at] = CounterUniform(key, static_cast<uint64_t>(i)) < p ? T(0) : scale;
+          mask[at] = CounterUniform(key, offset + static_cast<uint64_t>(i)) < p ? T(0) : scale;
           y[at] = x[at] * mask[at];
         }
       }

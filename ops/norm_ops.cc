@@ -95,15 +95,37 @@ class BatchNormOp : public OpDef {
   }
   std::string name() const override { return "BatchNorm"; }
   // Parameter: the channels (axis 1 of x and y, every per-channel tensor's
-  // rows); statistics are per channel, so the parts are exact. Sample
-  // splits would need the batch statistics reduced across parts: not yet.
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  // rows); statistics are per channel, so the parts are exact. Sample: the
+  // batch of x and y, every per-channel tensor whole. In eval that is
+  // exact as it is; in training the parts need the batch's statistics, so
+  // the split expands (Expand: partial sums, all-reduced, then each part
+  // normalizes with the whole batch's statistics, as SyncBatchNorm does).
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.parameter = SplitAlong(0, in.size(), out.size());
     rules.parameter->inputs[0].axis = 1;
     rules.parameter->outputs[0].axis = 1;
+    rules.sample = SplitAlong(-1, in.size(), out.size());
+    rules.sample->inputs[0].axis = 0;
+    rules.sample->outputs[0].axis = 0;
+    rules.sample->expands = attrs.Bool("training");
     return rules;
+  }
+  // Training: BatchNormPivot (the kernel's pivot, the batch's first value
+  // per channel), BatchNormStats (per-part sums around it) and
+  // BatchNormApply (the statistics of their all-reduced total): the parts
+  // compute what the whole kernel does, up to the order of the sums.
+  Status Expand(ExpandBuilder& b) const override {
+    const int64_t count = ChannelLayoutOf(b.type(b.input(0)).shape).per_channel();
+    const ValueId pivot = b.Emit("BatchNormPivot", {b.input(0)}, {}, "pivot").at(0);
+    const ValueId sums = b.Emit("BatchNormStats", {b.input(0), pivot}, {}, "stats").at(0);
+    const std::vector<ValueId> outs =
+        b.Emit("BatchNormApply", {b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums, pivot},
+               AttrMap{{"momentum", b.attrs().Float("momentum")}, {"eps", b.attrs().Float("eps")}, {"count", count}},
+               "apply");
+    for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
+    return Status::Ok();
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
@@ -179,64 +201,77 @@ class BatchNormOp : public OpDef {
 };
 LOOM_REGISTER_OP(BatchNormOp);
 
+// The rest of BatchNorm once the batch's sums are known: outputs 1..4 and y
+// from inputs 0..4 (x, gamma, beta, running_mean, running_var). In
+// training, sums[c] = {sum of d, sum of d^2} over the m values of channel
+// c, d = x - pivot[c]: centred on a value near the mean, squares - sum^2 /
+// m cancels as little as a second pass around the mean would, even for
+// large means, and x is read once less. Eval ignores them.
+template <typename T>
+void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool training, const std::vector<double>& pivot,
+                     const std::vector<std::array<double, 2>>& sums, double m) {
+  const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
+  const T* px = ctx.in(0).data<T>();        // [N, C, S]
+  const T* gamma = ctx.in(1).data<T>();     // [C]
+  const T* beta = ctx.in(2).data<T>();      // [C]
+  const T* run_mean = ctx.in(3).data<T>();  // [C]
+  const T* run_var = ctx.in(4).data<T>();   // [C]
+  T* y = ctx.out(0).data<T>();              // [N, C, S]
+  T* new_mean = ctx.out(1).data<T>();       // [C]
+  T* new_var = ctx.out(2).data<T>();        // [C]
+  T* save_mean = ctx.out(3).data<T>();      // [C]
+  T* save_invstd = ctx.out(4).data<T>();    // [C]
+  std::vector<T> scale(l.c), shift(l.c);    // y = x * scale + shift per channel
+  for (int64_t c = 0; c < l.c; ++c) {
+    double mean, invstd;
+    if (training) {
+      mean = pivot[c] + sums[c][0] / m;
+      const double squares = std::max(0.0, sums[c][1] - sums[c][0] * sums[c][0] / m);
+      invstd = 1.0 / std::sqrt(squares / m + eps);
+      const double unbiased = squares / (m - 1);
+      new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
+      new_var[c] = static_cast<T>((1 - momentum) * run_var[c] + momentum * unbiased);
+    } else {
+      mean = run_mean[c];
+      invstd = 1.0 / std::sqrt(static_cast<double>(run_var[c]) + eps);
+      new_mean[c] = run_mean[c];
+      new_var[c] = run_var[c];
+    }
+    save_mean[c] = static_cast<T>(mean);
+    save_invstd[c] = static_cast<T>(invstd);
+    scale[c] = static_cast<T>(gamma[c] * invstd);
+    shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
+  }
+  ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+    const T a = scale[c], b = shift[c];
+    for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
+  });
+}
+
+// Per channel, {sum of d, sum of d^2} with d = x - pivot[c].
+template <typename T>
+std::vector<std::array<double, 2>> PivotedSums(const ChannelLayout& l, ThreadPool* pool, const T* px,
+                                               const std::vector<double>& pivot) {
+  return ChannelSums(
+      l, pool, [&](int64_t i, int64_t c) { return px[i] - pivot[c]; },
+      [&](int64_t i, int64_t c) {
+        const double d = px[i] - pivot[c];
+        return d * d;
+      });
+}
+
 LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
-  const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
-  const Tensor& x = ctx.in(0);
-  const ChannelLayout l = ChannelLayoutOf(x.shape());
-  const int64_t m = l.per_channel();
-  return DispatchFloat(x.dtype(), [&](auto zero) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(0).shape());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();                   // [N, C, S]
-    const T* gamma = ctx.in(1).data<T>();        // [C]
-    const T* beta = ctx.in(2).data<T>();         // [C]
-    const T* run_mean = ctx.in(3).data<T>();     // [C]
-    const T* run_var = ctx.in(4).data<T>();      // [C]
-    T* y = ctx.out(0).data<T>();                 // [N, C, S]
-    T* new_mean = ctx.out(1).data<T>();          // [C]
-    T* new_var = ctx.out(2).data<T>();           // [C]
-    T* save_mean = ctx.out(3).data<T>();         // [C]
-    T* save_invstd = ctx.out(4).data<T>();       // [C]
-    // Training normalizes with statistics from one pass in double over
-    // d = x - pivot, the pivot being one of the channel's values: centred on
-    // a sample, squares - sum^2 / m cancels as little as a second pass
-    // around the mean would, even for large means, and x is read once less.
+    const T* px = ctx.in(0).data<T>();
+    // The pivot: the channel's first value.
     std::vector<double> pivot(training ? l.c : 0);
     for (size_t c = 0; c < pivot.size(); ++c) pivot[c] = px[c * l.s];
-    std::vector<std::array<double, 2>> sums;  // per channel: sum of d, of d^2
-    if (training) {
-      sums = ChannelSums(
-          l, ctx.pool, [&](int64_t i, int64_t c) { return px[i] - pivot[c]; },
-          [&](int64_t i, int64_t c) {
-            const double d = px[i] - pivot[c];
-            return d * d;
-          });
-    }
-    std::vector<T> scale(l.c), shift(l.c);  // y = x * scale + shift per channel
-    for (int64_t c = 0; c < l.c; ++c) {
-      double mean, invstd;
-      if (training) {
-        mean = pivot[c] + sums[c][0] / static_cast<double>(m);
-        const double squares = std::max(0.0, sums[c][1] - sums[c][0] * sums[c][0] / static_cast<double>(m));
-        invstd = 1.0 / std::sqrt(squares / static_cast<double>(m) + eps);
-        const double unbiased = squares / static_cast<double>(m - 1);
-        new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
-        new_var[c] = static_cast<T>((1 - momentum) * run_var[c] + momentum * unbiased);
-      } else {
-        mean = run_mean[c];
-        invstd = 1.0 / std::sqrt(static_cast<double>(run_var[c]) + eps);
-        new_mean[c] = run_mean[c];
-        new_var[c] = run_var[c];
-      }
-      save_mean[c] = static_cast<T>(mean);
-      save_invstd[c] = static_cast<T>(invstd);
-      scale[c] = static_cast<T>(gamma[c] * invstd);
-      shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
-    }
-    ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
-      const T a = scale[c], b = shift[c];
-      for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
-    });
+    std::vector<std::array<double, 2>> sums;
+    if (training) sums = PivotedSums(l, ctx.pool, px, pivot);
+    FinishBatchNorm<T>(ctx, l, training, pivot, sums, static_cast<double>(l.per_channel()));
   });
 });
 
@@ -249,6 +284,30 @@ class BatchNormBackwardOp : public OpDef {
     DeclareAttrs().Required("training", AttrType::kBool, "the forward op's: whether the statistics were the batch's");
   }
   std::string name() const override { return "BatchNormBackward"; }
+  // As BatchNorm's. Sample in eval: dgamma and dbeta are partial sums over
+  // the batch; in training dx needs the whole batch's sums: it expands.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.parameter = SplitAlong(0, in.size(), out.size());
+    rules.parameter->inputs[0].axis = rules.parameter->inputs[1].axis = rules.parameter->outputs[0].axis = 1;
+    rules.sample = SplitAlong(-1, in.size(), out.size());
+    rules.sample->inputs[0].axis = rules.sample->inputs[1].axis = rules.sample->outputs[0].axis = 0;
+    rules.sample->partial_sums = true;
+    rules.sample->expands = attrs.Bool("training");
+    return rules;
+  }
+  // Training: BatchNormBackwardStats (per-part sums) and
+  // BatchNormBackwardApply (dx, dgamma and dbeta from their total).
+  Status Expand(ExpandBuilder& b) const override {
+    const int64_t count = ChannelLayoutOf(b.type(b.input(1)).shape).per_channel();
+    const ValueId sums = b.Emit("BatchNormBackwardStats", {b.input(0), b.input(1), b.input(3)}, {}, "stats").at(0);
+    const std::vector<ValueId> outs =
+        b.Emit("BatchNormBackwardApply", {b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums},
+               AttrMap{{"count", count}}, "apply");
+    for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
+    return Status::Ok();
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(
         ExpectInputs(in, 5, "BatchNormBackward (dy, x, gamma, saved_mean, saved_invstd)"));
@@ -272,43 +331,308 @@ class BatchNormBackwardOp : public OpDef {
 };
 LOOM_REGISTER_OP(BatchNormBackwardOp);
 
+// The rest of BatchNormBackward once the sums are known: (dx, dgamma,
+// dbeta) from inputs 0..4 (dy, x, gamma, saved_mean, saved_invstd) and
+// sums[c] = {sum of dy, sum of dy * (x - mean)} over the m values of
+// channel c.
+template <typename T>
+void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, bool training,
+                             const std::vector<std::array<double, 2>>& sums, double m) {
+  const T* dy = ctx.in(0).data<T>();      // [N, C, S]
+  const T* x = ctx.in(1).data<T>();       // [N, C, S]
+  const T* gamma = ctx.in(2).data<T>();   // [C]
+  const T* mean = ctx.in(3).data<T>();    // [C]
+  const T* invstd = ctx.in(4).data<T>();  // [C]
+  T* dx = ctx.out(0).data<T>();           // [N, C, S]
+  T* dgamma = ctx.out(1).data<T>();       // [C]
+  T* dbeta = ctx.out(2).data<T>();        // [C]
+  // Per channel: dx = k * (dy - a - (x - mean) * invstd * b) in training,
+  // that is gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), and
+  // k * dy in eval.
+  std::vector<T> k(l.c), a(l.c), b(l.c);
+  for (int64_t c = 0; c < l.c; ++c) {
+    const double is = invstd[c], sum_dy = sums[c][0], sum_dy_xhat = sums[c][1] * is;
+    dbeta[c] = static_cast<T>(sum_dy);
+    dgamma[c] = static_cast<T>(sum_dy_xhat);
+    k[c] = static_cast<T>(gamma[c] * is);
+    a[c] = static_cast<T>(sum_dy / m);
+    b[c] = static_cast<T>(sum_dy_xhat / m);
+  }
+  ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+    const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];
+    if (training) {
+      for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * (dy[o + j] - ac - (x[o + j] - mu) * is * bc);
+    } else {
+      for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * dy[o + j];
+    }
+  });
+}
+
+// Per channel, {sum of dy, sum of dy * (x - mean)}.
+template <typename T>
+std::vector<std::array<double, 2>> GradientSums(const ChannelLayout& l, ThreadPool* pool, const T* dy, const T* x,
+                                                const T* mean) {
+  return ChannelSums(
+      l, pool, [&](int64_t i, int64_t) { return static_cast<double>(dy[i]); },
+      [&](int64_t i, int64_t c) { return dy[i] * (x[i] - static_cast<double>(mean[c])); });
+}
+
 LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
-  const bool training = ctx.attrs->Bool("training");
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
-  const double m = static_cast<double>(l.per_channel());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* dy = ctx.in(0).data<T>();       // [N, C, S]
-    const T* x = ctx.in(1).data<T>();        // [N, C, S]
-    const T* gamma = ctx.in(2).data<T>();    // [C]
-    const T* mean = ctx.in(3).data<T>();     // [C]
-    const T* invstd = ctx.in(4).data<T>();   // [C]
-    T* dx = ctx.out(0).data<T>();            // [N, C, S]
-    T* dgamma = ctx.out(1).data<T>();        // [C]
-    T* dbeta = ctx.out(2).data<T>();         // [C]
-    const auto sums = ChannelSums(
-        l, ctx.pool, [&](int64_t i, int64_t) { return static_cast<double>(dy[i]); },
-        [&](int64_t i, int64_t c) { return dy[i] * (x[i] - static_cast<double>(mean[c])); });
-    // Per channel: dx = k * (dy - a - (x - mean) * invstd * b) in training,
-    // that is gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), and
-    // k * dy in eval.
-    std::vector<T> k(l.c), a(l.c), b(l.c);
-    for (int64_t c = 0; c < l.c; ++c) {
-      const double is = invstd[c], sum_dy = sums[c][0], sum_dy_xhat = sums[c][1] * is;
-      dbeta[c] = static_cast<T>(sum_dy);
-      dgamma[c] = static_cast<T>(sum_dy_xhat);
-      k[c] = static_cast<T>(gamma[c] * is);
-      a[c] = static_cast<T>(sum_dy / m);
-      b[c] = static_cast<T>(sum_dy_xhat / m);
-    }
-    ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
-      const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];
-      if (training) {
-        for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * (dy[o + j] - ac - (x[o + j] - mu) * is * bc);
-      } else {
-        for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * dy[o + j];
-      }
-    });
+    const auto sums = GradientSums(l, ctx.pool, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.in(3).data<T>());
+    FinishBatchNormBackward<T>(ctx, l, ctx.attrs->Bool("training"), sums, static_cast<double>(l.per_channel()));
+  });
+});
+
+// ---------------------------------------------------------------------------
+// BatchNorm split along the batch (BatchNorm::Expand, BatchNormBackward::Expand)
+//
+// BatchNormPivot: (x [N, C, ...]) attr first (default true) -> pivot [C]:
+// x[0, c, 0...], the value BatchNorm's kernel centres its sums on; a part
+// without the batch's first sample (first false) gives zeros, so the
+// partial sums of a sample split add up to the whole's pivot.
+// BatchNormStats: (x, pivot [C]) -> sums [2, C] f64: per channel, the sum
+// of d and of d^2 over the part's values, d = x - pivot. Partial sums over
+// a sample split, all-reduced into the whole batch's.
+// BatchNormApply: (x, gamma, beta, running_mean, running_var, sums, pivot)
+// attrs momentum, eps, count (values per channel in the whole batch) ->
+// BatchNorm's training outputs, with the statistics of `sums`.
+// BatchNormBackwardStats: (dy, x, saved_mean) -> sums [2, C] f64: sum of dy,
+// of dy * (x - mean). BatchNormBackwardApply: (dy, x, gamma, saved_mean,
+// saved_invstd, sums) attr count -> (dx, dgamma, dbeta) of a training
+// BatchNorm. The lowering emits these; they have no gradient.
+
+Status ExpectSums(const std::string& op, const TensorType& sums, int64_t channels) {
+  if (sums.shape != Shape({2, channels}) || sums.dtype != DType::kF64)
+    return InvalidArgument(op, ": sums must be [2, ", channels, "] f64, got ", sums.ToString());
+  return Status::Ok();
+}
+
+Status ExpectCount(const std::string& op, const AttrMap& attrs, const TensorType& x) {
+  const int64_t count = attrs.Int("count"), here = ChannelLayoutOf(x.shape).per_channel();
+  if (count < 2 || count < here)
+    return InvalidArgument(op, ": attribute count (values per channel in the whole batch) must be >= 2 and >= the ",
+                           here, " of x ", x.shape.ToString(), ", got ", count);
+  return Status::Ok();
+}
+
+// The batch of every tensor of `batched`, the rest whole.
+DimSplit BatchOf(size_t inputs, size_t outputs, std::initializer_list<int> batched_inputs, bool partial) {
+  DimSplit d = SplitAlong(-1, inputs, outputs);
+  for (int i : batched_inputs) d.inputs[static_cast<size_t>(i)].axis = 0;
+  if (outputs > 0 && !partial) d.outputs[0].axis = 0;
+  d.partial_sums = partial;
+  return d;
+}
+
+class BatchNormPivotOp : public OpDef {
+ public:
+  BatchNormPivotOp() { DeclareAttrs().Default("first", true, "whether the part holds the batch's first sample"); }
+  std::string name() const override { return "BatchNormPivot"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = BatchOf(in.size(), out.size(), {0}, true);
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    AttrMap out = attrs;
+    out.Set("first", AttrValue(attrs.Bool("first") && in_regions[0].lo[0] == 0));
+    return out;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "BatchNormPivot (x)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormPivot x"));
+    if (in[0].shape.rank() < 2) return InvalidArgument("BatchNormPivot: x must be [N, C, ...], got ", in[0].shape.ToString());
+    return std::vector<TensorType>{{Shape{in[0].shape[1]}, in[0].dtype}};
+  }
+  // Reads one value per channel.
+  OpCost Cost(const AttrMap&, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c;
+    c.bytes_read = c.bytes_written = Bytes(out[0]);
+    (void)in;
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormPivotOp);
+
+LOOM_REGISTER_KERNEL("BatchNormPivot", DeviceType::kCpu, [](KernelContext& ctx) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(0).shape());
+  const bool first = ctx.attrs->Bool("first");
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = ctx.in(0).data<T>();
+    T* pivot = ctx.out(0).data<T>();
+    for (int64_t c = 0; c < l.c; ++c) pivot[c] = first ? px[c * l.s] : T(0);
+  });
+});
+
+class BatchNormStatsOp : public OpDef {
+ public:
+  BatchNormStatsOp() { DeclareAttrs(); }
+  std::string name() const override { return "BatchNormStats"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = BatchOf(in.size(), out.size(), {0}, true);
+    return rules;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "BatchNormStats (x, pivot)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormStats x"));
+    if (in[0].shape.rank() < 2) return InvalidArgument("BatchNormStats: x must be [N, C, ...], got ", in[0].shape.ToString());
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[1], {Shape{in[0].shape[1]}, in[0].dtype}, "BatchNormStats pivot vs [C]"));
+    return std::vector<TensorType>{{Shape{2, in[0].shape[1]}, DType::kF64}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 4 * static_cast<double>(in[0].shape.numel());  // d, sum, d^2, sum
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormStatsOp);
+
+LOOM_REGISTER_KERNEL("BatchNormStats", DeviceType::kCpu, [](KernelContext& ctx) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(0).shape());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pivot_in = ctx.in(1).data<T>();
+    const std::vector<double> pivot(pivot_in, pivot_in + l.c);
+    const auto sums = PivotedSums(l, ctx.pool, ctx.in(0).data<T>(), pivot);
+    double* out = ctx.out(0).data<double>();  // [2, C]
+    for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
+  });
+});
+
+// The [2, C] sums input as per-channel pairs.
+std::vector<std::array<double, 2>> ReadSums(const Tensor& sums) {
+  const int64_t c = sums.shape()[1];
+  const double* p = sums.data<double>();
+  std::vector<std::array<double, 2>> out(static_cast<size_t>(c));
+  for (int64_t i = 0; i < c; ++i) out[static_cast<size_t>(i)] = {p[i], p[c + i]};
+  return out;
+}
+
+class BatchNormApplyOp : public OpDef {
+ public:
+  BatchNormApplyOp() {
+    DeclareAttrs()
+        .Default("momentum", 0.1, "as BatchNorm's")
+        .Default("eps", 1e-5, "as BatchNorm's")
+        .Required("count", AttrType::kInt, "values per channel in the whole batch");
+  }
+  std::string name() const override { return "BatchNormApply"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = BatchOf(in.size(), out.size(), {0}, false);
+    return rules;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(
+        ExpectInputs(in, 7, "BatchNormApply (x, gamma, beta, running_mean, running_var, sums, pivot)"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[6], in[3], "BatchNormApply pivot vs running_mean"));
+    AttrMap bn{{"training", true}, {"momentum", attrs.Float("momentum")}, {"eps", attrs.Float("eps")}};
+    LOOM_ASSIGN_OR_RETURN(auto out, InferOpTypes(*OpRegistry::Global().FindOp("BatchNorm"), bn,
+                                                 std::vector<TensorType>(in.begin(), in.begin() + 5)));
+    LOOM_RETURN_IF_ERROR(ExpectSums("BatchNormApply", in[5], in[0].shape[1]));
+    LOOM_RETURN_IF_ERROR(ExpectCount("BatchNormApply", attrs, in[0]));
+    return out;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 2 * static_cast<double>(in[0].shape.numel()) + 14 * static_cast<double>(in[0].shape[1]);
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormApplyOp);
+
+LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCpu, [](KernelContext& ctx) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(0).shape());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pivot_in = ctx.in(6).data<T>();
+    const std::vector<double> pivot(pivot_in, pivot_in + l.c);
+    FinishBatchNorm<T>(ctx, l, true, pivot, ReadSums(ctx.in(5)), static_cast<double>(ctx.attrs->Int("count")));
+  });
+});
+
+class BatchNormBackwardStatsOp : public OpDef {
+ public:
+  BatchNormBackwardStatsOp() { DeclareAttrs(); }
+  std::string name() const override { return "BatchNormBackwardStats"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = BatchOf(in.size(), out.size(), {0, 1}, true);
+    return rules;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "BatchNormBackwardStats (dy, x, saved_mean)"));
+    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormBackwardStats dy"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "BatchNormBackwardStats: dy and x differ"));
+    if (in[1].shape.rank() < 2)
+      return InvalidArgument("BatchNormBackwardStats: x must be [N, C, ...], got ", in[1].shape.ToString());
+    LOOM_RETURN_IF_ERROR(
+        ExpectSameType(in[2], {Shape{in[1].shape[1]}, in[1].dtype}, "BatchNormBackwardStats saved_mean vs [C]"));
+    return std::vector<TensorType>{{Shape{2, in[1].shape[1]}, DType::kF64}};
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 4 * static_cast<double>(in[0].shape.numel());  // sum dy; x - mean, times dy, sum
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormBackwardStatsOp);
+
+LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContext& ctx) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const auto sums = GradientSums(l, ctx.pool, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.in(2).data<T>());
+    double* out = ctx.out(0).data<double>();  // [2, C]
+    for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
+  });
+});
+
+class BatchNormBackwardApplyOp : public OpDef {
+ public:
+  BatchNormBackwardApplyOp() {
+    DeclareAttrs().Required("count", AttrType::kInt, "values per channel in the whole batch");
+  }
+  std::string name() const override { return "BatchNormBackwardApply"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = BatchOf(in.size(), out.size(), {0, 1}, false);
+    return rules;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(
+        ExpectInputs(in, 6, "BatchNormBackwardApply (dy, x, gamma, saved_mean, saved_invstd, sums)"));
+    LOOM_ASSIGN_OR_RETURN(auto out, InferOpTypes(*OpRegistry::Global().FindOp("BatchNormBackward"),
+                                                 AttrMap{{"training", true}},
+                                                 std::vector<TensorType>(in.begin(), in.begin() + 5)));
+    LOOM_RETURN_IF_ERROR(ExpectSums("BatchNormBackwardApply", in[5], in[1].shape[1]));
+    LOOM_RETURN_IF_ERROR(ExpectCount("BatchNormBackwardApply", attrs, in[1]));
+    return out;
+  }
+  OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
+    OpCost c = OpDef::Cost(a, in, out);
+    c.flops = 6 * static_cast<double>(in[0].shape.numel());  // xhat (2), the correction (4)
+    return c;
+  }
+};
+LOOM_REGISTER_OP(BatchNormBackwardApplyOp);
+
+LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContext& ctx) {
+  const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
+  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    FinishBatchNormBackward<T>(ctx, l, true, ReadSums(ctx.in(5)), static_cast<double>(ctx.attrs->Int("count")));
   });
 });
 

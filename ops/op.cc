@@ -112,6 +112,10 @@ StatusOr<AttrMap> OpDef::PartAttrs(const AttrMap& attrs, const std::vector<Tenso
   return attrs;
 }
 
+Status OpDef::Expand(ExpandBuilder& b) const {
+  return Internal("op ", name(), " (node '", b.node().name, "') declares no expansion");
+}
+
 SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
   SplitRules rules;
   int64_t batch = -1;

@@ -59,6 +59,25 @@ class GradBuilder {
   ValueId SumToShape(ValueId grad, const Shape& shape);
 };
 
+// Builds the graph that replaces a node whose split needs a reduction
+// between its parts (OpDef::Expand): nodes named "<node>/<suffix>", so they
+// belong to the node's layer, and the values that stand for its outputs.
+class ExpandBuilder {
+ public:
+  virtual ~ExpandBuilder() = default;
+  virtual const Node& node() const = 0;
+  virtual const TensorType& type(ValueId v) const = 0;
+  // Emits node "<node>/<suffix>" (type inference must succeed, as for
+  // GradBuilder::Emit). Returns its outputs.
+  virtual std::vector<ValueId> Emit(const std::string& op, const std::vector<ValueId>& inputs, const AttrMap& attrs,
+                                    const std::string& suffix) = 0;
+  // Output i of the node is `v` (of the same type) from now on.
+  virtual void SetOutput(int i, ValueId v) = 0;
+
+  ValueId input(int i) const { return node().inputs.at(i); }
+  const AttrMap& attrs() const { return node().attrs; }
+};
+
 class FusionBuilder;  // ops/fusion_builder.h
 
 // How an op runs in the fused graph of R replicas (graph/fusion.h). A node
@@ -89,6 +108,11 @@ struct AxisSplit {
 struct DimSplit {
   std::vector<AxisSplit> inputs, outputs;
   bool partial_sums = false;
+  // The op realises this split only through OpDef::Expand: its parts need
+  // a reduction between them (BatchNorm's batch statistics under a sample
+  // split), so the lowering replaces the node by the op's expansion, whose
+  // nodes split without one.
+  bool expands = false;
   // Whether some input is read through a window (a halo between parts).
   bool HasWindow() const;
   // Whether both split the same axes of every input and output.
@@ -181,6 +205,10 @@ class OpDef {
   virtual StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& inputs,
                                       const std::vector<TensorType>& outputs, const std::vector<Region>& input_regions,
                                       const std::vector<Region>& output_regions) const;
+  // The graph of ops that realises a split rule marked `expands` (every
+  // output set with SetOutput). The default fails: only ops that declare
+  // such a rule have one.
+  virtual Status Expand(ExpandBuilder& b) const;
 
  protected:
   // Declares the op's attributes (from its constructor; an op without

@@ -25,16 +25,15 @@ struct TaskRuntime::StepState {
   explicit StepState(size_t tasks, size_t pieces) : done(tasks, 0), readers(pieces) {}
 };
 
-TaskRuntime::TaskRuntime(Graph graph, TaskGraph tasks, TaskRuntimeOptions options)
-    : graph_(std::move(graph)), tasks_(std::move(tasks)), options_(options) {}
+TaskRuntime::TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options)
+    : tasks_(std::move(tasks)), options_(options) {}
 
 TaskRuntime::~TaskRuntime() = default;
 
-StatusOr<std::unique_ptr<TaskRuntime>> TaskRuntime::Create(const Graph& graph, TaskGraph tasks,
-                                                           const TaskRuntimeOptions& options) {
+StatusOr<std::unique_ptr<TaskRuntime>> TaskRuntime::Create(TaskGraph tasks, const TaskRuntimeOptions& options) {
   if (options.threads_per_device < 1)
     return InvalidArgument("threads per device must be >= 1, got ", options.threads_per_device);
-  std::unique_ptr<TaskRuntime> r(new TaskRuntime(graph, std::move(tasks), options));
+  std::unique_ptr<TaskRuntime> r(new TaskRuntime(std::move(tasks), options));
   LOOM_RETURN_IF_ERROR(r->Prepare());
   return r;
 }
@@ -56,12 +55,12 @@ Status TaskRuntime::Prepare() {
     for (const Operand& op : t.inputs)
       for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
     if (t.kind != TaskKind::kCompute) continue;
-    const Node& n = graph_.node(t.node);
+    const Node& n = tasks_.graph.node(t.node);
     std::vector<TensorType> in, out;
-    for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back({t.inputs[i].region.shape(), graph_.type(n.inputs[i]).dtype});
+    for (size_t i = 0; i < n.inputs.size(); ++i) in.push_back({t.inputs[i].region.shape(), tasks_.graph.type(n.inputs[i]).dtype});
     for (int p : t.outputs) {
       const Piece& piece = tasks_.pieces[static_cast<size_t>(p)];
-      out.push_back({piece.region.shape(), graph_.type(piece.value).dtype});
+      out.push_back({piece.region.shape(), tasks_.graph.type(piece.value).dtype});
     }
     LOOM_RETURN_IF_ERROR(registry.SupportsNode(n, in, out, DeviceType::kCpu));
     kernels_[static_cast<size_t>(t.id)] = registry.FindKernel(n.op, DeviceType::kCpu);
@@ -72,13 +71,13 @@ Status TaskRuntime::Prepare() {
     for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
 
   pieces_.assign(tasks_.pieces.size(), Tensor());
-  for (const Node& n : graph_.nodes()) {
+  for (const Node& n : tasks_.graph.nodes()) {
     if (!IsStateOp(n.op)) continue;
     const ValueId v = n.outputs[0];
     state_values_[n.name] = v;
     for (int h : tasks_.homes[v]) {
       LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)],
-                            Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), graph_.type(v).dtype));
+                            Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), tasks_.graph.type(v).dtype));
     }
   }
   return Status::Ok();
@@ -86,8 +85,8 @@ Status TaskRuntime::Prepare() {
 
 Status TaskRuntime::InitializeState(uint64_t seed) {
   for (const auto& [name, v] : state_values_) {
-    Tensor whole = Tensor::Zeros(graph_.type(v).shape, graph_.type(v).dtype);
-    LOOM_RETURN_IF_ERROR(InitializeStateTensor(graph_.node(graph_.value(v).producer), &whole, seed));
+    Tensor whole = Tensor::Zeros(tasks_.graph.type(v).shape, tasks_.graph.type(v).dtype);
+    LOOM_RETURN_IF_ERROR(InitializeStateTensor(tasks_.graph.node(tasks_.graph.value(v).producer), &whole, seed));
     LOOM_RETURN_IF_ERROR(SetState(name, whole));
   }
   return Status::Ok();
@@ -102,7 +101,7 @@ std::vector<std::string> TaskRuntime::StateNames() const {
 StatusOr<Tensor> TaskRuntime::GetState(const std::string& name) const {
   auto it = state_values_.find(name);
   if (it == state_values_.end()) return NotFound("no parameter or buffer named '", name, "'");
-  const TensorType& t = graph_.type(it->second);
+  const TensorType& t = tasks_.graph.type(it->second);
   Tensor whole = Tensor::Zeros(t.shape, t.dtype);
   const Region all = Region::Whole(t.shape);
   std::vector<Region> seen;
@@ -118,7 +117,7 @@ StatusOr<Tensor> TaskRuntime::GetState(const std::string& name) const {
 Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
   auto it = state_values_.find(name);
   if (it == state_values_.end()) return NotFound("no parameter or buffer named '", name, "'");
-  const TensorType& t = graph_.type(it->second);
+  const TensorType& t = tasks_.graph.type(it->second);
   if (value.shape() != t.shape || value.dtype() != t.dtype)
     return InvalidArgument("state '", name, "' is ", t.ToString(), ", got ", value.shape().ToString(), " ",
                            DTypeName(value.dtype()));
@@ -132,7 +131,7 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
 }
 
 StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op) const {
-  if (op.pieces.size() == 1 && Region::Whole(graph_.type(op.value).shape).Contains(op.region)) {
+  if (op.pieces.size() == 1 && Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(op.pieces[0])];
     const Tensor& t = pieces_[static_cast<size_t>(op.pieces[0])];
     if (p.region == op.region) return t;
@@ -141,12 +140,12 @@ StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op) const {
     return out;
   }
   // Zeros where no piece lies: the padding rows of a window part.
-  const bool padded = !Region::Whole(graph_.type(op.value).shape).Contains(op.region);
+  const bool padded = !Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region);
   Tensor out;
   if (padded) {
-    out = Tensor::Zeros(op.region.shape(), graph_.type(op.value).dtype);
+    out = Tensor::Zeros(op.region.shape(), tasks_.graph.type(op.value).dtype);
   } else {
-    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), graph_.type(op.value).dtype));
+    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype));
   }
   for (int q : op.pieces) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(q)];
@@ -162,7 +161,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
     case TaskKind::kTransfer: {
       const Piece& src = piece_of(task.sources[0]);
       const Piece& dst = piece_of(task.outputs[0]);
-      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), graph_.type(dst.value).dtype));
+      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype));
       LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(task.sources[0])], src.region, &out, dst.region,
                                       dst.region));
       pieces_[static_cast<size_t>(task.outputs[0])] = out;
@@ -170,7 +169,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
     }
     case TaskKind::kAllReduce: {
       const Piece& first = piece_of(task.sources[0]);
-      LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), graph_.type(first.value).dtype));
+      LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), tasks_.graph.type(first.value).dtype));
       LOOM_RETURN_IF_ERROR(sum.CopyFrom(pieces_[static_cast<size_t>(task.sources[0])]));
       LOOM_RETURN_IF_ERROR(DispatchFloat(sum.dtype(), [&](auto zero) {
         using T = decltype(zero);
@@ -189,14 +188,14 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
     }
     case TaskKind::kCompute: break;
   }
-  const Node& n = graph_.node(task.node);
+  const Node& n = tasks_.graph.node(task.node);
   std::vector<Tensor> inputs, outputs;
   for (const Operand& op : task.inputs) {
     LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
     inputs.push_back(std::move(t));
   }
   for (int p : task.outputs) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), graph_.type(piece_of(p).value).dtype));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), tasks_.graph.type(piece_of(p).value).dtype));
     outputs.push_back(std::move(t));
   }
   KernelContext ctx;
@@ -220,11 +219,11 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
 
 StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::string, Tensor>& feeds) {
   size_t fed = 0;
-  for (const Node& n : graph_.nodes()) {
+  for (const Node& n : tasks_.graph.nodes()) {
     if (n.op != kInputOp) continue;
     auto it = feeds.find(n.name);
     if (it == feeds.end()) return InvalidArgument("input '", n.name, "' was not fed");
-    const TensorType& want = graph_.type(n.outputs[0]);
+    const TensorType& want = tasks_.graph.type(n.outputs[0]);
     if (it->second.shape() != want.shape || it->second.dtype() != want.dtype)
       return InvalidArgument("input '", n.name, "' expects ", want.ToString(), ", got ", it->second.shape().ToString(),
                              " ", DTypeName(it->second.dtype()));
@@ -246,8 +245,8 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   }
   if (fed != feeds.size())
     for (const auto& [name, t] : feeds) {
-      auto id = graph_.FindNode(name);
-      if (!id || graph_.node(*id).op != kInputOp) return InvalidArgument("feed '", name, "' is not an input of the graph");
+      auto id = tasks_.graph.FindNode(name);
+      if (!id || tasks_.graph.node(*id).op != kInputOp) return InvalidArgument("feed '", name, "' is not an input of the graph");
     }
 
   StepState st(tasks_.tasks.size(), tasks_.pieces.size());

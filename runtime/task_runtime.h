@@ -39,9 +39,8 @@ struct TaskSpan {
 class TaskRuntime : public StepRunner {
  public:
   // Checks every compute task's kernel on the CPU for its part's types and
-  // allocates the state's home pieces. `graph` is the one `tasks` lowers.
-  static StatusOr<std::unique_ptr<TaskRuntime>> Create(const Graph& graph, TaskGraph tasks,
-                                                       const TaskRuntimeOptions& options = {});
+  // allocates the state's home pieces.
+  static StatusOr<std::unique_ptr<TaskRuntime>> Create(TaskGraph tasks, const TaskRuntimeOptions& options = {});
   ~TaskRuntime();
 
   Status InitializeState(uint64_t seed) override;
@@ -52,7 +51,7 @@ class TaskRuntime : public StepRunner {
   // One step; feeds keyed by Input node name, outputs whole on the host.
   StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds) override;
 
-  const Graph& graph() const override { return graph_; }
+  const Graph& graph() const override { return tasks_.graph; }
   const TaskGraph& task_graph() const { return tasks_; }
   int64_t step() const override { return step_; }
   void SetStep(int64_t step) override { step_ = step; }
@@ -61,13 +60,12 @@ class TaskRuntime : public StepRunner {
   std::string TraceJson() const;
 
  private:
-  TaskRuntime(Graph graph, TaskGraph tasks, TaskRuntimeOptions options);
+  TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options);
   Status Prepare();
   Status RunTask(const Task& task, ThreadPool* pool);
   StatusOr<Tensor> Assemble(const Operand& op) const;
   void Release(const Task& task);
 
-  Graph graph_;
   TaskGraph tasks_;
   TaskRuntimeOptions options_;
   std::vector<std::unique_ptr<ThreadPool>> pools_;  // per device

@@ -115,6 +115,41 @@ TEST_CASE("fused cnn: replicas of grouped convolutions over 2 devices match one 
   }
 }
 
+// Sample splits of a training BatchNorm expand (statistics summed across
+// the parts, then applied by each) and Dropout's parts draw the whole's
+// mask: no task of either runs whole, and the results are one device's.
+TEST_CASE("batch norm and dropout split along the batch match one device") {
+  const StepCase c = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8}, 4);
+  REQUIRE(!c.step.NodesWithOp("Dropout").empty());
+  REQUIRE(!c.step.NodesWithOp("BatchNorm").empty());
+  for (const StepCase* sc : {&c, &fused}) {
+    const StepResults want = OneDevice(*sc);
+    for (const std::string& s : {
+             std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+             std::string("devices: 4\ndefault_split { sample: 4 }\n"),
+             std::string("devices: 4\ndefault_split { sample: 2 }\nlayer { layer: \"*bn\" sample: 4 }\n"),
+         }) {
+      ExpectSame(*sc, want, s);
+      auto tg = Lower(*sc, s);
+      REQUIRE(tg.ok());
+      std::map<std::string, std::set<int64_t>> devices;  // op -> devices its tasks ran on
+      for (const Task& t : tg->tasks)
+        if (t.kind == TaskKind::kCompute) devices[tg->graph.node(t.node).op].insert(t.device);
+      INFO(s);
+      CHECK(devices.count("BatchNorm") == 0);
+      CHECK(devices.count("BatchNormBackward") == 0);
+      CHECK(devices["BatchNormStats"].size() >= 2);
+      CHECK(devices["BatchNormApply"].size() >= 2);
+      CHECK(devices["BatchNormBackwardApply"].size() >= 2);
+      INFO(tg->ToString());
+      CHECK(devices["Dropout"].size() >= 2);
+    }
+  }
+  // Fused replicas over devices too: the parts keep their replicas' seeds.
+  ExpectSame(fused, OneDevice(fused), "devices: 4\ndefault_split { sample: 2 replica: 2 }\n");
+}
+
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
 TEST_CASE("random valid strategies match one device") {
   const StepCase mlp = Classifier("mlp", {{"hidden", "16,8"}}, {64});

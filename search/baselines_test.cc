@@ -36,7 +36,7 @@ TEST_CASE("the standard strategies: dp, owt, model and replica") {
   const auto dp = Splits(g, StandardStrategy::kDataParallel, 2);
   CHECK(dp.at("stage1/conv") == "sample 2 on devices 0,1");
   CHECK(dp.at("fc") == "sample 2 on devices 0,1");
-  CHECK(dp.at("stage1/bn") == "whole on device 0");  // BatchNorm has no split rule yet
+  CHECK(dp.at("stage1/bn") == "sample 2 on devices 0,1");
   CHECK(dp.at("stage1/max_pool2d") == "sample 2 on devices 0,1");
   CHECK(dp.at("flatten") == "sample 2 on devices 0,1");
 

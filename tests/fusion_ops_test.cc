@@ -496,7 +496,9 @@ LOOM_REGISTER_KERNEL(kFalselyFusedOp, DeviceType::kCpu, CopyKernel);
 bool IsTrainingOnlyOp(const std::string& op) {
   static const std::set<std::string> ops = {"SgdUpdate", "AdamUpdate", "AdadeltaUpdate", "RmspropUpdate",
                                             "SquaredNorm", "ClipScale",  "IsFinite",       "LossScaleUpdate",
-                                            "Input",      "Parameter",  "Buffer"};
+                                            "Input",      "Parameter",  "Buffer",
+                                            // emitted by the task graph's expansions of split nodes
+                                            "BatchNormPivot", "BatchNormStats", "BatchNormApply"};
   return ops.count(op) || op.find("Backward") != std::string::npos;
 }
 

@@ -73,7 +73,7 @@ StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy
 
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
-  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(c.step, std::move(tasks)));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
   return RunSteps(*runtime, c, steps);
 }

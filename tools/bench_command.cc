@@ -475,7 +475,7 @@ Status BenchTaskOverhead(int reps) {
   LOOM_RETURN_IF_ERROR(m.status());
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(m.graph()));
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(m.graph(), {}, 1));
-  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(m.graph(), std::move(tasks)));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
   const std::map<std::string, Tensor> feeds = {{"x", Tensor::FromVector<float>({}, {1.0f})}};
   Status status;
   auto step = [&](StepRunner& runner) {
@@ -525,7 +525,7 @@ Status BenchParallel(const Flags& flags) {
     LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
     Variant v{StrCat(kind_name, " on cpu:", devices), nullptr, tasks.TransferBytes(), tasks.tasks.size()};
-    LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(programs.step, std::move(tasks)));
+    LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
     v.runner = std::move(runtime);
     variants.push_back(std::move(v));
   }

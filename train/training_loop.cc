@@ -219,7 +219,7 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
   o.seed = c_.seed();
   o.trace = !opt_.trace_path.empty();
   o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / static_cast<int>(devices));
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(step, std::move(tasks), o));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));
 }
 
