@@ -46,16 +46,24 @@ StatusOr<LayerSplit> SplitOf(const proto::LayerSplit& e, int64_t devices, const 
 }
 
 // The extent a rule splits: the first output it partitions.
-int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& outputs, std::string* what) {
-  for (size_t i = 0; i < rule.outputs.size() && i < outputs.size(); ++i) {
-    const int axis = rule.outputs[i].axis;
-    if (axis < 0) continue;
-    const Shape& s = outputs[i].shape;
-    *what = StrCat("output ", i, " axis ", axis, " of ", s.ToString());
-    return s[axis];
-  }
-  *what = "no output axis";
-  return 0;
+// The extent a rule divides: of its first split output, or for a partial
+// sum (no output split: a loss over a split batch) its first split input.
+int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
+                 std::string* what) {
+  auto first_split = [&](const std::vector<AxisSplit>& splits, const std::vector<TensorType>& types,
+                         const char* kind) -> int64_t {
+    for (size_t i = 0; i < splits.size() && i < types.size(); ++i) {
+      const int axis = splits[i].axis;
+      if (axis < 0) continue;
+      *what = StrCat(kind, " ", i, " axis ", axis, " of ", types[i].shape.ToString());
+      return types[i].shape[axis];
+    }
+    return 0;
+  };
+  const int64_t extent = first_split(rule.outputs, outputs, "output");
+  if (extent > 0) return extent;
+  *what = "no split axis";
+  return first_split(rule.inputs, inputs, "input");
 }
 
 }  // namespace
@@ -207,7 +215,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
           why = StrCat("its op cannot be split along ", SplitDimName(d));
         } else {
           std::string what;
-          const int64_t extent = ExtentOf(*rule, outs, &what);
+          const int64_t extent = ExtentOf(*rule, in, outs, &what);
           if (extent <= 0 || extent % degree != 0)
             why = StrCat("its extent ", extent, " (", what, ") is not divisible by ", degree);
         }

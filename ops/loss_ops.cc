@@ -171,6 +171,37 @@ T LossScale(const Tensor& dy, bool mean, int64_t count) {
   return static_cast<T>(mean ? g / static_cast<double>(count) : g);
 }
 
+// ------------------------------------------------ splits along the batch
+
+// A class-index loss (or its backward) split along the batch: `batched`
+// inputs by axis 0, the others whole; the loss a partial sum (`partial`),
+// a backward's gradient by axis 0. A mean reduction expands (its count is
+// the whole batch's). Nothing for a single sample ([C] scores).
+SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                      std::initializer_list<int> batched, bool partial) {
+  SplitRules rules;
+  if (in[0].shape.rank() < 2) return rules;
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  for (int i : batched) d.inputs[static_cast<size_t>(i)].axis = 0;
+  if (!partial) d.outputs[0].axis = 0;
+  d.partial_sums = partial;
+  d.expands = IsMeanReduction(attrs);
+  rules.sample = d;
+  return rules;
+}
+
+// The count of `targets` a mean over `scores` divides by, in the scores'
+// dtype (CountTargets, attrs from the node).
+ValueId EmitCount(ExpandBuilder& b, ValueId targets, ValueId scores) {
+  const TensorType& s = b.type(scores);
+  return b.Emit("CountTargets", {targets},
+                AttrMap{{"classes", ClassLayoutOf(s.shape).classes},
+                        {"ignore_index", b.attrs().Int("ignore_index")},
+                        {"dtype", std::string(DTypeName(s.dtype))}},
+                "count")
+      .at(0);
+}
+
 // ------------------------------------------------------------- CrossEntropy
 
 Status CheckCrossEntropyAttrs(const std::string& op, const AttrMap& attrs) {
@@ -224,6 +255,22 @@ class CrossEntropyOp : public LossOpDef {
   }
   Status Gradient(GradBuilder& g) const override {
     g.SetInputGrad(0, g.Emit1("CrossEntropyBackward", {g.input(0), g.input(1), g.output_grad(0)}, g.attrs()));
+    return Status::Ok();
+  }
+  // Sample: the batch of logits and targets; the loss is a partial sum. A
+  // mean divides by the whole batch's count of targets: it expands.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return BatchSplit(attrs, in, out, {0, 1}, true);
+  }
+  // Mean: the sum over the part's samples, divided by the count of
+  // targets not ignored (CountTargets), both all-reduced.
+  Status Expand(ExpandBuilder& b) const override {
+    AttrMap sum = b.attrs();
+    sum.Set("reduction", "sum");
+    const ValueId total = b.Emit("CrossEntropy", {b.input(0), b.input(1)}, sum, "sum").at(0);
+    const ValueId count = EmitCount(b, b.input(1), b.input(0));
+    b.SetOutput(0, b.Emit("Div", {total, count}, {}, "mean").at(0));
     return Status::Ok();
   }
 };
@@ -282,6 +329,21 @@ class CrossEntropyBackwardOp : public OpDef {
     c.flops = 8.0 * static_cast<double>(in[0].shape.numel());
     return c;
   }
+  // Sample: logits, targets and dlogits by the batch, dy whole; a mean
+  // scales by the whole batch's count: it expands.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return BatchSplit(attrs, in, out, {0, 1}, false);
+  }
+  // Mean: the sum's gradient of dy / count.
+  Status Expand(ExpandBuilder& b) const override {
+    AttrMap sum = b.attrs();
+    sum.Set("reduction", "sum");
+    const ValueId count = EmitCount(b, b.input(1), b.input(0));
+    const ValueId scaled = b.Emit("Div", {b.input(2), count}, {}, "scale").at(0);
+    b.SetOutput(0, b.Emit("CrossEntropyBackward", {b.input(0), b.input(1), scaled}, sum, "sum").at(0));
+    return Status::Ok();
+  }
 };
 LOOM_REGISTER_OP(CrossEntropyBackwardOp);
 
@@ -316,6 +378,46 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
         }
       }
     }, ItemsFor(L.classes));
+  });
+});
+
+// CountTargets(targets) attrs classes, ignore_index, dtype -> [] of dtype:
+// how many targets are not ignored (checked against [0, classes)), the
+// denominator of a mean; partial counts over a split batch add up.
+class CountTargetsOp : public OpDef {
+ public:
+  CountTargetsOp() {
+    DeclareIgnoreIndex(DeclareAttrs())
+        .Required("classes", AttrType::kInt, "the class count targets are checked against")
+        .Default("dtype", "f32", "the count's float dtype");
+  }
+  std::string name() const override { return "CountTargets"; }
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (in[0].shape.rank() < 1) return rules;
+    rules.sample = SplitAlong(-1, in.size(), out.size());
+    rules.sample->inputs[0].axis = 0;
+    rules.sample->partial_sums = true;
+    return rules;
+  }
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "CountTargets (targets)"));
+    LOOM_RETURN_IF_ERROR(ExpectIndexTargets("CountTargets", in[0]));
+    LOOM_ASSIGN_OR_RETURN(const DType dtype, ParseDType(attrs.Str("dtype")));
+    if (!IsFloating(dtype)) return InvalidArgument("CountTargets: dtype must be a float type, got ", DTypeName(dtype));
+    if (attrs.Int("classes") < 1) return InvalidArgument("CountTargets: classes must be >= 1, got ", attrs.Int("classes"));
+    return Scalar(dtype);
+  }
+};
+LOOM_REGISTER_OP(CountTargetsOp);
+
+LOOM_REGISTER_KERNEL("CountTargets", DeviceType::kCpu, [](KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CountTargets", ctx.in(0), ctx.attrs->Int("classes"),
+                                                          ctx.attrs->Int("ignore_index")));
+  return DispatchFloat(ctx.out(0).dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    ctx.out(0).data<T>()[0] = static_cast<T>(count);
   });
 });
 

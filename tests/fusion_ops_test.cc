@@ -498,7 +498,7 @@ bool IsTrainingOnlyOp(const std::string& op) {
                                             "SquaredNorm", "ClipScale",  "IsFinite",       "LossScaleUpdate",
                                             "Input",      "Parameter",  "Buffer",
                                             // emitted by the task graph's expansions of split nodes
-                                            "BatchNormPivot", "BatchNormStats", "BatchNormApply"};
+                                            "BatchNormPivot", "BatchNormStats", "BatchNormApply", "CountTargets"};
   return ops.count(op) || op.find("Backward") != std::string::npos;
 }
 
