@@ -559,6 +559,7 @@ class Lowering {
 
 std::string TaskGraph::ToString() const {
   std::ostringstream s;
+  s.precision(17);  // bytes and FLOPs exactly
   for (const Task& t : tasks) {
     s << t.id << " " << TaskKindName(t.kind) << " " << t.name;
     if (t.kind == TaskKind::kAllReduce) s << " on " << Join(t.group);
@@ -573,6 +574,7 @@ std::string TaskGraph::ToString() const {
 
 std::string TaskGraph::ToJson() const {
   std::ostringstream s;
+  s.precision(17);
   s << "{\"devices\": " << devices << ", \"tasks\": [";
   for (const Task& t : tasks) {
     s << (t.id ? ",\n  " : "\n  ") << "{\"id\": " << t.id << ", \"kind\": " << JsonQuoted(TaskKindName(t.kind))

@@ -193,6 +193,15 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
   CHECK(others == std::multiset<std::string>{"CrossEntropy sum", "CountTargets -", "CountTargets -"});
 }
 
+TEST_CASE("the task graph prints bytes exactly") {
+  const StepCase c = Classifier("mlp", {{"hidden", "4096"}}, {64});
+  auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
+  REQUIRE(tg.ok());
+  // fc1's weight gradient, [64, 4096] f64, all-reduced (was "2.09715e+06").
+  CHECK_THAT(tg->ToJson(), Catch::Contains("\"bytes\": 2097152,"));
+  CHECK_THAT(tg->ToString(), Catch::Contains("bytes 2097152\n"));
+}
+
 TEST_CASE("a split no rule realises is an error naming the layer") {
   const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
   auto tg = Lower(c, "devices: 2\nlayer { layer: \"fc1\" replica: 2 }\n");
