@@ -52,4 +52,19 @@ inline Status TargetOutOfRange(const std::string& op, int64_t value, int64_t fla
                          classes, " classes (expected 0..", classes - 1, " or ignore_index ", ignore_index, ")");
 }
 
+// How many of the n targets are not ignore_index (the mean's denominator),
+// or the error for the first one out of [0, classes).
+template <typename I>
+StatusOr<int64_t> CountClassTargets(const std::string& op, const I* targets, const Shape& shape, int64_t classes,
+                                    int64_t ignore_index) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const int64_t v = targets[i];
+    if (v == ignore_index) continue;
+    if (v < 0 || v >= classes) return TargetOutOfRange(op, v, i, shape, classes, ignore_index);
+    ++count;
+  }
+  return count;
+}
+
 }  // namespace loom

@@ -145,23 +145,9 @@ Status CheckClassInputs(const std::string& op, const char* scores_name, const Te
 
 // Checks every target and counts those not ignored (the mean's denominator).
 StatusOr<int64_t> CountTargets(const std::string& op, const Tensor& targets, int64_t classes, int64_t ignore_index) {
-  int64_t count = 0;
-  Status status;
-  auto scan = [&](const auto* t) {
-    for (int64_t i = 0; i < targets.numel(); ++i) {
-      const int64_t v = t[i];
-      if (v == ignore_index) continue;
-      if (v < 0 || v >= classes) {
-        status = TargetOutOfRange(op, v, i, targets.shape(), classes, ignore_index);
-        return;
-      }
-      ++count;
-    }
-  };
-  if (targets.dtype() == DType::kI32) scan(targets.data<int32_t>());
-  else scan(targets.data<int64_t>());
-  LOOM_RETURN_IF_ERROR(status);
-  return count;
+  if (targets.dtype() == DType::kI32)
+    return CountClassTargets(op, targets.data<int32_t>(), targets.shape(), classes, ignore_index);
+  return CountClassTargets(op, targets.data<int64_t>(), targets.shape(), classes, ignore_index);
 }
 
 // The scale d loss / d (per-sample term): dy, divided by the mean's count.

@@ -12,6 +12,7 @@
 // a bad target there turns its gradient row into NaN instead.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/cuda/loss_kernels.h"
@@ -93,6 +94,37 @@ Status CrossEntropyBackwardKernel(KernelContext& ctx) {
   });
 }
 LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCuda, CrossEntropyBackwardKernel);
+
+// CountTargets: the targets (a batch's class indices, small) are copied to
+// the host and counted there with the CPU's check, like the forward losses'
+// one sync.
+Status CountTargetsKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& t = ctx.in(0);
+  const int64_t classes = ctx.attrs->Int("classes"), ignore = ctx.attrs->Int("ignore_index");
+  StatusOr<int64_t> count = Internal("CountTargets: index dtype ", DTypeName(t.dtype()));
+  auto count_as = [&](auto zero) -> Status {
+    using I = decltype(zero);
+    std::vector<I> host(static_cast<size_t>(t.numel()));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), t.raw_data(), t.nbytes(), cudaMemcpyDeviceToHost, stream));
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    count = CountClassTargets("CountTargets", host.data(), t.shape(), classes, ignore);
+    return Status::Ok();
+  };
+  if (t.dtype() == DType::kI32) LOOM_RETURN_IF_ERROR(count_as(int32_t{}));
+  else if (t.dtype() == DType::kI64) LOOM_RETURN_IF_ERROR(count_as(int64_t{}));
+  LOOM_RETURN_IF_ERROR(count.status());
+  return DispatchCudaFloat(ctx.out(0).dtype(), "CountTargets", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    const T value = static_cast<T>(*count);
+    LOOM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(ctx.out(0).raw_data(), &value, sizeof(T), cudaMemcpyHostToDevice, stream));
+    // `value` lives on this stack: wait for the copy before it goes.
+    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("CountTargets", DeviceType::kCuda, CountTargetsKernel);
 
 // ---------------------------------------------------------------------- NLL
 
