@@ -493,7 +493,8 @@ Status BenchTaskOverhead(int reps) {
 // One training step of the config on one device (one thread) against each
 // strategy on `devices` CPU devices (one thread each), interleaved, `reps`
 // steps each: the median step time with its spread, the speed-up, and the
-// bytes each step moves between devices.
+// bytes each step moves between devices; and the roof of data parallelism
+// here: `devices` independent steps of the batch's share at once.
 Status BenchParallel(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench parallel needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
@@ -507,7 +508,7 @@ Status BenchParallel(const Flags& flags) {
 
   struct Variant {
     std::string name;
-    std::unique_ptr<StepRunner> runner;
+    std::vector<std::unique_ptr<StepRunner>> runners;  // one; the roof: one per device, run at once
     double bytes = 0;
     size_t tasks = 0;
     std::vector<double> seconds;
@@ -517,23 +518,54 @@ Status BenchParallel(const Flags& flags) {
   ExecutorOptions eo;
   eo.pool = &one_thread;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(programs.step, eo));
-  variants.push_back({"1 device", std::move(exec)});
+  variants.push_back({"1 device", {}});
+  variants.back().runners.push_back(std::move(exec));
   for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(StandardStrategy kind, ParseStandardStrategy(kind_name));
     LOOM_ASSIGN_OR_RETURN(proto::Strategy proto, MakeStandardStrategy(programs.forward, kind, devices));
     LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
     LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
-    Variant v{StrCat(kind_name, " on cpu:", devices), nullptr, tasks.TransferBytes(), tasks.tasks.size()};
+    Variant v{StrCat(kind_name, " on cpu:", devices), {}, tasks.TransferBytes(), tasks.tasks.size()};
     LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
-    v.runner = std::move(runtime);
+    v.runners.push_back(std::move(runtime));
     variants.push_back(std::move(v));
   }
-  for (Variant& v : variants) LOOM_RETURN_IF_ERROR(v.runner->InitializeState(config.seed()));
+  // The roof of data parallelism on this machine: `devices` independent
+  // one-thread steps of batch / devices at once, nothing exchanged.
+  std::vector<std::unique_ptr<ThreadPool>> roof_pools;
+  std::map<std::string, Tensor> roof_feeds;
+  if (config.data().batch_size() % devices == 0) {
+    proto::TrainConfig part = config;
+    part.mutable_data()->set_batch_size(static_cast<int>(config.data().batch_size() / devices));
+    LOOM_ASSIGN_OR_RETURN(const ConfigPrograms part_programs, BuildConfigPrograms(part));
+    LOOM_ASSIGN_OR_RETURN(BenchData part_data, LoadBenchData(part));
+    roof_feeds = RandomFeeds(part_programs.step, part_data.feeds);
+    Variant roof{StrCat(devices, " x 1/", devices, " batch")};
+    for (int64_t d = 0; d < devices; ++d) {
+      roof_pools.push_back(std::make_unique<ThreadPool>(1));
+      ExecutorOptions o;
+      o.pool = roof_pools.back().get();
+      LOOM_ASSIGN_OR_RETURN(auto e, Executor::Create(part_programs.step, o));
+      roof.runners.push_back(std::move(e));
+    }
+    variants.push_back(std::move(roof));
+  }
+  for (Variant& v : variants)
+    for (auto& runner : v.runners) LOOM_RETURN_IF_ERROR(runner->InitializeState(config.seed()));
   for (int64_t r = 0; r <= reps; ++r)  // the first round warms up
     for (Variant& v : variants) {
       const auto start = std::chrono::steady_clock::now();
-      LOOM_RETURN_IF_ERROR(v.runner->Run(feeds).status());
+      if (v.runners.size() == 1) {
+        LOOM_RETURN_IF_ERROR(v.runners[0]->Run(feeds).status());
+      } else {
+        std::vector<Status> status(v.runners.size());
+        std::vector<std::thread> threads;
+        for (size_t d = 0; d < v.runners.size(); ++d)
+          threads.emplace_back([&, d] { status[d] = v.runners[d]->Run(roof_feeds).status(); });
+        for (std::thread& t : threads) t.join();
+        for (const Status& s : status) LOOM_RETURN_IF_ERROR(s);
+      }
       if (r > 0) v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   auto quantile = [](std::vector<double> x, double q) {
