@@ -48,16 +48,18 @@ struct DropoutRun {
   Graph graph;
   std::unique_ptr<Executor> exec;
 
-  DropoutRun(int64_t n, double p, uint64_t seed, DType dtype = DType::kF32, ThreadPool* pool = nullptr) {
+  DropoutRun(int64_t n, double p, uint64_t seed, DType dtype = DType::kF32, ThreadPool* pool = nullptr,
+             Device device = Device::Cpu(), int64_t offset = 0) {
     GraphBuilder b(&graph);
     ValueId x = b.Input("x", {{n}, dtype});
-    auto outs = b.Add("Dropout", {x}, {{"p", p}, {"training", true}}, "dropout");
+    auto outs = b.Add("Dropout", {x}, {{"p", p}, {"training", true}, {"offset", offset}}, "dropout");
     REQUIRE(outs.ok());
     graph.outputs()["y"] = (*outs)[0];
     graph.outputs()["mask"] = (*outs)[1];
     ExecutorOptions opts;
     opts.seed = seed;
     opts.pool = pool;
+    opts.device = device;
     auto e = Executor::Create(graph, opts);
     REQUIRE(e.ok());
     exec = std::move(*e);
@@ -115,6 +117,21 @@ TEST_CASE("dropout masks differ across seeds and steps, and repeat otherwise") {
   std::vector<double> mask64 = f64.Mask(n, DType::kF64);
   for (size_t i = 0; i < mask64.size(); ++i) {
     if ((mask64[i] == 0) != (step0[i] == 0)) FAIL("f32 and f64 masks keep different elements at " << i);
+  }
+}
+
+// A part of a batch-split Dropout (attr offset: its first element's index in
+// the whole tensor) draws the whole's mask from there on, on every device.
+TEST_CASE("a dropout part with an offset draws the whole's mask from that element") {
+  const int64_t n = 20000, offset = 7001;  // the part starts inside a draw block
+  const double p = 0.4;
+  const std::vector<double> whole = DropoutRun(n, p, 11).Mask(n);
+  for (const Device& device : TestDevices()) {
+    INFO("on " << device.ToString());
+    CHECK(DropoutRun(n, p, 11, DType::kF32, nullptr, device).Mask(n) == whole);
+    DropoutRun part_run(n - offset, p, 11, DType::kF32, nullptr, device, offset);
+    const std::vector<double> part = part_run.Mask(n - offset);
+    CHECK(part == std::vector<double>(whole.begin() + offset, whole.end()));
   }
 }
 

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <string>
 
+#include "core/rng.h"
 #include "graph/builder.h"
+#include "runtime/executor.h"
 #include "tests/op_harness.h"
 
 namespace loom::testing {
@@ -82,6 +84,184 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm2d eval many channels", {2, 70, 2, 3}, false),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
+}
+
+// A training BatchNorm split along the batch into parts, as the TaskGraph
+// lowers it (BatchNorm::Expand): per part a pivot (the first part's is the
+// whole's, the others' zeros) and sums around the added pivots; the sums
+// added (the all-reduce); each part normalized with them. Its backward
+// likewise through BatchNormBackwardStats and BatchNormBackwardApply. The
+// pieces run on `device` in `dtype`; returns, for each part, its outputs
+// y, new running mean and variance, saved mean and invstd, dx, dgamma and
+// dbeta, on the host in f64.
+std::vector<std::vector<Tensor>> RunSplitBatchNorm(const std::vector<Tensor>& x_parts,
+                                                   const std::vector<Tensor>& dy_parts,
+                                                   const std::vector<Tensor>& channel_inputs, DType dtype,
+                                                   Device device, double momentum, double eps) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  std::map<std::string, Tensor> feeds;
+  auto input = [&](const std::string& name, const Tensor& value) {
+    feeds[name] = value.Cast(dtype).value();
+    return b.Input(name, {value.shape(), dtype});
+  };
+  auto add = [&](const std::string& op, const std::vector<ValueId>& in, const AttrMap& attrs) {
+    auto outs = b.Add(op, in, attrs, op + std::to_string(graph.num_nodes()));
+    INFO(op);
+    REQUIRE(outs.status().ToString() == "OK");
+    return *outs;
+  };
+  const char* channel_names[] = {"gamma", "beta", "running_mean", "running_var"};
+  std::vector<ValueId> channel;
+  for (int i = 0; i < 4; ++i) channel.push_back(input(channel_names[i], channel_inputs[i]));
+  std::vector<ValueId> x, dy;
+  int64_t count = 0;
+  for (size_t k = 0; k < x_parts.size(); ++k) {
+    x.push_back(input("x" + std::to_string(k), x_parts[k]));
+    dy.push_back(input("dy" + std::to_string(k), dy_parts[k]));
+    count += x_parts[k].numel() / x_parts[k].shape()[1];
+  }
+  // The all-reduce of per-part values.
+  auto total = [&](const std::vector<ValueId>& parts) {
+    ValueId sum = parts[0];
+    for (size_t k = 1; k < parts.size(); ++k) sum = add("Add", {sum, parts[k]}, {})[0];
+    return sum;
+  };
+  std::vector<ValueId> pivots, sums;
+  for (size_t k = 0; k < x.size(); ++k) pivots.push_back(add("BatchNormPivot", {x[k]}, {{"first", k == 0}})[0]);
+  const ValueId pivot = total(pivots);
+  for (size_t k = 0; k < x.size(); ++k) sums.push_back(add("BatchNormStats", {x[k], pivot}, {})[0]);
+  const ValueId forward_sums = total(sums);
+  const AttrMap apply_attrs{{"momentum", momentum}, {"eps", eps}, {"count", count}};
+  std::vector<std::vector<ValueId>> forward, backward_sums;
+  std::vector<ValueId> grad_sums;
+  for (size_t k = 0; k < x.size(); ++k) {
+    forward.push_back(add("BatchNormApply",
+                          {x[k], channel[0], channel[1], channel[2], channel[3], forward_sums, pivot}, apply_attrs));
+    grad_sums.push_back(add("BatchNormBackwardStats", {dy[k], x[k], forward[k][3]}, {})[0]);
+  }
+  const ValueId backward_total = total(grad_sums);
+  for (size_t k = 0; k < x.size(); ++k) {
+    const std::vector<ValueId> grads =
+        add("BatchNormBackwardApply", {dy[k], x[k], channel[0], forward[k][3], forward[k][4], backward_total},
+            {{"count", count}});
+    for (size_t j = 0; j < forward[k].size(); ++j)
+      graph.outputs()["part" + std::to_string(k) + "_" + std::to_string(j)] = forward[k][j];
+    for (size_t j = 0; j < grads.size(); ++j)
+      graph.outputs()["part" + std::to_string(k) + "_" + std::to_string(5 + j)] = grads[j];
+  }
+  ExecutorOptions opts;
+  opts.device = device;
+  auto exec = Executor::Create(graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
+  auto result = (*exec)->Run(feeds);
+  REQUIRE(result.status().ToString() == "OK");
+  std::vector<std::vector<Tensor>> parts(x.size());
+  for (size_t k = 0; k < x.size(); ++k)
+    for (int j = 0; j < 8; ++j)
+      parts[k].push_back((*result)["part" + std::to_string(k) + "_" + std::to_string(j)].Cast(DType::kF64).value());
+  return parts;
+}
+
+// Rows [lo, hi) of a tensor's leading (batch) dimension.
+Tensor BatchRows(const Tensor& t, int64_t lo, int64_t hi) {
+  std::vector<int64_t> dims = t.shape().dims();
+  const int64_t row = t.numel() / dims[0];
+  dims[0] = hi - lo;
+  Tensor part = ZerosF64(Shape(dims));
+  for (int64_t i = 0; i < part.numel(); ++i) At(part, i) = At(t, lo * row + i);
+  return part;
+}
+
+Tensor UniformF64(const Shape& shape, Rng& rng, double lo, double hi) {
+  Tensor t = ZerosF64(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) At(t, i) = rng.Uniform(lo, hi);
+  return t;
+}
+
+// The whole batch through BatchNorm and BatchNormBackward on the CPU in f64:
+// y, new running mean and variance, saved mean and invstd, dx, dgamma, dbeta.
+std::vector<Tensor> WholeBatchNorm(const Tensor& x, const Tensor& dy, const std::vector<Tensor>& channel_inputs,
+                                   double momentum, double eps) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  std::map<std::string, Tensor> feeds{{"x", x}, {"dy", dy}};
+  std::vector<ValueId> in = {b.Input("x", {x.shape(), DType::kF64})};
+  const char* channel_names[] = {"gamma", "beta", "running_mean", "running_var"};
+  for (int i = 0; i < 4; ++i) {
+    in.push_back(b.Input(channel_names[i], {channel_inputs[i].shape(), DType::kF64}));
+    feeds[channel_names[i]] = channel_inputs[i];
+  }
+  auto forward = b.Add("BatchNorm", in, {{"training", true}, {"momentum", momentum}, {"eps", eps}}, "bn");
+  REQUIRE(forward.ok());
+  const ValueId dy_in = b.Input("dy", {dy.shape(), DType::kF64});
+  auto backward = b.Add("BatchNormBackward", {dy_in, in[0], in[1], (*forward)[3], (*forward)[4]},
+                        {{"training", true}}, "bn_backward");
+  REQUIRE(backward.status().ToString() == "OK");
+  std::vector<ValueId> outs = *forward;
+  outs.insert(outs.end(), backward->begin(), backward->end());
+  for (size_t j = 0; j < outs.size(); ++j) graph.outputs()["out" + std::to_string(j)] = outs[j];
+  auto exec = Executor::Create(graph, ExecutorOptions{});
+  REQUIRE(exec.status().ToString() == "OK");
+  auto result = (*exec)->Run(feeds);
+  REQUIRE(result.status().ToString() == "OK");
+  std::vector<Tensor> whole;
+  for (size_t j = 0; j < outs.size(); ++j) whole.push_back((*result)["out" + std::to_string(j)]);
+  return whole;
+}
+
+TEST_CASE("a BatchNorm split along the batch matches the whole, forward and backward, on every device") {
+  struct Case {
+    Shape x;
+    std::vector<int64_t> cuts;  // the parts' first rows after the first part's
+  };
+  const std::vector<Case> cases = {
+      {{6, 3}, {2}},
+      {{5, 4, 7}, {1, 3}},        // a one-sample part
+      {{4, 3, 5, 6}, {3}},
+      {{3000, 4}, {1000, 2500}},  // CUDA: [N, C] sums split over blocks
+      {{6, 40, 3}, {4}},          // CUDA: short planes of many channels
+  };
+  const double momentum = 0.2, eps = 1e-4;
+  Rng rng(5);
+  for (const Case& c : cases) {
+    const int64_t channels = c.x[1];
+    const Tensor x = UniformF64(c.x, rng, -1, 3), dy = UniformF64(c.x, rng, -1, 1);
+    const std::vector<Tensor> channel_inputs = {UniformF64({channels}, rng, 0.5, 1.5),
+                                                UniformF64({channels}, rng, -1, 1),
+                                                UniformF64({channels}, rng, -1, 1),
+                                                UniformF64({channels}, rng, 0.5, 2)};
+    const std::vector<Tensor> whole = WholeBatchNorm(x, dy, channel_inputs, momentum, eps);
+    std::vector<int64_t> bounds = {0};
+    bounds.insert(bounds.end(), c.cuts.begin(), c.cuts.end());
+    bounds.push_back(c.x[0]);
+    std::vector<Tensor> x_parts, dy_parts;
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      x_parts.push_back(BatchRows(x, bounds[k], bounds[k + 1]));
+      dy_parts.push_back(BatchRows(dy, bounds[k], bounds[k + 1]));
+    }
+    for (const Device& device : TestDevices()) {
+      for (DType dtype : {DType::kF64, DType::kF32}) {
+        const double tolerance = dtype == DType::kF64 ? 1e-10 : 2e-4;
+        const auto parts = RunSplitBatchNorm(x_parts, dy_parts, channel_inputs, dtype, device, momentum, eps);
+        for (size_t k = 0; k < parts.size(); ++k) {
+          for (int j = 0; j < 8; ++j) {
+            // y and dx are the part's rows; the per-channel outputs are the whole's.
+            const bool batched = j == 0 || j == 5;
+            const Tensor expected = batched ? BatchRows(whole[j], bounds[k], bounds[k + 1]) : whole[j];
+            INFO(c.x.ToString() << " part " << k << " output " << j << " in " << DTypeName(dtype) << " on "
+                                << device.ToString());
+            REQUIRE(parts[k][j].shape() == expected.shape());
+            double worst = 0;
+            for (int64_t i = 0; i < expected.numel(); ++i)
+              worst = std::max(worst, std::abs(At(parts[k][j], i) - At(expected, i)) /
+                                          std::max(1.0, std::abs(At(expected, i))));
+            CHECK(worst <= tolerance);
+          }
+        }
+      }
+    }
+  }
 }
 
 // Naive LayerNorm over the last k dims; outputs y, saved mean and rstd.

@@ -41,6 +41,8 @@ Status DropoutKernel(KernelContext& ctx) {
   DropoutIndex index;
   index.replicas = draw.replicas;
   index.inner = draw.inner;
+  // A part's first draw index in the whole tensor, as the CPU kernel adds it.
+  index.offset = static_cast<uint64_t>(ctx.attrs->Has("offset") ? ctx.attrs->Int("offset") : 0);
   return DispatchCudaFloat(x.dtype(), "Dropout", [&](auto zero) -> Status {
     using T = decltype(zero);
     T* y = ctx.out(0).data<T>();

@@ -21,7 +21,7 @@ __global__ void DropoutKernel(const T* x, T* y, T* mask, int64_t n, T scale, Dro
       counter = (q / index.replicas) * index.inner + (at - q * index.inner);
     }
     const uint64_t key = index.keys ? index.keys[r] : index.inline_keys[r];
-    const bool drop = (CounterU64(key, static_cast<uint64_t>(counter)) >> 11) < index.threshold;
+    const bool drop = (CounterU64(key, index.offset + static_cast<uint64_t>(counter)) >> 11) < index.threshold;
     const T m = drop ? T(0) : scale;
     const T v = x[at];  // read before writing: y may be x
     mask[at] = m;

@@ -8,14 +8,18 @@
 namespace loom::cuda {
 
 // Where each element of a Dropout input draws: replica r = (at / inner) %
-// replicas of flat position `at` uses key r, at counter n, its index among
-// replica r's elements (unfused: replicas = 1, n = at). Up to kInlineKeys
-// keys travel in the kernel's parameters; more are read from `keys` (device).
+// replicas of flat position `at` uses key r, at counter offset + n, n its
+// index among replica r's elements (unfused: replicas = 1, n = at); offset
+// is the Dropout's attr (a part's first draw index in the whole tensor).
+// Up to kInlineKeys keys travel in the kernel's parameters; more are read
+// from `keys` (device).
 struct DropoutIndex {
   static constexpr int kInlineKeys = 32;
   int64_t replicas = 1, inner = 1;
-  // Element n is dropped iff (CounterU64(key, n) >> 11) < threshold, which
-  // is CounterUniform(key, n) < p exactly: threshold = ceil(p * 2^53).
+  uint64_t offset = 0;
+  // Element n is dropped iff (CounterU64(key, offset + n) >> 11) <
+  // threshold, which is CounterUniform(key, offset + n) < p exactly:
+  // threshold = ceil(p * 2^53).
   uint64_t threshold = 0;
   uint64_t inline_keys[kInlineKeys] = {};
   const uint64_t* keys = nullptr;

@@ -1,5 +1,7 @@
 // CUDA kernels of ops/norm_ops.cc: BatchNorm (train and eval, [N, C],
-// [N, C, L], [N, C, H, W]), BatchNormBackward, LayerNorm and
+// [N, C, L], [N, C, H, W]), BatchNormBackward, the pieces of a BatchNorm
+// split along the batch (BatchNormPivot, BatchNormStats, BatchNormApply,
+// BatchNormBackwardStats, BatchNormBackwardApply), LayerNorm and
 // LayerNormBackward, f32 and f64, with the CPU kernels' semantics. Own
 // kernels rather than cuDNN: they keep the CPU's statistics exactly (double
 // accumulation, the same saved invstd and unbiased running variance for
@@ -54,6 +56,89 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
   });
 }
 LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCuda, BatchNormBackwardKernel);
+
+// ---- BatchNorm split along the batch (ops/norm_ops.cc's header comment)
+
+Status BatchNormPivotKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const bool first = ctx.attrs->Bool("first");
+  const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormPivot", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormPivot<T>(first, dims, ctx.in(0).raw_data(), ctx.out(0).raw_data(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormPivot", DeviceType::kCuda, BatchNormPivotKernel);
+
+// (x, pivot) -> sums [2, C] f64.
+Status BatchNormStatsKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormStatsWorkspaceSize(dims), ctx.device));
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormStats", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormStats<T>(dims, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                                                      ctx.out(0).data<double>(), workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormStats", DeviceType::kCuda, BatchNormStatsKernel);
+
+// (x, gamma, beta, running_mean, running_var, sums, pivot) -> BatchNorm's
+// outputs; attrs momentum, eps, count.
+Status BatchNormApplyKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
+  const int64_t count = ctx.attrs->Int("count");
+  const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
+  const Tensor& pivot = ctx.in(6);
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
+  const BatchNormArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),  ctx.in(3).raw_data(),
+                           ctx.in(4).raw_data(),  ctx.out(0).raw_data(), ctx.out(1).raw_data(), ctx.out(2).raw_data(),
+                           ctx.out(3).raw_data(), ctx.out(4).raw_data()};
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormApply", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormApply<T>(momentum, eps, count, dims, args, pivot.raw_data(),
+                                                      ctx.in(5).data<double>(), workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCuda, BatchNormApplyKernel);
+
+// (dy, x, saved_mean) -> sums [2, C] f64.
+Status BatchNormBackwardStatsKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormStatsWorkspaceSize(dims), ctx.device));
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardStats", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                                                              ctx.in(2).raw_data(), ctx.out(0).data<double>(),
+                                                              workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCuda, BatchNormBackwardStatsKernel);
+
+// (dy, x, gamma, saved_mean, saved_invstd, sums) -> (dx, dgamma, dbeta);
+// attr count.
+Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const int64_t count = ctx.attrs->Int("count");
+  const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
+  const BatchNormBackwardArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),
+                                   ctx.in(3).raw_data(),  ctx.in(4).raw_data(),  ctx.out(0).raw_data(),
+                                   ctx.out(1).raw_data(), ctx.out(2).raw_data()};
+  return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardApply", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardApply<T>(count, dims, args, ctx.in(5).data<double>(),
+                                                              workspace.data<double>(), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCuda, BatchNormBackwardApplyKernel);
 
 RowLayout RowsOf(const KernelContext& ctx, const Shape& x) {
   return NormRowsOf(x, static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));

@@ -6,7 +6,10 @@
 // walk the contiguous direction fastest (b when b > 1, else the channels),
 // and the a planes are split over gridDim.y blocks when the tiles alone leave
 // the GPU idle. Every split writes its partial sums; a second kernel adds them
-// per channel in split order and finishes the channel. LayerNorm is one tile
+// per channel in split order and finishes the channel. Sums live planar,
+// [2, splits, c] doubles, so a split BatchNorm's [2, c] sums tensor is the
+// partial sums of one split and the same finishing code runs on it (training
+// BatchNorm = sums, then BatchNormApply's work). LayerNorm is one tile
 // of rows per block, `parts` threads per row. No atomics: results depend only
 // on the shapes and values.
 #include "ops/cuda/norm_kernels.h"
@@ -35,10 +38,11 @@ TilePlan PlanChannels(int64_t a, int64_t c, int64_t b) {
   return p;
 }
 
-// partial[split * c + ch] = sum over the split's planes i and k < b of
-// term(term.Channel(ch), i, offset of (i, ch, k)).
+// partial [2, splits, c]: partial[(j * splits + split) * c + ch] = component
+// j of the sum over the split's planes i and k < b of term(term.Channel(ch),
+// i, offset of (i, ch, k)).
 template <typename Term>
-__global__ void ChannelSumsKernel(int64_t a, int64_t c, int64_t b, Term term, TilePlan p, Pair* partial) {
+__global__ void ChannelSumsKernel(int64_t a, int64_t c, int64_t b, Term term, TilePlan p, double* partial) {
   __shared__ Pair scratch[kThreads];
   int lane, part;
   LanePart(p, lane, part);
@@ -59,30 +63,72 @@ __global__ void ChannelSumsKernel(int64_t a, int64_t c, int64_t b, Term term, Ti
       }
     }
     acc = TileReduce(acc, scratch, p, lane, part, [](Pair u, Pair v) { return Add(u, v); });
-    if (part == 0 && ch < c) partial[split * c + ch] = acc;
+    if (part == 0 && ch < c) {
+      partial[split * c + ch] = acc.s0;
+      partial[(p.splits + split) * c + ch] = acc.s1;
+    }
   }
 }
 
-// finish(ch, sums) with each channel's partial sums added in split order.
+// finish(ch, sums) with each channel's partial sums ([2, splits, c]) added
+// in split order.
 template <typename Finish>
-__global__ void ChannelFinishKernel(const Pair* partial, int64_t splits, int64_t c, Finish finish) {
+__global__ void ChannelFinishKernel(const double* partial, int64_t splits, int64_t c, Finish finish) {
   for (int64_t ch = FirstIndex(); ch < c; ch += GridStride()) {
     Pair acc{0, 0};
-    for (int64_t s = 0; s < splits; ++s) acc = Add(acc, partial[s * c + ch]);
+    for (int64_t s = 0; s < splits; ++s) acc = Add(acc, Pair{partial[s * c + ch], partial[(splits + s) * c + ch]});
     finish(ch, acc);
   }
 }
 
-template <typename Term, typename Finish>
-cudaError_t RunChannelSums(int64_t a, int64_t c, int64_t b, const Term& term, const Finish& finish, Pair* partial,
-                           cudaStream_t stream) {
-  const TilePlan p = PlanChannels(a, c, b);
+// Doubles of the partial sums of [a, c, b]'s channels.
+int64_t PartialSize(int64_t a, int64_t c, int64_t b) { return 2 * PlanChannels(a, c, b).splits * c; }
+
+// The partial sums (plan p = PlanChannels(a, c, b)) into `partial`.
+template <typename Term>
+cudaError_t LaunchChannelSums(int64_t a, int64_t c, int64_t b, const Term& term, const TilePlan& p, double* partial,
+                              cudaStream_t stream) {
   const dim3 grid(BlocksPerItem(p.tiles), static_cast<unsigned>(p.splits));
   ChannelSumsKernel<<<grid, p.lanes * p.parts, 0, stream>>>(a, c, b, term, p, partial);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  ChannelFinishKernel<<<Blocks(c), kThreads, 0, stream>>>(partial, p.splits, c, finish);
   return cudaGetLastError();
+}
+
+template <typename Finish>
+cudaError_t LaunchChannelFinish(const double* partial, int64_t splits, int64_t c, const Finish& finish,
+                                cudaStream_t stream) {
+  ChannelFinishKernel<<<Blocks(c), kThreads, 0, stream>>>(partial, splits, c, finish);
+  return cudaGetLastError();
+}
+
+// Sums, then finish: `partial` holds PartialSize(a, c, b) doubles.
+template <typename Term, typename Finish>
+cudaError_t RunChannelSums(int64_t a, int64_t c, int64_t b, const Term& term, const Finish& finish, double* partial,
+                           cudaStream_t stream) {
+  const TilePlan p = PlanChannels(a, c, b);
+  const cudaError_t err = LaunchChannelSums(a, c, b, term, p, partial, stream);
+  if (err != cudaSuccess) return err;
+  return LaunchChannelFinish(partial, p.splits, c, finish, stream);
+}
+
+// Stores the channel's totals into sums [2, c].
+struct StoreSums {
+  double* sums;
+  int64_t c;
+  __device__ void operator()(int64_t ch, Pair total) const {
+    sums[ch] = total.s0;
+    sums[c + ch] = total.s1;
+  }
+};
+
+// The totals alone, into sums [2, c]: one split's partial sums are the
+// totals, written there directly; more are added in split order from
+// `workspace` (PartialSize(a, c, b) doubles; unused with one split).
+template <typename Term>
+cudaError_t RunChannelTotals(int64_t a, int64_t c, int64_t b, const Term& term, double* sums, double* workspace,
+                             cudaStream_t stream) {
+  const TilePlan p = PlanChannels(a, c, b);
+  if (p.splits == 1) return LaunchChannelSums(a, c, b, term, p, sums, stream);
+  return RunChannelSums(a, c, b, term, StoreSums{sums, c}, workspace, stream);
 }
 
 // f(e, ch) for every element e of [n, c, s]; each thread takes 4 adjacent
@@ -114,14 +160,23 @@ cudaError_t RunChannelMap(const ChannelDims& d, F f, cudaStream_t stream) {
 
 // ------------------------------------------------------------------ BatchNorm
 
+// Channel ch's pivot, at pivot[ch * stride]: x's first value of the channel
+// (x, stride s) in BatchNorm, a BatchNormPivot output (stride 1) split.
+template <typename T>
+struct PivotOf {
+  const T* pivot;
+  int64_t stride;
+  __device__ double operator()(int64_t ch) const { return static_cast<double>(pivot[ch * stride]); }
+};
+
 // Sums of d = x - pivot and d^2, the pivot being the channel's first value:
 // as the CPU kernel, one pass in double that cancels as little as a second
 // pass around the mean would.
 template <typename T>
 struct BatchNormStatsTerm {
   const T* x;
-  int64_t s;
-  __device__ double Channel(int64_t ch) const { return static_cast<double>(x[ch * s]); }
+  PivotOf<T> pivot;
+  __device__ double Channel(int64_t ch) const { return pivot(ch); }
   __device__ Pair operator()(double pivot, int64_t, int64_t at) const {
     const double d = static_cast<double>(x[at]) - pivot;
     return {d, d * d};
@@ -146,18 +201,18 @@ struct BatchNormChannel {
   }
 };
 
+// Training statistics from the sums around the pivot over m values.
 template <typename T>
 struct BatchNormTrainFinish {
   BatchNormChannel<T> out;
-  const T* x;
+  PivotOf<T> pivot;
   const T* running_mean;
   const T* running_var;
   T* new_mean;
   T* new_var;
-  int64_t s;
   double m, momentum, eps;
   __device__ void operator()(int64_t ch, Pair sums) const {
-    const double mean = static_cast<double>(x[ch * s]) + sums.s0 / m;
+    const double mean = pivot(ch) + sums.s0 / m;
     const double centred = sums.s1 - sums.s0 * sums.s0 / m;
     const double squares = 0.0 < centred ? centred : 0.0;
     const double invstd = 1.0 / sqrt(squares / m + eps);
@@ -167,6 +222,11 @@ struct BatchNormTrainFinish {
     out.Store(ch, mean, invstd);
   }
 };
+
+template <typename T>
+__global__ void BatchNormPivotKernel(int64_t c, int64_t s, bool first, const T* x, T* pivot) {
+  for (int64_t ch = FirstIndex(); ch < c; ch += GridStride()) pivot[ch] = first ? x[ch * s] : T(0);
+}
 
 template <typename T>
 __global__ void BatchNormEvalChannelsKernel(int64_t c, double eps, BatchNormChannel<T> out, const T* running_mean,
@@ -180,7 +240,7 @@ __global__ void BatchNormEvalChannelsKernel(int64_t c, double eps, BatchNormChan
 }
 
 template <typename T>
-struct BatchNormApply {
+struct BatchNormNormalize {
   const T* x;
   const T* scale;
   const T* shift;
@@ -342,71 +402,178 @@ struct LayerNormAffineGradFinish {
   }
 };
 
-}  // namespace
+// ------------------------------------------- BatchNorm launchers' pieces
 
-// Partial sums (2 doubles per channel and split), then 3 per-channel
-// coefficient arrays (T in double-sized slots).
-int64_t BatchNormWorkspaceSize(const ChannelDims& dims) {
-  return 2 * PlanChannels(dims.n, dims.c, dims.s).splits * dims.c + 3 * dims.c;
+// The 2 (forward: scale, shift) or 3 (backward: k, a, b) per-channel
+// coefficient arrays, T in double-sized slots.
+int64_t CoefficientSize(int64_t c) { return 3 * c; }
+
+template <typename T>
+BatchNormChannel<T> BatchNormChannelOf(const BatchNormArgs& args, double* coefficients, int64_t c) {
+  return {static_cast<const T*>(args.gamma),     static_cast<const T*>(args.beta),
+          static_cast<T*>(args.saved_mean),      static_cast<T*>(args.saved_invstd),
+          reinterpret_cast<T*>(coefficients), reinterpret_cast<T*>(coefficients + c)};
 }
 
+// y = x * scale + shift with the coefficients `channel` stored.
+template <typename T>
+cudaError_t NormalizeBatchNorm(const ChannelDims& dims, const BatchNormArgs& args, const BatchNormChannel<T>& channel,
+                               cudaStream_t stream) {
+  return RunChannelMap(dims,
+                       BatchNormNormalize<T>{static_cast<const T*>(args.x), channel.scale, channel.shift,
+                                             static_cast<T*>(args.y)},
+                       stream);
+}
+
+// Training BatchNorm once the sums around `pivot` over m values per channel
+// are known, as partial sums [2, splits, c]: the statistics and running
+// updates per channel, then y.
+template <typename T>
+cudaError_t FinishBatchNormTraining(double momentum, double eps, double m, const ChannelDims& dims,
+                                    const BatchNormArgs& args, PivotOf<T> pivot, const double* partial,
+                                    int64_t splits, double* coefficients, cudaStream_t stream) {
+  const BatchNormChannel<T> channel = BatchNormChannelOf<T>(args, coefficients, dims.c);
+  const BatchNormTrainFinish<T> finish{channel,
+                                       pivot,
+                                       static_cast<const T*>(args.running_mean),
+                                       static_cast<const T*>(args.running_var),
+                                       static_cast<T*>(args.new_running_mean),
+                                       static_cast<T*>(args.new_running_var),
+                                       m,
+                                       momentum,
+                                       eps};
+  const cudaError_t err = LaunchChannelFinish(partial, splits, dims.c, finish, stream);
+  if (err != cudaSuccess) return err;
+  return NormalizeBatchNorm(dims, args, channel, stream);
+}
+
+template <typename T>
+BatchNormGradTerm<T> BatchNormGradTermOf(const void* dy, const void* x, const void* mean) {
+  return {static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(mean)};
+}
+
+// BatchNormBackward once the sums over m values per channel are known, as
+// partial sums [2, splits, c]: dgamma, dbeta and dx's coefficients per
+// channel, then dx.
+template <typename T>
+cudaError_t FinishBatchNormBackward(bool training, double m, const ChannelDims& dims,
+                                    const BatchNormBackwardArgs& args, const double* partial, int64_t splits,
+                                    double* coefficients, cudaStream_t stream) {
+  const int64_t c = dims.c;
+  T* k = reinterpret_cast<T*>(coefficients);
+  T* a = reinterpret_cast<T*>(coefficients + c);
+  T* b = reinterpret_cast<T*>(coefficients + 2 * c);
+  const T* dy = static_cast<const T*>(args.dy);
+  const T* x = static_cast<const T*>(args.x);
+  const T* mean = static_cast<const T*>(args.saved_mean);
+  const T* invstd = static_cast<const T*>(args.saved_invstd);
+  T* dx = static_cast<T*>(args.dx);
+  const BatchNormGradFinish<T> finish{static_cast<const T*>(args.gamma), invstd, static_cast<T*>(args.dgamma),
+                                      static_cast<T*>(args.dbeta),       k,      a,
+                                      b,                                 m};
+  const cudaError_t err = LaunchChannelFinish(partial, splits, c, finish, stream);
+  if (err != cudaSuccess) return err;
+  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, x, mean, invstd, k, a, b, dx}, stream);
+  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, x, mean, invstd, k, a, b, dx}, stream);
+}
+
+}  // namespace
+
+// Partial sums ([2, splits, c] doubles), then the coefficients.
+int64_t BatchNormWorkspaceSize(const ChannelDims& dims) {
+  return PartialSize(dims.n, dims.c, dims.s) + CoefficientSize(dims.c);
+}
+
+int64_t BatchNormStatsWorkspaceSize(const ChannelDims& dims) {
+  return PlanChannels(dims.n, dims.c, dims.s).splits > 1 ? PartialSize(dims.n, dims.c, dims.s) : 0;
+}
+
+int64_t BatchNormApplyWorkspaceSize(const ChannelDims& dims) { return CoefficientSize(dims.c); }
+
+// Training: the sums around each channel's first value, then
+// FinishBatchNormTraining (BatchNormApply's work on them).
 template <typename T>
 cudaError_t LaunchBatchNorm(bool training, double momentum, double eps, const ChannelDims& dims,
                             const BatchNormArgs& args, double* workspace, cudaStream_t stream) {
   const int64_t c = dims.c;
   if (c == 0) return cudaSuccess;
-  const TilePlan plan = PlanChannels(dims.n, c, dims.s);
-  Pair* partial = reinterpret_cast<Pair*>(workspace);
-  T* scale = reinterpret_cast<T*>(workspace + 2 * plan.splits * c);
-  T* shift = reinterpret_cast<T*>(workspace + 2 * plan.splits * c + c);
-  const T* x = static_cast<const T*>(args.x);
-  const T* running_mean = static_cast<const T*>(args.running_mean);
-  const T* running_var = static_cast<const T*>(args.running_var);
-  T* new_mean = static_cast<T*>(args.new_running_mean);
-  T* new_var = static_cast<T*>(args.new_running_var);
-  const BatchNormChannel<T> out{static_cast<const T*>(args.gamma), static_cast<const T*>(args.beta),
-                                static_cast<T*>(args.saved_mean),  static_cast<T*>(args.saved_invstd),
-                                scale,                             shift};
-  cudaError_t err;
+  const int64_t partial_size = PartialSize(dims.n, c, dims.s);
+  double* coefficients = workspace + partial_size;
   if (training) {
-    const double m = static_cast<double>(dims.n * dims.s);
-    err = RunChannelSums(dims.n, c, dims.s, BatchNormStatsTerm<T>{x, dims.s},
-                         BatchNormTrainFinish<T>{out, x, running_mean, running_var, new_mean, new_var, dims.s, m,
-                                                 momentum, eps},
-                         partial, stream);
-  } else {
-    BatchNormEvalChannelsKernel<<<Blocks(c), kThreads, 0, stream>>>(c, eps, out, running_mean, running_var, new_mean,
-                                                                    new_var);
-    err = cudaGetLastError();
+    const T* x = static_cast<const T*>(args.x);
+    const PivotOf<T> pivot{x, dims.s};
+    const TilePlan plan = PlanChannels(dims.n, c, dims.s);
+    const cudaError_t err = LaunchChannelSums(dims.n, c, dims.s, BatchNormStatsTerm<T>{x, pivot}, plan, workspace,
+                                              stream);
+    if (err != cudaSuccess) return err;
+    return FinishBatchNormTraining<T>(momentum, eps, static_cast<double>(dims.n * dims.s), dims, args, pivot,
+                                      workspace, plan.splits, coefficients, stream);
   }
+  const BatchNormChannel<T> channel = BatchNormChannelOf<T>(args, coefficients, c);
+  BatchNormEvalChannelsKernel<<<Blocks(c), kThreads, 0, stream>>>(
+      c, eps, channel, static_cast<const T*>(args.running_mean), static_cast<const T*>(args.running_var),
+      static_cast<T*>(args.new_running_mean), static_cast<T*>(args.new_running_var));
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  return RunChannelMap(dims, BatchNormApply<T>{x, scale, shift, static_cast<T*>(args.y)}, stream);
+  return NormalizeBatchNorm(dims, args, channel, stream);
 }
 
+template <typename T>
+cudaError_t LaunchBatchNormPivot(bool first, const ChannelDims& dims, const void* x, void* pivot,
+                                 cudaStream_t stream) {
+  if (dims.c == 0) return cudaSuccess;
+  BatchNormPivotKernel<<<Blocks(dims.c), kThreads, 0, stream>>>(dims.c, dims.s, first && dims.n > 0,
+                                                                static_cast<const T*>(x), static_cast<T*>(pivot));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchBatchNormStats(const ChannelDims& dims, const void* x, const void* pivot, double* sums,
+                                 double* workspace, cudaStream_t stream) {
+  if (dims.c == 0) return cudaSuccess;
+  const BatchNormStatsTerm<T> term{static_cast<const T*>(x), PivotOf<T>{static_cast<const T*>(pivot), 1}};
+  return RunChannelTotals(dims.n, dims.c, dims.s, term, sums, workspace, stream);
+}
+
+// The sums are the partial sums of one split.
+template <typename T>
+cudaError_t LaunchBatchNormApply(double momentum, double eps, int64_t count, const ChannelDims& dims,
+                                 const BatchNormArgs& args, const void* pivot, const double* sums, double* workspace,
+                                 cudaStream_t stream) {
+  if (dims.c == 0) return cudaSuccess;
+  return FinishBatchNormTraining<T>(momentum, eps, static_cast<double>(count), dims, args,
+                                    PivotOf<T>{static_cast<const T*>(pivot), 1}, sums, /*splits=*/1, workspace,
+                                    stream);
+}
+
+// The sums of dy and dy * (x - mean), then FinishBatchNormBackward
+// (BatchNormBackwardApply's work on them in training).
 template <typename T>
 cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, const BatchNormBackwardArgs& args,
                                     double* workspace, cudaStream_t stream) {
   const int64_t c = dims.c;
   if (c == 0) return cudaSuccess;
   const TilePlan plan = PlanChannels(dims.n, c, dims.s);
-  Pair* partial = reinterpret_cast<Pair*>(workspace);
-  T* k = reinterpret_cast<T*>(workspace + 2 * plan.splits * c);
-  T* a = reinterpret_cast<T*>(workspace + 2 * plan.splits * c + c);
-  T* b = reinterpret_cast<T*>(workspace + 2 * plan.splits * c + 2 * c);
-  const T* dy = static_cast<const T*>(args.dy);
-  const T* x = static_cast<const T*>(args.x);
-  const T* mean = static_cast<const T*>(args.saved_mean);
-  const T* invstd = static_cast<const T*>(args.saved_invstd);
-  T* dx = static_cast<T*>(args.dx);
-  const double m = static_cast<double>(dims.n * dims.s);
-  cudaError_t err = RunChannelSums(dims.n, c, dims.s, BatchNormGradTerm<T>{dy, x, mean},
-                                   BatchNormGradFinish<T>{static_cast<const T*>(args.gamma), invstd,
-                                                          static_cast<T*>(args.dgamma), static_cast<T*>(args.dbeta), k,
-                                                          a, b, m},
-                                   partial, stream);
+  const cudaError_t err = LaunchChannelSums(dims.n, c, dims.s, BatchNormGradTermOf<T>(args.dy, args.x, args.saved_mean),
+                                            plan, workspace, stream);
   if (err != cudaSuccess) return err;
-  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, x, mean, invstd, k, a, b, dx}, stream);
-  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, x, mean, invstd, k, a, b, dx}, stream);
+  return FinishBatchNormBackward<T>(training, static_cast<double>(dims.n * dims.s), dims, args, workspace,
+                                    plan.splits, workspace + PartialSize(dims.n, c, dims.s), stream);
+}
+
+template <typename T>
+cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
+                                         double* sums, double* workspace, cudaStream_t stream) {
+  if (dims.c == 0) return cudaSuccess;
+  return RunChannelTotals(dims.n, dims.c, dims.s, BatchNormGradTermOf<T>(dy, x, mean), sums, workspace, stream);
+}
+
+template <typename T>
+cudaError_t LaunchBatchNormBackwardApply(int64_t count, const ChannelDims& dims, const BatchNormBackwardArgs& args,
+                                         const double* sums, double* workspace, cudaStream_t stream) {
+  if (dims.c == 0) return cudaSuccess;
+  return FinishBatchNormBackward<T>(/*training=*/true, static_cast<double>(count), dims, args, sums, /*splits=*/1,
+                                    workspace, stream);
 }
 
 template <typename T>
@@ -419,7 +586,7 @@ cudaError_t LaunchLayerNorm(int64_t rows, int64_t d, double eps, const T* x, con
   return cudaGetLastError();
 }
 
-int64_t LayerNormBackwardWorkspaceSize(int64_t rows, int64_t d) { return 2 * PlanChannels(rows, d, 1).splits * d; }
+int64_t LayerNormBackwardWorkspaceSize(int64_t rows, int64_t d) { return PartialSize(rows, d, 1); }
 
 template <typename T>
 cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
@@ -435,7 +602,7 @@ cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const 
   }
   if (!gamma) return cudaSuccess;
   return RunChannelSums(rows, d, 1, LayerNormAffineGradTerm<T>{dy, x, mean, rstd},
-                        LayerNormAffineGradFinish<T>{dgamma, dbeta}, reinterpret_cast<Pair*>(workspace), stream);
+                        LayerNormAffineGradFinish<T>{dgamma, dbeta}, workspace, stream);
 }
 
 #define LOOM_INSTANTIATE_NORM_KERNELS(T)                                                                           \
@@ -443,6 +610,15 @@ cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const 
                                           cudaStream_t);                                                           \
   template cudaError_t LaunchBatchNormBackward<T>(bool, const ChannelDims&, const BatchNormBackwardArgs&, double*, \
                                                   cudaStream_t);                                                   \
+  template cudaError_t LaunchBatchNormPivot<T>(bool, const ChannelDims&, const void*, void*, cudaStream_t);        \
+  template cudaError_t LaunchBatchNormStats<T>(const ChannelDims&, const void*, const void*, double*, double*,     \
+                                               cudaStream_t);                                                      \
+  template cudaError_t LaunchBatchNormApply<T>(double, double, int64_t, const ChannelDims&, const BatchNormArgs&,  \
+                                               const void*, const double*, double*, cudaStream_t);                 \
+  template cudaError_t LaunchBatchNormBackwardStats<T>(const ChannelDims&, const void*, const void*, const void*,  \
+                                                       double*, double*, cudaStream_t);                            \
+  template cudaError_t LaunchBatchNormBackwardApply<T>(int64_t, const ChannelDims&, const BatchNormBackwardArgs&,  \
+                                                       const double*, double*, cudaStream_t);                      \
   template cudaError_t LaunchLayerNorm<T>(int64_t, int64_t, double, const T*, const T*, const T*, T*, T*, T*,      \
                                           cudaStream_t);                                                           \
   template cudaError_t LaunchLayerNormBackward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*,        \

@@ -1,7 +1,12 @@
 // Launchers of the norm family's device code (norm_kernels.cu): BatchNorm,
-// BatchNormBackward, LayerNorm and LayerNormBackward. Statistics accumulate
-// in double, as on the CPU; per-channel and per-column sums are split over
-// blocks in a fixed way and combined in a fixed order (no atomics).
+// BatchNormBackward, the pieces of a BatchNorm split along the batch
+// (BatchNormPivot, BatchNormStats, BatchNormApply, BatchNormBackwardStats,
+// BatchNormBackwardApply), LayerNorm and LayerNormBackward. Statistics
+// accumulate in double, as on the CPU; per-channel and per-column sums are
+// split over blocks in a fixed way and combined in a fixed order (no
+// atomics). A training BatchNorm is its sums followed by what
+// BatchNormApply does with them (the same device code), and likewise its
+// backward.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,8 +20,13 @@ struct ChannelDims {
   int64_t n = 0, c = 0, s = 1;
 };
 
-// Doubles of device workspace the BatchNorm launchers need.
+// Doubles of device workspace LaunchBatchNorm and LaunchBatchNormBackward need.
 int64_t BatchNormWorkspaceSize(const ChannelDims& dims);
+// Doubles LaunchBatchNormStats and LaunchBatchNormBackwardStats need (0 when
+// the sums are not split over blocks).
+int64_t BatchNormStatsWorkspaceSize(const ChannelDims& dims);
+// Doubles LaunchBatchNormApply and LaunchBatchNormBackwardApply need.
+int64_t BatchNormApplyWorkspaceSize(const ChannelDims& dims);
 
 struct BatchNormArgs {
   const void* x;
@@ -38,6 +48,25 @@ template <typename T>
 cudaError_t LaunchBatchNorm(bool training, double momentum, double eps, const ChannelDims& dims,
                             const BatchNormArgs& args, double* workspace, cudaStream_t stream);
 
+// BatchNormPivot: pivot[ch] = x[0, ch, 0...] when `first` (and the batch is
+// not empty), else 0.
+template <typename T>
+cudaError_t LaunchBatchNormPivot(bool first, const ChannelDims& dims, const void* x, void* pivot,
+                                 cudaStream_t stream);
+
+// BatchNormStats: sums [2, c] (device doubles) = per channel, the sum of d
+// and of d^2 over x's values, d = x - pivot[ch].
+template <typename T>
+cudaError_t LaunchBatchNormStats(const ChannelDims& dims, const void* x, const void* pivot, double* sums,
+                                 double* workspace, cudaStream_t stream);
+
+// BatchNormApply: LaunchBatchNorm's training outputs with the statistics of
+// `sums` ([2, c], around `pivot`) over `count` values per channel.
+template <typename T>
+cudaError_t LaunchBatchNormApply(double momentum, double eps, int64_t count, const ChannelDims& dims,
+                                 const BatchNormArgs& args, const void* pivot, const double* sums, double* workspace,
+                                 cudaStream_t stream);
+
 struct BatchNormBackwardArgs {
   const void* dy;
   const void* x;
@@ -52,6 +81,18 @@ struct BatchNormBackwardArgs {
 template <typename T>
 cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, const BatchNormBackwardArgs& args,
                                     double* workspace, cudaStream_t stream);
+
+// BatchNormBackwardStats: sums [2, c] = per channel, the sum of dy and of
+// dy * (x - mean[ch]).
+template <typename T>
+cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
+                                         double* sums, double* workspace, cudaStream_t stream);
+
+// BatchNormBackwardApply: LaunchBatchNormBackward's training outputs with
+// `sums` ([2, c], as BatchNormBackwardStats) over `count` values per channel.
+template <typename T>
+cudaError_t LaunchBatchNormBackwardApply(int64_t count, const ChannelDims& dims, const BatchNormBackwardArgs& args,
+                                         const double* sums, double* workspace, cudaStream_t stream);
 
 // LayerNorm over rows of d elements; gamma and beta may be null.
 template <typename T>
