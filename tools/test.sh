@@ -16,8 +16,9 @@ log=$(mktemp)
 passed=0 failed=0 skipped=0
 
 # One whole step (a build, a second suite, the fuzzers): passes or fails.
+# Each step's wall time is printed, so a CI log shows where the time goes.
 step() {
-  local name="$1"
+  local name="$1" t0=$SECONDS
   shift
   echo "== $name"
   if "$@" >"$log" 2>&1; then
@@ -26,9 +27,11 @@ step() {
     grep -E "^//.*(FAILED|TIMEOUT)|ERROR|error:|FAILED|fuzz" "$log" | head -20
     failed=$((failed + 1))
   fi
+  echo "   ($((SECONDS - t0)) s)"
 }
 
 echo "== bazel test //... (CPU)"
+t0=$SECONDS
 bazel test //... --test_output=errors 2>&1 | tee "$log" | grep -E "^//|FAILED|ERROR|Executed" || true
 status=${PIPESTATUS[0]}
 passed=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log" || true)
@@ -39,6 +42,7 @@ if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   grep -E "ERROR" "$log" | head -20
   failed=1
 fi
+echo "   ($((SECONDS - t0)) s)"
 
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   # Compiles and links every CUDA kernel; the CUDA tests then run their
