@@ -26,7 +26,7 @@ struct TaskRuntime::StepState {
 };
 
 TaskRuntime::TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options)
-    : tasks_(std::move(tasks)), options_(options) {}
+    : tasks_(std::move(tasks)), options_(options), comm_(options.communicator) {}
 
 TaskRuntime::~TaskRuntime() = default;
 
@@ -38,11 +38,50 @@ StatusOr<std::unique_ptr<TaskRuntime>> TaskRuntime::Create(TaskGraph tasks, cons
   return r;
 }
 
+namespace {
+
+// The dtypes a communicator carries (runtime/comm/communicator.h).
+bool Communicable(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kI32 || d == DType::kI64; }
+
+}  // namespace
+
+bool TaskRuntime::TakesPart(const Task& task) const {
+  if (Local(task.device)) return true;
+  if (task.kind == TaskKind::kCompute) return false;
+  for (int p : task.sources)
+    if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return true;
+  for (int p : task.outputs)
+    if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return true;
+  return false;
+}
+
 Status TaskRuntime::Prepare() {
   const OpRegistry& registry = OpRegistry::Global();
   const int64_t devices = tasks_.devices;
+  if (comm_) {
+    if (comm_->size() != devices)
+      return InvalidArgument("the task graph has ", devices, " devices, the communicator ", comm_->size(),
+                             " ranks (one device per process)");
+    if (comm_->device() != Device::Cpu())
+      return InvalidArgument("the task runtime runs processes on CPU communicators, got one on ",
+                             comm_->device().ToString());
+    // A piece that crosses processes must be one the communicator carries.
+    for (const Task& t : tasks_.tasks) {
+      if (t.kind == TaskKind::kCompute) continue;
+      for (const std::vector<int>* list : {&t.sources, &t.outputs})
+        for (int p : *list) {
+          const DType d = tasks_.graph.type(tasks_.pieces[static_cast<size_t>(p)].value).dtype;
+          if (!Communicable(d))
+            return Unimplemented("task ", t.name, " moves ", DTypeName(d),
+                                 " between processes; communicators carry f32, f64, i32 and i64");
+        }
+    }
+  }
   for (int64_t d = 0; d < devices; ++d) {
-    LOOM_ASSIGN_OR_RETURN(auto pool, ThreadPool::Create(options_.threads_per_device));
+    std::unique_ptr<ThreadPool> pool;
+    if (Local(d)) {
+      LOOM_ASSIGN_OR_RETURN(pool, ThreadPool::Create(options_.threads_per_device));
+    }
     pools_.push_back(std::move(pool));
   }
   queues_.assign(static_cast<size_t>(devices), {});
@@ -50,7 +89,10 @@ Status TaskRuntime::Prepare() {
   readers_.assign(tasks_.pieces.size(), 0);
   for (const Task& t : tasks_.tasks) {
     if (t.device < 0 || t.device >= devices) return Internal("task ", t.name, " on device ", t.device);
-    queues_[static_cast<size_t>(t.device)].push_back(t.id);
+    // Processes: this rank's one queue holds every task it takes part in.
+    if (comm_ == nullptr) queues_[static_cast<size_t>(t.device)].push_back(t.id);
+    else if (TakesPart(t)) queues_[static_cast<size_t>(comm_->rank())].push_back(t.id);
+    runs_here_.push_back(comm_ == nullptr || TakesPart(t));
     for (int p : t.sources) ++readers_[static_cast<size_t>(p)];
     for (const Operand& op : t.inputs)
       for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
@@ -76,6 +118,7 @@ Status TaskRuntime::Prepare() {
     const ValueId v = n.outputs[0];
     state_values_[n.name] = v;
     for (int h : tasks_.homes[v]) {
+      if (!Local(tasks_.pieces[static_cast<size_t>(h)].device)) continue;
       LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)],
                             Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), tasks_.graph.type(v).dtype));
     }
@@ -109,9 +152,21 @@ StatusOr<Tensor> TaskRuntime::GetState(const std::string& name) const {
     const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
     if (std::find(seen.begin(), seen.end(), r) != seen.end()) continue;
     seen.push_back(r);
-    LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(h)], r, &whole, all, r));
+    LOOM_ASSIGN_OR_RETURN(Tensor piece, PieceEverywhere(h));
+    LOOM_RETURN_IF_ERROR(CopyRegion(piece, r, &whole, all, r));
   }
   return whole;
+}
+
+StatusOr<Tensor> TaskRuntime::PieceEverywhere(int p) const {
+  const Piece& piece = tasks_.pieces[static_cast<size_t>(p)];
+  if (comm_ == nullptr) return pieces_[static_cast<size_t>(p)];
+  Tensor t = pieces_[static_cast<size_t>(p)];
+  if (!Local(piece.device)) {
+    LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype));
+  }
+  LOOM_RETURN_IF_ERROR(comm_->Broadcast(t, static_cast<int>(piece.device)));
+  return t;
 }
 
 Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
@@ -124,8 +179,9 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
   LOOM_ASSIGN_OR_RETURN(Tensor host, value.To(Device::Cpu()));
   const Region all = Region::Whole(t.shape);
   for (int h : tasks_.homes.at(it->second)) {
-    const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
-    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &pieces_[static_cast<size_t>(h)], r, r));
+    const Piece& home = tasks_.pieces[static_cast<size_t>(h)];
+    if (!Local(home.device)) continue;
+    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &pieces_[static_cast<size_t>(h)], home.region, home.region));
   }
   return Status::Ok();
 }
@@ -159,6 +215,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   const auto piece_of = [&](int p) -> const Piece& { return tasks_.pieces[static_cast<size_t>(p)]; };
   switch (task.kind) {
     case TaskKind::kTransfer: {
+      if (!Local(task.src_device) || !Local(task.device)) return RunRemoteTransfer(task);
       const Piece& src = piece_of(task.sources[0]);
       const Piece& dst = piece_of(task.outputs[0]);
       LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype));
@@ -167,25 +224,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
       pieces_[static_cast<size_t>(task.outputs[0])] = out;
       return Status::Ok();
     }
-    case TaskKind::kAllReduce: {
-      const Piece& first = piece_of(task.sources[0]);
-      LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), tasks_.graph.type(first.value).dtype));
-      LOOM_RETURN_IF_ERROR(sum.CopyFrom(pieces_[static_cast<size_t>(task.sources[0])]));
-      LOOM_RETURN_IF_ERROR(DispatchFloat(sum.dtype(), [&](auto zero) {
-        using T = decltype(zero);
-        T* s = sum.data<T>();
-        for (size_t k = 1; k < task.sources.size(); ++k) {
-          const T* x = pieces_[static_cast<size_t>(task.sources[k])].data<T>();
-          for (int64_t i = 0; i < sum.numel(); ++i) s[i] += x[i];
-        }
-      }));
-      for (size_t k = 0; k < task.outputs.size(); ++k) {
-        LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype()));
-        LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
-        pieces_[static_cast<size_t>(task.outputs[k])] = copy;
-      }
-      return Status::Ok();
-    }
+    case TaskKind::kAllReduce: return RunAllReduce(task);
     case TaskKind::kCompute: break;
   }
   const Node& n = tasks_.graph.node(task.node);
@@ -217,6 +256,77 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   return Status::Ok();
 }
 
+// A transfer between processes: the source's rank sends the destination's
+// region of its piece, the destination's rank receives it.
+Status TaskRuntime::RunRemoteTransfer(const Task& task) {
+  const int src_piece = task.sources[0], dst_piece = task.outputs[0];
+  const Piece& src = tasks_.pieces[static_cast<size_t>(src_piece)];
+  const Piece& dst = tasks_.pieces[static_cast<size_t>(dst_piece)];
+  LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype));
+  if (Local(task.src_device)) {
+    LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
+                                    dst.region));
+    return comm_->Send(region, static_cast<int>(task.device));
+  }
+  LOOM_RETURN_IF_ERROR(comm_->Recv(region, static_cast<int>(task.src_device)));
+  pieces_[static_cast<size_t>(dst_piece)] = region;
+  return Status::Ok();
+}
+
+// The partial sums added in the group's order on the task's device (the
+// first member), which then hands each member its copy. Across processes
+// the first member receives the sums other ranks hold and sends them their
+// copies; the order of the additions, and so the bits, stay the same.
+Status TaskRuntime::RunAllReduce(const Task& task) {
+  const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
+  const Piece& first = tasks_.pieces[static_cast<size_t>(task.sources[0])];
+  const DType dtype = tasks_.graph.type(first.value).dtype;
+  const int root = static_cast<int>(task.device);
+  if (!Local(task.device)) {  // another rank adds: send this rank's sums, receive its copies
+    for (int p : task.sources)
+      if (Local(device_of(p))) LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
+    for (int p : task.outputs) {
+      if (!Local(device_of(p))) continue;
+      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(first.region.shape(), dtype));
+      LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
+      pieces_[static_cast<size_t>(p)] = copy;
+    }
+    return Status::Ok();
+  }
+  // Source k, received when another rank holds it.
+  const auto source = [&](size_t k) -> StatusOr<Tensor> {
+    const int p = task.sources[k];
+    if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
+    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype));
+    LOOM_RETURN_IF_ERROR(comm_->Recv(received, static_cast<int>(device_of(p))));
+    return received;
+  };
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), dtype));
+  {
+    LOOM_ASSIGN_OR_RETURN(Tensor x0, source(0));
+    LOOM_RETURN_IF_ERROR(sum.CopyFrom(x0));
+  }
+  for (size_t k = 1; k < task.sources.size(); ++k) {
+    LOOM_ASSIGN_OR_RETURN(Tensor xk, source(k));
+    LOOM_RETURN_IF_ERROR(DispatchFloat(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      T* s = sum.data<T>();
+      const T* x = xk.data<T>();
+      for (int64_t i = 0; i < sum.numel(); ++i) s[i] += x[i];
+    }));
+  }
+  for (int p : task.outputs) {
+    if (!Local(device_of(p))) {
+      LOOM_RETURN_IF_ERROR(comm_->Send(sum, static_cast<int>(device_of(p))));
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype()));
+    LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
+    pieces_[static_cast<size_t>(p)] = copy;
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::string, Tensor>& feeds) {
   size_t fed = 0;
   for (const Node& n : tasks_.graph.nodes()) {
@@ -233,6 +343,7 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
     auto homes = tasks_.homes.find(n.outputs[0]);
     if (homes == tasks_.homes.end()) continue;
     for (int h : homes->second) {
+      if (!Local(tasks_.pieces[static_cast<size_t>(h)].device)) continue;
       const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
       if (r == all) {
         pieces_[static_cast<size_t>(h)] = host;
@@ -261,10 +372,11 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
       const Task& task = tasks_.tasks[static_cast<size_t>(id)];
       {
         std::unique_lock<std::mutex> lock(st.mu);
+        // Processes: a dependency another rank runs arrives by message.
         st.cv.wait(lock, [&] {
           if (st.failed) return true;
           for (int d : task.deps)
-            if (!st.done[static_cast<size_t>(d)]) return false;
+            if (runs_here_[static_cast<size_t>(d)] && !st.done[static_cast<size_t>(d)]) return false;
           return true;
         });
         if (st.failed) return;
@@ -287,19 +399,29 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   };
   // Readers count down in Release; a piece whose last reader ran is freed.
   step_state_ = &st;
-  std::vector<std::thread> threads;
-  for (size_t d = 1; d < queues_.size(); ++d) threads.emplace_back(worker, d);
-  worker(0);
-  for (std::thread& t : threads) t.join();
+  if (comm_) {
+    worker(static_cast<size_t>(comm_->rank()));  // this process's device
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t d = 1; d < queues_.size(); ++d) threads.emplace_back(worker, d);
+    worker(0);
+    for (std::thread& t : threads) t.join();
+  }
   step_state_ = nullptr;
   if (st.failed) {
     for (size_t p = 0; p < pieces_.size(); ++p)
       if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
+    if (comm_) comm_->Abort(st.error);  // the other ranks fail too instead of waiting for this one
     return st.error;
   }
 
   std::map<std::string, Tensor> results;
   for (const auto& [name, op] : tasks_.outputs) {
+    if (comm_) {  // every rank gets every output
+      for (int p : op.pieces) {
+        LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
+      }
+    }
     LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op));
     // A home (the feed, the state) may be the result itself: the writebacks
     // below and the next feed overwrite it, so the caller gets a copy.
@@ -311,12 +433,15 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   }
   // Every reader of the old state has run: refresh the homes.
   std::vector<Tensor> fresh;
+  std::vector<int> refreshed;
   for (const auto& [home, op] : tasks_.writebacks) {
+    if (!Local(tasks_.pieces[static_cast<size_t>(home)].device)) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
     fresh.push_back(std::move(t));
+    refreshed.push_back(home);
   }
   for (size_t i = 0; i < fresh.size(); ++i)
-    LOOM_RETURN_IF_ERROR(pieces_[static_cast<size_t>(tasks_.writebacks[i].first)].CopyFrom(fresh[i]));
+    LOOM_RETURN_IF_ERROR(pieces_[static_cast<size_t>(refreshed[i])].CopyFrom(fresh[i]));
   for (size_t p = 0; p < pieces_.size(); ++p)
     if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
   ++step_;

@@ -8,6 +8,18 @@
 //
 // The interface mirrors Executor's: state by name (assembled from and
 // scattered to the home pieces), one Run per step.
+//
+// Processes (TaskRuntimeOptions::communicator): each of comm.size() ranks
+// runs one device, device r on rank r, from the same task graph. A rank runs
+// its device's compute tasks and its halves of the transfers and all-reduces
+// that cross to other ranks: the sender sends the region, the receiver
+// receives it; an all-reduce's first member receives the partial sums it
+// does not hold, adds them in the group's order (the bits of one process)
+// and sends each member its copy. Every device walks the tasks in the
+// graph's order, so matching sends and receives meet without deadlock.
+// Every rank makes the same calls in the same order (Run, GetState, ...):
+// outputs and state are broadcast from the ranks that hold them. A failing
+// rank aborts the communicator, so the others fail instead of waiting.
 #pragma once
 
 #include <map>
@@ -20,6 +32,7 @@
 #include "graph/ir.h"
 #include "graph/task_graph.h"
 #include "ops/op.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/step_runner.h"
 
 namespace loom {
@@ -28,6 +41,10 @@ struct TaskRuntimeOptions {
   int threads_per_device = 1;
   uint64_t seed = 0;    // random ops draw from streams keyed by (seed, node name, step), as in Executor
   bool trace = false;   // record every task's start and end (trace(), TraceJson())
+  // Not owned; when set, this runtime is rank comm.rank() of comm.size()
+  // processes and runs device comm.rank() alone (a CPU communicator; the
+  // task graph has comm.size() devices).
+  Communicator* communicator = nullptr;
 };
 
 // One task's run in the last step, in seconds from the step's start.
@@ -62,7 +79,16 @@ class TaskRuntime : public StepRunner {
  private:
   TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options);
   Status Prepare();
+  // Whether this process runs `device` (always without a communicator).
+  bool Local(int64_t device) const { return comm_ == nullptr || device == comm_->rank(); }
+  // Whether this process takes part in `task` (runs it, or a half of it).
+  bool TakesPart(const Task& task) const;
   Status RunTask(const Task& task, ThreadPool* pool);
+  Status RunRemoteTransfer(const Task& task);
+  Status RunAllReduce(const Task& task);
+  // Piece p on every rank: broadcast from the rank that holds it (every
+  // rank calls this for the same pieces in the same order).
+  StatusOr<Tensor> PieceEverywhere(int p) const;
   StatusOr<Tensor> Assemble(const Operand& op) const;
   void Release(const Task& task);
 
@@ -70,7 +96,9 @@ class TaskRuntime : public StepRunner {
   TaskRuntimeOptions options_;
   std::vector<std::unique_ptr<ThreadPool>> pools_;  // per device
   std::vector<std::vector<int>> queues_;            // per device: task ids in order
-  std::vector<Tensor> pieces_;                      // by piece id (homes persist)
+  Communicator* comm_ = nullptr;                    // options_.communicator
+  std::vector<Tensor> pieces_;                      // by piece id (homes persist); this process's only
+  std::vector<char> runs_here_;                     // by task id: this process runs it (or its half)
   std::vector<int> readers_;                        // by piece id: tasks, writebacks and outputs that read it
   std::vector<const KernelFn*> kernels_;            // by task id (compute tasks)
   std::map<std::string, ValueId> state_values_;     // state node name -> its value

@@ -7,10 +7,12 @@
 
 #include <random>
 #include <set>
+#include <thread>
 
 #include "graph/model.h"
 #include "graph/task_graph.h"
 #include "models/zoo.h"
+#include "runtime/comm/local_communicator.h"
 #include "tests/parallel_check.h"
 
 namespace loom {
@@ -169,6 +171,75 @@ TEST_CASE("random valid strategies match one device") {
     }
     CHECK(found == 10);
   }
+}
+
+// Each device in a process of its own (threads joined by local
+// communicators, as MPI ranks are by the MPI communicator): every rank
+// gets the in-process runtime's outputs and state, bit for bit.
+TEST_CASE("devices as processes match the in-process runtime bit for bit") {
+  const StepCase cnn = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = Classifier("mlp", {{"hidden", "16"}}, {64}, 4);
+  std::mt19937_64 rng(5);
+  const std::vector<std::pair<const StepCase*, std::string>> cases = {
+      {&cnn, "devices: 2\ndefault_split { sample: 2 }\n"},
+      {&cnn, "devices: 3\ndefault_split { sample: 2 devices: 1 devices: 2 }\n"},
+      {&cnn, "devices: 2\nlayer { layer: \"*conv\" attribute: 2 }\n"},
+      {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n"},
+      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n"},
+      {&fused, "devices: 2\ndefault_split { replica: 2 }\n"},
+      {&fused, testing::RandomStrategy(fused.forward, 3, rng)},
+  };
+  for (const auto& [c, text] : cases) {
+    INFO(text);
+    if (!Lower(*c, text).ok()) continue;  // a random split the shapes cannot take
+    auto in_process = testing::RunOnDevices(*c, text, kSteps, kSeed);
+    REQUIRE(in_process.status().ToString() == "OK");
+    auto ranks = testing::RunAsProcesses(*c, text, kSteps, kSeed);
+    REQUIRE(ranks.status().ToString() == "OK");
+    for (size_t r = 0; r < ranks->size(); ++r) {
+      INFO("rank " << r);
+      CHECK(FirstMismatch(*in_process, (*ranks)[r], 0.0) == "");
+    }
+  }
+}
+
+TEST_CASE("a rank that fails makes the others fail instead of waiting") {
+  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const std::string text = "devices: 2\ndefault_split { sample: 2 }\n";
+  std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(2);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto tasks = Lower(c, text);
+      TaskRuntimeOptions o;
+      o.communicator = comms[static_cast<size_t>(r)].get();
+      auto runtime = TaskRuntime::Create(std::move(*tasks), o);
+      if (!runtime.ok()) {
+        status[static_cast<size_t>(r)] = runtime.status();
+        return;
+      }
+      std::map<std::string, Tensor> feeds = c.feeds;
+      if (r == 1) feeds.erase("input");  // rank 1 fails before its first task
+      status[static_cast<size_t>(r)] = (*runtime)->Run(feeds).status();
+      if (r == 1) comms[1]->Abort(status[1]);  // as the training loop's failure path does
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK_THAT(status[1].message(), Catch::Contains("input 'input' was not fed"));
+  REQUIRE_FALSE(status[0].ok());
+  CHECK_THAT(status[0].ToString(), Catch::Contains("rank 1"));
+}
+
+TEST_CASE("processes need one device each") {
+  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(3);
+  auto tasks = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
+  REQUIRE(tasks.ok());
+  TaskRuntimeOptions o;
+  o.communicator = comms[0].get();
+  auto runtime = TaskRuntime::Create(std::move(*tasks), o);
+  REQUIRE_FALSE(runtime.ok());
+  CHECK_THAT(runtime.status().message(), Catch::Contains("2 devices, the communicator 3 ranks"));
 }
 
 TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "graph/compile.h"
 #include "graph/strategy.h"
+#include "runtime/comm/local_communicator.h"
 #include "runtime/executor.h"
 #include "runtime/task_runtime.h"
 
@@ -76,6 +78,34 @@ StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strateg
   LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
   return RunSteps(*runtime, c, steps);
+}
+
+StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
+                                                  uint64_t seed) {
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
+  const int ranks = static_cast<int>(tasks.devices);
+  std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(ranks);
+  std::vector<StatusOr<StepResults>> results(static_cast<size_t>(ranks), Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      // Each process lowers the strategy itself, as `mpirun ... loom train` does.
+      results[static_cast<size_t>(r)] = [&]() -> StatusOr<StepResults> {
+        LOOM_ASSIGN_OR_RETURN(TaskGraph own, LowerStrategy(c, strategy_text));
+        TaskRuntimeOptions o;
+        o.communicator = comms[static_cast<size_t>(r)].get();
+        LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(own), o));
+        LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
+        return RunSteps(*runtime, c, steps);
+      }();
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<StepResults> out;
+  for (int r = 0; r < ranks; ++r) {
+    if (!results[static_cast<size_t>(r)].ok()) return results[static_cast<size_t>(r)].status().WithContext(StrCat("rank ", r));
+    out.push_back(std::move(*results[static_cast<size_t>(r)]));
+  }
+  return out;
 }
 
 std::string FirstMismatch(const StepResults& want, const StepResults& got, double tolerance) {
