@@ -6,9 +6,14 @@
 
 #include "core/status.h"
 #include "graph/ir.h"
+#include "runtime/comm/communicator.h"
 #include "train/config/train_config.h"
 
 namespace loom::tools {
+
+// Under mpirun: this process's rank in the job (MPI_COMM_WORLD); null when
+// loom was started alone. Made by main before the command runs.
+Communicator* ProcessCommunicator();
 
 Status TrainCommand(const std::vector<std::string>& args);
 Status BenchCommand(const std::vector<std::string>& args);

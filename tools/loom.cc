@@ -5,12 +5,16 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/comm/mpi_communicator.h"
 #include "tools/commands.h"
 
 namespace {
+
+std::unique_ptr<loom::MpiCommunicator> processes;  // under mpirun
 
 constexpr const char* kUsage =
     "usage: loom <command> [flags]\n"
@@ -25,6 +29,10 @@ constexpr const char* kUsage =
     "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n";
 
 }  // namespace
+
+namespace loom::tools {
+Communicator* ProcessCommunicator() { return processes.get(); }
+}  // namespace loom::tools
 
 int main(int argc, char** argv) {
   // Under `bazel run`, paths on the command line are the user's: work from
@@ -50,6 +58,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;
   }
+  if (loom::LaunchedByMpirun()) {
+    auto world = loom::MpiCommunicator::World();
+    if (!world.ok()) {
+      std::fprintf(stderr, "loom: cannot join the MPI job: %s\n", world.status().message().c_str());
+      return 1;
+    }
+    processes = std::move(*world);
+  }
   loom::Status status;
   // Errors are Status values; an exception that still escapes (from the
   // standard library: std::system_error, std::bad_alloc) is reported as the
@@ -60,8 +76,12 @@ int main(int argc, char** argv) {
     status = loom::Internal("uncaught exception: ", e.what());
   }
   if (!status.ok()) {
+    // One failed rank ends the job: the others would wait for it forever.
+    if (processes && processes->size() > 1) processes->Abort(status.WithContext(loom::StrCat("loom ", command)));
     std::fprintf(stderr, "loom %s: error: %s\n", command.c_str(), status.message().c_str());
     return 1;
   }
+  processes.reset();
+  loom::FinalizeMpi();
   return 0;
 }

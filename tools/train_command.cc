@@ -69,6 +69,10 @@ Status TrainCommand(const std::vector<std::string>& args) {
   }
   if (flags.Has("device")) o.device = flags.Str("device", "");
   if (flags.Has("devices")) o.devices = flags.Str("devices", "");
+  Communicator* world = ProcessCommunicator();
+  const bool processes = world != nullptr && world->size() > 1;
+  // mpirun -np K: K devices, one per process, unless the run says otherwise.
+  if (processes && !o.devices && run.config.devices().empty()) o.devices = StrCat("cpu:", world->size());
   if (flags.Has("strategy")) o.strategy = flags.Str("strategy", "");
   if (flags.Has("resume")) o.out_dir = flags.Str("resume", "");
   if (flags.Has("out")) o.out_dir = flags.Str("out", "");
@@ -80,6 +84,14 @@ Status TrainCommand(const std::vector<std::string>& args) {
   }
   run.dump_graphs_dir = flags.Str("dump-graphs", "");
   run.trace_path = flags.Str("trace", "");
+  if (processes) {  // rank 0 speaks and writes
+    const std::string devices = StrCat("cpu:", world->size());
+    if (run.config.devices() != devices)
+      return InvalidArgument("devices ", run.config.devices(), " under mpirun -np ", world->size(),
+                             ": each process runs one device (", devices, ")");
+    run.processes = world;
+    if (world->rank() != 0) run.console = nullptr;
+  }
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   if (result.stop_signal != 0) {
     // Stopped cleanly by SIGINT/SIGTERM: exit as the signal would have.

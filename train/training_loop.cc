@@ -77,7 +77,13 @@ StatusOr<std::unique_ptr<TrainingLoop>> TrainingLoop::Open(LoopOptions options) 
       return Unimplemented("model ", entry->name, " is a GAN: it trains with `loom train` (train::RunTraining); ",
                            "the step-by-step Trainer drives supervised models");
   }
-  LOOM_ASSIGN_OR_RETURN(const bool rewrite_config, CheckRunFolder(options.config, options.resume));
+  // Under processes rank 0 checks and writes the folder; the others only
+  // read it (a resume), and may find it already made by rank 0.
+  const bool writer = options.processes == nullptr || options.processes->rank() == 0;
+  bool rewrite_config = false;
+  if (writer || options.resume) {
+    LOOM_ASSIGN_OR_RETURN(rewrite_config, CheckRunFolder(options.config, options.resume));
+  }
   std::unique_ptr<TrainingLoop> loop(new TrainingLoop(std::move(options)));
   if (loop->console_ == nullptr) return Internal("cannot open /dev/null for a silent run");
   LOOM_RETURN_IF_ERROR(loop->Prepare());
@@ -136,6 +142,11 @@ Status TrainingLoop::Prepare() {
 
 Status TrainingLoop::OpenRecords(bool rewrite_config) {
   const std::string& out_dir = c_.out_dir();
+  if (!writes_records()) {  // a rank > 0: rank 0 keeps the records
+    progress_ = std::make_unique<metrics::ProgressBar>(console_, metrics::ProgressOptions{});
+    window_start_ = Clock::now();
+    return Status::Ok();
+  }
   if (!opt_.resume) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -198,6 +209,9 @@ Status TrainingLoop::InitFrom(const std::string& path) {
 // graph; the run's threads are shared out among the devices.
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
                                                                       int64_t devices) const {
+  if (opt_.processes && opt_.processes->size() != devices)
+    return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
+                           " MPI processes: each process runs one device (devices: cpu:", opt_.processes->size(), ")");
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
   StatusOr<StandardStrategy> kind = ParseStandardStrategy(name);
   std::optional<Strategy> strategy;
@@ -216,9 +230,12 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
   LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(*strategy, forward));
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(step, layers, devices));
   TaskRuntimeOptions o;
+  o.communicator = opt_.processes;
   o.seed = c_.seed();
   o.trace = !opt_.trace_path.empty();
-  o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / static_cast<int>(devices));
+  // Processes share the machine's cores among themselves (one device each).
+  const int local_devices = opt_.processes ? 1 : static_cast<int>(devices);
+  o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / local_devices);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));
 }
@@ -306,7 +323,7 @@ StatusOr<bool> TrainingLoop::NextBatch(std::map<std::string, Tensor>* feeds) {
 }
 
 Status TrainingLoop::Log(const metrics::MetricsRecord& record) {
-  LOOM_RETURN_IF_ERROR(logger_->Log(record));
+  if (logger_) LOOM_RETURN_IF_ERROR(logger_->Log(record));
   if (opt_.on_metrics) opt_.on_metrics(record);
   return Status::Ok();
 }
@@ -515,6 +532,21 @@ StatusOr<StepReport> TrainingLoop::RunEpoch() {
   }
 }
 
+StatusOr<int> TrainingLoop::StopRequest() {
+  int sig = opt_.stop_on_signals ? StopSignals::Received() : 0;
+  if (opt_.processes == nullptr) return sig;
+  // A cancel counts as SIGTERM's number here, only to be agreed on.
+  Tensor flag = Tensor::Zeros({}, DType::kI32);
+  flag.data<int32_t>()[0] = sig != 0 ? sig : (cancelled() ? -1 : 0);
+  LOOM_RETURN_IF_ERROR(opt_.processes->AllReduce(flag, ReduceOp::kMax));
+  sig = flag.data<int32_t>()[0];
+  if (sig == -1) {
+    cancel_requested_.store(true);
+    return 0;
+  }
+  return sig;
+}
+
 StatusOr<TrainerResult> TrainingLoop::Run() {
   std::optional<StopSignals> stop_signals;
   if (opt_.stop_on_signals) stop_signals.emplace();
@@ -524,7 +556,7 @@ StatusOr<TrainerResult> TrainingLoop::Run() {
       LOOM_RETURN_IF_ERROR(EndEpoch());
       continue;
     }
-    const int sig = opt_.stop_on_signals ? StopSignals::Received() : 0;
+    LOOM_ASSIGN_OR_RETURN(const int sig, StopRequest());
     if (sig != 0 || cancelled()) {
       LOOM_RETURN_IF_ERROR(SaveCheckpoint());
       progress_->Finish();
@@ -550,7 +582,7 @@ StatusOr<TrainerResult> TrainingLoop::Run() {
     }
   }
   progress_->Finish();
-  if (!opt_.trace_path.empty()) {
+  if (!opt_.trace_path.empty() && writes_records()) {
     const auto* runtime = dynamic_cast<const TaskRuntime*>(train_.get());
     if (!runtime) return InvalidArgument("--trace FILE needs devices (--devices cpu:N): it traces the task runtime");
     LOOM_RETURN_IF_ERROR(WriteFileAtomically(opt_.trace_path, runtime->TraceJson()));
@@ -768,7 +800,8 @@ StatusOr<Checkpoint> TrainingLoop::CaptureCheckpoint() const {
 }
 
 Status TrainingLoop::SaveCheckpoint() {
-  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt, CaptureCheckpoint());
+  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt, CaptureCheckpoint());  // every rank: the state is gathered
+  if (!writes_records()) return Status::Ok();
   return SaveCheckpointToRunDir(out_dir(), ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 

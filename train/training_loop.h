@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/executor.h"
 #include "runtime/step_runner.h"
 #include "train/checkpoint/checkpoint.h"
@@ -47,6 +48,11 @@ struct LoopOptions {
   std::string dump_graphs_dir;
   // With devices: the last step's task trace (Chrome trace JSON) goes here.
   std::string trace_path;
+  // Not owned. `mpirun -np K loom train`: this process is rank r of K, each
+  // running one device of the task runtime (runtime/task_runtime.h). Every
+  // rank runs the whole loop (same data, same evaluation) and takes part in
+  // every exchange; rank 0 alone writes the run folder and the console.
+  Communicator* processes = nullptr;
 };
 
 // Checks a run's folder against its config before anything is written: a
@@ -107,6 +113,11 @@ class TrainingLoop {
   Status OpenRecords(bool rewrite_config);
 
   bool fused() const { return fused_; }
+  // Whether this process writes the run's records (not a rank > 0).
+  bool writes_records() const { return opt_.processes == nullptr || opt_.processes->rank() == 0; }
+  // SIGINT/SIGTERM (or a cancel) received; under processes, by any rank,
+  // so that every rank stops after the same step.
+  StatusOr<int> StopRequest();
   int64_t array_size() const { return static_cast<int64_t>(alive_.size()); }
   // (Re)compiles the training and evaluation programs for alive_; state of
   // replicas still in the array moves over from the previous executors.

@@ -44,6 +44,8 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (run.config.out_dir().empty()) run.config.set_out_dir(DefaultOutDir(options.config_name));
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(run.config.model().name()));
   if (entry->gan) {
+    if (run.processes != nullptr)
+      return Unimplemented("GAN models (", run.config.model().name(), ") do not train across MPI processes yet");
     if (!run.config.devices().empty())
       return Unimplemented("field devices: ", run.config.devices(), ": GAN models (", run.config.model().name(),
                            ") train on one device for now");
@@ -62,6 +64,7 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   lo.stop_on_signals = true;
   lo.dump_graphs_dir = run.dump_graphs_dir;
   lo.trace_path = run.trace_path;
+  lo.processes = run.processes;
   if (!run.trace_path.empty() && run.config.devices().empty())
     return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::Open(std::move(lo)));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/training.h"
+#include "runtime/comm/communicator.h"
 #include "train/config/train_config.h"
 #include "train/trainer.h"
 
@@ -24,6 +25,9 @@ struct RunOptions {
   FILE* console = stdout;     // progress and summaries
   std::string dump_graphs_dir;  // --dump-graphs: each program's graph after each compile pass
   std::string trace_path;       // --trace: the last step's task trace (with devices)
+  // `mpirun -np K loom train`: this process's rank of K, one device each
+  // (LoopOptions::processes); not owned.
+  Communicator* processes = nullptr;
 };
 
 // What `loom train` reports; stop_signal is the SIGINT or SIGTERM that

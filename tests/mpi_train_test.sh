@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 loom train` (each process one device of the task runtime)
+# trains as one device does (test loss after the same steps, f32, 1e-4),
+# resumes to and from in-process runs under other strategies, writes the
+# run folder once (rank 0), and a refused run ends every rank with a
+# message naming it and leaves no folder.
+set -uo pipefail
+loom="$1"
+mpirun_sh="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+contains() { grep -qF -- "$3" <<<"$2" && echo "ok   $1" || { fail "$1: expected '$3' in:"; echo "$2"; }; }
+np2() { bash "$mpirun_sh" 2 "$loom" "$@"; }
+
+cat >"$work/cnn.pbtxt" <<'CFG'
+model { name: "cnn" args { key: "channels" value: "4,8" } args { key: "hidden" value: "16" } }
+data { dataset: "synthetic" input_shape: [1, 8, 8] num_classes: 4 num_examples: 64 batch_size: 16 }
+optimizer { type: "sgd" lr: 0.05 momentum: 0.9 }
+epochs: 2
+CFG
+
+test_losses() {
+  python3 -c '
+import json, sys
+last = {}
+for line in open(sys.argv[1] + "/metrics.jsonl"):
+    r = json.loads(line)
+    if r.get("split") == "test": last[r.get("replica", 0)] = r["loss"]
+print("\n".join("%.9g" % last[k] for k in sorted(last)))' "$1"
+}
+close() {
+  python3 -c '
+import sys
+a, b = sys.argv[2].split(), sys.argv[3].split()
+ok = len(a) == len(b) and len(a) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b))
+print(("ok   " if ok else "FAIL ") + sys.argv[1] + ("" if ok else ": %s vs %s" % (a, b)))
+sys.exit(0 if ok else 1)' "$1" "$2" "$3" || failures=$((failures + 1))
+}
+
+"$loom" train --config "$work/cnn.pbtxt" --out "$work/one" >"$work/one.log" 2>&1 || fail "one device: $(cat "$work/one.log")"
+want=$(test_losses "$work/one")
+for strategy in dp model owt; do
+  np2 train --config "$work/cnn.pbtxt" --out "$work/$strategy" --strategy "$strategy" >"$work/$strategy.log" 2>&1 ||
+    fail "mpirun --strategy $strategy: $(cat "$work/$strategy.log")"
+  close "mpirun -np 2 --strategy $strategy matches one device" "$want" "$(test_losses "$work/$strategy")"
+done
+# Rank 0 alone writes: one record per epoch's evaluation, one progress log.
+records=$(grep -c '"split":"test"' "$work/dp/metrics.jsonl")
+[ "$records" -eq 2 ] && echo "ok   the run folder is written once" || fail "expected 2 test records, got $records"
+contains "rank 0 prints the summary" "$(cat "$work/dp.log")" "run folder: $work/dp"
+
+# Saved by 2 processes after epoch 1, resumed in one process on 3 devices;
+# saved by one device, resumed by 2 processes.
+np2 train --config "$work/cnn.pbtxt" --out "$work/moved" --epochs 1 >"$work/m1.log" 2>&1 || fail "mpirun epoch 1: $(cat "$work/m1.log")"
+"$loom" train --resume "$work/moved" --epochs 2 --devices cpu:3 --strategy model >"$work/m2.log" 2>&1 ||
+  fail "resumed in one process: $(cat "$work/m2.log")"
+close "an mpirun run resumed on cpu:3 by layers matches one device" "$want" "$(test_losses "$work/moved")"
+"$loom" train --config "$work/cnn.pbtxt" --out "$work/back" --epochs 1 >"$work/b1.log" 2>&1 || fail "epoch 1: $(cat "$work/b1.log")"
+np2 train --resume "$work/back" --epochs 2 --strategy owt >"$work/b2.log" 2>&1 || fail "resumed by mpirun: $(cat "$work/b2.log")"
+close "a one-device run resumed by mpirun -np 2 matches one device" "$want" "$(test_losses "$work/back")"
+
+if out=$(np2 train --config "$work/cnn.pbtxt" --out "$work/bad" --devices cpu:3 2>&1); then
+  fail "devices cpu:3 under mpirun -np 2: exit 0"
+else
+  contains "a refused run names the rank and the cause" "$out" "rank 1 of 2 failed, ending every rank"
+  contains "... and the devices" "$out" "devices cpu:3 under mpirun -np 2: each process runs one device (cpu:2)"
+fi
+[ ! -e "$work/bad" ] && echo "ok   a refused run leaves no folder" || fail "a refused run wrote $work/bad"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo PASS
