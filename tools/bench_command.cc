@@ -495,13 +495,22 @@ Status BenchTaskOverhead(int reps) {
 // steps each: the median step time with its spread, the speed-up, and the
 // bytes each step moves between devices; and the roof of data parallelism
 // here: `devices` independent steps of the batch's share at once.
+//
+// Under `mpirun -np K`, the devices are the K processes (one device each,
+// through MPI): rank 0 also runs the one-device step, alone, and prints;
+// the roof (threads of one process) is left to a run without mpirun.
 Status BenchParallel(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench parallel needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 2));
+  Communicator* world = ProcessCommunicator();
+  if (world != nullptr && world->size() == 1) world = nullptr;
+  const bool speaks = world == nullptr || world->rank() == 0;
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", world ? world->size() : 2));
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
   if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
-  LOOM_RETURN_IF_ERROR(BenchTaskOverhead(static_cast<int>(reps)));
+  if (world && devices != world->size())
+    return InvalidArgument("--devices ", devices, " under mpirun -np ", world->size(), ": one device per process");
+  if (speaks) LOOM_RETURN_IF_ERROR(BenchTaskOverhead(static_cast<int>(reps)));
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   LOOM_ASSIGN_OR_RETURN(BenchData data, LoadBenchData(config));
   const std::map<std::string, Tensor> feeds = RandomFeeds(programs.step, data.feeds);
@@ -519,15 +528,18 @@ Status BenchParallel(const Flags& flags) {
   eo.pool = &one_thread;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(programs.step, eo));
   variants.push_back({"1 device", {}});
-  variants.back().runners.push_back(std::move(exec));
+  if (speaks) variants.back().runners.push_back(std::move(exec));
   for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(StandardStrategy kind, ParseStandardStrategy(kind_name));
     LOOM_ASSIGN_OR_RETURN(proto::Strategy proto, MakeStandardStrategy(programs.forward, kind, devices));
     LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
     LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
-    Variant v{StrCat(kind_name, " on cpu:", devices), {}, tasks.TransferBytes(), tasks.tasks.size()};
-    LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
+    Variant v{world ? StrCat(kind_name, " on ", devices, " procs") : StrCat(kind_name, " on cpu:", devices), {},
+              tasks.TransferBytes(), tasks.tasks.size()};
+    TaskRuntimeOptions o;
+    o.communicator = world;
+    LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks), o));
     v.runners.push_back(std::move(runtime));
     variants.push_back(std::move(v));
   }
@@ -535,7 +547,7 @@ Status BenchParallel(const Flags& flags) {
   // one-thread steps of batch / devices at once, nothing exchanged.
   std::vector<std::unique_ptr<ThreadPool>> roof_pools;
   std::map<std::string, Tensor> roof_feeds;
-  if (config.data().batch_size() % devices == 0) {
+  if (world == nullptr && config.data().batch_size() % devices == 0) {
     proto::TrainConfig part = config;
     part.mutable_data()->set_batch_size(static_cast<int>(config.data().batch_size() / devices));
     LOOM_ASSIGN_OR_RETURN(const ConfigPrograms part_programs, BuildConfigPrograms(part));
@@ -556,6 +568,7 @@ Status BenchParallel(const Flags& flags) {
   for (int64_t r = 0; r <= reps; ++r)  // the first round warms up
     for (Variant& v : variants) {
       const auto start = std::chrono::steady_clock::now();
+      if (v.runners.empty()) continue;  // rank > 0: the one-device step is rank 0's
       if (v.runners.size() == 1) {
         LOOM_RETURN_IF_ERROR(v.runners[0]->Run(feeds).status());
       } else {
@@ -568,13 +581,15 @@ Status BenchParallel(const Flags& flags) {
       }
       if (r > 0) v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+  if (!speaks) return Status::Ok();
   auto quantile = [](std::vector<double> x, double q) {
     std::sort(x.begin(), x.end());
     return x[static_cast<size_t>(q * static_cast<double>(x.size() - 1) + 0.5)];
   };
   const double base = quantile(variants[0].seconds, 0.5);
-  std::printf("%s, batch %d, %lld steps each, interleaved; 1 thread per device (%s)\n\n", flags.Str("config", "").c_str(),
-              config.data().batch_size(), static_cast<long long>(reps), CpuModelName().c_str());
+  std::printf("%s, batch %d, %lld steps each, interleaved; 1 thread per device%s (%s)\n\n",
+              flags.Str("config", "").c_str(), config.data().batch_size(), static_cast<long long>(reps),
+              world ? ", one device per MPI process" : "", CpuModelName().c_str());
   std::printf("%-16s  %10s  %18s  %8s  %6s  %14s\n", "", "median ms", "spread (p10-p90)", "speed-up", "tasks",
               "bytes moved");
   for (const Variant& v : variants) {
