@@ -176,16 +176,53 @@ SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, c
   return rules;
 }
 
-// The count of `targets` a mean over `scores` divides by, in the scores'
-// dtype (CountTargets, attrs from the node).
-ValueId EmitCount(ExpandBuilder& b, ValueId targets, ValueId scores) {
-  const TensorType& s = b.type(scores);
+// The count of `targets` (of `classes` classes) a mean divides by, in
+// `dtype` (CountTargets, ignore_index from the node).
+ValueId EmitCount(ExpandBuilder& b, ValueId targets, int64_t classes, DType dtype) {
   return b.Emit("CountTargets", {targets},
-                AttrMap{{"classes", ClassLayoutOf(s.shape).classes},
+                AttrMap{{"classes", classes},
                         {"ignore_index", b.attrs().Int("ignore_index")},
-                        {"dtype", std::string(DTypeName(s.dtype))}},
+                        {"dtype", std::string(DTypeName(dtype))}},
                 "count")
       .at(0);
+}
+
+// The same for a mean over `scores` ([N, C, ...]), in their dtype.
+ValueId EmitCount(ExpandBuilder& b, ValueId targets, ValueId scores) {
+  const TensorType& s = b.type(scores);
+  return EmitCount(b, targets, ClassLayoutOf(s.shape).classes, s.dtype);
+}
+
+// A loss node's mean reduction as its sum: the node re-emitted with
+// reduction "sum" on `inputs` (named "sum").
+ValueId EmitSum(ExpandBuilder& b, const std::string& op, const std::vector<ValueId>& inputs) {
+  AttrMap sum = b.attrs();
+  sum.Set("reduction", "sum");
+  return b.Emit(op, inputs, sum, "sum").at(0);
+}
+
+// An element-wise loss (MSE, BCEWithLogits) or its backward split along
+// the batch: `batched` inputs by axis 0 (pos_weight too when it has the
+// batch's own rows), the loss a partial sum or the gradient by axis 0. A
+// mean divides by the whole's element count: it expands. `x` is the input
+// the loss is over.
+SplitRules ElementwiseBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in,
+                                 const std::vector<TensorType>& out, int x, std::vector<int> batched, int pos_weight,
+                                 bool partial) {
+  SplitRules rules;
+  const Shape& xs = in[static_cast<size_t>(x)].shape;
+  if (xs.rank() < 1) return rules;
+  if (pos_weight >= 0 && static_cast<size_t>(pos_weight) < in.size()) {
+    const Shape& w = in[static_cast<size_t>(pos_weight)].shape;
+    if (w.rank() == xs.rank() && w[0] == xs[0] && xs[0] > 1) batched.push_back(pos_weight);
+  }
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  for (int i : batched) d.inputs[static_cast<size_t>(i)].axis = 0;
+  if (!partial) d.outputs[0].axis = 0;
+  d.partial_sums = partial;
+  d.expands = IsMeanReduction(attrs);
+  rules.sample = d;
+  return rules;
 }
 
 // ------------------------------------------------------------- CrossEntropy
@@ -252,9 +289,7 @@ class CrossEntropyOp : public LossOpDef {
   // Mean: the sum over the part's samples, divided by the count of
   // targets not ignored (CountTargets), both all-reduced.
   Status Expand(ExpandBuilder& b) const override {
-    AttrMap sum = b.attrs();
-    sum.Set("reduction", "sum");
-    const ValueId total = b.Emit("CrossEntropy", {b.input(0), b.input(1)}, sum, "sum").at(0);
+    const ValueId total = EmitSum(b, "CrossEntropy", {b.input(0), b.input(1)});
     const ValueId count = EmitCount(b, b.input(1), b.input(0));
     b.SetOutput(0, b.Emit("Div", {total, count}, {}, "mean").at(0));
     return Status::Ok();
@@ -323,11 +358,9 @@ class CrossEntropyBackwardOp : public OpDef {
   }
   // Mean: the sum's gradient of dy / count.
   Status Expand(ExpandBuilder& b) const override {
-    AttrMap sum = b.attrs();
-    sum.Set("reduction", "sum");
     const ValueId count = EmitCount(b, b.input(1), b.input(0));
     const ValueId scaled = b.Emit("Div", {b.input(2), count}, {}, "scale").at(0);
-    b.SetOutput(0, b.Emit("CrossEntropyBackward", {b.input(0), b.input(1), scaled}, sum, "sum").at(0));
+    b.SetOutput(0, EmitSum(b, "CrossEntropyBackward", {b.input(0), b.input(1), scaled}));
     return Status::Ok();
   }
 };
@@ -433,6 +466,17 @@ class NllOp : public LossOpDef {
     g.SetInputGrad(0, g.Emit1("NLLBackward", {g.input(1), g.output_grad(0)}, attrs));
     return Status::Ok();
   }
+  // As CrossEntropy's: the batch of log_probs and targets, a partial-sum
+  // loss; a mean divides by the whole batch's count.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return BatchSplit(attrs, in, out, {0, 1}, true);
+  }
+  Status Expand(ExpandBuilder& b) const override {
+    const ValueId total = EmitSum(b, "NLL", {b.input(0), b.input(1)});
+    b.SetOutput(0, b.Emit("Div", {total, EmitCount(b, b.input(1), b.input(0))}, {}, "mean").at(0));
+    return Status::Ok();
+  }
 };
 LOOM_REGISTER_OP(NllOp);
 
@@ -473,6 +517,25 @@ class NllBackwardOp : public OpDef {
     const int64_t classes = attrs.Int("num_classes");
     if (classes <= 0) return InvalidArgument("NLLBackward: attribute 'num_classes' must be positive, got ", classes);
     return std::vector<TensorType>{{ScoreShapeFor(in[0].shape, classes), in[1].dtype}};
+  }
+  // Targets and dlog_probs by the batch, dy whole; a mean scales by the
+  // whole batch's count: it expands.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (out[0].shape.rank() < 2) return rules;  // one sample: [C]
+    DimSplit d = SplitAlong(-1, in.size(), out.size());
+    d.inputs[0].axis = 0;
+    d.outputs[0].axis = 0;
+    d.expands = IsMeanReduction(attrs);
+    rules.sample = d;
+    return rules;
+  }
+  Status Expand(ExpandBuilder& b) const override {
+    const ValueId count = EmitCount(b, b.input(0), b.attrs().Int("num_classes"), b.type(b.input(1)).dtype);
+    const ValueId scaled = b.Emit("Div", {b.input(1), count}, {}, "scale").at(0);
+    b.SetOutput(0, EmitSum(b, "NLLBackward", {b.input(0), scaled}));
+    return Status::Ok();
   }
 };
 LOOM_REGISTER_OP(NllBackwardOp);
@@ -519,6 +582,18 @@ class MseOp : public LossOpDef {
     if (g.NeedsInputGrad(1)) g.SetInputGrad(1, g.Emit1("Neg", {dp}));
     return Status::Ok();
   }
+  // Sample: prediction and target by the batch, a partial-sum loss; a mean
+  // divides by the whole's element count: it expands.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, -1, true);
+  }
+  Status Expand(ExpandBuilder& b) const override {
+    const ValueId total = EmitSum(b, "MSE", {b.input(0), b.input(1)});
+    const double n = static_cast<double>(b.type(b.input(0)).shape.numel());
+    b.SetOutput(0, b.Emit("MulScalar", {total}, AttrMap{{"value", 1.0 / n}}, "mean").at(0));
+    return Status::Ok();
+  }
 };
 LOOM_REGISTER_OP(MseOp);
 
@@ -557,6 +632,17 @@ class MseBackwardOp : public OpDef {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 2.0 * static_cast<double>(in[0].shape.numel());  // subtract, multiply
     return c;
+  }
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, -1, false);
+  }
+  // Mean: the sum's gradient of dy / (the whole's element count).
+  Status Expand(ExpandBuilder& b) const override {
+    const double n = static_cast<double>(b.type(b.input(0)).shape.numel());
+    const ValueId scaled = b.Emit("MulScalar", {b.input(2)}, AttrMap{{"value", 1.0 / n}}, "scale").at(0);
+    b.SetOutput(0, EmitSum(b, "MSEBackward", {b.input(0), b.input(1), scaled}));
+    return Status::Ok();
   }
 };
 LOOM_REGISTER_OP(MseBackwardOp);
@@ -665,6 +751,18 @@ class BceWithLogitsOp : public LossOpDef {
     }
     return Status::Ok();
   }
+  // Sample: logits and targets by the batch (pos_weight when it has the
+  // batch's rows), a partial-sum loss; a mean expands as MSE's.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, 2, true);
+  }
+  Status Expand(ExpandBuilder& b) const override {
+    const ValueId total = EmitSum(b, "BCEWithLogits", b.node().inputs);
+    const double n = static_cast<double>(b.type(b.input(0)).shape.numel());
+    b.SetOutput(0, b.Emit("MulScalar", {total}, AttrMap{{"value", 1.0 / n}}, "mean").at(0));
+    return Status::Ok();
+  }
 };
 LOOM_REGISTER_OP(BceWithLogitsOp);
 
@@ -717,6 +815,19 @@ class BceWithLogitsBackwardOp : public OpDef {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 8.0 * static_cast<double>(in[1].shape.numel());  // exp and log1p or divide, plus a few mul/adds
     return c;
+  }
+  // dy whole; logits, targets (pos_weight with the batch's rows) and the
+  // gradient by the batch.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return ElementwiseBatchSplit(attrs, in, out, 1, {1, 2}, 3, false);
+  }
+  Status Expand(ExpandBuilder& b) const override {
+    const double n = static_cast<double>(b.type(b.input(1)).shape.numel());
+    std::vector<ValueId> inputs = b.node().inputs;
+    inputs[0] = b.Emit("MulScalar", {b.input(0)}, AttrMap{{"value", 1.0 / n}}, "scale").at(0);
+    b.SetOutput(0, EmitSum(b, "BCEWithLogitsBackward", inputs));
+    return Status::Ok();
   }
 };
 LOOM_REGISTER_OP(BceWithLogitsBackwardOp);

@@ -154,6 +154,71 @@ TEST_CASE("batch norm and dropout split along the batch match one device") {
   ExpectSame(fused, OneDevice(fused), "devices: 4\ndefault_split { sample: 2 replica: 2 }\n");
 }
 
+// NLL, MSE and BCEWithLogits (mean and sum; BCE with a pos_weight that has
+// the batch's rows) split along the batch: the losses are partial sums, a
+// mean's divisor the whole batch's; 3 steps match one device.
+TEST_CASE("NLL, MSE and BCEWithLogits split along the batch match one device") {
+  struct LossCase {
+    std::string loss, reduction;
+  };
+  for (const LossCase& lc : std::vector<LossCase>{{"NLL", "mean"}, {"NLL", "sum"}, {"MSE", "mean"}, {"MSE", "sum"},
+                                                  {"BCEWithLogits", "mean"}, {"BCEWithLogits", "sum"},
+                                                  {"BCEWithLogits pos_weight", "mean"}}) {
+    INFO(lc.loss << " " << lc.reduction);
+    Model m(DType::kF64);
+    const Sym x = m.input("input", {kBatch, 6});
+    const Sym logits = m.linear(m.relu(m.linear(x, 8, {}, "fc1")), 4, {}, "fc2");
+    std::mt19937_64 rng(9);
+    auto uniform = [&](const Shape& shape, double lo, double hi) {
+      Tensor t = Tensor::Zeros(shape, DType::kF64);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = lo + (hi - lo) * static_cast<double>(rng() % 1001) / 1000.0;
+      return t;
+    };
+    std::map<std::string, Tensor> feeds = {{"input", uniform({kBatch, 6}, -1, 1)}};
+    const AttrMap reduction{{"reduction", lc.reduction}};
+    Sym loss;
+    if (lc.loss == "NLL") {
+      Tensor y = Tensor::Zeros({kBatch}, DType::kI64);
+      for (int64_t i = 0; i < kBatch; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+      feeds["target"] = y;
+      loss = m.op1("NLL", {m.log_softmax(logits), m.input("target", {kBatch}, DType::kI64)}, reduction, "loss");
+    } else if (lc.loss == "MSE") {
+      feeds["target"] = uniform({kBatch, 4}, -1, 1);
+      loss = m.op1("MSE", {logits, m.input("target", {kBatch, 4})}, reduction, "loss");
+    } else {
+      feeds["target"] = uniform({kBatch, 4}, 0, 1);
+      std::vector<Sym> in = {logits, m.input("target", {kBatch, 4})};
+      if (lc.loss == "BCEWithLogits pos_weight") {
+        feeds["pos_weight"] = uniform({kBatch, 4}, 0.5, 2);
+        in.push_back(m.input("pos_weight", {kBatch, 4}));
+      }
+      loss = m.op1("BCEWithLogits", in, reduction, "loss");
+    }
+    m.set_output("loss", loss);
+    REQUIRE(m.status().ok());
+    auto c = testing::MakeStepCase(m.graph(), std::nullopt, feeds);
+    REQUIRE(c.status().ToString() == "OK");
+    const StepResults want = OneDevice(*c);
+    for (const std::string& s : {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+                                 std::string("devices: 4\ndefault_split { sample: 4 }\n"),
+                                 std::string("devices: 4\ndefault_split { sample: 2 parameter: 2 }\n")}) {
+      ExpectSame(*c, want, s);
+      auto tg = Lower(*c, s);
+      REQUIRE(tg.ok());
+      std::set<int64_t> loss_devices, backward_devices;
+      const std::string op = lc.loss.substr(0, lc.loss.find(' '));
+      for (const Task& t : tg->tasks) {
+        if (t.kind != TaskKind::kCompute) continue;
+        if (tg->graph.node(t.node).op == op) loss_devices.insert(t.device);
+        if (tg->graph.node(t.node).op == (op == "NLL" ? "NLLBackward" : op + "Backward")) backward_devices.insert(t.device);
+      }
+      INFO(s);
+      CHECK(loss_devices.size() >= 2);
+      CHECK(backward_devices.size() >= 2);
+    }
+  }
+}
+
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
 TEST_CASE("random valid strategies match one device") {
   const StepCase mlp = Classifier("mlp", {{"hidden", "16,8"}}, {64});
