@@ -235,6 +235,22 @@ class EmbeddingOp : public OpDef {
     c.bytes_written = row_bytes;
     return c;
   }
+  // Sample: the indices' first axis and the output's, the table whole.
+  // Parameter: the embedding dimension (the table's columns, the output's
+  // last axis), the indices whole.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (in[0].shape.rank() >= 1) {
+      rules.sample = SplitAlong(-1, in.size(), out.size());
+      rules.sample->inputs[0].axis = 0;
+      rules.sample->outputs[0].axis = 0;
+    }
+    rules.parameter = SplitAlong(-1, in.size(), out.size());
+    rules.parameter->inputs[1].axis = 1;
+    rules.parameter->outputs[0].axis = out[0].shape.rank() - 1;
+    return rules;
+  }
   Status Gradient(GradBuilder& g) const override {
     if (!g.NeedsInputGrad(1)) return Status::Ok();
     const Shape& w = g.type(g.input(1)).shape;
@@ -307,6 +323,22 @@ class EmbeddingBackwardOp : public OpDef {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = static_cast<double>(in[0].shape.numel());  // one add per dy element
     return c;
+  }
+  // Sample: dy and the indices by their first axis, the table's gradient a
+  // partial sum. Parameter: dy's last axis and the gradient's columns.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    if (in[1].shape.rank() >= 1) {
+      rules.sample = SplitAlong(-1, in.size(), out.size());
+      rules.sample->inputs[0].axis = 0;
+      rules.sample->inputs[1].axis = 0;
+      rules.sample->partial_sums = true;
+    }
+    rules.parameter = SplitAlong(-1, in.size(), out.size());
+    rules.parameter->inputs[0].axis = in[0].shape.rank() - 1;
+    rules.parameter->outputs[0].axis = 1;
+    return rules;
   }
 };
 LOOM_REGISTER_OP(EmbeddingBackwardOp);

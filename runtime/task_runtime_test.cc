@@ -219,6 +219,40 @@ TEST_CASE("NLL, MSE and BCEWithLogits split along the batch match one device") {
   }
 }
 
+// Embedding split along the batch (its table's gradient a partial sum) and
+// along the embedding dimension, with a padding row.
+TEST_CASE("embedding split along the batch and the embedding dimension matches one device") {
+  Model m(DType::kF64);
+  const Sym ids = m.input("input", {kBatch, 5}, DType::kI64);
+  const Sym e = m.embedding(ids, 10, 6, /*padding_idx=*/0, "embed");
+  const Sym logits = m.linear(m.mean(e, {1}), 4, {}, "fc");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(4);
+  Tensor x = Tensor::Zeros({kBatch, 5}, DType::kI64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", x}, {"target", y}});
+  REQUIRE(c.status().ToString() == "OK");
+  const StepResults want = OneDevice(*c);
+  for (const std::string& s : {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+                               std::string("devices: 2\nlayer { layer: \"embed\" parameter: 2 }\n"),
+                               std::string("devices: 4\nlayer { layer: \"embed\" sample: 2 parameter: 2 }\n")}) {
+    ExpectSame(*c, want, s);
+    auto tg = Lower(*c, s);
+    REQUIRE(tg.ok());
+    std::set<int64_t> forward, backward;
+    for (const Task& t : tg->tasks) {
+      if (t.kind != TaskKind::kCompute) continue;
+      if (tg->graph.node(t.node).op == "Embedding") forward.insert(t.device);
+      if (tg->graph.node(t.node).op == "EmbeddingBackward") backward.insert(t.device);
+    }
+    INFO(s);
+    CHECK(forward.size() >= 2);
+    CHECK(backward.size() >= 2);
+  }
+}
+
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
 TEST_CASE("random valid strategies match one device") {
   const StepCase mlp = Classifier("mlp", {{"hidden", "16,8"}}, {64});
