@@ -55,6 +55,16 @@ bool IsMaskDType(DType d) {
 //           weights; zero on masked keys).
 // A query row with no visible key gets all-zero weights and a zero output
 // (softmax over an empty set is undefined; zero keeps NaN out of training).
+// Batch (sample) and head (parameter) splits of every [B, H, ...] tensor of
+// the attention ops; `mask` (an input [B, Tk], -1: none) has only a batch.
+SplitRules AttentionSplits(size_t inputs, size_t outputs, int mask) {
+  SplitRules rules;
+  rules.sample = SplitAlong(0, inputs, outputs);
+  rules.parameter = SplitAlong(1, inputs, outputs);
+  if (mask >= 0) rules.parameter->inputs[static_cast<size_t>(mask)].axis = -1;
+  return rules;
+}
+
 class AttentionOp : public OpDef {
  public:
   AttentionOp() {
@@ -108,6 +118,14 @@ class AttentionOp : public OpDef {
     std::vector<ValueId> grads = g.Emit(kAttentionBackward, ins, AttrMap{{"scale", scale}});
     for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);
     return Status::Ok();
+  }
+
+  // Independent per (batch, head): sample splits the batch (the key
+  // padding mask's rows too), parameter the heads (the mask whole). The
+  // query sequence is not split: a causal part would see other keys.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return AttentionSplits(in.size(), out.size(), in.size() == 4 ? 3 : -1);
   }
 
   // Attention is independent per (batch, head): the replicas become heads,
@@ -245,6 +263,11 @@ class AttentionBackwardOp : public OpDef {
     c.bytes_written += 2 * scratch;
     c.bytes_read += 3 * scratch;
     return c;
+  }
+  // As the forward op's: every input and gradient by the batch or the heads.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return AttentionSplits(in.size(), out.size(), -1);
   }
 };
 LOOM_REGISTER_OP(AttentionBackwardOp);

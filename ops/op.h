@@ -103,8 +103,9 @@ struct AxisSplit {
 };
 
 // How an op's parts along one dimension divide its tensors: one AxisSplit
-// per input and per output. With partial_sums every part's outputs are
-// partial sums of the whole (a split reduction) that a reduction combines.
+// per input and per output. With partial_sums the outputs no part divides
+// (axis -1) are partial sums of the whole (a split reduction: a batch
+// part's weight gradient) that a reduction combines; the others are split.
 struct DimSplit {
   std::vector<AxisSplit> inputs, outputs;
   bool partial_sums = false;

@@ -74,10 +74,31 @@ inline T Sigmoid(T v) {
 //            3 = gates [T, N, 4*Hd] (activated i, f, g, o), 4 = cells [T, N, Hd]
 //            (c_1 .. c_T); 3 and 4 are saved for LSTMBackward.
 // With T = 0, y is empty and (h_T, c_T) = (h0, c0).
+// Sample splits of the LSTM ops: the batch is axis 1 of the sequences
+// ([T, N, ...]) and axis 0 of the states ([N, Hd]); the weights are whole
+// and, in the backward op, their gradients partial sums.
+DimSplit LstmBatchSplit(const std::vector<TensorType>& in, const std::vector<TensorType>& out, bool partial) {
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  auto batch_axis = [](const TensorType& t, bool weight) { return weight ? -1 : t.shape.rank() == 3 ? 1 : 0; };
+  // Weights: inputs 3..6 of the forward op, 3 and 4 of the backward op.
+  const size_t weights_end = partial ? 5 : 7;
+  for (size_t i = 0; i < in.size(); ++i) d.inputs[i].axis = batch_axis(in[i], i >= 3 && i < weights_end);
+  for (size_t i = 0; i < out.size(); ++i) d.outputs[i].axis = batch_axis(out[i], partial && i >= 3);
+  d.partial_sums = partial;
+  return d;
+}
+
 class LstmOp : public OpDef {
  public:
   LstmOp() { DeclareAttrs(); }
   std::string name() const override { return kLstm; }
+
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = LstmBatchSplit(in, out, false);
+    return rules;
+  }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     if (in.size() != 7)
@@ -196,6 +217,14 @@ class LstmBackwardOp : public OpDef {
  public:
   LstmBackwardOp() { DeclareAttrs(); }
   std::string name() const override { return kLstmBackward; }
+
+  // The batch of every sequence and state; dw_ih, dw_hh and db partial sums.
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    rules.sample = LstmBatchSplit(in, out, true);
+    return rules;
+  }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
     if (in.size() != 11)
