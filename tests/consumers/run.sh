@@ -59,7 +59,9 @@ for tool in bazel cmake pkg-config c++; do
 done
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "FAIL: no Fashion-MNIST in $data (bash tools/setup.sh)"; failed=1; finish; }
 
-install_loom() { cd "$repo" && bazel --output_base="$cache/install" run //:install -- "$prefix"; }
+# --symlink_prefix=/: no bazel-* links in the source tree pointing at this
+# output base (the main build would read them as packages).
+install_loom() { cd "$repo" && bazel --output_base="$cache/install" run --symlink_prefix=/ //:install -- "$prefix"; }
 step install install_loom || finish
 
 # service NAME BINARY: a run in a work folder of its own (exit 0: every check held).

@@ -15,7 +15,9 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(train_config_fuzz data_files_fuzz checkpoint_fuzz graph_fuzz)
 
 bazel_fuzz() { bazel --output_base="${HOME:-/root}/.cache/loom-fuzz-bazel" "$@"; }
-if ! bazel_fuzz build --config=fuzz --repo_env=CC="$PWD/tests/fuzz/clang.sh" \
+# --symlink_prefix=/: no bazel-* links in the source tree pointing at this
+# output base (the main build would read them as packages).
+if ! bazel_fuzz build --config=fuzz --symlink_prefix=/ --repo_env=CC="$PWD/tests/fuzz/clang.sh" \
     $(printf '//tests/fuzz:%s ' "${targets[@]}") 2>&1 | tail -3; then
   echo "fuzz build failed"; exit 1
 fi
