@@ -14,6 +14,7 @@
 
 #include "core/cuda/cuda_device.h"
 #include "core/logging.h"
+#include "runtime/comm/nccl_bootstrap.h"
 #include "runtime/comm/local_communicator.h"
 
 namespace loom {
@@ -156,6 +157,39 @@ TEST_CASE("one NCCL rank made from a unique id (the per-process bootstrap)") {
   (*comm)->Abort(Internal("step failed"));
   Status after = (*comm)->AllReduce(t, ReduceOp::kSum);
   CHECK(after.message() == "rank 0 of 1: AllReduce: rank 0 aborted the group (INTERNAL: step failed)");
+}
+
+// The process bootstrap (nccl_bootstrap.h) over local communicators, one
+// rank per GPU present (up to 2), each rank on its own thread.
+TEST_CASE("NCCL ranks bootstrapped through a CPU communicator all-reduce") {
+  if (!HaveGpus(1)) return;
+  const int ranks = HaveGpus(2) ? 2 : 1;
+  std::vector<std::unique_ptr<Communicator>> cpu = MakeLocalCommunicators(ranks);
+  std::vector<Status> status(static_cast<size_t>(ranks));
+  std::vector<std::vector<double>> sums(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      auto nccl = NcclCommunicatorOver(*cpu[static_cast<size_t>(r)], Device::Cuda(r));
+      if (!nccl.ok()) {
+        status[static_cast<size_t>(r)] = nccl.status();
+        return;
+      }
+      Tensor t = OnDevice(Input<float>({64}, r), Device::Cuda(r));
+      status[static_cast<size_t>(r)] = (*nccl)->AllReduce(t, ReduceOp::kSum);
+      sums[static_cast<size_t>(r)] = Doubles(OnHost(**nccl, t));
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<double> want(64, 0.0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<double> x = Doubles(Input<float>({64}, r));
+    for (size_t i = 0; i < want.size(); ++i) want[i] += x[i];
+  }
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    REQUIRE(status[static_cast<size_t>(r)].ToString() == "OK");
+    CHECK(sums[static_cast<size_t>(r)] == want);
+  }
 }
 
 TEMPLATE_TEST_CASE("two NCCL ranks on two GPUs agree with the local communicator", "", float, double) {
