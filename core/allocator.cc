@@ -4,8 +4,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace loom {
+
+namespace {
+
+constexpr size_t kCpuAlign = 64;
+size_t CpuBlockBytes(size_t bytes) { return bytes == 0 ? kCpuAlign : (bytes + kCpuAlign - 1) / kCpuAlign * kCpuAlign; }
+
+}  // namespace
 
 MemoryStats Allocator::stats() const { return {current_.load(), peak_.load(), count_.load()}; }
 
@@ -22,9 +30,7 @@ void Allocator::RecordAllocate(size_t bytes) {
 void Allocator::RecordDeallocate(size_t bytes) { current_.fetch_sub(static_cast<int64_t>(bytes)); }
 
 void* CpuAllocator::Allocate(size_t bytes) {
-  constexpr size_t kAlign = 64;
-  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  void* p = std::aligned_alloc(kCpuAlign, CpuBlockBytes(bytes));
   if (p) RecordAllocate(bytes);
   return p;
 }
@@ -33,6 +39,76 @@ void CpuAllocator::Deallocate(void* ptr, size_t bytes) {
   if (!ptr) return;
   std::free(ptr);
   RecordDeallocate(bytes);
+}
+
+struct CachingCpuAllocator::Cache {
+  std::mutex mu;
+  std::map<size_t, std::vector<void*>> free;  // by block size
+  int64_t cached = 0;
+};
+
+CachingCpuAllocator::CachingCpuAllocator() : cache_(std::make_unique<Cache>()) {}
+
+CachingCpuAllocator::~CachingCpuAllocator() { ReleaseCached(); }
+
+void* CachingCpuAllocator::Allocate(size_t bytes) {
+  const size_t block = CpuBlockBytes(bytes);
+  Cache& c = *cache_;
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free.find(block);
+    if (it != c.free.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      c.cached -= static_cast<int64_t>(block);
+    }
+  }
+  if (p == nullptr) {
+    p = std::aligned_alloc(kCpuAlign, block);
+    if (p == nullptr) {  // out of memory: give the cache back and try once more
+      ReleaseCached();
+      p = std::aligned_alloc(kCpuAlign, block);
+    }
+  }
+  if (p) RecordAllocate(bytes);
+  return p;
+}
+
+void CachingCpuAllocator::Deallocate(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  const size_t block = CpuBlockBytes(bytes);
+  Cache& c = *cache_;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.free[block].push_back(ptr);
+    c.cached += static_cast<int64_t>(block);
+  }
+  RecordDeallocate(bytes);
+}
+
+void CachingCpuAllocator::ReleaseCached() {
+  Cache& c = *cache_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [block, blocks] : c.free)
+    for (void* p : blocks) std::free(p);
+  c.free.clear();
+  c.cached = 0;
+}
+
+int64_t CachingCpuAllocator::cached_bytes() const {
+  Cache& c = *cache_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.cached;
+}
+
+CachingCpuAllocator& CpuDeviceAllocator(int index) {
+  static std::mutex mu;
+  static auto* allocators = new std::map<int, std::unique_ptr<CachingCpuAllocator>>;  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<CachingCpuAllocator>& a = (*allocators)[index];
+  if (!a) a = std::make_unique<CachingCpuAllocator>();
+  return *a;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "core/allocator.h"
 #include "core/rng.h"
@@ -47,6 +48,42 @@ TEST_CASE("CPU allocator accounts current and peak bytes") {
   }
   CHECK(a->stats().current_bytes == base);
   CHECK(a->stats().peak_bytes == base + 4080);
+}
+
+TEST_CASE("the caching CPU allocator reuses freed blocks by size, from any thread") {
+  CachingCpuAllocator a;
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::Empty({1000}, DType::kF32, &a).value();
+    first = t.raw_data();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+    CHECK(a.stats().current_bytes == 4000);
+  }
+  CHECK(a.stats().current_bytes == 0);
+  CHECK(a.cached_bytes() == 4032);  // rounded to 64 bytes
+  {
+    Tensor same = Tensor::Empty({1000}, DType::kF32, &a).value();  // the freed block again
+    CHECK(same.raw_data() == first);
+    Tensor other = Tensor::Empty({10}, DType::kF32, &a).value();  // another size: a new block
+    CHECK(other.raw_data() != first);
+    CHECK(a.cached_bytes() == 0);
+  }
+  CHECK(a.cached_bytes() == 4032 + 64);
+  a.ReleaseCached();
+  CHECK(a.cached_bytes() == 0);
+  // Blocks made on one thread and freed on others, at once.
+  std::vector<Tensor> made;
+  for (int i = 0; i < 64; ++i) made.push_back(Tensor::Empty({i + 1}, DType::kF64, &a).value());
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int i = k; i < 64; i += 4) made[static_cast<size_t>(i)] = Tensor();
+      for (int i = 0; i < 200; ++i) Tensor t = Tensor::Empty({(i % 7) + 1}, DType::kF64, &a).value();
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(a.stats().current_bytes == 0);
+  CHECK(&CpuDeviceAllocator(3) == &CpuDeviceAllocator(3));
+  CHECK(&CpuDeviceAllocator(3) != &CpuDeviceAllocator(4));
 }
 
 TEST_CASE("Tensor views, reshape, cast") {

@@ -14,13 +14,17 @@ Buffer::Buffer(Allocator* allocator, size_t bytes)
 Buffer::~Buffer() { allocator_->Deallocate(data_, bytes_); }
 
 StatusOr<Tensor> Tensor::Empty(const Shape& shape, DType dtype, Device device) {
+  LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(device));
+  return Empty(shape, dtype, allocator);
+}
+
+StatusOr<Tensor> Tensor::Empty(const Shape& shape, DType dtype, Allocator* allocator) {
   for (int64_t d : shape.dims())
     if (d < 0) return InvalidArgument("negative extent in shape ", shape.ToString());
-  LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(device));
   size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
   auto buffer = std::make_shared<Buffer>(allocator, bytes);
   if (!buffer->data())
-    return ResourceExhausted("out of memory on ", device.ToString(), " allocating ", bytes, " bytes for ",
+    return ResourceExhausted("out of memory on ", allocator->device().ToString(), " allocating ", bytes, " bytes for ",
                              shape.ToString(), " ", DTypeName(dtype));
   return View(std::move(buffer), 0, shape, dtype);
 }

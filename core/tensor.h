@@ -38,6 +38,9 @@ class Tensor {
 
   // Uninitialised storage. Fails only when the device is unknown or full.
   static StatusOr<Tensor> Empty(const Shape& shape, DType dtype, Device device = Device::Cpu());
+  // The same from a given allocator (which must outlive the tensor), e.g. a
+  // task-runtime device's caching one.
+  static StatusOr<Tensor> Empty(const Shape& shape, DType dtype, Allocator* allocator);
   // Host convenience: aborts on allocation failure (tests, small tensors).
   static Tensor Zeros(const Shape& shape, DType dtype = DType::kF32);
   template <typename T>

@@ -120,7 +120,8 @@ Status TaskRuntime::Prepare() {
     for (int h : tasks_.homes[v]) {
       if (!Local(tasks_.pieces[static_cast<size_t>(h)].device)) continue;
       LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)],
-                            Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), tasks_.graph.type(v).dtype));
+                            Tensor::Empty(tasks_.pieces[static_cast<size_t>(h)].region.shape(), tasks_.graph.type(v).dtype,
+                                          AllocatorOf(tasks_.pieces[static_cast<size_t>(h)].device)));
     }
   }
   return Status::Ok();
@@ -163,7 +164,8 @@ StatusOr<Tensor> TaskRuntime::PieceEverywhere(int p) const {
   if (comm_ == nullptr) return pieces_[static_cast<size_t>(p)];
   Tensor t = pieces_[static_cast<size_t>(p)];
   if (!Local(piece.device)) {
-    LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype));
+    LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype,
+                                           AllocatorOf(comm_->rank())));
   }
   LOOM_RETURN_IF_ERROR(comm_->Broadcast(t, static_cast<int>(piece.device)));
   return t;
@@ -186,12 +188,12 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
   return Status::Ok();
 }
 
-StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op) const {
+StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op, Allocator* allocator) const {
   if (op.pieces.size() == 1 && Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(op.pieces[0])];
     const Tensor& t = pieces_[static_cast<size_t>(op.pieces[0])];
     if (p.region == op.region) return t;
-    LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), t.dtype()));
+    LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), t.dtype(), allocator));
     LOOM_RETURN_IF_ERROR(CopyRegion(t, p.region, &out, op.region, op.region));
     return out;
   }
@@ -201,7 +203,7 @@ StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op) const {
   if (padded) {
     out = Tensor::Zeros(op.region.shape(), tasks_.graph.type(op.value).dtype);
   } else {
-    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype));
+    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype, allocator));
   }
   for (int q : op.pieces) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(q)];
@@ -218,7 +220,8 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
       if (!Local(task.src_device) || !Local(task.device)) return RunRemoteTransfer(task);
       const Piece& src = piece_of(task.sources[0]);
       const Piece& dst = piece_of(task.outputs[0]);
-      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype));
+      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
+                                                      AllocatorOf(task.device)));
       LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(task.sources[0])], src.region, &out, dst.region,
                                       dst.region));
       pieces_[static_cast<size_t>(task.outputs[0])] = out;
@@ -230,11 +233,12 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   const Node& n = tasks_.graph.node(task.node);
   std::vector<Tensor> inputs, outputs;
   for (const Operand& op : task.inputs) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(task.device)));
     inputs.push_back(std::move(t));
   }
   for (int p : task.outputs) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), tasks_.graph.type(piece_of(p).value).dtype));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), tasks_.graph.type(piece_of(p).value).dtype,
+                                                  AllocatorOf(task.device)));
     outputs.push_back(std::move(t));
   }
   KernelContext ctx;
@@ -262,7 +266,8 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
   const int src_piece = task.sources[0], dst_piece = task.outputs[0];
   const Piece& src = tasks_.pieces[static_cast<size_t>(src_piece)];
   const Piece& dst = tasks_.pieces[static_cast<size_t>(dst_piece)];
-  LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype));
+  LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
+                                                     AllocatorOf(comm_->rank())));
   if (Local(task.src_device)) {
     LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
                                     dst.region));
@@ -287,7 +292,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
       if (Local(device_of(p))) LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
     for (int p : task.outputs) {
       if (!Local(device_of(p))) continue;
-      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(first.region.shape(), dtype));
+      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(device_of(p))));
       LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
       pieces_[static_cast<size_t>(p)] = copy;
     }
@@ -297,11 +302,11 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   const auto source = [&](size_t k) -> StatusOr<Tensor> {
     const int p = task.sources[k];
     if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
-    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype));
+    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, static_cast<int>(device_of(p))));
     return received;
   };
-  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), dtype));
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
   {
     LOOM_ASSIGN_OR_RETURN(Tensor x0, source(0));
     LOOM_RETURN_IF_ERROR(sum.CopyFrom(x0));
@@ -320,7 +325,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
       LOOM_RETURN_IF_ERROR(comm_->Send(sum, static_cast<int>(device_of(p))));
       continue;
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype()));
+    LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype(), AllocatorOf(device_of(p))));
     LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
     pieces_[static_cast<size_t>(p)] = copy;
   }
@@ -349,7 +354,8 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
         pieces_[static_cast<size_t>(h)] = host;
         continue;
       }
-      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(r.shape(), want.dtype));
+      LOOM_ASSIGN_OR_RETURN(Tensor part,
+                            Tensor::Empty(r.shape(), want.dtype, AllocatorOf(tasks_.pieces[static_cast<size_t>(h)].device)));
       LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &part, r, r));
       pieces_[static_cast<size_t>(h)] = part;
     }
@@ -416,13 +422,14 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   }
 
   std::map<std::string, Tensor> results;
+  LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));  // what the caller keeps
   for (const auto& [name, op] : tasks_.outputs) {
     if (comm_) {  // every rank gets every output
       for (int p : op.pieces) {
         LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
       }
     }
-    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op));
+    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host));
     // A home (the feed, the state) may be the result itself: the writebacks
     // below and the next feed overwrite it, so the caller gets a copy.
     if (op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0) {
@@ -436,7 +443,7 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   std::vector<int> refreshed;
   for (const auto& [home, op] : tasks_.writebacks) {
     if (!Local(tasks_.pieces[static_cast<size_t>(home)].device)) continue;
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(tasks_.pieces[static_cast<size_t>(home)].device)));
     fresh.push_back(std::move(t));
     refreshed.push_back(home);
   }

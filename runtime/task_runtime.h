@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "graph/ir.h"
@@ -89,7 +90,12 @@ class TaskRuntime : public StepRunner {
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
   StatusOr<Tensor> PieceEverywhere(int p) const;
-  StatusOr<Tensor> Assemble(const Operand& op) const;
+  // Op's region from its pieces: the piece itself when it is the region,
+  // else a copy from `allocator`.
+  StatusOr<Tensor> Assemble(const Operand& op, Allocator* allocator) const;
+  // Device d's memory: its caching allocator (core/allocator.h), so a step
+  // reuses the blocks of the last one.
+  static Allocator* AllocatorOf(int64_t device) { return &CpuDeviceAllocator(static_cast<int>(device)); }
   void Release(const Task& task);
 
   TaskGraph tasks_;
