@@ -2,17 +2,21 @@
 // device per rank; every rank's losses, outputs and parameters after 3 SGD
 // steps must be the in-process runtime's bit for bit, and one Executor's
 // to 1e-9 (f64), for data, model, parameter and attribute parallelism and
-// fused replicas split over the ranks.
+// fused replicas split over the ranks; and every zoo model at a reduced
+// size under data parallelism and OWT, bit for bit.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <random>
 
 #include "graph/model.h"
+#include "graph/strategy.h"
 #include "models/zoo.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/task_runtime.h"
+#include "search/baselines.h"
 #include "tests/parallel_check.h"
+#include "tests/small_zoo.h"
 
 namespace loom {
 namespace {
@@ -44,7 +48,7 @@ testing::StepCase Classifier(const std::string& model, const std::map<std::strin
 }
 
 // This rank's results under `strategy` (its devices: the world's size).
-testing::StepResults OnThisRank(const testing::StepCase& c, const std::string& strategy) {
+testing::StepResults OnThisRank(const testing::StepCase& c, const std::string& strategy, int steps = kSteps) {
   auto tasks = testing::LowerStrategy(c, strategy);
   REQUIRE(tasks.status().ToString() == "OK");
   TaskRuntimeOptions o;
@@ -53,7 +57,7 @@ testing::StepResults OnThisRank(const testing::StepCase& c, const std::string& s
   REQUIRE(runtime.status().ToString() == "OK");
   REQUIRE((*runtime)->InitializeState(kSeed).ok());
   testing::StepResults r;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     auto out = (*runtime)->Run(c.feeds);
     REQUIRE(out.status().ToString() == "OK");
     r.outputs.push_back(*out);
@@ -95,6 +99,24 @@ TEST_CASE("processes: model, parameter and attribute parallel") {
 
 TEST_CASE("processes: fused replicas split over the ranks") {
   ExpectSame(Classifier("mlp", {{"hidden", "16"}}, {64}, 4), Devices() + "default_split { replica: 2 }\n");
+}
+
+TEST_CASE("processes: every zoo model under data parallelism and OWT, bit for bit") {
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (testing::IsGan(s) || !s.fused_check) continue;  // GANs: two steps; VGG-16: gigabytes in f64
+    const testing::StepCase c = testing::ZooStepCase(s, std::nullopt);
+    if (testing::ParameterCount(c.step) > 1e7) continue;  // AlexNet: f64 copies per device
+    for (StandardStrategy kind : {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick}) {
+      auto strategy = MakeStandardStrategy(c.forward, kind, world->size());
+      REQUIRE(strategy.ok());
+      const std::string text = StrategyToText(*strategy);
+      INFO(s.name << " rank " << world->rank() << ":\n" << text);
+      const testing::StepResults mine = OnThisRank(c, text, testing::ZooSteps(c));
+      auto in_process = testing::RunOnDevices(c, text, testing::ZooSteps(c), kSeed);
+      REQUIRE(in_process.status().ToString() == "OK");
+      CHECK(testing::FirstMismatch(*in_process, mine, 0.0) == "");
+    }
+  }
 }
 
 }  // namespace

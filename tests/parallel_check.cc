@@ -4,7 +4,10 @@
 #include <cmath>
 #include <thread>
 
+#include <catch2/catch.hpp>
+
 #include "graph/compile.h"
+#include "graph/model.h"
 #include "graph/strategy.h"
 #include "runtime/comm/local_communicator.h"
 #include "runtime/executor.h"
@@ -122,6 +125,25 @@ std::string FirstMismatch(const StepResults& want, const StepResults& got, doubl
     if (!(e <= tolerance)) return StrCat("state ", name, ": ", e);
   }
   return "";
+}
+
+StepCase ZooStepCase(const SmallModel& s, const std::optional<FusionOptions>& fusion) {
+  const int64_t batch = s.name.rfind("pointnet", 0) == 0 ? 8 : kZooBatch;
+  Model m(DType::kF64);
+  const Status built = models::BuildSupervised(m, s.name, s.args, s.data, batch);
+  INFO(built.ToString());
+  REQUIRE(built.ok());
+  auto c = MakeStepCase(m.graph(), fusion, ZooBatch(s.data, DType::kF64, batch), s.step_lr);
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *c;
+}
+
+int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 3 : 1; }
+
+double ParameterCount(const Graph& g) {
+  double n = 0;
+  for (NodeId id : g.NodesWithOp(kParameterOp)) n += static_cast<double>(g.type(g.node(id).outputs[0]).shape.numel());
+  return n;
 }
 
 std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng) {

@@ -13,6 +13,7 @@
 #include "graph/fusion.h"
 #include "graph/ir.h"
 #include "graph/task_graph.h"
+#include "tests/small_zoo.h"
 
 namespace loom::testing {
 
@@ -45,6 +46,16 @@ StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::
 // The first output or state whose largest relative difference exceeds
 // `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.
 std::string FirstMismatch(const StepResults& want, const StepResults& got, double tolerance);
+
+// A zoo model at a reduced size (tests/small_zoo.h) as a step case in f64,
+// fused when `fusion` is set; PointNet with a batch of 8 (its T-Nets
+// amplify rounding the most), the others with kZooBatch.
+StepCase ZooStepCase(const SmallModel& model, const std::optional<FusionOptions>& fusion);
+// The steps the zoo-wide checks take: 1 with BatchNorm (statistics over a
+// small batch amplify summation-order differences with every step), else 3.
+int ZooSteps(const StepCase& c);
+// The parameters' element count (the zoo checks skip the biggest models).
+double ParameterCount(const Graph& g);
 
 // A strategy over `devices` devices: per forward layer, degrees of 1 or 2
 // for the dimensions its op declares (sample, attribute, parameter, and

@@ -33,34 +33,11 @@ using testing::StepResults;
 constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
 constexpr double kMaxParameters = 1e7;
 
-// PointNet's T-Nets amplify rounding the most (tests/small_zoo.h): a batch
-// of 8 there (2.5e-4 after one step with 2).
-int64_t BatchOf(const testing::SmallModel& s) { return s.name.rfind("pointnet", 0) == 0 ? 8 : testing::kZooBatch; }
-
-StepCase CaseOf(const testing::SmallModel& s, std::optional<FusionOptions> fusion) {
-  Model m(DType::kF64);
-  const Status built = models::BuildSupervised(m, s.name, s.args, s.data, BatchOf(s));
-  INFO(built.ToString());
-  REQUIRE(built.ok());
-  auto c = testing::MakeStepCase(m.graph(), fusion, testing::ZooBatch(s.data, DType::kF64, BatchOf(s)), s.step_lr);
-  if (!c.ok()) FAIL(c.status().ToString());
-  return *c;
-}
-
-bool HasBatchNorm(const Graph& g) { return !g.NodesWithOp("BatchNorm").empty(); }
-int Steps(const StepCase& c) { return HasBatchNorm(c.step) ? 1 : 3; }
-
-double Parameters(const Graph& g) {
-  double n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += static_cast<double>(g.type(g.node(id).outputs[0]).shape.numel());
-  return n;
-}
-
 void CheckStrategy(const StepCase& c, const StepResults& want, const std::string& strategy) {
   INFO(strategy);
-  auto got = RunOnDevices(c, strategy, Steps(c), 5);
+  auto got = RunOnDevices(c, strategy, testing::ZooSteps(c), 5);
   if (!got.ok()) FAIL(got.status().ToString());
-  CHECK(FirstMismatch(want, *got, HasBatchNorm(c.step) ? kBatchNormTolerance : kTolerance) == "");
+  CHECK(FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance : kBatchNormTolerance) == "");
 }
 
 // `count` random strategies that fit the model's shapes.
@@ -80,9 +57,9 @@ TEST_CASE("every zoo model trains under dp, owt, model and random strategies as 
   for (const testing::SmallModel& s : testing::SmallModels()) {
     if (testing::IsGan(s) || !s.fused_check) continue;  // GANs: two steps; VGG-16: gigabytes in f64
     INFO(s.name);
-    const StepCase c = CaseOf(s, std::nullopt);
-    if (Parameters(c.step) > kMaxParameters) continue;
-    auto want = RunOneDevice(c, Steps(c), 5);
+    const StepCase c = testing::ZooStepCase(s, std::nullopt);
+    if (testing::ParameterCount(c.step) > kMaxParameters) continue;
+    auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
     for (StandardStrategy kind :
          {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
@@ -102,9 +79,9 @@ TEST_CASE("every zoo model fused as 2 replicas splits them over 2 devices as on 
     FusionOptions fusion;
     fusion.replicas = 2;
     fusion.seeds = {7, 8};
-    const StepCase c = CaseOf(s, fusion);
-    if (Parameters(c.step) > kMaxParameters) continue;
-    auto want = RunOneDevice(c, Steps(c), 5);
+    const StepCase c = testing::ZooStepCase(s, fusion);
+    if (testing::ParameterCount(c.step) > kMaxParameters) continue;
+    auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
     auto strategy = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
     if (!strategy.ok()) FAIL(strategy.status().ToString());
