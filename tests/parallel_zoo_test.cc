@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <set>
 
 #include "graph/model.h"
 #include "graph/strategy.h"
@@ -69,6 +70,35 @@ TEST_CASE("every zoo model trains under dp, owt, model and random strategies as 
     }
     CheckRandomStrategies(c, *want, 3, rng);
   }
+}
+
+// Operation parallelism: each branch of every Inception block on a device
+// of its own (first match wins: the double-3x3 branch before the 3x3).
+TEST_CASE("inception_v3 with its blocks' branches on different devices matches one device") {
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (s.name != "inception_v3") continue;
+    const StepCase c = testing::ZooStepCase(s, std::nullopt);
+    auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    const std::string strategy =
+        "devices: 4\n"
+        "layer { layer: \"*branch1x1*\" devices: 0 }\n"
+        "layer { layer: \"*branch3x3dbl*\" devices: 2 }\n"
+        "layer { layer: \"*branch7x7dbl*\" devices: 2 }\n"
+        "layer { layer: \"*branch5x5*\" devices: 1 }\n"
+        "layer { layer: \"*branch3x3*\" devices: 1 }\n"
+        "layer { layer: \"*branch7x7*\" devices: 1 }\n"
+        "layer { layer: \"*branch_pool*\" devices: 3 }\n";
+    CheckStrategy(c, *want, strategy);
+    auto tg = LowerStrategy(c, strategy);
+    REQUIRE(tg.ok());
+    std::set<int64_t> conv_devices;
+    for (const Task& t : tg->tasks)
+      if (t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == "Conv2d") conv_devices.insert(t.device);
+    CHECK(conv_devices == std::set<int64_t>{0, 1, 2, 3});
+    return;
+  }
+  FAIL("inception_v3 is not in the small zoo");
 }
 
 TEST_CASE("every zoo model fused as 2 replicas splits them over 2 devices as on one device") {
