@@ -18,6 +18,7 @@ struct TaskRuntime::StepState {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<char> done;  // by task id
+  int64_t next_message = 0;  // processes: the turn of this rank's next cross-rank task
   bool failed = false;
   Status error = Status::Ok();
   std::vector<std::atomic<int>> readers;  // by piece id: readers still to run
@@ -45,13 +46,25 @@ bool Communicable(DType d) { return d == DType::kF32 || d == DType::kF64 || d ==
 
 }  // namespace
 
-bool TaskRuntime::TakesPart(const Task& task) const {
-  if (Local(task.device)) return true;
-  if (task.kind == TaskKind::kCompute) return false;
-  for (int p : task.sources)
-    if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return true;
-  for (int p : task.outputs)
-    if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return true;
+int64_t TaskRuntime::RunnerOf(const Task& task) const {
+  if (comm_ == nullptr || task.kind == TaskKind::kCompute) return Local(task.device) ? task.device : -1;
+  if (task.kind == TaskKind::kTransfer) {
+    if (Local(task.device)) return task.device;  // the destination copies or receives
+    return Local(task.src_device) ? task.src_device : -1;
+  }
+  if (Local(task.device)) return task.device;  // the all-reduce's first member adds
+  for (const std::vector<int>* list : {&task.sources, &task.outputs})
+    for (int p : *list)
+      if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return tasks_.pieces[static_cast<size_t>(p)].device;
+  return -1;
+}
+
+bool TaskRuntime::CrossesRanks(const Task& task) const {
+  if (comm_ == nullptr || task.kind == TaskKind::kCompute) return false;
+  if (task.kind == TaskKind::kTransfer) return Owner(task.src_device) != Owner(task.device);
+  for (const std::vector<int>* list : {&task.sources, &task.outputs})
+    for (int p : *list)
+      if (Owner(tasks_.pieces[static_cast<size_t>(p)].device) != Owner(task.device)) return true;
   return false;
 }
 
@@ -59,9 +72,10 @@ Status TaskRuntime::Prepare() {
   const OpRegistry& registry = OpRegistry::Global();
   const int64_t devices = tasks_.devices;
   if (comm_) {
-    if (comm_->size() != devices)
-      return InvalidArgument("the task graph has ", devices, " devices, the communicator ", comm_->size(),
-                             " ranks (one device per process)");
+    if (devices % comm_->size() != 0)
+      return InvalidArgument("the task graph has ", devices, " devices, not a multiple of the communicator's ",
+                             comm_->size(), " ranks (each process runs as many devices)");
+    devices_per_rank_ = devices / comm_->size();
     if (comm_->device() != Device::Cpu())
       return InvalidArgument("the task runtime runs processes on CPU communicators, got one on ",
                              comm_->device().ToString());
@@ -89,10 +103,12 @@ Status TaskRuntime::Prepare() {
   readers_.assign(tasks_.pieces.size(), 0);
   for (const Task& t : tasks_.tasks) {
     if (t.device < 0 || t.device >= devices) return Internal("task ", t.name, " on device ", t.device);
-    // Processes: this rank's one queue holds every task it takes part in.
-    if (comm_ == nullptr) queues_[static_cast<size_t>(t.device)].push_back(t.id);
-    else if (TakesPart(t)) queues_[static_cast<size_t>(comm_->rank())].push_back(t.id);
-    runs_here_.push_back(comm_ == nullptr || TakesPart(t));
+    // Processes: a task (or this rank's half of it) goes to one local
+    // device's queue; those that cross ranks also take a message ticket.
+    const int64_t runner = RunnerOf(t);
+    if (runner >= 0) queues_[static_cast<size_t>(runner)].push_back(t.id);
+    runs_here_.push_back(runner >= 0);
+    message_turn_.push_back(runner >= 0 && CrossesRanks(t) ? messages_++ : -1);
     for (int p : t.sources) ++readers_[static_cast<size_t>(p)];
     for (const Operand& op : t.inputs)
       for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
@@ -165,9 +181,9 @@ StatusOr<Tensor> TaskRuntime::PieceEverywhere(int p) const {
   Tensor t = pieces_[static_cast<size_t>(p)];
   if (!Local(piece.device)) {
     LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype,
-                                           AllocatorOf(comm_->rank())));
+                                           AllocatorOf(comm_->rank() * devices_per_rank_)));
   }
-  LOOM_RETURN_IF_ERROR(comm_->Broadcast(t, static_cast<int>(piece.device)));
+  LOOM_RETURN_IF_ERROR(comm_->Broadcast(t, Owner(piece.device)));
   return t;
 }
 
@@ -217,7 +233,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   const auto piece_of = [&](int p) -> const Piece& { return tasks_.pieces[static_cast<size_t>(p)]; };
   switch (task.kind) {
     case TaskKind::kTransfer: {
-      if (!Local(task.src_device) || !Local(task.device)) return RunRemoteTransfer(task);
+      if (Owner(task.src_device) != Owner(task.device)) return RunRemoteTransfer(task);
       const Piece& src = piece_of(task.sources[0]);
       const Piece& dst = piece_of(task.outputs[0]);
       LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
@@ -267,13 +283,13 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
   const Piece& src = tasks_.pieces[static_cast<size_t>(src_piece)];
   const Piece& dst = tasks_.pieces[static_cast<size_t>(dst_piece)];
   LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
-                                                     AllocatorOf(comm_->rank())));
+                                                     AllocatorOf(RunnerOf(task))));
   if (Local(task.src_device)) {
     LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
                                     dst.region));
-    return comm_->Send(region, static_cast<int>(task.device));
+    return comm_->Send(region, Owner(task.device));
   }
-  LOOM_RETURN_IF_ERROR(comm_->Recv(region, static_cast<int>(task.src_device)));
+  LOOM_RETURN_IF_ERROR(comm_->Recv(region, Owner(task.src_device)));
   pieces_[static_cast<size_t>(dst_piece)] = region;
   return Status::Ok();
 }
@@ -286,7 +302,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
   const Piece& first = tasks_.pieces[static_cast<size_t>(task.sources[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
-  const int root = static_cast<int>(task.device);
+  const int root = comm_ ? Owner(task.device) : 0;
   if (!Local(task.device)) {  // another rank adds: send this rank's sums, receive its copies
     for (int p : task.sources)
       if (Local(device_of(p))) LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
@@ -303,7 +319,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
     const int p = task.sources[k];
     if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
     LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
-    LOOM_RETURN_IF_ERROR(comm_->Recv(received, static_cast<int>(device_of(p))));
+    LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(device_of(p))));
     return received;
   };
   LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
@@ -322,7 +338,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   }
   for (int p : task.outputs) {
     if (!Local(device_of(p))) {
-      LOOM_RETURN_IF_ERROR(comm_->Send(sum, static_cast<int>(device_of(p))));
+      LOOM_RETURN_IF_ERROR(comm_->Send(sum, Owner(device_of(p))));
       continue;
     }
     LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype(), AllocatorOf(device_of(p))));
@@ -378,9 +394,14 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
       const Task& task = tasks_.tasks[static_cast<size_t>(id)];
       {
         std::unique_lock<std::mutex> lock(st.mu);
-        // Processes: a dependency another rank runs arrives by message.
+        // Processes: a dependency another rank runs arrives by message, and
+        // this rank's messages go in the graph's order (so each pair of
+        // ranks sends and receives in the same order, whichever device
+        // thread gets there first).
+        const int64_t turn = message_turn_[static_cast<size_t>(id)];
         st.cv.wait(lock, [&] {
           if (st.failed) return true;
+          if (turn >= 0 && turn != st.next_message) return false;
           for (int d : task.deps)
             if (runs_here_[static_cast<size_t>(d)] && !st.done[static_cast<size_t>(d)]) return false;
           return true;
@@ -399,18 +420,21 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
                                           ") on device ", task.device));
         }
         st.done[static_cast<size_t>(id)] = 1;
+        if (message_turn_[static_cast<size_t>(id)] >= 0) ++st.next_message;
       }
       st.cv.notify_all();
     }
   };
   // Readers count down in Release; a piece whose last reader ran is freed.
   step_state_ = &st;
-  if (comm_) {
-    worker(static_cast<size_t>(comm_->rank()));  // this process's device
-  } else {
+  {
+    // One thread per device of this process; this thread runs the first.
+    std::vector<size_t> local;
+    for (size_t d = 0; d < queues_.size(); ++d)
+      if (Local(static_cast<int64_t>(d))) local.push_back(d);
     std::vector<std::thread> threads;
-    for (size_t d = 1; d < queues_.size(); ++d) threads.emplace_back(worker, d);
-    worker(0);
+    for (size_t k = 1; k < local.size(); ++k) threads.emplace_back(worker, local[k]);
+    worker(local[0]);
     for (std::thread& t : threads) t.join();
   }
   step_state_ = nullptr;

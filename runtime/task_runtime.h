@@ -10,13 +10,15 @@
 // scattered to the home pieces), one Run per step.
 //
 // Processes (TaskRuntimeOptions::communicator): each of comm.size() ranks
-// runs one device, device r on rank r, from the same task graph. A rank runs
-// its device's compute tasks and its halves of the transfers and all-reduces
-// that cross to other ranks: the sender sends the region, the receiver
-// receives it; an all-reduce's first member receives the partial sums it
-// does not hold, adds them in the group's order (the bits of one process)
-// and sends each member its copy. Every device walks the tasks in the
-// graph's order, so matching sends and receives meet without deadlock.
+// runs k = devices / comm.size() devices, devices [r k, (r + 1) k) on rank
+// r, from the same task graph. A rank runs its devices' compute tasks and
+// its halves of the transfers and all-reduces that cross to other ranks:
+// the sender sends the region, the receiver receives it; an all-reduce's
+// first member receives the partial sums it does not hold, adds them in
+// the group's order (the bits of one process) and sends each member its
+// copy. A rank's cross-rank tasks run one at a time in the graph's order,
+// whichever of its device threads runs them, so each pair of ranks sends
+// and receives in the same order and every wait is met.
 // Every rank makes the same calls in the same order (Run, GetState, ...):
 // outputs and state are broadcast from the ranks that hold them. A failing
 // rank aborts the communicator, so the others fail instead of waiting.
@@ -43,8 +45,8 @@ struct TaskRuntimeOptions {
   uint64_t seed = 0;    // random ops draw from streams keyed by (seed, node name, step), as in Executor
   bool trace = false;   // record every task's start and end (trace(), TraceJson())
   // Not owned; when set, this runtime is rank comm.rank() of comm.size()
-  // processes and runs device comm.rank() alone (a CPU communicator; the
-  // task graph has comm.size() devices).
+  // processes and runs its share of the devices (a CPU communicator; the
+  // task graph's devices a multiple of comm.size()).
   Communicator* communicator = nullptr;
 };
 
@@ -80,10 +82,15 @@ class TaskRuntime : public StepRunner {
  private:
   TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options);
   Status Prepare();
+  // The rank that runs `device` (0 without a communicator).
+  int Owner(int64_t device) const { return comm_ ? static_cast<int>(device / devices_per_rank_) : 0; }
   // Whether this process runs `device` (always without a communicator).
-  bool Local(int64_t device) const { return comm_ == nullptr || device == comm_->rank(); }
-  // Whether this process takes part in `task` (runs it, or a half of it).
-  bool TakesPart(const Task& task) const;
+  bool Local(int64_t device) const { return comm_ == nullptr || Owner(device) == comm_->rank(); }
+  // The local device whose thread runs `task` (or this rank's half of it),
+  // -1 when this process has no part in it.
+  int64_t RunnerOf(const Task& task) const;
+  // Whether `task` exchanges between ranks (a message task).
+  bool CrossesRanks(const Task& task) const;
   Status RunTask(const Task& task, ThreadPool* pool);
   Status RunRemoteTransfer(const Task& task);
   Status RunAllReduce(const Task& task);
@@ -104,7 +111,10 @@ class TaskRuntime : public StepRunner {
   std::vector<std::vector<int>> queues_;            // per device: task ids in order
   Communicator* comm_ = nullptr;                    // options_.communicator
   std::vector<Tensor> pieces_;                      // by piece id (homes persist); this process's only
+  int64_t devices_per_rank_ = 1;                    // processes: devices each rank runs
   std::vector<char> runs_here_;                     // by task id: this process runs it (or its half)
+  std::vector<int64_t> message_turn_;               // by task id: its place among this rank's cross-rank tasks, or -1
+  int64_t messages_ = 0;
   std::vector<int> readers_;                        // by piece id: tasks, writebacks and outputs that read it
   std::vector<const KernelFn*> kernels_;            // by task id (compute tasks)
   std::map<std::string, ValueId> state_values_;     // state node name -> its value

@@ -97,6 +97,13 @@ TEST_CASE("processes: model, parameter and attribute parallel") {
   ExpectSame(cnn, Devices() + "layer { layer: \"*conv\" attribute: 2 }\n");
 }
 
+TEST_CASE("processes: two devices per process") {
+  const std::string devices = "devices: " + std::to_string(2 * world->size()) + "\n";
+  const testing::StepCase cnn = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  ExpectSame(cnn, devices + "default_split { sample: 2 parameter: 2 }\n");
+  ExpectSame(cnn, devices + "default_split { sample: " + std::to_string(2 * world->size()) + " }\n");
+}
+
 TEST_CASE("processes: fused replicas split over the ranks") {
   ExpectSame(Classifier("mlp", {{"hidden", "16"}}, {64}, 4), Devices() + "default_split { replica: 2 }\n");
 }

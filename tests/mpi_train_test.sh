@@ -46,6 +46,9 @@ for strategy in dp model owt; do
     fail "mpirun --strategy $strategy: $(cat "$work/$strategy.log")"
   close "mpirun -np 2 --strategy $strategy matches one device" "$want" "$(test_losses "$work/$strategy")"
 done
+np2 train --config "$work/cnn.pbtxt" --out "$work/four" --devices cpu:4 --strategy owt >"$work/four.log" 2>&1 ||
+  fail "mpirun --devices cpu:4: $(cat "$work/four.log")"
+close "mpirun -np 2 --devices cpu:4 (two devices per process) matches one device" "$want" "$(test_losses "$work/four")"
 # Rank 0 alone writes: one record per epoch's evaluation, one progress log.
 records=$(grep -c '"split":"test"' "$work/dp/metrics.jsonl")
 [ "$records" -eq 2 ] && echo "ok   the run folder is written once" || fail "expected 2 test records, got $records"
@@ -65,7 +68,7 @@ if out=$(np2 train --config "$work/cnn.pbtxt" --out "$work/bad" --devices cpu:3 
   fail "devices cpu:3 under mpirun -np 2: exit 0"
 else
   contains "a refused run names the rank and the cause" "$out" "rank 1 of 2 failed, ending every rank"
-  contains "... and the devices" "$out" "devices cpu:3 under mpirun -np 2: each process runs one device (cpu:2)"
+  contains "... and the devices" "$out" "devices cpu:3 under mpirun -np 2: each process runs as many devices"
 fi
 [ ! -e "$work/bad" ] && echo "ok   a refused run leaves no folder" || fail "a refused run wrote $work/bad"
 

@@ -84,9 +84,9 @@ StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strateg
 }
 
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed) {
+                                                  uint64_t seed, int ranks) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
-  const int ranks = static_cast<int>(tasks.devices);
+  if (ranks == 0) ranks = static_cast<int>(tasks.devices);
   std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(ranks);
   std::vector<StatusOr<StepResults>> results(static_cast<size_t>(ranks), Internal("not run"));
   std::vector<std::thread> threads;

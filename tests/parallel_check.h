@@ -38,10 +38,11 @@ struct StepResults {
 StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed);
 StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text);
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed);
-// The same with each device in a process of its own, played by threads of
-// this one joined by local communicators: every rank's results.
+// The same with the devices shared out among `ranks` processes (0: one
+// device each), played by threads of this one joined by local
+// communicators: every rank's results.
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed);
+                                                  uint64_t seed, int ranks = 0);
 
 // The first output or state whose largest relative difference exceeds
 // `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.

@@ -496,9 +496,10 @@ Status BenchTaskOverhead(int reps) {
 // bytes each step moves between devices; and the roof of data parallelism
 // here: `devices` independent steps of the batch's share at once.
 //
-// Under `mpirun -np K`, the devices are the K processes (one device each,
-// through MPI): rank 0 also runs the one-device step, alone, and prints;
-// the roof (threads of one process) is left to a run without mpirun.
+// Under `mpirun -np K`, the devices are shared out among the K processes
+// (exchanging through MPI): rank 0 also runs the one-device step, alone,
+// and prints; the roof (threads of one process) is left to a run without
+// mpirun.
 Status BenchParallel(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench parallel needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
@@ -508,8 +509,9 @@ Status BenchParallel(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", world ? world->size() : 2));
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
   if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
-  if (world && devices != world->size())
-    return InvalidArgument("--devices ", devices, " under mpirun -np ", world->size(), ": one device per process");
+  if (world && devices % world->size() != 0)
+    return InvalidArgument("--devices ", devices, " under mpirun -np ", world->size(),
+                           ": each process runs as many devices (a multiple of ", world->size(), ")");
   if (speaks) LOOM_RETURN_IF_ERROR(BenchTaskOverhead(static_cast<int>(reps)));
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   LOOM_ASSIGN_OR_RETURN(BenchData data, LoadBenchData(config));
@@ -535,7 +537,10 @@ Status BenchParallel(const Flags& flags) {
     LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
     LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
-    Variant v{world ? StrCat(kind_name, " on ", devices, " procs") : StrCat(kind_name, " on cpu:", devices), {},
+    const std::string where =
+        !world ? StrCat("cpu:", devices)
+               : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
+    Variant v{StrCat(kind_name, " on ", where), {},
               tasks.TransferBytes(), tasks.tasks.size()};
     TaskRuntimeOptions o;
     o.communicator = world;

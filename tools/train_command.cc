@@ -85,10 +85,10 @@ Status TrainCommand(const std::vector<std::string>& args) {
   run.dump_graphs_dir = flags.Str("dump-graphs", "");
   run.trace_path = flags.Str("trace", "");
   if (processes) {  // rank 0 speaks and writes
-    const std::string devices = StrCat("cpu:", world->size());
-    if (run.config.devices() != devices)
+    LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(run.config));
+    if (devices % world->size() != 0)
       return InvalidArgument("devices ", run.config.devices(), " under mpirun -np ", world->size(),
-                             ": each process runs one device (", devices, ")");
+                             ": each process runs as many devices (cpu:N, N a multiple of ", world->size(), ")");
     run.processes = world;
     if (world->rank() != 0) run.console = nullptr;
   }

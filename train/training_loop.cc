@@ -209,9 +209,10 @@ Status TrainingLoop::InitFrom(const std::string& path) {
 // graph; the run's threads are shared out among the devices.
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
                                                                       int64_t devices) const {
-  if (opt_.processes && opt_.processes->size() != devices)
+  if (opt_.processes && devices % opt_.processes->size() != 0)
     return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
-                           " MPI processes: each process runs one device (devices: cpu:", opt_.processes->size(), ")");
+                           " MPI processes: each process runs as many devices (a multiple of ",
+                           opt_.processes->size(), ")");
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
   StatusOr<StandardStrategy> kind = ParseStandardStrategy(name);
   std::optional<Strategy> strategy;
@@ -233,8 +234,8 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
   o.communicator = opt_.processes;
   o.seed = c_.seed();
   o.trace = !opt_.trace_path.empty();
-  // Processes share the machine's cores among themselves (one device each).
-  const int local_devices = opt_.processes ? 1 : static_cast<int>(devices);
+  // Processes share the machine's cores among themselves.
+  const int local_devices = static_cast<int>(opt_.processes ? devices / opt_.processes->size() : devices);
   o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / local_devices);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));

@@ -49,7 +49,7 @@ struct LoopOptions {
   // With devices: the last step's task trace (Chrome trace JSON) goes here.
   std::string trace_path;
   // Not owned. `mpirun -np K loom train`: this process is rank r of K, each
-  // running one device of the task runtime (runtime/task_runtime.h). Every
+  // running devices / K devices of the task runtime (runtime/task_runtime.h). Every
   // rank runs the whole loop (same data, same evaluation) and takes part in
   // every exchange; rank 0 alone writes the run folder and the console.
   Communicator* processes = nullptr;

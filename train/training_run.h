@@ -25,8 +25,8 @@ struct RunOptions {
   FILE* console = stdout;     // progress and summaries
   std::string dump_graphs_dir;  // --dump-graphs: each program's graph after each compile pass
   std::string trace_path;       // --trace: the last step's task trace (with devices)
-  // `mpirun -np K loom train`: this process's rank of K, one device each
-  // (LoopOptions::processes); not owned.
+  // `mpirun -np K loom train`: this process's rank of K, each running
+  // devices / K devices (LoopOptions::processes); not owned.
   Communicator* processes = nullptr;
 };
 
