@@ -108,7 +108,7 @@ TEST_CASE("processes: fused replicas split over the ranks") {
   ExpectSame(Classifier("mlp", {{"hidden", "16"}}, {64}, 4), Devices() + "default_split { replica: 2 }\n");
 }
 
-TEST_CASE("processes: every zoo model under data parallelism and OWT, bit for bit") {
+TEST_CASE("processes: every zoo model under data parallelism and OWT, bit for bit", "[zoo]") {
   for (const testing::SmallModel& s : testing::SmallModels()) {
     if (testing::IsGan(s) || !s.fused_check) continue;  // GANs: two steps; VGG-16: gigabytes in f64
     const testing::StepCase c = testing::ZooStepCase(s, std::nullopt);
