@@ -159,14 +159,20 @@ T LossScale(const Tensor& dy, bool mean, int64_t count) {
 
 // ------------------------------------------------ splits along the batch
 
-// A class-index loss (or its backward) split along the batch: `batched`
-// inputs by axis 0, the others whole; the loss a partial sum (`partial`),
-// a backward's gradient by axis 0. A mean reduction expands (its count is
-// the whole batch's). Nothing for a single sample ([C] scores).
-SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
-                      std::initializer_list<int> batched, bool partial) {
+// A loss (or its backward) split along the batch: `batched` inputs by axis
+// 0 (`pos_weight`, when >= 0, too if it has the batch's own rows), the
+// others whole; the loss a partial sum (`partial`) or the gradient by axis
+// 0. A mean expands (its divisor is the whole batch's). `x` is the input
+// the loss is over; nothing when it is a scalar.
+SplitRules LossBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                          int x, std::vector<int> batched, int pos_weight, bool partial) {
   SplitRules rules;
-  if (in[0].shape.rank() < 2) return rules;
+  const Shape& xs = in[static_cast<size_t>(x)].shape;
+  if (xs.rank() < 1) return rules;
+  if (pos_weight >= 0 && static_cast<size_t>(pos_weight) < in.size()) {
+    const Shape& w = in[static_cast<size_t>(pos_weight)].shape;
+    if (w.rank() == xs.rank() && w[0] == xs[0] && xs[0] > 1) batched.push_back(pos_weight);
+  }
   DimSplit d = SplitAlong(-1, in.size(), out.size());
   for (int i : batched) d.inputs[static_cast<size_t>(i)].axis = 0;
   if (!partial) d.outputs[0].axis = 0;
@@ -174,6 +180,13 @@ SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, c
   d.expands = IsMeanReduction(attrs);
   rules.sample = d;
   return rules;
+}
+
+// A class-index loss: the same, nothing for a single sample ([C] scores).
+SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                      std::vector<int> batched, bool partial) {
+  if (in[0].shape.rank() < 2) return {};
+  return LossBatchSplit(attrs, in, out, 0, std::move(batched), -1, partial);
 }
 
 // The count of `targets` (of `classes` classes) a mean divides by, in
@@ -199,30 +212,6 @@ ValueId EmitSum(ExpandBuilder& b, const std::string& op, const std::vector<Value
   AttrMap sum = b.attrs();
   sum.Set("reduction", "sum");
   return b.Emit(op, inputs, sum, "sum").at(0);
-}
-
-// An element-wise loss (MSE, BCEWithLogits) or its backward split along
-// the batch: `batched` inputs by axis 0 (pos_weight too when it has the
-// batch's own rows), the loss a partial sum or the gradient by axis 0. A
-// mean divides by the whole's element count: it expands. `x` is the input
-// the loss is over.
-SplitRules ElementwiseBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in,
-                                 const std::vector<TensorType>& out, int x, std::vector<int> batched, int pos_weight,
-                                 bool partial) {
-  SplitRules rules;
-  const Shape& xs = in[static_cast<size_t>(x)].shape;
-  if (xs.rank() < 1) return rules;
-  if (pos_weight >= 0 && static_cast<size_t>(pos_weight) < in.size()) {
-    const Shape& w = in[static_cast<size_t>(pos_weight)].shape;
-    if (w.rank() == xs.rank() && w[0] == xs[0] && xs[0] > 1) batched.push_back(pos_weight);
-  }
-  DimSplit d = SplitAlong(-1, in.size(), out.size());
-  for (int i : batched) d.inputs[static_cast<size_t>(i)].axis = 0;
-  if (!partial) d.outputs[0].axis = 0;
-  d.partial_sums = partial;
-  d.expands = IsMeanReduction(attrs);
-  rules.sample = d;
-  return rules;
 }
 
 // ------------------------------------------------------------- CrossEntropy
@@ -586,7 +575,7 @@ class MseOp : public LossOpDef {
   // divides by the whole's element count: it expands.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, -1, true);
+    return LossBatchSplit(attrs, in, out, 0, {0, 1}, -1, true);
   }
   Status Expand(ExpandBuilder& b) const override {
     const ValueId total = EmitSum(b, "MSE", {b.input(0), b.input(1)});
@@ -635,7 +624,7 @@ class MseBackwardOp : public OpDef {
   }
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, -1, false);
+    return LossBatchSplit(attrs, in, out, 0, {0, 1}, -1, false);
   }
   // Mean: the sum's gradient of dy / (the whole's element count).
   Status Expand(ExpandBuilder& b) const override {
@@ -755,7 +744,7 @@ class BceWithLogitsOp : public LossOpDef {
   // batch's rows), a partial-sum loss; a mean expands as MSE's.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return ElementwiseBatchSplit(attrs, in, out, 0, {0, 1}, 2, true);
+    return LossBatchSplit(attrs, in, out, 0, {0, 1}, 2, true);
   }
   Status Expand(ExpandBuilder& b) const override {
     const ValueId total = EmitSum(b, "BCEWithLogits", b.node().inputs);
@@ -820,7 +809,7 @@ class BceWithLogitsBackwardOp : public OpDef {
   // gradient by the batch.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return ElementwiseBatchSplit(attrs, in, out, 1, {1, 2}, 3, false);
+    return LossBatchSplit(attrs, in, out, 1, {1, 2}, 3, false);
   }
   Status Expand(ExpandBuilder& b) const override {
     const double n = static_cast<double>(b.type(b.input(1)).shape.numel());

@@ -27,28 +27,6 @@ constexpr int kSteps = 3;
 constexpr int64_t kBatch = 8;
 constexpr uint64_t kSeed = 3;
 
-// A zoo classifier in f64 on [1, 8, 8] images (or [64] features), 4
-// classes, fused as `replicas` when > 0; inputs uniform in [-1, 1].
-StepCase Classifier(const std::string& model, const std::map<std::string, std::string>& args, const Shape& input,
-                    int replicas = 0) {
-  Model m(DType::kF64);
-  REQUIRE(models::BuildClassifier(m, model, args, input, kBatch, 4).ok());
-  std::optional<FusionOptions> fusion;
-  if (replicas > 0) {
-    fusion = FusionOptions{};
-    fusion->replicas = replicas;
-    for (int r = 0; r < replicas; ++r) fusion->seeds.push_back(100 + static_cast<uint64_t>(r));
-  }
-  std::mt19937_64 rng(7);
-  std::vector<int64_t> dims = input.dims();
-  dims.insert(dims.begin(), kBatch);
-  Tensor x = Tensor::Zeros(Shape(dims), DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-  auto c = testing::MakeStepCase(m.graph(), fusion, {{"input", x}, {"target", y}});
-  if (!c.ok()) FAIL(c.status().ToString());
-  return *c;
-}
 
 StepResults OneDevice(const StepCase& c) {
   auto r = testing::RunOneDevice(c, kSteps, kSeed);
@@ -66,7 +44,7 @@ void ExpectSame(const StepCase& c, const StepResults& want, const std::string& s
 }
 
 TEST_CASE("mlp: data, model and parameter parallel match one device") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   const StepResults want = OneDevice(c);
   for (const std::string& s : {
            std::string("devices: 1\n"),
@@ -81,7 +59,7 @@ TEST_CASE("mlp: data, model and parameter parallel match one device") {
 }
 
 TEST_CASE("cnn: data, model, parameter and attribute parallel match one device") {
-  const StepCase c = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  const StepCase c = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
   const StepResults want = OneDevice(c);
   for (const std::string& s : {
            std::string("devices: 2\ndefault_split { sample: 2 }\n"),
@@ -96,7 +74,7 @@ TEST_CASE("cnn: data, model, parameter and attribute parallel match one device")
 }
 
 TEST_CASE("fused mlp: 4 replicas over 2 devices match one device") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16"}}, {64}, 4);
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
   const StepResults want = OneDevice(c);
   for (const std::string& s : {
            std::string("devices: 2\ndefault_split { replica: 2 }\n"),
@@ -108,7 +86,7 @@ TEST_CASE("fused mlp: 4 replicas over 2 devices match one device") {
 }
 
 TEST_CASE("fused cnn: replicas of grouped convolutions over 2 devices match one device") {
-  const StepCase c = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 4);
+  const StepCase c = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 4);
   const StepResults want = OneDevice(c);
   for (const std::string& s : {
            std::string("devices: 2\ndefault_split { replica: 2 }\n"),
@@ -122,8 +100,8 @@ TEST_CASE("fused cnn: replicas of grouped convolutions over 2 devices match one 
 // the parts, then applied by each) and Dropout's parts draw the whole's
 // mask: no task of either runs whole, and the results are one device's.
 TEST_CASE("batch norm and dropout split along the batch match one device") {
-  const StepCase c = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
-  const StepCase fused = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8}, 4);
+  const StepCase c = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8}, 4);
   REQUIRE(!c.step.NodesWithOp("Dropout").empty());
   REQUIRE(!c.step.NodesWithOp("BatchNorm").empty());
   for (const StepCase* sc : {&c, &fused}) {
@@ -296,9 +274,9 @@ TEST_CASE("LSTM and attention split along the batch and the heads match one devi
 
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
 TEST_CASE("random valid strategies match one device") {
-  const StepCase mlp = Classifier("mlp", {{"hidden", "16,8"}}, {64});
-  const StepCase cnn = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
-  const StepCase fused = Classifier("mlp", {{"hidden", "16"}}, {64}, 4);
+  const StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
   std::mt19937_64 rng(11);
   for (const StepCase* c : {&mlp, &cnn, &fused}) {
     const StepResults want = OneDevice(*c);
@@ -317,8 +295,8 @@ TEST_CASE("random valid strategies match one device") {
 // communicators, as MPI ranks are by the MPI communicator): every rank
 // gets the in-process runtime's outputs and state, bit for bit.
 TEST_CASE("devices as processes match the in-process runtime bit for bit") {
-  const StepCase cnn = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
-  const StepCase fused = Classifier("mlp", {{"hidden", "16"}}, {64}, 4);
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
   std::mt19937_64 rng(5);
   const std::vector<std::pair<const StepCase*, std::string>> cases = {
       {&cnn, "devices: 2\ndefault_split { sample: 2 }\n"},
@@ -346,8 +324,8 @@ TEST_CASE("devices as processes match the in-process runtime bit for bit") {
 // Several devices per process: 4 devices over 2 ranks (devices 0, 1 on rank
 // 0), 6 over 3; exchanges inside a rank are copies, across ranks messages.
 TEST_CASE("several devices per process match the in-process runtime bit for bit") {
-  const StepCase cnn = Classifier("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
-  const StepCase fused = Classifier("mlp", {{"hidden", "16"}}, {64}, 4);
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
   std::mt19937_64 rng(8);
   const std::vector<std::tuple<const StepCase*, std::string, int>> cases = {
       {&cnn, "devices: 4\ndefault_split { sample: 4 }\n", 2},
@@ -378,7 +356,7 @@ TEST_CASE("several devices per process match the in-process runtime bit for bit"
 }
 
 TEST_CASE("a rank that fails makes the others fail instead of waiting") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   const std::string text = "devices: 2\ndefault_split { sample: 2 }\n";
   std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(2);
   std::vector<Status> status(2);
@@ -405,7 +383,7 @@ TEST_CASE("a rank that fails makes the others fail instead of waiting") {
 }
 
 TEST_CASE("processes need the same number of devices each") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(3);
   auto tasks = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
   REQUIRE(tasks.ok());
@@ -417,7 +395,7 @@ TEST_CASE("processes need the same number of devices each") {
 }
 
 TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
   REQUIRE(tg.ok());
   INFO(tg->ToString());
@@ -439,7 +417,7 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
 }
 
 TEST_CASE("the task graph prints bytes exactly") {
-  const StepCase c = Classifier("mlp", {{"hidden", "4096"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "4096"}}, {64});
   auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
   REQUIRE(tg.ok());
   // fc1's weight gradient, [64, 4096] f64, all-reduced (was "2.09715e+06").
@@ -448,7 +426,7 @@ TEST_CASE("the task graph prints bytes exactly") {
 }
 
 TEST_CASE("a split no rule realises is an error naming the layer") {
-  const StepCase c = Classifier("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   auto tg = Lower(c, "devices: 2\nlayer { layer: \"fc1\" replica: 2 }\n");
   REQUIRE(!tg.ok());
   CHECK_THAT(tg.status().message(), Catch::Contains("strategy.pbtxt:2: layer 'fc1' (Linear): replica 2"));

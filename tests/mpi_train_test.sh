@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 loom train` (each process one device of the task runtime)
-# trains as one device does (test loss after the same steps, f32, 1e-4),
+# `mpirun -np 2 loom train` (the task runtime's devices shared out among
+# the processes) trains as one device does (test loss after the same steps, f32, 1e-4),
 # resumes to and from in-process runs under other strategies, writes the
 # run folder once (rank 0), and a refused run ends every rank with a
 # message naming it and leaves no folder.
@@ -10,34 +10,10 @@ mpirun_sh="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-contains() { grep -qF -- "$3" <<<"$2" && echo "ok   $1" || { fail "$1: expected '$3' in:"; echo "$2"; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_test_lib.sh"
 np2() { bash "$mpirun_sh" 2 "$loom" "$@"; }
 
-cat >"$work/cnn.pbtxt" <<'CFG'
-model { name: "cnn" args { key: "channels" value: "4,8" } args { key: "hidden" value: "16" } }
-data { dataset: "synthetic" input_shape: [1, 8, 8] num_classes: 4 num_examples: 64 batch_size: 16 }
-optimizer { type: "sgd" lr: 0.05 momentum: 0.9 }
-epochs: 2
-CFG
-
-test_losses() {
-  python3 -c '
-import json, sys
-last = {}
-for line in open(sys.argv[1] + "/metrics.jsonl"):
-    r = json.loads(line)
-    if r.get("split") == "test": last[r.get("replica", 0)] = r["loss"]
-print("\n".join("%.9g" % last[k] for k in sorted(last)))' "$1"
-}
-close() {
-  python3 -c '
-import sys
-a, b = sys.argv[2].split(), sys.argv[3].split()
-ok = len(a) == len(b) and len(a) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b))
-print(("ok   " if ok else "FAIL ") + sys.argv[1] + ("" if ok else ": %s vs %s" % (a, b)))
-sys.exit(0 if ok else 1)' "$1" "$2" "$3" || failures=$((failures + 1))
-}
+write_cnn_config "$work/cnn.pbtxt"
 
 "$loom" train --config "$work/cnn.pbtxt" --out "$work/one" >"$work/one.log" 2>&1 || fail "one device: $(cat "$work/one.log")"
 want=$(test_losses "$work/one")

@@ -127,6 +127,28 @@ std::string FirstMismatch(const StepResults& want, const StepResults& got, doubl
   return "";
 }
 
+StepCase ClassifierCase(const std::string& model, const std::map<std::string, std::string>& args, const Shape& input,
+                        int replicas) {
+  constexpr int64_t kBatch = 8;
+  Model m(DType::kF64);
+  REQUIRE(models::BuildClassifier(m, model, args, input, kBatch, 4).ok());
+  std::optional<FusionOptions> fusion;
+  if (replicas > 0) {
+    fusion = FusionOptions{};
+    fusion->replicas = replicas;
+    for (int r = 0; r < replicas; ++r) fusion->seeds.push_back(100 + static_cast<uint64_t>(r));
+  }
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> dims = input.dims();
+  dims.insert(dims.begin(), kBatch);
+  Tensor x = Tensor::Zeros(Shape(dims), DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = MakeStepCase(m.graph(), fusion, {{"input", x}, {"target", y}});
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *c;
+}
+
 StepCase ZooStepCase(const SmallModel& s, const std::optional<FusionOptions>& fusion) {
   const int64_t batch = s.name.rfind("pointnet", 0) == 0 ? 8 : kZooBatch;
   Model m(DType::kF64);

@@ -48,6 +48,12 @@ StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::
 // `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.
 std::string FirstMismatch(const StepResults& want, const StepResults& got, double tolerance);
 
+// A zoo classifier in f64 on `input`-shaped examples ([1, 8, 8] images or
+// [64] features), batch 8, 4 classes, fused as `replicas` when > 0
+// (seeds 100, 101, ...); inputs uniform in [-1, 1], the same on every call.
+StepCase ClassifierCase(const std::string& model, const std::map<std::string, std::string>& args, const Shape& input,
+                        int replicas = 0);
+
 // A zoo model at a reduced size (tests/small_zoo.h) as a step case in f64,
 // fused when `fusion` is set; PointNet with a batch of 8 (its T-Nets
 // amplify rounding the most), the others with kZooBatch.

@@ -8,15 +8,9 @@ loom="$1"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failures=0
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-contains() { grep -qF -- "$3" <<<"$2" && echo "ok   $1" || { fail "$1: expected '$3' in:"; echo "$2"; }; }
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_test_lib.sh"
 
-cat >"$work/cnn.pbtxt" <<'CFG'
-model { name: "cnn" args { key: "channels" value: "4,8" } args { key: "hidden" value: "16" } }
-data { dataset: "synthetic" input_shape: [1, 8, 8] num_classes: 4 num_examples: 64 batch_size: 16 }
-optimizer { type: "sgd" lr: 0.05 momentum: 0.9 }
-epochs: 2
-CFG
+write_cnn_config "$work/cnn.pbtxt"
 cat >"$work/fused.pbtxt" <<'CFG'
 model { name: "mlp" args { key: "hidden" value: "16" } }
 data { dataset: "synthetic" input_shape: [1, 4, 4] num_classes: 4 num_examples: 64 batch_size: 16 }
@@ -24,26 +18,6 @@ optimizer { type: "adam" lr: 0.01 }
 replicas { seed: 1 } replicas { seed: 2 } replicas { seed: 3 } replicas { seed: 4 }
 epochs: 2
 CFG
-
-# The last test loss of each replica in a run folder, one per line.
-test_losses() {
-  python3 -c '
-import json, sys
-last = {}
-for line in open(sys.argv[1] + "/metrics.jsonl"):
-    r = json.loads(line)
-    if r.get("split") == "test": last[r.get("replica", 0)] = r["loss"]
-print("\n".join("%.9g" % last[k] for k in sorted(last)))' "$1"
-}
-# close NAME A B: equal to 1e-4 relative, line by line.
-close() {
-  python3 -c '
-import sys
-a, b = sys.argv[2].split(), sys.argv[3].split()
-ok = len(a) == len(b) and len(a) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b))
-print(("ok   " if ok else "FAIL ") + sys.argv[1] + ("" if ok else ": %s vs %s" % (a, b)))
-sys.exit(0 if ok else 1)' "$1" "$2" "$3" || failures=$((failures + 1))
-}
 
 "$loom" train --config "$work/cnn.pbtxt" --out "$work/one" >"$work/one.log" 2>&1 || fail "one device: $(cat "$work/one.log")"
 want=$(test_losses "$work/one")
