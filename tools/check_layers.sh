@@ -12,8 +12,9 @@ declare -A allowed=(
   [ops]="core graph ops"
   [models]="core graph ops models"
   [runtime]="core graph ops runtime"
-  [search]="core graph ops search"
-  [train]="core graph ops runtime search models train"
+  [simulator]="core graph ops simulator"
+  [search]="core graph ops search simulator"
+  [train]="core graph ops runtime search simulator models train"
 )
 
 bad=0

@@ -1,0 +1,199 @@
+#include "simulator/simulator.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/parse.h"
+
+namespace loom {
+namespace {
+
+// Queues: devices [0, D), then the machine's link resources.
+struct Occupancy {
+  std::vector<int64_t> queues;
+  double seconds = 0;
+  std::vector<std::pair<int64_t, double>> resource_bytes;  // what it moves on which link resource
+};
+
+double PieceBytes(const TaskGraph& g, int p) {
+  const Piece& piece = g.pieces[static_cast<size_t>(p)];
+  return static_cast<double>(piece.region.shape().numel() * static_cast<int64_t>(DTypeSize(g.graph.type(piece.value).dtype)));
+}
+
+class Scheduler {
+ public:
+  Scheduler(const TaskGraph& g, const Machine& m, const CostModel& cost) : g_(g), m_(m), cost_(cost) {}
+
+  Occupancy Of(const Task& t) const {
+    Occupancy o;
+    const int64_t devices = g_.devices;
+    const bool copies_on_device = m_.device().copies_on_device();
+    switch (t.kind) {
+      case TaskKind::kCompute:
+        o.queues = {t.device};
+        o.seconds = cost_.ComputeSeconds(g_, t);
+        return o;
+      case TaskKind::kTransfer: {
+        const Machine::Route route = m_.RouteOf(t.src_device, t.device);
+        o.seconds = Machine::MessageSeconds(route, t.bytes);
+        if (copies_on_device) {
+          o.queues = {t.device};
+        } else {
+          for (int64_t r : route.resources) o.queues.push_back(devices + r);
+        }
+        for (int64_t r : route.resources) o.resource_bytes.push_back({r, t.bytes});
+        return o;
+      }
+      case TaskKind::kAllReduce:
+        return copies_on_device ? RootAllReduce(t) : RingAllReduce(t);
+    }
+    return o;
+  }
+
+ private:
+  // The task runtime's all-reduce: the first member receives the partial
+  // sums it does not hold, adds them, and hands every member a copy.
+  Occupancy RootAllReduce(const Task& t) const {
+    Occupancy o;
+    o.queues = {t.device};
+    const double bytes = t.bytes, memory = m_.device().memory_bandwidth();
+    auto message = [&](int64_t src, int64_t dst) {
+      const Machine::Route route = m_.RouteOf(src, dst);
+      for (int64_t r : route.resources) o.resource_bytes.push_back({r, bytes});
+      return Machine::MessageSeconds(route, bytes);
+    };
+    for (int p : t.sources) {
+      const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
+      if (d != t.device) o.seconds += message(d, t.device);
+    }
+    o.seconds += static_cast<double>(t.sources.size() - 1) * 3 * bytes / memory;  // read two, write one
+    for (int p : t.outputs) {
+      const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
+      o.seconds += d == t.device ? 2 * bytes / memory : message(t.device, d);
+    }
+    return o;
+  }
+
+  // A ring over the members: 2(n-1) steps of bytes / n each, every member
+  // sending to the next at once; the slowest link of the ring sets the pace.
+  Occupancy RingAllReduce(const Task& t) const {
+    Occupancy o;
+    const std::vector<int64_t>& ring = t.group;
+    const double n = static_cast<double>(ring.size());
+    if (ring.size() < 2) return o;
+    double step = 0;
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const Machine::Route route = m_.RouteOf(ring[i], ring[(i + 1) % ring.size()]);
+      step = std::max(step, Machine::MessageSeconds(route, t.bytes / n));
+      for (int64_t r : route.resources) {
+        o.queues.push_back(g_.devices + r);
+        o.resource_bytes.push_back({r, 2 * (n - 1) / n * t.bytes});
+      }
+    }
+    std::sort(o.queues.begin(), o.queues.end());
+    o.queues.erase(std::unique(o.queues.begin(), o.queues.end()), o.queues.end());
+    o.seconds = 2 * (n - 1) * step;
+    return o;
+  }
+
+  const TaskGraph& g_;
+  const Machine& m_;
+  const CostModel& cost_;
+};
+
+}  // namespace
+
+StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost) {
+  if (g.devices > m.devices())
+    return InvalidArgument("the task graph has ", g.devices, " devices, machine ", m.name(), " has ", m.devices());
+  const Scheduler scheduler(g, m, cost);
+  const size_t devices = static_cast<size_t>(g.devices);
+  SimulationResult r;
+  r.tasks.assign(g.tasks.size(), SimulatedTask{});
+  r.device_busy_seconds.assign(devices, 0.0);
+  r.resource_bytes.assign(static_cast<size_t>(m.resources()), 0.0);
+  std::vector<double> free(devices + static_cast<size_t>(m.resources()), 0.0);
+  for (const Task& t : g.tasks) {
+    const Occupancy o = scheduler.Of(t);
+    double start = 0;
+    for (int d : t.deps) start = std::max(start, r.tasks[static_cast<size_t>(d)].end);
+    for (int64_t q : o.queues) start = std::max(start, free[static_cast<size_t>(q)]);
+    const double end = start + o.seconds;
+    for (int64_t q : o.queues) {
+      free[static_cast<size_t>(q)] = end;
+      if (q < g.devices) r.device_busy_seconds[static_cast<size_t>(q)] += o.seconds;
+    }
+    for (const auto& [resource, bytes] : o.resource_bytes) r.resource_bytes[static_cast<size_t>(resource)] += bytes;
+    r.tasks[static_cast<size_t>(t.id)] = {start, end, o.queues.empty() ? -1 : o.queues[0]};
+    r.iteration_seconds = std::max(r.iteration_seconds, end);
+  }
+
+  // Memory: each piece from its writer's start (homes: all step) to its last
+  // reader's end (writebacks and outputs read at the step's end).
+  std::vector<double> held_from(g.pieces.size(), 0.0), held_until(g.pieces.size(), 0.0);
+  for (size_t p = 0; p < g.pieces.size(); ++p) {
+    const int producer = g.pieces[p].producer;
+    held_from[p] = producer < 0 ? 0.0 : r.tasks[static_cast<size_t>(producer)].start;
+    held_until[p] = producer < 0 ? r.iteration_seconds : r.tasks[static_cast<size_t>(producer)].end;
+  }
+  auto read_by = [&](int p, double until) { held_until[static_cast<size_t>(p)] = std::max(held_until[static_cast<size_t>(p)], until); };
+  for (const Task& t : g.tasks) {
+    for (int p : t.sources) read_by(p, r.tasks[static_cast<size_t>(t.id)].end);
+    for (const Operand& op : t.inputs)
+      for (int p : op.pieces) read_by(p, r.tasks[static_cast<size_t>(t.id)].end);
+  }
+  for (const auto& [home, op] : g.writebacks)
+    for (int p : op.pieces) read_by(p, r.iteration_seconds);
+  for (const auto& [name, op] : g.outputs)
+    for (int p : op.pieces) read_by(p, r.iteration_seconds);
+  // Per device: +bytes at the start, -bytes at the end; frees first at ties.
+  std::vector<std::vector<std::pair<double, double>>> events(devices);
+  for (size_t p = 0; p < g.pieces.size(); ++p) {
+    const double bytes = PieceBytes(g, static_cast<int>(p));
+    auto& e = events[static_cast<size_t>(g.pieces[p].device)];
+    e.push_back({held_from[p], bytes});
+    e.push_back({held_until[p], -bytes});
+  }
+  r.peak_memory_bytes.assign(devices, 0.0);
+  for (size_t d = 0; d < devices; ++d) {
+    std::sort(events[d].begin(), events[d].end());
+    double now = 0;
+    for (const auto& [time, bytes] : events[d]) r.peak_memory_bytes[d] = std::max(r.peak_memory_bytes[d], now += bytes);
+    if (r.peak_memory_bytes[d] > m.device().memory_bytes()) r.fits = false;
+  }
+  return r;
+}
+
+std::string SimulationTraceJson(const TaskGraph& g, const Machine& m, const SimulationResult& r) {
+  std::map<int64_t, int64_t> rows;  // link resource -> row
+  int64_t next_row = g.devices;
+  for (size_t q = 0; q < r.resource_bytes.size(); ++q)
+    if (r.resource_bytes[q] > 0) rows[static_cast<int64_t>(q)] = next_row++;
+  std::ostringstream s;
+  s << "{\"traceEvents\": [";
+  bool first = true;
+  auto event = [&](const std::string& body) {
+    s << (first ? "\n  " : ",\n  ") << body;
+    first = false;
+  };
+  for (int64_t d = 0; d < g.devices; ++d)
+    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", d,
+                 ", \"args\": {\"name\": \"device ", d, "\"}}"));
+  for (const auto& [resource, row] : rows)
+    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", row,
+                 ", \"args\": {\"name\": \"link ", m.ResourceName(resource), "\"}}"));
+  for (const Task& t : g.tasks) {
+    const SimulatedTask& span = r.tasks[static_cast<size_t>(t.id)];
+    if (span.row < 0) continue;
+    const int64_t tid = span.row < g.devices ? span.row : rows.at(span.row - g.devices);
+    event(StrCat("{\"name\": ", JsonQuoted(t.name), ", \"cat\": \"", TaskKindName(t.kind),
+                 "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ", tid, ", \"ts\": ", span.start * 1e6,
+                 ", \"dur\": ", (span.end - span.start) * 1e6, "}"));
+  }
+  s << "\n]}\n";
+  return s.str();
+}
+
+}  // namespace loom

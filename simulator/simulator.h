@@ -1,0 +1,60 @@
+// The execution simulator (docs/simulator.md): predicts a TaskGraph's step
+// on a Machine with a CostModel, scheduling the tasks as the task runtime
+// does, so a prediction can be checked task by task against a trace.
+//
+// Every task occupies queues that serve it in the task graph's order (the
+// runtime's order: each device runs its queue in that order, waiting for
+// the tasks it depends on):
+//   - a compute task its device, for the cost model's seconds;
+//   - a transfer its destination device when the machine's devices make
+//     their own copies (CPU devices of the task runtime), else the links of
+//     its route (copy engines beside the compute), for the link's latency
+//     plus bytes over bandwidth;
+//   - an all-reduce, on devices that copy: its first member, which receives
+//     every partial sum it does not hold, adds them and sends each member
+//     its copy (the runtime's algorithm); else a ring over its members
+//     (2(n-1) messages of bytes / n each way, NCCL's algorithm) holding the
+//     links between ring neighbours.
+// A task starts when the tasks it depends on have ended and its queues are
+// free. Queues are first-in first-out in graph order, so one pass over the
+// tasks in order schedules them exactly.
+//
+// Memory: a piece is held on its device from its writer's start to the end
+// of its last reader (homes, the sources' pieces, all step long); the peak
+// per device is against the device's memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "graph/task_graph.h"
+#include "simulator/cost_model.h"
+#include "simulator/machine.h"
+
+namespace loom {
+
+struct SimulatedTask {
+  double start = 0, end = 0;
+  // Where it shows: its device, or (a message on links) devices + its first
+  // link resource; -1 when it took no time anywhere (a one-member ring).
+  int64_t row = -1;
+};
+
+struct SimulationResult {
+  double iteration_seconds = 0;
+  std::vector<SimulatedTask> tasks;            // by task id
+  std::vector<double> device_busy_seconds;     // per device of the task graph
+  std::vector<double> resource_bytes;          // per link resource of the machine (Machine::ResourceName)
+  std::vector<double> peak_memory_bytes;       // per device of the task graph
+  bool fits = true;                            // every device's peak within its memory
+};
+
+// The task graph's devices are the machine's first ones.
+StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machine, const CostModel& cost);
+
+// The simulated step as Chrome trace JSON in the task runtime's layout
+// (TaskRuntime::TraceJson): a row per device, then one per link resource
+// that carried a message.
+std::string SimulationTraceJson(const TaskGraph& graph, const Machine& machine, const SimulationResult& result);
+
+}  // namespace loom

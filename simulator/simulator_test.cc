@@ -1,0 +1,201 @@
+#include "simulator/simulator.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "tests/parallel_check.h"
+
+namespace loom {
+namespace {
+
+// Every compute task takes `seconds`.
+class FixedCost final : public CostModel {
+ public:
+  explicit FixedCost(double seconds) : seconds_(seconds) {}
+  double ComputeSeconds(const TaskGraph&, const Task&) const override { return seconds_; }
+
+ private:
+  double seconds_;
+};
+
+Machine TestMachine(int64_t nodes, int64_t per_node, bool copies_on_device, bool shared = false) {
+  proto::Machine m;
+  m.set_name("test");
+  m.set_nodes(nodes);
+  m.set_devices_per_node(per_node);
+  m.mutable_device()->set_peak_flops_f32(1e9);
+  m.mutable_device()->set_memory_bandwidth(1e9);
+  m.mutable_device()->set_memory_bytes(1e9);
+  m.mutable_device()->set_copies_on_device(copies_on_device);
+  m.mutable_intra_node()->set_latency_s(1e-3);
+  m.mutable_intra_node()->set_bandwidth(1e6);
+  m.mutable_intra_node()->set_shared(shared);
+  m.mutable_inter_node()->set_latency_s(2e-3);
+  m.mutable_inter_node()->set_bandwidth(1e5);
+  auto machine = Machine::FromProto(m, "test");
+  REQUIRE(machine.status().ToString() == "OK");
+  return *machine;
+}
+
+TaskGraph Lowered(const std::string& strategy) {
+  static const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  auto tg = testing::LowerStrategy(mlp, strategy);
+  REQUIRE(tg.status().ToString() == "OK");
+  return *tg;
+}
+
+// What every schedule must satisfy: a task starts after its dependencies
+// end; tasks on one device do not overlap; the step ends with the last.
+void CheckSchedule(const TaskGraph& g, const SimulationResult& r) {
+  double last = 0;
+  for (const Task& t : g.tasks) {
+    const SimulatedTask& s = r.tasks[static_cast<size_t>(t.id)];
+    CHECK(s.end >= s.start);
+    for (int d : t.deps) CHECK(s.start >= r.tasks[static_cast<size_t>(d)].end);
+    last = std::max(last, s.end);
+  }
+  CHECK(r.iteration_seconds == last);
+  for (int64_t d = 0; d < g.devices; ++d) {
+    double busy_until = 0;
+    for (const Task& t : g.tasks) {
+      const SimulatedTask& s = r.tasks[static_cast<size_t>(t.id)];
+      if (s.row != d) continue;
+      CHECK(s.start >= busy_until);
+      busy_until = s.end;
+    }
+    CHECK(r.device_busy_seconds[static_cast<size_t>(d)] <= r.iteration_seconds + 1e-12);
+  }
+}
+
+TEST_CASE("the shipped machines load") {
+  for (const auto& [file, devices] : std::vector<std::pair<std::string, int64_t>>{
+           {"h200_1", 1}, {"h200_8_nvswitch", 8}, {"dgx_h100_4x8", 32}, {"p100_4x4", 16}, {"k80_16x4", 64}}) {
+    INFO(file);
+    auto m = Machine::Load("simulator/machines/" + file + ".pbtxt");
+    REQUIRE(m.status().ToString() == "OK");
+    CHECK(m->name() == file);
+    CHECK(m->devices() == devices);
+  }
+}
+
+TEST_CASE("a bad machine file is an error naming its place") {
+  auto bad = Machine::Parse("name: \"x\"\nnodes: 0\ndevices_per_node: 2\n", "m.pbtxt");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("m.pbtxt:2") && Catch::Contains("nodes >= 1"));
+  auto typo = Machine::Parse("nodes: 1\ndevice_per_node: 2\n", "m.pbtxt");
+  REQUIRE_FALSE(typo.ok());
+  CHECK_THAT(typo.status().message(), Catch::Contains("m.pbtxt:2"));
+  auto no_link = Machine::Parse("nodes: 2\ndevices_per_node: 1\ndevice { peak_flops_f32: 1 memory_bandwidth: 1 "
+                                "memory_bytes: 1 }\n",
+                                "m.pbtxt");
+  REQUIRE_FALSE(no_link.ok());
+  CHECK_THAT(no_link.status().message(), Catch::Contains("inter_node"));
+}
+
+TEST_CASE("routes: pairs of a node on their own or a shared link, nodes through their links out and in") {
+  const Machine unshared = TestMachine(2, 2, false);
+  CHECK(unshared.RouteOf(0, 1).resources == std::vector<int64_t>{1});  // node 0, pair (0, 1)
+  CHECK(unshared.RouteOf(1, 0).resources == std::vector<int64_t>{2});
+  CHECK(unshared.ResourceName(2) == "1->0");
+  CHECK(unshared.RouteOf(1, 2).resources == std::vector<int64_t>{8, 11});  // node 0 out, node 1 in
+  CHECK(unshared.ResourceName(8) == "node 0 out");
+  CHECK(unshared.ResourceName(11) == "node 1 in");
+  const Machine shared = TestMachine(2, 2, false, true);
+  CHECK(shared.RouteOf(0, 1).resources == shared.RouteOf(1, 0).resources);
+  CHECK(Machine::MessageSeconds(shared.RouteOf(0, 1), 1000) == Approx(1e-3 + 1e-3));
+}
+
+TEST_CASE("one device runs every compute task back to back") {
+  const TaskGraph g = Lowered("devices: 1\n");
+  auto r = Simulate(g, TestMachine(1, 1, false), FixedCost(1e-3));
+  REQUIRE(r.status().ToString() == "OK");
+  CheckSchedule(g, *r);
+  CHECK(r->iteration_seconds == Approx(1e-3 * static_cast<double>(g.tasks.size())));
+  CHECK(r->device_busy_seconds[0] == Approx(r->iteration_seconds));
+  CHECK(r->fits);
+  double state = 0;  // the parameters and the momenta are held all step
+  for (const auto& [v, homes] : g.homes)
+    if (g.graph.node(g.graph.value(v).producer).op != kInputOp)
+      state += static_cast<double>(g.graph.type(v).shape.numel() * 8);
+  CHECK(r->peak_memory_bytes[0] >= state);
+}
+
+TEST_CASE("data parallelism: halves of the work at once, gradients in rings on the links") {
+  const TaskGraph one = Lowered("devices: 1\n");
+  const TaskGraph dp = Lowered("devices: 4\ndefault_split { sample: 4 }\n");
+  const Machine machine = TestMachine(1, 4, false);
+  auto r1 = Simulate(one, machine, FixedCost(1e-3));
+  auto r4 = Simulate(dp, machine, FixedCost(1e-3));
+  REQUIRE(r4.status().ToString() == "OK");
+  CheckSchedule(dp, *r4);
+  // Each all-reduce: 2(n - 1) ring steps of latency + bytes / n / bandwidth.
+  int reduces = 0;
+  for (const Task& t : dp.tasks) {
+    if (t.kind != TaskKind::kAllReduce) continue;
+    ++reduces;
+    const double n = static_cast<double>(t.group.size());
+    const SimulatedTask& s = r4->tasks[static_cast<size_t>(t.id)];
+    CHECK(s.end - s.start == Approx(2 * (n - 1) * (1e-3 + t.bytes / n / 1e6)));
+    CHECK(s.row >= dp.devices);  // on the links, not a device
+  }
+  CHECK(reduces > 0);
+  double moved = 0;
+  for (double b : r4->resource_bytes) moved += b;
+  CHECK(moved > 0);
+  // Every device computes its quarter of each layer: its busy time is its
+  // compute tasks only.
+  for (int64_t d = 0; d < 4; ++d) {
+    double compute = 0;
+    for (const Task& t : dp.tasks)
+      if (t.kind == TaskKind::kCompute && t.device == d) compute += 1e-3;
+    CHECK(r4->device_busy_seconds[static_cast<size_t>(d)] == Approx(compute));
+  }
+  CHECK(r1->iteration_seconds > 0);
+}
+
+TEST_CASE("devices that make their own copies run transfers and all-reduces in their queues") {
+  const TaskGraph dp = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
+  auto r = Simulate(dp, TestMachine(1, 2, true), FixedCost(1e-3));
+  REQUIRE(r.status().ToString() == "OK");
+  CheckSchedule(dp, *r);
+  for (const Task& t : dp.tasks) {
+    const SimulatedTask& s = r->tasks[static_cast<size_t>(t.id)];
+    CHECK(s.row == t.device);
+    if (t.kind != TaskKind::kAllReduce) continue;
+    // The first member receives the other's partial sum, adds, sends it back.
+    const double message = 1e-3 + t.bytes / 1e6, add = 3 * t.bytes / 1e9, keep = 2 * t.bytes / 1e9;
+    CHECK(s.end - s.start == Approx(message + add + keep + message));
+  }
+}
+
+TEST_CASE("a step that does not fit is marked") {
+  proto::Machine small = TestMachine(1, 1, false).proto();
+  small.mutable_device()->set_memory_bytes(1000);
+  auto m = Machine::FromProto(small, "small");
+  REQUIRE(m.ok());
+  auto r = Simulate(Lowered("devices: 1\n"), *m, FixedCost(1e-3));
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->fits);
+  CHECK(r->peak_memory_bytes[0] > 1000);
+}
+
+TEST_CASE("the analytical model is the roofline") {
+  const Machine m = TestMachine(1, 1, false);
+  const TaskGraph g = Lowered("devices: 1\n");
+  const AnalyticalCostModel model(m);
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    // f64 work: no f64 rate given, so f32's (1 GFLOP/s); memory at 1 GB/s.
+    CHECK(model.ComputeSeconds(g, t) == Approx(std::max(t.flops / 1e9, t.bytes / 1e9)));
+  }
+}
+
+TEST_CASE("more devices than the machine has is an error") {
+  auto r = Simulate(Lowered("devices: 2\ndefault_split { sample: 2 }\n"), TestMachine(1, 1, false), FixedCost(1));
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("2 devices, machine test has 1"));
+}
+
+}  // namespace
+}  // namespace loom
