@@ -1,5 +1,7 @@
 #include "search/baselines.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <vector>
 
@@ -83,6 +85,21 @@ StatusOr<proto::Strategy> MakeStandardStrategy(const Graph& graph, StandardStrat
   LOOM_ASSIGN_OR_RETURN(const Strategy checked, Strategy::FromProto(s, "the standard strategy"));
   LOOM_RETURN_IF_ERROR(checked.Resolve(graph).status());
   return s;
+}
+
+StatusOr<Strategy> LoadOrMakeStrategy(const std::string& name, const Graph& forward, int64_t devices,
+                                      const std::string& what) {
+  if (StatusOr<StandardStrategy> kind = ParseStandardStrategy(name); kind.ok()) {
+    LOOM_ASSIGN_OR_RETURN(proto::Strategy s, MakeStandardStrategy(forward, *kind, devices));
+    return Strategy::FromProto(s, "strategy " + name);
+  }
+  if (!std::filesystem::exists(name))
+    return NotFound(what, ": '", name, "' is neither a standard strategy (dp, replica, model or owt) nor a strategy file");
+  LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::Load(name));
+  if (strategy.devices() != devices)
+    return InvalidArgument(name, ": the strategy places parts on ", strategy.devices(), " devices, the run has ",
+                           devices);
+  return strategy;
 }
 
 }  // namespace loom

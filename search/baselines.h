@@ -13,6 +13,7 @@
 #include "core/proto/strategy.pb.h"
 #include "core/status.h"
 #include "graph/ir.h"
+#include "graph/strategy.h"
 
 namespace loom {
 
@@ -24,5 +25,11 @@ StatusOr<StandardStrategy> ParseStandardStrategy(const std::string& kind);
 // The strategy of `kind` for the forward graph `graph` (fused for replica)
 // on `devices` devices, checked against the graph (graph/strategy.h).
 StatusOr<proto::Strategy> MakeStandardStrategy(const Graph& graph, StandardStrategy kind, int64_t devices);
+
+// `name`: a standard kind (made for `forward` on `devices` devices) or a
+// strategy file (which must place parts on `devices` devices); errors name
+// `what` ("field strategy", "--strategy") and the file.
+StatusOr<Strategy> LoadOrMakeStrategy(const std::string& name, const Graph& forward, int64_t devices,
+                                      const std::string& what);
 
 }  // namespace loom

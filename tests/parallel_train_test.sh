@@ -62,7 +62,7 @@ expect "zero devices" "--devices: expected cpu:N with N in [1, 64]" -- \
 expect "trace without devices" "--trace FILE needs --devices cpu:N" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x3" --trace "$work/t.json"
 printf 'devices: 3\ndefault_split { sample: 3 }\n' >"$work/three.pbtxt"
-expect "a strategy for other devices" "three.pbtxt: the strategy places parts on 3 devices, the run has devices: cpu:2" -- \
+expect "a strategy for other devices" "three.pbtxt: the strategy places parts on 3 devices, the run has 2" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x4" --devices cpu:2 --strategy "$work/three.pbtxt"
 expect "an unknown strategy" "'pipeline' is neither a standard strategy (dp, replica, model or owt) nor a strategy file" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x5" --devices cpu:2 --strategy pipeline

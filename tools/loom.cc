@@ -26,7 +26,8 @@ constexpr const char* kUsage =
     "  plan           how many fused replicas of a config's model fit in memory (loom plan --help)\n"
     "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n"
     "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n"
-    "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n";
+    "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n"
+    "  simulate       the predicted training step of a config's model on a machine (loom simulate --help)\n";
 
 }  // namespace
 
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
       {"ops", loom::tools::OpsCommand},         {"bench", loom::tools::BenchCommand},
       {"plan", loom::tools::PlanCommand},       {"export", loom::tools::ExportCommand},
       {"inspect", loom::tools::InspectCommand}, {"strategy", loom::tools::StrategyCommand},
+      {"simulate", loom::tools::SimulateCommand},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

@@ -214,21 +214,8 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
                            " MPI processes: each process runs as many devices (a multiple of ",
                            opt_.processes->size(), ")");
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
-  StatusOr<StandardStrategy> kind = ParseStandardStrategy(name);
-  std::optional<Strategy> strategy;
-  if (kind.ok()) {
-    LOOM_ASSIGN_OR_RETURN(proto::Strategy s, MakeStandardStrategy(forward, *kind, devices));
-    LOOM_ASSIGN_OR_RETURN(strategy, Strategy::FromProto(s, "strategy " + name));
-  } else {
-    if (!std::filesystem::exists(name))
-      return NotFound("field strategy: '", name,
-                      "' is neither a standard strategy (dp, replica, model or owt) nor a strategy file");
-    LOOM_ASSIGN_OR_RETURN(strategy, Strategy::Load(name));
-    if (strategy->devices() != devices)
-      return InvalidArgument(name, ": the strategy places parts on ", strategy->devices(),
-                             " devices, the run has devices: cpu:", devices);
-  }
-  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(*strategy, forward));
+  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, forward, devices, "field strategy"));
+  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, forward));
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(step, layers, devices));
   TaskRuntimeOptions o;
   o.communicator = opt_.processes;

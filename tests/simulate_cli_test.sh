@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `loom simulate`: a prediction per strategy with its JSON and trace, and
+# bad requests that exit non-zero naming what is wrong.
+set -uo pipefail
+loom="$1"
+machines="$(dirname "$2")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_test_lib.sh"
+write_cnn_config "$work/cnn.pbtxt"
+
+for strategy in dp owt model; do
+  out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 4 \
+    --strategy "$strategy" --json "$work/$strategy.json" --trace "$work/$strategy.trace" 2>&1) ||
+    fail "simulate --strategy $strategy: $out"
+  contains "simulate --strategy $strategy prints the iteration" "$out" "iteration:"
+  python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["iteration_s"] > 0 and r["devices"] == 4 and r["fits"], r
+assert all(0 <= b <= r["iteration_s"] * (1 + 1e-9) for b in r["device_busy_s"]) and max(r["device_busy_s"]) > 0, r
+t = json.load(open(sys.argv[2]))["traceEvents"]
+assert any(e["ph"] == "X" for e in t)
+' "$work/$strategy.json" "$work/$strategy.trace" && echo "ok   $strategy: JSON and trace" || fail "$strategy: JSON or trace"
+done
+
+expect() {
+  local name="$1" want="$2"
+  shift 3
+  local out
+  if out=$("$loom" "$@" 2>&1); then fail "$name: exit 0"; return; fi
+  contains "$name" "$out" "$want"
+}
+expect "no machine" "loom simulate needs --machine FILE" -- simulate --config "$work/cnn.pbtxt"
+expect "a missing machine file" "nowhere.pbtxt" -- simulate --config "$work/cnn.pbtxt" --machine "$work/nowhere.pbtxt"
+printf 'name: "bad"\nnodes: 0\n' >"$work/bad.pbtxt"
+expect "a bad machine file" "bad.pbtxt:2: a machine needs nodes >= 1" -- \
+  simulate --config "$work/cnn.pbtxt" --machine "$work/bad.pbtxt"
+expect "too many devices" "--devices 32: machine p100_4x4 has 16 devices" -- \
+  simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 32
+printf 'devices: 3\ndefault_split { sample: 2 }\n' >"$work/three.pbtxt"
+expect "a strategy for other devices" "three.pbtxt: the strategy places parts on 3 devices, the run has 4" -- \
+  simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 4 --strategy "$work/three.pbtxt"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo PASS
