@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "simulator/profile.h"
 #include "tests/parallel_check.h"
 
 namespace loom {
@@ -195,6 +196,59 @@ TEST_CASE("more devices than the machine has is an error") {
   auto r = Simulate(Lowered("devices: 2\ndefault_split { sample: 2 }\n"), TestMachine(1, 1, false), FixedCost(1));
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Catch::Contains("2 devices, machine test has 1"));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST_CASE("a profile keeps medians, round-trips its file and refuses bad lines") {
+  Profile p;
+  for (double s : {3.0, 1.0, 2.0}) p.Add("A (x)", s);
+  for (double s : {4.0, 1.0}) p.Add("B (y)", s);
+  CHECK(*p.Seconds("A (x)") == 2.0);
+  CHECK(*p.Seconds("B (y)") == 2.5);
+  CHECK_FALSE(p.Seconds("C").has_value());
+  auto back = Profile::Parse(p.ToText(), "p.txt");
+  REQUIRE(back.status().ToString() == "OK");
+  CHECK(back->size() == 2);
+  CHECK(*back->Seconds("A (x)") == 2.0);
+  CHECK_THAT(back->ToText(), Catch::Contains("2\t3\tA (x)") && Catch::Contains("2.5\t2\tB (y)"));
+  auto bad = Profile::Parse("# c\n1e-3\t2\tok\nfast\t1\tX\n", "p.txt");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("p.txt:3"));
+  CHECK_THAT(Profile::Parse("1\t0\tX\n", "p.txt").status().message(), Catch::Contains("p.txt:1"));
+  CHECK_THAT(Profile::Parse("1\t1\tX\n2\t1\tX\n", "p.txt").status().message(), Catch::Contains("p.txt:2: a second"));
+}
+
+TEST_CASE("the profiled model takes the profile's time where it has the task, else the fallback's") {
+  const TaskGraph g = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
+  Profile p;
+  const Task* first = nullptr;
+  for (const Task& t : g.tasks)
+    if (t.kind == TaskKind::kCompute) {
+      first = &t;
+      break;
+    }
+  REQUIRE(first != nullptr);
+  p.Add(TaskSignature(g, *first), 0.25);
+  const FixedCost fallback(1e-3);
+  const ProfiledCostModel model(p, fallback);
+  CHECK(model.ComputeSeconds(g, *first) == 0.25);
+  int64_t computes = 0, same = 0;
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    ++computes;
+    const bool profiled = TaskSignature(g, t) == TaskSignature(g, *first);
+    same += profiled;
+    CHECK(model.ComputeSeconds(g, t) == (profiled ? 0.25 : 1e-3));
+  }
+  CHECK(same >= 2);  // the other device's part of the same layer: the same kernel
+  CHECK(model.hits() == 1 + same);
+  CHECK(model.misses() == computes - same);
+  CHECK_THAT(TaskSignature(g, *first), Catch::Contains(") -> (") && Catch::Contains("f64"));
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+#include "tools/bench_data.h"
+
+#include "core/rng.h"
+#include "train/data/loader.h"
+#include "train/run_parts.h"
+
+namespace loom::tools {
+
+// Feeds for every Input of `graph`: those in `data` (a real batch) as
+// given, the rest random (f32 uniform in [-1, 1], i64 in [0, 10): only the
+// kernel benchmarks' own graphs have such inputs); "lr" 1e-3, "step" 1.
+std::map<std::string, Tensor> RandomFeeds(const Graph& graph, const std::map<std::string, Tensor>& data) {
+  std::map<std::string, Tensor> feeds;
+  Rng rng(7);
+  for (const Node& n : graph.nodes()) {
+    if (n.op != kInputOp) continue;
+    if (auto it = data.find(n.name); it != data.end()) {
+      feeds[n.name] = it->second;
+      continue;
+    }
+    const TensorType& t = graph.type(n.outputs[0]);
+    Tensor x = Tensor::Zeros(t.shape, t.dtype);
+    if (t.dtype == DType::kF32) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+    } else if (t.dtype == DType::kI64) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
+    }
+    feeds[n.name] = x;
+  }
+  if (feeds.count("lr")) feeds["lr"].Fill(1e-3);
+  if (feeds.count("step")) feeds["step"].Fill(1);
+  return feeds;
+}
+
+StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
+  LOOM_ASSIGN_OR_RETURN(train::Datasets data, train::LoadDatasets(config.data()));
+  BenchData out;
+  out.spec = train::DataSpecOf(*data.train);
+  DataLoaderOptions o = train::LoaderOptions(config, data, true);
+  o.shuffle = false;
+  o.drop_last = false;  // a dataset smaller than a batch is padded, not refused
+  o.prefetch = 0;
+  LOOM_ASSIGN_OR_RETURN(auto loader, DataLoader::Create(data.train, o));
+  LOOM_RETURN_IF_ERROR(loader->Start(0));
+  Batch b;
+  LOOM_ASSIGN_OR_RETURN(bool got, loader->Next(&b));
+  if (!got) return FailedPrecondition("data.dataset '", config.data().dataset(), "' has no training examples");
+  out.feeds["input"] = b.input;
+  out.feeds["target"] = b.target;
+  return out;
+}
+
+}  // namespace loom::tools
