@@ -39,28 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The fastest of `reps` calls after one warm-up. The machines are shared
-// VMs whose neighbours steal cycles; the best time is the estimate that
-// repeats, and roof and kernels are measured the same way.
-template <typename Fn>
-double BestSeconds(int reps, Fn&& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto s = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - s).count());
-  }
-  return *std::min_element(t.begin(), t.end());
-}
-
-// Eigen GEMM 1024^3 on one thread.
-double EigenGemmGflops(int reps) {
-  const int n = 1024;
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-  double secs = BestSeconds(reps, [&] { c.noalias() = a * b; });
-  return 2.0 * n * n * n / secs / 1e9;
-}
+double EigenGemmGflops(int reps) { return EigenGemmFlops<float>(reps) / 1e9; }
 
 struct Row {
   std::string name;
@@ -401,39 +380,11 @@ Status BenchFusion(const Flags& flags) {
 
 }  // namespace
 
-// "model name" of /proc/cpuinfo: benchmarks say which CPU they ran on.
-std::string CpuModelName() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
-      return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
-// The runtime's own cost per task: a chain of `n` scalar additions, as one
-// Executor step and as a task graph on one device (no transfers).
+// The runtime's own cost per task (tools/bench_data.h).
 Status BenchTaskOverhead(int reps) {
-  constexpr int kTasks = 2000;
-  Model m;
-  Sym x = m.input("x", {});
-  Sym y = x;
-  for (int i = 0; i < kTasks; ++i) y = m.add(y, x);
-  m.set_output("y", y);
-  LOOM_RETURN_IF_ERROR(m.status());
-  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(m.graph()));
-  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(m.graph(), {}, 1));
-  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
-  const std::map<std::string, Tensor> feeds = {{"x", Tensor::FromVector<float>({}, {1.0f})}};
-  Status status;
-  auto step = [&](StepRunner& runner) {
-    const Status s = runner.Run(feeds).status();
-    if (!s.ok()) status = s;
-  };
-  const double exec_s = BestSeconds(reps, [&] { step(*exec); });
-  const double task_s = BestSeconds(reps, [&] { step(*runtime); });
-  LOOM_RETURN_IF_ERROR(status);
+  LOOM_ASSIGN_OR_RETURN(const TaskOverhead o, MeasureTaskOverhead(reps));
   std::printf("runtime overhead: %d scalar tasks on 1 device: %.2f us per task (Executor: %.2f us per node)\n\n",
-              kTasks, task_s / kTasks * 1e6, exec_s / kTasks * 1e6);
+              TaskOverhead::kTasks, o.runtime_s * 1e6, o.executor_s * 1e6);
   return Status::Ok();
 }
 
@@ -553,6 +504,7 @@ Status BenchParallel(const Flags& flags) {
 }
 
 Status BenchCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "simulator") return BenchSimulator(std::vector<std::string>(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "parallel") {
     Flags flags({{"config", "the training config whose step to split"},
                  {"devices", "CPU devices (default 2), one thread each"},

@@ -1,6 +1,14 @@
 #include "tools/bench_data.h"
 
+#include <Eigen/Core>
+#include <cstring>
+#include <fstream>
+
 #include "core/rng.h"
+#include "graph/model.h"
+#include "graph/task_graph.h"
+#include "runtime/executor.h"
+#include "runtime/task_runtime.h"
 #include "train/data/loader.h"
 #include "train/run_parts.h"
 
@@ -48,6 +56,55 @@ StatusOr<BenchData> LoadBenchData(const proto::TrainConfig& config) {
   out.feeds["input"] = b.input;
   out.feeds["target"] = b.target;
   return out;
+}
+
+std::string CpuModelName() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+template <typename T>
+double EigenGemmFlops(int reps) {
+  const int n = 1024;
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n), c(n, n);
+  const double secs = BestSeconds(reps, [&] { c.noalias() = a * b; });
+  return 2.0 * n * n * n / secs;
+}
+template double EigenGemmFlops<float>(int);
+template double EigenGemmFlops<double>(int);
+
+double MemcpyBytesPerSecond(int reps) {
+  const size_t bytes = size_t{64} << 20;
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  const double secs = BestSeconds(reps, [&] { std::memcpy(to.data(), from.data(), bytes); });
+  return static_cast<double>(bytes) / secs;
+}
+
+StatusOr<TaskOverhead> MeasureTaskOverhead(int reps) {
+  Model m;
+  Sym x = m.input("x", {});
+  Sym y = x;
+  for (int i = 0; i < TaskOverhead::kTasks; ++i) y = m.add(y, x);
+  m.set_output("y", y);
+  LOOM_RETURN_IF_ERROR(m.status());
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(m.graph()));
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(m.graph(), {}, 1));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
+  const std::map<std::string, Tensor> feeds = {{"x", Tensor::FromVector<float>({}, {1.0f})}};
+  Status status;
+  auto step = [&](StepRunner& runner) {
+    const Status s = runner.Run(feeds).status();
+    if (!s.ok()) status = s;
+  };
+  TaskOverhead o;
+  o.executor_s = BestSeconds(reps, [&] { step(*exec); }) / TaskOverhead::kTasks;
+  o.runtime_s = BestSeconds(reps, [&] { step(*runtime); }) / TaskOverhead::kTasks;
+  LOOM_RETURN_IF_ERROR(status);
+  return o;
 }
 
 }  // namespace loom::tools

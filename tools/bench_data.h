@@ -3,8 +3,11 @@
 // values for the step's other inputs.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "graph/ir.h"
@@ -12,6 +15,41 @@
 #include "train/config/train_config.h"
 
 namespace loom::tools {
+
+// The fastest of `reps` calls after one warm-up. The machines are shared
+// VMs whose neighbours steal cycles; the best time is the estimate that
+// repeats, and roof and kernels are measured the same way.
+template <typename Fn>
+double BestSeconds(int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto s = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
+  }
+  return *std::min_element(t.begin(), t.end());
+}
+
+// Eigen's GEMM 1024^3 on one thread (the roof the kernels are measured
+// against), in FLOP/s: T float or double.
+template <typename T>
+double EigenGemmFlops(int reps);
+
+// Host memory copy rate, bytes copied per second (memcpy of 64 MiB).
+double MemcpyBytesPerSecond(int reps);
+
+// "model name" of /proc/cpuinfo: benchmarks say which CPU they ran on.
+std::string CpuModelName();
+
+// The runtime's own cost: a chain of kTasks scalar additions run as one
+// Executor step and as a task graph on one device (no transfers), the
+// best of `reps`, per node and per task.
+struct TaskOverhead {
+  static constexpr int kTasks = 2000;
+  double executor_s = 0, runtime_s = 0;
+};
+StatusOr<TaskOverhead> MeasureTaskOverhead(int reps);
 
 // Feeds for every Input of `graph`: those in `data` (a real batch) as
 // given, the rest random (f32 uniform in [-1, 1], i64 in [0, 10): only the

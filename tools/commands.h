@@ -30,8 +30,11 @@ Status InspectCommand(const std::vector<std::string>& args);
 // config's model, and a strategy's split of every layer (`loom inspect
 // --config C --strategy S`).
 Status StrategyCommand(const std::vector<std::string>& args);
-// The predicted step of a config's model on a machine (docs/simulator.md).
+// The predicted step of a config's model on a machine, this machine's
+// description, and predicted against measured steps (docs/simulator.md).
 Status SimulateCommand(const std::vector<std::string>& args);
+Status MachineCommand(const std::vector<std::string>& args);
+Status BenchSimulator(const std::vector<std::string>& args);
 // The forward graph and the training step `loom train` builds for a
 // config (fused when it has replicas or a sweep, in its precision), every
 // replica with the config's optimizer: what strategies split.

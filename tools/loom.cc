@@ -27,7 +27,8 @@ constexpr const char* kUsage =
     "  export         one replica of a fused run's checkpoint as a single-model checkpoint\n"
     "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n"
     "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n"
-    "  simulate       the predicted training step of a config's model on a machine (loom simulate --help)\n";
+    "  simulate       the predicted training step of a config's model on a machine (loom simulate --help)\n"
+    "  machine probe  this machine's description for the simulator, measured\n";
 
 }  // namespace
 
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       {"ops", loom::tools::OpsCommand},         {"bench", loom::tools::BenchCommand},
       {"plan", loom::tools::PlanCommand},       {"export", loom::tools::ExportCommand},
       {"inspect", loom::tools::InspectCommand}, {"strategy", loom::tools::StrategyCommand},
-      {"simulate", loom::tools::SimulateCommand},
+      {"simulate", loom::tools::SimulateCommand}, {"machine", loom::tools::MachineCommand},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

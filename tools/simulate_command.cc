@@ -2,16 +2,26 @@
 // [--trace F] [--json F]`: the predicted training step of a config's model
 // on a machine (simulator/simulator.h, docs/simulator.md) under a standard
 // strategy or a strategy file.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <google/protobuf/text_format.h>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "core/file_util.h"
 #include "core/parse.h"
 #include "graph/strategy.h"
 #include "graph/task_graph.h"
 #include "search/baselines.h"
+#include "runtime/task_runtime.h"
+#include "simulator/profile.h"
 #include "simulator/simulator.h"
+#include "tools/bench_data.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "train/config/train_config.h"
@@ -91,6 +101,180 @@ Status SimulateCommand(const std::vector<std::string>& args) {
     LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("json", ""), json.str()));
     std::printf("json: %s\n", flags.Str("json", "").c_str());
   }
+  return Status::Ok();
+}
+
+namespace {
+
+// This machine as the simulator sees the task runtime's CPU devices, one
+// thread each, measured now: a device per core, Eigen's one-thread GEMM
+// rates as the peaks, memcpy for the copies and twice its rate (read and
+// write) as the memory bandwidth, the runtime's cost per task as the
+// launch overhead; devices make their own copies.
+StatusOr<Machine> ProbeCpuMachine(int reps) {
+  proto::Machine m;
+  m.set_name("cpu_local");
+  m.set_nodes(1);
+  m.set_devices_per_node(std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  proto::DeviceSpec* d = m.mutable_device();
+  d->set_kind("cpu");
+  d->set_peak_flops_f32(EigenGemmFlops<float>(reps));
+  d->set_peak_flops_f64(EigenGemmFlops<double>(reps));
+  const double copy = MemcpyBytesPerSecond(reps);
+  d->set_memory_bandwidth(2 * copy);
+  d->set_memory_bytes(static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+  LOOM_ASSIGN_OR_RETURN(const TaskOverhead overhead, MeasureTaskOverhead(reps));
+  d->set_launch_overhead_s(overhead.runtime_s);
+  d->set_copies_on_device(true);
+  m.mutable_intra_node()->set_latency_s(overhead.runtime_s);
+  m.mutable_intra_node()->set_bandwidth(copy);
+  return Machine::FromProto(m, "the probe");
+}
+
+std::string MachineText(const Machine& machine) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(machine.proto(), &text);
+  return StrCat("# Measured by `loom machine probe` on ", CpuModelName(), " (", machine.devices(),
+                " cores): peaks are Eigen's one-thread GEMM, bandwidths memcpy's, the launch\n"
+                "# overhead the task runtime's cost per task.\n",
+                text);
+}
+
+double Quantile(std::vector<double> x, double q) {
+  std::sort(x.begin(), x.end());
+  return x[static_cast<size_t>(q * static_cast<double>(x.size() - 1) + 0.5)];
+}
+
+// Kendall's tau-a of two orders of the same items.
+double KendallTau(const std::vector<double>& a, const std::vector<double>& b) {
+  double concordant = 0, discordant = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = i + 1; j < a.size(); ++j) {
+      const double s = (a[i] - a[j]) * (b[i] - b[j]);
+      if (s > 0) ++concordant;
+      if (s < 0) ++discordant;
+    }
+  const double pairs = static_cast<double>(a.size() * (a.size() - 1) / 2);
+  return pairs > 0 ? (concordant - discordant) / pairs : 1.0;
+}
+
+}  // namespace
+
+Status MachineCommand(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "probe")
+    return InvalidArgument("usage: loom machine probe [--out FILE] [--reps N]");
+  Flags flags({{"out", "write the machine file here (else print it)"}, {"reps", "timed repetitions (default 5)"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
+  if (flags.help_requested()) {
+    std::printf("usage: loom machine probe [flags]\n%s", flags.Help().c_str());
+    return Status::Ok();
+  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 5));
+  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(static_cast<int>(std::max<int64_t>(1, reps))));
+  const std::string text = MachineText(machine);
+  if (!flags.Has("out")) {
+    std::fputs(text.c_str(), stdout);
+    return Status::Ok();
+  }
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("out", ""), text));
+  std::printf("wrote %s\n", flags.Str("out", "").c_str());
+  return Status::Ok();
+}
+
+// `loom bench simulator`: for each strategy on cpu:N of this machine, the
+// step the simulator predicts (costs from a profile measured first, in runs
+// of their own) against the step measured afterwards (the median of `reps`
+// steps, the strategies interleaved), with the error and the order.
+Status BenchSimulator(const std::vector<std::string>& args) {
+  Flags flags({{"config", "the training config whose step to split"},
+               {"devices", "CPU devices (default 2), one thread each"},
+               {"strategies", "standard strategies or strategy files (default dp,owt,model)"},
+               {"reps", "measured steps of each strategy, interleaved (default 20; the profile takes 5 more)"},
+               {"machine", "this machine's file (default: probed now)"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: loom bench simulator --config FILE [flags]\n%s", flags.Help().c_str());
+    return Status::Ok();
+  }
+  if (!flags.Has("config")) return InvalidArgument("loom bench simulator needs --config FILE");
+  LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 2));
+  LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
+  if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
+  std::optional<Machine> machine;
+  if (flags.Has("machine")) {
+    LOOM_ASSIGN_OR_RETURN(machine, Machine::Load(flags.Str("machine", "")));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(machine, ProbeCpuMachine(5));
+  }
+  if (devices > machine->devices())
+    return InvalidArgument("--devices ", devices, ": machine ", machine->name(), " has ", machine->devices());
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
+  const std::map<std::string, Tensor> feeds = RandomFeeds(programs.step, data.feeds);
+
+  struct Variant {
+    std::string name;
+    TaskGraph tasks;
+    std::unique_ptr<TaskRuntime> runtime;
+    std::vector<double> seconds;
+  };
+  std::vector<Variant> variants;
+  for (const std::string& name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
+    LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategies"));
+    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
+    Variant v{name, {}, nullptr, {}};
+    LOOM_ASSIGN_OR_RETURN(v.tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+    TaskRuntimeOptions o;
+    o.trace = true;
+    LOOM_ASSIGN_OR_RETURN(v.runtime, TaskRuntime::Create(v.tasks, o));
+    LOOM_RETURN_IF_ERROR(v.runtime->InitializeState(config.seed()));
+    variants.push_back(std::move(v));
+  }
+  // The profile: every compute task's time in 5 traced steps of each
+  // strategy (after a warm-up), before and apart from the measured steps.
+  constexpr int kProfileSteps = 5;
+  Profile profile;
+  for (int step = 0; step <= kProfileSteps; ++step)
+    for (Variant& v : variants) {
+      LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
+      if (step == 0) continue;
+      for (const TaskSpan& span : v.runtime->trace()) {
+        const Task& t = v.tasks.tasks[static_cast<size_t>(span.task)];
+        if (t.kind == TaskKind::kCompute) profile.Add(TaskSignature(v.tasks, t), span.end - span.start);
+      }
+    }
+  for (int64_t step = 0; step < reps; ++step)
+    for (Variant& v : variants) {
+      const auto start = std::chrono::steady_clock::now();
+      LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
+      v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+
+  const AnalyticalCostModel analytical(*machine);
+  std::printf("%s, batch %d, cpu:%lld (one thread each), machine %s; profile: %zu kernels from %d steps each; "
+              "%lld measured steps each, interleaved (%s)\n\n",
+              flags.Str("config", "").c_str(), config.data().batch_size(), static_cast<long long>(devices),
+              machine->name().c_str(), profile.size(), kProfileSteps, static_cast<long long>(reps),
+              CpuModelName().c_str());
+  std::printf("%-10s %14s %24s %9s %14s\n", "strategy", "predicted ms", "measured ms (p10-p90)", "error",
+              "roofline ms");
+  std::vector<double> predicted, measured, errors;
+  for (const Variant& v : variants) {
+    const ProfiledCostModel cost(profile, analytical);
+    LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(v.tasks, *machine, cost));
+    LOOM_ASSIGN_OR_RETURN(const SimulationResult roof, Simulate(v.tasks, *machine, analytical));
+    const double median = Quantile(v.seconds, 0.5), error = (r.iteration_seconds - median) / median;
+    predicted.push_back(r.iteration_seconds);
+    measured.push_back(median);
+    errors.push_back(std::abs(error));
+    std::printf("%-10s %14.3f %10.3f (%5.2f-%6.2f) %+8.1f%% %14.3f%s\n", v.name.c_str(), r.iteration_seconds * 1e3,
+                median * 1e3, Quantile(v.seconds, 0.1) * 1e3, Quantile(v.seconds, 0.9) * 1e3, 100 * error,
+                roof.iteration_seconds * 1e3, cost.misses() > 0 ? "  (some kernels not in the profile)" : "");
+  }
+  std::printf("\nmedian |error| %.1f%%, largest %.1f%%; Kendall tau of the order %.2f\n",
+              100 * Quantile(errors, 0.5), 100 * *std::max_element(errors.begin(), errors.end()),
+              KendallTau(predicted, measured));
   return Status::Ok();
 }
 
