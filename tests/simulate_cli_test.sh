@@ -25,6 +25,17 @@ assert any(e["ph"] == "X" for e in t)
 ' "$work/$strategy.json" "$work/$strategy.trace" && echo "ok   $strategy: JSON and trace" || fail "$strategy: JSON or trace"
 done
 
+# This machine, probed, is one the simulator takes; the benchmark of
+# predicted against measured steps runs on it (its numbers are not checked
+# here: docs/benchmarks.md has them).
+"$loom" machine probe --reps 1 --out "$work/local.pbtxt" >"$work/probe.log" 2>&1 || fail "machine probe: $(cat "$work/probe.log")"
+out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" --devices 1 2>&1) ||
+  fail "simulate on the probed machine: $out"
+contains "the probed machine simulates" "$out" "on cpu_local (cpu x 1)"
+out=$("$loom" bench simulator --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" --devices 2 --reps 2 \
+  --strategies dp,model 2>&1) || fail "bench simulator: $out"
+contains "bench simulator prints predicted against measured" "$out" "median |error|"
+
 expect() {
   local name="$1" want="$2"
   shift 3
