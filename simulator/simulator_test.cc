@@ -71,7 +71,8 @@ void CheckSchedule(const TaskGraph& g, const SimulationResult& r) {
 
 TEST_CASE("the shipped machines load") {
   for (const auto& [file, devices] : std::vector<std::pair<std::string, int64_t>>{
-           {"h200_1", 1}, {"h200_8_nvswitch", 8}, {"dgx_h100_4x8", 32}, {"p100_4x4", 16}, {"k80_16x4", 64}}) {
+           {"h200_1", 1}, {"h200_8_nvswitch", 8}, {"dgx_h100_4x8", 32}, {"p100_4x4", 16}, {"k80_16x4", 64},
+           {"cpu_local", 2}}) {
     INFO(file);
     auto m = Machine::Load("simulator/machines/" + file + ".pbtxt");
     REQUIRE(m.status().ToString() == "OK");
