@@ -103,33 +103,80 @@ class Scheduler {
   const CostModel& cost_;
 };
 
-}  // namespace
+// The schedule's running state after a prefix of the tasks: what a delta
+// simulation restarts from.
+struct Snapshot {
+  size_t next = 0;  // tasks scheduled so far
+  std::vector<double> free, busy, resource_bytes;
+  double iteration = 0;
+};
 
-StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost) {
-  if (g.devices > m.devices())
-    return InvalidArgument("the task graph has ", g.devices, " devices, machine ", m.name(), " has ", m.devices());
-  const Scheduler scheduler(g, m, cost);
-  const size_t devices = static_cast<size_t>(g.devices);
-  SimulationResult r;
-  r.tasks.assign(g.tasks.size(), SimulatedTask{});
-  r.device_busy_seconds.assign(devices, 0.0);
-  r.resource_bytes.assign(static_cast<size_t>(m.resources()), 0.0);
-  std::vector<double> free(devices + static_cast<size_t>(m.resources()), 0.0);
-  for (const Task& t : g.tasks) {
-    const Occupancy o = scheduler.Of(t);
-    double start = 0;
-    for (int d : t.deps) start = std::max(start, r.tasks[static_cast<size_t>(d)].end);
-    for (int64_t q : o.queues) start = std::max(start, free[static_cast<size_t>(q)]);
-    const double end = start + o.seconds;
-    for (int64_t q : o.queues) {
-      free[static_cast<size_t>(q)] = end;
-      if (q < g.devices) r.device_busy_seconds[static_cast<size_t>(q)] += o.seconds;
+// What scheduling a task needs of it; equal for tasks that cost the same.
+struct TaskStep {
+  Occupancy occupancy;
+  std::vector<int> deps;
+};
+
+// Whether `a` of one task graph is `b` of another for the simulation: the
+// same work on the same devices after the same dependencies.
+bool SameTask(const TaskGraph& ga, const Task& a, const TaskGraph& gb, const Task& b) {
+  if (a.kind != b.kind || a.device != b.device || a.src_device != b.src_device || a.name != b.name ||
+      a.flops != b.flops || a.bytes != b.bytes || a.deps != b.deps || a.group != b.group ||
+      a.inputs.size() != b.inputs.size() || a.sources.size() != b.sources.size() ||
+      a.outputs.size() != b.outputs.size())
+    return false;
+  for (size_t i = 0; i < a.inputs.size(); ++i)
+    if (a.inputs[i].region != b.inputs[i].region) return false;
+  auto same_pieces = [&](const std::vector<int>& x, const std::vector<int>& y) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      const Piece& p = ga.pieces[static_cast<size_t>(x[i])];
+      const Piece& q = gb.pieces[static_cast<size_t>(y[i])];
+      if (p.device != q.device || p.region != q.region) return false;
     }
-    for (const auto& [resource, bytes] : o.resource_bytes) r.resource_bytes[static_cast<size_t>(resource)] += bytes;
-    r.tasks[static_cast<size_t>(t.id)] = {start, end, o.queues.empty() ? -1 : o.queues[0]};
-    r.iteration_seconds = std::max(r.iteration_seconds, end);
-  }
+    return true;
+  };
+  return same_pieces(a.sources, b.sources) && same_pieces(a.outputs, b.outputs);
+}
 
+// Schedules steps[from.next ...] after the state `from` into `r` (whose
+// tasks before from.next are already set), snapshotting every kEvery tasks.
+constexpr size_t kEvery = 64;
+void Schedule(const std::vector<TaskStep>& steps, int64_t devices, Snapshot from, SimulationResult* r,
+              std::vector<Snapshot>* snapshots) {
+  for (size_t i = from.next; i < steps.size(); ++i) {
+    if (i % kEvery == 0) {
+      from.next = i;
+      snapshots->push_back(from);
+    }
+    const TaskStep& t = steps[i];
+    double start = 0;
+    for (int d : t.deps) start = std::max(start, r->tasks[static_cast<size_t>(d)].end);
+    for (int64_t q : t.occupancy.queues) start = std::max(start, from.free[static_cast<size_t>(q)]);
+    const double end = start + t.occupancy.seconds;
+    for (int64_t q : t.occupancy.queues) {
+      from.free[static_cast<size_t>(q)] = end;
+      if (q < devices) from.busy[static_cast<size_t>(q)] += t.occupancy.seconds;
+    }
+    for (const auto& [resource, bytes] : t.occupancy.resource_bytes) from.resource_bytes[static_cast<size_t>(resource)] += bytes;
+    r->tasks[i] = {start, end, t.occupancy.queues.empty() ? -1 : t.occupancy.queues[0]};
+    from.iteration = std::max(from.iteration, end);
+  }
+  r->iteration_seconds = from.iteration;
+  r->device_busy_seconds = from.busy;
+  r->resource_bytes = from.resource_bytes;
+}
+
+Snapshot Empty(int64_t devices, int64_t resources) {
+  Snapshot s;
+  s.free.assign(static_cast<size_t>(devices + resources), 0.0);
+  s.busy.assign(static_cast<size_t>(devices), 0.0);
+  s.resource_bytes.assign(static_cast<size_t>(resources), 0.0);
+  return s;
+}
+
+// Peak memory per device of the scheduled step.
+void AddMemory(const TaskGraph& g, const Machine& m, SimulationResult& r) {
+  const size_t devices = static_cast<size_t>(g.devices);
   // Memory: each piece from its writer's start (homes: all step) to its last
   // reader's end (writebacks and outputs read at the step's end).
   std::vector<double> held_from(g.pieces.size(), 0.0), held_until(g.pieces.size(), 0.0);
@@ -163,6 +210,73 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
     for (const auto& [time, bytes] : events[d]) r.peak_memory_bytes[d] = std::max(r.peak_memory_bytes[d], now += bytes);
     if (r.peak_memory_bytes[d] > m.device().memory_bytes()) r.fits = false;
   }
+}
+
+Status CheckDevices(const TaskGraph& g, const Machine& m) {
+  if (g.devices > m.devices())
+    return InvalidArgument("the task graph has ", g.devices, " devices, machine ", m.name(), " has ", m.devices());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost) {
+  LOOM_RETURN_IF_ERROR(CheckDevices(g, m));
+  const Scheduler scheduler(g, m, cost);
+  std::vector<TaskStep> steps;
+  steps.reserve(g.tasks.size());
+  for (const Task& t : g.tasks) steps.push_back({scheduler.Of(t), t.deps});
+  SimulationResult r;
+  r.tasks.assign(g.tasks.size(), SimulatedTask{});
+  std::vector<Snapshot> unused;
+  Schedule(steps, g.devices, Empty(g.devices, m.resources()), &r, &unused);
+  AddMemory(g, m, r);
+  return r;
+}
+
+struct DeltaSimulator::State {
+  TaskGraph graph;
+  std::vector<TaskStep> steps;
+  std::vector<Snapshot> snapshots;  // at tasks 0, kEvery, 2 kEvery, ...
+  SimulationResult result;
+};
+
+DeltaSimulator::DeltaSimulator(const Machine& machine, const CostModel& cost) : machine_(machine), cost_(cost) {}
+DeltaSimulator::~DeltaSimulator() = default;
+
+StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
+  LOOM_RETURN_IF_ERROR(CheckDevices(g, machine_));
+  const Scheduler scheduler(g, machine_, cost_);
+  const State* last = state_ && state_->graph.devices == g.devices ? state_.get() : nullptr;
+  auto next = std::make_unique<State>();
+  next->steps.reserve(g.tasks.size());
+  // The tasks equal to the last graph's at their place keep their cost; the
+  // schedule is kept up to the first that differs.
+  size_t unchanged = 0;
+  bool prefix = last != nullptr;
+  for (size_t i = 0; i < g.tasks.size(); ++i) {
+    const bool same = last && i < last->graph.tasks.size() && SameTask(last->graph, last->graph.tasks[i], g, g.tasks[i]);
+    next->steps.push_back(same ? last->steps[i] : TaskStep{scheduler.Of(g.tasks[i]), g.tasks[i].deps});
+    prefix = prefix && same;
+    if (prefix) unchanged = i + 1;
+  }
+  SimulationResult r;
+  r.tasks.assign(g.tasks.size(), SimulatedTask{});
+  Snapshot from = Empty(g.devices, machine_.resources());
+  if (last && unchanged > 0 && !last->snapshots.empty()) {
+    // The last snapshot at or before the first change (snapshot k is at task k kEvery).
+    const size_t k = std::min(unchanged / kEvery, last->snapshots.size() - 1);
+    from = last->snapshots[k];
+    next->snapshots.assign(last->snapshots.begin(), last->snapshots.begin() + static_cast<std::ptrdiff_t>(k));
+    std::copy(last->result.tasks.begin(), last->result.tasks.begin() + static_cast<std::ptrdiff_t>(from.next),
+              r.tasks.begin());
+  }
+  rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
+  Schedule(next->steps, g.devices, from, &r, &next->snapshots);
+  AddMemory(g, machine_, r);
+  next->graph = g;
+  next->result = r;
+  state_ = std::move(next);
   return r;
 }
 

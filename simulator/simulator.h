@@ -24,6 +24,7 @@
 // per device is against the device's memory.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,26 @@ struct SimulationResult {
 
 // The task graph's devices are the machine's first ones.
 StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machine, const CostModel& cost);
+
+// Delta simulation: keeps the last task graph's schedule and, given the
+// next one (a strategy with some layers changed), reuses it up to the first
+// task that differs and simulates from there (cost-model answers of the
+// unchanged tasks are reused too). The result is Simulate's, to the bit.
+class DeltaSimulator {
+ public:
+  DeltaSimulator(const Machine& machine, const CostModel& cost);
+  ~DeltaSimulator();
+  StatusOr<SimulationResult> Simulate(const TaskGraph& graph);
+  // Tasks the last call scheduled again (all of them on the first call).
+  int64_t rescheduled() const { return rescheduled_; }
+
+ private:
+  struct State;
+  const Machine& machine_;
+  const CostModel& cost_;
+  std::unique_ptr<State> state_;
+  int64_t rescheduled_ = 0;
+};
 
 // The simulated step as Chrome trace JSON in the task runtime's layout
 // (TaskRuntime::TraceJson): a row per device, then one per link resource

@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
+#include <random>
+#include <sstream>
 
 #include "simulator/profile.h"
 #include "tests/parallel_check.h"
@@ -250,6 +253,89 @@ TEST_CASE("the profiled model takes the profile's time where it has the task, el
   CHECK(model.hits() == 1 + same);
   CHECK(model.misses() == computes - same);
   CHECK_THAT(TaskSignature(g, *first), Catch::Contains(") -> (") && Catch::Contains("f64"));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The fields of two results, compared bit for bit.
+bool SameResult(const SimulationResult& a, const SimulationResult& b) {
+  if (a.iteration_seconds != b.iteration_seconds || a.tasks.size() != b.tasks.size() || a.fits != b.fits ||
+      a.device_busy_seconds != b.device_busy_seconds || a.resource_bytes != b.resource_bytes ||
+      a.peak_memory_bytes != b.peak_memory_bytes)
+    return false;
+  for (size_t i = 0; i < a.tasks.size(); ++i)
+    if (a.tasks[i].start != b.tasks[i].start || a.tasks[i].end != b.tasks[i].end || a.tasks[i].row != b.tasks[i].row)
+      return false;
+  return true;
+}
+
+// The per-layer lines of a random strategy, by layer name.
+std::map<std::string, std::string> LayerLines(const std::string& text) {
+  std::map<std::string, std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t q = line.find("layer: \"");
+    if (q == std::string::npos) continue;
+    const size_t start = q + 8;
+    lines[line.substr(start, line.find('"', start) - start)] = line;
+  }
+  return lines;
+}
+
+TEST_CASE("delta simulation equals full simulation on 10,000 random one-layer changes") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  proto::Machine spec = TestMachine(2, 2, false).proto();
+  spec.mutable_device()->set_launch_overhead_s(1e-6);
+  const Machine machine = *Machine::FromProto(spec, "test");
+  const AnalyticalCostModel cost(machine);
+  DeltaSimulator delta(machine, cost);
+  std::mt19937_64 rng(21);
+  std::map<std::string, std::string> lines = LayerLines(testing::RandomStrategy(mlp.forward, 4, rng));
+  REQUIRE(lines.size() >= 4);
+  int checked = 0;
+  int64_t rescheduled = 0, tasks = 0;
+  for (int change = 0; change < 10000; ++change) {
+    // One layer gets the split of a fresh random strategy.
+    std::map<std::string, std::string> next = lines;
+    const auto fresh = LayerLines(testing::RandomStrategy(mlp.forward, 4, rng));
+    auto layer = next.begin();
+    std::advance(layer, static_cast<long>(rng() % next.size()));
+    if (fresh.count(layer->first)) layer->second = fresh.at(layer->first);
+    std::string text = "devices: 4\n";
+    for (const auto& [name, line] : next) text += line + "\n";
+    auto tg = testing::LowerStrategy(mlp, text);
+    if (!tg.ok()) continue;  // a split this layer's shapes cannot take
+    lines = next;
+    auto full = Simulate(*tg, machine, cost);
+    auto incremental = delta.Simulate(*tg);
+    REQUIRE(full.ok());
+    REQUIRE(incremental.ok());
+    if (!SameResult(*full, *incremental)) FAIL("change " << change << " differs:\n" << text);
+    ++checked;
+    rescheduled += delta.rescheduled();
+    tasks += static_cast<int64_t>(tg->tasks.size());
+  }
+  CHECK(checked >= 5000);
+  CHECK(rescheduled < tasks);  // later changes keep a prefix of the schedule
+}
+
+TEST_CASE("delta simulation of an unchanged graph keeps its schedule") {
+  const Machine machine = TestMachine(1, 4, false);
+  const FixedCost cost(1e-3);
+  DeltaSimulator delta(machine, cost);
+  const TaskGraph g = Lowered("devices: 4\ndefault_split { sample: 4 }\n");
+  auto first = delta.Simulate(g);
+  REQUIRE(first.ok());
+  CHECK(delta.rescheduled() == static_cast<int64_t>(g.tasks.size()));
+  auto again = delta.Simulate(g);
+  REQUIRE(again.ok());
+  CHECK(SameResult(*first, *again));
+  CHECK(delta.rescheduled() < static_cast<int64_t>(g.tasks.size()));
+  CHECK(delta.rescheduled() <= 64);  // from the last snapshot
 }
 
 }  // namespace
