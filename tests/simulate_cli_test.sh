@@ -36,6 +36,15 @@ out=$("$loom" bench simulator --config "$work/cnn.pbtxt" --machine "$work/local.
   --strategies dp,model 2>&1) || fail "bench simulator: $out"
 contains "bench simulator prints predicted against measured" "$out" "median |error|"
 
+# A profile measured here costs what it covers; simulate says how much.
+"$loom" profile --config "$work/cnn.pbtxt" --devices 2 --steps 2 --out "$work/profile.txt" >"$work/profile.log" 2>&1 ||
+  fail "profile: $(cat "$work/profile.log")"
+grep -qP '^[0-9.e-]+\t[0-9]+\tConv2d ' "$work/profile.txt" && echo "ok   the profile has the convolutions" ||
+  fail "no Conv2d line in $(cat "$work/profile.txt")"
+out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" --devices 2 --profile "$work/profile.txt" 2>&1) ||
+  fail "simulate --profile: $out"
+contains "simulate --profile counts the measured tasks" "$out" "tasks measured, 0 by the roofline"
+
 expect() {
   local name="$1" want="$2"
   shift 3
@@ -51,6 +60,9 @@ expect "a bad machine file" "bad.pbtxt:2: a machine needs nodes >= 1" -- \
 expect "too many devices" "--devices 32: machine p100_4x4 has 16 devices" -- \
   simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 32
 printf 'devices: 3\ndefault_split { sample: 2 }\n' >"$work/three.pbtxt"
+printf '1e-3\tmany\tConv2d x\n' >"$work/bad_profile.txt"
+expect "a bad profile" "bad_profile.txt:1: SECONDS and SAMPLES must be numbers" -- \
+  simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --profile "$work/bad_profile.txt"
 expect "a strategy for other devices" "three.pbtxt: the strategy places parts on 3 devices, the run has 4" -- \
   simulate --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 4 --strategy "$work/three.pbtxt"
 

@@ -34,6 +34,7 @@ Status StrategyCommand(const std::vector<std::string>& args);
 // description, and predicted against measured steps (docs/simulator.md).
 Status SimulateCommand(const std::vector<std::string>& args);
 Status MachineCommand(const std::vector<std::string>& args);
+Status ProfileCommand(const std::vector<std::string>& args);
 Status BenchSimulator(const std::vector<std::string>& args);
 // The forward graph and the training step `loom train` builds for a
 // config (fused when it has replicas or a sweep, in its precision), every

@@ -33,6 +33,7 @@ Status SimulateCommand(const std::vector<std::string>& args) {
                {"machine", "a machine file (simulator/machines/*.pbtxt)"},
                {"strategy", "dp (default), replica, model, owt, or a strategy file"},
                {"devices", "the devices the strategy uses (default: the machine's; a strategy file says its own)"},
+               {"profile", "measured kernel times (loom profile) to cost the tasks they cover; the roofline the rest"},
                {"trace", "write the predicted step as Chrome trace JSON (the task runtime's --trace layout)"},
                {"json", "write the prediction as JSON"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(args));
@@ -52,12 +53,23 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
   LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
   LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
-  const AnalyticalCostModel cost(machine);
+  const AnalyticalCostModel analytical(machine);
+  const bool profiled_costs = flags.Has("profile");
+  Profile profile;
+  if (profiled_costs) {
+    LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(flags.Str("profile", "")));
+  }
+  const ProfiledCostModel profiled(profile, analytical);
+  const CostModel& cost = profiled_costs ? static_cast<const CostModel&>(profiled) : analytical;
   LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost));
 
-  std::printf("%s on %s (%s x %lld), strategy %s: %zu tasks, analytical cost model\n",
-              flags.Str("config", "").c_str(), machine.name().c_str(), machine.device().kind().c_str(),
-              static_cast<long long>(strategy.devices()), name.c_str(), tasks.tasks.size());
+  const std::string model =
+      profiled_costs ? StrCat("profile ", flags.Str("profile", ""), ": ", profiled.hits(), " tasks measured, ", profiled.misses(),
+                       " by the roofline")
+              : std::string("the analytical roofline");
+  std::printf("%s on %s (%s x %lld), strategy %s: %zu tasks, costs from %s\n", flags.Str("config", "").c_str(),
+              machine.name().c_str(), machine.device().kind().c_str(), static_cast<long long>(strategy.devices()),
+              name.c_str(), tasks.tasks.size(), model.c_str());
   std::printf("iteration: %.6g ms%s\n", r.iteration_seconds * 1e3,
               r.fits ? "" : "  (does NOT fit: a device's peak memory exceeds its memory)");
   std::printf("%8s %12s %8s %14s\n", "device", "busy ms", "busy", "peak MiB");
@@ -159,6 +171,52 @@ double KendallTau(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 }  // namespace
+
+// `loom profile`: every compute task's time in traced steps of the task
+// runtime, by signature, written as a profile file (simulator/profile.h).
+Status ProfileCommand(const std::vector<std::string>& args) {
+  Flags flags({{"config", "the training config whose step to profile"},
+               {"devices", "CPU devices of the task runtime (default 1), one thread each"},
+               {"strategy", "dp (default), replica, model, owt, or a strategy file"},
+               {"steps", "traced steps after a warm-up (default 10)"},
+               {"out", "the profile file to write"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: loom profile --config FILE --out FILE [flags]\n%s", flags.Help().c_str());
+    return Status::Ok();
+  }
+  if (!flags.Has("config")) return InvalidArgument("loom profile needs --config FILE");
+  if (!flags.Has("out")) return InvalidArgument("loom profile needs --out FILE (the profile to write)");
+  LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 1));
+  LOOM_ASSIGN_OR_RETURN(const int64_t steps, flags.Int("steps", 10));
+  if (devices < 1 || steps < 1) return InvalidArgument("--devices and --steps must be >= 1");
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  const std::string name = flags.Str("strategy", "dp");
+  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
+  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+  TaskRuntimeOptions o;
+  o.trace = true;
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(tasks, o));
+  LOOM_RETURN_IF_ERROR(runtime->InitializeState(config.seed()));
+  LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
+  const std::map<std::string, Tensor> feeds = RandomFeeds(programs.step, data.feeds);
+  LOOM_RETURN_IF_ERROR(runtime->Run(feeds).status());  // warm-up
+  Profile profile;
+  for (int64_t step = 0; step < steps; ++step) {
+    LOOM_RETURN_IF_ERROR(runtime->Run(feeds).status());
+    for (const TaskSpan& span : runtime->trace()) {
+      const Task& t = tasks.tasks[static_cast<size_t>(span.task)];
+      if (t.kind == TaskKind::kCompute) profile.Add(TaskSignature(tasks, t), span.end - span.start);
+    }
+  }
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("out", ""), profile.ToText()));
+  std::printf("%zu kernels from %lld steps of %s on cpu:%lld (%s): %s\n", profile.size(),
+              static_cast<long long>(steps), name.c_str(), static_cast<long long>(strategy.devices()),
+              CpuModelName().c_str(), flags.Str("out", "").c_str());
+  return Status::Ok();
+}
 
 Status MachineCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "probe")
