@@ -36,6 +36,10 @@ out=$("$loom" bench simulator --config "$work/cnn.pbtxt" --machine "$work/local.
   --strategies dp,model 2>&1) || fail "bench simulator: $out"
 contains "bench simulator prints predicted against measured" "$out" "median |error|"
 
+out=$("$loom" bench simulator --speed --config "$work/cnn.pbtxt" --machine "$machines/p100_4x4.pbtxt" --devices 4 \
+  --reps 2 2>&1) || fail "bench simulator --speed: $out"
+contains "bench simulator --speed times full and delta simulation" "$out" "delta simulation"
+
 # A profile measured here costs what it covers; simulate says how much.
 "$loom" profile --config "$work/cnn.pbtxt" --devices 2 --steps 2 --out "$work/profile.txt" >"$work/profile.log" 2>&1 ||
   fail "profile: $(cat "$work/profile.log")"

@@ -243,8 +243,65 @@ Status MachineCommand(const std::vector<std::string>& args) {
 // step the simulator predicts (costs from a profile measured first, in runs
 // of their own) against the step measured afterwards (the median of `reps`
 // steps, the strategies interleaved), with the error and the order.
+// `loom bench simulator --speed`: how long a full simulation of the
+// config's data-parallel step on the machine's devices takes, and a delta
+// simulation after one layer changes (the last forward layer's split
+// alternating between two), against the lowering a proposal also needs.
+Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config, const Machine& machine) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", machine.devices()));
+  LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  LOOM_ASSIGN_OR_RETURN(proto::Strategy dp, MakeStandardStrategy(programs.forward, StandardStrategy::kDataParallel,
+                                                                 devices));
+  // The other proposal: the last forward layer (by node order) whole on device 0.
+  std::string last_layer;
+  for (const Node& n : programs.forward.nodes())
+    if (!IsSourceOp(n.op)) last_layer = n.name;
+  proto::Strategy moved = dp;
+  proto::LayerSplit* entry = moved.add_layer();
+  entry->set_layer(last_layer);
+  entry->add_devices(0);
+  std::vector<TaskGraph> graphs;
+  std::vector<double> lowering;
+  for (const proto::Strategy* s : {&dp, &moved}) {
+    LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::FromProto(*s, "bench"));
+    const auto start = std::chrono::steady_clock::now();
+    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph g, BuildTaskGraph(programs.step, layers, devices));
+    lowering.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    graphs.push_back(std::move(g));
+  }
+  const AnalyticalCostModel cost(machine);
+  std::vector<double> full, delta;
+  DeltaSimulator incremental(machine, cost);
+  LOOM_RETURN_IF_ERROR(incremental.Simulate(graphs[0]).status());
+  int64_t rescheduled = 0;
+  for (int64_t r = 0; r < reps; ++r) {
+    const TaskGraph& g = graphs[static_cast<size_t>((r + 1) % 2)];
+    auto start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(Simulate(g, machine, cost).status());
+    full.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(incremental.Simulate(g).status());
+    delta.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    rescheduled += incremental.rescheduled();
+  }
+  std::printf("%s on %s, %lld devices, dp: %zu tasks (%s)\n", flags.Str("config", "").c_str(), machine.name().c_str(),
+              static_cast<long long>(devices), graphs[0].tasks.size(), CpuModelName().c_str());
+  std::printf("full simulation   %10.3f ms (p10 %.3f, p90 %.3f)\n", Quantile(full, 0.5) * 1e3,
+              Quantile(full, 0.1) * 1e3, Quantile(full, 0.9) * 1e3);
+  std::printf("delta simulation  %10.3f ms (p10 %.3f, p90 %.3f), %.1fx faster; %lld of %zu tasks rescheduled per "
+              "change (the last layer's)\n",
+              Quantile(delta, 0.5) * 1e3, Quantile(delta, 0.1) * 1e3, Quantile(delta, 0.9) * 1e3,
+              Quantile(full, 0.5) / Quantile(delta, 0.5), static_cast<long long>(rescheduled / reps),
+              graphs[0].tasks.size());
+  std::printf("lowering a proposal to its task graph: %.3f ms\n", Quantile(lowering, 0.5) * 1e3);
+  return Status::Ok();
+}
+
 Status BenchSimulator(const std::vector<std::string>& args) {
   Flags flags({{"config", "the training config whose step to split"},
+               {"speed?", "measure the simulator's own speed instead (full and delta simulation, lowering)"},
                {"devices", "CPU devices (default 2), one thread each"},
                {"strategies", "standard strategies or strategy files (default dp,owt,model)"},
                {"reps", "measured steps of each strategy, interleaved (default 20; the profile takes 5 more)"},
@@ -256,6 +313,11 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   }
   if (!flags.Has("config")) return InvalidArgument("loom bench simulator needs --config FILE");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  if (flags.Bool("speed")) {
+    if (!flags.Has("machine")) return InvalidArgument("loom bench simulator --speed needs --machine FILE");
+    LOOM_ASSIGN_OR_RETURN(const Machine machine, Machine::Load(flags.Str("machine", "")));
+    return BenchSimulatorSpeed(flags, config, machine);
+  }
   LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 2));
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
   if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
