@@ -19,7 +19,7 @@ struct Occupancy {
 
 double PieceBytes(const TaskGraph& g, int p) {
   const Piece& piece = g.pieces[static_cast<size_t>(p)];
-  return static_cast<double>(piece.region.shape().numel() * static_cast<int64_t>(DTypeSize(g.graph.type(piece.value).dtype)));
+  return static_cast<double>(piece.region.numel() * static_cast<int64_t>(DTypeSize(g.graph.type(piece.value).dtype)));
 }
 
 class Scheduler {
@@ -117,25 +117,55 @@ struct TaskStep {
   std::vector<int> deps;
 };
 
-// Whether `a` of one task graph is `b` of another for the simulation: the
-// same work on the same devices after the same dependencies.
-bool SameTask(const TaskGraph& ga, const Task& a, const TaskGraph& gb, const Task& b) {
-  if (a.kind != b.kind || a.device != b.device || a.src_device != b.src_device || a.name != b.name ||
-      a.flops != b.flops || a.bytes != b.bytes || a.deps != b.deps || a.group != b.group ||
-      a.inputs.size() != b.inputs.size() || a.sources.size() != b.sources.size() ||
-      a.outputs.size() != b.outputs.size())
-    return false;
-  for (size_t i = 0; i < a.inputs.size(); ++i)
-    if (a.inputs[i].region != b.inputs[i].region) return false;
-  auto same_pieces = [&](const std::vector<int>& x, const std::vector<int>& y) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      const Piece& p = ga.pieces[static_cast<size_t>(x[i])];
-      const Piece& q = gb.pieces[static_cast<size_t>(y[i])];
-      if (p.device != q.device || p.region != q.region) return false;
+// What the simulation of a task depends on, hashed (FNV-1a over its kind,
+// devices, name, FLOPs, bytes, dependencies, ring, and its regions and
+// pieces' places): equal keys are the same task for the delta simulation
+// (a collision, at odds of 2^-64 a pair, would reuse a stale cost).
+class KeyHash {
+ public:
+  void Add(const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) h_ = (h_ ^ p[i]) * 1099511628211ull;
+  }
+  template <typename T>
+  void Add(const T& value) {
+    Add(&value, sizeof(value));
+  }
+  template <typename T>
+  void AddAll(const std::vector<T>& values) {
+    Add(values.size());
+    if (!values.empty()) Add(values.data(), values.size() * sizeof(T));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 14695981039346656037ull;
+};
+
+uint64_t TaskKey(const TaskGraph& g, const Task& t) {
+  KeyHash h;
+  h.Add(t.kind);
+  h.Add(t.device);
+  h.Add(t.src_device);
+  h.Add(t.name.data(), t.name.size());
+  h.Add(t.flops);
+  h.Add(t.bytes);
+  h.AddAll(t.deps);
+  h.AddAll(t.group);
+  for (const Operand& op : t.inputs) {
+    h.AddAll(op.region.lo);
+    h.AddAll(op.region.hi);
+  }
+  for (const std::vector<int>* list : {&t.sources, &t.outputs}) {
+    h.Add(list->size());
+    for (int p : *list) {
+      const Piece& piece = g.pieces[static_cast<size_t>(p)];
+      h.Add(piece.device);
+      h.AddAll(piece.region.lo);
+      h.AddAll(piece.region.hi);
     }
-    return true;
-  };
-  return same_pieces(a.sources, b.sources) && same_pieces(a.outputs, b.outputs);
+  }
+  return h.value();
 }
 
 // Schedules steps[from.next ...] after the state `from` into `r` (whose
@@ -235,7 +265,8 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
 }
 
 struct DeltaSimulator::State {
-  TaskGraph graph;
+  int64_t devices = 0;
+  std::vector<uint64_t> keys;  // TaskKey by task
   std::vector<TaskStep> steps;
   std::vector<Snapshot> snapshots;  // at tasks 0, kEvery, 2 kEvery, ...
   SimulationResult result;
@@ -247,15 +278,18 @@ DeltaSimulator::~DeltaSimulator() = default;
 StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   LOOM_RETURN_IF_ERROR(CheckDevices(g, machine_));
   const Scheduler scheduler(g, machine_, cost_);
-  const State* last = state_ && state_->graph.devices == g.devices ? state_.get() : nullptr;
+  const State* last = state_ && state_->devices == g.devices ? state_.get() : nullptr;
   auto next = std::make_unique<State>();
+  next->devices = g.devices;
   next->steps.reserve(g.tasks.size());
+  next->keys.reserve(g.tasks.size());
   // The tasks equal to the last graph's at their place keep their cost; the
   // schedule is kept up to the first that differs.
   size_t unchanged = 0;
   bool prefix = last != nullptr;
   for (size_t i = 0; i < g.tasks.size(); ++i) {
-    const bool same = last && i < last->graph.tasks.size() && SameTask(last->graph, last->graph.tasks[i], g, g.tasks[i]);
+    next->keys.push_back(TaskKey(g, g.tasks[i]));
+    const bool same = last && i < last->keys.size() && last->keys[i] == next->keys[i];
     next->steps.push_back(same ? last->steps[i] : TaskStep{scheduler.Of(g.tasks[i]), g.tasks[i].deps});
     prefix = prefix && same;
     if (prefix) unchanged = i + 1;
@@ -274,7 +308,6 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
   Schedule(next->steps, g.devices, from, &r, &next->snapshots);
   AddMemory(g, machine_, r);
-  next->graph = g;
   next->result = r;
   state_ = std::move(next);
   return r;
