@@ -14,6 +14,7 @@ packages=(
   catch2                 # tests (v2 API)
   clang libclang-rt-14-dev  # libFuzzer for the fuzz targets (tests/fuzz/run.sh)
   openmpi-bin libopenmpi-dev  # processes: mpirun -np K loom train (runtime/comm/mpi_communicator.h)
+  openssh-client         # mpirun will not start without a remote-shell agent, even on one machine
   zlib1g-dev             # gzip IDX files
   xz-utils               # tools/gpu_check.sh compresses the binaries it packs
   dataset-fashion-mnist  # the real training data
