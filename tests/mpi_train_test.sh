@@ -40,6 +40,36 @@ close "an mpirun run resumed on cpu:3 by layers matches one device" "$want" "$(t
 np2 train --resume "$work/back" --epochs 2 --strategy owt >"$work/b2.log" 2>&1 || fail "resumed by mpirun: $(cat "$work/b2.log")"
 close "a one-device run resumed by mpirun -np 2 matches one device" "$want" "$(test_losses "$work/back")"
 
+# SIGTERM to rank 1 alone: the ranks agree after the step, rank 0 saves the
+# checkpoint and says so, both exit with 128 + 15, and the run resumes to
+# the uninterrupted run's result, bit for bit.
+sed 's/^epochs: 2$/epochs: 40/' "$work/cnn.pbtxt" >"$work/long.pbtxt"
+np2 train --config "$work/long.pbtxt" --out "$work/long" >"$work/long.log" 2>&1 || fail "40 epochs: $(cat "$work/long.log")"
+np2 train --config "$work/long.pbtxt" --out "$work/sig" >"$work/sig.log" 2>&1 &
+mpirun_pid=$!
+rank1=""
+for _ in $(seq 1 1000); do
+  if ls "$work/sig" 2>/dev/null | grep -q '^ckpt-'; then
+    for pid in $(pgrep -f -- "--out $work/sig"); do
+      grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$pid/environ" 2>/dev/null && rank1=$pid
+    done
+    [ -n "$rank1" ] && break
+  fi
+  sleep 0.02
+done
+[ -n "$rank1" ] && kill -s TERM "$rank1" || fail "rank 1 was not found running"
+wait "$mpirun_pid" && fail "mpirun exited 0 after SIGTERM"
+stopped=$(sed -n 's/.*stopped by SIGTERM at step \([0-9]*\).*/\1/p' "$work/sig.log")
+if [ -n "$stopped" ] && [ -e "$work/sig/ckpt-$stopped.loom" ]; then
+  echo "ok   SIGTERM to one rank: every rank stopped after step $stopped, rank 0 saved it"
+else
+  fail "no agreed stop with a checkpoint: $(cat "$work/sig.log")"
+fi
+np2 train --resume "$work/sig" >"$work/sig2.log" 2>&1 || fail "resume after SIGTERM: $(cat "$work/sig2.log")"
+[ "$(test_losses "$work/long")" = "$(test_losses "$work/sig")" ] &&
+  echo "ok   a run stopped by SIGTERM to one rank resumes to the uninterrupted result" ||
+  fail "resumed $(test_losses "$work/sig") vs uninterrupted $(test_losses "$work/long")"
+
 if out=$(np2 train --config "$work/cnn.pbtxt" --out "$work/bad" --devices cpu:3 2>&1); then
   fail "devices cpu:3 under mpirun -np 2: exit 0"
 else

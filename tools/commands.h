@@ -14,6 +14,9 @@ namespace loom::tools {
 // Under mpirun: this process's rank in the job (MPI_COMM_WORLD); null when
 // loom was started alone. Made by main before the command runs.
 Communicator* ProcessCommunicator();
+// Leaves the MPI job cleanly (every rank must): for a command that ends the
+// process itself (a run stopped by a signal exits with 128 + signal).
+void LeaveProcesses();
 
 Status TrainCommand(const std::vector<std::string>& args);
 Status BenchCommand(const std::vector<std::string>& args);

@@ -35,6 +35,10 @@ constexpr const char* kUsage =
 
 namespace loom::tools {
 Communicator* ProcessCommunicator() { return processes.get(); }
+void LeaveProcesses() {
+  processes.reset();
+  FinalizeMpi();
+}
 }  // namespace loom::tools
 
 int main(int argc, char** argv) {
@@ -86,7 +90,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom %s: error: %s\n", command.c_str(), status.message().c_str());
     return 1;
   }
-  processes.reset();
-  loom::FinalizeMpi();
+  loom::tools::LeaveProcesses();
   return 0;
 }

@@ -94,7 +94,9 @@ Status TrainCommand(const std::vector<std::string>& args) {
   }
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   if (result.stop_signal != 0) {
-    // Stopped cleanly by SIGINT/SIGTERM: exit as the signal would have.
+    // Stopped cleanly by SIGINT/SIGTERM (every rank at the same step under
+    // mpirun): exit as the signal would have.
+    LeaveProcesses();
     std::fflush(nullptr);
     std::exit(train::StopSignals::ExitStatus(result.stop_signal));
   }

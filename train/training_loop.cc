@@ -523,12 +523,14 @@ StatusOr<StepReport> TrainingLoop::RunEpoch() {
 StatusOr<int> TrainingLoop::StopRequest() {
   int sig = opt_.stop_on_signals ? StopSignals::Received() : 0;
   if (opt_.processes == nullptr) return sig;
-  // A cancel counts as SIGTERM's number here, only to be agreed on.
+  // The largest over the ranks: a stop signal's number (SIGINT 2, SIGTERM
+  // 15) over kCancel (a cancel request) over 0 (go on).
+  constexpr int32_t kCancel = 1;
   Tensor flag = Tensor::Zeros({}, DType::kI32);
-  flag.data<int32_t>()[0] = sig != 0 ? sig : (cancelled() ? -1 : 0);
+  flag.data<int32_t>()[0] = sig != 0 ? sig : (cancelled() ? kCancel : 0);
   LOOM_RETURN_IF_ERROR(opt_.processes->AllReduce(flag, ReduceOp::kMax));
   sig = flag.data<int32_t>()[0];
-  if (sig == -1) {
+  if (sig == kCancel) {
     cancel_requested_.store(true);
     return 0;
   }
