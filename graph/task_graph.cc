@@ -613,4 +613,9 @@ StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strate
   return layers;
 }
 
+StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward) {
+  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, forward));
+  return BuildTaskGraph(step, layers, strategy.devices());
+}
+
 }  // namespace loom

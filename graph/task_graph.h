@@ -120,4 +120,8 @@ StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::strin
 // Strategy::Resolve on `forward`, by node name.
 StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strategy, const Graph& forward);
 
+// The two together: `step` lowered under `strategy` (resolved on the step's
+// forward graph `forward`) onto the strategy's devices.
+StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward);
+
 }  // namespace loom

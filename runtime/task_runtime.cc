@@ -4,11 +4,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
+#include "core/chrome_trace.h"
 #include "core/logging.h"
-#include "core/parse.h"
 #include "core/rng.h"
 #include "runtime/executor.h"
 
@@ -496,27 +495,15 @@ std::string TaskRuntime::TraceJson() const {
     if (t.kind == TaskKind::kTransfer) links.emplace(std::make_pair(t.src_device, t.device), 0);
   int64_t row = tasks_.devices;
   for (auto& [link, id] : links) id = row++;
-  std::ostringstream s;
-  s << "{\"traceEvents\": [";
-  bool first = true;
-  auto event = [&](const std::string& body) {
-    s << (first ? "\n  " : ",\n  ") << body;
-    first = false;
-  };
-  for (int64_t d = 0; d < tasks_.devices; ++d)
-    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", d,
-                 ", \"args\": {\"name\": \"device ", d, "\"}}"));
-  for (const auto& [link, id] : links)
-    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", id, ", \"args\": {\"name\": \"link ",
-                 link.first, "->", link.second, "\"}}"));
+  ChromeTrace trace;
+  for (int64_t d = 0; d < tasks_.devices; ++d) trace.NameRow(d, StrCat("device ", d));
+  for (const auto& [link, id] : links) trace.NameRow(id, StrCat("link ", link.first, "->", link.second));
   for (const TaskSpan& span : trace_) {
     const Task& t = tasks_.tasks[static_cast<size_t>(span.task)];
     const int64_t tid = t.kind == TaskKind::kTransfer ? links.at({t.src_device, t.device}) : t.device;
-    event(StrCat("{\"name\": ", JsonQuoted(t.name), ", \"cat\": \"", TaskKindName(t.kind), "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ",
-                 tid, ", \"ts\": ", span.start * 1e6, ", \"dur\": ", (span.end - span.start) * 1e6, "}"));
+    trace.Span(tid, t.name, TaskKindName(t.kind), span.start, span.end);
   }
-  s << "\n]}\n";
-  return s.str();
+  return trace.Json();
 }
 
 }  // namespace loom

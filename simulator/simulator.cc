@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
-#include "core/parse.h"
+#include "core/chrome_trace.h"
 
 namespace loom {
 namespace {
@@ -318,29 +317,16 @@ std::string SimulationTraceJson(const TaskGraph& g, const Machine& m, const Simu
   int64_t next_row = g.devices;
   for (size_t q = 0; q < r.resource_bytes.size(); ++q)
     if (r.resource_bytes[q] > 0) rows[static_cast<int64_t>(q)] = next_row++;
-  std::ostringstream s;
-  s << "{\"traceEvents\": [";
-  bool first = true;
-  auto event = [&](const std::string& body) {
-    s << (first ? "\n  " : ",\n  ") << body;
-    first = false;
-  };
-  for (int64_t d = 0; d < g.devices; ++d)
-    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", d,
-                 ", \"args\": {\"name\": \"device ", d, "\"}}"));
-  for (const auto& [resource, row] : rows)
-    event(StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": ", row,
-                 ", \"args\": {\"name\": \"link ", m.ResourceName(resource), "\"}}"));
+  ChromeTrace trace;
+  for (int64_t d = 0; d < g.devices; ++d) trace.NameRow(d, StrCat("device ", d));
+  for (const auto& [resource, row] : rows) trace.NameRow(row, "link " + m.ResourceName(resource));
   for (const Task& t : g.tasks) {
     const SimulatedTask& span = r.tasks[static_cast<size_t>(t.id)];
     if (span.row < 0) continue;
-    const int64_t tid = span.row < g.devices ? span.row : rows.at(span.row - g.devices);
-    event(StrCat("{\"name\": ", JsonQuoted(t.name), ", \"cat\": \"", TaskKindName(t.kind),
-                 "\", \"ph\": \"X\", \"pid\": 0, \"tid\": ", tid, ", \"ts\": ", span.start * 1e6,
-                 ", \"dur\": ", (span.end - span.start) * 1e6, "}"));
+    trace.Span(span.row < g.devices ? span.row : rows.at(span.row - g.devices), t.name, TaskKindName(t.kind),
+               span.start, span.end);
   }
-  s << "\n]}\n";
-  return s.str();
+  return trace.Json();
 }
 
 }  // namespace loom

@@ -72,8 +72,7 @@ StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed) 
 
 StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text) {
   LOOM_ASSIGN_OR_RETURN(Strategy s, Strategy::Parse(strategy_text, "strategy.pbtxt"));
-  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(s, c.forward));
-  return BuildTaskGraph(c.step, layers, s.devices());
+  return LowerToTaskGraph(c.step, s, c.forward);
 }
 
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed) {

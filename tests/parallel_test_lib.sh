@@ -1,10 +1,19 @@
 # Shared by the tests that compare `loom train` runs on several devices or
-# processes with one device (parallel_train_test, mpi_train_test); sourced
-# after `failures` is set (close counts into it).
+# processes with one device (parallel_train_test, mpi_train_test) and the
+# simulator's commands (simulate_cli_test); sourced
+# after `loom` and `failures` are set (close and fail count into it).
 
 failures=${failures:-0}
 fail() { echo "FAIL $1"; failures=$((failures + 1)); }
 contains() { grep -qF -- "$3" <<<"$2" && echo "ok   $1" || { fail "$1: expected '$3' in:"; echo "$2"; }; }
+# expect NAME WANT -- ARGS...: `$loom ARGS` exits non-zero saying WANT.
+expect() {
+  local name="$1" want="$2"
+  shift 3
+  local out
+  if out=$("$loom" "$@" 2>&1); then fail "$name: exit 0"; return; fi
+  contains "$name" "$out" "$want"
+}
 
 # The last test loss of each replica in run folder $1, one per line.
 test_losses() {

@@ -48,13 +48,6 @@ assert {"device 0", "device 1"} <= rows, rows
 assert spans and all(e["dur"] >= 0 for e in spans)
 ' "$work/trace.json" && echo "ok   --trace writes every task per device" || fail "--trace"
 
-expect() {
-  local name="$1" want="$2"
-  shift 3
-  local out
-  if out=$("$loom" "$@" 2>&1); then fail "$name: exit 0"; return; fi
-  contains "$name" "$out" "$want"
-}
 expect "strategy without devices" "--strategy needs --devices cpu:N" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x1" --strategy dp
 expect "zero devices" "--devices: expected cpu:N with N in [1, 64]" -- \

@@ -49,13 +49,6 @@ out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" 
   fail "simulate --profile: $out"
 contains "simulate --profile counts the measured tasks" "$out" "tasks measured, 0 by the roofline"
 
-expect() {
-  local name="$1" want="$2"
-  shift 3
-  local out
-  if out=$("$loom" "$@" 2>&1); then fail "$name: exit 0"; return; fi
-  contains "$name" "$out" "$want"
-}
 expect "no machine" "loom simulate needs --machine FILE" -- simulate --config "$work/cnn.pbtxt"
 expect "a missing machine file" "nowhere.pbtxt" -- simulate --config "$work/cnn.pbtxt" --machine "$work/nowhere.pbtxt"
 printf 'name: "bad"\nnodes: 0\n' >"$work/bad.pbtxt"

@@ -433,8 +433,7 @@ Status BenchParallel(const Flags& flags) {
     LOOM_ASSIGN_OR_RETURN(StandardStrategy kind, ParseStandardStrategy(kind_name));
     LOOM_ASSIGN_OR_RETURN(proto::Strategy proto, MakeStandardStrategy(programs.forward, kind, devices));
     LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
-    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
-    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(programs.step, layers, devices));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     const std::string where =
         !world ? StrCat("cpu:", devices)
                : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");

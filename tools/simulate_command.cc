@@ -51,8 +51,7 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   const std::string name = flags.Str("strategy", "dp");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
-  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
   const AnalyticalCostModel analytical(machine);
   const bool profiled_costs = flags.Has("profile");
   Profile profile;
@@ -194,8 +193,7 @@ Status ProfileCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   const std::string name = flags.Str("strategy", "dp");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
-  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
   TaskRuntimeOptions o;
   o.trace = true;
   LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(tasks, o));
@@ -266,8 +264,7 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
   for (const proto::Strategy* s : {&dp, &moved}) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::FromProto(*s, "bench"));
     const auto start = std::chrono::steady_clock::now();
-    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
-    LOOM_ASSIGN_OR_RETURN(TaskGraph g, BuildTaskGraph(programs.step, layers, devices));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph g, LowerToTaskGraph(programs.step, strategy, programs.forward));
     lowering.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     graphs.push_back(std::move(g));
   }
@@ -342,9 +339,8 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   std::vector<Variant> variants;
   for (const std::string& name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategies"));
-    LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, programs.forward));
     Variant v{name, {}, nullptr, {}};
-    LOOM_ASSIGN_OR_RETURN(v.tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+    LOOM_ASSIGN_OR_RETURN(v.tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     TaskRuntimeOptions o;
     o.trace = true;
     LOOM_ASSIGN_OR_RETURN(v.runtime, TaskRuntime::Create(v.tasks, o));

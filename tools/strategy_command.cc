@@ -103,8 +103,7 @@ Status InspectStrategy(const std::string& config_path, const std::string& strate
                 static_cast<int>(ws), shape.c_str(), split.ToString().c_str());
   }
   if (!taskgraph) return Status::Ok();
-  LOOM_ASSIGN_OR_RETURN(const auto layers, ResolveLayers(strategy, graph));
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(programs.step, layers, strategy.devices()));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, graph));
   std::map<TaskKind, int64_t> count;
   std::vector<double> flops(static_cast<size_t>(tasks.devices), 0.0);
   for (const Task& t : tasks.tasks) {

@@ -215,8 +215,7 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
                            opt_.processes->size(), ")");
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, forward, devices, "field strategy"));
-  LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, forward));
-  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, BuildTaskGraph(step, layers, devices));
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
   TaskRuntimeOptions o;
   o.communicator = opt_.processes;
   o.seed = c_.seed();
