@@ -41,6 +41,8 @@ Status Machine::Check(const std::string& origin, const std::string& where_nodes)
     return Status::Ok();
   };
   if (m.devices_per_node() > 1 || d.copies_on_device()) LOOM_RETURN_IF_ERROR(check_link(m.intra_node(), "intra_node"));
+  if (m.nccl() && m.devices_per_node() > 1 && m.intra_node().kind() == proto::INTERCONNECT_UNSPECIFIED)
+    return InvalidArgument(origin, ": intra_node: an nccl machine needs the link's kind (NVLINK or PCIE)");
   if (m.nodes() > 1) LOOM_RETURN_IF_ERROR(check_link(m.inter_node(), "inter_node"));
   return Status::Ok();
 }
@@ -59,22 +61,29 @@ double Machine::PeakFlops(DType dtype) const {
 
 // Resources: [0, nodes) the shared intra-node links, or nodes * n * n
 // ordered pairs; then the nodes' inter-node links out, then in.
-int64_t Machine::resources() const {
+int64_t Machine::IntraResources() const {
   const int64_t n = proto_.devices_per_node(), nodes = proto_.nodes();
-  const int64_t intra = proto_.intra_node().shared() ? nodes : nodes * n * n;
-  return intra + 2 * nodes;
+  return proto_.intra_node().shared() ? nodes : nodes * n * n;
+}
+
+int64_t Machine::resources() const { return IntraResources() + 2 * proto_.nodes(); }
+
+const proto::LinkSpec& Machine::LinkOf(int64_t resource) const {
+  return resource < IntraResources() ? proto_.intra_node() : proto_.inter_node();
 }
 
 Machine::Route Machine::RouteOf(int64_t src, int64_t dst) const {
-  const int64_t n = proto_.devices_per_node(), nodes = proto_.nodes();
-  const int64_t intra = proto_.intra_node().shared() ? nodes : nodes * n * n;
+  const int64_t n = proto_.devices_per_node(), nodes = proto_.nodes(), intra = IntraResources();
   Route r;
   if (NodeOf(src) == NodeOf(dst)) {
     r.link = &proto_.intra_node();
-    r.resources = {proto_.intra_node().shared() ? NodeOf(src) : NodeOf(src) * n * n + (src % n) * n + dst % n};
+    r.resources[0] = proto_.intra_node().shared() ? NodeOf(src) : NodeOf(src) * n * n + (src % n) * n + dst % n;
+    r.count = 1;
   } else {
     r.link = &proto_.inter_node();
-    r.resources = {intra + NodeOf(src), intra + nodes + NodeOf(dst)};
+    r.resources[0] = intra + NodeOf(src);
+    r.resources[1] = intra + nodes + NodeOf(dst);
+    r.count = 2;
   }
   return r;
 }
@@ -84,8 +93,7 @@ double Machine::MessageSeconds(const Route& route, double bytes) {
 }
 
 std::string Machine::ResourceName(int64_t r) const {
-  const int64_t n = proto_.devices_per_node(), nodes = proto_.nodes();
-  const int64_t intra = proto_.intra_node().shared() ? nodes : nodes * n * n;
+  const int64_t n = proto_.devices_per_node(), nodes = proto_.nodes(), intra = IntraResources();
   if (r < intra) {
     if (proto_.intra_node().shared()) return StrCat("node ", r, " link");
     const int64_t node = r / (n * n), src = (r % (n * n)) / n, dst = r % n;

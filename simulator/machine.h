@@ -34,18 +34,26 @@ class Machine {
 
   // What a message from `src` to `dst` (different devices) crosses: the
   // link and the resources it holds while it moves.
+  // (At most two resources: a route is built for every message the
+  // simulator schedules, so it allocates nothing.)
   struct Route {
     const proto::LinkSpec* link = nullptr;
-    std::vector<int64_t> resources;
+    int64_t resources[2] = {-1, -1};
+    int count = 0;
+    const int64_t* begin() const { return resources; }
+    const int64_t* end() const { return resources + count; }
   };
   Route RouteOf(int64_t src, int64_t dst) const;
   // Seconds a message of `bytes` takes on `route`'s link.
   static double MessageSeconds(const Route& route, double bytes);
   int64_t resources() const;
+  // The link a resource belongs to.
+  const proto::LinkSpec& LinkOf(int64_t resource) const;
   std::string ResourceName(int64_t resource) const;  // "node 0 link", "0->1", "node 1 out", ...
 
  private:
   Status Check(const std::string& origin, const std::string& where_nodes) const;
+  int64_t IntraResources() const;  // resources [0, IntraResources()) are intra-node
   proto::Machine proto_;
 };
 

@@ -1,106 +1,132 @@
 #include "simulator/simulator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
-#include <set>
 
 #include "core/chrome_trace.h"
+#include "simulator/collectives.h"
 
 namespace loom {
 namespace {
 
-// Queues: devices [0, D), then the machine's link resources.
-struct Occupancy {
-  std::vector<int64_t> queues;
-  double seconds = 0;
-  std::vector<std::pair<int64_t, double>> resource_bytes;  // what it moves on which link resource
-};
+// What scheduling needs of each task, flat (a few vectors for the whole
+// graph instead of some per task, which made malloc the simulator's main
+// cost): its seconds, the queues it holds (devices [0, D), then the
+// machine's link resources) and the bytes it puts on link resources.
+struct Steps {
+  std::vector<double> seconds;
+  std::vector<uint32_t> queue_end;  // task i holds queues[queue_end[i - 1], queue_end[i])
+  std::vector<int32_t> queues;
+  std::vector<uint32_t> traffic_end;  // likewise into traffic
+  std::vector<LinkTraffic> traffic;
+  std::vector<uint32_t> dep_end;  // likewise into deps (the task graph's, copied for locality)
+  std::vector<int32_t> deps;
 
-double PieceBytes(const TaskGraph& g, int p) {
-  const Piece& piece = g.pieces[static_cast<size_t>(p)];
-  return static_cast<double>(piece.region.numel() * static_cast<int64_t>(DTypeSize(g.graph.type(piece.value).dtype)));
-}
+  size_t size() const { return seconds.size(); }
+  static uint32_t Begin(const std::vector<uint32_t>& ends, size_t i) { return i ? ends[i - 1] : 0; }
+  void Reserve(size_t tasks) {
+    seconds.reserve(tasks);
+    queue_end.reserve(tasks);
+    traffic_end.reserve(tasks);
+    dep_end.reserve(tasks);
+    queues.reserve(tasks + tasks / 4);
+    deps.reserve(2 * tasks);
+  }
+  // Ends the step being appended, whose task depends on `task_deps`.
+  void Close(double s, const std::vector<int>& task_deps) {
+    seconds.push_back(s);
+    queue_end.push_back(static_cast<uint32_t>(queues.size()));
+    traffic_end.push_back(static_cast<uint32_t>(traffic.size()));
+    deps.insert(deps.end(), task_deps.begin(), task_deps.end());
+    dep_end.push_back(static_cast<uint32_t>(deps.size()));
+  }
+  // Appends step i of `from` (a task with the same key).
+  void Copy(const Steps& from, size_t i) {
+    queues.insert(queues.end(), from.queues.begin() + Begin(from.queue_end, i), from.queues.begin() + from.queue_end[i]);
+    traffic.insert(traffic.end(), from.traffic.begin() + Begin(from.traffic_end, i),
+                   from.traffic.begin() + from.traffic_end[i]);
+    deps.insert(deps.end(), from.deps.begin() + Begin(from.dep_end, i), from.deps.begin() + from.dep_end[i]);
+    seconds.push_back(from.seconds[i]);
+    queue_end.push_back(static_cast<uint32_t>(queues.size()));
+    traffic_end.push_back(static_cast<uint32_t>(traffic.size()));
+    dep_end.push_back(static_cast<uint32_t>(deps.size()));
+  }
+};
 
 class Scheduler {
  public:
-  Scheduler(const TaskGraph& g, const Machine& m, const CostModel& cost) : g_(g), m_(m), cost_(cost) {}
+  Scheduler(const TaskGraph& g, const Machine& m, const CostModel& cost)
+      : g_(g), m_(m), cost_(cost), copies_on_device_(m.device().copies_on_device()) {}
 
-  Occupancy Of(const Task& t) const {
-    Occupancy o;
-    const int64_t devices = g_.devices;
-    const bool copies_on_device = m_.device().copies_on_device();
+  // Appends task t's step.
+  void Append(const Task& t, Steps* s) {
     switch (t.kind) {
       case TaskKind::kCompute:
-        o.queues = {t.device};
-        o.seconds = cost_.ComputeSeconds(g_, t);
-        return o;
+        s->queues.push_back(static_cast<int32_t>(t.device));
+        return s->Close(cost_.ComputeSeconds(g_, t), t.deps);
       case TaskKind::kTransfer: {
         const Machine::Route route = m_.RouteOf(t.src_device, t.device);
-        o.seconds = Machine::MessageSeconds(route, t.bytes);
-        if (copies_on_device) {
-          o.queues = {t.device};
-        } else {
-          for (int64_t r : route.resources) o.queues.push_back(devices + r);
+        if (copies_on_device_) s->queues.push_back(static_cast<int32_t>(t.device));
+        for (int64_t r : route) {
+          if (!copies_on_device_) s->queues.push_back(static_cast<int32_t>(g_.devices + r));
+          s->traffic.push_back({r, t.bytes});
         }
-        for (int64_t r : route.resources) o.resource_bytes.push_back({r, t.bytes});
-        return o;
+        return s->Close(Machine::MessageSeconds(route, t.bytes), t.deps);
       }
-      case TaskKind::kAllReduce:
-        return copies_on_device ? RootAllReduce(t) : RingAllReduce(t);
+      case TaskKind::kAllReduce: {
+        if (copies_on_device_) return s->Close(RootAllReduce(t, s), t.deps);
+        auto model = all_reduces_.find(t.group);
+        if (model == all_reduces_.end()) model = all_reduces_.emplace(t.group, AllReduceModel(m_, t.group)).first;
+        const size_t first = s->traffic.size();
+        const double seconds = model->second.Cost(t.bytes, &s->traffic).seconds;
+        // It holds every link resource it crosses (Cost names each once).
+        for (size_t i = first; i < s->traffic.size(); ++i)
+          s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
+        return s->Close(seconds, t.deps);
+      }
     }
-    return o;
   }
 
  private:
-  // The task runtime's all-reduce: the first member receives the partial
-  // sums it does not hold, adds them, and hands every member a copy.
-  Occupancy RootAllReduce(const Task& t) const {
-    Occupancy o;
-    o.queues = {t.device};
+  // The task runtime's all-reduce, on its first member's queue: it receives
+  // the partial sums it does not hold, adds them, and hands every member a
+  // copy. Returns its seconds.
+  double RootAllReduce(const Task& t, Steps* s) const {
+    s->queues.push_back(static_cast<int32_t>(t.device));
     const double bytes = t.bytes, memory = m_.device().memory_bandwidth();
     auto message = [&](int64_t src, int64_t dst) {
       const Machine::Route route = m_.RouteOf(src, dst);
-      for (int64_t r : route.resources) o.resource_bytes.push_back({r, bytes});
+      for (int64_t r : route) s->traffic.push_back({r, bytes});
       return Machine::MessageSeconds(route, bytes);
     };
+    double seconds = 0;
     for (int p : t.sources) {
       const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
-      if (d != t.device) o.seconds += message(d, t.device);
+      if (d != t.device) seconds += message(d, t.device);
     }
-    o.seconds += static_cast<double>(t.sources.size() - 1) * 3 * bytes / memory;  // read two, write one
+    seconds += static_cast<double>(t.sources.size() - 1) * 3 * bytes / memory;  // read two, write one
     for (int p : t.outputs) {
       const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
-      o.seconds += d == t.device ? 2 * bytes / memory : message(t.device, d);
+      seconds += d == t.device ? 2 * bytes / memory : message(t.device, d);
     }
-    return o;
-  }
-
-  // A ring over the members: 2(n-1) steps of bytes / n each, every member
-  // sending to the next at once; the slowest link of the ring sets the pace.
-  Occupancy RingAllReduce(const Task& t) const {
-    Occupancy o;
-    const std::vector<int64_t>& ring = t.group;
-    const double n = static_cast<double>(ring.size());
-    if (ring.size() < 2) return o;
-    double step = 0;
-    for (size_t i = 0; i < ring.size(); ++i) {
-      const Machine::Route route = m_.RouteOf(ring[i], ring[(i + 1) % ring.size()]);
-      step = std::max(step, Machine::MessageSeconds(route, t.bytes / n));
-      for (int64_t r : route.resources) {
-        o.queues.push_back(g_.devices + r);
-        o.resource_bytes.push_back({r, 2 * (n - 1) / n * t.bytes});
-      }
-    }
-    std::sort(o.queues.begin(), o.queues.end());
-    o.queues.erase(std::unique(o.queues.begin(), o.queues.end()), o.queues.end());
-    o.seconds = 2 * (n - 1) * step;
-    return o;
+    return seconds;
   }
 
   const TaskGraph& g_;
   const Machine& m_;
   const CostModel& cost_;
+  const bool copies_on_device_;
+  std::map<std::vector<int64_t>, AllReduceModel> all_reduces_;  // by group
 };
+
+Steps StepsOf(const TaskGraph& g, const Machine& m, const CostModel& cost) {
+  Scheduler scheduler(g, m, cost);
+  Steps steps;
+  steps.Reserve(g.tasks.size());
+  for (const Task& t : g.tasks) scheduler.Append(t, &steps);
+  return steps;
+}
 
 // The schedule's running state after a prefix of the tasks: what a delta
 // simulation restarts from.
@@ -110,21 +136,25 @@ struct Snapshot {
   double iteration = 0;
 };
 
-// What scheduling a task needs of it; equal for tasks that cost the same.
-struct TaskStep {
-  Occupancy occupancy;
-  std::vector<int> deps;
-};
-
-// What the simulation of a task depends on, hashed (FNV-1a over its kind,
-// devices, name, FLOPs, bytes, dependencies, ring, and its regions and
-// pieces' places): equal keys are the same task for the delta simulation
-// (a collision, at odds of 2^-64 a pair, would reuse a stale cost).
+// What the simulation of a task depends on, hashed (a multiply-rotate hash
+// over 8-byte words of its kind, devices, name, FLOPs, bytes,
+// dependencies, ring, and its regions and pieces' places): equal keys are
+// the same task for the delta simulation (a collision, at odds of about
+// 2^-64 a pair, would reuse a stale cost).
 class KeyHash {
  public:
   void Add(const void* data, size_t bytes) {
     const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) h_ = (h_ ^ p[i]) * 1099511628211ull;
+    for (; bytes >= 8; bytes -= 8, p += 8) {
+      uint64_t word;
+      std::memcpy(&word, p, 8);
+      Mix(word);
+    }
+    if (bytes > 0) {
+      uint64_t word = 0;
+      std::memcpy(&word, p, bytes);
+      Mix(word ^ (static_cast<uint64_t>(bytes) << 59));
+    }
   }
   template <typename T>
   void Add(const T& value) {
@@ -135,10 +165,14 @@ class KeyHash {
     Add(values.size());
     if (!values.empty()) Add(values.data(), values.size() * sizeof(T));
   }
-  uint64_t value() const { return h_; }
+  uint64_t value() const { return h_ ^ (h_ >> 29); }
 
  private:
-  uint64_t h_ = 14695981039346656037ull;
+  void Mix(uint64_t word) {
+    h_ = (h_ ^ (word * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+    h_ = (h_ << 27) | (h_ >> 37);
+  }
+  uint64_t h_ = 0x243F6A8885A308D3ull;
 };
 
 uint64_t TaskKey(const TaskGraph& g, const Task& t) {
@@ -167,32 +201,39 @@ uint64_t TaskKey(const TaskGraph& g, const Task& t) {
   return h.value();
 }
 
-// Schedules steps[from.next ...] after the state `from` into `r` (whose
-// tasks before from.next are already set), snapshotting every kEvery tasks.
+// Schedules tasks from.next ... after the state `from` into `r` (whose
+// tasks before from.next are already set), snapshotting every kEvery tasks
+// when `snapshots` is given.
 constexpr size_t kEvery = 64;
-void Schedule(const std::vector<TaskStep>& steps, int64_t devices, Snapshot from, SimulationResult* r,
+void Schedule(int64_t devices, const Steps& steps, Snapshot from, SimulationResult* r,
               std::vector<Snapshot>* snapshots) {
+  double* free = from.free.data();
+  SimulatedTask* tasks = r->tasks.data();
   for (size_t i = from.next; i < steps.size(); ++i) {
-    if (i % kEvery == 0) {
+    if (snapshots && i % kEvery == 0) {
       from.next = i;
       snapshots->push_back(from);
+      free = from.free.data();
     }
-    const TaskStep& t = steps[i];
     double start = 0;
-    for (int d : t.deps) start = std::max(start, r->tasks[static_cast<size_t>(d)].end);
-    for (int64_t q : t.occupancy.queues) start = std::max(start, from.free[static_cast<size_t>(q)]);
-    const double end = start + t.occupancy.seconds;
-    for (int64_t q : t.occupancy.queues) {
-      from.free[static_cast<size_t>(q)] = end;
-      if (q < devices) from.busy[static_cast<size_t>(q)] += t.occupancy.seconds;
+    for (uint32_t k = Steps::Begin(steps.dep_end, i); k < steps.dep_end[i]; ++k)
+      start = std::max(start, tasks[steps.deps[k]].end);
+    const uint32_t q0 = Steps::Begin(steps.queue_end, i), q1 = steps.queue_end[i];
+    for (uint32_t q = q0; q < q1; ++q) start = std::max(start, free[steps.queues[q]]);
+    const double seconds = steps.seconds[i], end = start + seconds;
+    for (uint32_t q = q0; q < q1; ++q) {
+      const int32_t queue = steps.queues[q];
+      free[queue] = end;
+      if (queue < devices) from.busy[static_cast<size_t>(queue)] += seconds;
     }
-    for (const auto& [resource, bytes] : t.occupancy.resource_bytes) from.resource_bytes[static_cast<size_t>(resource)] += bytes;
-    r->tasks[i] = {start, end, t.occupancy.queues.empty() ? -1 : t.occupancy.queues[0]};
+    for (uint32_t k = Steps::Begin(steps.traffic_end, i); k < steps.traffic_end[i]; ++k)
+      from.resource_bytes[static_cast<size_t>(steps.traffic[k].resource)] += steps.traffic[k].bytes;
+    tasks[i] = {start, end, q0 == q1 ? -1 : steps.queues[q0]};
     from.iteration = std::max(from.iteration, end);
   }
   r->iteration_seconds = from.iteration;
-  r->device_busy_seconds = from.busy;
-  r->resource_bytes = from.resource_bytes;
+  r->device_busy_seconds = std::move(from.busy);
+  r->resource_bytes = std::move(from.resource_bytes);
 }
 
 Snapshot Empty(int64_t devices, int64_t resources) {
@@ -203,18 +244,41 @@ Snapshot Empty(int64_t devices, int64_t resources) {
   return s;
 }
 
-// Peak memory per device of the scheduled step.
-void AddMemory(const TaskGraph& g, const Machine& m, SimulationResult& r) {
+// Memory of the scheduled step: each piece is held from its writer's start
+// (homes: all step) to its last reader's end (writebacks and outputs read
+// at the step's end). The peak per device needs its events in time order
+// (a sort, the costliest part of a simulation), so it is computed when
+// asked for or when the bound (every piece of the device held all step)
+// does not fit.
+void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, SimulationResult& r) {
   const size_t devices = static_cast<size_t>(g.devices);
-  // Memory: each piece from its writer's start (homes: all step) to its last
-  // reader's end (writebacks and outputs read at the step's end).
+  const double memory = m.device().memory_bytes();
+  std::vector<double> bytes(g.pieces.size()), bound(devices, 0.0);
+  std::vector<int> element_bytes;  // by value; 0 until looked up (pieces of a value come together)
+  for (size_t p = 0; p < g.pieces.size(); ++p) {
+    const Piece& piece = g.pieces[p];
+    const size_t v = static_cast<size_t>(piece.value);
+    if (v >= element_bytes.size()) element_bytes.resize(v + 1, 0);
+    if (element_bytes[v] == 0) element_bytes[v] = static_cast<int>(DTypeSize(g.graph.type(piece.value).dtype));
+    bytes[p] = static_cast<double>(piece.region.numel() * element_bytes[v]);
+    bound[static_cast<size_t>(piece.device)] += bytes[p];
+  }
+  std::vector<bool> sweep(devices, peak_wanted);
+  bool any = peak_wanted;
+  for (size_t d = 0; d < devices; ++d)
+    if (bound[d] > memory) any = sweep[d] = true;
+  r.fits = true;
+  if (!any) return;
+
   std::vector<double> held_from(g.pieces.size(), 0.0), held_until(g.pieces.size(), 0.0);
   for (size_t p = 0; p < g.pieces.size(); ++p) {
     const int producer = g.pieces[p].producer;
     held_from[p] = producer < 0 ? 0.0 : r.tasks[static_cast<size_t>(producer)].start;
     held_until[p] = producer < 0 ? r.iteration_seconds : r.tasks[static_cast<size_t>(producer)].end;
   }
-  auto read_by = [&](int p, double until) { held_until[static_cast<size_t>(p)] = std::max(held_until[static_cast<size_t>(p)], until); };
+  auto read_by = [&](int p, double until) {
+    held_until[static_cast<size_t>(p)] = std::max(held_until[static_cast<size_t>(p)], until);
+  };
   for (const Task& t : g.tasks) {
     for (int p : t.sources) read_by(p, r.tasks[static_cast<size_t>(t.id)].end);
     for (const Operand& op : t.inputs)
@@ -227,17 +291,19 @@ void AddMemory(const TaskGraph& g, const Machine& m, SimulationResult& r) {
   // Per device: +bytes at the start, -bytes at the end; frees first at ties.
   std::vector<std::vector<std::pair<double, double>>> events(devices);
   for (size_t p = 0; p < g.pieces.size(); ++p) {
-    const double bytes = PieceBytes(g, static_cast<int>(p));
-    auto& e = events[static_cast<size_t>(g.pieces[p].device)];
-    e.push_back({held_from[p], bytes});
-    e.push_back({held_until[p], -bytes});
+    const size_t d = static_cast<size_t>(g.pieces[p].device);
+    if (!sweep[d]) continue;
+    events[d].push_back({held_from[p], bytes[p]});
+    events[d].push_back({held_until[p], -bytes[p]});
   }
-  r.peak_memory_bytes.assign(devices, 0.0);
+  if (peak_wanted) r.peak_memory_bytes.assign(devices, 0.0);
   for (size_t d = 0; d < devices; ++d) {
+    if (!sweep[d]) continue;
     std::sort(events[d].begin(), events[d].end());
-    double now = 0;
-    for (const auto& [time, bytes] : events[d]) r.peak_memory_bytes[d] = std::max(r.peak_memory_bytes[d], now += bytes);
-    if (r.peak_memory_bytes[d] > m.device().memory_bytes()) r.fits = false;
+    double now = 0, peak = 0;
+    for (const auto& [time, change] : events[d]) peak = std::max(peak, now += change);
+    if (peak_wanted) r.peak_memory_bytes[d] = peak;
+    if (peak > memory) r.fits = false;
   }
 }
 
@@ -249,38 +315,35 @@ Status CheckDevices(const TaskGraph& g, const Machine& m) {
 
 }  // namespace
 
-StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost) {
+StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost,
+                                    const SimulateOptions& options) {
   LOOM_RETURN_IF_ERROR(CheckDevices(g, m));
-  const Scheduler scheduler(g, m, cost);
-  std::vector<TaskStep> steps;
-  steps.reserve(g.tasks.size());
-  for (const Task& t : g.tasks) steps.push_back({scheduler.Of(t), t.deps});
   SimulationResult r;
-  r.tasks.assign(g.tasks.size(), SimulatedTask{});
-  std::vector<Snapshot> unused;
-  Schedule(steps, g.devices, Empty(g.devices, m.resources()), &r, &unused);
-  AddMemory(g, m, r);
+  r.tasks.resize(g.tasks.size());
+  Schedule(g.devices, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
+  AddMemory(g, m, options.peak_memory, r);
   return r;
 }
 
 struct DeltaSimulator::State {
   int64_t devices = 0;
   std::vector<uint64_t> keys;  // TaskKey by task
-  std::vector<TaskStep> steps;
+  Steps steps;
   std::vector<Snapshot> snapshots;  // at tasks 0, kEvery, 2 kEvery, ...
   SimulationResult result;
 };
 
-DeltaSimulator::DeltaSimulator(const Machine& machine, const CostModel& cost) : machine_(machine), cost_(cost) {}
+DeltaSimulator::DeltaSimulator(const Machine& machine, const CostModel& cost, const SimulateOptions& options)
+    : machine_(machine), cost_(cost), options_(options) {}
 DeltaSimulator::~DeltaSimulator() = default;
 
 StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   LOOM_RETURN_IF_ERROR(CheckDevices(g, machine_));
-  const Scheduler scheduler(g, machine_, cost_);
+  Scheduler scheduler(g, machine_, cost_);
   const State* last = state_ && state_->devices == g.devices ? state_.get() : nullptr;
   auto next = std::make_unique<State>();
   next->devices = g.devices;
-  next->steps.reserve(g.tasks.size());
+  next->steps.Reserve(g.tasks.size());
   next->keys.reserve(g.tasks.size());
   // The tasks equal to the last graph's at their place keep their cost; the
   // schedule is kept up to the first that differs.
@@ -289,12 +352,16 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   for (size_t i = 0; i < g.tasks.size(); ++i) {
     next->keys.push_back(TaskKey(g, g.tasks[i]));
     const bool same = last && i < last->keys.size() && last->keys[i] == next->keys[i];
-    next->steps.push_back(same ? last->steps[i] : TaskStep{scheduler.Of(g.tasks[i]), g.tasks[i].deps});
+    if (same) {
+      next->steps.Copy(last->steps, i);
+    } else {
+      scheduler.Append(g.tasks[i], &next->steps);
+    }
     prefix = prefix && same;
     if (prefix) unchanged = i + 1;
   }
   SimulationResult r;
-  r.tasks.assign(g.tasks.size(), SimulatedTask{});
+  r.tasks.resize(g.tasks.size());
   Snapshot from = Empty(g.devices, machine_.resources());
   if (last && unchanged > 0 && !last->snapshots.empty()) {
     // The last snapshot at or before the first change (snapshot k is at task k kEvery).
@@ -305,8 +372,8 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
               r.tasks.begin());
   }
   rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
-  Schedule(next->steps, g.devices, from, &r, &next->snapshots);
-  AddMemory(g, machine_, r);
+  Schedule(g.devices, next->steps, from, &r, &next->snapshots);
+  AddMemory(g, machine_, options_.peak_memory, r);
   next->result = r;
   state_ = std::move(next);
   return r;

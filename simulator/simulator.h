@@ -12,9 +12,9 @@
 //     plus bytes over bandwidth;
 //   - an all-reduce, on devices that copy: its first member, which receives
 //     every partial sum it does not hold, adds them and sends each member
-//     its copy (the runtime's algorithm); else a ring over its members
-//     (2(n-1) messages of bytes / n each way, NCCL's algorithm) holding the
-//     links between ring neighbours.
+//     its copy (the runtime's algorithm); else the link resources its
+//     algorithm crosses, for AllReduceCost's seconds (simulator/
+//     collectives.h: a ring, or NCCL's ring or tree).
 // A task starts when the tasks it depends on have ended and its queues are
 // free. Queues are first-in first-out in graph order, so one pass over the
 // tasks in order schedules them exactly.
@@ -46,12 +46,20 @@ struct SimulationResult {
   std::vector<SimulatedTask> tasks;            // by task id
   std::vector<double> device_busy_seconds;     // per device of the task graph
   std::vector<double> resource_bytes;          // per link resource of the machine (Machine::ResourceName)
-  std::vector<double> peak_memory_bytes;       // per device of the task graph
-  bool fits = true;                            // every device's peak within its memory
+  std::vector<double> peak_memory_bytes;       // per device of the task graph; empty unless asked for
+  bool fits = true;                            // every device's peak within its memory (always set)
+};
+
+struct SimulateOptions {
+  // Per-device peak memory (a sort of every piece's lifetime: the costliest
+  // part of a simulation). Without it `fits` is still exact: a device is
+  // swept only when all its pieces at once would not fit.
+  bool peak_memory = true;
 };
 
 // The task graph's devices are the machine's first ones.
-StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machine, const CostModel& cost);
+StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machine, const CostModel& cost,
+                                    const SimulateOptions& options = {});
 
 // Delta simulation: keeps the last task graph's schedule and, given the
 // next one (a strategy with some layers changed), reuses it up to the first
@@ -59,7 +67,7 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machi
 // unchanged tasks are reused too). The result is Simulate's, to the bit.
 class DeltaSimulator {
  public:
-  DeltaSimulator(const Machine& machine, const CostModel& cost);
+  DeltaSimulator(const Machine& machine, const CostModel& cost, const SimulateOptions& options = {});
   ~DeltaSimulator();
   StatusOr<SimulationResult> Simulate(const TaskGraph& graph);
   // Tasks the last call scheduled again (all of them on the first call).
@@ -69,6 +77,7 @@ class DeltaSimulator {
   struct State;
   const Machine& machine_;
   const CostModel& cost_;
+  const SimulateOptions options_;
   std::unique_ptr<State> state_;
   int64_t rescheduled_ = 0;
 };

@@ -489,8 +489,8 @@ Status BenchParallel(const Flags& flags) {
     return x[static_cast<size_t>(q * static_cast<double>(x.size() - 1) + 0.5)];
   };
   const double base = quantile(variants[0].seconds, 0.5);
-  std::printf("%s, batch %d, %lld steps each, interleaved; 1 thread per device%s (%s)\n\n",
-              flags.Str("config", "").c_str(), config.data().batch_size(), static_cast<long long>(reps),
+  std::printf("%s, batch %lld, %lld steps each, interleaved; 1 thread per device%s (%s)\n\n",
+              flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()), static_cast<long long>(reps),
               world ? ", one device per MPI process" : "", CpuModelName().c_str());
   std::printf("%-16s  %10s  %18s  %8s  %6s  %14s\n", "", "median ms", "spread (p10-p90)", "speed-up", "tasks",
               "bytes moved");

@@ -268,28 +268,42 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
     lowering.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     graphs.push_back(std::move(g));
   }
+  // As a search calls it: the schedule and whether it fits, no peak memory.
   const AnalyticalCostModel cost(machine);
-  std::vector<double> full, delta;
-  DeltaSimulator incremental(machine, cost);
+  const SimulateOptions search_options{.peak_memory = false};
+  std::vector<double> full, with_memory, delta;
+  DeltaSimulator incremental(machine, cost, search_options);
   LOOM_RETURN_IF_ERROR(incremental.Simulate(graphs[0]).status());
   int64_t rescheduled = 0;
+  auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   for (int64_t r = 0; r < reps; ++r) {
     const TaskGraph& g = graphs[static_cast<size_t>((r + 1) % 2)];
     auto start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(Simulate(g, machine, cost, search_options).status());
+    full.push_back(seconds_since(start));
+    start = std::chrono::steady_clock::now();
     LOOM_RETURN_IF_ERROR(Simulate(g, machine, cost).status());
-    full.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    with_memory.push_back(seconds_since(start));
     start = std::chrono::steady_clock::now();
     LOOM_RETURN_IF_ERROR(incremental.Simulate(g).status());
-    delta.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    delta.push_back(seconds_since(start));
     rescheduled += incremental.rescheduled();
   }
-  std::printf("%s on %s, %lld devices, dp: %zu tasks (%s)\n", flags.Str("config", "").c_str(), machine.name().c_str(),
-              static_cast<long long>(devices), graphs[0].tasks.size(), CpuModelName().c_str());
-  std::printf("full simulation   %10.3f ms (p10 %.3f, p90 %.3f)\n", Quantile(full, 0.5) * 1e3,
-              Quantile(full, 0.1) * 1e3, Quantile(full, 0.9) * 1e3);
-  std::printf("delta simulation  %10.3f ms (p10 %.3f, p90 %.3f), %.1fx faster; %lld of %zu tasks rescheduled per "
-              "change (the last layer's)\n",
-              Quantile(delta, 0.5) * 1e3, Quantile(delta, 0.1) * 1e3, Quantile(delta, 0.9) * 1e3,
+  auto line = [](const char* what, const std::vector<double>& x) {
+    std::printf("%-32s %9.3f ms (p10 %.3f, p90 %.3f)", what, Quantile(x, 0.5) * 1e3, Quantile(x, 0.1) * 1e3,
+                Quantile(x, 0.9) * 1e3);
+  };
+  std::printf("%s on %s, %lld devices, dp: %zu tasks, %zu pieces (%s)\n", flags.Str("config", "").c_str(),
+              machine.name().c_str(), static_cast<long long>(devices), graphs[0].tasks.size(),
+              graphs[0].pieces.size(), CpuModelName().c_str());
+  line("full simulation", full);
+  std::printf("\n");
+  line("full, with peak memory per device", with_memory);
+  std::printf("\n");
+  line("delta simulation", delta);
+  std::printf(", %.1fx faster than full; %lld of %zu tasks rescheduled per change (the last layer's)\n",
               Quantile(full, 0.5) / Quantile(delta, 0.5), static_cast<long long>(rescheduled / reps),
               graphs[0].tasks.size());
   std::printf("lowering a proposal to its task graph: %.3f ms\n", Quantile(lowering, 0.5) * 1e3);
@@ -368,9 +382,9 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     }
 
   const AnalyticalCostModel analytical(*machine);
-  std::printf("%s, batch %d, cpu:%lld (one thread each), machine %s; profile: %zu kernels from %d steps each; "
+  std::printf("%s, batch %lld, cpu:%lld (one thread each), machine %s; profile: %zu kernels from %d steps each; "
               "%lld measured steps each, interleaved (%s)\n\n",
-              flags.Str("config", "").c_str(), config.data().batch_size(), static_cast<long long>(devices),
+              flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()), static_cast<long long>(devices),
               machine->name().c_str(), profile.size(), kProfileSteps, static_cast<long long>(reps),
               CpuModelName().c_str());
   std::printf("%-10s %14s %24s %9s %14s\n", "strategy", "predicted ms", "measured ms (p10-p90)", "error",
