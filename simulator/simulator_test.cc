@@ -186,6 +186,27 @@ TEST_CASE("a step that does not fit is marked") {
   CHECK(r->peak_memory_bytes[0] > 1000);
 }
 
+TEST_CASE("without the peak memory, fits is still exact") {
+  const TaskGraph g = Lowered("devices: 1\n");
+  const proto::Machine spec = TestMachine(1, 1, false).proto();
+  auto peak = Simulate(g, TestMachine(1, 1, false), FixedCost(1e-3));
+  REQUIRE(peak.ok());
+  double all_pieces = 0;  // the bound: every piece held at once
+  for (const Piece& p : g.pieces)
+    all_pieces += static_cast<double>(p.region.numel() * static_cast<int64_t>(DTypeSize(g.graph.type(p.value).dtype)));
+  const double held = peak->peak_memory_bytes[0];
+  REQUIRE(held < all_pieces);
+  for (const auto& [memory, fits] : std::vector<std::pair<double, bool>>{
+           {all_pieces, true}, {(held + all_pieces) / 2, true}, {held, true}, {held * 0.99, false}}) {
+    proto::Machine sized = spec;
+    sized.mutable_device()->set_memory_bytes(memory);
+    auto r = Simulate(g, *Machine::FromProto(sized, "sized"), FixedCost(1e-3), {.peak_memory = false});
+    REQUIRE(r.ok());
+    CHECK(r->fits == fits);
+    CHECK(r->peak_memory_bytes.empty());
+  }
+}
+
 TEST_CASE("the analytical model is the roofline") {
   const Machine m = TestMachine(1, 1, false);
   const TaskGraph g = Lowered("devices: 1\n");
