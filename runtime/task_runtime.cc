@@ -198,7 +198,10 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
   for (int h : tasks_.homes.at(it->second)) {
     const Piece& home = tasks_.pieces[static_cast<size_t>(h)];
     if (!Local(home.device)) continue;
-    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &pieces_[static_cast<size_t>(h)], home.region, home.region));
+    // A new tensor, not the old one overwritten: the old may be shared (Run).
+    LOOM_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Empty(home.region.shape(), t.dtype, AllocatorOf(home.device)));
+    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &fresh, home.region, home.region));
+    pieces_[static_cast<size_t>(h)] = std::move(fresh);
   }
   return Status::Ok();
 }
@@ -453,15 +456,19 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
       }
     }
     LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host));
-    // A home (the feed, the state) may be the result itself: the writebacks
-    // below and the next feed overwrite it, so the caller gets a copy.
+    // A home may be the result itself: a state's home, or the caller's own
+    // feed, which the caller may change; the caller gets a copy.
     if (op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0) {
       LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(results[name].shape(), results[name].dtype()));
       LOOM_RETURN_IF_ERROR(copy.CopyFrom(results[name]));
       results[name] = copy;
     }
   }
-  // Every reader of the old state has run: refresh the homes.
+  // Every reader of the old state has run: the new values become the homes.
+  // A home takes the new value's tensor itself (no copy: data parallelism
+  // would copy every parameter and optimizer slot on every device each
+  // step); no home is ever written in place, so tensors a home shares with
+  // a result or another home stay as they are.
   std::vector<Tensor> fresh;
   std::vector<int> refreshed;
   for (const auto& [home, op] : tasks_.writebacks) {
@@ -470,8 +477,7 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
     fresh.push_back(std::move(t));
     refreshed.push_back(home);
   }
-  for (size_t i = 0; i < fresh.size(); ++i)
-    LOOM_RETURN_IF_ERROR(pieces_[static_cast<size_t>(refreshed[i])].CopyFrom(fresh[i]));
+  for (size_t i = 0; i < fresh.size(); ++i) pieces_[static_cast<size_t>(refreshed[i])] = std::move(fresh[i]);
   for (size_t p = 0; p < pieces_.size(); ++p)
     if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
   ++step_;

@@ -13,6 +13,7 @@
 #include "graph/model.h"
 #include "graph/task_graph.h"
 #include "models/zoo.h"
+#include "runtime/executor.h"
 #include "runtime/comm/local_communicator.h"
 #include "tests/parallel_check.h"
 
@@ -273,6 +274,53 @@ TEST_CASE("LSTM and attention split along the batch and the heads match one devi
 }
 
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
+TEST_CASE("the state set after steps is the state the next step reads; results a caller holds stay as they were") {
+  // Homes take the new values' tensors after each step (no copy), so a
+  // SetState must not write into one that another home or a result shares.
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const StepResults want = OneDevice(c);  // kSteps steps
+  for (const std::string& strategy :
+       {std::string("devices: 2\ndefault_split { sample: 2 }\n"), std::string("devices: 2\ndefault_split { parameter: 2 }\n")}) {
+    INFO(strategy);
+    auto tasks = Lower(c, strategy);
+    REQUIRE(tasks.ok());
+    auto runtime = TaskRuntime::Create(std::move(*tasks));
+    REQUIRE(runtime.ok());
+    REQUIRE((*runtime)->InitializeState(kSeed + 1).ok());  // another state, replaced below
+    std::vector<std::map<std::string, Tensor>> held;         // what the caller keeps of each step
+    std::vector<std::map<std::string, std::vector<double>>> at_the_time;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == 0) {
+        // The one-device run's initial state, set into homes the runtime
+        // has already replaced once (after a step from the other state).
+        REQUIRE((*runtime)->Run(c.feeds).ok());
+        auto fresh = Executor::Create(c.step);
+        REQUIRE(fresh.ok());
+        REQUIRE((*fresh)->InitializeState(kSeed).ok());
+        for (const std::string& name : (*fresh)->StateNames()) {
+          auto value = (*fresh)->GetState(name);
+          REQUIRE(value.ok());
+          REQUIRE((*runtime)->SetState(name, *value).ok());
+        }
+      }
+      auto out = (*runtime)->Run(c.feeds);
+      REQUIRE(out.ok());
+      std::map<std::string, std::vector<double>> values;
+      for (const auto& [name, t] : *out) values[name] = t.ToDoubleVector();
+      held.push_back(*out);
+      at_the_time.push_back(values);
+    }
+    for (int step = 0; step < kSteps; ++step)
+      for (const auto& [name, t] : held[static_cast<size_t>(step)]) {
+        INFO("step " << step << " output " << name);
+        CHECK(t.ToDoubleVector() == at_the_time[static_cast<size_t>(step)][name]);  // unchanged since
+      }
+    StepResults got{held, {}};
+    for (const std::string& name : (*runtime)->StateNames()) got.state[name] = *(*runtime)->GetState(name);
+    CHECK(FirstMismatch(want, got, 1e-9) == "");
+  }
+}
+
 TEST_CASE("random valid strategies match one device") {
   const StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});

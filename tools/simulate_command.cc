@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <google/protobuf/text_format.h>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -237,6 +238,84 @@ Status MachineCommand(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
+namespace {
+
+// Each compute task's time in one traced step: the simulator's replay of it.
+class MeasuredCost final : public CostModel {
+ public:
+  explicit MeasuredCost(const std::vector<TaskSpan>& trace) : trace_(trace) {}
+  double ComputeSeconds(const TaskGraph&, const Task& task) const override {
+    const TaskSpan& span = trace_[static_cast<size_t>(task.id)];
+    return span.end - span.start;
+  }
+
+ private:
+  const std::vector<TaskSpan>& trace_;
+};
+
+struct StepAnatomy {
+  double makespan = 0;  // first task's start to the last's end
+  double waits = 0;     // idle time past dependencies and the device's previous task, summed over tasks
+  double communication = 0;  // the transfers' and all-reduces' time, summed
+};
+
+// One process's traced step, on its devices' queues in graph order.
+StepAnatomy Dissect(const TaskGraph& g, const std::vector<TaskSpan>& trace) {
+  StepAnatomy a;
+  double first = trace.empty() ? 0 : trace[0].start;
+  std::vector<double> device_free(static_cast<size_t>(g.devices), -1);
+  for (const Task& t : g.tasks) {
+    const TaskSpan& span = trace[static_cast<size_t>(t.id)];
+    first = std::min(first, span.start);
+    a.makespan = std::max(a.makespan, span.end);
+    double ready = device_free[static_cast<size_t>(t.device)];
+    for (int d : t.deps) ready = std::max(ready, trace[static_cast<size_t>(d)].end);
+    if (ready >= 0) a.waits += std::max(0.0, span.start - ready);
+    device_free[static_cast<size_t>(t.device)] = span.end;
+    if (t.kind != TaskKind::kCompute) a.communication += span.end - span.start;
+  }
+  a.makespan -= first;
+  return a;
+}
+
+// Per op: the compute tasks' measured time in one step against the cost
+// model's, largest differences first.
+std::string OpTable(const std::string& strategy, const TaskGraph& g, const std::vector<TaskSpan>& trace,
+                    const CostModel& cost) {
+  struct Row {
+    int64_t tasks = 0;
+    double measured = 0, modelled = 0;
+  };
+  std::map<std::string, Row> ops;
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    Row& row = ops[g.graph.node(t.node).op];
+    ++row.tasks;
+    row.measured += trace[static_cast<size_t>(t.id)].end - trace[static_cast<size_t>(t.id)].start;
+    row.modelled += cost.ComputeSeconds(g, t);
+  }
+  std::vector<std::pair<std::string, Row>> rows(ops.begin(), ops.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::abs(a.second.measured - a.second.modelled) > std::abs(b.second.measured - b.second.modelled);
+  });
+  std::ostringstream out;
+  out << strategy << ": compute tasks by op (the median step), largest differences first\n";
+  char line[200];
+  std::snprintf(line, sizeof(line), "  %-28s %6s %12s %12s %9s\n", "op", "tasks", "measured ms", "model ms",
+                "diff");
+  out << line;
+  for (size_t i = 0; i < rows.size() && i < 6; ++i) {
+    const Row& row = rows[i].second;
+    std::snprintf(line, sizeof(line), "  %-28s %6lld %12.3f %12.3f %+8.1f%%\n", rows[i].first.c_str(),
+                  static_cast<long long>(row.tasks), row.measured * 1e3, row.modelled * 1e3,
+                  row.measured > 0 ? 100 * (row.modelled - row.measured) / row.measured : 0.0);
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace
+
 // `loom bench simulator`: for each strategy on cpu:N of this machine, the
 // step the simulator predicts (costs from a profile measured first, in runs
 // of their own) against the step measured afterwards (the median of `reps`
@@ -349,11 +428,12 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     TaskGraph tasks;
     std::unique_ptr<TaskRuntime> runtime;
     std::vector<double> seconds;
+    std::vector<std::vector<TaskSpan>> traces;  // of the measured steps
   };
   std::vector<Variant> variants;
   for (const std::string& name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategies"));
-    Variant v{name, {}, nullptr, {}};
+    Variant v{name, {}, nullptr, {}, {}};
     LOOM_ASSIGN_OR_RETURN(v.tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     TaskRuntimeOptions o;
     o.trace = true;
@@ -379,17 +459,19 @@ Status BenchSimulator(const std::vector<std::string>& args) {
       const auto start = std::chrono::steady_clock::now();
       LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
       v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      v.traces.push_back(v.runtime->trace());
     }
 
   const AnalyticalCostModel analytical(*machine);
   std::printf("%s, batch %lld, cpu:%lld (one thread each), machine %s; profile: %zu kernels from %d steps each; "
               "%lld measured steps each, interleaved (%s)\n\n",
-              flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()), static_cast<long long>(devices),
-              machine->name().c_str(), profile.size(), kProfileSteps, static_cast<long long>(reps),
-              CpuModelName().c_str());
-  std::printf("%-10s %14s %24s %9s %14s\n", "strategy", "predicted ms", "measured ms (p10-p90)", "error",
-              "roofline ms");
+              flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()),
+              static_cast<long long>(devices), machine->name().c_str(), profile.size(), kProfileSteps,
+              static_cast<long long>(reps), CpuModelName().c_str());
+  std::printf("%-10s %12s %24s %8s %9s %9s %8s %17s %11s\n", "strategy", "predicted ms", "measured ms (p10-p90)",
+              "error", "tasks ms", "replay ms", "waits ms", "comm ms meas/sim", "roofline ms");
   std::vector<double> predicted, measured, errors;
+  std::vector<std::string> notes;
   for (const Variant& v : variants) {
     const ProfiledCostModel cost(profile, analytical);
     LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(v.tasks, *machine, cost));
@@ -398,13 +480,34 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     predicted.push_back(r.iteration_seconds);
     measured.push_back(median);
     errors.push_back(std::abs(error));
-    std::printf("%-10s %14.3f %10.3f (%5.2f-%6.2f) %+8.1f%% %14.3f%s\n", v.name.c_str(), r.iteration_seconds * 1e3,
-                median * 1e3, Quantile(v.seconds, 0.1) * 1e3, Quantile(v.seconds, 0.9) * 1e3, 100 * error,
+    // The step whose time is the median, task by task.
+    const size_t at = static_cast<size_t>(std::min_element(v.seconds.begin(), v.seconds.end(),
+                                                           [&](double a, double b) {
+                                                             return std::abs(a - median) < std::abs(b - median);
+                                                           }) -
+                                          v.seconds.begin());
+    const StepAnatomy anatomy = Dissect(v.tasks, v.traces[at]);
+    LOOM_ASSIGN_OR_RETURN(const SimulationResult replay,
+                          Simulate(v.tasks, *machine, MeasuredCost(v.traces[at]), {.peak_memory = false}));
+    double simulated_communication = 0;
+    for (const Task& t : v.tasks.tasks)
+      if (t.kind != TaskKind::kCompute)
+        simulated_communication += replay.tasks[static_cast<size_t>(t.id)].end - replay.tasks[static_cast<size_t>(t.id)].start;
+    std::printf("%-10s %12.3f %10.3f (%5.2f-%6.2f) %+7.1f%% %9.3f %9.3f %8.3f %8.3f/%8.3f %11.3f%s\n",
+                v.name.c_str(), r.iteration_seconds * 1e3, median * 1e3, Quantile(v.seconds, 0.1) * 1e3,
+                Quantile(v.seconds, 0.9) * 1e3, 100 * error, anatomy.makespan * 1e3, replay.iteration_seconds * 1e3,
+                anatomy.waits * 1e3, anatomy.communication * 1e3, simulated_communication * 1e3,
                 roof.iteration_seconds * 1e3, cost.misses() > 0 ? "  (some kernels not in the profile)" : "");
+    notes.push_back(OpTable(v.name, v.tasks, v.traces[at], cost));
   }
   std::printf("\nmedian |error| %.1f%%, largest %.1f%%; Kendall tau of the order %.2f\n",
               100 * Quantile(errors, 0.5), 100 * *std::max_element(errors.begin(), errors.end()),
               KendallTau(predicted, measured));
+  std::printf("\ntasks: the median step's tasks, first start to last end (the rest of the step is feeding, "
+              "outputs and writebacks);\nreplay: the simulator given each task's measured time in that step; "
+              "waits: time the device threads sat\nidle past a task's dependencies and their previous task "
+              "(wake-ups the simulator does not charge).\n");
+  for (const std::string& n : notes) std::printf("\n%s", n.c_str());
   return Status::Ok();
 }
 
