@@ -3,6 +3,8 @@
 // device; measured profiles and test fakes implement the same interface.
 #pragma once
 
+#include <optional>
+
 #include "graph/task_graph.h"
 #include "simulator/machine.h"
 
@@ -13,6 +15,10 @@ class CostModel {
   virtual ~CostModel() = default;
   // `task` is a compute task of `graph`.
   virtual double ComputeSeconds(const TaskGraph& graph, const Task& task) const = 0;
+  // A measured time for a transfer or all-reduce `task`, when the model has
+  // one (a profile of this machine's own runtime); else the simulator times
+  // it on the machine's links. It still occupies the links' resources.
+  virtual std::optional<double> CommunicationSeconds(const TaskGraph&, const Task&) const { return std::nullopt; }
 };
 
 // The roofline of the machine's device: its launch overhead plus the larger

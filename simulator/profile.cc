@@ -9,6 +9,11 @@
 namespace loom {
 
 std::string TaskSignature(const TaskGraph& graph, const Task& task) {
+  if (task.kind != TaskKind::kCompute) {
+    const Piece& p = graph.pieces[static_cast<size_t>(task.outputs[0])];
+    const std::string what = StrCat(p.region.shape().ToString(), " ", DTypeName(graph.graph.type(p.value).dtype));
+    return task.kind == TaskKind::kTransfer ? "transfer " + what : StrCat("all-reduce of ", task.group.size(), " ", what);
+  }
   const Node& n = graph.graph.node(task.node);
   std::string s = n.op + " " + task.attrs.ToString() + " (";
   for (size_t i = 0; i < task.inputs.size(); ++i)
@@ -82,6 +87,10 @@ std::optional<double> Profile::Seconds(const std::string& signature) const {
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
   return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+std::optional<double> ProfiledCostModel::CommunicationSeconds(const TaskGraph& graph, const Task& task) const {
+  return profile_.Seconds(TaskSignature(graph, task));
 }
 
 double ProfiledCostModel::ComputeSeconds(const TaskGraph& graph, const Task& task) const {

@@ -17,7 +17,8 @@
 
 namespace loom {
 
-// "Conv2d {kernel=[3, 3], ...} ([8, 1, 28, 28] f32, [4, 1, 3, 3] f32) -> ([8, 4, 28, 28] f32)".
+// "Conv2d {kernel=[3, 3], ...} ([8, 1, 28, 28] f32, [4, 1, 3, 3] f32) -> ([8, 4, 28, 28] f32)";
+// "transfer [8, 4, 28, 28] f32"; "all-reduce of 2 [64, 16] f32".
 std::string TaskSignature(const TaskGraph& graph, const Task& task);
 
 class Profile {
@@ -40,11 +41,12 @@ class Profile {
 };
 
 // The profile's time where it has the task's signature, else the fallback
-// model's; counts how often each was used.
+// model's; counts how often each was used (compute tasks).
 class ProfiledCostModel final : public CostModel {
  public:
   ProfiledCostModel(const Profile& profile, const CostModel& fallback) : profile_(profile), fallback_(fallback) {}
   double ComputeSeconds(const TaskGraph& graph, const Task& task) const override;
+  std::optional<double> CommunicationSeconds(const TaskGraph& graph, const Task& task) const override;
   int64_t hits() const { return hits_.load(); }
   int64_t misses() const { return misses_.load(); }
 

@@ -72,18 +72,24 @@ class Scheduler {
           if (!copies_on_device_) s->queues.push_back(static_cast<int32_t>(g_.devices + r));
           s->traffic.push_back({r, t.bytes});
         }
-        return s->Close(Machine::MessageSeconds(route, t.bytes), t.deps);
+        const std::optional<double> measured = cost_.CommunicationSeconds(g_, t);
+        return s->Close(measured ? *measured : Machine::MessageSeconds(route, t.bytes), t.deps);
       }
       case TaskKind::kAllReduce: {
-        if (copies_on_device_) return s->Close(RootAllReduce(t, s), t.deps);
-        auto model = all_reduces_.find(t.group);
-        if (model == all_reduces_.end()) model = all_reduces_.emplace(t.group, AllReduceModel(m_, t.group)).first;
-        const size_t first = s->traffic.size();
-        const double seconds = model->second.Cost(t.bytes, &s->traffic).seconds;
-        // It holds every link resource it crosses (Cost names each once).
-        for (size_t i = first; i < s->traffic.size(); ++i)
-          s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
-        return s->Close(seconds, t.deps);
+        double seconds = 0;
+        if (copies_on_device_) {
+          seconds = RootAllReduce(t, s);
+        } else {
+          auto model = all_reduces_.find(t.group);
+          if (model == all_reduces_.end()) model = all_reduces_.emplace(t.group, AllReduceModel(m_, t.group)).first;
+          const size_t first = s->traffic.size();
+          seconds = model->second.Cost(t.bytes, &s->traffic).seconds;
+          // It holds every link resource it crosses (Cost names each once).
+          for (size_t i = first; i < s->traffic.size(); ++i)
+            s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
+        }
+        const std::optional<double> measured = cost_.CommunicationSeconds(g_, t);
+        return s->Close(measured ? *measured : seconds, t.deps);
       }
     }
   }

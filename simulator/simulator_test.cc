@@ -277,6 +277,35 @@ TEST_CASE("the profiled model takes the profile's time where it has the task, el
   CHECK_THAT(TaskSignature(g, *first), Catch::Contains(") -> (") && Catch::Contains("f64"));
 }
 
+TEST_CASE("a profile's transfer and all-reduce times replace the links' model; they still hold the links") {
+  const TaskGraph g = Lowered("devices: 2\nlayer { layer: \"*fc2*\" devices: 1 }\ndefault_split { sample: 2 }\n");
+  Profile p;
+  int transfers = 0, reduces = 0;
+  for (const Task& t : g.tasks) {
+    if (t.kind == TaskKind::kCompute) continue;
+    (t.kind == TaskKind::kTransfer ? transfers : reduces)++;
+    p.Add(TaskSignature(g, t), t.kind == TaskKind::kTransfer ? 0.5 : 0.25);
+  }
+  REQUIRE(transfers > 0);
+  REQUIRE(reduces > 0);
+  const FixedCost fallback(1e-3);
+  const ProfiledCostModel model(p, fallback);
+  for (bool copies : {true, false}) {
+    auto r = Simulate(g, TestMachine(1, 2, copies), model);
+    REQUIRE(r.ok());
+    CheckSchedule(g, *r);
+    double moved = 0;
+    for (double b : r->resource_bytes) moved += b;
+    CHECK(moved > 0);
+    for (const Task& t : g.tasks) {
+      const SimulatedTask& s = r->tasks[static_cast<size_t>(t.id)];
+      if (t.kind == TaskKind::kTransfer) CHECK(s.end - s.start == 0.5);
+      if (t.kind == TaskKind::kAllReduce) CHECK(s.end - s.start == 0.25);
+    }
+  }
+  CHECK_THAT(TaskSignature(g, g.tasks.back()), Catch::Contains("f64"));
+}
+
 }  // namespace
 }  // namespace loom
 

@@ -207,11 +207,11 @@ Status ProfileCommand(const std::vector<std::string>& args) {
     LOOM_RETURN_IF_ERROR(runtime->Run(feeds).status());
     for (const TaskSpan& span : runtime->trace()) {
       const Task& t = tasks.tasks[static_cast<size_t>(span.task)];
-      if (t.kind == TaskKind::kCompute) profile.Add(TaskSignature(tasks, t), span.end - span.start);
+      profile.Add(TaskSignature(tasks, t), span.end - span.start);
     }
   }
   LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("out", ""), profile.ToText()));
-  std::printf("%zu kernels from %lld steps of %s on cpu:%lld (%s): %s\n", profile.size(),
+  std::printf("%zu task signatures from %lld steps of %s on cpu:%lld (%s): %s\n", profile.size(),
               static_cast<long long>(steps), name.c_str(), static_cast<long long>(strategy.devices()),
               CpuModelName().c_str(), flags.Str("out", "").c_str());
   return Status::Ok();
@@ -441,8 +441,9 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     LOOM_RETURN_IF_ERROR(v.runtime->InitializeState(config.seed()));
     variants.push_back(std::move(v));
   }
-  // The profile: every compute task's time in 5 traced steps of each
-  // strategy (after a warm-up), before and apart from the measured steps.
+  // The profile: every task's time (kernels, transfers, all-reduces) in 5
+  // traced steps of each strategy (after a warm-up), before and apart from
+  // the measured steps.
   constexpr int kProfileSteps = 5;
   Profile profile;
   for (int step = 0; step <= kProfileSteps; ++step)
@@ -451,7 +452,7 @@ Status BenchSimulator(const std::vector<std::string>& args) {
       if (step == 0) continue;
       for (const TaskSpan& span : v.runtime->trace()) {
         const Task& t = v.tasks.tasks[static_cast<size_t>(span.task)];
-        if (t.kind == TaskKind::kCompute) profile.Add(TaskSignature(v.tasks, t), span.end - span.start);
+        profile.Add(TaskSignature(v.tasks, t), span.end - span.start);
       }
     }
   for (int64_t step = 0; step < reps; ++step)
@@ -463,7 +464,7 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     }
 
   const AnalyticalCostModel analytical(*machine);
-  std::printf("%s, batch %lld, cpu:%lld (one thread each), machine %s; profile: %zu kernels from %d steps each; "
+  std::printf("%s, batch %lld, cpu:%lld (one thread each), machine %s; profile: %zu task signatures from %d steps each; "
               "%lld measured steps each, interleaved (%s)\n\n",
               flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()),
               static_cast<long long>(devices), machine->name().c_str(), profile.size(), kProfileSteps,
