@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <google/protobuf/text_format.h>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -240,47 +241,75 @@ Status MachineCommand(const std::vector<std::string>& args) {
 
 namespace {
 
-// Each compute task's time in one traced step: the simulator's replay of it.
+// Each task's time in one traced step: the simulator's replay of it.
 class MeasuredCost final : public CostModel {
  public:
-  explicit MeasuredCost(const std::vector<TaskSpan>& trace) : trace_(trace) {}
+  explicit MeasuredCost(const std::vector<double>& seconds) : seconds_(seconds) {}
   double ComputeSeconds(const TaskGraph&, const Task& task) const override {
-    const TaskSpan& span = trace_[static_cast<size_t>(task.id)];
-    return span.end - span.start;
+    return seconds_[static_cast<size_t>(task.id)];
+  }
+  std::optional<double> CommunicationSeconds(const TaskGraph&, const Task& task) const override {
+    return seconds_[static_cast<size_t>(task.id)];
   }
 
  private:
-  const std::vector<TaskSpan>& trace_;
+  const std::vector<double>& seconds_;
 };
 
-struct StepAnatomy {
-  double makespan = 0;  // first task's start to the last's end
-  double waits = 0;     // idle time past dependencies and the device's previous task, summed over tasks
-  double communication = 0;  // the transfers' and all-reduces' time, summed
+// One traced step, gathered from every process of the run (each traces the
+// tasks its devices run, on its own clock).
+struct TracedStep {
+  double seconds = 0;               // the slowest process's
+  std::vector<double> task_seconds;  // by task; a task two processes run (a message): the shorter span
+  double makespan = 0;               // first task's start to the last's end, the longest of the processes
+  double waits = 0;  // device threads idle past a task's dependencies (of the same process) and their previous task
 };
 
-// One process's traced step, on its devices' queues in graph order.
-StepAnatomy Dissect(const TaskGraph& g, const std::vector<TaskSpan>& trace) {
-  StepAnatomy a;
-  double first = trace.empty() ? 0 : trace[0].start;
+StatusOr<TracedStep> Gather(const TaskGraph& g, double seconds, const std::vector<TaskSpan>& trace,
+                            Communicator* world) {
+  TracedStep s;
+  s.seconds = seconds;
+  constexpr double kNotRun = std::numeric_limits<double>::infinity();
+  s.task_seconds.assign(g.tasks.size(), kNotRun);
+  auto ran = [&](int id) {
+    const TaskSpan& span = trace[static_cast<size_t>(id)];
+    return span.task == id && span.end > 0;
+  };
+  double first = kNotRun, last = 0;
   std::vector<double> device_free(static_cast<size_t>(g.devices), -1);
   for (const Task& t : g.tasks) {
+    if (!ran(t.id)) continue;
     const TaskSpan& span = trace[static_cast<size_t>(t.id)];
+    s.task_seconds[static_cast<size_t>(t.id)] = span.end - span.start;
     first = std::min(first, span.start);
-    a.makespan = std::max(a.makespan, span.end);
+    last = std::max(last, span.end);
     double ready = device_free[static_cast<size_t>(t.device)];
-    for (int d : t.deps) ready = std::max(ready, trace[static_cast<size_t>(d)].end);
-    if (ready >= 0) a.waits += std::max(0.0, span.start - ready);
+    for (int d : t.deps)
+      if (ran(d)) ready = std::max(ready, trace[static_cast<size_t>(d)].end);
+    if (ready >= 0) s.waits += std::max(0.0, span.start - ready);
     device_free[static_cast<size_t>(t.device)] = span.end;
-    if (t.kind != TaskKind::kCompute) a.communication += span.end - span.start;
   }
-  a.makespan -= first;
-  return a;
+  s.makespan = last - std::min(first, last);
+  if (world == nullptr) return s;
+  // Minimum over processes: the maximum of the negations.
+  Tensor spans = Tensor::FromVector(Shape({static_cast<int64_t>(g.tasks.size())}), s.task_seconds);
+  double* x = spans.data<double>();
+  for (int64_t i = 0; i < spans.numel(); ++i) x[i] = -x[i];
+  LOOM_RETURN_IF_ERROR(world->AllReduce(spans, ReduceOp::kMax));
+  for (int64_t i = 0; i < spans.numel(); ++i) s.task_seconds[static_cast<size_t>(i)] = -x[i];
+  Tensor longest = Tensor::FromVector(Shape({2}), std::vector<double>{s.seconds, s.makespan});
+  LOOM_RETURN_IF_ERROR(world->AllReduce(longest, ReduceOp::kMax));
+  s.seconds = longest.data<double>()[0];
+  s.makespan = longest.data<double>()[1];
+  Tensor waits = Tensor::FromVector(Shape({1}), std::vector<double>{s.waits});
+  LOOM_RETURN_IF_ERROR(world->AllReduce(waits, ReduceOp::kSum));
+  s.waits = waits.data<double>()[0];
+  return s;
 }
 
 // Per op: the compute tasks' measured time in one step against the cost
 // model's, largest differences first.
-std::string OpTable(const std::string& strategy, const TaskGraph& g, const std::vector<TaskSpan>& trace,
+std::string OpTable(const std::string& strategy, const TaskGraph& g, const std::vector<double>& seconds,
                     const CostModel& cost) {
   struct Row {
     int64_t tasks = 0;
@@ -291,7 +320,7 @@ std::string OpTable(const std::string& strategy, const TaskGraph& g, const std::
     if (t.kind != TaskKind::kCompute) continue;
     Row& row = ops[g.graph.node(t.node).op];
     ++row.tasks;
-    row.measured += trace[static_cast<size_t>(t.id)].end - trace[static_cast<size_t>(t.id)].start;
+    row.measured += seconds[static_cast<size_t>(t.id)];
     row.modelled += cost.ComputeSeconds(g, t);
   }
   std::vector<std::pair<std::string, Row>> rows(ops.begin(), ops.end());
@@ -408,9 +437,16 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     LOOM_ASSIGN_OR_RETURN(const Machine machine, Machine::Load(flags.Str("machine", "")));
     return BenchSimulatorSpeed(flags, config, machine);
   }
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 2));
+  // Under mpirun each process runs its share of the devices; rank 0 reports.
+  Communicator* world = ProcessCommunicator();
+  if (world != nullptr && world->size() == 1) world = nullptr;
+  const bool speaks = world == nullptr || world->rank() == 0;
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", world ? world->size() : 2));
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
   if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
+  if (world && devices % world->size() != 0)
+    return InvalidArgument("--devices ", devices, " under mpirun -np ", world->size(),
+                           ": each process runs as many devices (a multiple of ", world->size(), ")");
   std::optional<Machine> machine;
   if (flags.Has("machine")) {
     LOOM_ASSIGN_OR_RETURN(machine, Machine::Load(flags.Str("machine", "")));
@@ -427,20 +463,26 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     std::string name;
     TaskGraph tasks;
     std::unique_ptr<TaskRuntime> runtime;
-    std::vector<double> seconds;
-    std::vector<std::vector<TaskSpan>> traces;  // of the measured steps
+    std::vector<TracedStep> steps;  // the measured ones
   };
   std::vector<Variant> variants;
   for (const std::string& name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategies"));
-    Variant v{name, {}, nullptr, {}, {}};
+    Variant v{name, {}, nullptr, {}};
     LOOM_ASSIGN_OR_RETURN(v.tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     TaskRuntimeOptions o;
     o.trace = true;
+    o.communicator = world;
     LOOM_ASSIGN_OR_RETURN(v.runtime, TaskRuntime::Create(v.tasks, o));
     LOOM_RETURN_IF_ERROR(v.runtime->InitializeState(config.seed()));
     variants.push_back(std::move(v));
   }
+  auto traced_step = [&](Variant& v) -> StatusOr<TracedStep> {
+    const auto start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return Gather(v.tasks, seconds, v.runtime->trace(), world);
+  };
   // The profile: every task's time (kernels, transfers, all-reduces) in 5
   // traced steps of each strategy (after a warm-up), before and apart from
   // the measured steps.
@@ -448,27 +490,26 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   Profile profile;
   for (int step = 0; step <= kProfileSteps; ++step)
     for (Variant& v : variants) {
-      LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
+      LOOM_ASSIGN_OR_RETURN(const TracedStep traced, traced_step(v));
       if (step == 0) continue;
-      for (const TaskSpan& span : v.runtime->trace()) {
-        const Task& t = v.tasks.tasks[static_cast<size_t>(span.task)];
-        profile.Add(TaskSignature(v.tasks, t), span.end - span.start);
-      }
+      for (const Task& t : v.tasks.tasks)
+        profile.Add(TaskSignature(v.tasks, t), traced.task_seconds[static_cast<size_t>(t.id)]);
     }
   for (int64_t step = 0; step < reps; ++step)
     for (Variant& v : variants) {
-      const auto start = std::chrono::steady_clock::now();
-      LOOM_RETURN_IF_ERROR(v.runtime->Run(feeds).status());
-      v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      v.traces.push_back(v.runtime->trace());
+      LOOM_ASSIGN_OR_RETURN(TracedStep traced, traced_step(v));
+      v.steps.push_back(std::move(traced));
     }
+  if (!speaks) return Status::Ok();
 
   const AnalyticalCostModel analytical(*machine);
-  std::printf("%s, batch %lld, cpu:%lld (one thread each), machine %s; profile: %zu task signatures from %d steps each; "
-              "%lld measured steps each, interleaved (%s)\n\n",
+  std::printf("%s, batch %lld, %s (one thread each), machine %s; profile: %zu task signatures from %d steps "
+              "each; %lld measured steps each, interleaved (%s)\n\n",
               flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()),
-              static_cast<long long>(devices), machine->name().c_str(), profile.size(), kProfileSteps,
-              static_cast<long long>(reps), CpuModelName().c_str());
+              world ? StrCat(devices, " devices in ", world->size(), " MPI processes").c_str()
+                    : StrCat("cpu:", devices).c_str(),
+              machine->name().c_str(), profile.size(), kProfileSteps, static_cast<long long>(reps),
+              CpuModelName().c_str());
   std::printf("%-10s %12s %24s %8s %9s %9s %8s %17s %11s\n", "strategy", "predicted ms", "measured ms (p10-p90)",
               "error", "tasks ms", "replay ms", "waits ms", "comm ms meas/sim", "roofline ms");
   std::vector<double> predicted, measured, errors;
@@ -477,29 +518,30 @@ Status BenchSimulator(const std::vector<std::string>& args) {
     const ProfiledCostModel cost(profile, analytical);
     LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(v.tasks, *machine, cost));
     LOOM_ASSIGN_OR_RETURN(const SimulationResult roof, Simulate(v.tasks, *machine, analytical));
-    const double median = Quantile(v.seconds, 0.5), error = (r.iteration_seconds - median) / median;
+    std::vector<double> seconds;
+    for (const TracedStep& step : v.steps) seconds.push_back(step.seconds);
+    const double median = Quantile(seconds, 0.5), error = (r.iteration_seconds - median) / median;
     predicted.push_back(r.iteration_seconds);
     measured.push_back(median);
     errors.push_back(std::abs(error));
     // The step whose time is the median, task by task.
-    const size_t at = static_cast<size_t>(std::min_element(v.seconds.begin(), v.seconds.end(),
-                                                           [&](double a, double b) {
-                                                             return std::abs(a - median) < std::abs(b - median);
-                                                           }) -
-                                          v.seconds.begin());
-    const StepAnatomy anatomy = Dissect(v.tasks, v.traces[at]);
+    const TracedStep& typical = *std::min_element(v.steps.begin(), v.steps.end(), [&](const auto& a, const auto& b) {
+      return std::abs(a.seconds - median) < std::abs(b.seconds - median);
+    });
     LOOM_ASSIGN_OR_RETURN(const SimulationResult replay,
-                          Simulate(v.tasks, *machine, MeasuredCost(v.traces[at]), {.peak_memory = false}));
-    double simulated_communication = 0;
-    for (const Task& t : v.tasks.tasks)
-      if (t.kind != TaskKind::kCompute)
-        simulated_communication += replay.tasks[static_cast<size_t>(t.id)].end - replay.tasks[static_cast<size_t>(t.id)].start;
+                          Simulate(v.tasks, *machine, MeasuredCost(typical.task_seconds), {.peak_memory = false}));
+    double communication = 0, simulated_communication = 0;
+    for (const Task& t : v.tasks.tasks) {
+      if (t.kind == TaskKind::kCompute) continue;
+      communication += typical.task_seconds[static_cast<size_t>(t.id)];
+      simulated_communication += r.tasks[static_cast<size_t>(t.id)].end - r.tasks[static_cast<size_t>(t.id)].start;
+    }
     std::printf("%-10s %12.3f %10.3f (%5.2f-%6.2f) %+7.1f%% %9.3f %9.3f %8.3f %8.3f/%8.3f %11.3f%s\n",
-                v.name.c_str(), r.iteration_seconds * 1e3, median * 1e3, Quantile(v.seconds, 0.1) * 1e3,
-                Quantile(v.seconds, 0.9) * 1e3, 100 * error, anatomy.makespan * 1e3, replay.iteration_seconds * 1e3,
-                anatomy.waits * 1e3, anatomy.communication * 1e3, simulated_communication * 1e3,
+                v.name.c_str(), r.iteration_seconds * 1e3, median * 1e3, Quantile(seconds, 0.1) * 1e3,
+                Quantile(seconds, 0.9) * 1e3, 100 * error, typical.makespan * 1e3, replay.iteration_seconds * 1e3,
+                typical.waits * 1e3, communication * 1e3, simulated_communication * 1e3,
                 roof.iteration_seconds * 1e3, cost.misses() > 0 ? "  (some kernels not in the profile)" : "");
-    notes.push_back(OpTable(v.name, v.tasks, v.traces[at], cost));
+    notes.push_back(OpTable(v.name, v.tasks, typical.task_seconds, cost));
   }
   std::printf("\nmedian |error| %.1f%%, largest %.1f%%; Kendall tau of the order %.2f\n",
               100 * Quantile(errors, 0.5), 100 * *std::max_element(errors.begin(), errors.end()),
@@ -507,7 +549,8 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   std::printf("\ntasks: the median step's tasks, first start to last end (the rest of the step is feeding, "
               "outputs and writebacks);\nreplay: the simulator given each task's measured time in that step; "
               "waits: time the device threads sat\nidle past a task's dependencies and their previous task "
-              "(wake-ups the simulator does not charge).\n");
+              "(wake-ups the simulator does not charge); comm: the\nmedian step's transfers and all-reduces, "
+              "measured and as predicted.\n");
   for (const std::string& n : notes) std::printf("\n%s", n.c_str());
   return Status::Ok();
 }
