@@ -3,7 +3,11 @@
 // device; measured profiles and test fakes implement the same interface.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "graph/task_graph.h"
 #include "simulator/machine.h"
@@ -21,6 +25,18 @@ class CostModel {
   virtual std::optional<double> CommunicationSeconds(const TaskGraph&, const Task&) const { return std::nullopt; }
 };
 
+// What a compute task's roofline needs: its FLOPs and bytes (OpDef::Cost of
+// the part's shapes, carried by the task) and the element type of its work
+// (its first floating output's: a loss over f32 logits is f32 work).
+struct TaskWork {
+  double flops = 0, bytes = 0;
+  DType dtype = DType::kF32;
+};
+TaskWork WorkOf(const TaskGraph& graph, const Task& task);
+// The larger of the FLOPs at the device's peak for the type and the bytes at
+// its memory bandwidth (no launch overhead).
+double RooflineSeconds(const Machine& machine, const TaskWork& work);
+
 // The roofline of the machine's device: its launch overhead plus the larger
 // of FLOPs at the peak rate of the task's element type and bytes at the
 // memory bandwidth (OpDef::Cost of the part's shapes, in the task). An
@@ -34,6 +50,33 @@ class AnalyticalCostModel final : public CostModel {
 
  private:
   const Machine& machine_;
+};
+
+// Measured kernel times with the work they did: what calibrates the
+// roofline (CalibratedCostModel in simulator/profile.h).
+struct WorkSample {
+  std::string op;
+  TaskWork work;
+  double seconds = 0;
+};
+
+// The roofline scaled by the efficiency (the fraction of the roof reached)
+// that measured kernels of the same op reached, as a function of size (the
+// roofline time): interpolated in log size between the op's samples, held
+// beyond them; an op without samples takes the median efficiency of all.
+// It covers the tasks a profile lacks (the search proposes splits whose
+// shapes were never run) and devices measured elsewhere.
+class CalibratedCostModel final : public CostModel {
+ public:
+  CalibratedCostModel(const Machine& machine, const std::vector<WorkSample>& samples);
+  double ComputeSeconds(const TaskGraph& graph, const Task& task) const override;
+  // The efficiency it uses for `op` at roofline time `roof_seconds`.
+  double Efficiency(const std::string& op, double roof_seconds) const;
+
+ private:
+  const Machine& machine_;
+  std::map<std::string, std::vector<std::pair<double, double>>> curves_;  // op -> (log roofline s, efficiency)
+  double typical_ = 1;
 };
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 
 #include "core/text_proto.h"
 
@@ -38,25 +39,49 @@ StatusOr<Profile> Profile::Parse(const std::string& text, const std::string& ori
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.empty() || line[0] == '#') continue;
-    const size_t tab1 = line.find('\t'), tab2 = tab1 == std::string::npos ? tab1 : line.find('\t', tab1 + 1);
-    if (tab2 == std::string::npos)
-      return InvalidArgument(origin, ":", number, ": expected SECONDS<TAB>SAMPLES<TAB>SIGNATURE, got '", line, "'");
+    std::vector<std::string> fields;
+    for (size_t start = 0;;) {
+      const size_t tab = line.find('\t', start);
+      fields.push_back(line.substr(start, tab == std::string::npos ? tab : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (fields.size() != 3 && fields.size() != 6)
+      return InvalidArgument(origin, ":", number,
+                             ": expected SECONDS<TAB>SAMPLES<TAB>SIGNATURE[<TAB>FLOPS<TAB>BYTES<TAB>DTYPE], got '", line,
+                             "'");
+    auto number_in = [](const std::string& field, auto* value) {
+      try {
+        size_t used = 0;
+        if constexpr (std::is_same_v<std::remove_pointer_t<decltype(value)>, double>) {
+          *value = std::stod(field, &used);
+        } else {
+          *value = std::stoll(field, &used);
+        }
+        return used == field.size();
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
     double seconds = 0;
     int64_t samples = 0;
-    try {
-      size_t used = 0;
-      seconds = std::stod(line.substr(0, tab1), &used);
-      if (used != tab1) throw std::invalid_argument("trailing");
-      samples = std::stoll(line.substr(tab1 + 1, tab2 - tab1 - 1), &used);
-      if (used != tab2 - tab1 - 1) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
+    if (!number_in(fields[0], &seconds) || !number_in(fields[1], &samples))
       return InvalidArgument(origin, ":", number, ": SECONDS and SAMPLES must be numbers, got '", line, "'");
-    }
     if (!(seconds >= 0) || !std::isfinite(seconds) || samples < 1)
       return InvalidArgument(origin, ":", number, ": seconds must be finite and >= 0 and samples >= 1, got '", line,
                              "'");
-    const std::string signature = line.substr(tab2 + 1);
+    const std::string& signature = fields[2];
     if (p.samples_.count(signature)) return InvalidArgument(origin, ":", number, ": a second line for '", signature, "'");
+    if (fields.size() == 6) {
+      TaskWork w;
+      StatusOr<DType> dtype = ParseDType(fields[5]);
+      if (!number_in(fields[3], &w.flops) || !number_in(fields[4], &w.bytes) || !(w.flops >= 0) || !(w.bytes >= 0) ||
+          !dtype.ok())
+        return InvalidArgument(origin, ":", number, ": FLOPS and BYTES must be numbers >= 0 and DTYPE a type, got '",
+                               line, "'");
+      w.dtype = *dtype;
+      p.work_[signature] = w;
+    }
     p.samples_[signature] = {seconds};
     p.counts_[signature] = samples;
   }
@@ -66,18 +91,45 @@ StatusOr<Profile> Profile::Parse(const std::string& text, const std::string& ori
 std::string Profile::ToText() const {
   std::ostringstream s;
   s.precision(9);
-  s << "# loom profile: median seconds, samples, task signature (simulator/profile.h)\n";
+  s << "# loom profile: median seconds, samples, task signature[, its FLOPs, bytes and element type] "
+       "(simulator/profile.h)\n";
   for (const auto& [signature, times] : samples_) {
     auto count = counts_.find(signature);
     s << *Seconds(signature) << "\t" << (count != counts_.end() ? count->second : static_cast<int64_t>(times.size()))
-      << "\t" << signature << "\n";
+      << "\t" << signature;
+    auto work = work_.find(signature);
+    if (work != work_.end())
+      s << "\t" << work->second.flops << "\t" << work->second.bytes << "\t" << DTypeName(work->second.dtype);
+    s << "\n";
   }
   return s.str();
 }
 
-void Profile::Add(const std::string& signature, double seconds) {
+void Profile::Add(const std::string& signature, double seconds, const std::optional<TaskWork>& work) {
   samples_[signature].push_back(seconds);
   counts_.erase(signature);  // measured here: its own samples count
+  if (work) work_[signature] = *work;
+}
+
+void Profile::AddTask(const TaskGraph& graph, const Task& task, double seconds) {
+  Add(TaskSignature(graph, task), seconds,
+      task.kind == TaskKind::kCompute ? std::optional<TaskWork>(WorkOf(graph, task)) : std::nullopt);
+}
+
+void Profile::Add(const Profile& other) {
+  for (const auto& [signature, times] : other.samples_) {
+    std::vector<double>& mine = samples_[signature];
+    mine.insert(mine.end(), times.begin(), times.end());
+    counts_.erase(signature);
+  }
+  for (const auto& [signature, work] : other.work_) work_[signature] = work;
+}
+
+std::vector<WorkSample> Profile::WorkSamples() const {
+  std::vector<WorkSample> out;
+  for (const auto& [signature, work] : work_)
+    out.push_back({signature.substr(0, signature.find(' ')), work, *Seconds(signature)});
+  return out;
 }
 
 std::optional<double> Profile::Seconds(const std::string& signature) const {

@@ -3,8 +3,9 @@
 // attributes and the part's input and output types: what decides its
 // kernel's time on a device) to the times measured for it; `loom profile`
 // measures one from the task runtime's trace. Files are lines
-//   SECONDS <TAB> SAMPLES <TAB> SIGNATURE
-// (the median of the samples), with # comments.
+//   SECONDS <TAB> SAMPLES <TAB> SIGNATURE [<TAB> FLOPS <TAB> BYTES <TAB> DTYPE]
+// (the median of the samples; a compute task's work, which calibrates the
+// roofline), with # comments.
 #pragma once
 
 #include <atomic>
@@ -29,15 +30,23 @@ class Profile {
   // The file's text: one line per signature, its median and sample count.
   std::string ToText() const;
 
-  void Add(const std::string& signature, double seconds);
+  // `work`: a compute task's (WorkOf), so the profile can calibrate.
+  void Add(const std::string& signature, double seconds, const std::optional<TaskWork>& work = std::nullopt);
+  // A task's measured time, by its signature (with its work when compute).
+  void AddTask(const TaskGraph& graph, const Task& task, double seconds);
+  // Every sample of `other` too.
+  void Add(const Profile& other);
   // The median of the signature's samples (the mean of the middle two for
   // an even count), or nothing when it has none.
   std::optional<double> Seconds(const std::string& signature) const;
   size_t size() const { return samples_.size(); }
+  // The compute signatures with their work: each its op, work and median.
+  std::vector<WorkSample> WorkSamples() const;
 
  private:
   std::map<std::string, std::vector<double>> samples_;
   std::map<std::string, int64_t> counts_;  // a loaded line's sample count
+  std::map<std::string, TaskWork> work_;
 };
 
 // The profile's time where it has the task's signature, else the fallback

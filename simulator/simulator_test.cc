@@ -249,6 +249,54 @@ TEST_CASE("a profile keeps medians, round-trips its file and refuses bad lines")
   CHECK_THAT(Profile::Parse("1\t1\tX\n2\t1\tX\n", "p.txt").status().message(), Catch::Contains("p.txt:2: a second"));
 }
 
+TEST_CASE("a profile keeps a compute task's work, round-trips it and refuses a bad one") {
+  const TaskGraph g = Lowered("devices: 1\n");
+  Profile p;
+  for (const Task& t : g.tasks) p.AddTask(g, t, 1e-3);
+  const std::vector<WorkSample> samples = p.WorkSamples();
+  REQUIRE(!samples.empty());
+  auto back = Profile::Parse(p.ToText(), "p.txt");
+  REQUIRE(back.status().ToString() == "OK");
+  const std::vector<WorkSample> again = back->WorkSamples();
+  REQUIRE(again.size() == samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    CHECK(again[i].op == samples[i].op);
+    CHECK(again[i].work.flops == samples[i].work.flops);
+    CHECK(again[i].work.bytes == samples[i].work.bytes);
+    CHECK(again[i].work.dtype == DType::kF64);
+  }
+  CHECK_THAT(Profile::Parse("1\t1\tX\t1\t2\n", "p.txt").status().message(), Catch::Contains("p.txt:1: expected"));
+  CHECK_THAT(Profile::Parse("1\t1\tX\t1\t2\tq16\n", "p.txt").status().message(),
+             Catch::Contains("p.txt:1: FLOPS and BYTES"));
+}
+
+TEST_CASE("the calibrated roofline: each op's measured efficiency, interpolated in size, the median for the rest") {
+  const Machine m = TestMachine(1, 1, false);  // 1 GFLOP/s, 1 GB/s, no launch overhead
+  // MatMul reaches half the roof on small tasks and all of it on large ones;
+  // Add a quarter everywhere.
+  const std::vector<WorkSample> samples = {
+      {"MatMul", {1e6, 0, DType::kF32}, 2e-3},  // roof 1 ms
+      {"MatMul", {1e8, 0, DType::kF32}, 1e-1},  // roof 100 ms
+      {"Add", {0, 1e6, DType::kF32}, 4e-3},     // roof 1 ms
+      {"Add", {0, 1e6, DType::kF32}, 4e-3},
+  };
+  const CalibratedCostModel model(m, samples);
+  CHECK(model.Efficiency("MatMul", 1e-3) == Approx(0.5));
+  CHECK(model.Efficiency("MatMul", 1e-1) == Approx(1.0));
+  CHECK(model.Efficiency("MatMul", 1e-2) == Approx(0.75));  // halfway in log size
+  CHECK(model.Efficiency("MatMul", 1.0) == Approx(1.0));    // held beyond the samples
+  CHECK(model.Efficiency("Add", 1e-5) == Approx(0.25));
+  CHECK(model.Efficiency("Conv2d", 1e-3) == Approx(0.5));   // unseen: the median sample (0.25 0.25 [0.5] 1)
+  const TaskGraph g = Lowered("devices: 1\n");
+  const AnalyticalCostModel roof(m);
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    const double r = roof.ComputeSeconds(g, t);
+    const double e = model.Efficiency(g.graph.node(t.node).op, r);
+    CHECK(model.ComputeSeconds(g, t) == Approx(r > 0 ? r / e : 0));
+  }
+}
+
 TEST_CASE("the profiled model takes the profile's time where it has the task, else the fallback's") {
   const TaskGraph g = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
   Profile p;
