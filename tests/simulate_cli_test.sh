@@ -47,7 +47,12 @@ grep -qP '^[0-9.e-]+\t[0-9]+\tConv2d ' "$work/profile.txt" && echo "ok   the pro
   fail "no Conv2d line in $(cat "$work/profile.txt")"
 out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" --devices 2 --profile "$work/profile.txt" 2>&1) ||
   fail "simulate --profile: $out"
-contains "simulate --profile counts the measured tasks" "$out" "tasks measured, 0 by the roofline"
+contains "simulate --profile counts the measured tasks" "$out" "tasks measured, 0 by the roofline calibrated on it"
+# Another strategy's shapes (whole batches) the dp profile lacks: the calibrated roofline costs them.
+out=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$work/local.pbtxt" --devices 2 --strategy model \
+  --profile "$work/profile.txt" 2>&1) || fail "simulate --strategy model --profile: $out"
+grep -qP '[1-9][0-9]* by the roofline calibrated on it' <<<"$out" &&
+  echo "ok   the kernels a profile lacks take the calibrated roofline" || fail "no calibrated tasks in: $out"
 
 expect "no machine" "loom simulate needs --machine FILE" -- simulate --config "$work/cnn.pbtxt"
 expect "a missing machine file" "nowhere.pbtxt" -- simulate --config "$work/cnn.pbtxt" --machine "$work/nowhere.pbtxt"

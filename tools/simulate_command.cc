@@ -35,7 +35,8 @@ Status SimulateCommand(const std::vector<std::string>& args) {
                {"machine", "a machine file (simulator/machines/*.pbtxt)"},
                {"strategy", "dp (default), replica, model, owt, or a strategy file"},
                {"devices", "the devices the strategy uses (default: the machine's; a strategy file says its own)"},
-               {"profile", "measured kernel times (loom profile) to cost the tasks they cover; the roofline the rest"},
+               {"profile", "this machine's measured task times (loom profile) for the tasks they cover; the roofline "
+                           "calibrated on them for the rest"},
                {"trace", "write the predicted step as Chrome trace JSON (the task runtime's --trace layout)"},
                {"json", "write the prediction as JSON"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(args));
@@ -60,14 +61,15 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   if (profiled_costs) {
     LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(flags.Str("profile", "")));
   }
-  const ProfiledCostModel profiled(profile, analytical);
+  const CalibratedCostModel calibrated(machine, profile.WorkSamples());
+  const ProfiledCostModel profiled(profile, calibrated);
   const CostModel& cost = profiled_costs ? static_cast<const CostModel&>(profiled) : analytical;
   LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost));
 
   const std::string model =
-      profiled_costs ? StrCat("profile ", flags.Str("profile", ""), ": ", profiled.hits(), " tasks measured, ", profiled.misses(),
-                       " by the roofline")
-              : std::string("the analytical roofline");
+      profiled_costs ? StrCat("profile ", flags.Str("profile", ""), ": ", profiled.hits(), " tasks measured, ",
+                              profiled.misses(), " by the roofline calibrated on it")
+                     : std::string("the analytical roofline");
   std::printf("%s on %s (%s x %lld), strategy %s: %zu tasks, costs from %s\n", flags.Str("config", "").c_str(),
               machine.name().c_str(), machine.device().kind().c_str(), static_cast<long long>(strategy.devices()),
               name.c_str(), tasks.tasks.size(), model.c_str());
