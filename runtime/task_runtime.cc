@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +24,71 @@ struct TaskRuntime::StepState {
   std::vector<std::atomic<int>> readers;  // by piece id: readers still to run
   std::chrono::steady_clock::time_point start;
   explicit StepState(size_t tasks, size_t pieces) : done(tasks, 0), readers(pieces) {}
+};
+
+// This process's device threads but the first, kept for the runtime's life
+// (starting them anew every step cost a few percent of a small model's
+// step). Run(fn) calls fn(k) for every k in [0, count) at once, k = 0 on
+// the calling thread, and returns when all have returned.
+class TaskRuntime::DeviceThreads {
+ public:
+  static StatusOr<std::unique_ptr<DeviceThreads>> Create(size_t count) {
+    std::unique_ptr<DeviceThreads> t(new DeviceThreads());
+    try {
+      for (size_t k = 1; k < count; ++k) t->threads_.emplace_back([p = t.get(), k] { p->Loop(k); });
+    } catch (const std::exception& e) {  // std::system_error: the system would not start one
+      return ResourceExhausted("cannot start ", count, " device threads: ", e.what());  // ~DeviceThreads joins
+    }
+    return t;
+  }
+  ~DeviceThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void Run(const std::function<void(size_t)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      running_ = threads_.size();
+      ++generation_;
+    }
+    start_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    finished_.wait(lock, [&] { return running_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  DeviceThreads() = default;
+  void Loop(size_t k) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(size_t)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(k);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--running_ == 0) finished_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, finished_;
+  const std::function<void(size_t)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  size_t running_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
 };
 
 TaskRuntime::TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options)
@@ -94,9 +160,11 @@ Status TaskRuntime::Prepare() {
     std::unique_ptr<ThreadPool> pool;
     if (Local(d)) {
       LOOM_ASSIGN_OR_RETURN(pool, ThreadPool::Create(options_.threads_per_device));
+      local_devices_.push_back(static_cast<size_t>(d));
     }
     pools_.push_back(std::move(pool));
   }
+  LOOM_ASSIGN_OR_RETURN(threads_, DeviceThreads::Create(local_devices_.size()));
   queues_.assign(static_cast<size_t>(devices), {});
   kernels_.assign(tasks_.tasks.size(), nullptr);
   readers_.assign(tasks_.pieces.size(), 0);
@@ -429,16 +497,7 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   };
   // Readers count down in Release; a piece whose last reader ran is freed.
   step_state_ = &st;
-  {
-    // One thread per device of this process; this thread runs the first.
-    std::vector<size_t> local;
-    for (size_t d = 0; d < queues_.size(); ++d)
-      if (Local(static_cast<int64_t>(d))) local.push_back(d);
-    std::vector<std::thread> threads;
-    for (size_t k = 1; k < local.size(); ++k) threads.emplace_back(worker, local[k]);
-    worker(local[0]);
-    for (std::thread& t : threads) t.join();
-  }
+  threads_->Run([&](size_t k) { worker(local_devices_[k]); });  // a thread per local device
   step_state_ = nullptr;
   if (st.failed) {
     for (size_t p = 0; p < pieces_.size(); ++p)

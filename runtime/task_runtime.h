@@ -122,6 +122,9 @@ class TaskRuntime : public StepRunner {
   int64_t step_ = 0;
   struct StepState;  // synchronisation of one step
   StepState* step_state_ = nullptr;  // during Run
+  class DeviceThreads;
+  std::vector<size_t> local_devices_;       // the devices this process runs
+  std::unique_ptr<DeviceThreads> threads_;  // one per local device but the first (the caller runs it)
 };
 
 }  // namespace loom
