@@ -211,8 +211,9 @@ uint64_t TaskKey(const TaskGraph& g, const Task& t) {
 // tasks before from.next are already set), snapshotting every kEvery tasks
 // when `snapshots` is given.
 constexpr size_t kEvery = 64;
-void Schedule(int64_t devices, const Steps& steps, Snapshot from, SimulationResult* r,
+void Schedule(const Machine& m, int64_t devices, const Steps& steps, Snapshot from, SimulationResult* r,
               std::vector<Snapshot>* snapshots) {
+  const double wake = m.device().dependency_latency_s();
   double* free = from.free.data();
   SimulatedTask* tasks = r->tasks.data();
   for (size_t i = from.next; i < steps.size(); ++i) {
@@ -221,10 +222,13 @@ void Schedule(int64_t devices, const Steps& steps, Snapshot from, SimulationResu
       snapshots->push_back(from);
       free = from.free.data();
     }
-    double start = 0;
-    for (uint32_t k = Steps::Begin(steps.dep_end, i); k < steps.dep_end[i]; ++k)
-      start = std::max(start, tasks[steps.deps[k]].end);
     const uint32_t q0 = Steps::Begin(steps.queue_end, i), q1 = steps.queue_end[i];
+    const int64_t row = q0 < q1 ? steps.queues[q0] : -1;
+    double start = 0;
+    for (uint32_t k = Steps::Begin(steps.dep_end, i); k < steps.dep_end[i]; ++k) {
+      const SimulatedTask& dep = tasks[steps.deps[k]];
+      start = std::max(start, dep.end + (dep.row != row ? wake : 0.0));  // another queue's: a wake-up
+    }
     for (uint32_t q = q0; q < q1; ++q) start = std::max(start, free[steps.queues[q]]);
     const double seconds = steps.seconds[i], end = start + seconds;
     for (uint32_t q = q0; q < q1; ++q) {
@@ -326,7 +330,7 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
   LOOM_RETURN_IF_ERROR(CheckDevices(g, m));
   SimulationResult r;
   r.tasks.resize(g.tasks.size());
-  Schedule(g.devices, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
+  Schedule(m, g.devices, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
   AddMemory(g, m, options.peak_memory, r);
   return r;
 }
@@ -378,7 +382,7 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
               r.tasks.begin());
   }
   rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
-  Schedule(g.devices, next->steps, from, &r, &next->snapshots);
+  Schedule(machine_, g.devices, next->steps, from, &r, &next->snapshots);
   AddMemory(g, machine_, options_.peak_memory, r);
   next->result = r;
   state_ = std::move(next);

@@ -175,6 +175,29 @@ TEST_CASE("devices that make their own copies run transfers and all-reduces in t
   }
 }
 
+TEST_CASE("a task waiting for another queue's task starts the dependency latency after it") {
+  const TaskGraph g = Lowered("devices: 2\nlayer { layer: \"*fc2*\" devices: 1 }\n");
+  proto::Machine spec = TestMachine(1, 2, true).proto();
+  auto plain = Simulate(g, *Machine::FromProto(spec, "plain"), FixedCost(1e-3));
+  spec.mutable_device()->set_dependency_latency_s(0.5);
+  auto waking = Simulate(g, *Machine::FromProto(spec, "waking"), FixedCost(1e-3));
+  REQUIRE(plain.ok());
+  REQUIRE(waking.ok());
+  CheckSchedule(g, *waking);
+  int crossings = 0;
+  for (const Task& t : g.tasks) {
+    const SimulatedTask& s = waking->tasks[static_cast<size_t>(t.id)];
+    for (int d : t.deps) {
+      const SimulatedTask& dep = waking->tasks[static_cast<size_t>(d)];
+      if (dep.row == s.row) continue;
+      ++crossings;
+      CHECK(s.start >= dep.end + 0.5);
+    }
+  }
+  CHECK(crossings > 0);
+  CHECK(waking->iteration_seconds >= plain->iteration_seconds + 0.5);
+}
+
 TEST_CASE("a step that does not fit is marked") {
   proto::Machine small = TestMachine(1, 1, false).proto();
   small.mutable_device()->set_memory_bytes(1000);

@@ -103,6 +103,17 @@ StatusOr<TaskOverhead> MeasureTaskOverhead(int reps) {
   TaskOverhead o;
   o.executor_s = BestSeconds(reps, [&] { step(*exec); }) / TaskOverhead::kTasks;
   o.runtime_s = BestSeconds(reps, [&] { step(*runtime); }) / TaskOverhead::kTasks;
+  // The same chain with its adds alternating between two devices: each
+  // hand-over is a transfer task and a wake-up of the other device's thread.
+  std::map<std::string, LayerSplit> alternate;
+  int64_t k = 0;
+  for (const Node& n : m.graph().nodes())
+    if (!IsSourceOp(n.op)) alternate[n.name].devices = {k++ % 2};
+  LOOM_ASSIGN_OR_RETURN(TaskGraph hops, BuildTaskGraph(m.graph(), alternate, 2));
+  const double hop_tasks = static_cast<double>(hops.tasks.size());
+  LOOM_ASSIGN_OR_RETURN(auto two, TaskRuntime::Create(std::move(hops)));
+  const double chain = BestSeconds(reps, [&] { step(*two); });
+  o.wake_s = std::max(0.0, (chain - hop_tasks * o.runtime_s) / TaskOverhead::kTasks);
   LOOM_RETURN_IF_ERROR(status);
   return o;
 }

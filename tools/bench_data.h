@@ -48,6 +48,10 @@ std::string CpuModelName();
 struct TaskOverhead {
   static constexpr int kTasks = 2000;
   double executor_s = 0, runtime_s = 0;
+  // A task of the task runtime that waits for another device's task starts
+  // this long after it ends (a thread wake-up), beyond the tasks' own cost:
+  // from a chain of tasks alternating between two devices.
+  double wake_s = 0;
 };
 StatusOr<TaskOverhead> MeasureTaskOverhead(int reps);
 

@@ -125,7 +125,8 @@ namespace {
 // thread each, measured now: a device per core, Eigen's one-thread GEMM
 // rates as the peaks, memcpy for the copies and twice its rate (read and
 // write) as the memory bandwidth, the runtime's cost per task as the
-// launch overhead; devices make their own copies.
+// launch overhead and its wake-up of another device's thread as the
+// dependency latency; devices make their own copies.
 StatusOr<Machine> ProbeCpuMachine(int reps) {
   proto::Machine m;
   m.set_name("cpu_local");
@@ -141,6 +142,7 @@ StatusOr<Machine> ProbeCpuMachine(int reps) {
   LOOM_ASSIGN_OR_RETURN(const TaskOverhead overhead, MeasureTaskOverhead(reps));
   d->set_launch_overhead_s(overhead.runtime_s);
   d->set_copies_on_device(true);
+  d->set_dependency_latency_s(overhead.wake_s);
   m.mutable_intra_node()->set_latency_s(overhead.runtime_s);
   m.mutable_intra_node()->set_bandwidth(copy);
   return Machine::FromProto(m, "the probe");
@@ -151,7 +153,8 @@ std::string MachineText(const Machine& machine) {
   google::protobuf::TextFormat::PrintToString(machine.proto(), &text);
   return StrCat("# Measured by `loom machine probe` on ", CpuModelName(), " (", machine.devices(),
                 " cores): peaks are Eigen's one-thread GEMM, bandwidths memcpy's, the launch\n"
-                "# overhead the task runtime's cost per task.\n",
+                "# overhead the task runtime's cost per task, the dependency latency its wake-up of another "
+                "device's thread.\n",
                 text);
 }
 
@@ -566,7 +569,7 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   std::printf("\ntasks: the median step's tasks, first start to last end (the rest of the step is feeding, "
               "outputs and writebacks);\nreplay: the simulator given each task's measured time in that step; "
               "waits: time the device threads sat\nidle past a task's dependencies and their previous task "
-              "(wake-ups the simulator does not charge); comm: the\nmedian step's transfers and all-reduces, "
+              "(wake-ups, charged as the machine's dependency latency); comm: the\nmedian step's transfers and all-reduces, "
               "measured and as predicted; from others: the prediction from the other strategies'\nprofiles and "
               "the roofline calibrated on them (simulator/cost_model.h) for the kernels they did not run.\n");
   for (const std::string& n : notes) std::printf("\n%s", n.c_str());
