@@ -93,8 +93,14 @@ void Graph::RemoveNodes(const std::vector<NodeId>& ids) {
 
 void Graph::SetNodeOrder(const std::vector<NodeId>& order) {
   LOOM_CHECK(order.size() == nodes_.size(), "SetNodeOrder: ", order.size(), " ids for ", nodes_.size(), " nodes");
+  std::vector<bool> placed(node_slots_.size());  // each node moves once
   std::vector<Node> reordered;
-  for (NodeId id : order) reordered.push_back(node(id));
+  reordered.reserve(order.size());
+  for (NodeId id : order) {
+    LOOM_CHECK(has_node(id) && !placed[static_cast<size_t>(id)], "SetNodeOrder: ", id, " is no node, or repeated");
+    placed[static_cast<size_t>(id)] = true;
+    reordered.push_back(std::move(nodes_[static_cast<size_t>(node_slots_[id])]));
+  }
   nodes_ = std::move(reordered);
   Reindex();
 }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/parse.h"
 #include "ops/op.h"
@@ -33,6 +35,9 @@ struct ValueSplit {
 
 // What one part reads and writes.
 struct PartRegions {
+  PartRegions(size_t inputs, size_t outputs)
+      : inputs(inputs), outputs(outputs), partial(outputs), partial_index(outputs) {}
+
   std::vector<Region> inputs, outputs;
   std::vector<bool> partial;  // per output
   // Per output: which partial sum it is (its coordinates along the dims
@@ -41,10 +46,64 @@ struct PartRegions {
   std::vector<int64_t> partial_index;
 };
 
+// Orders pieces (by index) by their regions: a set of them keeps one
+// piece of each region, without copying regions.
+struct ByRegion {
+  const std::vector<Piece>* pieces;
+  bool operator()(int a, int b) const { return (*pieces)[a].region < (*pieces)[b].region; }
+};
+using DistinctRegions = std::set<int, ByRegion>;
+
 using DimRules = std::array<std::optional<DimSplit>, kSplitDims>;
 
 // Every tensor whole, every part computing all of it (a replicated op).
 DimSplit Replicated(size_t inputs, size_t outputs) { return SplitAlong(-1, inputs, outputs); }
+
+// Whether each region has the shape of the type at its index, as
+// regions[i].shape() == types[i].shape says (without making the shapes).
+bool ShapedAs(const std::vector<Region>& regions, const std::vector<TensorType>& types) {
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const Region& r = regions[i];
+    for (int d = 0; d < r.rank(); ++d)
+      if (r.hi[d] - r.lo[d] != types[i].shape[d]) return false;
+  }
+  return true;
+}
+
+// Whether the regions at each index have the same shape (a[i].shape() ==
+// b[i].shape(), without making the shapes).
+bool SameShapes(const std::vector<Region>& a, const std::vector<Region>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    for (int d = 0; d < a[i].rank(); ++d)
+      if (a[i].hi[d] - a[i].lo[d] != b[i].hi[d] - b[i].lo[d]) return false;
+  return true;
+}
+
+// The types of a part's regions of values of types `whole`.
+std::vector<TensorType> PartTypes(const std::vector<Region>& regions, const std::vector<TensorType>& whole) {
+  std::vector<TensorType> types;
+  types.reserve(regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) types.push_back({regions[i].shape(), whole[i].dtype});
+  return types;
+}
+
+// Whether r is a non-empty box inside a tensor of `shape` (a window part's
+// may reach past it), as r.Intersect(Region::Whole(shape)) == r says.
+bool Inside(const Region& r, const Shape& shape) {
+  if (r.rank() != shape.rank()) return false;
+  for (int d = 0; d < r.rank(); ++d)
+    if (r.lo[d] < 0 || r.hi[d] > shape[d] || r.lo[d] >= r.hi[d]) return false;
+  return true;
+}
+
+// A compute task's name: its node's, with "[p]" when the node has parts.
+std::string TaskName(const std::string& node, size_t part, size_t parts) {
+  if (parts == 1) return node;
+  const std::string index = std::to_string(part);
+  std::string name;
+  name.reserve(node.size() + index.size() + 2);
+  return name.append(node).append("[").append(index).append("]");
+}
 
 template <typename T>
 std::string Join(const std::vector<T>& v) {
@@ -114,9 +173,17 @@ class Lowering {
 
   StatusOr<TaskGraph> Run() {
     std::vector<NodeId> order;  // a copy: expansions change the graph
-    for (const Node& n : g_.nodes())
-      if (!IsSourceOp(n.op)) order.push_back(n.id);
-    for (NodeId id : order) LOOM_RETURN_IF_ERROR(PlanNode(id));
+    for (const Node& n : g_.nodes()) order.push_back(n.id);
+    // Room for a part of each node on every device of the widest split, and
+    // two pieces each (about what data parallelism makes): growing would
+    // move every task and piece again, into memory not touched before.
+    int64_t widest = 1;
+    for (const auto& [name, split] : layers_) widest = std::max(widest, split.parts());
+    tg_.tasks.reserve(static_cast<size_t>(g_.num_nodes() * widest));
+    tg_.pieces.reserve(static_cast<size_t>(2 * g_.num_nodes() * widest));
+    for (NodeId id : order)
+      if (!IsSourceOp(g_.node(id).op)) LOOM_RETURN_IF_ERROR(PlanNode(id));
+    ReplaceExpanded(order);
     for (const auto& [name, v] : g_.outputs()) {
       LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(v));
     }
@@ -124,8 +191,7 @@ class Lowering {
       if (IsStateOp(n.op)) CoverHomes(n.outputs[0]);
     for (const StateUpdate& u : g_.state_updates())
       for (int h : std::vector<int>(tg_.homes[u.state])) {  // a copy: Fetch may add homes
-        const Piece home = piece(h);
-        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, home.region, home.device));
+        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, piece(h).region, piece(h).device));
         tg_.writebacks.emplace_back(h, std::move(from));
       }
     tg_.graph = std::move(g_);
@@ -160,6 +226,7 @@ class Lowering {
   // Combines partial pieces of equal regions with an all-reduce; the
   // reduced pieces replace them.
   void Reduce(ValueId v) {
+    if (!unreduced_.erase(v)) return;
     std::vector<int>& origin = origin_[v];
     std::map<Region, std::vector<int>> partial;
     std::vector<int> kept;
@@ -167,7 +234,6 @@ class Lowering {
       if (piece(p).partial) partial[piece(p).region].push_back(p);
       else kept.push_back(p);
     }
-    if (partial.empty()) return;
     for (const auto& [region, group] : partial) {
       Task t;
       t.kind = TaskKind::kAllReduce;
@@ -194,52 +260,53 @@ class Lowering {
   // `region` of v on `device`: a piece there that holds it, or the pieces
   // that tile it, transferred where they are elsewhere. A source gets a
   // home piece there instead.
-  StatusOr<Operand> Fetch(ValueId v, const Region& wanted, int64_t device) {
+  StatusOr<Operand> Fetch(ValueId v, Region wanted, int64_t device) {
     // A window part's rows may reach into the padding: it reads the rows
     // inside and the runtime fills the rest with zeros.
-    const std::optional<Region> inside = wanted.Intersect(Region::Whole(g_.type(v).shape));
-    if (!inside) return Internal("a part reads only padding of '", g_.value(v).name, "'");
-    if (*inside != wanted) {
+    if (!Inside(wanted, g_.type(v).shape)) {
+      const std::optional<Region> inside = wanted.Intersect(Region::Whole(g_.type(v).shape));
+      if (!inside) return Internal("a part reads only padding of '", g_.value(v).name, "'");
       LOOM_ASSIGN_OR_RETURN(Operand op, Fetch(v, *inside, device));
-      op.region = wanted;
+      op.region = std::move(wanted);
       return op;
     }
-    const Region& region = wanted;
-    Operand op{v, region, {}};
-    if (IsSourceValue(v)) {
-      for (int h : tg_.homes[v])
+    Operand op{v, std::move(wanted), {}};
+    const Region& region = op.region;
+    auto it = origin_.find(v);
+    if (it == origin_.end()) {  // no producer planned: a source's home, or an error
+      if (!IsSourceValue(v)) return Internal("value '", g_.value(v).name, "' is read before it is written");
+      std::vector<int>& homes = tg_.homes[v];
+      for (int h : homes)
         if (piece(h).device == device && piece(h).region.Contains(region)) {
           op.pieces = {h};
           return op;
         }
-      const int h = AddPiece(v, device, region, false, -1);
-      tg_.homes[v].push_back(h);
-      op.pieces = {h};
+      homes.push_back(AddPiece(v, device, region, false, -1));
+      op.pieces = {homes.back()};
       return op;
     }
-    auto it = origin_.find(v);
-    if (it == origin_.end()) return Internal("value '", g_.value(v).name, "' is read before it is written");
     Reduce(v);
-    std::vector<int>& local = derived_[{v, device}];
-    for (const std::vector<int>* list : {&it->second, &local})
-      for (int p : *list)
-        if (piece(p).device == device && piece(p).region.Contains(region)) {
+    std::vector<int>* local = nullptr;  // the pieces of v transferred to the device (made with the first)
+    if (auto d = derived_.find({v, device}); d != derived_.end()) local = &d->second;
+    for (const std::vector<int>* list : {&it->second, local})
+      for (size_t i = 0; list && i < list->size(); ++i)
+        if (const int p = (*list)[i]; piece(p).device == device && piece(p).region.Contains(region)) {
           op.pieces = {p};
           return op;
         }
-    std::set<Region> seen;
+    DistinctRegions seen(ByRegion{&tg_.pieces});
     int64_t covered = 0;
-    for (int p : std::vector<int>(it->second)) {
+    for (int p : it->second) {
       const Region& whole = piece(p).region;
-      if (seen.count(whole)) continue;
+      if (seen.count(p)) continue;
       std::optional<Region> part = whole.Intersect(region);
       if (!part) continue;
-      seen.insert(whole);
+      seen.insert(p);
       int from = -1;
       for (int q : it->second)
         if (piece(q).device == device && piece(q).region == whole) from = q;
-      for (size_t i = 0; from < 0 && i < local.size(); ++i)
-        if (piece(local[i]).region.Contains(*part)) from = local[i];
+      for (size_t i = 0; from < 0 && local && i < local->size(); ++i)
+        if (piece((*local)[i]).region.Contains(*part)) from = (*local)[i];
       if (from < 0) {
         Task t;
         t.kind = TaskKind::kTransfer;
@@ -248,11 +315,13 @@ class Lowering {
         t.sources = {p};
         t.deps = {piece(p).producer};
         t.bytes = Bytes(v, *part);
-        t.name = StrCat(g_.value(v).name, " ", part->ToString(), " ", t.src_device, "->", device);
+        t.name = g_.value(v).name + " " + part->ToString() + " " + std::to_string(t.src_device) + "->" +
+                 std::to_string(device);
         const int id = AddTask(std::move(t));
         from = AddPiece(v, device, *part, false, id);
         tg_.tasks[static_cast<size_t>(id)].outputs = {from};
-        local.push_back(from);
+        if (!local) local = &derived_[{v, device}];
+        local->push_back(from);
       }
       op.pieces.push_back(from);
       covered += part->numel();
@@ -269,22 +338,23 @@ class Lowering {
     if (!origin_.count(v)) return Internal("value '", g_.value(v).name, "' is never written");
     Reduce(v);
     Operand op{v, all, {}};
-    std::set<Region> seen;
+    DistinctRegions seen(ByRegion{&tg_.pieces});
     for (int p : origin_[v])
-      if (seen.insert(piece(p).region).second) op.pieces.push_back(p);
+      if (seen.insert(p).second) op.pieces.push_back(p);
     return op;
   }
 
   // Makes sure the homes of a state value tile it (for reading it back): a
   // whole home on device 0 when they do not.
   void CoverHomes(ValueId state) {
-    std::set<Region> regions;
-    for (int h : tg_.homes[state]) regions.insert(piece(h).region);
+    const std::vector<int>& homes = tg_.homes[state];
+    const DistinctRegions regions(homes.begin(), homes.end(), ByRegion{&tg_.pieces});
     int64_t volume = 0;
     bool disjoint = true;
     for (auto a = regions.begin(); a != regions.end(); ++a) {
-      volume += a->numel();
-      for (auto b = std::next(a); b != regions.end(); ++b) disjoint = disjoint && !a->Intersect(*b);
+      volume += piece(*a).region.numel();
+      for (auto b = std::next(a); b != regions.end(); ++b)
+        disjoint = disjoint && !piece(*a).region.Intersect(piece(*b).region);
     }
     if (disjoint && volume == g_.type(state).shape.numel()) return;
     tg_.homes[state].push_back(AddPiece(state, 0, Region::Whole(g_.type(state).shape), false, -1));
@@ -336,7 +406,7 @@ class Lowering {
   // The regions of every part (row-major over sample, replica, attribute,
   // parameter), or why the split does not fit the shapes.
   StatusOr<std::vector<PartRegions>> Parts(const Node& n, const LayerSplit& split, const DimRules& dims) const {
-    std::vector<PartRegions> parts(static_cast<size_t>(split.parts()));
+    std::vector<PartRegions> parts(static_cast<size_t>(split.parts()), PartRegions(n.inputs.size(), n.outputs.size()));
     for (int64_t p = 0; p < split.parts(); ++p) {
       std::array<int64_t, kSplitDims> coord{};
       for (int64_t rest = p, d = kSplitDims - 1; d >= 0; --d) {
@@ -381,77 +451,119 @@ class Lowering {
           r.lo[a.axis] += coord[d] * (len / k);
           r.hi[a.axis] = r.lo[a.axis] + len / k;
         }
-        if (input) {
-          part.inputs.push_back(std::move(r));
-        } else {
-          part.outputs.push_back(std::move(r));
-          part.partial.push_back(partial);
-          part.partial_index.push_back(partial_index);
+        (input ? part.inputs : part.outputs)[j] = std::move(r);
+        if (!input) {
+          part.partial[j] = partial;
+          part.partial_index[j] = partial_index;
         }
       }
     }
     return parts;
   }
 
-  // A part's attributes, checked by type inference against its regions.
-  StatusOr<AttrMap> PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
-                              const std::vector<TensorType>& out, const PartRegions& part) const {
-    bool whole = true;
-    for (size_t i = 0; i < in.size(); ++i) whole = whole && part.inputs[i].shape() == in[i].shape;
-    for (size_t i = 0; i < out.size(); ++i) whole = whole && part.outputs[i].shape() == out[i].shape;
-    if (whole) return n.attrs;
-    LOOM_ASSIGN_OR_RETURN(AttrMap attrs, def.PartAttrs(n.attrs, in, out, part.inputs, part.outputs));
-    std::vector<TensorType> part_in;
-    for (size_t i = 0; i < in.size(); ++i) part_in.push_back({part.inputs[i].shape(), in[i].dtype});
-    LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> inferred, InferOpTypes(def, attrs, part_in));
-    for (size_t i = 0; i < out.size(); ++i)
-      if (i >= inferred.size() || inferred[i].shape != part.outputs[i].shape())
-        return InvalidArgument("a part of output ", i, " would be ",
-                               i < inferred.size() ? inferred[i].shape.ToString() : "missing", ", not ",
-                               part.outputs[i].shape().ToString());
-    return attrs;
-  }
-
-  // Replaces node n by its op's expansion, placed where n was, and plans
-  // the expansion's nodes; consumers, graph outputs, state updates and
-  // gradients that named n's outputs name the expansion's.
-  Status Expand(const Node& n, const OpDef& def) {
-    Expansion b(g_, n);
-    LOOM_RETURN_IF_ERROR(def.Expand(b));
-    LOOM_ASSIGN_OR_RETURN(const std::vector<NodeId> emitted, b.Finish());
-    std::map<ValueId, ValueId> renamed;
-    for (size_t i = 0; i < n.outputs.size(); ++i) {
-      renamed[n.outputs[i]] = b.outputs()[i];
-      g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(n.outputs[i]).replica_layout;
+  // The attributes of each part, checked by type inference against its
+  // regions, and per part whether it is like the one before (the same
+  // attributes and shapes): most parts of a split are, and share the
+  // attributes, check and cost of the first of them.
+  Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
+                   const std::vector<TensorType>& out, const std::vector<PartRegions>& parts,
+                   std::vector<std::shared_ptr<const AttrMap>>* attrs, std::vector<bool>* alike) const {
+    std::shared_ptr<const AttrMap> whole_attrs;  // n's, for the parts that are all of it
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const PartRegions& part = parts[p];
+      const bool whole = ShapedAs(part.inputs, in) && ShapedAs(part.outputs, out);
+      if (whole) {
+        if (!whole_attrs) whole_attrs = std::make_shared<const AttrMap>(n.attrs);
+        attrs->push_back(whole_attrs);
+      } else {
+        LOOM_ASSIGN_OR_RETURN(AttrMap a, def.PartAttrs(n.attrs, in, out, part.inputs, part.outputs));
+        const bool same = p > 0 && a == *attrs->back();
+        attrs->push_back(same ? attrs->back() : std::make_shared<const AttrMap>(std::move(a)));
+      }
+      // Parts of the same shapes are both whole or both not, and then share
+      // their attributes when equal.
+      alike->push_back(p > 0 && attrs->at(p) == attrs->at(p - 1) && SameShapes(part.inputs, parts[p - 1].inputs) &&
+                       SameShapes(part.outputs, parts[p - 1].outputs));
+      if (whole || alike->back()) continue;
+      LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> inferred,
+                            InferOpTypes(def, *attrs->back(), PartTypes(part.inputs, in)));
+      for (size_t i = 0; i < out.size(); ++i)
+        if (i >= inferred.size() || inferred[i].shape != part.outputs[i].shape())
+          return InvalidArgument("a part of output ", i, " would be ",
+                                 i < inferred.size() ? inferred[i].shape.ToString() : "missing", ", not ",
+                                 part.outputs[i].shape().ToString());
     }
-    auto rename = [&](ValueId& v) {
-      auto it = renamed.find(v);
-      if (it != renamed.end()) v = it->second;
-    };
-    const std::set<NodeId> mine(emitted.begin(), emitted.end());
-    std::vector<NodeId> order;
-    for (const Node& m : g_.nodes()) {
-      if (m.id == n.id) order.insert(order.end(), emitted.begin(), emitted.end());
-      if (m.id == n.id || mine.count(m.id)) continue;
-      order.push_back(m.id);
-    }
-    for (NodeId id : order)
-      if (!mine.count(id))
-        for (ValueId& v : g_.mutable_node(id).inputs) rename(v);
-    for (auto& [name, v] : g_.outputs()) rename(v);
-    for (StateUpdate& u : g_.state_updates()) rename(u.new_value);
-    for (auto& [param, grad] : g_.gradients()) rename(grad);
-    g_.RemoveNodes({n.id});
-    g_.SetNodeOrder(order);
-    for (NodeId id : emitted) LOOM_RETURN_IF_ERROR(PlanNode(id));
     return Status::Ok();
   }
 
+  // Replaces node `id` by its op's expansion and plans the expansion's
+  // nodes. Its place in the node order and its outputs' consumers, graph
+  // outputs, state updates and gradients go to the expansion once, at the
+  // end (ReplaceExpanded): doing so per expansion costs the whole graph.
+  Status Expand(NodeId id, const OpDef& def) {
+    // Expanded nodes leave the graph at the end, but their names are free at
+    // once: an expansion whose names ("<node>/...") might take one removes
+    // them first.
+    const std::string prefix = g_.node(id).name + "/";
+    auto held = expanded_names_.lower_bound(prefix);
+    if (held != expanded_names_.end() && held->rfind(prefix, 0) == 0) RemoveExpanded();
+    Expansion b(g_, g_.node(id));  // copies the node: emitting moves the graph's
+    LOOM_RETURN_IF_ERROR(def.Expand(b));
+    LOOM_ASSIGN_OR_RETURN(const std::vector<NodeId> emitted, b.Finish());
+    for (size_t i = 0; i < b.node().outputs.size(); ++i) {
+      const ValueId v = b.node().outputs[i];
+      renamed_[v] = b.outputs()[i];
+      g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(v).replica_layout;
+    }
+    expanded_.push_back(id);
+    expanded_names_.insert(b.node().name);
+    expansions_[id] = emitted;
+    for (NodeId e : emitted) LOOM_RETURN_IF_ERROR(PlanNode(e));
+    return Status::Ok();
+  }
+
+  // What stands for v: v, or the value of the expansion that replaced its
+  // producer (which may have been expanded in turn).
+  ValueId Renamed(ValueId v) const {
+    for (auto it = renamed_.find(v); it != renamed_.end(); it = renamed_.find(v)) v = it->second;
+    return v;
+  }
+
+  void RemoveExpanded() {
+    g_.RemoveNodes(expanded_);
+    expanded_.clear();
+    expanded_names_.clear();
+  }
+
+  // The graph with every expanded node replaced by its expansion, in its
+  // place in `order` (the graph's order before lowering), and its outputs,
+  // state updates and gradients naming the expansions' values.
+  void ReplaceExpanded(const std::vector<NodeId>& order) {
+    if (expansions_.empty()) return;
+    std::vector<NodeId> replaced;
+    std::function<void(NodeId)> place = [&](NodeId id) {
+      if (auto it = expansions_.find(id); it != expansions_.end())
+        for (NodeId e : it->second) place(e);
+      else
+        replaced.push_back(id);
+    };
+    for (NodeId id : order) place(id);
+    for (auto& [name, v] : g_.outputs()) v = Renamed(v);
+    for (StateUpdate& u : g_.state_updates()) u.new_value = Renamed(u.new_value);
+    for (auto& [param, grad] : g_.gradients()) grad = Renamed(grad);
+    RemoveExpanded();
+    g_.SetNodeOrder(replaced);
+  }
+
   Status PlanNode(NodeId id) {
-    const Node n = g_.node(id);  // a copy: an expansion changes the graph
+    // Inputs that expanded nodes wrote are their expansions' values now.
+    for (ValueId& v : g_.mutable_node(id).inputs) v = Renamed(v);
+    const Node& n = g_.node(id);  // valid until an expansion adds nodes
     const OpDef* def = OpRegistry::Global().FindOp(n.op);
     if (!def) return InvalidArgument("node '", n.name, "': unknown op ", n.op);
     std::vector<TensorType> in, out;
+    in.reserve(n.inputs.size());
+    out.reserve(n.outputs.size());
     for (ValueId v : n.inputs) in.push_back(g_.type(v));
     for (ValueId v : n.outputs) out.push_back(g_.type(v));
     const bool forward = layers_.count(n.name) > 0;
@@ -488,16 +600,13 @@ class Lowering {
                                  ": ", why);
       }
       for (const std::optional<DimSplit>& d : dims)
-        if (d && d->expands) return Expand(n, *def);
+        if (d && d->expands) return Expand(id, *def);
     }
     StatusOr<std::vector<PartRegions>> parts = Parts(n, split, dims);
-    std::vector<AttrMap> attrs;
+    std::vector<std::shared_ptr<const AttrMap>> attrs;
+    std::vector<bool> alike;
     Status fits = parts.status();
-    for (size_t p = 0; fits.ok() && p < parts->size(); ++p) {
-      StatusOr<AttrMap> a = PartAttrs(n, *def, in, out, (*parts)[p]);
-      fits = a.status();
-      if (a.ok()) attrs.push_back(std::move(*a));
-    }
+    if (fits.ok()) fits = PartAttrs(n, *def, in, out, *parts, &attrs, &alike);
     if (!fits.ok()) {
       if (forward)
         return InvalidArgument("layer '", n.name, "' (", n.op, "): ", split.ToString(), ": ", fits.message());
@@ -505,34 +614,42 @@ class Lowering {
       split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
       dims = DimRules{};
       LOOM_ASSIGN_OR_RETURN(parts, Parts(n, split, dims));
-      attrs = {n.attrs};
+      attrs = {std::make_shared<const AttrMap>(n.attrs)};
+      alike = {false};
     }
+    std::vector<std::vector<int>*> origins;  // of each output
+    for (ValueId v : n.outputs) {
+      origins.push_back(&origin_[v]);
+      origins.back()->reserve(parts->size());
+    }
+    OpCost cost;
     for (size_t p = 0; p < parts->size(); ++p) {
-      const PartRegions& part = (*parts)[p];
+      PartRegions& part = (*parts)[p];
       Task t;
       t.kind = TaskKind::kCompute;
       t.node = n.id;
       t.part = static_cast<int64_t>(p);
       t.device = split.devices[p];
-      t.name = parts->size() == 1 ? n.name : StrCat(n.name, "[", p, "]");
-      t.attrs = attrs[p];
-      std::vector<TensorType> part_in, part_out;
+      t.name = TaskName(n.name, p, parts->size());
+      t.attrs = std::move(attrs[p]);
+      if (!alike[p]) cost = def->Cost(*t.attrs, PartTypes(part.inputs, in), PartTypes(part.outputs, out));
+      t.inputs.reserve(n.inputs.size());
+      t.deps.reserve(n.inputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        LOOM_ASSIGN_OR_RETURN(Operand op, Fetch(n.inputs[i], part.inputs[i], t.device));
+        LOOM_ASSIGN_OR_RETURN(Operand op, Fetch(n.inputs[i], std::move(part.inputs[i]), t.device));
         for (int q : op.pieces) t.deps.push_back(piece(q).producer);
         t.inputs.push_back(std::move(op));
-        part_in.push_back({part.inputs[i].shape(), in[i].dtype});
       }
-      for (size_t i = 0; i < n.outputs.size(); ++i) part_out.push_back({part.outputs[i].shape(), out[i].dtype});
-      const OpCost cost = def->Cost(t.attrs, part_in, part_out);
       t.flops = cost.flops;
       t.bytes = cost.bytes_read + cost.bytes_written;
+      t.outputs.reserve(n.outputs.size());
       const int id = AddTask(std::move(t));
       for (size_t i = 0; i < n.outputs.size(); ++i) {
-        const int q = AddPiece(n.outputs[i], split.devices[p], part.outputs[i], part.partial[i], id);
+        const int q = AddPiece(n.outputs[i], split.devices[p], std::move(part.outputs[i]), part.partial[i], id);
         tg_.pieces[static_cast<size_t>(q)].partial_index = part.partial_index[i];
         tg_.tasks[static_cast<size_t>(id)].outputs.push_back(q);
-        origin_[n.outputs[i]].push_back(q);
+        origins[i]->push_back(q);
+        if (part.partial[i]) unreduced_.insert(n.outputs[i]);
       }
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
@@ -550,9 +667,17 @@ class Lowering {
   Graph g_;  // the graph being lowered: expansions replace nodes of it
   const std::map<std::string, LayerSplit>& layers_;
   TaskGraph tg_;
-  std::map<ValueId, std::vector<int>> origin_;                   // pieces its producer (or an all-reduce) wrote
+  std::unordered_map<ValueId, std::vector<int>> origin_;            // pieces its producer (or an all-reduce) wrote
   std::map<std::pair<ValueId, int64_t>, std::vector<int>> derived_;  // transferred pieces, by value and device
-  std::map<ValueId, ValueSplit> splits_;
+  std::unordered_map<ValueId, ValueSplit> splits_;
+  std::set<ValueId> unreduced_;  // values with partial pieces, not yet all-reduced
+  // Expansions: the nodes that replace each expanded node, the values that
+  // stand for its outputs, and the expanded nodes (and their names) still
+  // in the graph.
+  std::map<NodeId, std::vector<NodeId>> expansions_;
+  std::map<ValueId, ValueId> renamed_;
+  std::vector<NodeId> expanded_;
+  std::set<std::string> expanded_names_;
 };
 
 }  // namespace

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,10 +67,11 @@ struct Task {
   TaskKind kind = TaskKind::kCompute;
   std::string name;    // "fc1[0]", "fc1:0 0->1", "fc1/grad/MatMul:0 all-reduce"
   int64_t device = 0;  // compute: where it runs; transfer: the destination; all-reduce: the first member
-  // Compute: the node, its part, the part's attributes and operands.
+  // Compute: the node, its part, the part's attributes (shared by the
+  // node's parts that have the same) and operands.
   NodeId node = -1;
   int64_t part = 0;
-  AttrMap attrs;
+  std::shared_ptr<const AttrMap> attrs;
   std::vector<Operand> inputs;
   // Transfer: one source piece (on src_device). All-reduce: the distinct
   // partial sums (`sources`), the devices that hold them (`group`, copies

@@ -329,7 +329,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   }
   KernelContext ctx;
   ctx.node = &n;
-  ctx.attrs = &task.attrs;
+  ctx.attrs = task.attrs.get();
   ctx.device = Device::Cpu();
   ctx.pool = pool;
   for (const Tensor& t : inputs) ctx.inputs.push_back(&t);

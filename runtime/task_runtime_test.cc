@@ -10,6 +10,7 @@
 #include <thread>
 #include <tuple>
 
+#include "graph/builder.h"
 #include "graph/model.h"
 #include "graph/task_graph.h"
 #include "models/zoo.h"
@@ -471,6 +472,36 @@ TEST_CASE("the task graph prints bytes exactly") {
   // fc1's weight gradient, [64, 4096] f64, all-reduced (was "2.09715e+06").
   CHECK_THAT(tg->ToJson(), Catch::Contains("\"bytes\": 2097152,"));
   CHECK_THAT(tg->ToString(), Catch::Contains("bytes 2097152\n"));
+}
+
+// An expanded node leaves the graph: its name is free for the expansions
+// after it, as BatchNorm "bn/pivot"'s (expanded first) is for bn's pivot.
+TEST_CASE("an expansion takes the name of a node expanded before it") {
+  Graph g;
+  GraphBuilder b(&g);
+  ValueId x = b.Input("input", {Shape{kBatch, 4}, DType::kF64});
+  for (const std::string name : {"bn/pivot", "bn"}) {
+    std::vector<ValueId> inputs = {x};
+    for (const char* state : {"weight", "bias", "running_mean", "running_var"})
+      inputs.push_back(b.Parameter(name + "/" + state, {Shape{4}, DType::kF64}, {{"init", "ones"}}));
+    auto y = b.Add("BatchNorm", inputs, {{"training", true}}, name);
+    REQUIRE(y.ok());
+    x = y->at(0);
+  }
+  g.outputs()["y"] = x;
+  LayerSplit halves;
+  halves.degree = {2, 1, 1, 1};
+  halves.devices = {0, 1};
+  auto tg = BuildTaskGraph(g, {{"bn/pivot", halves}, {"bn", halves}}, 2);
+  REQUIRE(tg.ok());
+  INFO(tg->graph.ToString());
+  CHECK(tg->graph.NodesWithOp("BatchNorm").empty());
+  for (const auto& [name, op] : {std::pair<std::string, std::string>{"bn/pivot/pivot", "BatchNormPivot"},
+                                 {"bn/pivot", "BatchNormPivot"}, {"bn/apply", "BatchNormApply"}}) {
+    INFO(name);
+    REQUIRE(tg->graph.FindNode(name));
+    CHECK(tg->graph.node(*tg->graph.FindNode(name)).op == op);
+  }
 }
 
 TEST_CASE("a split no rule realises is an error naming the layer") {

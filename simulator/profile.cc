@@ -16,7 +16,7 @@ std::string TaskSignature(const TaskGraph& graph, const Task& task) {
     return task.kind == TaskKind::kTransfer ? "transfer " + what : StrCat("all-reduce of ", task.group.size(), " ", what);
   }
   const Node& n = graph.graph.node(task.node);
-  std::string s = n.op + " " + task.attrs.ToString() + " (";
+  std::string s = n.op + " " + task.attrs->ToString() + " (";
   for (size_t i = 0; i < task.inputs.size(); ++i)
     s += StrCat(i ? ", " : "", task.inputs[i].region.shape().ToString(), " ",
                 DTypeName(graph.graph.type(task.inputs[i].value).dtype));
