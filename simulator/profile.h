@@ -4,7 +4,7 @@
 // kernel's time on a device) to the times measured for it; `loom profile`
 // measures one from the task runtime's trace. Files are lines
 //   SECONDS <TAB> SAMPLES <TAB> SIGNATURE [<TAB> FLOPS <TAB> BYTES <TAB> DTYPE]
-// (the median of the samples; a compute task's work, which calibrates the
+// (the mean of the samples; a compute task's work, which calibrates the
 // roofline), with # comments.
 #pragma once
 
@@ -27,7 +27,7 @@ class Profile {
   // Errors name FILE:LINE.
   static StatusOr<Profile> Load(const std::string& path);
   static StatusOr<Profile> Parse(const std::string& text, const std::string& origin);
-  // The file's text: one line per signature, its median and sample count.
+  // The file's text: one line per signature, its mean and sample count.
   std::string ToText() const;
 
   // `work`: a compute task's (WorkOf), so the profile can calibrate.
@@ -36,8 +36,8 @@ class Profile {
   void AddTask(const TaskGraph& graph, const Task& task, double seconds);
   // Every sample of `other` too.
   void Add(const Profile& other);
-  // The median of the signature's samples (the mean of the middle two for
-  // an even count), or nothing when it has none.
+  // The mean of the signature's samples but those over 3x their median
+  // (interruptions), or nothing when it has none.
   std::optional<double> Seconds(const std::string& signature) const;
   size_t size() const { return samples_.size(); }
   // The compute signatures with their work: each its op, work and median.

@@ -253,16 +253,18 @@ TEST_CASE("more devices than the machine has is an error") {
 namespace loom {
 namespace {
 
-TEST_CASE("a profile keeps medians, round-trips its file and refuses bad lines") {
+TEST_CASE("a profile keeps means without interruptions, round-trips its file and refuses bad lines") {
   Profile p;
   for (double s : {3.0, 1.0, 2.0}) p.Add("A (x)", s);
   for (double s : {4.0, 1.0}) p.Add("B (y)", s);
   CHECK(*p.Seconds("A (x)") == 2.0);
   CHECK(*p.Seconds("B (y)") == 2.5);
+  for (double s : {1.0, 1.0, 2.0, 30.0}) p.Add("C (z)", s);  // 30: over 3x the median, an interruption
+  CHECK(*p.Seconds("C (z)") == Approx(4.0 / 3));
   CHECK_FALSE(p.Seconds("C").has_value());
   auto back = Profile::Parse(p.ToText(), "p.txt");
   REQUIRE(back.status().ToString() == "OK");
-  CHECK(back->size() == 2);
+  CHECK(back->size() == 3);
   CHECK(*back->Seconds("A (x)") == 2.0);
   CHECK_THAT(back->ToText(), Catch::Contains("2\t3\tA (x)") && Catch::Contains("2.5\t2\tB (y)"));
   auto bad = Profile::Parse("# c\n1e-3\t2\tok\nfast\t1\tX\n", "p.txt");
