@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/hash.h"
 #include "core/parse.h"
 #include "ops/op.h"
 
@@ -194,11 +195,41 @@ class Lowering {
         LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, piece(h).region, piece(h).device));
         tg_.writebacks.emplace_back(h, std::move(from));
       }
+    tg_.piece_bytes.assign(static_cast<size_t>(tg_.devices), 0.0);
+    for (const Piece& p : tg_.pieces) tg_.piece_bytes[static_cast<size_t>(p.device)] += p.bytes;
+    tg_.fingerprints.reserve(tg_.tasks.size());
+    for (const Task& t : tg_.tasks) tg_.fingerprints.push_back(Fingerprint(t));
     tg_.graph = std::move(g_);
     return std::move(tg_);
   }
 
  private:
+  uint64_t Fingerprint(const Task& t) const {
+    Hash64 h;
+    h.Add(t.kind);
+    h.Add(t.device);
+    h.Add(t.src_device);
+    h.Add(t.name.data(), t.name.size());
+    h.Add(t.flops);
+    h.Add(t.bytes);
+    h.Add(t.dtype);
+    h.AddAll(t.deps);
+    h.AddAll(t.group);
+    for (const Operand& op : t.inputs) {
+      h.AddAll(op.region.lo);
+      h.AddAll(op.region.hi);
+    }
+    for (const std::vector<int>* list : {&t.sources, &t.outputs}) {
+      h.Add(list->size());
+      for (int p : *list) {
+        h.Add(piece(p).device);
+        h.AddAll(piece(p).region.lo);
+        h.AddAll(piece(p).region.hi);
+      }
+    }
+    return h.value();
+  }
+
   int AddPiece(ValueId v, int64_t device, Region region, bool partial, int producer) {
     Piece p;
     p.value = v;
@@ -206,6 +237,7 @@ class Lowering {
     p.region = std::move(region);
     p.partial = partial;
     p.producer = producer;
+    p.bytes = Bytes(v, p.region);
     tg_.pieces.push_back(std::move(p));
     return static_cast<int>(tg_.pieces.size()) - 1;
   }
@@ -623,6 +655,12 @@ class Lowering {
       origins.back()->reserve(parts->size());
     }
     OpCost cost;
+    DType work_dtype = DType::kF32;  // the first floating output's (a loss over f32 logits is f32 work)
+    for (const TensorType& o : out)
+      if (IsFloating(o.dtype)) {
+        work_dtype = o.dtype;
+        break;
+      }
     for (size_t p = 0; p < parts->size(); ++p) {
       PartRegions& part = (*parts)[p];
       Task t;
@@ -642,6 +680,7 @@ class Lowering {
       }
       t.flops = cost.flops;
       t.bytes = cost.bytes_read + cost.bytes_written;
+      t.dtype = work_dtype;
       t.outputs.reserve(n.outputs.size());
       const int id = AddTask(std::move(t));
       for (size_t i = 0; i < n.outputs.size(); ++i) {

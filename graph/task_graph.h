@@ -47,6 +47,7 @@ struct Piece {
   bool partial = false;  // a partial sum of the region, to be all-reduced
   int64_t partial_index = 0;  // which partial sum: copies of one share it
   int producer = -1;     // the task that writes it; -1 for a home piece of a source
+  double bytes = 0;      // the region's elements times the value's element size
 };
 
 // What a task reads of one value: `region`, tiled by `pieces` (on the
@@ -82,6 +83,7 @@ struct Task {
   std::vector<int64_t> group;
   std::vector<int> outputs;  // the pieces it writes
   double flops = 0, bytes = 0;  // compute: OpDef::Cost of the part; transfer and all-reduce: the region's bytes
+  DType dtype = DType::kF32;    // compute: the element type of its work (its first floating output's)
   std::vector<int> deps;        // tasks that finish first (all earlier in TaskGraph::tasks)
 };
 
@@ -94,6 +96,16 @@ struct TaskGraph {
   // in, in the runtime and in the simulator.
   std::vector<Task> tasks;
   std::vector<Piece> pieces;
+  // Per device: the bytes of all its pieces, the most a step can hold there.
+  std::vector<double> piece_bytes;
+  // By task: a 64-bit hash of everything that decides how the task runs and
+  // when it may (kind, devices, name, work, dependencies, group, and the
+  // regions and places of what it reads and writes). Tasks of two task
+  // graphs with equal fingerprints are the same task: delta simulation
+  // reuses their costs (a collision, at odds of about 2^-64 a pair, would
+  // reuse a stale one). Kept apart from the tasks so that comparing two
+  // graphs reads one array.
+  std::vector<uint64_t> fingerprints;
   // Home pieces of sources: Input values (sliced from the feed) and state
   // values (kept between steps), by value.
   std::map<ValueId, std::vector<int>> homes;

@@ -5,22 +5,12 @@
 
 namespace loom {
 
-TaskWork WorkOf(const TaskGraph& graph, const Task& task) {
-  TaskWork w{task.flops, task.bytes, DType::kF32};
-  for (ValueId v : graph.graph.node(task.node).outputs)
-    if (IsFloating(graph.graph.type(v).dtype)) {
-      w.dtype = graph.graph.type(v).dtype;
-      break;
-    }
-  return w;
-}
-
 double RooflineSeconds(const Machine& machine, const TaskWork& work) {
   return std::max(work.flops / machine.PeakFlops(work.dtype), work.bytes / machine.device().memory_bandwidth());
 }
 
-double AnalyticalCostModel::ComputeSeconds(const TaskGraph& graph, const Task& task) const {
-  return machine_.device().launch_overhead_s() + RooflineSeconds(machine_, WorkOf(graph, task));
+double AnalyticalCostModel::ComputeSeconds(const TaskGraph&, const Task& task) const {
+  return machine_.device().launch_overhead_s() + RooflineSeconds(machine_, WorkOf(task));
 }
 
 CalibratedCostModel::CalibratedCostModel(const Machine& machine, const std::vector<WorkSample>& samples)
@@ -69,7 +59,7 @@ double CalibratedCostModel::Efficiency(const std::string& op, double roof_second
 }
 
 double CalibratedCostModel::ComputeSeconds(const TaskGraph& graph, const Task& task) const {
-  const double roof = RooflineSeconds(machine_, WorkOf(graph, task));
+  const double roof = RooflineSeconds(machine_, WorkOf(task));
   const double launch = machine_.device().launch_overhead_s();
   return roof > 0 ? launch + roof / Efficiency(graph.graph.node(task.node).op, roof) : launch;
 }

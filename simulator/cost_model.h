@@ -26,13 +26,13 @@ class CostModel {
 };
 
 // What a compute task's roofline needs: its FLOPs and bytes (OpDef::Cost of
-// the part's shapes, carried by the task) and the element type of its work
-// (its first floating output's: a loss over f32 logits is f32 work).
+// the part's shapes) and the element type of its work, all carried by the
+// task.
 struct TaskWork {
   double flops = 0, bytes = 0;
   DType dtype = DType::kF32;
 };
-TaskWork WorkOf(const TaskGraph& graph, const Task& task);
+inline TaskWork WorkOf(const Task& task) { return {task.flops, task.bytes, task.dtype}; }
 // The larger of the FLOPs at the device's peak for the type and the bytes at
 // its memory bandwidth (no launch overhead).
 double RooflineSeconds(const Machine& machine, const TaskWork& work);

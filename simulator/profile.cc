@@ -113,7 +113,7 @@ void Profile::Add(const std::string& signature, double seconds, const std::optio
 
 void Profile::AddTask(const TaskGraph& graph, const Task& task, double seconds) {
   Add(TaskSignature(graph, task), seconds,
-      task.kind == TaskKind::kCompute ? std::optional<TaskWork>(WorkOf(graph, task)) : std::nullopt);
+      task.kind == TaskKind::kCompute ? std::optional<TaskWork>(WorkOf(task)) : std::nullopt);
 }
 
 void Profile::Add(const Profile& other) {

@@ -1,7 +1,6 @@
 #include "simulator/simulator.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "core/chrome_trace.h"
@@ -41,16 +40,25 @@ struct Steps {
     deps.insert(deps.end(), task_deps.begin(), task_deps.end());
     dep_end.push_back(static_cast<uint32_t>(deps.size()));
   }
-  // Appends step i of `from` (a task with the same key).
-  void Copy(const Steps& from, size_t i) {
-    queues.insert(queues.end(), from.queues.begin() + Begin(from.queue_end, i), from.queues.begin() + from.queue_end[i]);
-    traffic.insert(traffic.end(), from.traffic.begin() + Begin(from.traffic_end, i),
-                   from.traffic.begin() + from.traffic_end[i]);
-    deps.insert(deps.end(), from.deps.begin() + Begin(from.dep_end, i), from.deps.begin() + from.dep_end[i]);
-    seconds.push_back(from.seconds[i]);
-    queue_end.push_back(static_cast<uint32_t>(queues.size()));
-    traffic_end.push_back(static_cast<uint32_t>(traffic.size()));
-    dep_end.push_back(static_cast<uint32_t>(deps.size()));
+  // Appends steps [begin, end) of `from` (tasks with the same fingerprints).
+  void Copy(const Steps& from, size_t begin, size_t end) {
+    CopyRange(from.queue_end, from.queues, begin, end, &queue_end, &queues);
+    CopyRange(from.traffic_end, from.traffic, begin, end, &traffic_end, &traffic);
+    CopyRange(from.dep_end, from.deps, begin, end, &dep_end, &deps);
+    seconds.insert(seconds.end(), from.seconds.begin() + static_cast<std::ptrdiff_t>(begin),
+                   from.seconds.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+
+ private:
+  // One of the flat lists: the items of steps [begin, end), and their ends
+  // moved to where the items land.
+  template <typename T>
+  static void CopyRange(const std::vector<uint32_t>& from_end, const std::vector<T>& from_items, size_t begin,
+                        size_t end, std::vector<uint32_t>* to_end, std::vector<T>* to_items) {
+    const uint32_t first = Begin(from_end, begin), last = end > 0 ? from_end[end - 1] : 0;
+    const int64_t shift = static_cast<int64_t>(to_items->size()) - first;
+    to_items->insert(to_items->end(), from_items.begin() + first, from_items.begin() + last);
+    for (size_t i = begin; i < end; ++i) to_end->push_back(static_cast<uint32_t>(from_end[i] + shift));
   }
 };
 
@@ -142,71 +150,6 @@ struct Snapshot {
   double iteration = 0;
 };
 
-// What the simulation of a task depends on, hashed (a multiply-rotate hash
-// over 8-byte words of its kind, devices, name, FLOPs, bytes,
-// dependencies, ring, and its regions and pieces' places): equal keys are
-// the same task for the delta simulation (a collision, at odds of about
-// 2^-64 a pair, would reuse a stale cost).
-class KeyHash {
- public:
-  void Add(const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (; bytes >= 8; bytes -= 8, p += 8) {
-      uint64_t word;
-      std::memcpy(&word, p, 8);
-      Mix(word);
-    }
-    if (bytes > 0) {
-      uint64_t word = 0;
-      std::memcpy(&word, p, bytes);
-      Mix(word ^ (static_cast<uint64_t>(bytes) << 59));
-    }
-  }
-  template <typename T>
-  void Add(const T& value) {
-    Add(&value, sizeof(value));
-  }
-  template <typename T>
-  void AddAll(const std::vector<T>& values) {
-    Add(values.size());
-    if (!values.empty()) Add(values.data(), values.size() * sizeof(T));
-  }
-  uint64_t value() const { return h_ ^ (h_ >> 29); }
-
- private:
-  void Mix(uint64_t word) {
-    h_ = (h_ ^ (word * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
-    h_ = (h_ << 27) | (h_ >> 37);
-  }
-  uint64_t h_ = 0x243F6A8885A308D3ull;
-};
-
-uint64_t TaskKey(const TaskGraph& g, const Task& t) {
-  KeyHash h;
-  h.Add(t.kind);
-  h.Add(t.device);
-  h.Add(t.src_device);
-  h.Add(t.name.data(), t.name.size());
-  h.Add(t.flops);
-  h.Add(t.bytes);
-  h.AddAll(t.deps);
-  h.AddAll(t.group);
-  for (const Operand& op : t.inputs) {
-    h.AddAll(op.region.lo);
-    h.AddAll(op.region.hi);
-  }
-  for (const std::vector<int>* list : {&t.sources, &t.outputs}) {
-    h.Add(list->size());
-    for (int p : *list) {
-      const Piece& piece = g.pieces[static_cast<size_t>(p)];
-      h.Add(piece.device);
-      h.AddAll(piece.region.lo);
-      h.AddAll(piece.region.hi);
-    }
-  }
-  return h.value();
-}
-
 // Schedules tasks from.next ... after the state `from` into `r` (whose
 // tasks before from.next are already set), snapshotting every kEvery tasks
 // when `snapshots` is given.
@@ -263,20 +206,10 @@ Snapshot Empty(int64_t devices, int64_t resources) {
 void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, SimulationResult& r) {
   const size_t devices = static_cast<size_t>(g.devices);
   const double memory = m.device().memory_bytes();
-  std::vector<double> bytes(g.pieces.size()), bound(devices, 0.0);
-  std::vector<int> element_bytes;  // by value; 0 until looked up (pieces of a value come together)
-  for (size_t p = 0; p < g.pieces.size(); ++p) {
-    const Piece& piece = g.pieces[p];
-    const size_t v = static_cast<size_t>(piece.value);
-    if (v >= element_bytes.size()) element_bytes.resize(v + 1, 0);
-    if (element_bytes[v] == 0) element_bytes[v] = static_cast<int>(DTypeSize(g.graph.type(piece.value).dtype));
-    bytes[p] = static_cast<double>(piece.region.numel() * element_bytes[v]);
-    bound[static_cast<size_t>(piece.device)] += bytes[p];
-  }
   std::vector<bool> sweep(devices, peak_wanted);
   bool any = peak_wanted;
   for (size_t d = 0; d < devices; ++d)
-    if (bound[d] > memory) any = sweep[d] = true;
+    if (g.piece_bytes[d] > memory) any = sweep[d] = true;
   r.fits = true;
   if (!any) return;
 
@@ -303,8 +236,8 @@ void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, Simulatio
   for (size_t p = 0; p < g.pieces.size(); ++p) {
     const size_t d = static_cast<size_t>(g.pieces[p].device);
     if (!sweep[d]) continue;
-    events[d].push_back({held_from[p], bytes[p]});
-    events[d].push_back({held_until[p], -bytes[p]});
+    events[d].push_back({held_from[p], g.pieces[p].bytes});
+    events[d].push_back({held_until[p], -g.pieces[p].bytes});
   }
   if (peak_wanted) r.peak_memory_bytes.assign(devices, 0.0);
   for (size_t d = 0; d < devices; ++d) {
@@ -337,7 +270,7 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
 
 struct DeltaSimulator::State {
   int64_t devices = 0;
-  std::vector<uint64_t> keys;  // TaskKey by task
+  std::vector<uint64_t> keys;  // the last graph's TaskGraph::fingerprints
   Steps steps;
   std::vector<Snapshot> snapshots;  // at tasks 0, kEvery, 2 kEvery, ...
   SimulationResult result;
@@ -354,22 +287,23 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   auto next = std::make_unique<State>();
   next->devices = g.devices;
   next->steps.Reserve(g.tasks.size());
-  next->keys.reserve(g.tasks.size());
   // The tasks equal to the last graph's at their place keep their cost; the
   // schedule is kept up to the first that differs.
-  size_t unchanged = 0;
-  bool prefix = last != nullptr;
-  for (size_t i = 0; i < g.tasks.size(); ++i) {
-    next->keys.push_back(TaskKey(g, g.tasks[i]));
-    const bool same = last && i < last->keys.size() && last->keys[i] == next->keys[i];
-    if (same) {
-      next->steps.Copy(last->steps, i);
+  size_t unchanged = 0;  // tasks before the first that differs
+  for (size_t i = 0; i < g.tasks.size();) {
+    // A run of tasks equal to the last graph's, copied at once; or one new.
+    size_t j = i;
+    while (last && j < g.tasks.size() && j < last->keys.size() && last->keys[j] == g.fingerprints[j]) ++j;
+    if (j > i) {
+      next->steps.Copy(last->steps, i, j);
+      if (i == 0) unchanged = j;
+      i = j;
     } else {
       scheduler.Append(g.tasks[i], &next->steps);
+      ++i;
     }
-    prefix = prefix && same;
-    if (prefix) unchanged = i + 1;
   }
+  next->keys = g.fingerprints;
   SimulationResult r;
   r.tasks.resize(g.tasks.size());
   Snapshot from = Empty(g.devices, machine_.resources());
