@@ -250,6 +250,22 @@ void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, Simulatio
   }
 }
 
+// What a step costs beyond its tasks: the runtime's overhead, and the
+// copies of the inputs' slices it feeds before the first task starts.
+double StepExtraSeconds(const TaskGraph& g, const Machine& m) {
+  double seconds = m.proto().step_overhead_s();
+  if (!m.proto().copies_feeds()) return seconds;
+  for (const auto& [value, homes] : g.homes) {
+    if (g.graph.node(g.graph.value(value).producer).op != kInputOp) continue;
+    const double whole = static_cast<double>(g.graph.type(value).shape.numel() *
+                                             static_cast<int64_t>(DTypeSize(g.graph.type(value).dtype)));
+    for (int h : homes)
+      if (g.pieces[static_cast<size_t>(h)].bytes < whole)  // a slice: copied (read and write)
+        seconds += 2 * g.pieces[static_cast<size_t>(h)].bytes / m.device().memory_bandwidth();
+  }
+  return seconds;
+}
+
 Status CheckDevices(const TaskGraph& g, const Machine& m) {
   if (g.devices > m.devices())
     return InvalidArgument("the task graph has ", g.devices, " devices, machine ", m.name(), " has ", m.devices());
@@ -264,6 +280,7 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
   SimulationResult r;
   r.tasks.resize(g.tasks.size());
   Schedule(m, g.devices, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
+  r.iteration_seconds += StepExtraSeconds(g, m);
   AddMemory(g, m, options.peak_memory, r);
   return r;
 }
@@ -317,6 +334,7 @@ StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
   }
   rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
   Schedule(machine_, g.devices, next->steps, from, &r, &next->snapshots);
+  r.iteration_seconds += StepExtraSeconds(g, machine_);
   AddMemory(g, machine_, options_.peak_memory, r);
   next->result = r;
   state_ = std::move(next);

@@ -198,6 +198,27 @@ TEST_CASE("a task waiting for another queue's task starts the dependency latency
   CHECK(waking->iteration_seconds >= plain->iteration_seconds + 0.5);
 }
 
+TEST_CASE("a step costs the runtime's overhead and the copies of the inputs' slices beyond its tasks") {
+  const TaskGraph dp = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
+  proto::Machine spec = TestMachine(1, 2, true).proto();
+  auto plain = Simulate(dp, *Machine::FromProto(spec, "plain"), FixedCost(1e-3));
+  spec.set_step_overhead_s(0.25);
+  spec.set_copies_feeds(true);
+  auto full = Simulate(dp, *Machine::FromProto(spec, "full"), FixedCost(1e-3));
+  REQUIRE(plain.ok());
+  REQUIRE(full.ok());
+  double sliced = 0;  // the input pieces that are halves of their value
+  for (const auto& [v, homes] : dp.homes) {
+    if (dp.graph.node(dp.graph.value(v).producer).op != kInputOp) continue;
+    for (int h : homes)
+      if (dp.pieces[static_cast<size_t>(h)].region.shape() != dp.graph.type(v).shape)
+        sliced += dp.pieces[static_cast<size_t>(h)].bytes;
+  }
+  CHECK(sliced > 0);
+  CHECK(full->iteration_seconds == Approx(plain->iteration_seconds + 0.25 + 2 * sliced / 1e9));
+  for (size_t i = 0; i < dp.tasks.size(); ++i) CHECK(full->tasks[i].start == plain->tasks[i].start);
+}
+
 TEST_CASE("a step that does not fit is marked") {
   proto::Machine small = TestMachine(1, 1, false).proto();
   small.mutable_device()->set_memory_bytes(1000);

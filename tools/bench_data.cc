@@ -114,6 +114,15 @@ StatusOr<TaskOverhead> MeasureTaskOverhead(int reps) {
   LOOM_ASSIGN_OR_RETURN(auto two, TaskRuntime::Create(std::move(hops)));
   const double chain = BestSeconds(reps, [&] { step(*two); });
   o.wake_s = std::max(0.0, (chain - hop_tasks * o.runtime_s) / TaskOverhead::kTasks);
+  {
+    Model one;
+    Sym a = one.input("x", {});
+    one.set_output("y", one.add(a, a));
+    LOOM_RETURN_IF_ERROR(one.status());
+    LOOM_ASSIGN_OR_RETURN(TaskGraph single, BuildTaskGraph(one.graph(), {}, 1));
+    LOOM_ASSIGN_OR_RETURN(auto runtime_of_one, TaskRuntime::Create(std::move(single)));
+    o.step_s = std::max(0.0, BestSeconds(reps * 20, [&] { step(*runtime_of_one); }) - o.runtime_s);
+  }
   LOOM_RETURN_IF_ERROR(status);
   return o;
 }

@@ -52,6 +52,9 @@ struct TaskOverhead {
   // this long after it ends (a thread wake-up), beyond the tasks' own cost:
   // from a chain of tasks alternating between two devices.
   double wake_s = 0;
+  // The task runtime's cost of a step beyond its tasks: a one-task step's
+  // time less the task's.
+  double step_s = 0;
 };
 StatusOr<TaskOverhead> MeasureTaskOverhead(int reps);
 

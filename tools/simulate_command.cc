@@ -125,8 +125,9 @@ namespace {
 // thread each, measured now: a device per core, Eigen's one-thread GEMM
 // rates as the peaks, memcpy for the copies and twice its rate (read and
 // write) as the memory bandwidth, the runtime's cost per task as the
-// launch overhead and its wake-up of another device's thread as the
-// dependency latency; devices make their own copies.
+// launch overhead, its wake-up of another device's thread as the
+// dependency latency, its cost of a step beyond the tasks as the step
+// overhead; devices make their own copies, the runtime copies the feeds.
 StatusOr<Machine> ProbeCpuMachine(int reps) {
   proto::Machine m;
   m.set_name("cpu_local");
@@ -143,6 +144,8 @@ StatusOr<Machine> ProbeCpuMachine(int reps) {
   d->set_launch_overhead_s(overhead.runtime_s);
   d->set_copies_on_device(true);
   d->set_dependency_latency_s(overhead.wake_s);
+  m.set_step_overhead_s(overhead.step_s);
+  m.set_copies_feeds(true);
   m.mutable_intra_node()->set_latency_s(overhead.runtime_s);
   m.mutable_intra_node()->set_bandwidth(copy);
   return Machine::FromProto(m, "the probe");
@@ -154,7 +157,7 @@ std::string MachineText(const Machine& machine) {
   return StrCat("# Measured by `loom machine probe` on ", CpuModelName(), " (", machine.devices(),
                 " cores): peaks are Eigen's one-thread GEMM, bandwidths memcpy's, the launch\n"
                 "# overhead the task runtime's cost per task, the dependency latency its wake-up of another "
-                "device's thread.\n",
+                "device's thread,\n# the step overhead its cost of a step beyond the tasks.\n",
                 text);
 }
 
