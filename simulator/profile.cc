@@ -136,9 +136,9 @@ std::optional<double> Profile::Seconds(const std::string& signature) const {
   auto it = samples_.find(signature);
   if (it == samples_.end() || it->second.empty()) return std::nullopt;
   // A step is a sum of task times, and a sum of right-skewed times is
-  // predicted by their means, not their medians (which came out 3-6% short
-  // of whole steps here); samples over 3x the median are interruptions,
-  // not the kernel, and are left out.
+  // predicted by their means, not their medians (which fall short of it);
+  // samples over 3x the median are interruptions, not the kernel, and are
+  // left out.
   std::vector<double> t = it->second;
   std::sort(t.begin(), t.end());
   const size_t n = t.size();
