@@ -180,6 +180,34 @@ std::string Strategy::Where(const std::string& path) const {
   return w.empty() ? origin_ : w;
 }
 
+int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what) {
+  std::vector<TensorType> in, out;
+  for (ValueId v : node.inputs) in.push_back(graph.type(v));
+  for (ValueId v : node.outputs) out.push_back(graph.type(v));
+  if (d == SplitDim::kReplica) {
+    const int64_t replicas = node.outputs.empty() ? 0 : ReplicasOf(graph.value(node.outputs[0]));
+    if (replicas == 0) {
+      *what = "its output has no replica axis (not a fused array's layer)";
+      return 0;
+    }
+    if (!ReplicaSplit(graph, node, rules, what)) {
+      *what = "its replicas cannot be split: " + *what;
+      return 0;
+    }
+    *what = "replicas";
+    return replicas;
+  }
+  const std::optional<DimSplit>& rule =
+      d == SplitDim::kSample ? rules.sample : d == SplitDim::kAttribute ? rules.attribute : rules.parameter;
+  if (!rule) {
+    *what = StrCat("its op cannot be split along ", SplitDimName(d));
+    return 0;
+  }
+  const int64_t extent = ExtentOf(*rule, in, out, what);
+  if (extent <= 0) *what = StrCat("its extent ", extent, " (", *what, ") cannot be split");
+  return std::max<int64_t>(extent, 0);
+}
+
 StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Graph& graph) const {
   std::vector<bool> used(entries_.size(), false);
   std::vector<std::pair<NodeId, LayerSplit>> out;
@@ -194,8 +222,6 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
     for (ValueId v : n.inputs) in.push_back(graph.type(v));
     for (ValueId v : n.outputs) outs.push_back(graph.type(v));
     const SplitRules rules = def->Splits(n.attrs, in, outs);
-    const std::optional<DimSplit>* rule_of[kSplitDims] = {&rules.sample, nullptr, &rules.attribute,
-                                                          &rules.parameter};
     LayerSplit split = entry >= 0 ? entries_[static_cast<size_t>(entry)] : default_;
     const std::string at = entry >= 0 ? Where(StrCat("layer[", entry, "]")) : Where("default_split");
     bool reduced = false;  // the default dropped a dimension the layer cannot split
@@ -203,23 +229,12 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
       const int64_t degree = split.degree_of(d);
       if (degree == 1) continue;
       std::string why;
-      if (d == SplitDim::kReplica) {
-        const int64_t replicas = n.outputs.empty() ? 0 : ReplicasOf(graph.value(n.outputs[0]));
-        if (replicas == 0) why = "its output has no replica axis (not a fused array's layer)";
-        else if (replicas % degree != 0)
-          why = StrCat("its ", replicas, " replicas are not divisible by ", degree);
-        else if (!ReplicaSplit(graph, n, rules, &why)) why = "its replicas cannot be split: " + why;
-      } else {
-        const std::optional<DimSplit>& rule = *rule_of[static_cast<int>(d)];
-        if (!rule) {
-          why = StrCat("its op cannot be split along ", SplitDimName(d));
-        } else {
-          std::string what;
-          const int64_t extent = ExtentOf(*rule, in, outs, &what);
-          if (extent <= 0 || extent % degree != 0)
-            why = StrCat("its extent ", extent, " (", what, ") is not divisible by ", degree);
-        }
-      }
+      const int64_t extent = SplitExtent(graph, n, rules, d, &why);
+      if (extent > 0 && extent % degree != 0)
+        why = d == SplitDim::kReplica ? StrCat("its ", extent, " replicas are not divisible by ", degree)
+                                      : StrCat("its extent ", extent, " (", why, ") is not divisible by ", degree);
+      else if (extent > 0)
+        why.clear();
       if (why.empty()) continue;
       if (entry >= 0)
         return InvalidArgument(at, ": layer '", n.name, "' (", n.op, "): ", SplitDimName(d), " ", degree, ": ", why);

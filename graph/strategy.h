@@ -57,6 +57,13 @@ int64_t ReplicasOf(const Value& v);
 // nullopt with the reason in `why`.
 std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const SplitRules& rules, std::string* why);
 
+// The extent a layer's parts divide along `d` (`rules` are its op's
+// splits): a fused array's replica count for the replica dimension, else
+// the first axis its op's rule splits. 0 when it cannot split along `d`,
+// with the reason in `what`; else `what` names the extent ("output 0 axis 1
+// of [6, 8]"). A degree is valid when it divides the extent.
+int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what);
+
 // '*' matches any run of characters (also none), '?' any one character.
 bool GlobMatch(const std::string& pattern, const std::string& name);
 

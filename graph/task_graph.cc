@@ -34,18 +34,6 @@ struct ValueSplit {
   std::array<int, kSplitDims> axis{-1, -1, -1, -1};
 };
 
-// What one part reads and writes.
-struct PartRegions {
-  PartRegions(size_t inputs, size_t outputs)
-      : inputs(inputs), outputs(outputs), partial(outputs), partial_index(outputs) {}
-
-  std::vector<Region> inputs, outputs;
-  std::vector<bool> partial;  // per output
-  // Per output: which partial sum it is (its coordinates along the dims
-  // that sum it); parts that differ only along dims that replicate it hold
-  // copies of the same partial sum, which an all-reduce adds once.
-  std::vector<int64_t> partial_index;
-};
 
 // Orders pieces (by index) by their regions: a set of them keeps one
 // piece of each region, without copying regions.
@@ -164,6 +152,122 @@ class Expansion : public ExpandBuilder {
   std::vector<NodeId> emitted_;
   Status status_;
 };
+
+// The regions of every part (row-major over sample, replica, attribute,
+// parameter), or why the split does not fit the shapes.
+StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const LayerSplit& split, const DimRules& dims) {
+  std::vector<PartRegions> parts(static_cast<size_t>(split.parts()), PartRegions(n.inputs.size(), n.outputs.size()));
+  for (int64_t p = 0; p < split.parts(); ++p) {
+    std::array<int64_t, kSplitDims> coord{};
+    for (int64_t rest = p, d = kSplitDims - 1; d >= 0; --d) {
+      coord[static_cast<size_t>(d)] = rest % split.degree[static_cast<size_t>(d)];
+      rest /= split.degree[static_cast<size_t>(d)];
+    }
+    PartRegions& part = parts[static_cast<size_t>(p)];
+    // Outputs first: a window input's rows follow from its output rows.
+    for (size_t k = 0; k < n.inputs.size() + n.outputs.size(); ++k) {
+      const bool input = k >= n.outputs.size();
+      const size_t j = input ? k - n.outputs.size() : k;
+      const ValueId v = input ? n.inputs[j] : n.outputs[j];
+      Region r = Region::Whole(g.type(v).shape);
+      bool partial = false;
+      int64_t partial_index = 0;
+      for (size_t d = 0; d < kSplitDims; ++d) {
+        if (!dims[d]) continue;
+        const AxisSplit& a = input ? dims[d]->inputs[j] : dims[d]->outputs[j];
+        if (a.axis < 0) {
+          if (!input && dims[d]->partial_sums) {
+            partial = true;
+            partial_index = partial_index * split.degree[d] + coord[d];
+          }
+          continue;
+        }
+        if (a.axis >= r.rank())
+          return InvalidArgument("axis ", a.axis, " of '", g.value(v).name, "' ", g.type(v).shape.ToString());
+        if (input && (a.stride != 1 || a.span != 1 || a.padding != 0)) {
+          // Output rows [lo, hi) read input rows [lo * stride - padding,
+          // (hi - 1) * stride - padding + span); rows outside the input
+          // are the padding, read as zeros.
+          const int out_axis = dims[d]->outputs[0].axis;
+          const Region& y = part.outputs[0];
+          r.lo[a.axis] = y.lo[out_axis] * a.stride - a.padding;
+          r.hi[a.axis] = (y.hi[out_axis] - 1) * a.stride - a.padding + a.span;
+          continue;
+        }
+        const int64_t k = split.degree[d], len = r.hi[a.axis] - r.lo[a.axis];
+        if (len % k != 0)
+          return InvalidArgument(SplitDimName(kAllSplitDims[d]), " ", k, " does not divide extent ", len, " of axis ",
+                                 a.axis, " of '", g.value(v).name, "' ", g.type(v).shape.ToString());
+        r.lo[a.axis] += coord[d] * (len / k);
+        r.hi[a.axis] = r.lo[a.axis] + len / k;
+      }
+      (input ? part.inputs : part.outputs)[j] = std::move(r);
+      if (!input) {
+        part.partial[j] = partial;
+        part.partial_index[j] = partial_index;
+      }
+    }
+  }
+  return parts;
+}
+
+// The attributes of each part, checked by type inference against its
+// regions, and per part whether it is like the one before (the same
+// attributes and shapes): most parts of a split are, and share the
+// attributes, check and cost of the first of them.
+Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
+                 const std::vector<TensorType>& out, const std::vector<PartRegions>& parts,
+                 std::vector<std::shared_ptr<const AttrMap>>* attrs, std::vector<bool>* alike) {
+  std::shared_ptr<const AttrMap> whole_attrs;  // n's, for the parts that are all of it
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const PartRegions& part = parts[p];
+    const bool whole = ShapedAs(part.inputs, in) && ShapedAs(part.outputs, out);
+    if (whole) {
+      if (!whole_attrs) whole_attrs = std::make_shared<const AttrMap>(n.attrs);
+      attrs->push_back(whole_attrs);
+    } else {
+      LOOM_ASSIGN_OR_RETURN(AttrMap a, def.PartAttrs(n.attrs, in, out, part.inputs, part.outputs));
+      const bool same = p > 0 && a == *attrs->back();
+      attrs->push_back(same ? attrs->back() : std::make_shared<const AttrMap>(std::move(a)));
+    }
+    // Parts of the same shapes are both whole or both not, and then share
+    // their attributes when equal.
+    alike->push_back(p > 0 && attrs->at(p) == attrs->at(p - 1) && SameShapes(part.inputs, parts[p - 1].inputs) &&
+                     SameShapes(part.outputs, parts[p - 1].outputs));
+    if (whole || alike->back()) continue;
+    LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> inferred,
+                          InferOpTypes(def, *attrs->back(), PartTypes(part.inputs, in)));
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i >= inferred.size() || inferred[i].shape != part.outputs[i].shape())
+        return InvalidArgument("a part of output ", i, " would be ",
+                               i < inferred.size() ? inferred[i].shape.ToString() : "missing", ", not ",
+                               part.outputs[i].shape().ToString());
+  }
+  return Status::Ok();
+}
+
+
+// The rules of a forward layer's split, one per dimension it splits (its
+// op's labelled rule; the replica dimension's follows the replica layouts).
+StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& rules, const LayerSplit& split) {
+  DimRules dims;
+  const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute, &rules.parameter};
+  for (int d = 0; d < kSplitDims; ++d) {
+    const int64_t degree = split.degree[static_cast<size_t>(d)];
+    if (degree == 1) continue;
+    std::string why;
+    if (d == static_cast<int>(SplitDim::kReplica)) {
+      dims[static_cast<size_t>(d)] = ReplicaSplit(g, n, rules, &why);
+    } else {
+      dims[static_cast<size_t>(d)] = *labelled[d];
+      if (!*labelled[d]) why = "its op has no rule for it";
+    }
+    if (!why.empty())
+      return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree, ": ",
+                             why);
+  }
+  return dims;
+}
 
 class Lowering {
  public:
@@ -435,99 +539,6 @@ class Lowering {
     return candidates[static_cast<size_t>(best)];
   }
 
-  // The regions of every part (row-major over sample, replica, attribute,
-  // parameter), or why the split does not fit the shapes.
-  StatusOr<std::vector<PartRegions>> Parts(const Node& n, const LayerSplit& split, const DimRules& dims) const {
-    std::vector<PartRegions> parts(static_cast<size_t>(split.parts()), PartRegions(n.inputs.size(), n.outputs.size()));
-    for (int64_t p = 0; p < split.parts(); ++p) {
-      std::array<int64_t, kSplitDims> coord{};
-      for (int64_t rest = p, d = kSplitDims - 1; d >= 0; --d) {
-        coord[static_cast<size_t>(d)] = rest % split.degree[static_cast<size_t>(d)];
-        rest /= split.degree[static_cast<size_t>(d)];
-      }
-      PartRegions& part = parts[static_cast<size_t>(p)];
-      // Outputs first: a window input's rows follow from its output rows.
-      for (size_t k = 0; k < n.inputs.size() + n.outputs.size(); ++k) {
-        const bool input = k >= n.outputs.size();
-        const size_t j = input ? k - n.outputs.size() : k;
-        const ValueId v = input ? n.inputs[j] : n.outputs[j];
-        Region r = Region::Whole(g_.type(v).shape);
-        bool partial = false;
-        int64_t partial_index = 0;
-        for (size_t d = 0; d < kSplitDims; ++d) {
-          if (!dims[d]) continue;
-          const AxisSplit& a = input ? dims[d]->inputs[j] : dims[d]->outputs[j];
-          if (a.axis < 0) {
-            if (!input && dims[d]->partial_sums) {
-              partial = true;
-              partial_index = partial_index * split.degree[d] + coord[d];
-            }
-            continue;
-          }
-          if (a.axis >= r.rank())
-            return InvalidArgument("axis ", a.axis, " of '", g_.value(v).name, "' ", g_.type(v).shape.ToString());
-          if (input && (a.stride != 1 || a.span != 1 || a.padding != 0)) {
-            // Output rows [lo, hi) read input rows [lo * stride - padding,
-            // (hi - 1) * stride - padding + span); rows outside the input
-            // are the padding, read as zeros.
-            const int out_axis = dims[d]->outputs[0].axis;
-            const Region& y = part.outputs[0];
-            r.lo[a.axis] = y.lo[out_axis] * a.stride - a.padding;
-            r.hi[a.axis] = (y.hi[out_axis] - 1) * a.stride - a.padding + a.span;
-            continue;
-          }
-          const int64_t k = split.degree[d], len = r.hi[a.axis] - r.lo[a.axis];
-          if (len % k != 0)
-            return InvalidArgument(SplitDimName(kAllSplitDims[d]), " ", k, " does not divide extent ", len, " of axis ",
-                                   a.axis, " of '", g_.value(v).name, "' ", g_.type(v).shape.ToString());
-          r.lo[a.axis] += coord[d] * (len / k);
-          r.hi[a.axis] = r.lo[a.axis] + len / k;
-        }
-        (input ? part.inputs : part.outputs)[j] = std::move(r);
-        if (!input) {
-          part.partial[j] = partial;
-          part.partial_index[j] = partial_index;
-        }
-      }
-    }
-    return parts;
-  }
-
-  // The attributes of each part, checked by type inference against its
-  // regions, and per part whether it is like the one before (the same
-  // attributes and shapes): most parts of a split are, and share the
-  // attributes, check and cost of the first of them.
-  Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
-                   const std::vector<TensorType>& out, const std::vector<PartRegions>& parts,
-                   std::vector<std::shared_ptr<const AttrMap>>* attrs, std::vector<bool>* alike) const {
-    std::shared_ptr<const AttrMap> whole_attrs;  // n's, for the parts that are all of it
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const PartRegions& part = parts[p];
-      const bool whole = ShapedAs(part.inputs, in) && ShapedAs(part.outputs, out);
-      if (whole) {
-        if (!whole_attrs) whole_attrs = std::make_shared<const AttrMap>(n.attrs);
-        attrs->push_back(whole_attrs);
-      } else {
-        LOOM_ASSIGN_OR_RETURN(AttrMap a, def.PartAttrs(n.attrs, in, out, part.inputs, part.outputs));
-        const bool same = p > 0 && a == *attrs->back();
-        attrs->push_back(same ? attrs->back() : std::make_shared<const AttrMap>(std::move(a)));
-      }
-      // Parts of the same shapes are both whole or both not, and then share
-      // their attributes when equal.
-      alike->push_back(p > 0 && attrs->at(p) == attrs->at(p - 1) && SameShapes(part.inputs, parts[p - 1].inputs) &&
-                       SameShapes(part.outputs, parts[p - 1].outputs));
-      if (whole || alike->back()) continue;
-      LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> inferred,
-                            InferOpTypes(def, *attrs->back(), PartTypes(part.inputs, in)));
-      for (size_t i = 0; i < out.size(); ++i)
-        if (i >= inferred.size() || inferred[i].shape != part.outputs[i].shape())
-          return InvalidArgument("a part of output ", i, " would be ",
-                                 i < inferred.size() ? inferred[i].shape.ToString() : "missing", ", not ",
-                                 part.outputs[i].shape().ToString());
-    }
-    return Status::Ok();
-  }
-
   // Replaces node `id` by its op's expansion and plans the expansion's
   // nodes. Its place in the node order and its outputs' consumers, graph
   // outputs, state updates and gradients go to the expansion once, at the
@@ -612,29 +623,17 @@ class Lowering {
     if (owner) {
       split = *owner;
       const SplitRules rules = def->Splits(n.attrs, in, out);
-      const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute,
-                                                             &rules.parameter};
-      for (int d = 0; d < kSplitDims; ++d) {
-        const int64_t degree = split.degree[static_cast<size_t>(d)];
-        if (degree == 1) continue;
-        std::string why;
-        if (!forward) {
-          dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, degree);
-        } else if (d == static_cast<int>(SplitDim::kReplica)) {
-          dims[static_cast<size_t>(d)] = ReplicaSplit(g_, n, rules, &why);
-        } else {
-          dims[static_cast<size_t>(d)] = *labelled[d];
-          if (!*labelled[d]) why = "its op has no rule for it";
-
-        }
-        if (!why.empty())
-          return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree,
-                                 ": ", why);
+      if (forward) {
+        LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
+      } else {
+        for (int d = 0; d < kSplitDims; ++d)
+          if (split.degree[static_cast<size_t>(d)] > 1)
+            dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
       }
       for (const std::optional<DimSplit>& d : dims)
         if (d && d->expands) return Expand(id, *def);
     }
-    StatusOr<std::vector<PartRegions>> parts = Parts(n, split, dims);
+    StatusOr<std::vector<PartRegions>> parts = Parts(g_, n, split, dims);
     std::vector<std::shared_ptr<const AttrMap>> attrs;
     std::vector<bool> alike;
     Status fits = parts.status();
@@ -645,7 +644,7 @@ class Lowering {
       split = LayerSplit{};  // a following node that cannot follow runs whole
       split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
       dims = DimRules{};
-      LOOM_ASSIGN_OR_RETURN(parts, Parts(n, split, dims));
+      LOOM_ASSIGN_OR_RETURN(parts, Parts(g_, n, split, dims));
       attrs = {std::make_shared<const AttrMap>(n.attrs)};
       alike = {false};
     }
@@ -768,6 +767,27 @@ StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::strin
       if (d < 0 || d >= devices)
         return InvalidArgument("layer '", name, "': device ", d, " is not one of the ", devices, " devices");
   return Lowering(graph, layers, devices).Run();
+}
+
+StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const LayerSplit& split) {
+  const OpDef* def = OpRegistry::Global().FindOp(node.op);
+  if (!def) return InvalidArgument("layer '", node.name, "': unknown op ", node.op);
+  std::vector<TensorType> in, out;
+  for (ValueId v : node.inputs) in.push_back(forward.type(v));
+  for (ValueId v : node.outputs) out.push_back(forward.type(v));
+  LOOM_ASSIGN_OR_RETURN(const DimRules dims, ForwardDims(forward, node, def->Splits(node.attrs, in, out), split));
+  StatusOr<std::vector<PartRegions>> parts = Parts(forward, node, split, dims);
+  bool expands = false;
+  for (const std::optional<DimSplit>& d : dims) expands = expands || (d && d->expands);
+  Status fits = parts.status();
+  if (fits.ok() && !expands) {
+    std::vector<std::shared_ptr<const AttrMap>> attrs;
+    std::vector<bool> alike;
+    fits = PartAttrs(node, *def, in, out, *parts, &attrs, &alike);
+  }
+  if (!fits.ok())
+    return InvalidArgument("layer '", node.name, "' (", node.op, "): ", split.ToString(), ": ", fits.message());
+  return parts;
 }
 
 StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strategy, const Graph& forward) {

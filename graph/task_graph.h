@@ -124,6 +124,27 @@ struct TaskGraph {
   double TransferBytes() const;
 };
 
+// What one part of a node reads and writes.
+struct PartRegions {
+  PartRegions(size_t inputs, size_t outputs)
+      : inputs(inputs), outputs(outputs), partial(outputs), partial_index(outputs) {}
+
+  std::vector<Region> inputs, outputs;
+  std::vector<bool> partial;  // per output: a partial sum of its region
+  // Per output: which partial sum it is (its coordinates along the dims
+  // that sum it); parts that differ only along dims that replicate it hold
+  // copies of the same partial sum, which an all-reduce adds once.
+  std::vector<int64_t> partial_index;
+};
+
+// The parts of the forward layer `node` of `forward` under `split` (parts
+// in row-major order of the dimensions), as the lowering plans them; the
+// error BuildTaskGraph would give when its op does not realise the split
+// for these shapes. A split that expands (BatchNorm's sample split) gives
+// the unexpanded op's regions. What a search checks its configurations
+// with, and costs moving values between them by.
+StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const LayerSplit& split);
+
 // Lowers `graph` (attributes canonical, as built) with the splits of its
 // forward layers by name (Strategy::Resolve on the forward graph), onto
 // devices 0 .. devices - 1. Errors name the layer: a split that no rule of

@@ -39,6 +39,8 @@ Status SimulateCommand(const std::vector<std::string>& args);
 Status MachineCommand(const std::vector<std::string>& args);
 Status ProfileCommand(const std::vector<std::string>& args);
 Status BenchSimulator(const std::vector<std::string>& args);
+// A strategy found by simulated search (docs/search.md).
+Status SearchCommand(const std::vector<std::string>& args);
 // The forward graph and the training step `loom train` builds for a
 // config (fused when it has replicas or a sweep, in its precision), every
 // replica with the config's optimizer: what strategies split.

@@ -28,6 +28,7 @@ constexpr const char* kUsage =
     "  inspect        a zoo model's layers, parameters and FLOPs; --export its graph (loom inspect --help)\n"
     "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n"
     "  simulate       the predicted training step of a config's model on a machine (loom simulate --help)\n"
+    "  search         a parallelization strategy for a config's model on a machine (loom search --help)\n"
     "  machine probe  this machine's description for the simulator, measured\n"
     "  profile        kernel times of a config's step on CPU devices, for loom simulate --profile\n";
 
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
       {"plan", loom::tools::PlanCommand},       {"export", loom::tools::ExportCommand},
       {"inspect", loom::tools::InspectCommand}, {"strategy", loom::tools::StrategyCommand},
       {"simulate", loom::tools::SimulateCommand}, {"machine", loom::tools::MachineCommand},
-      {"profile", loom::tools::ProfileCommand},
+      {"profile", loom::tools::ProfileCommand}, {"search", loom::tools::SearchCommand},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

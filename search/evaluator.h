@@ -1,0 +1,51 @@
+// What a strategy search minimises: a choice of a SearchSpace lowered with
+// the training step (graph/task_graph.h) and simulated on a machine
+// (simulator/simulator.h). Consecutive evaluations share their unchanged
+// prefix through delta simulation, so a proposal that changes one layer
+// reschedules only the tasks from that layer's first one on.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "graph/ir.h"
+#include "graph/task_graph.h"
+#include "search/space.h"
+#include "simulator/cost_model.h"
+#include "simulator/machine.h"
+#include "simulator/simulator.h"
+
+namespace loom {
+
+struct StrategyCost {
+  double seconds = 0;            // the simulated training step
+  bool fits = true;              // every device's peak memory within its memory
+  double bytes_moved = 0;        // by transfers and all-reduces (TaskGraph::TransferBytes)
+  double peak_memory_bytes = 0;  // the fullest device's peak (Report only)
+};
+
+class StrategyEvaluator {
+ public:
+  // `step` is the training step of `space`'s forward graph; all four must
+  // outlive the evaluator.
+  StrategyEvaluator(const Graph& step, const SearchSpace& space, const Machine& machine, const CostModel& cost);
+
+  // The predicted step of `choice` (peak memory not computed: `fits` is
+  // exact without it).
+  StatusOr<StrategyCost> Evaluate(const Choice& choice);
+  // The same with the peak memory, for reports.
+  StatusOr<StrategyCost> Report(const Choice& choice) const;
+  StatusOr<TaskGraph> Lower(const Choice& choice) const;
+
+  int64_t evaluations() const { return evaluations_; }
+
+ private:
+  const Graph& step_;
+  const SearchSpace& space_;
+  const Machine& machine_;
+  const CostModel& cost_;
+  DeltaSimulator delta_;
+  int64_t evaluations_ = 0;
+};
+
+}  // namespace loom

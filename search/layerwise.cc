@@ -1,0 +1,216 @@
+#include "search/layerwise.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+
+#include "core/dtype.h"
+#include "graph/task_graph.h"
+#include "simulator/simulator.h"
+
+namespace loom {
+namespace {
+
+using Degrees = std::array<int64_t, kSplitDims>;
+
+int64_t OverlapElements(const Region& a, const Region& b) {
+  int64_t n = 1;
+  for (size_t d = 0; d < a.lo.size(); ++d) {
+    const int64_t len = std::min(a.hi[d], b.hi[d]) - std::max(a.lo[d], b.lo[d]);
+    if (len <= 0) return 0;
+    n *= len;
+  }
+  return n;
+}
+
+// A region of a value and the devices that hold a copy of it.
+struct Held {
+  Region region;
+  std::vector<int64_t> devices;
+};
+
+// The value's regions that parts hold (or read), copies merged, the parts on
+// `devices`; read regions are clipped to the value (a window's padding is
+// not data).
+std::vector<Held> Holdings(const std::vector<PartRegions>& parts, const std::vector<int64_t>& devices, bool input,
+                           int slot, const Shape& shape) {
+  std::vector<Held> held;
+  const Region whole = Region::Whole(shape);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const Region& r = input ? parts[p].inputs[static_cast<size_t>(slot)] : parts[p].outputs[static_cast<size_t>(slot)];
+    std::optional<Region> clipped = r.Intersect(whole);
+    if (!clipped) continue;
+    auto same = std::find_if(held.begin(), held.end(), [&](const Held& h) { return h.region == *clipped; });
+    if (same == held.end()) held.push_back({std::move(*clipped), {devices[p]}});
+    else same->devices.push_back(devices[p]);
+  }
+  return held;
+}
+
+// Seconds until every reader holds its region: what its device lacks comes
+// from the first holder of each region, one message per (source, reader);
+// the busiest reader's messages, one after another.
+double MoveSeconds(const std::vector<Held>& holders, const std::vector<Held>& readers, double element_bytes,
+                   const Machine& machine, int64_t devices, std::vector<double>* bytes) {
+  bytes->assign(static_cast<size_t>(devices * devices), 0.0);  // [src * devices + dst]
+  for (const Held& r : readers)
+    for (int64_t dst : r.devices)
+      for (const Held& h : holders) {
+        if (std::find(h.devices.begin(), h.devices.end(), dst) != h.devices.end()) continue;  // local
+        const int64_t overlap = OverlapElements(r.region, h.region);
+        if (overlap > 0) (*bytes)[static_cast<size_t>(h.devices[0] * devices + dst)] += overlap * element_bytes;
+      }
+  double slowest = 0;
+  for (int64_t dst = 0; dst < devices; ++dst) {
+    double seconds = 0;
+    for (int64_t src = 0; src < devices; ++src) {
+      const double b = (*bytes)[static_cast<size_t>(src * devices + dst)];
+      if (b > 0) seconds += Machine::MessageSeconds(machine.RouteOf(src, dst), b);
+    }
+    slowest = std::max(slowest, seconds);
+  }
+  return slowest;
+}
+
+// The layer a task of a lowering belongs to: the longest layer name L with
+// the task's node (or, for an all-reduce, its value) named L or "L/...".
+int LayerOf(std::string name, const std::map<std::string, int>& layers) {
+  name = name.substr(0, name.find(' '));  // "fc1/grad/MatMul:0 all-reduce"
+  if (size_t colon = name.rfind(':'); colon != std::string::npos) name.resize(colon);
+  for (size_t end = name.size(); end > 0 && end != std::string::npos; end = name.rfind('/', end - 1)) {
+    auto it = layers.find(name.substr(0, end));
+    if (it != layers.end()) return it->second;
+  }
+  return -1;
+}
+
+// Which of a layer's configurations the cost graph keeps (see
+// LayerwiseOptions).
+std::vector<int> KeptConfigs(const SearchSpace::Layer& layer, int64_t devices, int64_t max_configs) {
+  std::vector<int> all(layer.configs.size());
+  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<int>(c);
+  if (static_cast<int64_t>(all.size()) <= max_configs) return all;
+  auto rank = [&](int c) {
+    const LayerSplit& s = layer.configs[static_cast<size_t>(c)];
+    return s.parts() == devices ? 0 : c == 0 ? 1 : 2;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](int a, int b) { return rank(a) < rank(b); });
+  all.resize(static_cast<size_t>(max_configs));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+}  // namespace
+
+StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Graph& step, const Machine& machine,
+                                             const CostModel& cost, const LayerwiseOptions& options) {
+  if (options.max_configs < 1) return InvalidArgument("max_configs must be >= 1, got ", options.max_configs);
+  const std::vector<SearchSpace::Layer>& layers = space.layers();
+  const int64_t devices = space.devices();
+  LayerwiseCosts out;
+  std::map<std::string, int> layer_index;
+  std::map<Degrees, std::vector<int>> layers_with;  // degree vector -> layers that keep a config of it
+  for (size_t l = 0; l < layers.size(); ++l) {
+    layer_index[layers[l].name] = static_cast<int>(l);
+    out.configs.push_back(KeptConfigs(layers[l], devices, options.max_configs));
+    out.graph.node_costs.emplace_back(out.configs.back().size(), 0.0);
+    for (int c : out.configs.back()) {
+      std::vector<int>& with = layers_with[layers[l].configs[static_cast<size_t>(c)].degree];
+      if (with.empty() || with.back() != static_cast<int>(l)) with.push_back(static_cast<int>(l));
+    }
+  }
+
+  // t_layer: the step lowered once per degree vector, each layer that keeps
+  // a config of it split by its first such config, the rest whole.
+  SimulateOptions no_peak;
+  no_peak.peak_memory = false;
+  std::vector<double> busy(static_cast<size_t>(devices));
+  std::vector<std::vector<double>> layer_busy(layers.size(), std::vector<double>(static_cast<size_t>(devices)));
+  for (const auto& [degrees, with] : layers_with) {
+    std::map<std::string, LayerSplit> splits;
+    std::vector<int> first(layers.size(), -1);  // the config each layer takes in this lowering
+    for (size_t l = 0; l < layers.size(); ++l) splits[layers[l].name] = LayerSplit{};
+    for (int l : with)
+      for (int c : out.configs[static_cast<size_t>(l)])
+        if (layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)].degree == degrees) {
+          first[static_cast<size_t>(l)] = c;
+          splits[layers[static_cast<size_t>(l)].name] = layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)];
+          break;
+        }
+    LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(step, splits, devices));
+    LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost, no_peak));
+    ++out.lowerings;
+    for (std::vector<double>& b : layer_busy) std::fill(b.begin(), b.end(), 0.0);
+    for (const Task& t : tasks.tasks) {
+      if (t.kind == TaskKind::kTransfer) continue;  // t_move's
+      const int l = LayerOf(t.kind == TaskKind::kCompute ? tasks.graph.node(t.node).name : t.name, layer_index);
+      if (l < 0) continue;
+      const double seconds = r.tasks[static_cast<size_t>(t.id)].end - r.tasks[static_cast<size_t>(t.id)].start;
+      if (t.kind == TaskKind::kCompute) layer_busy[static_cast<size_t>(l)][static_cast<size_t>(t.device)] += seconds;
+      else
+        for (int64_t d : t.group) layer_busy[static_cast<size_t>(l)][static_cast<size_t>(d)] += seconds;
+    }
+    for (int l : with) {
+      if (first[static_cast<size_t>(l)] < 0) continue;
+      const std::vector<double>& b = layer_busy[static_cast<size_t>(l)];
+      const double t_layer = *std::max_element(b.begin(), b.end());
+      const std::vector<int>& kept = out.configs[static_cast<size_t>(l)];
+      for (size_t k = 0; k < kept.size(); ++k)
+        if (layers[static_cast<size_t>(l)].configs[static_cast<size_t>(kept[k])].degree == degrees)
+          out.graph.node_costs[static_cast<size_t>(l)][k] = t_layer;
+    }
+  }
+
+  // t_move: the regions of each kept config's parts (per degree vector:
+  // configs of one degree differ only in their devices).
+  std::vector<std::map<Degrees, std::vector<PartRegions>>> parts(layers.size());
+  auto parts_of = [&](int l, int c) -> StatusOr<const std::vector<PartRegions>*> {
+    const LayerSplit& split = layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)];
+    auto it = parts[static_cast<size_t>(l)].find(split.degree);
+    if (it == parts[static_cast<size_t>(l)].end()) {
+      const Node& node = space.forward().node(layers[static_cast<size_t>(l)].node);
+      LOOM_ASSIGN_OR_RETURN(std::vector<PartRegions> p, LayerParts(space.forward(), node, split));
+      it = parts[static_cast<size_t>(l)].emplace(split.degree, std::move(p)).first;
+    }
+    return &it->second;
+  };
+  std::vector<double> bytes;
+  for (const SearchSpace::Edge& e : space.edges()) {
+    const Graph& forward = space.forward();
+    const Shape& shape = forward.type(e.value).shape;
+    const double element_bytes = static_cast<double>(DTypeSize(forward.type(e.value).dtype));
+    const std::vector<int>& from = out.configs[static_cast<size_t>(e.from)];
+    const std::vector<int>& to = out.configs[static_cast<size_t>(e.to)];
+    CostGraph::Edge edge;
+    edge.from = e.from;
+    edge.to = e.to;
+    edge.costs.resize(from.size() * to.size());
+    std::vector<std::vector<Held>> written(from.size()), read(to.size());
+    for (size_t a = 0; a < from.size(); ++a) {
+      LOOM_ASSIGN_OR_RETURN(const std::vector<PartRegions>* p, parts_of(e.from, from[a]));
+      written[a] = Holdings(*p, layers[static_cast<size_t>(e.from)].configs[static_cast<size_t>(from[a])].devices,
+                            false, e.output, shape);
+    }
+    for (size_t b = 0; b < to.size(); ++b) {
+      LOOM_ASSIGN_OR_RETURN(const std::vector<PartRegions>* p, parts_of(e.to, to[b]));
+      read[b] = Holdings(*p, layers[static_cast<size_t>(e.to)].configs[static_cast<size_t>(to[b])].devices, true,
+                         e.input, shape);
+    }
+    for (size_t a = 0; a < from.size(); ++a)
+      for (size_t b = 0; b < to.size(); ++b)
+        edge.costs[a * to.size() + b] = MoveSeconds(written[a], read[b], element_bytes, machine, devices, &bytes) +
+                                        MoveSeconds(read[b], written[a], element_bytes, machine, devices, &bytes);
+    out.graph.edges.push_back(std::move(edge));
+  }
+  return out;
+}
+
+Choice ChoiceOfSolution(const LayerwiseCosts& costs, const std::vector<int>& solution) {
+  Choice choice(solution.size());
+  for (size_t l = 0; l < solution.size(); ++l)
+    choice[l] = costs.configs[l][static_cast<size_t>(solution[l])];
+  return choice;
+}
+
+}  // namespace loom

@@ -1,0 +1,52 @@
+// OptCNN's layer-wise cost model of a search space (docs/search.md), what
+// the exact solver (search/elimination.h) minimises:
+//
+//   cost(choice) = sum over layers of t_layer(config)
+//                + sum over edges of t_move(producer config, consumer config)
+//
+// t_layer: the layer's simulated tasks under the config's degrees (its
+// forward, backward and update parts, and their all-reduces), the busiest
+// device's sum; measured by lowering the whole step once per degree vector
+// with every layer that can take it split so, and the same on any block of
+// devices (the machine's devices are alike). t_move: the seconds the
+// value's bytes that a consumer part needs from other devices take on the
+// machine's links, forward and (its gradient) backward, the busiest
+// receiver's. It ignores overlap between layers and contention between
+// messages of different edges: the solver's optimum seeds the simulated
+// search, which decides.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "graph/ir.h"
+#include "search/elimination.h"
+#include "search/space.h"
+#include "simulator/cost_model.h"
+#include "simulator/machine.h"
+
+namespace loom {
+
+struct LayerwiseCosts {
+  CostGraph graph;  // a node per layer of the space, an edge per SearchSpace::Edge
+  // Per layer: the space's configuration that each of the node's configs
+  // stands for (a subset when the layer has more than max_configs).
+  std::vector<std::vector<int>> configs;
+  int64_t lowerings = 0;  // step lowerings the layer costs took
+};
+
+struct LayerwiseOptions {
+  // A layer with more configurations keeps those on all devices, then the
+  // whole layer on device 0, then the others in the space's order: the
+  // solver's work grows with the cube of the count.
+  int64_t max_configs = 48;
+};
+
+StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Graph& step, const Machine& machine,
+                                             const CostModel& cost, const LayerwiseOptions& options = {});
+
+// The space's choice that a solution of `costs.graph` stands for.
+Choice ChoiceOfSolution(const LayerwiseCosts& costs, const std::vector<int>& solution);
+
+}  // namespace loom

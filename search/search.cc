@@ -1,0 +1,165 @@
+#include "search/search.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "search/baselines.h"
+#include "search/elimination.h"
+#include "search/layerwise.h"
+
+namespace loom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Whether `a` is a better strategy than `b`: one that fits beats one that
+// does not, then the faster.
+bool Better(const StrategyCost& a, const StrategyCost& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.seconds < b.seconds;
+}
+
+}  // namespace
+
+StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
+                                const SearchOptions& options) {
+  const Clock::time_point began = Clock::now();
+  SearchResult result;
+  result.best = start;
+  result.best.name = "searched";
+  std::vector<int> movable;  // layers with a choice to make
+  for (size_t l = 0; l < space.layers().size(); ++l)
+    if (space.layers()[l].configs.size() > 1) movable.push_back(static_cast<int>(l));
+  const int64_t restart_after =
+      options.restart_after > 0 ? options.restart_after : 10 * static_cast<int64_t>(space.layers().size());
+  std::mt19937_64 rng(options.seed);
+  auto uniform = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+
+  Choice current = start.choice;
+  StrategyCost current_cost = start.cost;
+  int64_t since_best = 0;
+  double next_report = options.progress_every_seconds;
+  auto report = [&] {
+    if (options.progress)
+      options.progress({result.proposals, SecondsSince(began), result.best.cost.seconds, current_cost.seconds});
+  };
+  while (!movable.empty()) {
+    if (options.proposals > 0 && result.proposals >= options.proposals) break;
+    const double elapsed = SecondsSince(began);
+    if (options.proposals == 0 && options.budget_seconds > 0 && elapsed >= options.budget_seconds) break;
+    if (elapsed >= next_report) {
+      report();
+      next_report = elapsed + options.progress_every_seconds;
+    }
+    const int layer = movable[uniform(movable.size())];
+    const size_t configs = space.layers()[static_cast<size_t>(layer)].configs.size();
+    // Another configuration than the current one, uniformly.
+    int config = static_cast<int>(uniform(configs - 1));
+    if (config >= current[static_cast<size_t>(layer)]) ++config;
+    Choice next = current;
+    next[static_cast<size_t>(layer)] = config;
+    LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, evaluator.Evaluate(next));
+    ++result.proposals;
+    ++since_best;
+    if (!cost.fits) {
+      ++result.rejected_memory;
+    } else {
+      const double change = (cost.seconds - current_cost.seconds) / std::max(current_cost.seconds, 1e-30);
+      if (change <= 0 || unit(rng) < std::exp(-options.beta * change)) {
+        current = std::move(next);
+        current_cost = cost;
+        ++result.accepted;
+        if (Better(current_cost, result.best.cost)) {
+          result.best.choice = current;
+          result.best.cost = current_cost;
+          ++result.improvements;
+          since_best = 0;
+        }
+      }
+    }
+    if (since_best >= restart_after) {
+      current = result.best.choice;
+      current_cost = result.best.cost;
+      since_best = 0;
+    }
+  }
+  report();
+  result.best.strategy = space.ToStrategy(result.best.choice);
+  result.seconds = SecondsSince(began);
+  return result;
+}
+
+StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, const Machine& machine,
+                                      const CostModel& cost, int64_t devices,
+                                      const std::vector<std::pair<std::string, Strategy>>& given,
+                                      const SearchOptions& options) {
+  const Clock::time_point began = Clock::now();
+  if (devices < 1 || devices > machine.devices())
+    return InvalidArgument("the search's ", devices, " devices: machine ", machine.name(), " has ",
+                           machine.devices());
+  LOOM_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Build(forward, devices));
+
+  // The starting points: the standard strategies that apply, the given ones.
+  std::vector<std::pair<std::string, Strategy>> starts;
+  for (const char* kind : {"dp", "replica", "owt", "model"}) {
+    StatusOr<StandardStrategy> k = ParseStandardStrategy(kind);
+    StatusOr<proto::Strategy> made = MakeStandardStrategy(forward, *k, devices);
+    if (!made.ok()) continue;  // replica parallelism of an unfused model
+    LOOM_ASSIGN_OR_RETURN(Strategy s, Strategy::FromProto(*made, kind));
+    starts.emplace_back(kind, std::move(s));
+  }
+  for (const auto& g : given) starts.push_back(g);
+  std::vector<Choice> choices;
+  for (const auto& [name, strategy] : starts) {
+    StatusOr<Choice> choice = space.ChoiceOf(strategy);
+    if (!choice.ok()) return Status(choice.status().code(), StrCat("strategy ", name, ": ", choice.status().message()));
+    choices.push_back(std::move(*choice));
+  }
+  // Configurations the starting points added are in the space before any
+  // evaluator or cost graph reads it.
+  StrategyEvaluator evaluator(step, space, machine, cost);
+  SearchResult result;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choices[i]));
+    result.initial.push_back({starts[i].first, choices[i], space.ToStrategy(choices[i]), c});
+  }
+  if (options.exact) {
+    LOOM_ASSIGN_OR_RETURN(const LayerwiseCosts layerwise, BuildLayerwiseCosts(space, step, machine, cost));
+    StatusOr<EliminationResult> solved = SolveByElimination(layerwise.graph, options.exact_max_enumeration);
+    if (solved.ok()) {
+      const Choice choice = ChoiceOfSolution(layerwise, solved->choice);
+      LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choice));
+      result.initial.push_back({"exact", choice, space.ToStrategy(choice), c});
+      result.exact = StrCat("solved: ", solved->nodes_eliminated, " layers eliminated, ", solved->enumerated,
+                            " enumerated; layer-wise cost ", solved->cost * 1e3, " ms, simulated ", c.seconds * 1e3,
+                            " ms");
+    } else {
+      result.exact = StrCat("not solved: ", solved.status().message());
+    }
+  }
+  const Candidate* start = &result.initial[0];
+  for (const Candidate& c : result.initial)
+    if (Better(c.cost, start->cost)) start = &c;
+  if (!start->cost.fits)
+    return ResourceExhausted("no starting strategy fits in the memory of ", machine.name(),
+                             "'s devices: the search needs one that does");
+  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, options));
+  result.best = std::move(chain.best);
+  result.proposals = chain.proposals;
+  result.accepted = chain.accepted;
+  result.rejected_memory = chain.rejected_memory;
+  result.improvements = chain.improvements;
+  if (!Better(result.best.cost, start->cost)) {  // nothing better found: the starting point itself
+    result.best = *start;
+  }
+  result.seconds = SecondsSince(began);
+  return result;
+}
+
+}  // namespace loom

@@ -1,0 +1,78 @@
+// The strategy search (docs/search.md): FlexFlow's Markov chain Monte Carlo
+// over a SearchSpace, each proposal simulated (delta simulation), started
+// from the best of the standard strategies, the user's and the exact
+// layer-wise solver's (search/layerwise.h); it never returns a strategy
+// predicted slower than the best of those, and only strategies that fit in
+// the devices' memory.
+//
+// A proposal gives one random layer a random other configuration of the
+// space; it is accepted with probability min(1, exp(-beta * (new - current)
+// / current)) (the relative change: the same beta serves a 1 ms and a 1 s
+// step). After `restart_after` proposals without a new best the chain
+// restarts from the best.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "graph/ir.h"
+#include "graph/strategy.h"
+#include "search/evaluator.h"
+#include "search/space.h"
+#include "simulator/cost_model.h"
+#include "simulator/machine.h"
+
+namespace loom {
+
+struct SearchProgress {
+  int64_t proposals = 0;
+  double elapsed_seconds = 0;
+  double best_seconds = 0, current_seconds = 0;  // predicted steps
+};
+
+struct SearchOptions {
+  double budget_seconds = 30;  // wall time of the chain (0: no limit)
+  int64_t proposals = 0;       // stop after this many (0: no limit); then the result depends on the seed only
+  uint64_t seed = 1;
+  double beta = 50;
+  int64_t restart_after = 0;  // 0: ten times the layers
+  bool exact = true;          // run the layer-wise solver for a starting point
+  double exact_max_enumeration = 1e6;  // what it may enumerate of a graph its rules do not reduce
+  // Called about every progress_every_seconds and at the end.
+  std::function<void(const SearchProgress&)> progress;
+  double progress_every_seconds = 1;
+};
+
+// A strategy the search evaluated.
+struct Candidate {
+  std::string name;  // "dp", "owt", "exact", "searched", a file's name
+  Choice choice;
+  proto::Strategy strategy;  // the choice as a strategy file
+  StrategyCost cost;
+};
+
+struct SearchResult {
+  Candidate best;
+  std::vector<Candidate> initial;  // the starting points, evaluated (those that apply to the model)
+  std::string exact;               // what the exact solver did, or why it did not
+  int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
+  double seconds = 0;  // of the whole search
+};
+
+// Searches the strategies of `forward`'s layers on `devices` of `machine`
+// for `step` (its training step). `given`: strategies to start from besides
+// the standard ones (a user's file), by name.
+StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, const Machine& machine,
+                                      const CostModel& cost, int64_t devices,
+                                      const std::vector<std::pair<std::string, Strategy>>& given,
+                                      const SearchOptions& options);
+
+// The Markov chain alone, from `start` (which must fit), over `space`.
+StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
+                                const SearchOptions& options);
+
+}  // namespace loom

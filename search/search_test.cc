@@ -1,0 +1,245 @@
+#include "search/search.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "search/elimination.h"
+#include "search/layerwise.h"
+#include "tests/parallel_check.h"
+
+namespace loom {
+namespace {
+
+// Devices that compute fast and talk slowly enough that where each layer
+// runs matters: the optimum is neither all data parallel nor all on one
+// device for every model below.
+Machine TestMachine(int64_t devices, double memory_bytes = 1e9) {
+  proto::Machine m;
+  m.set_name("test");
+  m.set_nodes(1);
+  m.set_devices_per_node(devices);
+  m.mutable_device()->set_peak_flops_f32(1e9);
+  m.mutable_device()->set_peak_flops_f64(1e9);
+  m.mutable_device()->set_memory_bandwidth(4e9);
+  m.mutable_device()->set_memory_bytes(memory_bytes);
+  m.mutable_device()->set_launch_overhead_s(2e-6);
+  m.mutable_intra_node()->set_latency_s(5e-6);
+  m.mutable_intra_node()->set_bandwidth(2e9);
+  auto machine = Machine::FromProto(m, "test");
+  REQUIRE(machine.status().ToString() == "OK");
+  return *machine;
+}
+
+// Calls `visit` with every choice of `space`.
+void ForEachChoice(const SearchSpace& space, const std::function<void(const Choice&)>& visit) {
+  Choice c(space.layers().size(), 0);
+  while (true) {
+    visit(c);
+    size_t l = 0;
+    while (l < c.size() && ++c[l] == static_cast<int>(space.layers()[l].configs.size())) c[l++] = 0;
+    if (l == c.size()) return;
+  }
+}
+
+double Product(const SearchSpace& space) {
+  double n = 1;
+  for (const auto& l : space.layers()) n *= static_cast<double>(l.configs.size());
+  return n;
+}
+
+TEST_CASE("the space: valid configurations on aligned blocks, each lowering; strategies round-trip") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  auto space = SearchSpace::Build(mlp.forward, 4);
+  REQUIRE(space.status().ToString() == "OK");
+  std::map<std::string, std::vector<std::string>> configs;
+  for (const auto& l : space->layers())
+    for (const LayerSplit& s : l.configs) configs[l.name].push_back(s.ToString());
+  // fc1 ([8, 64] -> [8, 16]): sample and parameter, 1, 2 or 4 parts, every
+  // block of devices; the first configuration is whole on device 0.
+  const std::vector<std::string>& fc = configs.begin()->second;
+  CHECK(fc.front() == "whole on device 0");
+  CHECK(std::count(fc.begin(), fc.end(), "whole on device 3") == 1);
+  CHECK(std::count(fc.begin(), fc.end(), "sample 2 on devices 2,3") == 1);
+  CHECK(std::count(fc.begin(), fc.end(), "sample 2 x parameter 2 on devices 0,1,2,3") == 1);
+  CHECK(std::count(fc.begin(), fc.end(), "sample 2 on devices 1,2") == 0);  // not a block
+  CHECK(!space->edges().empty());
+
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    Choice c;
+    for (const auto& l : space->layers()) c.push_back(static_cast<int>(rng() % l.configs.size()));
+    INFO(StrategyToText(space->ToStrategy(c)));
+    auto tasks = BuildTaskGraph(mlp.step, space->Splits(c), 4);
+    REQUIRE(tasks.status().ToString() == "OK");
+    auto strategy = Strategy::FromProto(space->ToStrategy(c), "round trip");
+    REQUIRE(strategy.status().ToString() == "OK");
+    auto back = space->ChoiceOf(*strategy);
+    REQUIRE(back.status().ToString() == "OK");
+    CHECK(*back == c);
+  }
+}
+
+TEST_CASE("a strategy's placement the blocks leave out joins the space") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  auto space = SearchSpace::Build(mlp.forward, 4);
+  REQUIRE(space.ok());
+  const size_t before = space->layers()[0].configs.size();
+  auto s = Strategy::Parse("devices: 4\ndefault_split { sample: 2 devices: [2, 1] }\n", "s.pbtxt");
+  REQUIRE(s.status().ToString() == "OK");
+  auto choice = space->ChoiceOf(*s);
+  REQUIRE(choice.status().ToString() == "OK");
+  CHECK(space->layers()[0].configs.size() == before + 1);
+  CHECK(space->layers()[0].configs[static_cast<size_t>((*choice)[0])].ToString() == "sample 2 on devices 2,1");
+  auto wrong = Strategy::Parse("devices: 2\n", "two.pbtxt");
+  REQUIRE(wrong.ok());
+  CHECK_THAT(space->ChoiceOf(*wrong).status().message(), Catch::Contains("two.pbtxt") && Catch::Contains("4"));
+}
+
+// The layer-wise objective of every solution, by enumeration.
+double BruteForceMinimum(const CostGraph& g) {
+  std::vector<int> c(g.node_costs.size(), 0);
+  double best = std::numeric_limits<double>::infinity();
+  while (true) {
+    best = std::min(best, *CostOf(g, c));
+    size_t i = 0;
+    while (i < c.size() && ++c[i] == static_cast<int>(g.node_costs[i].size())) c[i++] = 0;
+    if (i == c.size()) return best;
+  }
+}
+
+// The exhaustive check of the issue: on tiny graphs (<= 6 layers, 2-4
+// devices) the chain finds the simulated optimum that enumerating every
+// strategy finds, and the exact solver the optimum of its own objective.
+void CheckFindsOptimum(const testing::StepCase& c, int64_t devices, int64_t proposals) {
+  const Machine machine = TestMachine(devices);
+  const AnalyticalCostModel cost(machine);
+  auto space = SearchSpace::Build(c.forward, devices);
+  REQUIRE(space.ok());
+  REQUIRE(space->layers().size() <= 6);
+  INFO(Product(*space) << " strategies");
+  REQUIRE(Product(*space) <= 20000);
+  StrategyEvaluator evaluator(c.step, *space, machine, cost);
+  double optimum = std::numeric_limits<double>::infinity(), dp = 0;
+  ForEachChoice(*space, [&](const Choice& choice) {
+    auto r = evaluator.Evaluate(choice);
+    REQUIRE(r.status().ToString() == "OK");
+    if (r->fits) optimum = std::min(optimum, r->seconds);
+  });
+
+  SearchOptions options;
+  options.proposals = proposals;
+  options.seed = 5;
+  auto found = SearchStrategy(c.forward, c.step, machine, cost, devices, {}, options);
+  REQUIRE(found.status().ToString() == "OK");
+  for (const Candidate& start : found->initial)
+    if (start.name == "dp") dp = start.cost.seconds;
+  INFO("optimum " << optimum << " s, data parallel " << dp << " s, found " << found->best.cost.seconds << " s");
+  CHECK(found->best.cost.seconds == Approx(optimum).epsilon(1e-12));
+  CHECK(optimum < dp);  // the check means something: data parallelism is not the answer
+  CHECK_THAT(found->exact, Catch::StartsWith("solved"));
+  // The chain alone, from the standard strategies, finds it too.
+  options.exact = false;
+  auto chain = SearchStrategy(c.forward, c.step, machine, cost, devices, {}, options);
+  REQUIRE(chain.status().ToString() == "OK");
+  CHECK(chain->best.cost.seconds == Approx(optimum).epsilon(1e-12));
+
+  auto layerwise = BuildLayerwiseCosts(*space, c.step, machine, cost);
+  REQUIRE(layerwise.status().ToString() == "OK");
+  auto solved = SolveByElimination(layerwise->graph);
+  REQUIRE(solved.status().ToString() == "OK");
+  CHECK(solved->cost == Approx(BruteForceMinimum(layerwise->graph)).epsilon(1e-12));
+}
+
+TEST_CASE("exhaustive: the search finds the optimum of an MLP on 2 devices") {
+  CheckFindsOptimum(testing::ClassifierCase("mlp", {{"hidden", "32"}}, {256}), 2, 1500);
+}
+
+TEST_CASE("exhaustive: the search finds the optimum of an MLP on 4 devices") {
+  CheckFindsOptimum(testing::ClassifierCase("mlp", {{"hidden", "none"}}, {512}), 4, 1500);
+}
+
+TEST_CASE("the search never returns worse than its best start, and repeats itself with a seed") {
+  const testing::StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  const Machine machine = TestMachine(2);
+  const AnalyticalCostModel cost(machine);
+  SearchOptions options;
+  options.proposals = 200;
+  options.seed = 11;
+  auto a = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
+  REQUIRE(a.status().ToString() == "OK");
+  auto b = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
+  REQUIRE(b.ok());
+  CHECK(a->best.choice == b->best.choice);
+  CHECK(a->best.cost.seconds == b->best.cost.seconds);
+  CHECK(a->proposals == 200);
+  std::set<std::string> names;
+  for (const Candidate& start : a->initial) {
+    names.insert(start.name);
+    CHECK(a->best.cost.seconds <= start.cost.seconds);
+  }
+  CHECK(names == std::set<std::string>{"dp", "owt", "model", "exact"});
+  // Its strategy file resolves to its choice.
+  auto strategy = Strategy::FromProto(a->best.strategy, "found");
+  REQUIRE(strategy.status().ToString() == "OK");
+  auto tasks = LowerToTaskGraph(cnn.step, *strategy, cnn.forward);
+  REQUIRE(tasks.status().ToString() == "OK");
+  auto simulated = Simulate(*tasks, machine, cost);
+  REQUIRE(simulated.ok());
+  CHECK(simulated->iteration_seconds == a->best.cost.seconds);
+}
+
+TEST_CASE("strategies that do not fit in memory are rejected; none fitting is an error") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "64"}}, {256});
+  SearchOptions options;
+  options.proposals = 300;
+  options.exact = false;
+  // Enough memory for the split parameters, not for the whole model on one
+  // device: the search keeps to strategies that fit.
+  auto space = SearchSpace::Build(mlp.forward, 2);
+  REQUIRE(space.ok());
+  const Machine roomy = TestMachine(2);
+  const AnalyticalCostModel roomy_cost(roomy);
+  StrategyEvaluator whole(mlp.step, *space, roomy, roomy_cost);
+  Choice on_one(space->layers().size(), 0);
+  auto all_on_one = Simulate(*whole.Lower(on_one), roomy, roomy_cost);
+  REQUIRE(all_on_one.ok());
+  const double needed = all_on_one->peak_memory_bytes[0];
+  const Machine tight = TestMachine(2, 0.8 * needed);
+  const AnalyticalCostModel cost(tight);
+  auto found = SearchStrategy(mlp.forward, mlp.step, tight, cost, 2, {}, options);
+  REQUIRE(found.status().ToString() == "OK");
+  CHECK(found->best.cost.fits);
+  CHECK(found->rejected_memory > 0);
+
+  const Machine tiny = TestMachine(2, 1000);
+  const AnalyticalCostModel tiny_cost(tiny);
+  auto none = SearchStrategy(mlp.forward, mlp.step, tiny, tiny_cost, 2, {}, options);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(none.status().message(), Catch::Contains("fits"));
+}
+
+TEST_CASE("fused replicas are a dimension of the space: replica parallelism is a start") {
+  const testing::StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {32}, 4);
+  const Machine machine = TestMachine(2);
+  const AnalyticalCostModel cost(machine);
+  SearchOptions options;
+  options.proposals = 100;
+  auto found = SearchStrategy(fused.forward, fused.step, machine, cost, 2, {}, options);
+  REQUIRE(found.status().ToString() == "OK");
+  bool replica = false;
+  for (const Candidate& start : found->initial) replica = replica || start.name == "replica";
+  CHECK(replica);
+  auto space = SearchSpace::Build(fused.forward, 2);
+  REQUIRE(space.ok());
+  bool has_replica_split = false;
+  for (const auto& l : space->layers())
+    for (const LayerSplit& s : l.configs) has_replica_split = has_replica_split || s.degree_of(SplitDim::kReplica) > 1;
+  CHECK(has_replica_split);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,143 @@
+// `loom search --config C --machine M [--budget 30s | --proposals N]
+// [--seed S] --out S.pbtxt`: a strategy for a config's model on a machine
+// (search/search.h, docs/search.md), with the found strategy against each
+// starting point.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "core/file_util.h"
+#include "core/parse.h"
+#include "graph/strategy.h"
+#include "graph/task_graph.h"
+#include "search/baselines.h"
+#include "search/search.h"
+#include "simulator/profile.h"
+#include "simulator/simulator.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "train/config/train_config.h"
+
+namespace loom::tools {
+namespace {
+
+// "30s", "2m", "500ms" or plain seconds.
+StatusOr<double> ParseBudget(const std::string& text) {
+  double scale = 1;
+  std::string number = text;
+  auto ends_with = [&](const std::string& suffix) {
+    return number.size() > suffix.size() && number.compare(number.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with("ms")) {
+    scale = 1e-3;
+    number.resize(number.size() - 2);
+  } else if (ends_with("s")) {
+    number.resize(number.size() - 1);
+  } else if (ends_with("m")) {
+    scale = 60;
+    number.resize(number.size() - 1);
+  }
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (number.empty() || *end != '\0' || !(value > 0))
+    return InvalidArgument("--budget '", text, "': expected a positive time such as 30s, 2m or 500ms");
+  return value * scale;
+}
+
+// Peak memory needs a full simulation: the search skips it.
+StatusOr<double> PeakMemory(const Graph& step, const Graph& forward, const proto::Strategy& s, const Machine& machine,
+                            const CostModel& cost) {
+  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::FromProto(s, "candidate"));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
+  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost));
+  return *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
+}
+
+}  // namespace
+
+Status SearchCommand(const std::vector<std::string>& args) {
+  Flags flags({{"config", "the training config whose model to parallelize"},
+               {"machine", "a machine file (simulator/machines/*.pbtxt)"},
+               {"devices", "how many of the machine's devices (default: all)"},
+               {"budget", "the search's wall time: 30s (default), 2m, 500ms"},
+               {"proposals", "stop after this many proposals instead (the result then depends on --seed only)"},
+               {"seed", "the chain's seed (default 1)"},
+               {"strategy", "a strategy file to start from too"},
+               {"profile", "this machine's measured task times (loom profile), as for loom simulate"},
+               {"out", "the strategy file to write"}});
+  LOOM_RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::printf("usage: loom search --config FILE --machine FILE --out FILE [flags]\n%s", flags.Help().c_str());
+    return Status::Ok();
+  }
+  if (!flags.Has("config")) return InvalidArgument("loom search needs --config FILE");
+  if (!flags.Has("machine"))
+    return InvalidArgument("loom search needs --machine FILE (e.g. simulator/machines/p100_4x4.pbtxt)");
+  if (!flags.Has("out")) return InvalidArgument("loom search needs --out FILE (the strategy file to write)");
+  if (flags.Has("budget") && flags.Has("proposals"))
+    return InvalidArgument("--budget and --proposals: give one (a time, or a number of proposals)");
+  LOOM_ASSIGN_OR_RETURN(const Machine machine, Machine::Load(flags.Str("machine", "")));
+  LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", machine.devices()));
+  if (devices < 1 || devices > machine.devices())
+    return InvalidArgument("--devices ", devices, ": machine ", machine.name(), " has ", machine.devices(), " devices");
+  SearchOptions options;
+  LOOM_ASSIGN_OR_RETURN(options.budget_seconds, ParseBudget(flags.Str("budget", "30s")));
+  LOOM_ASSIGN_OR_RETURN(options.proposals, flags.Int("proposals", 0));
+  LOOM_ASSIGN_OR_RETURN(const int64_t seed, flags.Int("seed", 1));
+  if (options.proposals < 0) return InvalidArgument("--proposals must be >= 0");
+  options.seed = static_cast<uint64_t>(seed);
+  options.progress = [](const SearchProgress& p) {
+    std::printf("  %8lld proposals  %7.1f s  %8.0f/s  best %.6g ms  current %.6g ms\n",
+                static_cast<long long>(p.proposals), p.elapsed_seconds,
+                p.elapsed_seconds > 0 ? static_cast<double>(p.proposals) / p.elapsed_seconds : 0.0,
+                p.best_seconds * 1e3, p.current_seconds * 1e3);
+    std::fflush(stdout);
+  };
+
+  LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
+  Profile profile;
+  if (flags.Has("profile")) {
+    LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(flags.Str("profile", "")));
+  }
+  const AnalyticalCostModel analytical(machine);
+  const CalibratedCostModel calibrated(machine, profile.WorkSamples());
+  const ProfiledCostModel profiled(profile, calibrated);
+  const CostModel& cost = flags.Has("profile") ? static_cast<const CostModel&>(profiled) : analytical;
+  std::vector<std::pair<std::string, Strategy>> given;
+  if (flags.Has("strategy")) {
+    LOOM_ASSIGN_OR_RETURN(Strategy s, LoadOrMakeStrategy(flags.Str("strategy", ""), programs.forward, devices,
+                                                         "--strategy"));
+    given.emplace_back(flags.Str("strategy", ""), std::move(s));
+  }
+  std::printf("searching strategies of %s on %s (%lld devices), %s\n", flags.Str("config", "").c_str(),
+              machine.name().c_str(), static_cast<long long>(devices),
+              options.proposals > 0 ? StrCat(options.proposals, " proposals, seed ", seed).c_str()
+                                    : StrCat(options.budget_seconds, " s, seed ", seed).c_str());
+  LOOM_ASSIGN_OR_RETURN(const SearchResult result, SearchStrategy(programs.forward, programs.step, machine, cost,
+                                                                  devices, given, options));
+
+  std::printf("exact layer-wise solver: %s\n", result.exact.c_str());
+  std::printf("%lld proposals in %.1f s (%.0f/s), %lld accepted, %lld rejected for memory, %lld improvements\n",
+              static_cast<long long>(result.proposals), result.seconds,
+              result.seconds > 0 ? static_cast<double>(result.proposals) / result.seconds : 0.0,
+              static_cast<long long>(result.accepted), static_cast<long long>(result.rejected_memory),
+              static_cast<long long>(result.improvements));
+  std::printf("%-12s %14s %12s %16s %14s\n", "strategy", "predicted ms", "vs searched", "bytes moved", "peak MiB");
+  std::vector<Candidate> rows = result.initial;
+  rows.push_back(result.best);
+  for (const Candidate& c : rows) {
+    LOOM_ASSIGN_OR_RETURN(const double peak, PeakMemory(programs.step, programs.forward, c.strategy, machine, cost));
+    std::printf("%-12s %14.6g %11.3fx %16.0f %14.2f%s\n", c.name.c_str(), c.cost.seconds * 1e3,
+                result.best.cost.seconds > 0 ? c.cost.seconds / result.best.cost.seconds : 0.0, c.cost.bytes_moved,
+                peak / (1 << 20), c.cost.fits ? "" : "  (does not fit)");
+  }
+  const std::string header =
+      StrCat("# Found by `loom search` for ", flags.Str("config", ""), " on ", machine.name(), " (", devices,
+             " devices): predicted step ", result.best.cost.seconds * 1e3, " ms.\n");
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("out", ""), header + StrategyToText(result.best.strategy)));
+  std::printf("strategy: %s\n", flags.Str("out", "").c_str());
+  return Status::Ok();
+}
+
+}  // namespace loom::tools
