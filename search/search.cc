@@ -157,6 +157,7 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   result.improvements = chain.improvements;
   if (!Better(result.best.cost, start->cost)) {  // nothing better found: the starting point itself
     result.best = *start;
+    result.best.name = "searched";
   }
   result.seconds = SecondsSince(began);
   return result;

@@ -38,7 +38,7 @@ struct SearchOptions {
   double budget_seconds = 30;  // wall time of the chain (0: no limit)
   int64_t proposals = 0;       // stop after this many (0: no limit); then the result depends on the seed only
   uint64_t seed = 1;
-  double beta = 50;
+  double beta = 1000;
   int64_t restart_after = 0;  // 0: ten times the layers
   bool exact = true;          // run the layer-wise solver for a starting point
   double exact_max_enumeration = 1e6;  // what it may enumerate of a graph its rules do not reduce

@@ -30,6 +30,14 @@ records=$(grep -c '"split":"test"' "$work/dp/metrics.jsonl")
 [ "$records" -eq 2 ] && echo "ok   the run folder is written once" || fail "expected 2 test records, got $records"
 contains "rank 0 prints the summary" "$(cat "$work/dp.log")" "run folder: $work/dp"
 
+# --strategy auto: rank 0 searches (on this machine, probed), every rank
+# trains with its strategy.
+np2 train --config "$work/cnn.pbtxt" --out "$work/auto" --strategy auto >"$work/auto.log" 2>&1 ||
+  fail "mpirun --strategy auto: $(cat "$work/auto.log")"
+close "mpirun -np 2 --strategy auto matches one device" "$want" "$(test_losses "$work/auto")"
+[ "$(grep -c "strategy auto:" "$work/auto.log")" -eq 1 ] && [ -s "$work/auto/strategy.pbtxt" ] &&
+  echo "ok   one search, its strategy in the run folder" || fail "auto: $(cat "$work/auto.log")"
+
 # Saved by 2 processes after epoch 1, resumed in one process on 3 devices;
 # saved by one device, resumed by 2 processes.
 np2 train --config "$work/cnn.pbtxt" --out "$work/moved" --epochs 1 >"$work/m1.log" 2>&1 || fail "mpirun epoch 1: $(cat "$work/m1.log")"

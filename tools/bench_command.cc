@@ -7,6 +7,7 @@
 // thread count, i.e. Eigen's best kernel scaled perfectly to every core.
 #include <Eigen/Core>
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -430,14 +431,14 @@ Status BenchParallel(const Flags& flags) {
   variants.push_back({"1 device", {}});
   if (speaks) variants.back().runners.push_back(std::move(exec));
   for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
-    LOOM_ASSIGN_OR_RETURN(StandardStrategy kind, ParseStandardStrategy(kind_name));
-    LOOM_ASSIGN_OR_RETURN(proto::Strategy proto, MakeStandardStrategy(programs.forward, kind, devices));
-    LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::FromProto(proto, kind_name));
+    LOOM_ASSIGN_OR_RETURN(const Strategy strategy,
+                          LoadOrMakeStrategy(kind_name, programs.forward, devices, "--strategies"));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     const std::string where =
         !world ? StrCat("cpu:", devices)
                : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
-    Variant v{StrCat(kind_name, " on ", where), {},
+    const bool standard = ParseStandardStrategy(kind_name).ok();
+    Variant v{StrCat(standard ? kind_name : std::filesystem::path(kind_name).stem().string(), " on ", where), {},
               tasks.TransferBytes(), tasks.tasks.size()};
     TaskRuntimeOptions o;
     o.communicator = world;
@@ -507,7 +508,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "parallel") {
     Flags flags({{"config", "the training config whose step to split"},
                  {"devices", "CPU devices (default 2), one thread each"},
-                 {"strategies", "standard strategies to measure (default dp,owt,model)"},
+                 {"strategies", "standard strategies or strategy files to measure (default dp,owt,model)"},
                  {"reps", "timed steps of each variant, interleaved (default 20)"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
     if (flags.help_requested()) {
@@ -550,7 +551,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
     return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]\n"
                            "       loom bench profile --config FILE [--steps N]\n"
                            "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]\n"
-                           "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model]");
+                           "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model,FILE]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
                {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
                {"json", "also write the results as JSON to this file"}});

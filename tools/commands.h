@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "graph/ir.h"
+#include "simulator/machine.h"
 #include "runtime/comm/communicator.h"
 #include "train/config/train_config.h"
 
@@ -37,6 +38,9 @@ Status StrategyCommand(const std::vector<std::string>& args);
 // description, and predicted against measured steps (docs/simulator.md).
 Status SimulateCommand(const std::vector<std::string>& args);
 Status MachineCommand(const std::vector<std::string>& args);
+// This machine as the simulator sees the task runtime's CPU devices,
+// measured now (`loom machine probe`), with at least `devices` devices.
+StatusOr<Machine> ProbeCpuMachine(int reps, int64_t devices = 0);
 Status ProfileCommand(const std::vector<std::string>& args);
 Status BenchSimulator(const std::vector<std::string>& args);
 // A strategy found by simulated search (docs/search.md).

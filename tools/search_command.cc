@@ -62,6 +62,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
                {"budget", "the search's wall time: 30s (default), 2m, 500ms"},
                {"proposals", "stop after this many proposals instead (the result then depends on --seed only)"},
                {"seed", "the chain's seed (default 1)"},
+               {"beta", "the chain's inverse temperature: a proposal x% slower is accepted with probability "
+                        "exp(-beta * x / 100) (default 1000)"},
                {"strategy", "a strategy file to start from too"},
                {"profile", "this machine's measured task times (loom profile), as for loom simulate"},
                {"out", "the strategy file to write"}});
@@ -87,6 +89,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const int64_t seed, flags.Int("seed", 1));
   if (options.proposals < 0) return InvalidArgument("--proposals must be >= 0");
   options.seed = static_cast<uint64_t>(seed);
+  LOOM_ASSIGN_OR_RETURN(options.beta, flags.Float("beta", options.beta));
+  if (!(options.beta >= 0)) return InvalidArgument("--beta must be >= 0");
   options.progress = [](const SearchProgress& p) {
     std::printf("  %8lld proposals  %7.1f s  %8.0f/s  best %.6g ms  current %.6g ms\n",
                 static_cast<long long>(p.proposals), p.elapsed_seconds,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <google/protobuf/text_format.h>
 #include <limits>
 #include <map>
@@ -48,11 +49,17 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   if (!flags.Has("machine")) return InvalidArgument("loom simulate needs --machine FILE (e.g. simulator/machines/h200_8_nvswitch.pbtxt)");
   LOOM_ASSIGN_OR_RETURN(const Machine machine, Machine::Load(flags.Str("machine", "")));
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", machine.devices()));
+  const std::string name = flags.Str("strategy", "dp");
+  // A strategy file says its devices; a standard one takes the machine's.
+  int64_t file_devices = 0;
+  if (!flags.Has("devices") && !ParseStandardStrategy(name).ok() && std::filesystem::exists(name)) {
+    LOOM_ASSIGN_OR_RETURN(const Strategy file, Strategy::Load(name));
+    file_devices = file.devices();
+  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", file_devices > 0 ? file_devices : machine.devices()));
   if (devices < 1 || devices > machine.devices())
     return InvalidArgument("--devices ", devices, ": machine ", machine.name(), " has ", machine.devices(), " devices");
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
-  const std::string name = flags.Str("strategy", "dp");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
   LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
   const AnalyticalCostModel analytical(machine);
@@ -119,20 +126,17 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
-namespace {
-
-// This machine as the simulator sees the task runtime's CPU devices, one
-// thread each, measured now: a device per core, Eigen's one-thread GEMM
-// rates as the peaks, memcpy for the copies and twice its rate (read and
-// write) as the memory bandwidth, the runtime's cost per task as the
-// launch overhead, its wake-up of another device's thread as the
-// dependency latency, its cost of a step beyond the tasks as the step
+// A device per core (or per device asked for), one thread each: Eigen's
+// one-thread GEMM rates as the peaks, memcpy for the copies and twice its
+// rate (read and write) as the memory bandwidth, the runtime's cost per
+// task as the launch overhead, its wake-up of another device's thread as
+// the dependency latency, its cost of a step beyond the tasks as the step
 // overhead; devices make their own copies, the runtime copies the feeds.
-StatusOr<Machine> ProbeCpuMachine(int reps) {
+StatusOr<Machine> ProbeCpuMachine(int reps, int64_t devices) {
   proto::Machine m;
   m.set_name("cpu_local");
   m.set_nodes(1);
-  m.set_devices_per_node(std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  m.set_devices_per_node(std::max<int64_t>({1, devices, std::thread::hardware_concurrency()}));
   proto::DeviceSpec* d = m.mutable_device();
   d->set_kind("cpu");
   d->set_peak_flops_f32(EigenGemmFlops<float>(reps));
@@ -150,6 +154,8 @@ StatusOr<Machine> ProbeCpuMachine(int reps) {
   m.mutable_intra_node()->set_bandwidth(copy);
   return Machine::FromProto(m, "the probe");
 }
+
+namespace {
 
 std::string MachineText(const Machine& machine) {
   std::string text;

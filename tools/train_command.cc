@@ -22,7 +22,9 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"threads", "CPU threads (0 = all cores)"},
                {"device", "where the step runs: cpu (default) or cuda[:i] (overrides the config's device)"},
                {"devices", "cpu:N: each step on N CPU devices of this process (the task runtime, docs/parallel.md)"},
-               {"strategy", "with --devices: dp (default), replica, model, owt, or a strategy file"},
+               {"strategy", "with --devices: dp (default), replica, model, owt, auto (searched, docs/search.md) or a "
+                            "strategy file"},
+               {"machine", "with --strategy auto: the machine file to search on (default: this machine, probed)"},
                {"trace", "with --devices: write the last step's tasks per device and link as Chrome trace JSON"},
                {"dump-graphs", "write each compiled program's graph after each pass to this folder "
                                "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
@@ -83,6 +85,17 @@ Status TrainCommand(const std::vector<std::string>& args) {
     run.init_from = flags.Str("init-from", "");
   }
   run.dump_graphs_dir = flags.Str("dump-graphs", "");
+  const std::string machine_path = flags.Str("machine", "");
+  if (flags.Has("machine") && run.config.strategy() != "auto")
+    return InvalidArgument("--machine is the machine --strategy auto searches on; the run's strategy is '",
+                           run.config.strategy(), "'");
+  run.search_machine = [machine_path](int64_t devices) -> StatusOr<Machine> {
+    if (machine_path.empty()) return ProbeCpuMachine(3, devices);
+    LOOM_ASSIGN_OR_RETURN(Machine machine, Machine::Load(machine_path));
+    if (machine.devices() < devices)
+      return InvalidArgument("--machine ", machine_path, ": ", machine.devices(), " devices, the run has ", devices);
+    return machine;
+  };
   run.trace_path = flags.Str("trace", "");
   if (processes) {  // rank 0 speaks and writes
     LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(run.config));

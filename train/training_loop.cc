@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <optional>
 
@@ -16,6 +18,8 @@
 #include "graph/task_graph.h"
 #include "runtime/task_runtime.h"
 #include "search/baselines.h"
+#include "search/search.h"
+#include "simulator/cost_model.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/data_spec.h"
 #include "train/checkpoint/executor_state.h"
@@ -155,6 +159,8 @@ Status TrainingLoop::OpenRecords(bool rewrite_config) {
   // A later plain --resume continues with the length and folder given now.
   if (rewrite_config)
     LOOM_RETURN_IF_ERROR(WriteFileAtomically((fs::path(out_dir) / "config.pbtxt").string(), config_text_));
+  if (!strategy_text_.empty())
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically((fs::path(out_dir) / "strategy.pbtxt").string(), strategy_text_));
   metrics::RunLoggerOptions lo;
   if (opt_.resume) lo.resume_step = step_;
   lo.tensorboard = c_.tensorboard();
@@ -207,14 +213,76 @@ Status TrainingLoop::InitFrom(const std::string& path) {
 // The step on `devices` CPU devices under the config's strategy (a file, or
 // a standard kind named; dp when unset), resolved on the step's forward
 // graph; the run's threads are shared out among the devices.
+StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& forward, int64_t devices) {
+  const std::string saved = (fs::path(c_.out_dir()) / "strategy.pbtxt").string();
+  auto applies = [&](const Strategy& s) {
+    return s.devices() == devices && LowerToTaskGraph(step, s, forward).ok();
+  };
+  // The run's own strategy, as long as it fits the model: a resumed run
+  // trains as it did; a re-fused array (fewer replicas) searches again.
+  if (!strategy_text_.empty() || (opt_.resume && fs::exists(saved))) {
+    StatusOr<Strategy> kept = strategy_text_.empty() ? Strategy::Load(saved)
+                                                     : Strategy::Parse(strategy_text_, saved);
+    if (kept.ok() && applies(*kept)) {
+      if (strategy_text_.empty()) {
+        std::ifstream in(saved);
+        strategy_text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      return kept;
+    }
+  }
+  std::string text;
+  const bool searches = !opt_.processes || opt_.processes->rank() == 0;
+  if (searches) {
+    if (!opt_.search_machine)
+      return FailedPrecondition("strategy \"auto\" needs a machine model to search on (LoopOptions::search_machine; "
+                                "loom train probes this machine or reads --machine)");
+    LOOM_ASSIGN_OR_RETURN(const Machine machine, opt_.search_machine(devices));
+    const AnalyticalCostModel cost(machine);
+    SearchOptions so;
+    so.proposals = opt_.search_proposals;
+    so.seed = c_.seed();
+    LOOM_ASSIGN_OR_RETURN(const SearchResult found, SearchStrategy(forward, step, machine, cost, devices, {}, so));
+    double dp = 0;
+    for (const Candidate& start : found.initial)
+      if (start.name == "dp") dp = start.cost.seconds;
+    if (console_)
+      std::fprintf(console_,
+                   "strategy auto: %lld proposals in %.1f s on %s: predicted step %.4g ms, data parallel %.4g ms "
+                   "(%.2fx)\n",
+                   static_cast<long long>(found.proposals), found.seconds, machine.name().c_str(),
+                   found.best.cost.seconds * 1e3, dp * 1e3, dp / found.best.cost.seconds);
+    text = StrCat("# strategy \"auto\": found by the search on ", machine.name(), ", predicted step ",
+                  found.best.cost.seconds * 1e3, " ms (data parallel ", dp * 1e3, " ms).\n",
+                  StrategyToText(found.best.strategy));
+  }
+  if (opt_.processes) {  // every rank trains with rank 0's strategy
+    Tensor size = Tensor::Zeros({1}, DType::kI64);
+    size.data<int64_t>()[0] = static_cast<int64_t>(text.size());
+    LOOM_RETURN_IF_ERROR(opt_.processes->Broadcast(size, 0));
+    Tensor chars = Tensor::Zeros({size.data<int64_t>()[0]}, DType::kI64);
+    for (size_t i = 0; i < text.size(); ++i) chars.data<int64_t>()[i] = static_cast<unsigned char>(text[i]);
+    LOOM_RETURN_IF_ERROR(opt_.processes->Broadcast(chars, 0));
+    text.resize(static_cast<size_t>(chars.numel()));
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(chars.data<int64_t>()[i]);
+  }
+  LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::Parse(text, "the searched strategy"));
+  strategy_text_ = std::move(text);
+  // A search after the run folder exists (the array re-fused) replaces the file.
+  if (logger_ && writes_records()) LOOM_RETURN_IF_ERROR(WriteFileAtomically(saved, strategy_text_));
+  return strategy;
+}
+
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
-                                                                      int64_t devices) const {
+                                                                      int64_t devices) {
   if (opt_.processes && devices % opt_.processes->size() != 0)
     return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
                            " MPI processes: each process runs as many devices (a multiple of ",
                            opt_.processes->size(), ")");
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
-  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, forward, devices, "field strategy"));
+  StatusOr<Strategy> chosen = name == "auto" ? AutoStrategy(step, forward, devices)
+                                             : LoadOrMakeStrategy(name, forward, devices, "field strategy");
+  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, std::move(chosen));
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
   TaskRuntimeOptions o;
   o.communicator = opt_.processes;

@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "graph/ir.h"
+#include "graph/strategy.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/executor.h"
 #include "runtime/step_runner.h"
+#include "simulator/machine.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/config/replicas.h"
 #include "train/data/loader.h"
@@ -53,6 +55,11 @@ struct LoopOptions {
   // rank runs the whole loop (same data, same evaluation) and takes part in
   // every exchange; rank 0 alone writes the run folder and the console.
   Communicator* processes = nullptr;
+  // `strategy: "auto"`: the machine model the search predicts steps on, for
+  // the run's CPU devices (`loom train` probes this machine, or reads
+  // --machine), and the chain's proposals (docs/search.md).
+  std::function<StatusOr<Machine>(int64_t devices)> search_machine;
+  int64_t search_proposals = 500;
 };
 
 // Checks a run's folder against its config before anything is written: a
@@ -123,7 +130,11 @@ class TrainingLoop {
   // replicas still in the array moves over from the previous executors.
   Status BuildArray(bool initialize);
   StatusOr<std::unique_ptr<StepRunner>> CreateTaskRuntime(const Graph& step, const Graph& forward,
-                                                          int64_t devices) const;
+                                                          int64_t devices);
+  // The strategy of `strategy: "auto"`: the run folder's strategy.pbtxt when
+  // it applies to `forward` (a resumed run, or the array re-fused), else
+  // one searched now on the search machine (by rank 0, sent to the others).
+  StatusOr<Strategy> AutoStrategy(const Graph& step, const Graph& forward, int64_t devices);
   // Takes the replicas at array positions `positions` out of the array.
   Status Retire(const std::vector<int64_t>& positions, const std::string& status);
   Status ApplyEarlyStop();
@@ -168,6 +179,7 @@ class TrainingLoop {
   std::unique_ptr<Executor> eval_;
   std::string fingerprint_;
   std::string config_text_;
+  std::string strategy_text_;  // strategy: "auto": what strategy.pbtxt in the run folder holds
   DType dtype_ = DType::kF32;
   int64_t total_steps_ = 0;
   // Every replica (one when unfused), and which of them (by index) form the

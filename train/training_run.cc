@@ -65,6 +65,7 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   lo.dump_graphs_dir = run.dump_graphs_dir;
   lo.trace_path = run.trace_path;
   lo.processes = run.processes;
+  lo.search_machine = run.search_machine;
   if (!run.trace_path.empty() && run.config.devices().empty())
     return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::Open(std::move(lo)));

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "graph/training.h"
 #include "runtime/comm/communicator.h"
+#include "simulator/machine.h"
 #include "train/config/train_config.h"
 #include "train/trainer.h"
 
@@ -28,6 +30,8 @@ struct RunOptions {
   // `mpirun -np K loom train`: this process's rank of K, each running
   // devices / K devices (LoopOptions::processes); not owned.
   Communicator* processes = nullptr;
+  // strategy "auto": LoopOptions::search_machine.
+  std::function<StatusOr<Machine>(int64_t devices)> search_machine;
 };
 
 // What `loom train` reports; stop_signal is the SIGINT or SIGTERM that
