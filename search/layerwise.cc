@@ -48,28 +48,44 @@ std::vector<Held> Holdings(const std::vector<PartRegions>& parts, const std::vec
   return held;
 }
 
+// Bytes per (source, destination) pair, dense for speed, with the pairs
+// touched listed so that a mostly empty matrix costs only what it holds.
+struct Messages {
+  explicit Messages(int64_t devices)
+      : devices(devices), bytes(static_cast<size_t>(devices * devices)), seconds(static_cast<size_t>(devices)) {}
+  int64_t devices;
+  std::vector<double> bytes;    // [src * devices + dst]
+  std::vector<double> seconds;  // per destination
+  std::vector<int64_t> touched;
+};
+
 // Seconds until every reader holds its region: what its device lacks comes
 // from the first holder of each region, one message per (source, reader);
 // the busiest reader's messages, one after another.
 double MoveSeconds(const std::vector<Held>& holders, const std::vector<Held>& readers, double element_bytes,
-                   const Machine& machine, int64_t devices, std::vector<double>* bytes) {
-  bytes->assign(static_cast<size_t>(devices * devices), 0.0);  // [src * devices + dst]
+                   const Machine& machine, Messages* m) {
   for (const Held& r : readers)
     for (int64_t dst : r.devices)
       for (const Held& h : holders) {
         if (std::find(h.devices.begin(), h.devices.end(), dst) != h.devices.end()) continue;  // local
         const int64_t overlap = OverlapElements(r.region, h.region);
-        if (overlap > 0) (*bytes)[static_cast<size_t>(h.devices[0] * devices + dst)] += overlap * element_bytes;
+        if (overlap == 0) continue;
+        const int64_t pair = h.devices[0] * m->devices + dst;
+        if (m->bytes[static_cast<size_t>(pair)] == 0) m->touched.push_back(pair);
+        m->bytes[static_cast<size_t>(pair)] += static_cast<double>(overlap) * element_bytes;
       }
   double slowest = 0;
-  for (int64_t dst = 0; dst < devices; ++dst) {
-    double seconds = 0;
-    for (int64_t src = 0; src < devices; ++src) {
-      const double b = (*bytes)[static_cast<size_t>(src * devices + dst)];
-      if (b > 0) seconds += Machine::MessageSeconds(machine.RouteOf(src, dst), b);
-    }
-    slowest = std::max(slowest, seconds);
+  for (int64_t pair : m->touched) {
+    const int64_t src = pair / m->devices, dst = pair % m->devices;
+    double& s = m->seconds[static_cast<size_t>(dst)];
+    s += Machine::MessageSeconds(machine.RouteOf(src, dst), m->bytes[static_cast<size_t>(pair)]);
+    slowest = std::max(slowest, s);
   }
+  for (int64_t pair : m->touched) {
+    m->bytes[static_cast<size_t>(pair)] = 0;
+    m->seconds[static_cast<size_t>(pair % m->devices)] = 0;
+  }
+  m->touched.clear();
   return slowest;
 }
 
@@ -122,10 +138,11 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
   }
 
   // t_layer: the step lowered once per degree vector, each layer that keeps
-  // a config of it split by its first such config, the rest whole.
+  // a config of it split by its first such config, the rest whole. (Fewer
+  // lowerings, each layer through its own degree vectors in turn, lower
+  // slower: neighbours split differently move data between every pair.)
   SimulateOptions no_peak;
   no_peak.peak_memory = false;
-  std::vector<double> busy(static_cast<size_t>(devices));
   std::vector<std::vector<double>> layer_busy(layers.size(), std::vector<double>(static_cast<size_t>(devices)));
   for (const auto& [degrees, with] : layers_with) {
     std::map<std::string, LayerSplit> splits;
@@ -175,7 +192,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     }
     return &it->second;
   };
-  std::vector<double> bytes;
+  Messages messages(devices);
   for (const SearchSpace::Edge& e : space.edges()) {
     const Graph& forward = space.forward();
     const Shape& shape = forward.type(e.value).shape;
@@ -199,8 +216,8 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     }
     for (size_t a = 0; a < from.size(); ++a)
       for (size_t b = 0; b < to.size(); ++b)
-        edge.costs[a * to.size() + b] = MoveSeconds(written[a], read[b], element_bytes, machine, devices, &bytes) +
-                                        MoveSeconds(read[b], written[a], element_bytes, machine, devices, &bytes);
+        edge.costs[a * to.size() + b] = MoveSeconds(written[a], read[b], element_bytes, machine, &messages) +
+                                        MoveSeconds(read[b], written[a], element_bytes, machine, &messages);
     out.graph.edges.push_back(std::move(edge));
   }
   return out;

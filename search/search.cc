@@ -1,5 +1,6 @@
 #include "search/search.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -149,7 +150,11 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   if (!start->cost.fits)
     return ResourceExhausted("no starting strategy fits in the memory of ", machine.name(),
                              "'s devices: the search needs one that does");
-  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, options));
+  // The budget is the whole search's: the chain gets what the starts left.
+  SearchOptions chain_options = options;
+  if (options.proposals == 0 && options.budget_seconds > 0)
+    chain_options.budget_seconds = std::max(1e-9, options.budget_seconds - SecondsSince(began));
+  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, chain_options));
   result.best = std::move(chain.best);
   result.proposals = chain.proposals;
   result.accepted = chain.accepted;

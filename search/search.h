@@ -35,7 +35,7 @@ struct SearchProgress {
 };
 
 struct SearchOptions {
-  double budget_seconds = 30;  // wall time of the chain (0: no limit)
+  double budget_seconds = 30;  // wall time of the whole search, the starts included (0: no limit)
   int64_t proposals = 0;       // stop after this many (0: no limit); then the result depends on the seed only
   uint64_t seed = 1;
   double beta = 1000;

@@ -59,7 +59,7 @@ Status SearchCommand(const std::vector<std::string>& args) {
   Flags flags({{"config", "the training config whose model to parallelize"},
                {"machine", "a machine file (simulator/machines/*.pbtxt)"},
                {"devices", "how many of the machine's devices (default: all)"},
-               {"budget", "the search's wall time: 30s (default), 2m, 500ms"},
+               {"budget", "the search's wall time, starting points included: 30s (default), 2m, 500ms"},
                {"proposals", "stop after this many proposals instead (the result then depends on --seed only)"},
                {"seed", "the chain's seed (default 1)"},
                {"beta", "the chain's inverse temperature: a proposal x% slower is accepted with probability "
