@@ -57,7 +57,10 @@ StatusOr<Datasets> LoadDatasets(const proto::DataConfig& d) {
     out.std = kCifar10Std;
   } else if (name == "synthetic") {
     SyntheticOptions o;
-    o.input = {Shape(std::vector<int64_t>(d.input_shape().begin(), d.input_shape().end())), DType::kF32};
+    o.input = d.sequence_length() > 0
+                  ? ExampleSpec{Shape{d.sequence_length()}, DType::kI64}
+                  : ExampleSpec{Shape(std::vector<int64_t>(d.input_shape().begin(), d.input_shape().end())), DType::kF32};
+    o.class_target = d.text_target() == "class";
     o.num_classes = d.num_classes();
     o.size = d.num_examples();
     o.seed = kGeneratedTrainSeed;

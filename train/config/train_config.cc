@@ -254,8 +254,14 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
   const int64_t padding = d.augment().random_crop_padding();
   k.Require(padding >= 0 && padding <= kMaxCropPadding, "data.augment.random_crop_padding",
             StrCat("must be in [0, ", kMaxCropPadding, "] (pixels on each side), got ", padding));
-  if (d.dataset() == "synthetic") {
-    k.Require(d.input_shape_size() > 0, "data.input_shape", "is required for the synthetic dataset");
+  if (d.dataset() == "synthetic" && d.sequence_length() != 0) {  // token examples
+    k.AtLeast(d.sequence_length(), 1, "data.sequence_length");
+    k.Require(d.input_shape_size() == 0, "data.input_shape",
+              "is for image-like examples; synthetic tokens are data.sequence_length long");
+    if (!d.text_target().empty()) k.OneOf(d.text_target(), {"next", "class"}, "data.text_target");
+  } else if (d.dataset() == "synthetic") {
+    k.Require(d.input_shape_size() > 0, "data.input_shape",
+              "is required for the synthetic dataset (or data.sequence_length for tokens)");
     for (int64_t e : d.input_shape()) k.Require(e >= 1, "data.input_shape", StrCat("extents must be >= 1, got ", e));
     k.AtLeast(d.num_classes(), 2, "data.num_classes");
     k.AtLeast(d.num_examples(), 1, "data.num_examples");

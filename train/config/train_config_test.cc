@@ -45,6 +45,11 @@ TEST_CASE("config errors name the file, the line and the field") {
   CHECK(Error("model { name: \"mlp\" }\ndata { dataset: \"imagenet\" }") ==
         "cfg.pbtxt:2: field data.dataset: unknown value 'imagenet' (expected one of: cifar10, fashion_mnist, mnist, point_clouds, "
         "synthetic, text, text_classes)");
+  CHECK(Error("model { name: \"rnntc\" }\ndata {\n  dataset: \"synthetic\"\n  sequence_length: 8\n  text_target: "
+              "\"reversed\"\n}") ==
+        "cfg.pbtxt:5: field data.text_target: unknown value 'reversed' (expected one of: class, next)");
+  CHECK(Error("model { name: \"mlp\" }\ndata {\n  dataset: \"synthetic\"\n  num_classes: 4\n}") ==
+        "cfg.pbtxt: field data.input_shape: is required for the synthetic dataset (or data.sequence_length for tokens)");
   CHECK(Error("data { dataset: \"mnist\" }") ==
         "cfg.pbtxt: field model.name: is required (a model of the zoo, e.g. \"mlp\")");
   CHECK(Error("model { name: \"mlp\" }\ndata { dataset: \"mnist\" }\noptimizer {\n  type: \"sgd\"\n  momentum: 1.5\n}") ==

@@ -138,6 +138,28 @@ TEST_CASE("Channel statistics of a byte image dataset") {
              Contains("need f32 images [C, H, W], the dataset's inputs are [8] i64"));
 }
 
+TEST_CASE("Synthetic token examples: next tokens, or one class per example") {
+  SyntheticOptions o;
+  o.input = {Shape{6}, DType::kI64};
+  o.num_classes = 5;
+  o.seed = 3;
+  auto next = SyntheticDataset::Create(o).value();
+  o.class_target = true;
+  auto classes = SyntheticDataset::Create(o).value();
+  CHECK(next->target_spec() == ExampleSpec{Shape{6}, DType::kI64});
+  CHECK(classes->target_spec() == ExampleSpec{Shape{}, DType::kI64});
+  std::vector<int64_t> x(6), y(6), targets(6);
+  int64_t label = -1;
+  next->Get(2, x.data(), targets.data());
+  classes->Get(2, y.data(), &label);
+  CHECK(x == y);  // the same tokens
+  for (size_t t = 0; t + 1 < x.size(); ++t) CHECK(targets[t] == x[t + 1]);
+  CHECK(label == targets.back());
+  CHECK((label >= 0 && label < 5));
+  o.input = {Shape{1, 4, 4}, DType::kF32};
+  CHECK_THAT(ErrorOf(SyntheticDataset::Create(o)), Contains("a class target per example is for token inputs"));
+}
+
 TEST_CASE("Synthetic images are a pure function of seed and index") {
   SyntheticOptions o;
   o.size = 100;

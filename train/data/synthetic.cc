@@ -20,6 +20,9 @@ StatusOr<std::shared_ptr<SyntheticDataset>> SyntheticDataset::Create(const Synth
   if (in.dtype == DType::kI64) {
     if (in.shape.rank() != 1)
       return InvalidArgument("synthetic dataset: token inputs are i64 [T], got ", in.ToString());
+  } else if (options.class_target) {
+    return InvalidArgument("synthetic dataset: a class target per example is for token inputs; ", in.ToString(),
+                           " examples always have one");
   } else if (in.dtype != DType::kF32) {
     return InvalidArgument("synthetic dataset: inputs are f32 or i64 tokens, got ", in.ToString());
   }
@@ -27,8 +30,8 @@ StatusOr<std::shared_ptr<SyntheticDataset>> SyntheticDataset::Create(const Synth
 }
 
 ExampleSpec SyntheticDataset::target_spec() const {
-  return options_.input.dtype == DType::kI64 ? ExampleSpec{options_.input.shape, DType::kI64}
-                                             : ExampleSpec{Shape{}, DType::kI64};
+  return options_.input.dtype == DType::kI64 && !options_.class_target ? ExampleSpec{options_.input.shape, DType::kI64}
+                                                                       : ExampleSpec{Shape{}, DType::kI64};
 }
 
 void SyntheticDataset::Get(int64_t index, void* input, int64_t* target) const {
@@ -40,8 +43,9 @@ void SyntheticDataset::Get(int64_t index, void* input, int64_t* target) const {
     for (int64_t t = 0; t < n; ++t) {
       tokens[t] = prev;
       prev = rng.UniformInt(options_.num_classes);
-      target[t] = prev;
+      if (!options_.class_target) target[t] = prev;
     }
+    if (options_.class_target) *target = prev;
     return;
   }
   *target = rng.UniformInt(options_.num_classes);

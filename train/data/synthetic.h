@@ -16,6 +16,9 @@ struct SyntheticOptions {
   // stream shifted by one token (a language-model example).
   ExampleSpec input{Shape{3, 32, 32}, DType::kF32};
   int64_t num_classes = 10;
+  // i64 tokens: one class in [0, num_classes) per example instead (a text
+  // classification example).
+  bool class_target = false;
   uint64_t seed = 0;
 };
 
