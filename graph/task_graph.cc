@@ -516,23 +516,37 @@ class Lowering {
     return 0;
   }
 
-  // A following node's rule along dimension d: the one most of whose
-  // inputs arrive split as it reads them; ties go to the earlier rule, a
-  // replicated run last.
+  static const ValueSplit* Find(const std::unordered_map<ValueId, ValueSplit>& map, ValueId v) {
+    auto it = map.find(v);
+    return it == map.end() ? nullptr : &it->second;
+  }
+
+  // A following node's rule along dimension d: the one under which the
+  // most elements of its inputs are already where it reads them: inputs
+  // that arrive split as it reads them (in the same or a nested degree), and parameters and buffers read as
+  // their forward layer reads them (else every part holds a whole copy,
+  // refreshed every step: the weights of a parameter-split Linear); ties go
+  // to the earlier rule, a replicated run last.
   DimSplit BestMatch(const Node& n, const SplitRules& rules, int d, int64_t degree) const {
     std::vector<DimSplit> candidates;
     for (DimSplit& r : rules.All())
       if (!r.HasWindow()) candidates.push_back(std::move(r));
     candidates.push_back(Replicated(n.inputs.size(), n.outputs.size()));
-    int best = -1, best_score = -1;
+    int best = -1;
+    int64_t best_score = -1;
     for (size_t c = 0; c < candidates.size(); ++c) {
-      int score = 0;
+      int64_t score = 0;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        auto it = splits_.find(n.inputs[i]);
-        if (it == splits_.end() || it->second.split.degree[static_cast<size_t>(d)] != degree) continue;
-        int axis = it->second.axis[static_cast<size_t>(d)];
+        const ValueSplit* arrived = Find(splits_, n.inputs[i]);
+        if (!arrived) arrived = Find(source_reads_, n.inputs[i]);
+        if (!arrived) continue;
+        // Along the same axis in nested degrees (a 4-way batch split read
+        // 2-way) the parts hold most of what they read.
+        const int64_t held = arrived->split.degree[static_cast<size_t>(d)];
+        if (held == 1 || (held % degree != 0 && degree % held != 0)) continue;
+        int axis = arrived->axis[static_cast<size_t>(d)];
         if (axis == kPartialAxis) axis = -1;
-        if (axis == candidates[c].inputs[i].axis) ++score;
+        if (axis == candidates[c].inputs[i].axis) score += g_.type(n.inputs[i]).shape.numel();
       }
       if (score > best_score) best = static_cast<int>(c), best_score = score;
     }
@@ -690,6 +704,14 @@ class Lowering {
         if (part.partial[i]) unreduced_.insert(n.outputs[i]);
       }
     }
+    if (forward)
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (!IsSourceValue(n.inputs[i]) || source_reads_.count(n.inputs[i])) continue;
+        ValueSplit& s = source_reads_[n.inputs[i]];
+        s.split = split;
+        for (size_t d = 0; d < kSplitDims; ++d)
+          if (dims[d]) s.axis[d] = dims[d]->inputs[i].axis;
+      }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       ValueSplit& s = splits_[n.outputs[i]];
       s.split = split;
@@ -708,6 +730,8 @@ class Lowering {
   std::unordered_map<ValueId, std::vector<int>> origin_;            // pieces its producer (or an all-reduce) wrote
   std::map<std::pair<ValueId, int64_t>, std::vector<int>> derived_;  // transferred pieces, by value and device
   std::unordered_map<ValueId, ValueSplit> splits_;
+  // Sources (parameters, buffers) as a forward layer's split reads them.
+  std::unordered_map<ValueId, ValueSplit> source_reads_;
   std::set<ValueId> unreduced_;  // values with partial pieces, not yet all-reduced
   // Expansions: the nodes that replace each expanded node, the values that
   // stand for its outputs, and the expanded nodes (and their names) still

@@ -465,6 +465,39 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
   CHECK(others == std::multiset<std::string>{"CrossEntropy sum", "CountTargets -", "CountTargets -"});
 }
 
+// OWT: the ReLU after fc2 runs data parallel, so fc2's gradient arrives
+// split along the batch; its backward must still read fc2's weight as
+// fc2's parameter split holds it (the reduction split, an all-reduce of the
+// input's gradient) rather than the whole weight on every device, which
+// would be written back to every device after every step. The same with
+// fc2 split 2 x 2 among layers split 4 ways along the batch: its weight
+// gradient is summed over the batch (nested in the 4-way split) rather
+// than cut into quarters that move to where the halves are read.
+TEST_CASE("a parameter-split layer's weight stays split: no copies of it move") {
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "32,32"}}, {64});
+  for (const auto& [strategy, half] : std::vector<std::pair<std::string, int64_t>>{
+           {"devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"fc2\" parameter: 2 }\n", 32 * 32 / 2},
+           {"devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"fc2\" sample: 2 parameter: 2 }\n", 32 * 32 / 2}}) {
+    auto tg = Lower(c, strategy);
+    REQUIRE(tg.ok());
+    INFO(strategy << tg->ToString());
+    for (const Task& t : tg->tasks) {
+      if (t.kind != TaskKind::kTransfer) continue;
+      const std::string& value = tg->graph.value(tg->pieces[static_cast<size_t>(t.sources[0])].value).name;
+      CHECK(value.rfind("fc2/weight", 0) != 0);
+    }
+    const auto weight = tg->graph.FindNode("fc2/weight");
+    REQUIRE(weight);
+    for (int h : tg->homes.at(tg->graph.node(*weight).outputs[0]))
+      CHECK(tg->pieces[static_cast<size_t>(h)].region.numel() == half);
+    auto one = testing::RunOneDevice(c, 2, 5);
+    auto split = testing::RunOnDevices(c, strategy, 2, 5);
+    REQUIRE(one.ok());
+    REQUIRE(split.ok());
+    CHECK(testing::FirstMismatch(*one, *split, 1e-12) == "");
+  }
+}
+
 TEST_CASE("the task graph prints bytes exactly") {
   const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "4096"}}, {64});
   auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");

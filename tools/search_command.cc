@@ -4,6 +4,7 @@
 // starting point.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "core/file_util.h"
@@ -66,7 +67,9 @@ Status SearchCommand(const std::vector<std::string>& args) {
                         "exp(-beta * x / 100) (default 1000)"},
                {"strategy", "a strategy file to start from too"},
                {"profile", "this machine's measured task times (loom profile), as for loom simulate"},
-               {"out", "the strategy file to write"}});
+               {"out", "the strategy file to write"},
+               {"candidates", "also write each starting point's strategy and the searched one here "
+                              "(DIR/dp.pbtxt, DIR/exact.pbtxt, ..., DIR/searched.pbtxt)"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::printf("usage: loom search --config FILE --machine FILE --out FILE [flags]\n%s", flags.Help().c_str());
@@ -130,7 +133,17 @@ Status SearchCommand(const std::vector<std::string>& args) {
   std::printf("%-12s %14s %12s %16s %14s\n", "strategy", "predicted ms", "vs searched", "bytes moved", "peak MiB");
   std::vector<Candidate> rows = result.initial;
   rows.push_back(result.best);
+  const std::string candidates = flags.Str("candidates", "");
+  if (!candidates.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(candidates, ec);
+    if (ec) return InvalidArgument("--candidates ", candidates, ": ", ec.message());
+  }
   for (const Candidate& c : rows) {
+    if (!candidates.empty())
+      LOOM_RETURN_IF_ERROR(WriteFileAtomically((std::filesystem::path(candidates) / (c.name + ".pbtxt")).string(),
+                                               StrCat("# ", c.name, ": predicted step ", c.cost.seconds * 1e3,
+                                                      " ms on ", machine.name(), "\n", StrategyToText(c.strategy))));
     LOOM_ASSIGN_OR_RETURN(const double peak, PeakMemory(programs.step, programs.forward, c.strategy, machine, cost));
     std::printf("%-12s %14.6g %11.3fx %16.0f %14.2f%s\n", c.name.c_str(), c.cost.seconds * 1e3,
                 result.best.cost.seconds > 0 ? c.cost.seconds / result.best.cost.seconds : 0.0, c.cost.bytes_moved,

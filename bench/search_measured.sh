@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The search on this machine (docs/search.md "Measured"): for each config,
+# `loom search` on this machine probed (2 devices), then every candidate
+# (the starting points and the searched strategy) measured by `loom bench
+# parallel` in one process (cpu:2) and under `mpirun -np 2`; predicted
+# against measured, and whether the simulator orders them as measured.
+#   bash bench/search_measured.sh [REPS=20] [CONFIGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps="${1:-20}"
+shift || true
+configs=("$@")
+[ ${#configs[@]} -gt 0 ] || configs=(models/configs/fashion_mnist_mlp.pbtxt models/configs/fashion_mnist_cnn.pbtxt
+  bench/configs/resnet18.pbtxt)
+loom=bazel-bin/tools/loom
+[ -x "$loom" ] || bazel build //tools:loom >/dev/null
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$loom" machine probe --out "$work/local.pbtxt" >/dev/null
+echo "loom search on this machine probed, 2 devices, 2000 proposals; measured medians of $reps steps; $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+for config in "${configs[@]}"; do
+  name=$(basename "$config" .pbtxt)
+  dir="$work/$name"
+  "$loom" search --config "$config" --machine "$work/local.pbtxt" --devices 2 --proposals 2000 \
+    --candidates "$dir" --out "$dir.pbtxt" >"$work/$name.search.log" 2>&1 || { cat "$work/$name.search.log"; exit 1; }
+  files=$(ls "$dir"/*.pbtxt | paste -sd,)
+  "$loom" bench parallel --config "$config" --devices 2 --reps "$reps" --strategies "$files" >"$work/$name.cpu.log" 2>&1
+  bash tests/mpirun.sh 2 "$loom" bench parallel --config "$config" --reps "$reps" --strategies "$files" \
+    >"$work/$name.mpi.log" 2>&1
+  python3 - "$name" "$work/$name.search.log" "$work/$name.cpu.log" "$work/$name.mpi.log" <<'PY'
+import re, sys
+name, search, cpu, mpi = sys.argv[1:]
+predicted = {}
+for line in open(search):
+    f = line.split()
+    if len(f) >= 5 and re.match(r"^[0-9.e+-]+$", f[1]) and f[0] in ("dp", "owt", "model", "replica", "exact", "searched"):
+        predicted[f[0]] = float(f[1])
+def measured(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"^(\S+) on (?:cpu:2|2 procs)\s+([0-9.]+)", line)
+        if m: out[m.group(1)] = float(m.group(2))
+    return out
+def tau(a, b):
+    c = d = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            s = (a[i] - a[j]) * (b[i] - b[j])
+            c += s > 0
+            d += s < 0
+    n = len(a) * (len(a) - 1) / 2
+    return (c - d) / n if n else 1.0
+for label, path in (("cpu:2", cpu), ("mpirun -np 2", mpi)):
+    got = measured(path)
+    names = [k for k in predicted if k in got]
+    p = [predicted[k] for k in names]
+    m = [got[k] for k in names]
+    print("\n%s, %s:" % (name, label))
+    print("| strategy | predicted ms | measured ms |")
+    print("|---|---|---|")
+    for k in names: print("| %s | %.3f | %.3f |" % (k, predicted[k], got[k]))
+    print("searched / dp measured: %.3f; Kendall tau of predicted vs measured order: %.2f" % (got["searched"] / got["dp"], tau(p, m)))
+PY
+done
