@@ -21,7 +21,7 @@ struct StrategyCost {
   double seconds = 0;            // the simulated training step
   bool fits = true;              // every device's peak memory within its memory
   double bytes_moved = 0;        // by transfers and all-reduces (TaskGraph::TransferBytes)
-  double peak_memory_bytes = 0;  // the fullest device's peak (Report only)
+  double peak_memory_bytes = 0;  // the fullest device's peak (from Report; 0 from Evaluate)
 };
 
 class StrategyEvaluator {

@@ -29,6 +29,8 @@ bool Better(const StrategyCost& a, const StrategyCost& b) {
 
 StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
                                 const SearchOptions& options) {
+  if (options.proposals <= 0 && options.budget_seconds <= 0)
+    return InvalidArgument("a search needs a time budget or a number of proposals");
   const Clock::time_point began = Clock::now();
   SearchResult result;
   result.best = start;
@@ -165,6 +167,12 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     result.best.name = "searched";
   }
   result.seconds = SecondsSince(began);
+  // Peak memory for the report: a full simulation of each, after the clock.
+  std::vector<Candidate*> reported{&result.best};
+  for (Candidate& c : result.initial) reported.push_back(&c);
+  for (Candidate* c : reported) {
+    LOOM_ASSIGN_OR_RETURN(c->cost, evaluator.Report(c->choice));
+  }
   return result;
 }
 

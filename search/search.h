@@ -57,10 +57,12 @@ struct Candidate {
 
 struct SearchResult {
   Candidate best;
-  std::vector<Candidate> initial;  // the starting points, evaluated (those that apply to the model)
+  // The starting points, evaluated (those that apply to the model); they
+  // and `best` come with their peak memory.
+  std::vector<Candidate> initial;
   std::string exact;               // what the exact solver did, or why it did not
   int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
-  double seconds = 0;  // of the whole search
+  double seconds = 0;  // of the whole search (the peak memories after it)
 };
 
 // Searches the strategies of `forward`'s layers on `devices` of `machine`

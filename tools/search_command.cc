@@ -45,15 +45,6 @@ StatusOr<double> ParseBudget(const std::string& text) {
   return value * scale;
 }
 
-// Peak memory needs a full simulation: the search skips it.
-StatusOr<double> PeakMemory(const Graph& step, const Graph& forward, const proto::Strategy& s, const Machine& machine,
-                            const CostModel& cost) {
-  LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::FromProto(s, "candidate"));
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
-  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost));
-  return *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
-}
-
 }  // namespace
 
 Status SearchCommand(const std::vector<std::string>& args) {
@@ -144,7 +135,7 @@ Status SearchCommand(const std::vector<std::string>& args) {
       LOOM_RETURN_IF_ERROR(WriteFileAtomically((std::filesystem::path(candidates) / (c.name + ".pbtxt")).string(),
                                                StrCat("# ", c.name, ": predicted step ", c.cost.seconds * 1e3,
                                                       " ms on ", machine.name(), "\n", StrategyToText(c.strategy))));
-    LOOM_ASSIGN_OR_RETURN(const double peak, PeakMemory(programs.step, programs.forward, c.strategy, machine, cost));
+    const double peak = c.cost.peak_memory_bytes;
     std::printf("%-12s %14.6g %11.3fx %16.0f %14.2f%s\n", c.name.c_str(), c.cost.seconds * 1e3,
                 result.best.cost.seconds > 0 ? c.cost.seconds / result.best.cost.seconds : 0.0, c.cost.bytes_moved,
                 peak / (1 << 20), c.cost.fits ? "" : "  (does not fit)");
