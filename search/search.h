@@ -2,8 +2,9 @@
 // over a SearchSpace, each proposal simulated (delta simulation), started
 // from the best of the standard strategies, the user's and the exact
 // layer-wise solver's (search/layerwise.h); it never returns a strategy
-// predicted slower than the best of those, and only strategies that fit in
-// the devices' memory.
+// predicted slower than the best of those, only strategies that fit in the
+// devices' memory, and a strategy other than the standard ones (or the
+// user's) only when it is predicted min_gain faster.
 //
 // A proposal gives one random layer a random other configuration of the
 // space; it is accepted with probability min(1, exp(-beta * (new - current)
@@ -41,6 +42,9 @@ struct SearchOptions {
   double beta = 1000;
   int64_t restart_after = 0;  // 0: ten times the layers
   bool exact = true;          // run the layer-wise solver for a starting point
+  // The found strategy must be predicted this much faster (a fraction) than
+  // the best standard or given strategy, else that one is the result.
+  double min_gain = 0.05;
   double exact_max_enumeration = 1e6;  // what it may enumerate of a graph its rules do not reduce
   // Called about every progress_every_seconds and at the end.
   std::function<void(const SearchProgress&)> progress;
@@ -61,6 +65,7 @@ struct SearchResult {
   // and `best` come with their peak memory.
   std::vector<Candidate> initial;
   std::string exact;               // what the exact solver did, or why it did not
+  std::string kept;                // why the result is a simple strategy ("" when it is the found one)
   int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
   double seconds = 0;  // of the whole search (the peak memories after it)
 };

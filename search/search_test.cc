@@ -132,6 +132,7 @@ void CheckFindsOptimum(const testing::StepCase& c, int64_t devices, int64_t prop
   SearchOptions options;
   options.proposals = proposals;
   options.seed = 5;
+  options.min_gain = 0;  // the optimum itself, however small its gain
   auto found = SearchStrategy(c.forward, c.step, machine, cost, devices, {}, options);
   REQUIRE(found.status().ToString() == "OK");
   for (const Candidate& start : found->initial)
@@ -189,6 +190,28 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
   auto simulated = Simulate(*tasks, machine, cost);
   REQUIRE(simulated.ok());
   CHECK(simulated->iteration_seconds == a->best.cost.seconds);
+}
+
+TEST_CASE("a found strategy replaces the best standard one only when predicted min_gain faster") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "32"}}, {256});
+  const Machine machine = TestMachine(2);
+  const AnalyticalCostModel cost(machine);
+  SearchOptions options;
+  options.proposals = 300;
+  options.min_gain = 0;
+  auto found = SearchStrategy(mlp.forward, mlp.step, machine, cost, 2, {}, options);
+  REQUIRE(found.status().ToString() == "OK");
+  CHECK(found->kept.empty());
+  double simple = 1e30;
+  for (const Candidate& start : found->initial)
+    if (start.name != "exact") simple = std::min(simple, start.cost.seconds);
+  const double gain = 1 - found->best.cost.seconds / simple;
+  REQUIRE(gain > 0.1);  // the case means something
+  options.min_gain = gain + 0.01;
+  auto kept = SearchStrategy(mlp.forward, mlp.step, machine, cost, 2, {}, options);
+  REQUIRE(kept.status().ToString() == "OK");
+  CHECK(kept->best.cost.seconds == simple);
+  CHECK_THAT(kept->kept, Catch::Contains("faster, under the"));
 }
 
 TEST_CASE("strategies that do not fit in memory are rejected; none fitting is an error") {

@@ -57,6 +57,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
                {"beta", "the chain's inverse temperature: a proposal x% slower is accepted with probability "
                         "exp(-beta * x / 100) (default 1000)"},
                {"strategy", "a strategy file to start from too"},
+               {"min-gain", "how much faster (a fraction) the found strategy must be predicted than the best standard "
+                            "or given one to replace it (default 0.05)"},
                {"profile", "this machine's measured task times (loom profile), as for loom simulate"},
                {"out", "the strategy file to write"},
                {"candidates", "also write each starting point's strategy and the searched one here "
@@ -84,6 +86,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   if (options.proposals < 0) return InvalidArgument("--proposals must be >= 0");
   options.seed = static_cast<uint64_t>(seed);
   LOOM_ASSIGN_OR_RETURN(options.beta, flags.Float("beta", options.beta));
+  LOOM_ASSIGN_OR_RETURN(options.min_gain, flags.Float("min-gain", options.min_gain));
+  if (!(options.min_gain >= 0 && options.min_gain < 1)) return InvalidArgument("--min-gain must be in [0, 1)");
   if (!(options.beta >= 0)) return InvalidArgument("--beta must be >= 0");
   options.progress = [](const SearchProgress& p) {
     std::printf("  %8lld proposals  %7.1f s  %8.0f/s  best %.6g ms  current %.6g ms\n",
@@ -116,6 +120,7 @@ Status SearchCommand(const std::vector<std::string>& args) {
                                                                   devices, given, options));
 
   std::printf("exact layer-wise solver: %s\n", result.exact.c_str());
+  if (!result.kept.empty()) std::printf("kept %s\n", result.kept.c_str());
   std::printf("%lld proposals in %.1f s (%.0f/s), %lld accepted, %lld rejected for memory, %lld improvements\n",
               static_cast<long long>(result.proposals), result.seconds,
               result.seconds > 0 ? static_cast<double>(result.proposals) / result.seconds : 0.0,

@@ -252,6 +252,7 @@ StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& fo
                    "(%.2fx)\n",
                    static_cast<long long>(found.proposals), found.seconds, machine.name().c_str(),
                    found.best.cost.seconds * 1e3, dp * 1e3, dp / found.best.cost.seconds);
+    if (console_ && !found.kept.empty()) std::fprintf(console_, "strategy auto: kept %s\n", found.kept.c_str());
     text = StrCat("# strategy \"auto\": found by the search on ", machine.name(), ", predicted step ",
                   found.best.cost.seconds * 1e3, " ms (data parallel ", dp * 1e3, " ms).\n",
                   StrategyToText(found.best.strategy));
