@@ -180,6 +180,15 @@ std::string Strategy::Where(const std::string& path) const {
   return w.empty() ? origin_ : w;
 }
 
+StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node) {
+  const OpDef* def = OpRegistry::Global().FindOp(node.op);
+  if (!def) return InvalidArgument("layer '", node.name, "': unknown op ", node.op);
+  std::vector<TensorType> in, out;
+  for (ValueId v : node.inputs) in.push_back(graph.type(v));
+  for (ValueId v : node.outputs) out.push_back(graph.type(v));
+  return def->Splits(node.attrs, in, out);
+}
+
 int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what) {
   std::vector<TensorType> in, out;
   for (ValueId v : node.inputs) in.push_back(graph.type(v));
@@ -216,12 +225,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
     int entry = -1;
     for (int i = 0; i < proto_.layer_size() && entry < 0; ++i)
       if (GlobMatch(proto_.layer(i).layer(), n.name)) entry = i;
-    const OpDef* def = OpRegistry::Global().FindOp(n.op);
-    if (!def) return InvalidArgument("layer '", n.name, "': unknown op ", n.op);
-    std::vector<TensorType> in, outs;
-    for (ValueId v : n.inputs) in.push_back(graph.type(v));
-    for (ValueId v : n.outputs) outs.push_back(graph.type(v));
-    const SplitRules rules = def->Splits(n.attrs, in, outs);
+    LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(graph, n));
     LayerSplit split = entry >= 0 ? entries_[static_cast<size_t>(entry)] : default_;
     const std::string at = entry >= 0 ? Where(StrCat("layer[", entry, "]")) : Where("default_split");
     bool reduced = false;  // the default dropped a dimension the layer cannot split

@@ -57,6 +57,10 @@ int64_t ReplicasOf(const Value& v);
 // nullopt with the reason in `why`.
 std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const SplitRules& rules, std::string* why);
 
+// The split rules of `node`'s op for its types (OpDef::Splits); an error
+// names the layer when its op is unknown.
+StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node);
+
 // The extent a layer's parts divide along `d` (`rules` are its op's
 // splits): a fused array's replica count for the replica dimension, else
 // the first axis its op's rule splits. 0 when it cannot split along `d`,

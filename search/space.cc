@@ -47,12 +47,7 @@ StatusOr<SearchSpace> SearchSpace::Build(const Graph& forward, int64_t devices) 
     if (IsSourceOp(n.op)) continue;
     if (n.name.find_first_of("*?") != std::string::npos)
       return InvalidArgument("layer '", n.name, "': a name with '*' or '?' cannot name it in a strategy file");
-    const OpDef* def = OpRegistry::Global().FindOp(n.op);
-    if (!def) return InvalidArgument("layer '", n.name, "': unknown op ", n.op);
-    std::vector<TensorType> in, out;
-    for (ValueId v : n.inputs) in.push_back(forward.type(v));
-    for (ValueId v : n.outputs) out.push_back(forward.type(v));
-    const SplitRules rules = def->Splits(n.attrs, in, out);
+    LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(forward, n));
     std::array<int64_t, kSplitDims> extent{};
     for (SplitDim d : kAllSplitDims) {
       std::string what;
