@@ -34,7 +34,6 @@ struct ValueSplit {
   std::array<int, kSplitDims> axis{-1, -1, -1, -1};
 };
 
-
 // Orders pieces (by index) by their regions: a set of them keeps one
 // piece of each region, without copying regions.
 struct ByRegion {
@@ -245,7 +244,6 @@ Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>&
   }
   return Status::Ok();
 }
-
 
 // The rules of a forward layer's split, one per dimension it splits (its
 // op's labelled rule; the replica dimension's follows the replica layouts).
@@ -523,10 +521,11 @@ class Lowering {
 
   // A following node's rule along dimension d: the one under which the
   // most elements of its inputs are already where it reads them: inputs
-  // that arrive split as it reads them (in the same or a nested degree), and parameters and buffers read as
-  // their forward layer reads them (else every part holds a whole copy,
-  // refreshed every step: the weights of a parameter-split Linear); ties go
-  // to the earlier rule, a replicated run last.
+  // that arrive split as it reads them (in the same or a nested degree),
+  // and parameters and buffers read as their forward layer reads them (else
+  // every part holds a whole copy, refreshed every step: the weights of a
+  // parameter-split Linear); ties go to the earlier rule, a replicated run
+  // last.
   DimSplit BestMatch(const Node& n, const SplitRules& rules, int d, int64_t degree) const {
     std::vector<DimSplit> candidates;
     for (DimSplit& r : rules.All())

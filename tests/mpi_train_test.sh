@@ -37,6 +37,10 @@ np2 train --config "$work/cnn.pbtxt" --out "$work/auto" --strategy auto >"$work/
 close "mpirun -np 2 --strategy auto matches one device" "$want" "$(test_losses "$work/auto")"
 [ "$(grep -c "strategy auto: [0-9]* proposals" "$work/auto.log")" -eq 1 ] && [ -s "$work/auto/strategy.pbtxt" ] &&
   echo "ok   one search, its strategy in the run folder" || fail "auto: $(cat "$work/auto.log")"
+# Resumed: rank 0 keeps the saved strategy and sends it; no rank searches.
+np2 train --resume "$work/auto" --epochs 3 >"$work/auto2.log" 2>&1 || fail "resume auto: $(cat "$work/auto2.log")"
+grep -q "strategy auto: [0-9]* proposals" "$work/auto2.log" && fail "the resumed run searched again" ||
+  echo "ok   mpirun resume keeps the saved strategy"
 
 # Saved by 2 processes after epoch 1, resumed in one process on 3 devices;
 # saved by one device, resumed by 2 processes.

@@ -210,30 +210,21 @@ Status TrainingLoop::InitFrom(const std::string& path) {
   return Status::Ok();
 }
 
-// The step on `devices` CPU devices under the config's strategy (a file, or
-// a standard kind named; dp when unset), resolved on the step's forward
-// graph; the run's threads are shared out among the devices.
 StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& forward, int64_t devices) {
   const std::string saved = (fs::path(c_.out_dir()) / "strategy.pbtxt").string();
-  auto applies = [&](const Strategy& s) {
-    return s.devices() == devices && LowerToTaskGraph(step, s, forward).ok();
-  };
-  // The run's own strategy, as long as it fits the model: a resumed run
-  // trains as it did; a re-fused array (fewer replicas) searches again.
-  if (!strategy_text_.empty() || (opt_.resume && fs::exists(saved))) {
-    StatusOr<Strategy> kept = strategy_text_.empty() ? Strategy::Load(saved)
-                                                     : Strategy::Parse(strategy_text_, saved);
-    if (kept.ok() && applies(*kept)) {
-      if (strategy_text_.empty()) {
-        std::ifstream in(saved);
-        strategy_text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      }
-      return kept;
+  // Rank 0 decides (every rank trains with its strategy): the run's own
+  // strategy as long as it applies (a resumed run trains as it did; an
+  // array re-fused with fewer replicas may need another), else a search.
+  auto decide = [&]() -> StatusOr<std::string> {
+    std::string own = strategy_text_;
+    if (own.empty() && opt_.resume && fs::exists(saved)) {
+      std::ifstream in(saved);
+      own.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-  }
-  std::string text;
-  const bool searches = !opt_.processes || opt_.processes->rank() == 0;
-  if (searches) {
+    if (!own.empty()) {
+      StatusOr<Strategy> kept = Strategy::Parse(own, saved);
+      if (kept.ok() && kept->devices() == devices && LowerToTaskGraph(step, *kept, forward).ok()) return own;
+    }
     if (!opt_.search_machine)
       return FailedPrecondition("strategy \"auto\" needs a machine model to search on (LoopOptions::search_machine; "
                                 "loom train probes this machine or reads --machine)");
@@ -246,18 +237,23 @@ StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& fo
     double dp = 0;
     for (const Candidate& start : found.initial)
       if (start.name == "dp") dp = start.cost.seconds;
-    if (console_)
+    if (console_) {
       std::fprintf(console_,
                    "strategy auto: %lld proposals in %.1f s on %s: predicted step %.4g ms, data parallel %.4g ms "
                    "(%.2fx)\n",
                    static_cast<long long>(found.proposals), found.seconds, machine.name().c_str(),
                    found.best.cost.seconds * 1e3, dp * 1e3, dp / found.best.cost.seconds);
-    if (console_ && !found.kept.empty()) std::fprintf(console_, "strategy auto: kept %s\n", found.kept.c_str());
-    text = StrCat("# strategy \"auto\": found by the search on ", machine.name(), ", predicted step ",
+      if (!found.kept.empty()) std::fprintf(console_, "strategy auto: kept %s\n", found.kept.c_str());
+    }
+    return StrCat("# strategy \"auto\": found by the search on ", machine.name(), ", predicted step ",
                   found.best.cost.seconds * 1e3, " ms (data parallel ", dp * 1e3, " ms).\n",
                   StrategyToText(found.best.strategy));
+  };
+  std::string text;
+  if (!opt_.processes || opt_.processes->rank() == 0) {
+    LOOM_ASSIGN_OR_RETURN(text, decide());
   }
-  if (opt_.processes) {  // every rank trains with rank 0's strategy
+  if (opt_.processes) {
     Tensor size = Tensor::Zeros({1}, DType::kI64);
     size.data<int64_t>()[0] = static_cast<int64_t>(text.size());
     LOOM_RETURN_IF_ERROR(opt_.processes->Broadcast(size, 0));
@@ -267,13 +263,17 @@ StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& fo
     text.resize(static_cast<size_t>(chars.numel()));
     for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(chars.data<int64_t>()[i]);
   }
-  LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::Parse(text, "the searched strategy"));
+  LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::Parse(text, saved));
+  const bool changed = text != strategy_text_;
   strategy_text_ = std::move(text);
   // A search after the run folder exists (the array re-fused) replaces the file.
-  if (logger_ && writes_records()) LOOM_RETURN_IF_ERROR(WriteFileAtomically(saved, strategy_text_));
+  if (changed && logger_ && writes_records()) LOOM_RETURN_IF_ERROR(WriteFileAtomically(saved, strategy_text_));
   return strategy;
 }
 
+// The step on `devices` CPU devices under the config's strategy (a file, a
+// standard kind named, or auto; dp when unset), resolved on the step's
+// forward graph; the run's threads are shared out among the devices.
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
                                                                       int64_t devices) {
   if (opt_.processes && devices % opt_.processes->size() != 0)
