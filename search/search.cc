@@ -25,8 +25,7 @@ bool Better(const StrategyCost& a, const StrategyCost& b) {
   return a.seconds < b.seconds;
 }
 
-}  // namespace
-
+// The Markov chain from `start` (which fits) over `space`.
 StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
                                 const SearchOptions& options) {
   if (options.proposals <= 0 && options.budget_seconds <= 0)
@@ -98,6 +97,8 @@ StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& eva
   return result;
 }
 
+}  // namespace
+
 StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, const Machine& machine,
                                       const CostModel& cost, int64_t devices,
                                       const std::vector<std::pair<std::string, Strategy>>& given,
@@ -128,6 +129,8 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   // evaluator or cost graph reads it.
   StrategyEvaluator evaluator(step, space, machine, cost);
   SearchResult result;
+  result.layers = static_cast<int64_t>(space.layers().size());
+  result.log10_strategies = space.Log10Size();
   for (size_t i = 0; i < starts.size(); ++i) {
     LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choices[i]));
     result.initial.push_back({starts[i].first, choices[i], space.ToStrategy(choices[i]), c});
@@ -140,8 +143,8 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
       LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choice));
       result.initial.push_back({"exact", choice, space.ToStrategy(choice), c});
       result.exact = StrCat("solved: ", solved->nodes_eliminated, " layers eliminated, ", solved->enumerated,
-                            " enumerated; layer-wise cost ", solved->cost * 1e3, " ms, simulated ", c.seconds * 1e3,
-                            " ms");
+                            " enumerated (costs from ", layerwise.lowerings, " lowerings); layer-wise cost ",
+                            solved->cost * 1e3, " ms, simulated ", c.seconds * 1e3, " ms");
     } else {
       result.exact = StrCat("not solved: ", solved.status().message());
     }

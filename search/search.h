@@ -66,6 +66,8 @@ struct SearchResult {
   std::vector<Candidate> initial;
   std::string exact;               // what the exact solver did, or why it did not
   std::string kept;                // why the result is a simple strategy ("" when it is the found one)
+  int64_t layers = 0;              // of the space searched
+  double log10_strategies = 0;     // its size (SearchSpace::Log10Size)
   int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
   double seconds = 0;  // of the whole search (the peak memories after it)
 };
@@ -77,9 +79,5 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
                                       const CostModel& cost, int64_t devices,
                                       const std::vector<std::pair<std::string, Strategy>>& given,
                                       const SearchOptions& options);
-
-// The Markov chain alone, from `start` (which must fit), over `space`.
-StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
-                                const SearchOptions& options);
 
 }  // namespace loom

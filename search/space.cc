@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/op.h"
-
 namespace loom {
 namespace {
 

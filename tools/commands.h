@@ -1,12 +1,15 @@
 // The subcommands of the `loom` binary.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "graph/ir.h"
+#include "simulator/cost_model.h"
 #include "simulator/machine.h"
+#include "simulator/profile.h"
 #include "runtime/comm/communicator.h"
 #include "train/config/train_config.h"
 
@@ -38,6 +41,26 @@ Status StrategyCommand(const std::vector<std::string>& args);
 // description, and predicted against measured steps (docs/simulator.md).
 Status SimulateCommand(const std::vector<std::string>& args);
 Status MachineCommand(const std::vector<std::string>& args);
+// The cost model of `--profile FILE` (docs/simulator.md): the profile's
+// measured tasks and the roofline calibrated on it for the rest; without a
+// profile (an empty path), the analytical roofline.
+class FlagCostModel {
+ public:
+  static StatusOr<std::unique_ptr<FlagCostModel>> Load(const std::string& profile_path, const Machine& machine);
+  const CostModel& get() const;
+  // "the analytical roofline", or "profile P: N tasks measured, M by the
+  // roofline calibrated on it" (after the model has been used).
+  std::string Describe() const;
+
+ private:
+  FlagCostModel(const std::string& path, Profile profile, const Machine& machine);
+  const std::string path_;
+  const Profile profile_;
+  const AnalyticalCostModel analytical_;
+  const CalibratedCostModel calibrated_;
+  const ProfiledCostModel profiled_;
+};
+
 // This machine as the simulator sees the task runtime's CPU devices,
 // measured now (`loom machine probe`), with at least `devices` devices.
 StatusOr<Machine> ProbeCpuMachine(int reps, int64_t devices = 0);

@@ -2,19 +2,14 @@
 // [--seed S] --out S.pbtxt`: a strategy for a config's model on a machine
 // (search/search.h, docs/search.md), with the found strategy against each
 // starting point.
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "core/file_util.h"
-#include "core/parse.h"
 #include "graph/strategy.h"
-#include "graph/task_graph.h"
 #include "search/baselines.h"
 #include "search/search.h"
-#include "simulator/profile.h"
-#include "simulator/simulator.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "train/config/train_config.h"
@@ -98,14 +93,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   };
 
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
-  Profile profile;
-  if (flags.Has("profile")) {
-    LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(flags.Str("profile", "")));
-  }
-  const AnalyticalCostModel analytical(machine);
-  const CalibratedCostModel calibrated(machine, profile.WorkSamples());
-  const ProfiledCostModel profiled(profile, calibrated);
-  const CostModel& cost = flags.Has("profile") ? static_cast<const CostModel&>(profiled) : analytical;
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<FlagCostModel> cost,
+                        FlagCostModel::Load(flags.Str("profile", ""), machine));
   std::vector<std::pair<std::string, Strategy>> given;
   if (flags.Has("strategy")) {
     LOOM_ASSIGN_OR_RETURN(Strategy s, LoadOrMakeStrategy(flags.Str("strategy", ""), programs.forward, devices,
@@ -116,9 +105,11 @@ Status SearchCommand(const std::vector<std::string>& args) {
               machine.name().c_str(), static_cast<long long>(devices),
               options.proposals > 0 ? StrCat(options.proposals, " proposals, seed ", seed).c_str()
                                     : StrCat(options.budget_seconds, " s, seed ", seed).c_str());
-  LOOM_ASSIGN_OR_RETURN(const SearchResult result, SearchStrategy(programs.forward, programs.step, machine, cost,
+  LOOM_ASSIGN_OR_RETURN(const SearchResult result, SearchStrategy(programs.forward, programs.step, machine, cost->get(),
                                                                   devices, given, options));
 
+  std::printf("space: %lld layers, 10^%.1f strategies; costs from %s\n", static_cast<long long>(result.layers),
+              result.log10_strategies, cost->Describe().c_str());
   std::printf("exact layer-wise solver: %s\n", result.exact.c_str());
   if (!result.kept.empty()) std::printf("kept %s\n", result.kept.c_str());
   std::printf("%lld proposals in %.1f s (%.0f/s), %lld accepted, %lld rejected for memory, %lld improvements\n",

@@ -31,6 +31,32 @@
 
 namespace loom::tools {
 
+FlagCostModel::FlagCostModel(const std::string& path, Profile profile, const Machine& machine)
+    : path_(path),
+      profile_(std::move(profile)),
+      analytical_(machine),
+      calibrated_(machine, profile_.WorkSamples()),
+      profiled_(profile_, calibrated_) {}
+
+StatusOr<std::unique_ptr<FlagCostModel>> FlagCostModel::Load(const std::string& profile_path,
+                                                            const Machine& machine) {
+  Profile profile;
+  if (!profile_path.empty()) {
+    LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(profile_path));
+  }
+  return std::unique_ptr<FlagCostModel>(new FlagCostModel(profile_path, std::move(profile), machine));
+}
+
+const CostModel& FlagCostModel::get() const {
+  return path_.empty() ? static_cast<const CostModel&>(analytical_) : profiled_;
+}
+
+std::string FlagCostModel::Describe() const {
+  if (path_.empty()) return "the analytical roofline";
+  return StrCat("profile ", path_, ": ", profiled_.hits(), " tasks measured, ", profiled_.misses(),
+                " by the roofline calibrated on it");
+}
+
 Status SimulateCommand(const std::vector<std::string>& args) {
   Flags flags({{"config", "the training config whose step to predict"},
                {"machine", "a machine file (simulator/machines/*.pbtxt)"},
@@ -62,21 +88,11 @@ Status SimulateCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
   LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
-  const AnalyticalCostModel analytical(machine);
-  const bool profiled_costs = flags.Has("profile");
-  Profile profile;
-  if (profiled_costs) {
-    LOOM_ASSIGN_OR_RETURN(profile, Profile::Load(flags.Str("profile", "")));
-  }
-  const CalibratedCostModel calibrated(machine, profile.WorkSamples());
-  const ProfiledCostModel profiled(profile, calibrated);
-  const CostModel& cost = profiled_costs ? static_cast<const CostModel&>(profiled) : analytical;
-  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost));
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<FlagCostModel> cost,
+                        FlagCostModel::Load(flags.Str("profile", ""), machine));
+  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost->get()));
 
-  const std::string model =
-      profiled_costs ? StrCat("profile ", flags.Str("profile", ""), ": ", profiled.hits(), " tasks measured, ",
-                              profiled.misses(), " by the roofline calibrated on it")
-                     : std::string("the analytical roofline");
+  const std::string model = cost->Describe();
   std::printf("%s on %s (%s x %lld), strategy %s: %zu tasks, costs from %s\n", flags.Str("config", "").c_str(),
               machine.name().c_str(), machine.device().kind().c_str(), static_cast<long long>(strategy.devices()),
               name.c_str(), tasks.tasks.size(), model.c_str());
