@@ -267,46 +267,280 @@ StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& 
   return dims;
 }
 
+// Where a piece is listed in its value's state: among the pieces its
+// producer (or an all-reduce of its partial sums) wrote, the ones transfers
+// brought to a device, or a source's homes.
+enum class Slot : uint8_t { kOrigin, kDerived, kHome };
+
+// What the lowering knows of one value while it plans.
+struct ValueState {
+  bool written = false;    // its producer is planned: `origin` holds its pieces
+  bool unreduced = false;  // `origin` holds partial sums not yet all-reduced
+  std::vector<int> origin;
+  std::vector<std::pair<int64_t, std::vector<int>>> derived;  // transferred pieces, by device
+  std::vector<int> homes;                                     // a source's home pieces
+  std::vector<int> created;  // all its pieces in the order they were made: a replay maps pieces through it
+  int split = -1;        // how its producer wrote it (an index into the lowering's split log)
+  int source_read = -1;  // a source: how the first forward layer reading it reads it (likewise)
+  ValueId renamed = kNoValue;  // the value of the expansion that replaced its producer
+  // A hash of every change above, in order: two lowerings that reach a
+  // value with equal versions hold equal pieces of it, made in the same
+  // order, with equal splits.
+  uint64_t version = 0;
+
+  void Clear() {
+    written = unreduced = false;
+    origin.clear();
+    derived.clear();
+    homes.clear();
+    created.clear();
+    split = source_read = -1;
+    renamed = kNoValue;
+    version = 0;
+  }
+  std::vector<int>* Derived(int64_t device) {
+    for (auto& [d, pieces] : derived)
+      if (d == device) return &pieces;
+    return nullptr;
+  }
+};
+
+// One effect of planning a node, in the order it happened. A node whose
+// split and inputs' versions are those of the last lowering has the same
+// effects (its tasks and pieces renumbered): an incremental lowering
+// replays them instead of planning the node again.
+struct Effect {
+  enum Kind : uint8_t { kTask, kPiece, kReduce, kUnreduced, kSplit, kSourceRead, kRename };
+  Kind kind;
+  int index;      // the task, the piece or the value
+  int other = 0;  // kSplit, kSourceRead: the split log's entry; kRename: the value that stands for it
+};
+
+// The effects of one node of the graph's order (and of its expansion).
+struct Segment {
+  NodeId node = -1;
+  uint64_t signature = 0;  // its split and its inputs' versions when it was planned
+  size_t effects_begin = 0, effects_end = 0;
+};
+
+// What a lowering leaves for the next one to replay.
+struct Record {
+  std::vector<Segment> segments;
+  std::vector<Effect> effects;
+  std::vector<ValueSplit> splits;  // the split log
+  std::vector<int> piece_ordinal;  // by piece: its index in its value's `created`
+  std::vector<Slot> piece_slot;    // by piece
+  // By task: its fingerprint's hash of everything but its dependencies, 0
+  // until computed (a replayed task keeps its own).
+  std::vector<uint64_t> task_content;
+
+  void Clear() {
+    segments.clear();
+    effects.clear();
+    splits.clear();
+    piece_ordinal.clear();
+    piece_slot.clear();
+    task_content.clear();
+  }
+};
+
+// A node's expansion: the nodes that replace it and the values that stand
+// for its outputs.
+struct ExpansionOf {
+  std::vector<NodeId> nodes;
+  std::vector<ValueId> outputs;
+};
+
 class Lowering {
  public:
-  Lowering(const Graph& graph, const std::map<std::string, LayerSplit>& layers, int64_t devices)
-      : g_(graph), layers_(layers) {
+  // Lowers `graph` (owned: expansions add nodes to it) onto `devices`.
+  // Incremental: kept between runs, each run replaying what it can of the
+  // last; its graph keeps every expansion it made (see IncrementalLowering).
+  Lowering(Graph graph, int64_t devices, bool incremental) : incremental_(incremental) {
+    tg_.graph = std::move(graph);
     tg_.devices = devices;
+    for (const Node& n : g_.nodes()) order_.push_back(n.id);
+    GrowValues(order_);
   }
 
-  StatusOr<TaskGraph> Run() {
-    std::vector<NodeId> order;  // a copy: expansions change the graph
-    for (const Node& n : g_.nodes()) order.push_back(n.id);
-    // Room for a part of each node on every device of the widest split, and
-    // two pieces each (about what data parallelism makes): growing would
-    // move every task and piece again, into memory not touched before.
-    int64_t widest = 1;
-    for (const auto& [name, split] : layers_) widest = std::max(widest, split.parts());
-    tg_.tasks.reserve(static_cast<size_t>(g_.num_nodes() * widest));
-    tg_.pieces.reserve(static_cast<size_t>(2 * g_.num_nodes() * widest));
-    for (NodeId id : order)
-      if (!IsSourceOp(g_.node(id).op)) LOOM_RETURN_IF_ERROR(PlanNode(id));
-    ReplaceExpanded(order);
+  Status Run(const std::map<std::string, LayerSplit>& layers) {
+    layers_ = &layers;
+    const bool replay = incremental_ && last_ok_;
+    last_ok_ = false;
+    StartRun();
+    for (NodeId id : order_) {
+      if (IsSourceOp(g_.node(id).op)) continue;
+      if (!incremental_) {
+        LOOM_RETURN_IF_ERROR(PlanNode(id));
+        continue;
+      }
+      const uint64_t signature = Signature(id);
+      const size_t s = record_.segments.size();
+      record_.segments.push_back({id, signature, record_.effects.size(), 0});
+      recording_ = true;
+      if (replay && s < last_.segments.size() && last_.segments[s].node == id &&
+          last_.segments[s].signature == signature) {
+        LOOM_RETURN_IF_ERROR(Replay(last_.segments[s]));
+      } else {
+        ++planned_;
+        LOOM_RETURN_IF_ERROR(PlanNode(id));
+      }
+      recording_ = false;
+      record_.segments.back().effects_end = record_.effects.size();
+    }
+    if (!incremental_) ReplaceExpanded();
+    LOOM_RETURN_IF_ERROR(Finish());
+    last_ok_ = true;
+    return Status::Ok();
+  }
+
+  const TaskGraph& result() const { return tg_; }
+  TaskGraph Take() { return std::move(tg_); }
+  // The next run plans every node.
+  void Forget() { last_ok_ = false; }
+  int64_t planned() const { return planned_; }
+
+ private:
+  // Clears the last run's results, keeping them (tasks, pieces, effects)
+  // for replay.
+  void StartRun() {
+    std::swap(last_, record_);
+    record_.Clear();
+    last_tasks_.swap(tg_.tasks);
+    last_pieces_.swap(tg_.pieces);
+    tg_.tasks.clear();
+    tg_.pieces.clear();
+    tg_.homes.clear();
+    tg_.writebacks.clear();
+    tg_.outputs.clear();
+    tg_.fingerprints.clear();
+    task_map_.assign(last_tasks_.size(), -1);
+    for (ValueState& s : values_) s.Clear();
+    planned_ = 0;
+    if (!incremental_) {
+      // Room for a part of each node on every device of the widest split,
+      // and two pieces each (about what data parallelism makes): growing
+      // would move every task and piece again, into memory not touched before.
+      int64_t widest = 1;
+      for (const auto& [name, split] : *layers_) widest = std::max(widest, split.parts());
+      tg_.tasks.reserve(static_cast<size_t>(g_.num_nodes() * widest));
+      tg_.pieces.reserve(static_cast<size_t>(2 * g_.num_nodes() * widest));
+    }
+  }
+
+  // The graph's outputs, the states' homes and their writebacks (planned
+  // anew every run: they read the whole graph's values), then what the
+  // simulator reads: bytes per device and the tasks' fingerprints.
+  Status Finish() {
     for (const auto& [name, v] : g_.outputs()) {
-      LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(v));
+      LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(Renamed(v)));
     }
     for (const Node& n : g_.nodes())
       if (IsStateOp(n.op)) CoverHomes(n.outputs[0]);
-    for (const StateUpdate& u : g_.state_updates())
-      for (int h : std::vector<int>(tg_.homes[u.state])) {  // a copy: Fetch may add homes
-        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(u.new_value, piece(h).region, piece(h).device));
+    for (const StateUpdate& u : g_.state_updates()) {
+      const std::vector<int> homes = values_[static_cast<size_t>(u.state)].homes;  // a copy: Fetch may add homes
+      for (int h : homes) {
+        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(Renamed(u.new_value), piece(h).region, piece(h).device));
         tg_.writebacks.emplace_back(h, std::move(from));
       }
+    }
+    for (size_t v = 0; v < values_.size(); ++v)
+      if (!values_[v].homes.empty()) tg_.homes.emplace_hint(tg_.homes.end(), static_cast<ValueId>(v), values_[v].homes);
     tg_.piece_bytes.assign(static_cast<size_t>(tg_.devices), 0.0);
     for (const Piece& p : tg_.pieces) tg_.piece_bytes[static_cast<size_t>(p.device)] += p.bytes;
     tg_.fingerprints.reserve(tg_.tasks.size());
-    for (const Task& t : tg_.tasks) tg_.fingerprints.push_back(Fingerprint(t));
-    tg_.graph = std::move(g_);
-    return std::move(tg_);
+    for (size_t i = 0; i < tg_.tasks.size(); ++i) {
+      uint64_t& content = record_.task_content[i];
+      if (content == 0) content = Content(tg_.tasks[i]);
+      Hash64 h;
+      h.Add(content);
+      h.AddAll(tg_.tasks[i].deps);
+      tg_.fingerprints.push_back(h.value());
+    }
+    return Status::Ok();
   }
 
- private:
-  uint64_t Fingerprint(const Task& t) const {
+  // What decides how node `id` is planned: the split of its layer and how
+  // its inputs stand (their versions).
+  uint64_t Signature(NodeId id) const {
+    const Node& n = g_.node(id);
+    Hash64 h;
+    h.Add(id);
+    bool forward = false;
+    if (const LayerSplit* owner = OwnerOf(n.name, &forward)) {
+      h.Add(forward);
+      h.Add(owner->degree);
+      h.AddAll(owner->devices);
+    }
+    for (ValueId v : n.inputs) {
+      const ValueId w = Renamed(v);
+      h.Add(w);
+      h.Add(values_[static_cast<size_t>(w)].version);
+    }
+    return h.value();
+  }
+
+  // Redoes a segment of the last run: its tasks and pieces (moved from the
+  // last run's, renumbered) and its changes to the values' states.
+  Status Replay(const Segment& old) {
+    const size_t first_task = tg_.tasks.size();
+    for (size_t e = old.effects_begin; e < old.effects_end; ++e) {
+      const Effect& effect = last_.effects[e];
+      switch (effect.kind) {
+        case Effect::kTask: {
+          const int id = static_cast<int>(tg_.tasks.size());
+          task_map_[static_cast<size_t>(effect.index)] = id;
+          tg_.tasks.push_back(std::move(last_tasks_[static_cast<size_t>(effect.index)]));
+          tg_.tasks.back().id = id;
+          record_.task_content.push_back(last_.task_content[static_cast<size_t>(effect.index)]);
+          Journal(Effect::kTask, id);
+          break;
+        }
+        case Effect::kPiece: {
+          Piece p = std::move(last_pieces_[static_cast<size_t>(effect.index)]);
+          if (p.producer >= 0) p.producer = task_map_[static_cast<size_t>(p.producer)];  // a task of the segment
+          Place(std::move(p), last_.piece_slot[static_cast<size_t>(effect.index)]);
+          break;
+        }
+        case Effect::kReduce: DropPartials(effect.index); break;
+        case Effect::kUnreduced: MarkUnreduced(effect.index); break;
+        case Effect::kSplit:
+          SetSplit(effect.index, std::move(last_.splits[static_cast<size_t>(effect.other)]), false);
+          break;
+        case Effect::kSourceRead:
+          SetSplit(effect.index, std::move(last_.splits[static_cast<size_t>(effect.other)]), true);
+          break;
+        case Effect::kRename: SetRenamed(effect.index, effect.other); break;
+      }
+    }
+    // The tasks read and write the last run's piece numbers: each is its
+    // value's n-th piece, which this run has made too (equal versions).
+    for (size_t i = first_task; i < tg_.tasks.size(); ++i) {
+      Task& t = tg_.tasks[i];
+      for (Operand& op : t.inputs) LOOM_RETURN_IF_ERROR(MapPieces(&op.pieces));
+      LOOM_RETURN_IF_ERROR(MapPieces(&t.sources));
+      LOOM_RETURN_IF_ERROR(MapPieces(&t.outputs));
+      t.deps = DepsOf(t);
+    }
+    return Status::Ok();
+  }
+
+  // Last run's piece numbers to this run's.
+  Status MapPieces(std::vector<int>* pieces) const {
+    for (int& p : *pieces) {
+      const ValueId v = last_pieces_[static_cast<size_t>(p)].value;  // moved from: the value stays
+      const std::vector<int>& created = State(v).created;
+      const size_t n = static_cast<size_t>(last_.piece_ordinal[static_cast<size_t>(p)]);
+      if (n >= created.size())
+        return Internal("incremental lowering: piece ", n, " of '", g_.value(v).name, "' is not made again");
+      p = created[n];
+    }
+    return Status::Ok();
+  }
+
+  // What a task's fingerprint hashes but its dependencies (positions,
+  // which replays renumber).
+  uint64_t Content(const Task& t) const {
     Hash64 h;
     h.Add(t.kind);
     h.Add(t.device);
@@ -315,7 +549,6 @@ class Lowering {
     h.Add(t.flops);
     h.Add(t.bytes);
     h.Add(t.dtype);
-    h.AddAll(t.deps);
     h.AddAll(t.group);
     for (const Operand& op : t.inputs) {
       h.AddAll(op.region.lo);
@@ -329,45 +562,155 @@ class Lowering {
         h.AddAll(piece(p).region.hi);
       }
     }
-    return h.value();
+    const uint64_t content = h.value();
+    return content ? content : 1;  // 0 is "not computed"
   }
 
-  int AddPiece(ValueId v, int64_t device, Region region, bool partial, int producer) {
+  // ---- Changes to the state, each journaled (in an incremental run) and
+  // hashed into the value's version.
+
+  void Journal(Effect::Kind kind, int index, int other = 0) {
+    if (recording_) record_.effects.push_back({kind, index, other});
+  }
+  ValueState& State(ValueId v) { return values_[static_cast<size_t>(v)]; }
+  const ValueState& State(ValueId v) const { return values_[static_cast<size_t>(v)]; }
+  template <typename... T>
+  void Bump(ValueId v, const T&... what) {
+    Hash64 h;
+    h.Add(State(v).version);
+    (h.Add(what), ...);
+    State(v).version = h.value();
+  }
+
+  // Adds piece `p` to the graph and to its value's `slot`.
+  int Place(Piece p, Slot slot) {
+    const int id = static_cast<int>(tg_.pieces.size());
+    ValueState& s = State(p.value);
+    Hash64 h;
+    h.Add(s.version);
+    h.Add(slot);
+    h.Add(p.device);
+    h.AddAll(p.region.lo);
+    h.AddAll(p.region.hi);
+    h.Add(p.partial);
+    h.Add(p.partial_index);
+    s.version = h.value();
+    switch (slot) {
+      case Slot::kOrigin:
+        s.written = true;
+        s.origin.push_back(id);
+        break;
+      case Slot::kDerived: {
+        std::vector<int>* list = s.Derived(p.device);
+        if (!list) list = &s.derived.emplace_back(p.device, std::vector<int>()).second;
+        list->push_back(id);
+        break;
+      }
+      case Slot::kHome: s.homes.push_back(id); break;
+    }
+    record_.piece_ordinal.push_back(static_cast<int>(s.created.size()));
+    record_.piece_slot.push_back(slot);
+    s.created.push_back(id);
+    tg_.pieces.push_back(std::move(p));
+    Journal(Effect::kPiece, id);
+    return id;
+  }
+  int NewPiece(ValueId v, int64_t device, Region region, bool partial, int64_t partial_index, int producer,
+               Slot slot) {
     Piece p;
     p.value = v;
     p.device = device;
     p.region = std::move(region);
     p.partial = partial;
+    p.partial_index = partial_index;
     p.producer = producer;
     p.bytes = Bytes(v, p.region);
-    tg_.pieces.push_back(std::move(p));
-    return static_cast<int>(tg_.pieces.size()) - 1;
+    return Place(std::move(p), slot);
   }
+  // An all-reduce replaces the partial pieces of v's origin by its outputs.
+  void DropPartials(ValueId v) {
+    ValueState& s = State(v);
+    s.origin.erase(std::remove_if(s.origin.begin(), s.origin.end(), [&](int p) { return piece(p).partial; }),
+                   s.origin.end());
+    s.unreduced = false;
+    Bump(v, Effect::kReduce);
+    Journal(Effect::kReduce, v);
+  }
+  void MarkUnreduced(ValueId v) {
+    if (State(v).unreduced) return;
+    State(v).unreduced = true;
+    Bump(v, Effect::kUnreduced);
+    Journal(Effect::kUnreduced, v);
+  }
+  void SetSplit(ValueId v, ValueSplit split, bool source_read) {
+    Hash64 h;
+    h.Add(State(v).version);
+    h.Add(source_read);
+    h.Add(split.split.degree);
+    h.AddAll(split.split.devices);
+    h.Add(split.axis);
+    State(v).version = h.value();
+    const int index = static_cast<int>(record_.splits.size());
+    record_.splits.push_back(std::move(split));
+    (source_read ? State(v).source_read : State(v).split) = index;
+    Journal(source_read ? Effect::kSourceRead : Effect::kSplit, v, index);
+  }
+  const ValueSplit* SplitOf(ValueId v) const {
+    const int i = State(v).split;
+    return i < 0 ? nullptr : &record_.splits[static_cast<size_t>(i)];
+  }
+  const ValueSplit* SourceReadOf(ValueId v) const {
+    const int i = State(v).source_read;
+    return i < 0 ? nullptr : &record_.splits[static_cast<size_t>(i)];
+  }
+  void SetRenamed(ValueId v, ValueId by) {
+    State(v).renamed = by;
+    Bump(v, Effect::kRename, by);
+    Journal(Effect::kRename, v, by);
+  }
+
+  // ----
+
   const Piece& piece(int p) const { return tg_.pieces[static_cast<size_t>(p)]; }
   double Bytes(ValueId v, const Region& r) const {
     return static_cast<double>(r.numel()) * static_cast<double>(DTypeSize(g_.type(v).dtype));
   }
+  // A task's dependencies: the writers of what it reads.
+  std::vector<int> DepsOf(const Task& t) const {
+    std::vector<int> deps;
+    for (const Operand& op : t.inputs)
+      for (int p : op.pieces) deps.push_back(piece(p).producer);
+    for (int p : t.sources) deps.push_back(piece(p).producer);
+    deps.erase(std::remove(deps.begin(), deps.end(), -1), deps.end());
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    return deps;
+  }
   int AddTask(Task t) {
     t.id = static_cast<int>(tg_.tasks.size());
-    t.deps.erase(std::remove(t.deps.begin(), t.deps.end(), -1), t.deps.end());
-    std::sort(t.deps.begin(), t.deps.end());
-    t.deps.erase(std::unique(t.deps.begin(), t.deps.end()), t.deps.end());
+    t.deps = DepsOf(t);
     tg_.tasks.push_back(std::move(t));
+    record_.task_content.push_back(0);
+    Journal(Effect::kTask, tg_.tasks.back().id);
     return tg_.tasks.back().id;
   }
   bool IsSourceValue(ValueId v) const { return IsSourceOp(g_.node(g_.value(v).producer).op); }
 
+  // Sizes the value states for every output of `nodes`.
+  void GrowValues(const std::vector<NodeId>& nodes) {
+    for (NodeId id : nodes)
+      for (ValueId v : g_.node(id).outputs)
+        if (static_cast<size_t>(v) >= values_.size()) values_.resize(static_cast<size_t>(v) + 1);
+  }
+
   // Combines partial pieces of equal regions with an all-reduce; the
   // reduced pieces replace them.
   void Reduce(ValueId v) {
-    if (!unreduced_.erase(v)) return;
-    std::vector<int>& origin = origin_[v];
+    if (!State(v).unreduced) return;
     std::map<Region, std::vector<int>> partial;
-    std::vector<int> kept;
-    for (int p : origin) {
+    for (int p : State(v).origin)
       if (piece(p).partial) partial[piece(p).region].push_back(p);
-      else kept.push_back(p);
-    }
+    DropPartials(v);
     for (const auto& [region, group] : partial) {
       Task t;
       t.kind = TaskKind::kAllReduce;
@@ -375,20 +718,16 @@ class Lowering {
       std::set<int64_t> summed;
       for (int p : group) {
         t.group.push_back(piece(p).device);
-        if (!summed.insert(piece(p).partial_index).second) continue;  // a copy of one already summed
-        t.sources.push_back(p);
-        t.deps.push_back(piece(p).producer);
+        if (summed.insert(piece(p).partial_index).second) t.sources.push_back(p);  // else a copy of one summed
       }
       t.name = g_.value(v).name + " all-reduce " + Join(t.group);
       t.bytes = Bytes(v, region);
       const int id = AddTask(std::move(t));
       for (int64_t d : tg_.tasks[static_cast<size_t>(id)].group) {
-        const int out = AddPiece(v, d, region, false, id);
+        const int out = NewPiece(v, d, region, false, 0, id, Slot::kOrigin);
         tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
-        kept.push_back(out);
       }
     }
-    origin = kept;
   }
 
   // `region` of v on `device`: a piece there that holds it, or the pieces
@@ -406,23 +745,22 @@ class Lowering {
     }
     Operand op{v, std::move(wanted), {}};
     const Region& region = op.region;
-    auto it = origin_.find(v);
-    if (it == origin_.end()) {  // no producer planned: a source's home, or an error
+    if (!State(v).written) {  // no producer planned: a source's home, or an error
       if (!IsSourceValue(v)) return Internal("value '", g_.value(v).name, "' is read before it is written");
-      std::vector<int>& homes = tg_.homes[v];
-      for (int h : homes)
+      for (int h : State(v).homes)
         if (piece(h).device == device && piece(h).region.Contains(region)) {
           op.pieces = {h};
           return op;
         }
-      homes.push_back(AddPiece(v, device, region, false, -1));
-      op.pieces = {homes.back()};
+      op.pieces = {NewPiece(v, device, region, false, 0, -1, Slot::kHome)};
       return op;
     }
     Reduce(v);
-    std::vector<int>* local = nullptr;  // the pieces of v transferred to the device (made with the first)
-    if (auto d = derived_.find({v, device}); d != derived_.end()) local = &d->second;
-    for (const std::vector<int>* list : {&it->second, local})
+    const std::vector<int>& origin = State(v).origin;
+    // The pieces of v transferred to the device (made with the first), by
+    // index: making pieces moves the states' lists.
+    auto local = [&]() -> const std::vector<int>* { return State(v).Derived(device); };
+    for (const std::vector<int>* list : {&origin, local()})
       for (size_t i = 0; list && i < list->size(); ++i)
         if (const int p = (*list)[i]; piece(p).device == device && piece(p).region.Contains(region)) {
           op.pieces = {p};
@@ -430,32 +768,31 @@ class Lowering {
         }
     DistinctRegions seen(ByRegion{&tg_.pieces});
     int64_t covered = 0;
-    for (int p : it->second) {
+    for (size_t o = 0; o < origin.size(); ++o) {
+      const int p = origin[o];
       const Region& whole = piece(p).region;
       if (seen.count(p)) continue;
       std::optional<Region> part = whole.Intersect(region);
       if (!part) continue;
       seen.insert(p);
       int from = -1;
-      for (int q : it->second)
+      for (int q : origin)
         if (piece(q).device == device && piece(q).region == whole) from = q;
-      for (size_t i = 0; from < 0 && local && i < local->size(); ++i)
-        if (piece((*local)[i]).region.Contains(*part)) from = (*local)[i];
+      if (const std::vector<int>* transferred = local())
+        for (size_t i = 0; from < 0 && i < transferred->size(); ++i)
+          if (piece((*transferred)[i]).region.Contains(*part)) from = (*transferred)[i];
       if (from < 0) {
         Task t;
         t.kind = TaskKind::kTransfer;
         t.device = device;
         t.src_device = piece(p).device;
         t.sources = {p};
-        t.deps = {piece(p).producer};
         t.bytes = Bytes(v, *part);
         t.name = g_.value(v).name + " " + part->ToString() + " " + std::to_string(t.src_device) + "->" +
                  std::to_string(device);
         const int id = AddTask(std::move(t));
-        from = AddPiece(v, device, *part, false, id);
+        from = NewPiece(v, device, *part, false, 0, id, Slot::kDerived);
         tg_.tasks[static_cast<size_t>(id)].outputs = {from};
-        if (!local) local = &derived_[{v, device}];
-        local->push_back(from);
       }
       op.pieces.push_back(from);
       covered += part->numel();
@@ -469,11 +806,11 @@ class Lowering {
   StatusOr<Operand> Whole(ValueId v) {
     const Region all = Region::Whole(g_.type(v).shape);
     if (IsSourceValue(v)) return Fetch(v, all, 0);
-    if (!origin_.count(v)) return Internal("value '", g_.value(v).name, "' is never written");
+    if (!State(v).written) return Internal("value '", g_.value(v).name, "' is never written");
     Reduce(v);
     Operand op{v, all, {}};
     DistinctRegions seen(ByRegion{&tg_.pieces});
-    for (int p : origin_[v])
+    for (int p : State(v).origin)
       if (seen.insert(p).second) op.pieces.push_back(p);
     return op;
   }
@@ -481,7 +818,7 @@ class Lowering {
   // Makes sure the homes of a state value tile it (for reading it back): a
   // whole home on device 0 when they do not.
   void CoverHomes(ValueId state) {
-    const std::vector<int>& homes = tg_.homes[state];
+    const std::vector<int>& homes = State(state).homes;
     const DistinctRegions regions(homes.begin(), homes.end(), ByRegion{&tg_.pieces});
     int64_t volume = 0;
     bool disjoint = true;
@@ -491,32 +828,26 @@ class Lowering {
         disjoint = disjoint && !piece(*a).region.Intersect(piece(*b).region);
     }
     if (disjoint && volume == g_.type(state).shape.numel()) return;
-    tg_.homes[state].push_back(AddPiece(state, 0, Region::Whole(g_.type(state).shape), false, -1));
+    NewPiece(state, 0, Region::Whole(g_.type(state).shape), false, 0, -1, Slot::kHome);
   }
 
-  // The forward layer a node belongs to: itself, or the longest layer name
-  // L with the node's named "L/...".
-  const LayerSplit* OwnerOf(const std::string& name) const {
-    auto it = layers_.find(name);
-    if (it != layers_.end()) return &it->second;
+  // The forward layer a node belongs to: itself (`forward`), or the longest
+  // layer name L with the node's named "L/...".
+  const LayerSplit* OwnerOf(const std::string& name, bool* forward) const {
+    auto it = layers_->find(name);
+    *forward = it != layers_->end();
+    if (*forward) return &it->second;
     for (size_t pos = name.rfind('/'); pos != std::string::npos && pos > 0; pos = name.rfind('/', pos - 1)) {
-      it = layers_.find(name.substr(0, pos));
-      if (it != layers_.end()) return &it->second;
+      it = layers_->find(name.substr(0, pos));
+      if (it != layers_->end()) return &it->second;
     }
     return nullptr;
   }
 
   int64_t DeviceOfInputs(const Node& n) const {
-    for (ValueId v : n.inputs) {
-      auto it = origin_.find(v);
-      if (it != origin_.end() && !it->second.empty()) return piece(it->second[0]).device;
-    }
+    for (ValueId v : n.inputs)
+      if (!State(v).origin.empty()) return piece(State(v).origin[0]).device;
     return 0;
-  }
-
-  static const ValueSplit* Find(const std::unordered_map<ValueId, ValueSplit>& map, ValueId v) {
-    auto it = map.find(v);
-    return it == map.end() ? nullptr : &it->second;
   }
 
   // A following node's rule along dimension d: the one under which the
@@ -536,8 +867,8 @@ class Lowering {
     for (size_t c = 0; c < candidates.size(); ++c) {
       int64_t score = 0;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const ValueSplit* arrived = Find(splits_, n.inputs[i]);
-        if (!arrived) arrived = Find(source_reads_, n.inputs[i]);
+        const ValueSplit* arrived = SplitOf(n.inputs[i]);
+        if (!arrived) arrived = SourceReadOf(n.inputs[i]);
         if (!arrived) continue;
         // Along the same axis in nested degrees (a 4-way batch split read
         // 2-way) the parts hold most of what they read.
@@ -555,33 +886,44 @@ class Lowering {
   // Replaces node `id` by its op's expansion and plans the expansion's
   // nodes. Its place in the node order and its outputs' consumers, graph
   // outputs, state updates and gradients go to the expansion once, at the
-  // end (ReplaceExpanded): doing so per expansion costs the whole graph.
-  Status Expand(NodeId id, const OpDef& def) {
-    // Expanded nodes leave the graph at the end, but their names are free at
-    // once: an expansion whose names ("<node>/...") might take one removes
-    // them first.
-    const std::string prefix = g_.node(id).name + "/";
-    auto held = expanded_names_.lower_bound(prefix);
-    if (held != expanded_names_.end() && held->rfind(prefix, 0) == 0) RemoveExpanded();
-    Expansion b(g_, g_.node(id));  // copies the node: emitting moves the graph's
-    LOOM_RETURN_IF_ERROR(def.Expand(b));
-    LOOM_ASSIGN_OR_RETURN(const std::vector<NodeId> emitted, b.Finish());
-    for (size_t i = 0; i < b.node().outputs.size(); ++i) {
-      const ValueId v = b.node().outputs[i];
-      renamed_[v] = b.outputs()[i];
-      g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(v).replica_layout;
+  // end (ReplaceExpanded): doing so per expansion costs the whole graph. An
+  // incremental lowering makes each node's expansion once and keeps it.
+  Status Expand(NodeId id, const Node& planned, const OpDef& def) {
+    auto cached = expansion_of_.find(id);
+    if (cached == expansion_of_.end()) {
+      // Expanded nodes leave the graph at the end, but their names are free
+      // at once: an expansion whose names ("<node>/...") might take one
+      // removes them first.
+      const std::string prefix = g_.node(id).name + "/";
+      auto held = expanded_names_.lower_bound(prefix);
+      if (held != expanded_names_.end() && held->rfind(prefix, 0) == 0) RemoveExpanded();
+      // Copies the node (emitting moves the graph's). A one-time lowering
+      // expands it reading what stands for its inputs, as it was planned;
+      // an incremental one keeps the expansion, so it reads the inputs as
+      // built (its nodes are planned reading what stands for them).
+      Expansion b(g_, incremental_ ? g_.node(id) : planned);
+      LOOM_RETURN_IF_ERROR(def.Expand(b));
+      LOOM_ASSIGN_OR_RETURN(std::vector<NodeId> emitted, b.Finish());
+      for (size_t i = 0; i < b.node().outputs.size(); ++i)
+        g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(b.node().outputs[i]).replica_layout;
+      GrowValues(emitted);
+      cached = expansion_of_.emplace(id, ExpansionOf{std::move(emitted), b.outputs()}).first;
     }
-    expanded_.push_back(id);
-    expanded_names_.insert(b.node().name);
-    expansions_[id] = emitted;
-    for (NodeId e : emitted) LOOM_RETURN_IF_ERROR(PlanNode(e));
+    const ExpansionOf& e = cached->second;
+    const Node& node = g_.node(id);
+    for (size_t i = 0; i < node.outputs.size(); ++i) SetRenamed(node.outputs[i], e.outputs[i]);
+    if (!incremental_) {
+      expanded_.push_back(id);
+      expanded_names_.insert(node.name);
+    }
+    for (NodeId node : std::vector<NodeId>(e.nodes)) LOOM_RETURN_IF_ERROR(PlanNode(node));
     return Status::Ok();
   }
 
   // What stands for v: v, or the value of the expansion that replaced its
   // producer (which may have been expanded in turn).
   ValueId Renamed(ValueId v) const {
-    for (auto it = renamed_.find(v); it != renamed_.end(); it = renamed_.find(v)) v = it->second;
+    for (ValueId w = State(v).renamed; w != kNoValue; w = State(v).renamed) v = w;
     return v;
   }
 
@@ -592,18 +934,20 @@ class Lowering {
   }
 
   // The graph with every expanded node replaced by its expansion, in its
-  // place in `order` (the graph's order before lowering), and its outputs,
-  // state updates and gradients naming the expansions' values.
-  void ReplaceExpanded(const std::vector<NodeId>& order) {
-    if (expansions_.empty()) return;
+  // place in the order, every node reading what stands for its inputs, and
+  // its outputs, state updates and gradients naming the expansions' values.
+  void ReplaceExpanded() {
+    if (expansion_of_.empty()) return;
     std::vector<NodeId> replaced;
     std::function<void(NodeId)> place = [&](NodeId id) {
-      if (auto it = expansions_.find(id); it != expansions_.end())
-        for (NodeId e : it->second) place(e);
+      if (auto it = expansion_of_.find(id); it != expansion_of_.end())
+        for (NodeId e : it->second.nodes) place(e);
       else
         replaced.push_back(id);
     };
-    for (NodeId id : order) place(id);
+    for (NodeId id : order_) place(id);
+    for (NodeId id : replaced)
+      for (ValueId& v : g_.mutable_node(id).inputs) v = Renamed(v);
     for (auto& [name, v] : g_.outputs()) v = Renamed(v);
     for (StateUpdate& u : g_.state_updates()) u.new_value = Renamed(u.new_value);
     for (auto& [param, grad] : g_.gradients()) grad = Renamed(grad);
@@ -612,9 +956,16 @@ class Lowering {
   }
 
   Status PlanNode(NodeId id) {
-    // Inputs that expanded nodes wrote are their expansions' values now.
-    for (ValueId& v : g_.mutable_node(id).inputs) v = Renamed(v);
-    const Node& n = g_.node(id);  // valid until an expansion adds nodes
+    // Inputs that expanded nodes wrote are their expansions' values now:
+    // the node is planned as reading those (a copy: the graph keeps its own).
+    std::optional<Node> renamed;
+    for (size_t i = 0; i < g_.node(id).inputs.size(); ++i) {
+      const ValueId v = Renamed(g_.node(id).inputs[i]);
+      if (v == g_.node(id).inputs[i]) continue;
+      if (!renamed) renamed = g_.node(id);
+      renamed->inputs[i] = v;
+    }
+    const Node& n = renamed ? *renamed : g_.node(id);  // valid until an expansion adds nodes
     const OpDef* def = OpRegistry::Global().FindOp(n.op);
     if (!def) return InvalidArgument("node '", n.name, "': unknown op ", n.op);
     std::vector<TensorType> in, out;
@@ -622,14 +973,12 @@ class Lowering {
     out.reserve(n.outputs.size());
     for (ValueId v : n.inputs) in.push_back(g_.type(v));
     for (ValueId v : n.outputs) out.push_back(g_.type(v));
-    const bool forward = layers_.count(n.name) > 0;
-    const LayerSplit* owner = OwnerOf(n.name);
+    bool forward = false;
+    const LayerSplit* owner = OwnerOf(n.name, &forward);
     // A node of no layer (the gradient norm, the divergence checks) follows
     // the first of its inputs that a split node wrote.
-    for (size_t i = 0; !owner && i < n.inputs.size(); ++i) {
-      auto it = splits_.find(n.inputs[i]);
-      if (it != splits_.end() && it->second.split.parts() > 1) owner = &it->second.split;
-    }
+    for (size_t i = 0; !owner && i < n.inputs.size(); ++i)
+      if (const ValueSplit* s = SplitOf(n.inputs[i]); s && s->split.parts() > 1) owner = &s->split;
     LayerSplit split;
     split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
     DimRules dims;
@@ -644,7 +993,7 @@ class Lowering {
             dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
       }
       for (const std::optional<DimSplit>& d : dims)
-        if (d && d->expands) return Expand(id, *def);
+        if (d && d->expands) return Expand(id, n, *def);
     }
     StatusOr<std::vector<PartRegions>> parts = Parts(g_, n, split, dims);
     std::vector<std::shared_ptr<const AttrMap>> attrs;
@@ -660,11 +1009,6 @@ class Lowering {
       LOOM_ASSIGN_OR_RETURN(parts, Parts(g_, n, split, dims));
       attrs = {std::make_shared<const AttrMap>(n.attrs)};
       alike = {false};
-    }
-    std::vector<std::vector<int>*> origins;  // of each output
-    for (ValueId v : n.outputs) {
-      origins.push_back(&origin_[v]);
-      origins.back()->reserve(parts->size());
     }
     OpCost cost;
     DType work_dtype = DType::kF32;  // the first floating output's (a loss over f32 logits is f32 work)
@@ -684,61 +1028,63 @@ class Lowering {
       t.attrs = std::move(attrs[p]);
       if (!alike[p]) cost = def->Cost(*t.attrs, PartTypes(part.inputs, in), PartTypes(part.outputs, out));
       t.inputs.reserve(n.inputs.size());
-      t.deps.reserve(n.inputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         LOOM_ASSIGN_OR_RETURN(Operand op, Fetch(n.inputs[i], std::move(part.inputs[i]), t.device));
-        for (int q : op.pieces) t.deps.push_back(piece(q).producer);
         t.inputs.push_back(std::move(op));
       }
       t.flops = cost.flops;
       t.bytes = cost.bytes_read + cost.bytes_written;
       t.dtype = work_dtype;
       t.outputs.reserve(n.outputs.size());
-      const int id = AddTask(std::move(t));
+      const int task = AddTask(std::move(t));
       for (size_t i = 0; i < n.outputs.size(); ++i) {
-        const int q = AddPiece(n.outputs[i], split.devices[p], std::move(part.outputs[i]), part.partial[i], id);
-        tg_.pieces[static_cast<size_t>(q)].partial_index = part.partial_index[i];
-        tg_.tasks[static_cast<size_t>(id)].outputs.push_back(q);
-        origins[i]->push_back(q);
-        if (part.partial[i]) unreduced_.insert(n.outputs[i]);
+        const int q = NewPiece(n.outputs[i], split.devices[p], std::move(part.outputs[i]), part.partial[i],
+                               part.partial_index[i], task, Slot::kOrigin);
+        tg_.tasks[static_cast<size_t>(task)].outputs.push_back(q);
+        if (part.partial[i]) MarkUnreduced(n.outputs[i]);
       }
     }
     if (forward)
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        if (!IsSourceValue(n.inputs[i]) || source_reads_.count(n.inputs[i])) continue;
-        ValueSplit& s = source_reads_[n.inputs[i]];
+        if (!IsSourceValue(n.inputs[i]) || SourceReadOf(n.inputs[i])) continue;
+        ValueSplit s;
         s.split = split;
         for (size_t d = 0; d < kSplitDims; ++d)
           if (dims[d]) s.axis[d] = dims[d]->inputs[i].axis;
+        SetSplit(n.inputs[i], std::move(s), true);
       }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
-      ValueSplit& s = splits_[n.outputs[i]];
+      ValueSplit s;
       s.split = split;
       for (size_t d = 0; d < kSplitDims; ++d)
         if (dims[d])
           s.axis[d] = dims[d]->outputs[i].axis >= 0 ? dims[d]->outputs[i].axis
                       : dims[d]->partial_sums      ? kPartialAxis
                                                    : -1;
+      SetSplit(n.outputs[i], std::move(s), false);
     }
     return Status::Ok();
   }
 
-  Graph g_;  // the graph being lowered: expansions replace nodes of it
-  const std::map<std::string, LayerSplit>& layers_;
-  TaskGraph tg_;
-  std::unordered_map<ValueId, std::vector<int>> origin_;            // pieces its producer (or an all-reduce) wrote
-  std::map<std::pair<ValueId, int64_t>, std::vector<int>> derived_;  // transferred pieces, by value and device
-  std::unordered_map<ValueId, ValueSplit> splits_;
-  // Sources (parameters, buffers) as a forward layer's split reads them.
-  std::unordered_map<ValueId, ValueSplit> source_reads_;
-  std::set<ValueId> unreduced_;  // values with partial pieces, not yet all-reduced
-  // Expansions: the nodes that replace each expanded node, the values that
-  // stand for its outputs, and the expanded nodes (and their names) still
-  // in the graph.
-  std::map<NodeId, std::vector<NodeId>> expansions_;
-  std::map<ValueId, ValueId> renamed_;
+  TaskGraph tg_;          // the result; its graph is the one being lowered
+  Graph& g_ = tg_.graph;  // (that graph)
+  const bool incremental_;
+  std::vector<NodeId> order_;  // the graph's nodes before lowering, in order
+  const std::map<std::string, LayerSplit>* layers_ = nullptr;
+  std::vector<ValueState> values_;  // by value
+  // Expansions made (by node), and, in a one-time lowering, the expanded
+  // nodes (and their names) still in the graph.
+  std::map<NodeId, ExpansionOf> expansion_of_;
   std::vector<NodeId> expanded_;
   std::set<std::string> expanded_names_;
+  // Replay: this run's record and the last one's, with the last run's tasks
+  // and pieces (moved from as they are replayed) and where its tasks went.
+  Record record_, last_;
+  bool recording_ = false, last_ok_ = false;
+  std::vector<Task> last_tasks_;
+  std::vector<Piece> last_pieces_;
+  std::vector<int> task_map_;
+  int64_t planned_ = 0;
 };
 
 }  // namespace
@@ -782,15 +1128,49 @@ double TaskGraph::TransferBytes() const {
   return bytes;
 }
 
-StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
-                                   int64_t devices) {
+namespace {
+
+Status CheckDevices(const std::map<std::string, LayerSplit>& layers, int64_t devices) {
   if (devices < 1) return InvalidArgument("a task graph needs >= 1 device, got ", devices);
   for (const auto& [name, split] : layers)
     for (int64_t d : split.devices)
       if (d < 0 || d >= devices)
         return InvalidArgument("layer '", name, "': device ", d, " is not one of the ", devices, " devices");
-  return Lowering(graph, layers, devices).Run();
+  return Status::Ok();
 }
+
+}  // namespace
+
+StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
+                                   int64_t devices) {
+  LOOM_RETURN_IF_ERROR(CheckDevices(layers, devices));
+  Lowering lowering(graph, devices, /*incremental=*/false);
+  LOOM_RETURN_IF_ERROR(lowering.Run(layers));
+  return lowering.Take();
+}
+
+struct IncrementalLowering::Impl {
+  Impl(const Graph& graph, int64_t devices) : lowering(graph, devices, /*incremental=*/true) {}
+  Lowering lowering;
+  uint64_t layer_names = 0;  // a hash of the last call's layer names
+};
+
+IncrementalLowering::IncrementalLowering(const Graph& graph, int64_t devices)
+    : impl_(std::make_unique<Impl>(graph, devices)), devices_(devices) {}
+IncrementalLowering::~IncrementalLowering() = default;
+
+StatusOr<const TaskGraph*> IncrementalLowering::Lower(const std::map<std::string, LayerSplit>& layers) {
+  LOOM_RETURN_IF_ERROR(CheckDevices(layers, devices_));
+  // A node's layer is found by name: other names, other owners, nothing to reuse.
+  Hash64 names;
+  for (const auto& [name, split] : layers) names.Add(name.data(), name.size());
+  if (names.value() != impl_->layer_names) impl_->lowering.Forget();
+  impl_->layer_names = names.value();
+  LOOM_RETURN_IF_ERROR(impl_->lowering.Run(layers));
+  return &impl_->lowering.result();
+}
+
+int64_t IncrementalLowering::planned() const { return impl_->lowering.planned(); }
 
 StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const LayerSplit& split) {
   const OpDef* def = OpRegistry::Global().FindOp(node.op);

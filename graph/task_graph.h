@@ -152,6 +152,37 @@ StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& 
 StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
                                    int64_t devices);
 
+// Lowers one graph again and again under changing splits: a strategy
+// search's proposals. A node whose layer's split is unchanged and whose
+// inputs stand as they stood in the last lowering (equal versions: the same
+// pieces, made in the same order, split the same way) is not planned again:
+// its tasks, pieces and effects are replayed, renumbered. So a proposal that
+// changes one layer plans that layer's nodes and their neighbours'.
+//
+// Each result has BuildTaskGraph's tasks, pieces, homes, writebacks, outputs
+// and fingerprints (graph/incremental_lowering_test: zoo models under
+// random changes), but its graph is the lowering's own: the input graph
+// plus every expansion made so far, every node reading its inputs as built,
+// so the ids of expansions' nodes and values may differ from
+// BuildTaskGraph's. It is what the simulator and the cost models read (the
+// nodes of the tasks); the task runtime runs BuildTaskGraph's.
+class IncrementalLowering {
+ public:
+  IncrementalLowering(const Graph& graph, int64_t devices);
+  ~IncrementalLowering();
+  // The task graph, valid until the next call. Errors as BuildTaskGraph's;
+  // after one the next call plans every node.
+  StatusOr<const TaskGraph*> Lower(const std::map<std::string, LayerSplit>& layers);
+  // How many nodes (of the graph's order) the last call planned; it
+  // replayed the others.
+  int64_t planned() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t devices_;
+};
+
 // Strategy::Resolve on `forward`, by node name.
 StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strategy, const Graph& forward);
 

@@ -19,6 +19,7 @@ StrategyEvaluator::StrategyEvaluator(const Graph& step, const SearchSpace& space
       space_(space),
       machine_(machine),
       cost_(cost),
+      lowering_(step, space.devices()),
       delta_(machine, cost, WithoutPeakMemory()) {}
 
 StatusOr<TaskGraph> StrategyEvaluator::Lower(const Choice& choice) const {
@@ -28,10 +29,12 @@ StatusOr<TaskGraph> StrategyEvaluator::Lower(const Choice& choice) const {
 }
 
 StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice) {
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, Lower(choice));
-  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, delta_.Simulate(tasks));
+  if (choice.size() != space_.layers().size())
+    return InvalidArgument("a choice of ", choice.size(), " configurations for ", space_.layers().size(), " layers");
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(space_.Splits(choice)));
+  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, delta_.Simulate(*tasks));
   ++evaluations_;
-  return StrategyCost{r.iteration_seconds, r.fits, tasks.TransferBytes(), 0};
+  return StrategyCost{r.iteration_seconds, r.fits, tasks->TransferBytes(), 0};
 }
 
 StatusOr<StrategyCost> StrategyEvaluator::Report(const Choice& choice) const {

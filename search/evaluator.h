@@ -1,8 +1,9 @@
 // What a strategy search minimises: a choice of a SearchSpace lowered with
 // the training step (graph/task_graph.h) and simulated on a machine
-// (simulator/simulator.h). Consecutive evaluations share their unchanged
-// prefix through delta simulation, so a proposal that changes one layer
-// reschedules only the tasks from that layer's first one on.
+// (simulator/simulator.h). Consecutive evaluations share what they can: the
+// lowering is incremental (a proposal that changes one layer plans that
+// layer's nodes and their neighbours') and so is the simulation (it
+// reschedules from the first task that differs).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,7 @@ class StrategyEvaluator {
   const SearchSpace& space_;
   const Machine& machine_;
   const CostModel& cost_;
+  IncrementalLowering lowering_;
   DeltaSimulator delta_;
   int64_t evaluations_ = 0;
 };
