@@ -291,7 +291,7 @@ struct ValueState {
   void Clear() {
     written = unreduced = false;
     origin.clear();
-    derived.clear();
+    for (auto& [device, pieces] : derived) pieces.clear();  // kept, with their memory
     homes.clear();
     created.clear();
     split = source_read = -1;
@@ -310,16 +310,19 @@ struct ValueState {
 // effects (its tasks and pieces renumbered): an incremental lowering
 // replays them instead of planning the node again.
 struct Effect {
-  enum Kind : uint8_t { kTask, kPiece, kReduce, kUnreduced, kSplit, kSourceRead, kRename };
+  enum Kind : uint8_t { kTask, kPiece, kReduce, kUnreduced, kSplit, kSourceRead, kRename, kWriteback };
   Kind kind;
-  int index;      // the task, the piece or the value
+  int index;      // the task, the piece, the value or the writeback
   int other = 0;  // kSplit, kSourceRead: the split log's entry; kRename: the value that stands for it
 };
 
-// The effects of one node of the graph's order (and of its expansion).
+// The effects of one step of a lowering: planning a node of the graph's
+// order (and its expansion), covering a state's homes, or its writebacks.
 struct Segment {
-  NodeId node = -1;
-  uint64_t signature = 0;  // its split and its inputs' versions when it was planned
+  enum Kind : uint8_t { kNode, kCover, kWriteback };
+  Kind kind = kNode;
+  int index = 0;           // the node, the state value, the state update
+  uint64_t signature = 0;  // what decides its effects: splits and the versions of what it reads
   size_t effects_begin = 0, effects_end = 0;
 };
 
@@ -330,6 +333,7 @@ struct Record {
   std::vector<ValueSplit> splits;  // the split log
   std::vector<int> piece_ordinal;  // by piece: its index in its value's `created`
   std::vector<Slot> piece_slot;    // by piece
+  std::vector<uint64_t> piece_content;  // by piece: what Place hashes into its value's version
   // By task: its fingerprint's hash of everything but its dependencies, 0
   // until computed (a replayed task keeps its own).
   std::vector<uint64_t> task_content;
@@ -340,6 +344,7 @@ struct Record {
     splits.clear();
     piece_ordinal.clear();
     piece_slot.clear();
+    piece_content.clear();
     task_content.clear();
   }
 };
@@ -365,28 +370,28 @@ class Lowering {
 
   Status Run(const std::map<std::string, LayerSplit>& layers) {
     layers_ = &layers;
-    const bool replay = incremental_ && last_ok_;
+    layer_splits_.clear();
+    Hash64 names;
+    for (const auto& [name, split] : layers) {
+      names.Add(name.size());
+      names.Add(name.data(), name.size());
+      layer_splits_.push_back(&split);
+    }
+    // Other layer names, other owners: nothing to replay.
+    if (names.value() != layer_names_) {
+      owners_.clear();
+      last_ok_ = false;
+      layer_names_ = names.value();
+    }
+    replay_ = incremental_ && last_ok_;
     last_ok_ = false;
     StartRun();
     for (NodeId id : order_) {
       if (IsSourceOp(g_.node(id).op)) continue;
-      if (!incremental_) {
-        LOOM_RETURN_IF_ERROR(PlanNode(id));
-        continue;
-      }
-      const uint64_t signature = Signature(id);
-      const size_t s = record_.segments.size();
-      record_.segments.push_back({id, signature, record_.effects.size(), 0});
-      recording_ = true;
-      if (replay && s < last_.segments.size() && last_.segments[s].node == id &&
-          last_.segments[s].signature == signature) {
-        LOOM_RETURN_IF_ERROR(Replay(last_.segments[s]));
-      } else {
+      LOOM_RETURN_IF_ERROR(InSegment(Segment::kNode, id, incremental_ ? Signature(id) : 0, [&] {
         ++planned_;
-        LOOM_RETURN_IF_ERROR(PlanNode(id));
-      }
-      recording_ = false;
-      record_.segments.back().effects_end = record_.effects.size();
+        return PlanNode(id);
+      }));
     }
     if (!incremental_) ReplaceExpanded();
     LOOM_RETURN_IF_ERROR(Finish());
@@ -396,8 +401,6 @@ class Lowering {
 
   const TaskGraph& result() const { return tg_; }
   TaskGraph Take() { return std::move(tg_); }
-  // The next run plans every node.
-  void Forget() { last_ok_ = false; }
   int64_t planned() const { return planned_; }
 
  private:
@@ -408,6 +411,7 @@ class Lowering {
     record_.Clear();
     last_tasks_.swap(tg_.tasks);
     last_pieces_.swap(tg_.pieces);
+    last_writebacks_.swap(tg_.writebacks);
     tg_.tasks.clear();
     tg_.pieces.clear();
     tg_.homes.clear();
@@ -435,14 +439,26 @@ class Lowering {
     for (const auto& [name, v] : g_.outputs()) {
       LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(Renamed(v)));
     }
-    for (const Node& n : g_.nodes())
-      if (IsStateOp(n.op)) CoverHomes(n.outputs[0]);
-    for (const StateUpdate& u : g_.state_updates()) {
-      const std::vector<int> homes = values_[static_cast<size_t>(u.state)].homes;  // a copy: Fetch may add homes
-      for (int h : homes) {
-        LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(Renamed(u.new_value), piece(h).region, piece(h).device));
-        tg_.writebacks.emplace_back(h, std::move(from));
-      }
+    for (const Node& n : g_.nodes()) {
+      if (!IsStateOp(n.op)) continue;
+      const ValueId state = n.outputs[0];
+      LOOM_RETURN_IF_ERROR(InSegment(Segment::kCover, state, ValueSignature({state}), [&] {
+        CoverHomes(state);
+        return Status::Ok();
+      }));
+    }
+    for (size_t i = 0; i < g_.state_updates().size(); ++i) {
+      const ValueId state = g_.state_updates()[i].state, new_value = Renamed(g_.state_updates()[i].new_value);
+      LOOM_RETURN_IF_ERROR(
+          InSegment(Segment::kWriteback, static_cast<int>(i), ValueSignature({state, new_value}), [&]() -> Status {
+            const std::vector<int> homes = State(state).homes;  // a copy: Fetch may add homes
+            for (int h : homes) {
+              LOOM_ASSIGN_OR_RETURN(Operand from, Fetch(new_value, piece(h).region, piece(h).device));
+              tg_.writebacks.emplace_back(h, std::move(from));
+              Journal(Effect::kWriteback, static_cast<int>(tg_.writebacks.size()) - 1);
+            }
+            return Status::Ok();
+          }));
     }
     for (size_t v = 0; v < values_.size(); ++v)
       if (!values_[v].homes.empty()) tg_.homes.emplace_hint(tg_.homes.end(), static_cast<ValueId>(v), values_[v].homes);
@@ -460,14 +476,44 @@ class Lowering {
     return Status::Ok();
   }
 
+  // Runs `plan` as a segment of the record (in an incremental lowering), or
+  // replays the last run's segment instead when it has the same signature.
+  template <typename Plan>
+  Status InSegment(Segment::Kind kind, int index, uint64_t signature, Plan plan) {
+    if (!incremental_) return plan();
+    const size_t s = record_.segments.size();
+    record_.segments.push_back({kind, index, signature, record_.effects.size(), 0});
+    recording_ = true;
+    Status status;
+    if (replay_ && s < last_.segments.size() && last_.segments[s].kind == kind && last_.segments[s].index == index &&
+        last_.segments[s].signature == signature) {
+      status = Replay(last_.segments[s]);
+    } else {
+      status = plan();
+    }
+    recording_ = false;
+    record_.segments[s].effects_end = record_.effects.size();
+    return status;
+  }
+
+  // What a segment that reads only `values` reads: their versions.
+  uint64_t ValueSignature(std::initializer_list<ValueId> values) const {
+    Hash64 h;
+    for (ValueId v : values) {
+      h.Add(v);
+      h.Add(State(v).version);
+    }
+    return h.value();
+  }
+
   // What decides how node `id` is planned: the split of its layer and how
   // its inputs stand (their versions).
-  uint64_t Signature(NodeId id) const {
+  uint64_t Signature(NodeId id) {
     const Node& n = g_.node(id);
     Hash64 h;
     h.Add(id);
     bool forward = false;
-    if (const LayerSplit* owner = OwnerOf(n.name, &forward)) {
+    if (const LayerSplit* owner = OwnerOf(id, &forward)) {
       h.Add(forward);
       h.Add(owner->degree);
       h.AddAll(owner->devices);
@@ -483,7 +529,7 @@ class Lowering {
   // Redoes a segment of the last run: its tasks and pieces (moved from the
   // last run's, renumbered) and its changes to the values' states.
   Status Replay(const Segment& old) {
-    const size_t first_task = tg_.tasks.size();
+    const size_t first_task = tg_.tasks.size(), first_writeback = tg_.writebacks.size();
     for (size_t e = old.effects_begin; e < old.effects_end; ++e) {
       const Effect& effect = last_.effects[e];
       switch (effect.kind) {
@@ -499,7 +545,8 @@ class Lowering {
         case Effect::kPiece: {
           Piece p = std::move(last_pieces_[static_cast<size_t>(effect.index)]);
           if (p.producer >= 0) p.producer = task_map_[static_cast<size_t>(p.producer)];  // a task of the segment
-          Place(std::move(p), last_.piece_slot[static_cast<size_t>(effect.index)]);
+          Place(std::move(p), last_.piece_slot[static_cast<size_t>(effect.index)],
+                last_.piece_content[static_cast<size_t>(effect.index)]);
           break;
         }
         case Effect::kReduce: DropPartials(effect.index); break;
@@ -511,6 +558,10 @@ class Lowering {
           SetSplit(effect.index, std::move(last_.splits[static_cast<size_t>(effect.other)]), true);
           break;
         case Effect::kRename: SetRenamed(effect.index, effect.other); break;
+        case Effect::kWriteback:
+          tg_.writebacks.push_back(std::move(last_writebacks_[static_cast<size_t>(effect.index)]));
+          Journal(Effect::kWriteback, static_cast<int>(tg_.writebacks.size()) - 1);
+          break;
       }
     }
     // The tasks read and write the last run's piece numbers: each is its
@@ -520,7 +571,14 @@ class Lowering {
       for (Operand& op : t.inputs) LOOM_RETURN_IF_ERROR(MapPieces(&op.pieces));
       LOOM_RETURN_IF_ERROR(MapPieces(&t.sources));
       LOOM_RETURN_IF_ERROR(MapPieces(&t.outputs));
-      t.deps = DepsOf(t);
+      SetDeps(t);
+    }
+    for (size_t i = first_writeback; i < tg_.writebacks.size(); ++i) {
+      auto& [home, from] = tg_.writebacks[i];
+      std::vector<int> pieces{home};
+      LOOM_RETURN_IF_ERROR(MapPieces(&pieces));
+      home = pieces[0];
+      LOOM_RETURN_IF_ERROR(MapPieces(&from.pieces));
     }
     return Status::Ok();
   }
@@ -582,18 +640,24 @@ class Lowering {
     State(v).version = h.value();
   }
 
-  // Adds piece `p` to the graph and to its value's `slot`.
-  int Place(Piece p, Slot slot) {
+  // Adds piece `p` to the graph and to its value's `slot`; `content`: its
+  // hash, when known (a replayed piece's).
+  int Place(Piece p, Slot slot, uint64_t content = 0) {
     const int id = static_cast<int>(tg_.pieces.size());
     ValueState& s = State(p.value);
+    if (content == 0) {
+      Hash64 c;
+      c.Add(slot);
+      c.Add(p.device);
+      c.AddAll(p.region.lo);
+      c.AddAll(p.region.hi);
+      c.Add(p.partial);
+      c.Add(p.partial_index);
+      content = c.value();
+    }
     Hash64 h;
     h.Add(s.version);
-    h.Add(slot);
-    h.Add(p.device);
-    h.AddAll(p.region.lo);
-    h.AddAll(p.region.hi);
-    h.Add(p.partial);
-    h.Add(p.partial_index);
+    h.Add(content);
     s.version = h.value();
     switch (slot) {
       case Slot::kOrigin:
@@ -610,6 +674,7 @@ class Lowering {
     }
     record_.piece_ordinal.push_back(static_cast<int>(s.created.size()));
     record_.piece_slot.push_back(slot);
+    record_.piece_content.push_back(content);
     s.created.push_back(id);
     tg_.pieces.push_back(std::move(p));
     Journal(Effect::kPiece, id);
@@ -675,20 +740,20 @@ class Lowering {
   double Bytes(ValueId v, const Region& r) const {
     return static_cast<double>(r.numel()) * static_cast<double>(DTypeSize(g_.type(v).dtype));
   }
-  // A task's dependencies: the writers of what it reads.
-  std::vector<int> DepsOf(const Task& t) const {
-    std::vector<int> deps;
+  // Sets a task's dependencies: the writers of what it reads.
+  void SetDeps(Task& t) const {
+    std::vector<int>& deps = t.deps;
+    deps.clear();
     for (const Operand& op : t.inputs)
       for (int p : op.pieces) deps.push_back(piece(p).producer);
     for (int p : t.sources) deps.push_back(piece(p).producer);
     deps.erase(std::remove(deps.begin(), deps.end(), -1), deps.end());
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    return deps;
   }
   int AddTask(Task t) {
     t.id = static_cast<int>(tg_.tasks.size());
-    t.deps = DepsOf(t);
+    SetDeps(t);
     tg_.tasks.push_back(std::move(t));
     record_.task_content.push_back(0);
     Journal(Effect::kTask, tg_.tasks.back().id);
@@ -831,17 +896,23 @@ class Lowering {
     NewPiece(state, 0, Region::Whole(g_.type(state).shape), false, 0, -1, Slot::kHome);
   }
 
-  // The forward layer a node belongs to: itself (`forward`), or the longest
-  // layer name L with the node's named "L/...".
-  const LayerSplit* OwnerOf(const std::string& name, bool* forward) const {
-    auto it = layers_->find(name);
-    *forward = it != layers_->end();
-    if (*forward) return &it->second;
-    for (size_t pos = name.rfind('/'); pos != std::string::npos && pos > 0; pos = name.rfind('/', pos - 1)) {
-      it = layers_->find(name.substr(0, pos));
-      if (it != layers_->end()) return &it->second;
+  // The forward layer node `id` belongs to: itself (`forward`), or the
+  // longest layer name L with the node named "L/...". Found by name once per
+  // set of layer names.
+  const LayerSplit* OwnerOf(NodeId id, bool* forward) {
+    if (static_cast<size_t>(id) >= owners_.size()) owners_.resize(static_cast<size_t>(id) + 1);
+    Owner& owner = owners_[static_cast<size_t>(id)];
+    if (owner.layer == Owner::kUnknown) {
+      const std::string& name = g_.node(id).name;
+      auto it = layers_->find(name);
+      owner.forward = it != layers_->end();
+      for (size_t pos = name.rfind('/'); it == layers_->end() && pos != std::string::npos && pos > 0;
+           pos = name.rfind('/', pos - 1))
+        it = layers_->find(name.substr(0, pos));
+      owner.layer = it == layers_->end() ? Owner::kNone : static_cast<int>(std::distance(layers_->begin(), it));
     }
-    return nullptr;
+    *forward = owner.forward;
+    return owner.layer == Owner::kNone ? nullptr : layer_splits_[static_cast<size_t>(owner.layer)];
   }
 
   int64_t DeviceOfInputs(const Node& n) const {
@@ -974,7 +1045,7 @@ class Lowering {
     for (ValueId v : n.inputs) in.push_back(g_.type(v));
     for (ValueId v : n.outputs) out.push_back(g_.type(v));
     bool forward = false;
-    const LayerSplit* owner = OwnerOf(n.name, &forward);
+    const LayerSplit* owner = OwnerOf(id, &forward);
     // A node of no layer (the gradient norm, the divergence checks) follows
     // the first of its inputs that a split node wrote.
     for (size_t i = 0; !owner && i < n.inputs.size(); ++i)
@@ -1071,6 +1142,14 @@ class Lowering {
   const bool incremental_;
   std::vector<NodeId> order_;  // the graph's nodes before lowering, in order
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
+  std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
+  uint64_t layer_names_ = 0;                     // a hash of the layers' names
+  struct Owner {
+    static constexpr int kUnknown = -2, kNone = -1;
+    int layer = kUnknown;  // index into layer_splits_
+    bool forward = false;
+  };
+  std::vector<Owner> owners_;  // by node
   std::vector<ValueState> values_;  // by value
   // Expansions made (by node), and, in a one-time lowering, the expanded
   // nodes (and their names) still in the graph.
@@ -1080,9 +1159,10 @@ class Lowering {
   // Replay: this run's record and the last one's, with the last run's tasks
   // and pieces (moved from as they are replayed) and where its tasks went.
   Record record_, last_;
-  bool recording_ = false, last_ok_ = false;
+  bool recording_ = false, replay_ = false, last_ok_ = false;
   std::vector<Task> last_tasks_;
   std::vector<Piece> last_pieces_;
+  std::vector<std::pair<int, Operand>> last_writebacks_;
   std::vector<int> task_map_;
   int64_t planned_ = 0;
 };
@@ -1152,7 +1232,6 @@ StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::strin
 struct IncrementalLowering::Impl {
   Impl(const Graph& graph, int64_t devices) : lowering(graph, devices, /*incremental=*/true) {}
   Lowering lowering;
-  uint64_t layer_names = 0;  // a hash of the last call's layer names
 };
 
 IncrementalLowering::IncrementalLowering(const Graph& graph, int64_t devices)
@@ -1161,11 +1240,6 @@ IncrementalLowering::~IncrementalLowering() = default;
 
 StatusOr<const TaskGraph*> IncrementalLowering::Lower(const std::map<std::string, LayerSplit>& layers) {
   LOOM_RETURN_IF_ERROR(CheckDevices(layers, devices_));
-  // A node's layer is found by name: other names, other owners, nothing to reuse.
-  Hash64 names;
-  for (const auto& [name, split] : layers) names.Add(name.data(), name.size());
-  if (names.value() != impl_->layer_names) impl_->lowering.Forget();
-  impl_->layer_names = names.value();
   LOOM_RETURN_IF_ERROR(impl_->lowering.Run(layers));
   return &impl_->lowering.result();
 }

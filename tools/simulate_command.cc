@@ -12,6 +12,7 @@
 #include <google/protobuf/text_format.h>
 #include <limits>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "graph/strategy.h"
 #include "graph/task_graph.h"
 #include "search/baselines.h"
+#include "search/space.h"
 #include "runtime/task_runtime.h"
 #include "simulator/profile.h"
 #include "simulator/simulator.h"
@@ -444,7 +446,40 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
   std::printf(", %.1fx faster than full; %lld of %zu tasks rescheduled per change (the last layer's)\n",
               Quantile(full, 0.5) / Quantile(delta, 0.5), static_cast<long long>(rescheduled / reps),
               graphs[0].tasks.size());
-  std::printf("lowering a proposal to its task graph: %.3f ms\n", Quantile(lowering, 0.5) * 1e3);
+  std::printf("lowering a proposal to its task graph from scratch: %.3f ms\n", Quantile(lowering, 0.5) * 1e3);
+
+  // Proposals as the search's chain makes them: one layer's configuration
+  // changed at random, half of them accepted, each lowered incrementally and
+  // delta-simulated.
+  LOOM_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Build(programs.forward, devices));
+  LOOM_ASSIGN_OR_RETURN(const Strategy dp_strategy, Strategy::FromProto(dp, "dp"));
+  LOOM_ASSIGN_OR_RETURN(Choice current, space.ChoiceOf(dp_strategy));
+  IncrementalLowering proposals(programs.step, devices);
+  DeltaSimulator chain(machine, cost, search_options);
+  std::mt19937_64 rng(1);
+  std::vector<double> lower_s, simulate_s;
+  int64_t planned = 0;
+  const int64_t count = 20 * reps;
+  const auto began = std::chrono::steady_clock::now();
+  for (int64_t r = 0; r < count; ++r) {
+    Choice next = current;
+    const size_t layer = static_cast<size_t>(rng() % next.size());
+    next[layer] = static_cast<int>(rng() % space.layers()[layer].configs.size());
+    auto start = std::chrono::steady_clock::now();
+    LOOM_ASSIGN_OR_RETURN(const TaskGraph* g, proposals.Lower(space.Splits(next)));
+    lower_s.push_back(seconds_since(start));
+    start = std::chrono::steady_clock::now();
+    LOOM_RETURN_IF_ERROR(chain.Simulate(*g).status());
+    simulate_s.push_back(seconds_since(start));
+    if (r > 0) planned += proposals.planned();
+    if (rng() % 2) current = std::move(next);
+  }
+  const double total = seconds_since(began);
+  std::printf("proposals (one layer changed at random): %.0f per second; lowering %.3f ms (p10 %.3f, p90 %.3f), "
+              "delta simulation %.3f ms; %.1f of %d nodes planned per proposal\n",
+              static_cast<double>(count) / total, Quantile(lower_s, 0.5) * 1e3, Quantile(lower_s, 0.1) * 1e3,
+              Quantile(lower_s, 0.9) * 1e3, Quantile(simulate_s, 0.5) * 1e3,
+              static_cast<double>(planned) / static_cast<double>(count - 1), programs.step.num_nodes());
   return Status::Ok();
 }
 
