@@ -47,7 +47,7 @@ budget="${1:-30s}"
 out="${2:-/tmp/loom_search_tables}"
 models="${3:-alexnet inception_v3 resnet101 rnntc rnnlm nmt resnet18_sweep}"
 machines="${4:-h200_8_nvswitch p100_4x4 dgx_h100_4x8 k80_16x4}"
-loom=bazel-bin/tools/loom
+loom=${LOOM:-bazel-bin/tools/loom}  # LOOM: another binary (a copy, to rebuild meanwhile)
 [ -x "$loom" ] || bazel build //tools:loom >/dev/null
 mkdir -p "$out"
 rm -f "$out"/*.log

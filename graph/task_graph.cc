@@ -366,6 +366,8 @@ class Lowering {
     tg_.devices = devices;
     for (const Node& n : g_.nodes()) order_.push_back(n.id);
     GrowValues(order_);
+    for (NodeId id : order_)
+      if (!IsSourceOp(g_.node(id).op)) planned_order_.push_back(id);
   }
 
   Status Run(const std::map<std::string, LayerSplit>& layers) {
@@ -386,8 +388,7 @@ class Lowering {
     replay_ = incremental_ && last_ok_;
     last_ok_ = false;
     StartRun();
-    for (NodeId id : order_) {
-      if (IsSourceOp(g_.node(id).op)) continue;
+    for (NodeId id : planned_order_) {
       LOOM_RETURN_IF_ERROR(InSegment(Segment::kNode, id, incremental_ ? Signature(id) : 0, [&] {
         ++planned_;
         return PlanNode(id);
@@ -759,13 +760,29 @@ class Lowering {
     Journal(Effect::kTask, tg_.tasks.back().id);
     return tg_.tasks.back().id;
   }
-  bool IsSourceValue(ValueId v) const { return IsSourceOp(g_.node(g_.value(v).producer).op); }
+  bool IsSourceValue(ValueId v) const { return source_values_[static_cast<size_t>(v)]; }
 
   // Sizes the value states for every output of `nodes`.
   void GrowValues(const std::vector<NodeId>& nodes) {
-    for (NodeId id : nodes)
-      for (ValueId v : g_.node(id).outputs)
-        if (static_cast<size_t>(v) >= values_.size()) values_.resize(static_cast<size_t>(v) + 1);
+    for (NodeId id : nodes) {
+      const Node& n = g_.node(id);
+      for (ValueId v : n.outputs) {
+        if (static_cast<size_t>(v) >= values_.size()) {
+          values_.resize(static_cast<size_t>(v) + 1);
+          source_values_.resize(values_.size());
+        }
+        source_values_[static_cast<size_t>(v)] = IsSourceOp(n.op);
+      }
+    }
+  }
+
+  // The split rules of node `id`'s op for its types (the same every run).
+  const SplitRules& RulesOf(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
+                            const std::vector<TensorType>& out) {
+    if (static_cast<size_t>(n.id) >= rules_.size()) rules_.resize(static_cast<size_t>(n.id) + 1);
+    std::optional<SplitRules>& rules = rules_[static_cast<size_t>(n.id)];
+    if (!rules) rules = def.Splits(n.attrs, in, out);
+    return *rules;
   }
 
   // Combines partial pieces of equal regions with an all-reduce; the
@@ -1055,7 +1072,7 @@ class Lowering {
     DimRules dims;
     if (owner) {
       split = *owner;
-      const SplitRules rules = def->Splits(n.attrs, in, out);
+      const SplitRules& rules = RulesOf(n, *def, in, out);
       if (forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
@@ -1140,7 +1157,10 @@ class Lowering {
   TaskGraph tg_;          // the result; its graph is the one being lowered
   Graph& g_ = tg_.graph;  // (that graph)
   const bool incremental_;
-  std::vector<NodeId> order_;  // the graph's nodes before lowering, in order
+  std::vector<NodeId> order_;          // the graph's nodes before lowering, in order
+  std::vector<NodeId> planned_order_;  // those that are not sources
+  std::vector<bool> source_values_;    // by value: written by a source (Input, Parameter, Buffer)
+  std::vector<std::optional<SplitRules>> rules_;  // by node, as found
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
   uint64_t layer_names_ = 0;                     // a hash of the layers' names

@@ -28,22 +28,35 @@ StatusOr<TaskGraph> StrategyEvaluator::Lower(const Choice& choice) const {
   return BuildTaskGraph(step_, space_.Splits(choice), space_.devices());
 }
 
-StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice) {
+StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool peak_memory) {
   if (choice.size() != space_.layers().size())
     return InvalidArgument("a choice of ", choice.size(), " configurations for ", space_.layers().size(), " layers");
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(space_.Splits(choice)));
+  if (splits_choice_.size() != choice.size()) {
+    splits_ = space_.Splits(choice);
+  } else {
+    for (size_t l = 0; l < choice.size(); ++l)
+      if (choice[l] != splits_choice_[l])
+        splits_[space_.layers()[l].name] = space_.layers()[l].configs[static_cast<size_t>(choice[l])];
+  }
+  splits_choice_ = choice;
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(splits_));
   LOOM_ASSIGN_OR_RETURN(const SimulationResult r, delta_.Simulate(*tasks));
   ++evaluations_;
-  return StrategyCost{r.iteration_seconds, r.fits, tasks->TransferBytes(), 0};
+  if (!peak_memory) return StrategyCost{r.iteration_seconds, r.fits, tasks->TransferBytes(), 0};
+  return CostWithPeak(*tasks);
 }
 
-StatusOr<StrategyCost> StrategyEvaluator::Report(const Choice& choice) const {
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, Lower(choice));
+StatusOr<StrategyCost> StrategyEvaluator::CostWithPeak(const TaskGraph& tasks) const {
   LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine_, cost_));
   const double peak = r.peak_memory_bytes.empty()
                           ? 0
                           : *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
   return StrategyCost{r.iteration_seconds, r.fits, tasks.TransferBytes(), peak};
+}
+
+StatusOr<StrategyCost> StrategyEvaluator::Report(const Choice& choice) const {
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, Lower(choice));
+  return CostWithPeak(tasks);
 }
 
 }  // namespace loom

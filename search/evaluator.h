@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "core/status.h"
 #include "graph/ir.h"
@@ -31,21 +33,28 @@ class StrategyEvaluator {
   // outlive the evaluator.
   StrategyEvaluator(const Graph& step, const SearchSpace& space, const Machine& machine, const CostModel& cost);
 
-  // The predicted step of `choice` (peak memory not computed: `fits` is
-  // exact without it).
-  StatusOr<StrategyCost> Evaluate(const Choice& choice);
-  // The same with the peak memory, for reports.
+  // The predicted step of `choice`; the peak memory only when asked for
+  // (`fits` is exact without it).
+  StatusOr<StrategyCost> Evaluate(const Choice& choice, bool peak_memory = false);
+  // The same with the peak memory, lowered from scratch (for reports).
   StatusOr<StrategyCost> Report(const Choice& choice) const;
   StatusOr<TaskGraph> Lower(const Choice& choice) const;
 
   int64_t evaluations() const { return evaluations_; }
 
  private:
+  // A full simulation of `tasks` with the peak memory.
+  StatusOr<StrategyCost> CostWithPeak(const TaskGraph& tasks) const;
+
   const Graph& step_;
   const SearchSpace& space_;
   const Machine& machine_;
   const CostModel& cost_;
   IncrementalLowering lowering_;
+  // The last evaluated choice's splits by layer name: a proposal rewrites
+  // the layers it changes.
+  std::map<std::string, LayerSplit> splits_;
+  Choice splits_choice_;
   DeltaSimulator delta_;
   int64_t evaluations_ = 0;
 };

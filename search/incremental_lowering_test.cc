@@ -110,7 +110,7 @@ TEST_CASE("an incremental lowering equals BuildTaskGraph's under random one-laye
       if (replicas > 0) fusion = FusionOptions{replicas, {7, 8}, {}, {}};
       const testing::StepCase c = testing::ZooStepCase(s, fusion);
       INFO(s.name << (replicas ? " fused" : ""));
-      CheckChain(c, 4, 12, rng);
+      CheckChain(c, 4, 8, rng);
     }
   }
 }

@@ -132,7 +132,7 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   result.layers = static_cast<int64_t>(space.layers().size());
   result.log10_strategies = space.Log10Size();
   for (size_t i = 0; i < starts.size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choices[i]));
+    LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choices[i], /*peak_memory=*/true));
     result.initial.push_back({starts[i].first, choices[i], space.ToStrategy(choices[i]), c});
   }
   if (options.exact) {
@@ -140,7 +140,7 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     StatusOr<EliminationResult> solved = SolveByElimination(layerwise.graph, options.exact_max_enumeration);
     if (solved.ok()) {
       const Choice choice = ChoiceOfSolution(layerwise, solved->choice);
-      LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choice));
+      LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choice, /*peak_memory=*/true));
       result.initial.push_back({"exact", choice, space.ToStrategy(choice), c});
       result.exact = StrCat("solved: ", solved->nodes_eliminated, " layers eliminated, ", solved->enumerated,
                             " enumerated (costs from ", layerwise.lowerings, " lowerings); layer-wise cost ",
@@ -184,13 +184,19 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     result.best = *simple;
     result.best.name = "searched";
   }
-  result.seconds = SecondsSince(began);
-  // Peak memory for the report: a full simulation of each, after the clock.
-  std::vector<Candidate*> reported{&result.best};
-  for (Candidate& c : result.initial) reported.push_back(&c);
-  for (Candidate* c : reported) {
-    LOOM_ASSIGN_OR_RETURN(c->cost, evaluator.Report(c->choice));
+  // The starting points' peak memory came with their evaluation; the
+  // chain's result (when it is none of them) is lowered once more for it.
+  bool known = false;
+  for (const Candidate& c : result.initial)
+    if (c.choice == result.best.choice) {
+      result.best.cost = c.cost;
+      known = true;
+      break;
+    }
+  if (!known) {
+    LOOM_ASSIGN_OR_RETURN(result.best.cost, evaluator.Report(result.best.choice));
   }
+  result.seconds = SecondsSince(began);
   return result;
 }
 
