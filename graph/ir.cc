@@ -68,6 +68,13 @@ std::optional<NodeId> Graph::FindNode(const std::string& name) const {
   return it->second;
 }
 
+bool Graph::NameInUse(const std::string& name) const {
+  if (names_.count(name)) return true;
+  const std::string scope = name + "/";
+  auto it = names_.lower_bound(scope);
+  return it != names_.end() && it->first.compare(0, scope.size(), scope) == 0;
+}
+
 std::vector<NodeId> Graph::NodesWithOp(const std::string& op) const {
   std::vector<NodeId> ids;
   for (const Node& n : nodes_)

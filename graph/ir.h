@@ -118,6 +118,8 @@ class Graph {
   const std::vector<Node>& nodes() const { return nodes_; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   std::optional<NodeId> FindNode(const std::string& name) const;
+  // Whether a node is named `name` or "`name`/..." (a scope in use).
+  bool NameInUse(const std::string& name) const;
   std::vector<NodeId> NodesWithOp(const std::string& op) const;
 
   // Removes nodes (and their output values). Callers make sure no remaining

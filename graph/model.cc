@@ -48,12 +48,7 @@ bool Model::Check(const std::vector<Sym>& inputs) {
 std::string Model::LayerName(const std::string& given, const std::string& op) const {
   const std::string base = given.empty() ? Lower(op) : given;
   const std::string prefix = builder_.ScopePrefix();
-  auto taken = [&](const std::string& candidate) {
-    const std::string full = prefix + candidate;
-    for (const Node& n : graph_.nodes())
-      if (n.name == full || n.name.compare(0, full.size() + 1, full + "/") == 0) return true;
-    return false;
-  };
+  auto taken = [&](const std::string& candidate) { return graph_.NameInUse(prefix + candidate); };
   if (!taken(base)) return base;
   for (int i = 1;; ++i) {
     std::string candidate = base + "_" + std::to_string(i);

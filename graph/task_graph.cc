@@ -422,15 +422,14 @@ class Lowering {
     task_map_.assign(last_tasks_.size(), -1);
     for (ValueState& s : values_) s.Clear();
     planned_ = 0;
-    if (!incremental_) {
-      // Room for a part of each node on every device of the widest split,
-      // and two pieces each (about what data parallelism makes): growing
-      // would move every task and piece again, into memory not touched before.
-      int64_t widest = 1;
-      for (const auto& [name, split] : *layers_) widest = std::max(widest, split.parts());
-      tg_.tasks.reserve(static_cast<size_t>(g_.num_nodes() * widest));
-      tg_.pieces.reserve(static_cast<size_t>(2 * g_.num_nodes() * widest));
-    }
+    // Room for a part of each node on every device of the widest split,
+    // and two pieces each (about what data parallelism makes), or for as
+    // many as the last run made: growing would move every task and piece
+    // again, into memory not touched before.
+    int64_t widest = 1;
+    for (const auto& [name, split] : *layers_) widest = std::max(widest, split.parts());
+    tg_.tasks.reserve(std::max(last_tasks_.size(), static_cast<size_t>(g_.num_nodes() * widest)));
+    tg_.pieces.reserve(std::max(last_pieces_.size(), static_cast<size_t>(2 * g_.num_nodes() * widest)));
   }
 
   // The graph's outputs, the states' homes and their writebacks (planned

@@ -631,7 +631,7 @@ class ConvOp : public OpDef {
   // every part reading the whole x. Attribute: output rows (H, or L in 1-D),
   // each part reading its input rows and a halo of kernel - stride rows.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
-                    const std::vector<TensorType>& out) const override {
+                    const std::vector<TensorType>& /*out*/) const override {
     SplitRules rules;
     if (transpose_) return rules;
     auto p = conv::ParseConvParams(attrs, name_, sd_, false);

@@ -66,7 +66,7 @@ class MatMulOp : public OpDef {
   // y [..., M, N] = op(A) op(B). Sample: the leading batch dim (batched) or
   // the rows M; parameter: the columns N; other: the reduction K (partial
   // sums), the rows, the further batch dims.
-  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& /*in*/,
                     const std::vector<TensorType>& out) const override {
     const bool ta = attrs.Bool("transpose_a"), tb = attrs.Bool("transpose_b");
     const int r = out[0].shape.rank();
