@@ -226,7 +226,10 @@ Status Sweep::PlanArrays() {
           for (size_t k = 0; k < specs.size(); ++k) {
             proto::TrainConfig want = trials_[a.trials[k]].trial.config;
             want.set_epochs(epochs);
-            if (std::string diff = RunDifferences(want, specs[k].config); !diff.empty())
+            proto::TrainConfig got = specs[k].config;
+            want.clear_fusion();  // the array's own block
+            got.clear_fusion();
+            if (std::string diff = RunDifferences(want, got); !diff.empty())
               return Internal("array ", a.name, ": replica ", k, " is not trial ", a.trials[k], ": ", diff);
           }
           FillDefaults(&a.config);
@@ -415,12 +418,12 @@ std::string Sweep::LeaderboardText() const {
   std::string out = StrCat("leaderboard (", spec_.metric(), ", ", spec_.direction() == "max" ? "higher" : "lower",
                            " is better; ", done, " of ", trials_.size(), " trials reported):\n");
   char line[512];
-  std::snprintf(line, sizeof line, "%5s  %-8s %6s  %-12s  %-28s  %s\n", "rank", "array", "epochs", spec_.metric().c_str(),
+  std::snprintf(line, sizeof line, "%5s  %-8s %6s  %13s  %-28s  %s\n", "rank", "array", "epochs", spec_.metric().c_str(),
                 "status", "trial");
   out += line;
   for (size_t i = 0; i < rows.size(); ++i) {
     const TrialResult& r = rows[i];
-    std::snprintf(line, sizeof line, "%5zu  %-8s %6lld  %-12.4f  %-28s  %s\n", i + 1, trials_[r.id].array.c_str(),
+    std::snprintf(line, sizeof line, "%5zu  %-8s %6lld  %13.4f  %-28s  %s\n", i + 1, trials_[r.id].array.c_str(),
                   static_cast<long long>(r.epochs), r.metric, r.status.c_str(), r.label.c_str());
     out += line;
   }
