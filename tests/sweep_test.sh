@@ -87,6 +87,26 @@ echo "memory: \"$two\"" >>"$work/small.pbtxt"
 grep -E "arrays of( [12])+$" "$work/small.log" || { show "$work/small.log"; fail "an array holds more than 2 trials"; }
 echo "memory $two bytes: $(grep -o 'arrays of.*' "$work/small.log")"
 
+# ASHA over arrays of at most 3 trials, run one after another: each trial
+# stopped at a rung has results up to that rung only; a resume of the
+# finished sweep reopens no array and changes no record.
+sed -e 's/^algorithm: "hyperband"/algorithm: "asha"/' "$work/small.pbtxt" | grep -v '^memory' >"$work/asha.pbtxt"
+echo 'max_array: 3' >>"$work/asha.pbtxt"
+"$loom" sweep --config "$work/asha.pbtxt" --trials 8 --out "$work/asha" >"$work/asha.log" 2>&1 ||
+  { show "$work/asha.log"; fail "the ASHA sweep failed"; }
+grep -q "asha, 8 trials in 1 bracket, 3 arrays" "$work/asha.log" || { show "$work/asha.log"; fail "ASHA: expected 3 arrays"; }
+grep -q "rungs at epochs 1, 3, 9; arrays of 3 3 2$" "$work/asha.log" || { show "$work/asha.log"; fail "ASHA: rungs or arrays"; }
+[ "$(grep -c '"status": "finished"' "$work/asha/trials.jsonl")" -ge 1 ] || fail "ASHA: no trial finished"
+[ "$(grep -c '"rungs": {"1": [^,}]*}, "status": "stopped at rung 0' "$work/asha/trials.jsonl")" -ge 1 ] ||
+  fail "ASHA: no trial stopped at rung 0 with its rung-0 result alone"
+if grep -E '"rungs": \{"1": [^,}]*, "3"[^}]*\}, "status": "stopped at rung 0' "$work/asha/trials.jsonl"; then
+  fail "ASHA: a trial stopped at rung 0 has later results"
+fi
+cp "$work/asha/trials.jsonl" "$work/asha_trials.before"
+"$loom" sweep --resume "$work/asha" >"$work/asha_resumed.log" 2>&1 || { show "$work/asha_resumed.log"; fail "ASHA resume failed"; }
+if grep -q "^  array " "$work/asha_resumed.log"; then show "$work/asha_resumed.log"; fail "a finished sweep's resume trained again"; fi
+diff "$work/asha_trials.before" "$work/asha/trials.jsonl" || fail "a finished sweep's resume changed its records"
+
 # Bad space definitions: FILE:LINE errors, a non-zero exit, nothing written.
 bad() {  # $1: the param block, $2: the expected message
   sed '/^param/d' "$work/small.pbtxt" >"$work/bad.pbtxt"

@@ -28,6 +28,12 @@ std::vector<Bracket> PlanBrackets(const proto::SweepSpec& spec) {
   std::vector<Bracket> iteration;
   if (spec.algorithm() == "random") {
     iteration.push_back({0, spec.trials(), {R}});
+  } else if (spec.algorithm() == "asha") {
+    // One bracket of every trial: rungs at r, r eta, r eta^2, ... and R.
+    Bracket b{0, spec.trials(), {}};
+    for (int64_t e = r; e < R; e *= eta) b.rung_epochs.push_back(e);
+    b.rung_epochs.push_back(R);
+    iteration.push_back(b);
   } else {
     int64_t s_max = 0;
     for (int64_t e = eta; r * e <= R; e *= eta) ++s_max;
@@ -61,6 +67,15 @@ std::vector<Bracket> PlanBrackets(const proto::SweepSpec& spec) {
     }
   }
   return out;
+}
+
+double Quantile(std::vector<double> values, double q) {
+  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
+  if (values.empty()) return -INFINITY;
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
+  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
 }
 
 namespace {
@@ -113,7 +128,7 @@ std::string JsonString(const std::string& s) {
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.10g", v);
   return buf;
 }
 
@@ -128,10 +143,16 @@ class Sweep {
   Status PlanArrays();
   StatusOr<int64_t> Capacity(const Trial& t);
   Status RunBracket(size_t b);
+  // ASHA's bracket: its arrays one after another, each through every rung.
+  Status RunAsha(size_t b);
+  // Whether array `a` may begin: false once the budget is spent (its
+  // trials are then marked not run).
+  StatusOr<bool> MayBegin(const Array& a);
   // Trains `a` to `epoch` after stopping its trials that left the bracket.
   Status Advance(const Array& a, int64_t epoch, const std::set<int64_t>& alive);
   // The test records of an array's metrics.jsonl by (replica, epoch).
   StatusOr<std::map<std::pair<int64_t, int64_t>, metrics::MetricsRecord>> TestRecords(const Array& a) const;
+  Status RecordRung(const Array& a, int64_t epoch, const std::set<int64_t>& alive);
   Status SaveState();
   Status WriteRecords();
   std::vector<TrialResult> Leaderboard() const;
@@ -249,6 +270,9 @@ Status Sweep::PlanArrays() {
 }
 
 Status Sweep::Prepare() {
+  if (spec_.algorithm() != "hyperband" && spec_.trials() == 0)
+    return InvalidArgument(opt_.input.origin, ": ", spec_.algorithm(),
+                           " needs a number of trials (trials: N in the file, or --trials N)");
   brackets_ = PlanBrackets(spec_);
   int64_t total = 0;
   for (const Bracket& b : brackets_) total += b.n;
@@ -322,22 +346,81 @@ Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& al
   return Status::Ok();
 }
 
+StatusOr<bool> Sweep::MayBegin(const Array& a) {
+  // The budget: an array not begun yet does not begin once it is spent.
+  const bool begun = fs::exists(fs::path(a.folder) / "config.pbtxt");
+  if (begun || spec_.budget_s() <= 0 || (!state_.budget_spent() && Elapsed() < spec_.budget_s())) return true;
+  if (!state_.budget_spent()) {
+    state_.set_budget_spent(true);
+    LOOM_RETURN_IF_ERROR(SaveState());
+    Say(StrCat("the budget of ", metrics::FormatDuration(spec_.budget_s()), " is spent: no new array starts"));
+  }
+  for (int64_t id : a.trials) trials_[id].status = "not run (budget)";
+  return false;
+}
+
+// The rung metrics of an array's running trials at `epoch`, recorded on
+// the trials; NaN for one with no record (it diverged).
+Status Sweep::RecordRung(const Array& a, int64_t epoch, const std::set<int64_t>& alive) {
+  LOOM_ASSIGN_OR_RETURN(auto records, TestRecords(a));
+  for (int64_t id : a.trials) {
+    if (!alive.count(id)) continue;
+    auto it = records.find({trials_[id].replica, epoch});
+    trials_[id].rung_metric[epoch] = it == records.end() ? NAN : Metric(it->second, spec_.metric());
+    trials_[id].status = "running";
+  }
+  state_.set_elapsed_s(Elapsed());
+  start_ = Clock::now();
+  return SaveState();
+}
+
+Status Sweep::RunAsha(size_t b) {
+  const Bracket& br = brackets_[b];
+  // Every rung's results so far, as scores (higher is better), over the
+  // arrays already run: a trial goes on past a rung when its score is not
+  // below the (1 - 1/eta) quantile of them (Ray Tune's ASHA rule).
+  std::map<int64_t, std::vector<double>> recorded;
+  for (const Array& a : arrays_[b]) {
+    LOOM_ASSIGN_OR_RETURN(const bool begin, MayBegin(a));
+    if (!begin) continue;
+    std::set<int64_t> alive(a.trials.begin(), a.trials.end());
+    for (size_t i = 0; i < br.rung_epochs.size() && !alive.empty(); ++i) {
+      const int64_t epoch = br.rung_epochs[i];
+      Say(StrCat("asha rung ", i, ": array ", a.name, ", ", alive.size(), alive.size() == 1 ? " trial" : " trials",
+                 " to epoch ", epoch));
+      LOOM_RETURN_IF_ERROR(Advance(a, epoch, alive));
+      LOOM_RETURN_IF_ERROR(RecordRung(a, epoch, alive));
+      std::vector<double>& scores = recorded[epoch];
+      for (int64_t id : alive) scores.push_back(Score(trials_[id].rung_metric[epoch], spec_.direction()));
+      const bool last = i + 1 == br.rung_epochs.size();
+      const double cutoff = Quantile(scores, 1.0 - 1.0 / static_cast<double>(spec_.eta()));
+      for (auto it = alive.begin(); it != alive.end();) {
+        TrialState& t = trials_[*it];
+        if (last) {
+          t.status = "finished";
+          ++it;
+        } else if (Score(t.rung_metric[epoch], spec_.direction()) < cutoff) {
+          t.status = StrCat("stopped at rung ", i, " (epoch ", epoch, ")");
+          it = alive.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      LOOM_RETURN_IF_ERROR(WriteRecords());
+      Say(LeaderboardText());
+    }
+  }
+  return Status::Ok();
+}
+
 Status Sweep::RunBracket(size_t b) {
   const Bracket& br = brackets_[b];
+  if (spec_.algorithm() == "asha") return RunAsha(b);
   std::set<int64_t> alive;
   for (const Array& a : arrays_[b]) {
-    // The budget: an array not begun yet does not begin once it is spent.
-    const bool begun = fs::exists(fs::path(a.folder) / "config.pbtxt");
-    if (!begun && spec_.budget_s() > 0 && (state_.budget_spent() || Elapsed() >= spec_.budget_s())) {
-      if (!state_.budget_spent()) {
-        state_.set_budget_spent(true);
-        LOOM_RETURN_IF_ERROR(SaveState());
-        Say(StrCat("the budget of ", metrics::FormatDuration(spec_.budget_s()), " is spent: no new array starts"));
-      }
-      for (int64_t id : a.trials) trials_[id].status = "not run (budget)";
-      continue;
-    }
-    for (int64_t id : a.trials) alive.insert(id);
+    LOOM_ASSIGN_OR_RETURN(const bool begin, MayBegin(a));
+    if (begin)
+      for (int64_t id : a.trials) alive.insert(id);
   }
   if (alive.empty()) return Status::Ok();
   for (size_t i = 0; i < br.rung_epochs.size(); ++i) {
@@ -349,17 +432,7 @@ Status Sweep::RunBracket(size_t b) {
       for (int64_t id : a.trials) any = any || alive.count(id);
       if (!any) continue;
       LOOM_RETURN_IF_ERROR(Advance(a, epoch, alive));
-      LOOM_ASSIGN_OR_RETURN(auto records, TestRecords(a));
-      for (int64_t id : a.trials) {
-        if (!alive.count(id)) continue;
-        auto it = records.find({trials_[id].replica, epoch});
-        // A replica that diverged has no record from then on.
-        trials_[id].rung_metric[epoch] = it == records.end() ? NAN : Metric(it->second, spec_.metric());
-        trials_[id].status = "running";
-      }
-      state_.set_elapsed_s(Elapsed());
-      start_ = Clock::now();
-      LOOM_RETURN_IF_ERROR(SaveState());
+      LOOM_RETURN_IF_ERROR(RecordRung(a, epoch, alive));
     }
     // The best floor(n / eta) go on (at least one); ties: the lower id.
     std::vector<int64_t> order(alive.begin(), alive.end());
@@ -462,7 +535,7 @@ Status Sweep::WriteRecords() {
                        : checkpoint;
     jsonl += StrCat("{\"trial\": ", t.trial.id, ", \"label\": ", JsonString(t.trial.label), ", \"params\": ", params,
                     ", \"bracket\": ", t.bracket, ", \"array\": ", JsonString(t.array), ", \"replica\": ", t.replica,
-                    ", \"epochs\": ", t.epochs, ", \"rungs\": ", rungs, ", \"status\": ", JsonString(t.status),
+                    ", \"max_epochs\": ", t.epochs, ", \"rungs\": ", rungs, ", \"status\": ", JsonString(t.status),
                     ", \"checkpoint\": ", JsonString(exported), "}\n");
     // The trial alone: `loom train --config trials/t<id>/config.pbtxt`
     // trains it as the array did (the fused == separate test does).

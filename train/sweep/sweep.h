@@ -40,6 +40,11 @@ struct Bracket {
 // `trials` (all of them when 0: one iteration); the last bracket may be cut.
 std::vector<Bracket> PlanBrackets(const proto::SweepSpec& spec);
 
+// The q-quantile (0 <= q <= 1) of the finite values, linearly interpolated
+// (numpy's default); -inf when none is finite. ASHA's cut-off at a rung is
+// the (1 - 1/eta) quantile of the scores recorded there.
+double Quantile(std::vector<double> values, double q);
+
 struct SweepOptions {
   SweepInput input;     // loaded; spec.trials and budget_s already overridden by flags
   std::string out_dir;  // the sweep's folder

@@ -201,10 +201,12 @@ StatusOr<SweepInput> ParseSweep(const std::string& text, const std::string& orig
   base.MergeFrom(s.train());
   if (IsFused(base)) return fail("train", "the base config has replicas or a sweep block: the sweep makes the arrays");
   // Messages about fields the train block sets point at its lines.
-  LOOM_RETURN_IF_ERROR(ValidateTrainConfig(base, [&](const std::string& path) {
-    const std::string at = where("train." + path);
-    return at.empty() ? where("train") : at;
-  }));
+  if (Status v = ValidateTrainConfig(base, [&](const std::string& path) { return where("train." + path); }); !v.ok()) {
+    // A message about a field the file does not set names the file alone.
+    std::string m = v.message();
+    if (m.rfind("config:", 0) == 0) m = origin + m.substr(6);
+    return InvalidArgument(m);
+  }
   FillDefaults(&base);
   s.clear_train_config();
   *s.mutable_train() = base;
@@ -218,15 +220,10 @@ StatusOr<SweepInput> ParseSweep(const std::string& text, const std::string& orig
     const std::string line = where(StrCat("param[", j, "]"));
     in.param_lines.push_back(line.empty() ? origin : line);
   }
-  if (s.algorithm().empty()) return fail("algorithm", "required: random or hyperband");
-  if (s.algorithm() == "asha")
-    return fail("algorithm", "asha is not implemented yet (docs/sweep.md); use hyperband (synchronous successive halving "
-                             "in brackets) or random");
-  if (s.algorithm() != "random" && s.algorithm() != "hyperband")
-    return fail("algorithm", StrCat("unknown value '", Excerpt(s.algorithm()), "' (expected one of: random, hyperband)"));
+  if (s.algorithm().empty()) return fail("algorithm", "required: random, hyperband or asha");
+  if (s.algorithm() != "random" && s.algorithm() != "hyperband" && s.algorithm() != "asha")
+    return fail("algorithm", StrCat("unknown value '", Excerpt(s.algorithm()), "' (expected one of: random, hyperband, asha)"));
   if (s.trials() < 0 || s.trials() > 100000) return fail("trials", StrCat("must be in [1, 100000], got ", s.trials()));
-  if (s.algorithm() == "random" && s.trials() == 0)
-    return fail("trials", "random search needs a number of trials (trials: N or --trials N)");
   if (s.max_resource() < 0) return fail("max_resource", StrCat("must be >= 1 epoch, got ", s.max_resource()));
   if (s.max_resource() == 0) s.set_max_resource(base.epochs());
   if (s.min_resource() < 0 || s.min_resource() > s.max_resource())
