@@ -12,7 +12,7 @@
 # - a stopped trial's checkpoint exports with loom export;
 # - bad sweep files fail with FILE:LINE and write nothing.
 set -euo pipefail
-loom="$1"
+loom="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: the test changes folders
 sweep="$2"
 source "$(dirname "${BASH_SOURCE[0]}")/run_test_lib.sh"
 require_fashion_mnist
