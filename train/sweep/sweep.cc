@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/file_util.h"
+#include "core/parse.h"
 #include "core/text_proto.h"
 #include "train/checkpoint/run_dir.h"
 #include "train/config/replicas.h"
@@ -108,21 +109,6 @@ double Metric(const metrics::MetricsRecord& r, const std::string& metric) {
 double Score(double metric, const std::string& direction) {
   if (std::isnan(metric)) return -INFINITY;
   return direction == "max" ? metric : -metric;
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char u[8];
-      std::snprintf(u, sizeof(u), "\\u%04x", c);
-      out += u;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string JsonNumber(double v) {
@@ -513,7 +499,7 @@ Status Sweep::WriteRecords() {
     const fs::path array = fs::path(opt_.out_dir) / "arrays" / t.array;
     std::string params = "{";
     for (int j = 0; j < spec_.param_size(); ++j)
-      params += StrCat(j ? ", " : "", JsonString(spec_.param(j).field()), ": ", JsonString(t.trial.values[j]));
+      params += StrCat(j ? ", " : "", JsonQuoted(spec_.param(j).field()), ": ", JsonQuoted(t.trial.values[j]));
     params += "}";
     std::string rungs = "{";
     for (const auto& [epoch, m] : t.rung_metric) rungs += StrCat(rungs.size() > 1 ? ", " : "", "\"", epoch, "\": ", JsonNumber(m));
@@ -533,10 +519,10 @@ Status Sweep::WriteRecords() {
     if (!checkpoint.empty())
       exported = fused ? StrCat("loom export --checkpoint ", checkpoint, " --replica ", t.replica, " --out t", t.trial.id, ".loom")
                        : checkpoint;
-    jsonl += StrCat("{\"trial\": ", t.trial.id, ", \"label\": ", JsonString(t.trial.label), ", \"params\": ", params,
-                    ", \"bracket\": ", t.bracket, ", \"array\": ", JsonString(t.array), ", \"replica\": ", t.replica,
-                    ", \"max_epochs\": ", t.epochs, ", \"rungs\": ", rungs, ", \"status\": ", JsonString(t.status),
-                    ", \"checkpoint\": ", JsonString(exported), "}\n");
+    jsonl += StrCat("{\"trial\": ", t.trial.id, ", \"label\": ", JsonQuoted(t.trial.label), ", \"params\": ", params,
+                    ", \"bracket\": ", t.bracket, ", \"array\": ", JsonQuoted(t.array), ", \"replica\": ", t.replica,
+                    ", \"max_epochs\": ", t.epochs, ", \"rungs\": ", rungs, ", \"status\": ", JsonQuoted(t.status),
+                    ", \"checkpoint\": ", JsonQuoted(exported), "}\n");
     // The trial alone: `loom train --config trials/t<id>/config.pbtxt`
     // trains it as the array did (the fused == separate test does).
     std::error_code ec;

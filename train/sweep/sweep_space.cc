@@ -51,23 +51,6 @@ StatusOr<std::pair<M*, const pb::FieldDescriptor*>> ResolvePath(M* root, const s
   }
 }
 
-bool IsIntegerField(const pb::FieldDescriptor* f) {
-  switch (f->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool IsNumberField(const pb::FieldDescriptor* f) {
-  return IsIntegerField(f) || f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE ||
-         f->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT;
-}
-
 std::string Distribution(const proto::SearchParam& p) {
   if (!p.distribution().empty()) return p.distribution();
   return p.values_size() > 0 || p.strings_size() > 0 ? "choice" : "uniform";
@@ -127,7 +110,7 @@ Status CheckParam(const proto::SearchParam& p, int j, const std::function<std::s
   if (p.field() == "out_dir" || p.field() == "device" || p.field() == "devices" || p.field() == "threads")
     return fail("field", StrCat("'", p.field(), "' is where or how trials run, not a hyper-parameter"));
   const std::string dist = Distribution(p);
-  const bool is_number = f && IsNumberField(f);
+  const bool is_number = f && IsNumericField(f);
   const bool is_args = !f;
   const std::string type = is_args ? "a model argument (text)" : f->cpp_type_name();
   if (dist == "choice") {
