@@ -107,6 +107,13 @@ cp "$work/asha/trials.jsonl" "$work/asha_trials.before"
 if grep -q "^  array " "$work/asha_resumed.log"; then show "$work/asha_resumed.log"; fail "a finished sweep's resume trained again"; fi
 diff "$work/asha_trials.before" "$work/asha/trials.jsonl" || fail "a finished sweep's resume changed its records"
 
+# A budget of 1 s: the arrays not begun by then never begin; their trials
+# are recorded as not run.
+"$loom" sweep --config "$work/asha.pbtxt" --trials 8 --budget 1s --out "$work/budget" >"$work/budget.log" 2>&1 ||
+  { show "$work/budget.log"; fail "the budget sweep failed"; }
+grep -q "the budget of 0:01 is spent: no new array starts" "$work/budget.log" || { show "$work/budget.log"; fail "no budget line"; }
+[ "$(grep -c '"status": "not run (budget)"' "$work/budget/trials.jsonl")" -ge 2 ] || fail "the budget stopped no array"
+
 # Bad space definitions: FILE:LINE errors, a non-zero exit, nothing written.
 bad() {  # $1: the param block, $2: the expected message
   sed '/^param/d' "$work/small.pbtxt" >"$work/bad.pbtxt"
