@@ -47,6 +47,17 @@ while read -r line; do
 done <"$work/straight/trials.jsonl"
 [ "$checked" -eq 9 ] || fail "compared $checked trials, expected 9"
 
+# TensorBoard's HParams view: a session record beside each trial's scalars,
+# naming every searched field.
+sessions=0
+for f in "$work"/straight/arrays/*/replica_*/events.out.tfevents.0000000000.hparams; do
+  grep -qa "_hparams_/session_start_info" "$f" || fail "$f has no HParams session"
+  for field in optimizer.lr optimizer.momentum data.batch_size; do grep -qa "$field" "$f" || fail "$f lacks $field"; done
+  ls "$(dirname "$f")"/events.out.tfevents.* | grep -qv hparams || fail "no scalars beside $f"
+  sessions=$((sessions + 1))
+done
+[ "$sessions" -eq 9 ] || fail "expected 9 HParams sessions, found $sessions"
+
 # A trial stopped at rung 0 exports as a single model.
 line=$(grep -m1 'stopped at rung 0' "$work/straight/trials.jsonl")
 export_cmd=$(sed 's/.*"checkpoint": "loom export \([^"]*\)".*/\1/' <<<"$line")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,9 +15,11 @@
 #include "train/checkpoint/run_dir.h"
 #include "train/config/replicas.h"
 #include "train/config/train_config.h"
+#include "train/metrics/event_writer.h"
 #include "train/metrics/metrics_jsonl.h"
 #include "train/metrics/progress.h"
 #include "train/replica_plan.h"
+#include "train/sweep/hparams.pb.h"
 #include "train/training_loop.h"
 
 namespace loom::sweep {
@@ -140,6 +143,8 @@ class Sweep {
   StatusOr<std::map<std::pair<int64_t, int64_t>, metrics::MetricsRecord>> TestRecords(const Array& a) const;
   Status RecordRung(const Array& a, int64_t epoch, const std::set<int64_t>& alive);
   Status SaveState();
+  // The trial's session for TensorBoard's HParams view, beside its scalars.
+  Status WriteHParams(const TrialState& t);
   Status WriteRecords();
   std::vector<TrialResult> Leaderboard() const;
   std::string LeaderboardText() const;
@@ -489,6 +494,49 @@ std::string Sweep::LeaderboardText() const {
   return out;
 }
 
+Status Sweep::WriteHParams(const TrialState& t) {
+  const Array* array = nullptr;
+  for (const auto& arrays : arrays_)
+    for (const Array& a : arrays)
+      if (a.name == t.array) array = &a;
+  if (array == nullptr || !array->config.tensorboard()) return Status::Ok();
+  const std::string dir = array->fused() ? metrics::ReplicaEventDir(array->folder, t.replica) : array->folder;
+  // One file per trial under a fixed name, written once: a resumed sweep
+  // does not add a second session.
+  const fs::path path = fs::path(dir) / "events.out.tfevents.0000000000.hparams";
+  if (fs::exists(path)) return Status::Ok();
+  metrics::tb::hparams::HParamsPluginData data;
+  metrics::tb::hparams::SessionStartInfo* session = data.mutable_session_start_info();
+  session->set_start_time_secs(metrics::WallTimeNow());
+  for (int j = 0; j < spec_.param_size(); ++j) {
+    const std::string& text = t.trial.values[j];
+    metrics::tb::hparams::Value& v = (*session->mutable_hparams())[spec_.param(j).field()];
+    char* end = nullptr;
+    const double number = std::strtod(text.c_str(), &end);
+    if (!text.empty() && end != nullptr && *end == '\0') {
+      v.set_number_value(number);
+    } else if (text == "true" || text == "false") {
+      v.set_bool_value(text == "true");
+    } else {
+      v.set_string_value(text);
+    }
+  }
+  metrics::tb::Event version;
+  version.set_wall_time(metrics::WallTimeNow());
+  version.set_file_version(metrics::kEventFileVersion);
+  metrics::tb::Event event;
+  event.set_wall_time(metrics::WallTimeNow());
+  metrics::tb::Summary::Value* value = event.mutable_summary()->add_value();
+  value->set_tag("_hparams_/session_start_info");
+  value->mutable_metadata()->mutable_plugin_data()->set_plugin_name("hparams");
+  value->mutable_metadata()->mutable_plugin_data()->set_content(data.SerializeAsString());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("cannot create ", dir, ": ", ec.message());
+  return WriteFileAtomically(path.string(), metrics::FrameRecord(version.SerializeAsString()) +
+                                                metrics::FrameRecord(event.SerializeAsString()));
+}
+
 // trials.jsonl, leaderboard.txt and each trial's folder, each written
 // atomically; all of it is a function of the arrays' records.
 Status Sweep::WriteRecords() {
@@ -541,6 +589,7 @@ Status Sweep::WriteRecords() {
         if (line.rfind(prefix, 0) == 0) lines += line + "\n";
     }
     LOOM_RETURN_IF_ERROR(WriteFileAtomically((dir / "metrics.jsonl").string(), lines));
+    if (!t.rung_metric.empty()) LOOM_RETURN_IF_ERROR(WriteHParams(t));
   }
   LOOM_RETURN_IF_ERROR(WriteFileAtomically((fs::path(opt_.out_dir) / "trials.jsonl").string(), jsonl));
   return WriteFileAtomically((fs::path(opt_.out_dir) / "leaderboard.txt").string(), LeaderboardText());
