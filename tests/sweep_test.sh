@@ -118,6 +118,18 @@ cp "$work/asha/trials.jsonl" "$work/asha_trials.before"
 if grep -q "^  array " "$work/asha_resumed.log"; then show "$work/asha_resumed.log"; fail "a finished sweep's resume trained again"; fi
 diff "$work/asha_trials.before" "$work/asha/trials.jsonl" || fail "a finished sweep's resume changed its records"
 
+# Diverging trials (learning rates up to 1e5; an array of 2 diverges
+# whole) rank last and leave the bracket; the sweep goes on, and so does its
+# resume.
+sed 's/min: 0.005 max: 0.3/min: 0.05 max: 100000/' "$work/asha.pbtxt" | sed 's/^algorithm: "asha"/algorithm: "hyperband"/' |
+  grep -v '^max_array' >"$work/diverge.pbtxt"
+"$loom" sweep --config "$work/diverge.pbtxt" --trials 9 --out "$work/diverge" >"$work/diverge.log" 2>&1 ||
+  { show "$work/diverge.log"; fail "a sweep with diverging trials failed"; }
+grep -q "every replica diverged" "$work/diverge.log" || { show "$work/diverge.log"; fail "no array diverged whole"; }
+[ "$(grep -c '"status": "diverged' "$work/diverge/trials.jsonl")" -ge 2 ] || fail "diverged trials not recorded"
+grep -q '"status": "finished"' "$work/diverge/trials.jsonl" || fail "no trial finished beside the diverged"
+"$loom" sweep --resume "$work/diverge" >"$work/diverge_resumed.log" 2>&1 || { show "$work/diverge_resumed.log"; fail "resume failed"; }
+
 # A budget of 1 s: the arrays not begun by then never begin; their trials
 # are recorded as not run.
 "$loom" sweep --config "$work/asha.pbtxt" --trials 8 --budget 1s --out "$work/budget" >"$work/budget.log" 2>&1 ||

@@ -324,12 +324,29 @@ Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& al
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<train::TrainingLoop> loop, train::TrainingLoop::Open(std::move(lo)));
   const int64_t epoch_before = loop->epoch();
   if (a.fused()) {
+    // Nothing left to train (the trials still in the bracket diverged):
+    // leave the array as it is rather than stop its last replica.
+    int64_t trainable = 0;
+    for (size_t k = 0; k < a.trials.size(); ++k)
+      trainable += alive.count(a.trials[k]) && loop->replicas()[k].status == "running";
+    if (trainable == 0) return Status::Ok();
     std::vector<int64_t> stop;
     for (size_t k = 0; k < a.trials.size(); ++k)
       if (!alive.count(a.trials[k])) stop.push_back(static_cast<int64_t>(k));
     LOOM_RETURN_IF_ERROR(loop->StopReplicas(stop, StrCat("stopped by the sweep (rung at epoch ", epoch_before, ")")));
   }
-  while (loop->epoch() < epoch && !loop->done()) LOOM_RETURN_IF_ERROR(loop->RunEpoch().status());
+  while (loop->epoch() < epoch && !loop->done()) {
+    Status trained = loop->RunEpoch().status();
+    if (trained.ok()) continue;
+    // Every trial of the array diverged: a result of the search (they rank
+    // last), not a failure of the sweep. Any other error is one.
+    bool all_diverged = true;
+    for (const train::Replica& r : loop->replicas())
+      all_diverged = all_diverged && (a.fused() ? r.status != "running" : !std::isfinite(r.train_loss));
+    if (!all_diverged) return trained;
+    Say(StrCat("  array ", a.name, ": ", trained.message()));
+    break;
+  }
   int64_t running = 0;
   for (int64_t id : a.trials) running += alive.count(id);
   Say(StrCat("  array ", a.name, ": ", running, running == 1 ? " trial" : " trials", ", epochs ", epoch_before, " -> ",
@@ -387,7 +404,10 @@ Status Sweep::RunAsha(size_t b) {
       const double cutoff = Quantile(scores, 1.0 - 1.0 / static_cast<double>(spec_.eta()));
       for (auto it = alive.begin(); it != alive.end();) {
         TrialState& t = trials_[*it];
-        if (last) {
+        if (std::isnan(t.rung_metric[epoch])) {
+          t.status = StrCat("diverged (no result at epoch ", epoch, ")");
+          it = alive.erase(it);
+        } else if (last) {
           t.status = "finished";
           ++it;
         } else if (Score(t.rung_metric[epoch], spec_.direction()) < cutoff) {
@@ -435,7 +455,10 @@ Status Sweep::RunBracket(size_t b) {
     const size_t keep = last ? order.size() : std::max<size_t>(1, order.size() / static_cast<size_t>(spec_.eta()));
     for (size_t k = 0; k < order.size(); ++k) {
       TrialState& t = trials_[order[k]];
-      if (last) {
+      if (std::isnan(t.rung_metric[epoch])) {
+        t.status = StrCat("diverged (no result at epoch ", epoch, ")");
+        alive.erase(order[k]);
+      } else if (last) {
         t.status = "finished";
       } else if (k >= keep) {
         t.status = StrCat("stopped at rung ", i, " (epoch ", epoch, ")");
