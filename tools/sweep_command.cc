@@ -2,8 +2,6 @@
 // a hyper-parameter search whose trials train packed into fused arrays
 // (train/sweep/sweep.h, docs/sweep.md); `loom sweep --resume DIR` continues
 // a killed one.
-#include <cctype>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -13,25 +11,6 @@
 #include "train/sweep/sweep.h"
 
 namespace loom::tools {
-namespace {
-
-// "90", "90s", "30m", "2h", "1.5h" -> seconds.
-StatusOr<double> ParseDuration(const std::string& text) {
-  size_t pos = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  const std::string unit = text.substr(pos);
-  const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
-  if (pos == 0 || scale == 0 || !std::isfinite(number) || number <= 0)
-    return InvalidArgument("--budget '", text, "': expected a positive duration such as 90s, 30m or 2h");
-  return number * scale;
-}
-
-}  // namespace
 
 Status SweepCommand(const std::vector<std::string>& args) {
   Flags flags({{"config", "the sweep file (text protobuf, docs/sweep.md); required unless --resume"},
@@ -69,7 +48,7 @@ Status SweepCommand(const std::vector<std::string>& args) {
       spec.set_trials(trials);
     }
     if (flags.Has("budget")) {
-      LOOM_ASSIGN_OR_RETURN(const double budget, ParseDuration(flags.Str("budget", "")));
+      LOOM_ASSIGN_OR_RETURN(const double budget, flags.Seconds("budget", ""));
       spec.set_budget_s(budget);
     }
     // Without packing every array holds one trial: saved in the sweep so a
@@ -77,9 +56,7 @@ Status SweepCommand(const std::vector<std::string>& args) {
     if (flags.Has("no-packing")) spec.set_max_array(1);
   }
   options.packing = options.input.spec.max_array() != 1;
-  LOOM_ASSIGN_OR_RETURN(const sweep::SweepResult result, sweep::RunSweep(options));
-  (void)result;
-  return Status::Ok();
+  return sweep::RunSweep(options).status();
 }
 
 }  // namespace loom::tools
