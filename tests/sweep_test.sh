@@ -6,10 +6,13 @@
 #   GEMM summation order of the fused array (1e-4 relative);
 # - packing: one array per batch size; with the memory plan's R=2 total as
 #   the sweep's memory, no array holds more than 2 trials;
-# - resume: a sweep killed (SIGKILL) mid-way and resumed ends with the same
+# - resume: a sweep killed (SIGKILL, or SIGINT: exit 130 after a checkpoint)
+#   mid-way and resumed ends with the same
 #   trials, rung results, leaderboard, array checkpoints and metrics lines
 #   as an uninterrupted one (no trial run twice, none lost);
-# - a stopped trial's checkpoint exports with loom export;
+# - a stopped trial's checkpoint exports with loom export; each trial has a
+#   TensorBoard HParams session;
+# - ASHA over arrays run one after another; diverging trials; a budget;
 # - bad sweep files fail with FILE:LINE and write nothing.
 set -euo pipefail
 loom="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: the test changes folders
@@ -86,6 +89,25 @@ for a in b0-a0 b0-a1; do
   same_run "$work/killed/arrays/$a" "$final" "$work/straight/arrays/$a"
 done
 echo "resumed sweep: same trials, leaderboard, checkpoints and records"
+
+# SIGINT: the sweep checkpoints the array in progress, exits 130, and its
+# resume ends as the uninterrupted sweep.
+"$loom" sweep --config "$sweep" --trials 9 --out "$work/interrupted" >"$work/interrupted.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  if [ -e "$work/interrupted/arrays/b0-a1/metrics.jsonl" ]; then break; fi
+  sleep 0.05
+done
+kill -INT "$pid" 2>/dev/null || true
+status=0
+wait "$pid" || status=$?
+if grep -q "^sweep done" "$work/interrupted.log"; then fail "the sweep finished before SIGINT"; fi
+[ "$status" -eq 130 ] || { show "$work/interrupted.log"; fail "SIGINT: exit status $status, expected 130"; }
+grep -q "stopped by SIGINT" "$work/interrupted.log" || { show "$work/interrupted.log"; fail "no SIGINT message"; }
+"$loom" sweep --resume "$work/interrupted" >"$work/interrupted_resumed.log" 2>&1 || fail "the resume after SIGINT failed"
+diff <(sed "s|$work/straight/||g" "$work/straight/trials.jsonl") <(sed "s|$work/interrupted/||g" "$work/interrupted/trials.jsonl") ||
+  fail "the sweep resumed after SIGINT differs from the uninterrupted sweep"
+echo "interrupted (SIGINT) and resumed sweep: same trials"
 
 # Packing sized by the memory plan: with memory = the plan's total for 2
 # replicas, arrays hold at most 2 trials.

@@ -3,11 +3,13 @@
 // (train/sweep/sweep.h, docs/sweep.md); `loom sweep --resume DIR` continues
 // a killed one.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/logging.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "train/stop_signals.h"
 #include "train/sweep/sweep.h"
 
 namespace loom::tools {
@@ -56,7 +58,13 @@ Status SweepCommand(const std::vector<std::string>& args) {
     if (flags.Has("no-packing")) spec.set_max_array(1);
   }
   options.packing = options.input.spec.max_array() != 1;
-  return sweep::RunSweep(options).status();
+  LOOM_ASSIGN_OR_RETURN(const sweep::SweepResult result, sweep::RunSweep(options));
+  if (result.stop_signal != 0) {
+    // Exit as the signal would have, as loom train does.
+    std::fflush(nullptr);
+    std::exit(train::StopSignals::ExitStatus(result.stop_signal));
+  }
+  return Status::Ok();
 }
 
 }  // namespace loom::tools

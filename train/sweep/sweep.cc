@@ -20,6 +20,7 @@
 #include "train/metrics/progress.h"
 #include "train/replica_plan.h"
 #include "train/sweep/hparams.pb.h"
+#include "train/stop_signals.h"
 #include "train/training_loop.h"
 
 namespace loom::sweep {
@@ -166,6 +167,7 @@ class Sweep {
   std::map<std::string, int64_t> capacity_;  // packing key -> trials per array
   proto::SweepState state_;
   Clock::time_point start_ = Clock::now();
+  int stop_signal_ = 0;  // SIGINT or SIGTERM received: the sweep stops
 };
 
 StatusOr<int64_t> Sweep::Capacity(const Trial& t) {
@@ -309,6 +311,10 @@ StatusOr<std::map<std::pair<int64_t, int64_t>, metrics::MetricsRecord>> Sweep::T
 }
 
 Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& alive) {
+  if (const int signal = train::StopSignals::Received(); signal != 0) {
+    stop_signal_ = signal;
+    return Status::Ok();
+  }
   // Done already (a resumed sweep): every running trial has its record.
   LOOM_ASSIGN_OR_RETURN(auto records, TestRecords(a));
   bool have_all = true;
@@ -336,8 +342,17 @@ Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& al
     LOOM_RETURN_IF_ERROR(loop->StopReplicas(stop, StrCat("stopped by the sweep (rung at epoch ", epoch_before, ")")));
   }
   while (loop->epoch() < epoch && !loop->done()) {
-    Status trained = loop->RunEpoch().status();
-    if (trained.ok()) continue;
+    Status trained = loop->Step().status();
+    if (trained.ok()) {
+      // SIGINT or SIGTERM: the array's checkpoint now, then the sweep ends
+      // (loom sweep --resume goes on from here).
+      if (const int signal = train::StopSignals::Received(); signal != 0) {
+        LOOM_RETURN_IF_ERROR(loop->SaveCheckpoint());
+        stop_signal_ = signal;
+        return Status::Ok();
+      }
+      continue;
+    }
     // Every trial of the array diverged: a result of the search (they rank
     // last), not a failure of the sweep. Any other error is one.
     bool all_diverged = true;
@@ -397,6 +412,7 @@ Status Sweep::RunAsha(size_t b) {
       Say(StrCat("asha rung ", i, ": array ", a.name, ", ", alive.size(), alive.size() == 1 ? " trial" : " trials",
                  " to epoch ", epoch));
       LOOM_RETURN_IF_ERROR(Advance(a, epoch, alive));
+      if (stop_signal_ != 0) return Status::Ok();
       LOOM_RETURN_IF_ERROR(RecordRung(a, epoch, alive));
       std::vector<double>& scores = recorded[epoch];
       for (int64_t id : alive) scores.push_back(Score(trials_[id].rung_metric[epoch], spec_.direction()));
@@ -443,6 +459,7 @@ Status Sweep::RunBracket(size_t b) {
       for (int64_t id : a.trials) any = any || alive.count(id);
       if (!any) continue;
       LOOM_RETURN_IF_ERROR(Advance(a, epoch, alive));
+      if (stop_signal_ != 0) return Status::Ok();
       LOOM_RETURN_IF_ERROR(RecordRung(a, epoch, alive));
     }
     // The best floor(n / eta) go on (at least one); ties: the lower id.
@@ -635,12 +652,19 @@ StatusOr<SweepResult> Sweep::Run() {
     Say(StrCat("  bracket ", b, ": trials ", brackets_[b].first_trial, "-", brackets_[b].first_trial + brackets_[b].n - 1,
                ", rungs at epochs ", shape, "; arrays of ", sizes));
   }
-  for (size_t b = 0; b < brackets_.size(); ++b) LOOM_RETURN_IF_ERROR(RunBracket(b));
+  train::StopSignals signals;
+  for (size_t b = 0; b < brackets_.size() && stop_signal_ == 0; ++b) LOOM_RETURN_IF_ERROR(RunBracket(b));
   state_.set_elapsed_s(Elapsed());
   start_ = Clock::now();
   LOOM_RETURN_IF_ERROR(SaveState());
-  LOOM_RETURN_IF_ERROR(WriteRecords());
   SweepResult result;
+  if (stop_signal_ != 0) {
+    result.stop_signal = stop_signal_;
+    Say(StrCat("stopped by ", train::StopSignals::Name(stop_signal_),
+               "; the array in progress is checkpointed: resume with loom sweep --resume ", opt_.out_dir));
+    return result;
+  }
+  LOOM_RETURN_IF_ERROR(WriteRecords());
   result.leaderboard = Leaderboard();
   result.seconds = std::chrono::duration<double>(Clock::now() - began).count();
   Say(StrCat("sweep done in ", metrics::FormatDuration(result.seconds), " (", metrics::FormatDuration(state_.elapsed_s()),

@@ -66,6 +66,9 @@ struct TrialResult {
 struct SweepResult {
   std::vector<TrialResult> leaderboard;  // best first
   double seconds = 0;                    // this process's wall time
+  // SIGINT or SIGTERM stopped the sweep (after a checkpoint of the array in
+  // progress; a second signal ends the process at once); 0 when it ended.
+  int stop_signal = 0;
 };
 
 StatusOr<SweepResult> RunSweep(const SweepOptions& options);
