@@ -29,6 +29,8 @@ Status CheckpointCommand(const std::vector<std::string>& args);
 // Fused replicas (docs/fusion_tools.md): how many fit in a device's memory,
 // and one replica of a fused run's checkpoint as a single model's.
 Status PlanCommand(const std::vector<std::string>& args);
+// loom sweep: hyper-parameter search in fused arrays (docs/sweep.md).
+Status SweepCommand(const std::vector<std::string>& args);
 Status ExportCommand(const std::vector<std::string>& args);
 // A zoo model's layers, parameters and FLOPs; its forward graph to a file
 // (docs/inspect.md).

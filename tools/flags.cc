@@ -88,6 +88,25 @@ StatusOr<uint64_t> Flags::Unsigned(const std::string& name, uint64_t def) const 
   return static_cast<uint64_t>(v);
 }
 
+StatusOr<double> Flags::Seconds(const std::string& name, const std::string& def) const {
+  const std::string text = Str(name, def);
+  std::string number = text;
+  double scale = 1;
+  auto strip = [&](const std::string& suffix, double unit) {
+    if (number.size() <= suffix.size() || number.compare(number.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return false;
+    number.resize(number.size() - suffix.size());
+    scale = unit;
+    return true;
+  };
+  strip("ms", 1e-3) || strip("s", 1) || strip("m", 60) || strip("h", 3600);
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (number.empty() || *end != '\0' || !(value > 0) || !std::isfinite(value))
+    return InvalidArgument("--", name, " '", text, "': expected a positive time such as 30s, 2m, 2h or 500ms");
+  return value * scale;
+}
+
 StatusOr<double> Flags::Float(const std::string& name, double def) const {
   auto it = values_.find(name);
   if (it == values_.end()) return def;

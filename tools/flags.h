@@ -25,6 +25,9 @@ class Flags {
   StatusOr<int64_t> Int(const std::string& name, int64_t def) const;
   StatusOr<uint64_t> Unsigned(const std::string& name, uint64_t def) const;
   StatusOr<double> Float(const std::string& name, double def) const;
+  // A positive time in seconds: "500ms", "30s", "2m", "1.5h" or plain
+  // seconds ("--budget '2x': expected a positive time such as ...").
+  StatusOr<double> Seconds(const std::string& name, const std::string& def) const;
   // A comma-separated list of positive integers ("1,2,4"); errors name the
   // flag, the text and the bad item.
   StatusOr<std::vector<int64_t>> PositiveInts(const std::string& name, const std::vector<int64_t>& def) const;

@@ -29,6 +29,7 @@ constexpr const char* kUsage =
     "  strategy       a standard parallelization strategy for a config's model (loom strategy --help)\n"
     "  simulate       the predicted training step of a config's model on a machine (loom simulate --help)\n"
     "  search         a parallelization strategy for a config's model on a machine (loom search --help)\n"
+    "  sweep          hyper-parameter search (random, Hyperband) in fused arrays (loom sweep --help)\n"
     "  machine probe  this machine's description for the simulator, measured\n"
     "  profile        kernel times of a config's step on CPU devices, for loom simulate --profile\n";
 
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
       {"inspect", loom::tools::InspectCommand}, {"strategy", loom::tools::StrategyCommand},
       {"simulate", loom::tools::SimulateCommand}, {"machine", loom::tools::MachineCommand},
       {"profile", loom::tools::ProfileCommand}, {"search", loom::tools::SearchCommand},
+      {"sweep", loom::tools::SweepCommand},
   };
   auto it = commands.find(command);
   if (it == commands.end()) {

@@ -2,25 +2,21 @@
 // how many fused replicas of a config's model fit in a device's memory,
 // from the graph and the static memory plan (runtime/step_memory.h), not by
 // running steps. For R = 1, 2, 4, ... the fused training step is built as
-// `loom bench fusion` builds it and its peak estimated; between the last
+// `loom bench fusion` builds it and its peak estimated (train/replica_plan.h,
+// shared with `loom sweep`); between the last
 // power of two that fits and the first that does not, a binary search finds
 // the largest R that fits. docs/fusion_tools.md.
-#include <unistd.h>
-
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
 
 #include "core/file_util.h"
 #include "graph/compile.h"
-#include "graph/model.h"
-#include "models/zoo.h"
 #include "train/config/train_config.h"
 #include "runtime/step_memory.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "train/run_parts.h"
+#include "train/replica_plan.h"
 #include "train/training_run.h"
 
 namespace loom::tools {
@@ -53,42 +49,6 @@ std::string KnownDeviceNames() {
   std::string s;
   for (const KnownDevice& d : kDevices) s += std::string(s.empty() ? "" : ", ") + d.name;
   return s;
-}
-
-uint64_t PhysicalMemory() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
-
-// "16GiB", "80GB", "512MiB", "1.5TiB", "1e9", "4096" (bytes); the unit may
-// follow a space and is case-insensitive; K/M/G/T alone are binary.
-StatusOr<uint64_t> ParseMemorySize(const std::string& text) {
-  const auto bad = [&](const std::string& why) {
-    return InvalidArgument("--memory '", text, "': ", why,
-                           " (examples: 16GiB, 80GB, 512MiB, 1.5TiB, 1000000 for bytes; "
-                           "units B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024))");
-  };
-  size_t pos = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &pos);
-  } catch (...) {
-    return bad("not a size");
-  }
-  std::string unit;
-  for (size_t i = pos; i < text.size(); ++i)
-    if (!std::isspace(static_cast<unsigned char>(text[i]))) unit += static_cast<char>(std::tolower(text[i]));
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},         {"b", 1},          {"kb", 1e3},          {"mb", 1e6},          {"gb", 1e9},
-      {"tb", 1e12},    {"k", 1024.0},     {"m", kMiB},          {"g", kMiB * 1024},   {"t", kMiB * kMiB},
-      {"kib", 1024.0}, {"mib", kMiB},     {"gib", kMiB * 1024}, {"tib", kMiB * kMiB},
-  };
-  auto it = kUnits.find(unit);
-  if (it == kUnits.end()) return bad("unknown unit '" + unit + "'");
-  const double bytes = number * it->second;
-  if (!std::isfinite(bytes) || bytes <= 0) return bad("must be more than 0 bytes");
-  if (bytes >= 1.8e19) return bad("too large");
-  return static_cast<uint64_t>(std::floor(bytes));
 }
 
 // "64 MiB", "141 GB", "7.61 GiB".
@@ -126,14 +86,6 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-struct Row {
-  int64_t replicas = 0;
-  StepMemory memory;      // the fused training step
-  size_t eval_bytes = 0;  // --with-eval: the evaluation executor's state, arena and batch
-  bool fits = false;
-  size_t total() const { return memory.total() + eval_bytes; }
-};
-
 Status Plan(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom plan needs --config FILE");
   const std::string config_path = flags.Str("config", "");
@@ -152,69 +104,24 @@ Status Plan(const Flags& flags) {
   const bool is_cpu = device->gigabytes == 0;
   uint64_t memory = 0;
   if (flags.Has("memory")) {
-    LOOM_ASSIGN_OR_RETURN(memory, ParseMemorySize(flags.Str("memory", "")));
+    LOOM_ASSIGN_OR_RETURN(memory, train::ParseMemorySize(flags.Str("memory", ""), "--memory"));
   } else if (is_cpu) {
-    memory = PhysicalMemory();
+    memory = train::PhysicalMemory();
     if (memory == 0) return FailedPrecondition("cannot read this machine's physical memory; give --memory SIZE");
   } else {
     memory = static_cast<uint64_t>(device->gigabytes * 1e9);
   }
   const Device accounting = is_cpu ? Device::Cpu() : Device::Cuda(0);
-
-  // The model as loom train builds it: for the spec of the config's
-  // training data (any dataset loom train reads; loaded, not fed).
-  LOOM_ASSIGN_OR_RETURN(const train::Datasets data, train::LoadDatasets(config.data()));
-  const models::DataSpec spec = train::DataSpecOf(*data.train);
   const int64_t batch = config.data().batch_size();
-  Model m;
-  LOOM_RETURN_IF_ERROR(train::BuildConfigModel(m, config, spec, batch));
   const StepOptimizer opt = StepOptimizer{config.optimizer()};
   // loom train also keeps an executor of the evaluation graph (BatchNorm and
   // Dropout in eval mode, at eval_batch_size) with its own state tensors.
   const bool with_eval = flags.Bool("with-eval");
-  Model eval_model;
-  eval_model.set_training(false);
-  if (with_eval)
-    LOOM_RETURN_IF_ERROR(train::BuildConfigModel(eval_model, config, spec, config.data().eval_batch_size()));
-
-  std::map<int64_t, Row> rows;
-  auto evaluate = [&](int64_t r) -> StatusOr<bool> {
-    FusionOptions fo;
-    fo.replicas = static_cast<int>(r);
-    fo.unfused_layers.assign(config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end());
-    for (int64_t i = 0; i < r; ++i) fo.seeds.push_back(static_cast<uint64_t>(i + 1));
-    LOOM_ASSIGN_OR_RETURN(Graph fused, Compile(m.graph(), Program::kTrainingStep, StepOptions(opt, fo)));
-    Row row;
-    row.replicas = r;
-    LOOM_ASSIGN_OR_RETURN(row.memory, EstimateStepMemory(fused, accounting));
-    if (with_eval) {
-      LOOM_ASSIGN_OR_RETURN(Graph fused_eval, Compile(eval_model.graph(), Program::kForward, StepOptions(opt, fo)));
-      LOOM_ASSIGN_OR_RETURN(StepMemory e, EstimateStepMemory(fused_eval, accounting));
-      row.eval_bytes = e.state_bytes + e.arena_bytes + e.input_bytes;
-    }
-    row.fits = row.total() <= memory;
-    rows[r] = row;
-    return row.fits;
-  };
-
-  // Powers of two (and the limit), then a binary search between the last
-  // that fits (lo) and the first that does not (hi).
-  int64_t lo = 0, hi = 0;
-  for (int64_t r = 1;; r *= 2) {
-    const int64_t at = std::min(r, max_replicas);
-    LOOM_ASSIGN_OR_RETURN(bool fits, evaluate(at));
-    if (!fits) {
-      hi = at;
-      break;
-    }
-    lo = at;
-    if (at == max_replicas) break;
-  }
-  while (hi > 0 && hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    LOOM_ASSIGN_OR_RETURN(bool fits, evaluate(mid));
-    (fits ? lo : hi) = mid;
-  }
+  LOOM_ASSIGN_OR_RETURN(const train::ReplicaPlan plan,
+                        train::PlanReplicas(config, memory, accounting, max_replicas, with_eval));
+  const auto& rows = plan.rows;
+  const int64_t lo = plan.largest_fitting;
+  const int64_t hi = plan.limited_by_max_replicas ? 0 : 1;
 
   if (flags.Has("json")) {
     std::string json = StrCat("{\"config\": ", JsonString(config_path), ", \"model\": ", JsonString(config.model().name()),

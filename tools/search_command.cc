@@ -15,32 +15,6 @@
 #include "train/config/train_config.h"
 
 namespace loom::tools {
-namespace {
-
-// "30s", "2m", "500ms" or plain seconds.
-StatusOr<double> ParseBudget(const std::string& text) {
-  double scale = 1;
-  std::string number = text;
-  auto ends_with = [&](const std::string& suffix) {
-    return number.size() > suffix.size() && number.compare(number.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (ends_with("ms")) {
-    scale = 1e-3;
-    number.resize(number.size() - 2);
-  } else if (ends_with("s")) {
-    number.resize(number.size() - 1);
-  } else if (ends_with("m")) {
-    scale = 60;
-    number.resize(number.size() - 1);
-  }
-  char* end = nullptr;
-  const double value = std::strtod(number.c_str(), &end);
-  if (number.empty() || *end != '\0' || !(value > 0))
-    return InvalidArgument("--budget '", text, "': expected a positive time such as 30s, 2m or 500ms");
-  return value * scale;
-}
-
-}  // namespace
 
 Status SearchCommand(const std::vector<std::string>& args) {
   Flags flags({{"config", "the training config whose model to parallelize"},
@@ -75,7 +49,7 @@ Status SearchCommand(const std::vector<std::string>& args) {
   if (devices < 1 || devices > machine.devices())
     return InvalidArgument("--devices ", devices, ": machine ", machine.name(), " has ", machine.devices(), " devices");
   SearchOptions options;
-  LOOM_ASSIGN_OR_RETURN(options.budget_seconds, ParseBudget(flags.Str("budget", "30s")));
+  LOOM_ASSIGN_OR_RETURN(options.budget_seconds, flags.Seconds("budget", "30s"));
   LOOM_ASSIGN_OR_RETURN(options.proposals, flags.Int("proposals", 0));
   LOOM_ASSIGN_OR_RETURN(const int64_t seed, flags.Int("seed", 1));
   if (options.proposals < 0) return InvalidArgument("--proposals must be >= 0");

@@ -734,6 +734,20 @@ Status TrainingLoop::Retire(const std::vector<int64_t>& positions, const std::st
   return BuildArray(/*initialize=*/false);
 }
 
+Status TrainingLoop::StopReplicas(const std::vector<int64_t>& replica_indices, const std::string& status) {
+  if (!fused()) return FailedPrecondition("only a fused run's replicas can be stopped one by one");
+  std::vector<int64_t> positions;
+  for (int64_t r : replica_indices) {
+    if (r < 0 || r >= static_cast<int64_t>(replicas_.size()))
+      return InvalidArgument("replica ", r, " is not in the run (", replicas_.size(), " replicas)");
+    auto it = std::find(alive_.begin(), alive_.end(), r);
+    if (it != alive_.end()) positions.push_back(it - alive_.begin());
+  }
+  if (positions.empty()) return Status::Ok();
+  LOOM_RETURN_IF_ERROR(Retire(positions, status));
+  return SaveCheckpoint();
+}
+
 // Ranks the running replicas by the rule's metric and stops the worst.
 Status TrainingLoop::ApplyEarlyStop() {
   if (!fused() || !c_.fusion().has_early_stop() || alive_.size() <= 1) return Status::Ok();

@@ -104,6 +104,13 @@ class TrainingLoop {
   Status SaveCheckpoint();
   Status SaveCheckpointTo(const std::string& path);
   Status Restore(const std::string& path);
+  // Takes replicas (by index in the config's order) out of a fused array as
+  // the early stop does, and saves a checkpoint so that the array's folder
+  // records it: `loom sweep` stops a Hyperband rung's losers this way.
+  // Replicas no longer running are skipped; the last running one may go
+  // (the array is then done).
+  Status StopReplicas(const std::vector<int64_t>& replica_indices, const std::string& status);
+  const std::vector<Replica>& replicas() const { return replicas_; }
   void Cancel() { cancel_requested_.store(true); }
   bool cancelled() const { return cancel_requested_.load(); }
 

@@ -20,20 +20,6 @@ using FieldFn = std::function<std::string(const std::string&)>;
 // The per-replica sections of a TrainConfig.
 const char* const kSections[] = {"optimizer", "schedule"};
 
-bool IsNumeric(const pb::FieldDescriptor* f) {
-  switch (f->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-    case pb::FieldDescriptor::CPPTYPE_FLOAT:
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The message holding a per-replica field ("optimizer.lr", "seed") and the
 // field, or {nullptr, nullptr}.
 template <typename M>
@@ -200,13 +186,30 @@ std::vector<std::vector<double>> RandomValues(const proto::SweepConfig& sw) {
 
 }  // namespace
 
+bool IsIntegerField(const pb::FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsNumericField(const pb::FieldDescriptor* f) {
+  return IsIntegerField(f) || f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE ||
+         f->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT;
+}
+
 const std::vector<std::string>& SweepableFields() {
   static const std::vector<std::string> fields = [] {
     std::vector<std::string> out;
     for (const char* s : kSections) {
       const pb::Descriptor* d = proto::TrainConfig::descriptor()->FindFieldByName(s)->message_type();
       for (int i = 0; i < d->field_count(); ++i)
-        if (!d->field(i)->is_repeated() && IsNumeric(d->field(i))) out.push_back(StrCat(s, ".", d->field(i)->name()));
+        if (!d->field(i)->is_repeated() && IsNumericField(d->field(i))) out.push_back(StrCat(s, ".", d->field(i)->name()));
     }
     out.push_back("seed");
     return out;

@@ -38,6 +38,11 @@ StatusOr<std::vector<ReplicaSpec>> ExpandReplicas(const proto::TrainConfig& conf
 StatusOr<std::vector<ReplicaSpec>> ExpandReplicas(const proto::TrainConfig& config,
                                                   const std::function<std::string(const std::string&)>& where);
 
+// Whether a scalar field holds an integer (int32/64, uint32/64), or any
+// number (an integer, a float or a double).
+bool IsIntegerField(const google::protobuf::FieldDescriptor* f);
+bool IsNumericField(const google::protobuf::FieldDescriptor* f);
+
 // The fields a sweep may set: the numeric scalar fields of the optimizer and
 // the schedule ("optimizer.lr", ..., "schedule.warmup_steps", ...) and "seed".
 const std::vector<std::string>& SweepableFields();

@@ -71,22 +71,10 @@ class Checker {
   Status status_;
 };
 
-bool IsInteger(const pb::FieldDescriptor* f) {
-  switch (f->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32:
-    case pb::FieldDescriptor::CPPTYPE_INT64:
-    case pb::FieldDescriptor::CPPTYPE_UINT32:
-    case pb::FieldDescriptor::CPPTYPE_UINT64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A sweep value for field `f` (null: unknown field, checked elsewhere).
 void CheckSweepValue(Checker& k, const pb::FieldDescriptor* f, double v, const std::string& field) {
   k.Require(std::isfinite(v), field, StrCat("must be a finite number, got ", v));
-  if (!f || !IsInteger(f)) return;
+  if (!f || !IsIntegerField(f)) return;
   constexpr double kLimit = 9007199254740992.0;  // 2^53: integers a double holds exactly
   k.Require(std::fabs(v) <= kLimit, field,
             StrCat("must be within +-2^53 for the integer field ", f->name(), ", got ", v));
