@@ -305,10 +305,11 @@ struct ValueState {
   }
 };
 
-// One effect of planning a node, in the order it happened. A node whose
-// split and inputs' versions are those of the last lowering has the same
-// effects (its tasks and pieces renumbered): an incremental lowering
-// replays them instead of planning the node again.
+// One effect of a segment (planning a node, covering a state's homes, its
+// writebacks), in the order it happened. A segment whose signature (the
+// node's split, the versions of what it reads) is the last lowering's has
+// the same effects, its tasks and pieces renumbered: an incremental
+// lowering replays them instead of planning again.
 struct Effect {
   enum Kind : uint8_t { kTask, kPiece, kReduce, kUnreduced, kSplit, kSourceRead, kRename, kWriteback };
   Kind kind;
@@ -432,9 +433,9 @@ class Lowering {
     tg_.pieces.reserve(std::max(last_pieces_.size(), static_cast<size_t>(2 * g_.num_nodes() * widest)));
   }
 
-  // The graph's outputs, the states' homes and their writebacks (planned
-  // anew every run: they read the whole graph's values), then what the
-  // simulator reads: bytes per device and the tasks' fingerprints.
+  // The graph's outputs (planned anew every run), the states' home covers
+  // and writebacks (segments, like the nodes), then what the simulator
+  // reads: bytes per device and the tasks' fingerprints.
   Status Finish() {
     for (const auto& [name, v] : g_.outputs()) {
       LOOM_ASSIGN_OR_RETURN(tg_.outputs[name], Whole(Renamed(v)));

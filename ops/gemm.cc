@@ -16,6 +16,11 @@
 
 namespace loom {
 
+std::string GemmInstructionSets() {
+  const std::string eigen = std::string("Eigen (") + Eigen::SimdInstructionSetsInUse() + ")";
+  return (LOOM_GEMM_AVX2 ? "f32: AVX2+FMA micro-kernel (6x16); f64: " : "f32 and f64: ") + eigen;
+}
+
 namespace {
 
 template <typename T>

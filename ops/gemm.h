@@ -11,11 +11,18 @@
 // results are bit-identical for any thread count.
 #pragma once
 
+#include <string>
+
 #include <cstdint>
 
 #include "core/thread_pool.h"
 
 namespace loom {
+
+// The instruction sets this build's GEMMs run with: "f32: AVX2+FMA
+// micro-kernel (6x16); f64: Eigen (AVX SSE2 ...)", or Eigen's for both
+// (what `loom bench kernels` reports beside the CPU's own).
+std::string GemmInstructionSets();
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,

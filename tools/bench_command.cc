@@ -15,6 +15,7 @@
 
 #include "core/file_util.h"
 #include "core/parse.h"
+#include "ops/gemm.h"
 #include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/cost.h"
@@ -130,10 +131,16 @@ Status BenchKernels(const Flags& flags) {
   }
   const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
   const double roof = roof1 * static_cast<double>(threads);
+  // Which instructions ran: the same binary runs on AVX2 and AVX-512
+  // machines, and the vector width it was built for decides its speed.
+  std::printf("cpu: %s (%s); kernels: %s\n", CpuModelName().c_str(), CpuVectorFeatures().c_str(),
+              GemmInstructionSets().c_str());
   std::printf("roof: Eigen sgemm 1024^3 on 1 thread %.1f GFLOP/s; x %lld threads = %.1f GFLOP/s\n", roof1,
               static_cast<long long>(threads), roof);
   std::printf("%-40s %12s %12s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof");
-  std::string json = "{\"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
+  std::string json = "{\"cpu\": " + JsonQuoted(CpuModelName()) + ", \"cpu_features\": " +
+                     JsonQuoted(CpuVectorFeatures()) + ", \"kernels\": " + JsonQuoted(GemmInstructionSets()) +
+                     ", \"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
                      ", \"roof_1thread_gflops\": " + std::to_string(roof1) + ", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];

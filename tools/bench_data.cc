@@ -66,6 +66,19 @@ std::string CpuModelName() {
   return "unknown CPU";
 }
 
+std::string CpuVectorFeatures() {
+  std::string features;
+  auto add = [&](bool has, const char* name) {
+    if (has) features += (features.empty() ? "" : " ") + std::string(name);
+  };
+  add(__builtin_cpu_supports("avx2"), "AVX2");
+  add(__builtin_cpu_supports("fma"), "FMA");
+  add(__builtin_cpu_supports("avx512f"), "AVX-512F");
+  add(__builtin_cpu_supports("avx512bw"), "AVX-512BW");
+  add(__builtin_cpu_supports("avx512vl"), "AVX-512VL");
+  return features.empty() ? "none of AVX2, FMA, AVX-512" : features;
+}
+
 template <typename T>
 double EigenGemmFlops(int reps) {
   const int n = 1024;

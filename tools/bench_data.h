@@ -41,6 +41,9 @@ double MemcpyBytesPerSecond(int reps);
 
 // "model name" of /proc/cpuinfo: benchmarks say which CPU they ran on.
 std::string CpuModelName();
+// The vector instruction sets the CPU has, of those loom's kernels could use
+// ("AVX2 FMA AVX-512F"): beside what the build runs (GemmInstructionSets).
+std::string CpuVectorFeatures();
 
 // The runtime's own cost: a chain of kTasks scalar additions run as one
 // Executor step and as a task graph on one device (no transfers), the
