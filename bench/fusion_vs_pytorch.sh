@@ -6,8 +6,9 @@
 #
 #   bench/fusion_vs_pytorch.sh mlp|cnn [--replicas 1,2,4,8,16,32] [--threads T] [--python PYTHON]
 #
-# PYTHON must have torch >= 2.0 (torch.func); default /opt/torchbench/bin/python
-# if it exists, else the venv of bench/train_vs_pytorch.sh. The tables land in
+# PYTHON must have torch >= 2.0 (torch.func); default bench/lib.sh's
+# bench_python (/opt/torchbench/bin/python, else a venv it makes). The output
+# starts with the CPU and its vector width. The tables land in
 # docs/benchmarks.md by hand, with the command line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +24,9 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [ -z "$python" ]; then
-  if [ -x /opt/torchbench/bin/python ]; then python=/opt/torchbench/bin/python
-  else python="$HOME/.cache/loom-bench-venv/bin/python"; fi
-fi
+source bench/lib.sh
+[ -n "$python" ] || python="$(bench_python)"
+cpu_line
 steps=10 reps=7
 [ "$model" = cnn ] && steps=4 reps=3
 

@@ -6,9 +6,10 @@
 #
 #   bench/train_vs_pytorch.sh [--threads T] [--steps N] [--python PYTHON]
 #
-# PYTHON must have torch and numpy; by default a venv with the current
-# PyTorch from PyPI is made under ~/.cache/loom-bench-venv (Debian's
-# python3-torch 1.13 also works: --python /usr/bin/python3).
+# PYTHON must have torch and numpy; by default bench/lib.sh's bench_python
+# (a venv with the current PyTorch from PyPI under ~/.cache/loom-bench-venv,
+# made when missing; Debian's python3-torch 1.13 also works: --python
+# /usr/bin/python3). The output starts with the CPU and its vector width.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=2 steps=400 python=""
@@ -20,14 +21,9 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [ -z "$python" ]; then
-  venv="$HOME/.cache/loom-bench-venv"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q torch numpy
-  fi
-  python="$venv/bin/python"
-fi
+source bench/lib.sh
+[ -n "$python" ] || python="$(bench_python)"
+cpu_line
 
 bazel build //tools:loom >/dev/null 2>&1
 loom="$(bazel info bazel-bin 2>/dev/null)/tools/loom"

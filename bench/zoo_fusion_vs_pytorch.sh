@@ -10,10 +10,10 @@
 #   bench/zoo_fusion_vs_pytorch.sh MODEL [--replicas 1,2,4] [--threads 1] [--reps 3] [--loom PATH] [--python PYTHON]
 #
 # MODEL: resnet18 | mobilenet_v3_large | pointnet_cls | transformer_lm | bert_medium.
-# PYTHON default: /usr/bin/python3 for resnet18 and mobilenet_v3_large (they
-# need torchvision: Debian's torch 1.13 + torchvision 0.14, vmap through
-# functorch), /opt/torchbench/bin/python (PyTorch 2.x, torch.func) for the
-# others. --loom: a loom binary (default: bazel build //tools:loom).
+# PYTHON default: bench/lib.sh's bench_python (PyTorch 2.x, torch.func; with
+# torchvision for resnet18 and mobilenet_v3_large), made when missing; Debian's
+# torch 1.13 + torchvision 0.14 also works (vmap through functorch):
+# --python /usr/bin/python3. --loom: a loom binary (default: bazel build //tools:loom).
 # Both sides report the fastest of --reps timed steps after one warm-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +32,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
+source bench/lib.sh
 if [ -z "$python" ]; then
   case "$model" in
-    resnet18 | mobilenet_v3_large) python=/usr/bin/python3 ;;
-    *) python=/opt/torchbench/bin/python ;;
+    resnet18 | mobilenet_v3_large) python="$(bench_python torchvision)" ;;
+    *) python="$(bench_python)" ;;
   esac
 fi
 if [ -z "$loom" ]; then
@@ -46,6 +47,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+cpu_line
 "$loom" bench fusion --config "bench/configs/$model.pbtxt" --replicas "$replicas" --threads "$threads" \
   --reps "$reps" --json "$work/loom.json"
 "$python" bench/pytorch_zoo_fusion.py --model "$model" --loom-json "$work/loom.json" --replicas "$replicas" \
