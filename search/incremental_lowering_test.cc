@@ -103,16 +103,10 @@ double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std:
 
 TEST_CASE("an incremental lowering equals BuildTaskGraph's under random one-layer changes") {
   std::mt19937_64 rng(5);
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s)) continue;
-    for (int replicas : {0, 2}) {
-      std::optional<FusionOptions> fusion;
-      if (replicas > 0) fusion = FusionOptions{replicas, {7, 8}, {}, {}};
-      const testing::StepCase c = testing::ZooStepCase(s, fusion);
-      INFO(s.name << (replicas ? " fused" : ""));
-      CheckChain(c, 4, 8, rng);
-    }
-  }
+  testing::ForEachZooStepCase([&](const std::string& name, const testing::StepCase& c) {
+    INFO(name);
+    CheckChain(c, 4, 8, rng);
+  });
 }
 
 TEST_CASE("a one-layer change plans that layer's nodes and their neighbours', not the graph") {

@@ -86,25 +86,18 @@ void Write(const std::string& name, const testing::StepCase& c, const std::strin
 
 TEST_CASE("dump the lowering of the zoo's models under standard and random strategies") {
   std::mt19937_64 rng(23);
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s)) continue;
-    for (int replicas : {0, 2}) {
-      std::optional<FusionOptions> fusion;
-      if (replicas > 0) fusion = FusionOptions{replicas, {7, 8}, {}, {}};
-      const testing::StepCase c = testing::ZooStepCase(s, fusion);
-      const std::string model = StrCat(s.name, replicas ? ".fused" : "");
-      for (int64_t devices : {1, 2, 4}) {
-        for (const char* kind : {"dp", "owt", "model", "replica"}) {
-          if ((std::string(kind) == "replica") != (replicas > 0)) continue;
-          auto strategy = MakeStandardStrategy(c.forward, *ParseStandardStrategy(kind), devices);
-          if (!strategy.ok()) continue;
-          Write(StrCat(model, ".", kind, ".", devices), c, StrategyToText(*strategy));
-        }
-        for (int i = 0; devices > 1 && i < 3; ++i)
-          Write(StrCat(model, ".random", i, ".", devices), c, testing::RandomStrategy(c.forward, devices, rng));
+  testing::ForEachZooStepCase([&](const std::string& model, const testing::StepCase& c) {
+    for (int64_t devices : {1, 2, 4}) {
+      for (const char* kind : {"dp", "owt", "model", "replica"}) {
+        if ((std::string(kind) == "replica") != c.forward.fused()) continue;
+        auto strategy = MakeStandardStrategy(c.forward, *ParseStandardStrategy(kind), devices);
+        if (!strategy.ok()) continue;
+        Write(StrCat(model, ".", kind, ".", devices), c, StrategyToText(*strategy));
       }
+      for (int i = 0; devices > 1 && i < 3; ++i)
+        Write(StrCat(model, ".random", i, ".", devices), c, testing::RandomStrategy(c.forward, devices, rng));
     }
-  }
+  });
 }
 
 // What `loom bench simulator --speed` lowers: full-size ResNets.

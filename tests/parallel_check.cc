@@ -148,6 +148,17 @@ StepCase ClassifierCase(const std::string& model, const std::map<std::string, st
   return *c;
 }
 
+void ForEachZooStepCase(const std::function<void(const std::string& name, const StepCase& c)>& visit) {
+  for (const SmallModel& s : SmallModels()) {
+    if (IsGan(s)) continue;
+    for (int replicas : {0, 2}) {
+      std::optional<FusionOptions> fusion;
+      if (replicas > 0) fusion = FusionOptions{replicas, {7, 8}, {}, {}};
+      visit(StrCat(s.name, replicas ? ".fused" : ""), ZooStepCase(s, fusion));
+    }
+  }
+}
+
 StepCase ZooStepCase(const SmallModel& s, const std::optional<FusionOptions>& fusion) {
   const int64_t batch = s.name.rfind("pointnet", 0) == 0 ? 8 : kZooBatch;
   Model m(DType::kF64);

@@ -3,6 +3,7 @@
 // two: the equivalence checks of docs/parallel.md.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -58,6 +59,9 @@ StepCase ClassifierCase(const std::string& model, const std::map<std::string, st
 // fused when `fusion` is set; PointNet with a batch of 8 (its T-Nets
 // amplify rounding the most), the others with kZooBatch.
 StepCase ZooStepCase(const SmallModel& model, const std::optional<FusionOptions>& fusion);
+// Calls `visit` with every zoo model but the GANs as a step case, unfused
+// ("resnet18") and fused over 2 replicas seeded 7 and 8 ("resnet18.fused").
+void ForEachZooStepCase(const std::function<void(const std::string& name, const StepCase& c)>& visit);
 // The steps the zoo-wide checks take: 1 with BatchNorm (statistics over a
 // small batch amplify summation-order differences with every step), else 3.
 int ZooSteps(const StepCase& c);

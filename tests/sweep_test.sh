@@ -68,14 +68,20 @@ export_cmd=$(sed 's/.*"checkpoint": "loom export \([^"]*\)".*/\1/' <<<"$line")
 (cd "$work" && "$loom" export $export_cmd) >"$work/export.log" 2>&1 || { show "$work/export.log"; fail "loom export of a stopped trial failed"; }
 grep -q "stopped by the sweep" "$work/export.log" || { show "$work/export.log"; fail "the export does not name the trial's stop"; }
 
+# Starts a 9-trial sweep into $work/NAME (its log $work/NAME.log) and sends
+# it SIGNAL once its second array has begun; leaves its pid in $pid.
+start_and_signal() {
+  "$loom" sweep --config "$sweep" --trials 9 --out "$work/$1" >"$work/$1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    if [ -e "$work/$1/arrays/b0-a1/metrics.jsonl" ]; then break; fi
+    sleep 0.05
+  done
+  kill -"$2" "$pid" 2>/dev/null || true
+}
+
 # Resume: kill the sweep once the second array has begun, resume it.
-"$loom" sweep --config "$sweep" --trials 9 --out "$work/killed" >"$work/killed.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do
-  if [ -e "$work/killed/arrays/b0-a1/metrics.jsonl" ]; then break; fi
-  sleep 0.05
-done
-kill -9 "$pid" 2>/dev/null || true
+start_and_signal killed 9
 wait "$pid" 2>/dev/null || true
 if grep -q "^sweep done" "$work/killed.log"; then fail "the sweep finished before it could be killed"; fi
 "$loom" sweep --resume "$work/killed" >"$work/resumed.log" 2>&1 || { show "$work/resumed.log"; fail "the resume failed"; }
@@ -92,13 +98,7 @@ echo "resumed sweep: same trials, leaderboard, checkpoints and records"
 
 # SIGINT: the sweep checkpoints the array in progress, exits 130, and its
 # resume ends as the uninterrupted sweep.
-"$loom" sweep --config "$sweep" --trials 9 --out "$work/interrupted" >"$work/interrupted.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do
-  if [ -e "$work/interrupted/arrays/b0-a1/metrics.jsonl" ]; then break; fi
-  sleep 0.05
-done
-kill -INT "$pid" 2>/dev/null || true
+start_and_signal interrupted INT
 status=0
 wait "$pid" || status=$?
 if grep -q "^sweep done" "$work/interrupted.log"; then fail "the sweep finished before SIGINT"; fi
