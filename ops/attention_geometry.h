@@ -1,7 +1,7 @@
 // Host-side geometry of ScaledDotProductAttention, shared by the CPU op
 // (ops/attention_ops.cc) and its CUDA kernel (ops/cuda/attention_kernels.cc):
-// the extents of q, k, v and the resolved `scale` attribute (and, through
-// ops/attention_causal.h, the causal mask).
+// the extents of q, k, v, the resolved `scale` and `query_offset`
+// attributes (and, through ops/attention_causal.h, the causal mask).
 #pragma once
 
 #include <cmath>
@@ -36,6 +36,12 @@ inline StatusOr<double> ResolveAttentionScale(const std::string& op, const AttrM
   if (!std::isfinite(scale) || scale <= 0)
     return InvalidArgument(op, ": attribute 'scale' must be a positive finite number, got ", scale);
   return scale;
+}
+
+// The key position of query 0 under the causal mask (LastVisibleKey): the
+// `query_offset` attribute, or Tk - Tq (aligned bottom-right) when absent.
+inline int64_t ResolveQueryOffset(const AttrMap& attrs, int64_t tq, int64_t tk) {
+  return attrs.Has("query_offset") ? attrs.Int("query_offset") : tk - tq;
 }
 
 }  // namespace loom

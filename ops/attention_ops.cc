@@ -50,6 +50,8 @@ bool IsMaskDType(DType d) {
 //           optional key_padding_mask [B, Tk] (bool, i32, i64, f32 or f64;
 //           nonzero = padded key, excluded from every query of that batch row)
 //   attrs:  causal (bool, default false; see LastVisibleKey, ops/attention_causal.h),
+//           query_offset (int, with causal: the key position of query 0;
+//           default Tk - Tq, aligned bottom-right),
 //           scale (float > 0, default 1/sqrt(D))
 //   outputs: 0 = out [B, H, Tq, Dv], 1 = probs [B, H, Tq, Tk] (the attention
 //           weights; zero on masked keys).
@@ -57,11 +59,24 @@ bool IsMaskDType(DType d) {
 // (softmax over an empty set is undefined; zero keeps NaN out of training).
 // Batch (sample) and head (parameter) splits of every [B, H, ...] tensor of
 // the attention ops; `mask` (an input [B, Tk], -1: none) has only a batch.
-SplitRules AttentionSplits(size_t inputs, size_t outputs, int mask) {
+// Attribute: the query sequence (axis 2 of q and of every [B, H, Tq, ...]
+// tensor; k, v and the mask whole). Inputs 1 and 2 (k, v) have Tk there,
+// and so do the backward op's outputs 1 and 2 (dk, dv): each part holds a
+// partial sum of those.
+SplitRules AttentionSplits(size_t inputs, size_t outputs, int mask, bool backward) {
   SplitRules rules;
   rules.sample = SplitAlong(0, inputs, outputs);
   rules.parameter = SplitAlong(1, inputs, outputs);
-  if (mask >= 0) rules.parameter->inputs[static_cast<size_t>(mask)].axis = -1;
+  rules.attribute = SplitAlong(2, inputs, outputs);
+  for (size_t keyed : {1, 2}) {
+    rules.attribute->inputs[keyed].axis = -1;
+    if (backward) rules.attribute->outputs[keyed].axis = -1;
+  }
+  rules.attribute->partial_sums = backward;
+  if (mask >= 0) {
+    rules.parameter->inputs[static_cast<size_t>(mask)].axis = -1;
+    rules.attribute->inputs[static_cast<size_t>(mask)].axis = -1;
+  }
   return rules;
 }
 
@@ -70,6 +85,8 @@ class AttentionOp : public OpDef {
   AttentionOp() {
     DeclareAttrs()
         .Default("causal", false, "query i sees keys up to its own position (aligned bottom-right)")
+        .Optional("query_offset", AttrType::kInt,
+                  "with causal: the key position of query 0; absent: Tk - Tq (aligned bottom-right)")
         .Optional("scale", AttrType::kFloat, "the scores' factor, > 0; absent: 1/sqrt(D)");
   }
   std::string name() const override { return kAttention; }
@@ -121,11 +138,22 @@ class AttentionOp : public OpDef {
   }
 
   // Independent per (batch, head): sample splits the batch (the key
-  // padding mask's rows too), parameter the heads (the mask whole). The
-  // query sequence is not split: a causal part would see other keys.
+  // padding mask's rows too), parameter the heads (the mask whole). Each
+  // query row is independent too: attribute splits the query sequence,
+  // every part reading all keys and values (FlexFlow's sequence split).
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return AttentionSplits(in.size(), out.size(), in.size() == 4 ? 3 : -1);
+    return AttentionSplits(in.size(), out.size(), in.size() == 4 ? 3 : -1, /*backward=*/false);
+  }
+  // A causal part of the query rows keeps its rows' key positions.
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    AttrMap part = attrs;
+    const Region& q = in_regions[0];
+    const int64_t tq = in[0].shape[2];
+    if (attrs.Bool("causal") && (q.lo[2] != 0 || q.hi[2] != tq))
+      part.Set("query_offset", ResolveQueryOffset(attrs, tq, in[1].shape[2]) + q.lo[2]);
+    return part;
   }
 
   // Attention is independent per (batch, head): the replicas become heads,
@@ -197,6 +225,7 @@ Status AttentionKernel(KernelContext& ctx) {
   const AttnDims n = AttnDimsOf(q, k, v);
   LOOM_ASSIGN_OR_RETURN(double scale, ResolveAttentionScale(kAttention, *ctx.attrs, n.d));
   const bool causal = ctx.attrs->Bool("causal");
+  const int64_t query_offset = ResolveQueryOffset(*ctx.attrs, n.tq, n.tk);
   std::vector<uint8_t> padded;
   if (ctx.inputs.size() == 4) padded = PaddedKeys(ctx.in(3));
   return DispatchFloat(q.dtype(), [&](auto zero) {
@@ -210,7 +239,7 @@ Status AttentionKernel(KernelContext& ctx) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t batch = r / (n.h * n.tq), i = r % n.tq;
         const uint8_t* pad = padded.empty() ? nullptr : padded.data() + batch * n.tk;
-        MaskedSoftmaxRow(p + r * n.tk, n.tk, LastVisibleKey(causal, i, n.tq, n.tk), pad);
+        MaskedSoftmaxRow(p + r * n.tk, n.tk, LastVisibleKey(causal, i, query_offset, n.tk), pad);
       }
     }, RowChunk(n.tk));
     // out = P V: [Tq, Tk] x [Tk, Dv] per (batch, head).
@@ -264,10 +293,11 @@ class AttentionBackwardOp : public OpDef {
     c.bytes_read += 3 * scratch;
     return c;
   }
-  // As the forward op's: every input and gradient by the batch or the heads.
+  // As the forward op's: every input and gradient by the batch or the
+  // heads; by the query rows, each part with partial sums of dk and dv.
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return AttentionSplits(in.size(), out.size(), -1);
+    return AttentionSplits(in.size(), out.size(), -1, /*backward=*/true);
   }
 };
 LOOM_REGISTER_OP(AttentionBackwardOp);

@@ -13,7 +13,8 @@ namespace loom::testing {
 namespace {
 
 // Naive attention over (q, k, v[, mask]) with the op's conventions: causal
-// is bottom-right aligned (query i sees keys j <= i + Tk - Tq), a nonzero
+// query i sees keys j <= i + query_offset (default Tk - Tq: bottom-right
+// aligned), a nonzero
 // mask entry excludes the key, and a query with no visible key gets zero
 // weights and a zero output. Returns {out, probs}.
 std::vector<Tensor> AttentionRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
@@ -21,6 +22,7 @@ std::vector<Tensor> AttentionRef(const std::vector<Tensor>& in, const AttrMap& a
   const int64_t B = sq[0], H = sq[1], Tq = sq[2], D = sq[3], Tk = in[1].shape()[2], Dv = sv[3];
   const double scale = attrs.Has("scale") ? attrs.Float("scale") : 1.0 / std::sqrt(static_cast<double>(D));
   const bool causal = attrs.Bool("causal");
+  const int64_t query_offset = attrs.Has("query_offset") ? attrs.Int("query_offset") : Tk - Tq;
   Tensor out = ZerosF64({B, H, Tq, Dv}), probs = ZerosF64({B, H, Tq, Tk});
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -31,7 +33,7 @@ std::vector<Tensor> AttentionRef(const std::vector<Tensor>& in, const AttrMap& a
         double max = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < Tk; ++j) {
           bool padded = in.size() == 4 && in[3].ScalarAt(b * Tk + j) != 0;
-          bool future = causal && j - (Tk - Tq) > i;
+          bool future = causal && j > i + query_offset;
           if (padded || future) continue;
           seen[j] = true;
           double s = 0;
@@ -77,6 +79,13 @@ TEST_CASE("attention ops pass the op harness") {
       Masked(Attention("key padding mask i32 causal scaled", {{"causal", true}, {"scale", 0.5}}, {3, 1, 4, 2},
                        {3, 1, 4, 2}, {3, 1, 4, 3}),
              DType::kI32),
+      // The rows of a sequence split keep their key positions.
+      Attention("causal query_offset (rows 2..4 of 6)", {{"causal", true}, {"query_offset", 2}}, {1, 2, 3, 3},
+                {1, 2, 6, 3}, {1, 2, 6, 2}),
+      Attention("causal query_offset < 0 (first rows see no key)", {{"causal", true}, {"query_offset", -1}},
+                {2, 1, 3, 2}, {2, 1, 3, 2}, {2, 1, 3, 2}),
+      Attention("query_offset without causal changes nothing", {{"query_offset", -5}}, {1, 1, 2, 2}, {1, 1, 3, 2},
+                {1, 1, 3, 2}),
       Attention("larger (threaded rows and GEMMs)", {{"causal", true}}, {2, 4, 48, 16}, {2, 4, 48, 16}, {2, 4, 48, 8}),
       // Long rows: CUDA holds up to 1024 keys in one warp's registers and
       // gives longer rows a block each.

@@ -235,41 +235,51 @@ TEST_CASE("embedding split along the batch and the embedding dimension matches o
 }
 
 // LSTM split along the batch (its weight gradients partial sums) and
-// causal attention along the batch and the heads.
-TEST_CASE("LSTM and attention split along the batch and the heads match one device") {
+// attention, causal or not, along the batch, the heads and the query
+// sequence (each part reading every key; a causal part keeps its rows' key
+// positions, and dk, dv are partial sums).
+TEST_CASE("LSTM and attention split along the batch, the heads and the sequence match one device") {
   constexpr int64_t kSteps = 4;
-  Model m(DType::kF64);
-  const Sym x = m.input("input", {kSteps, kBatch, 6});  // time-major
-  const Sym h = m.transpose(m.lstm(x, 8, {}, "lstm"), {1, 0, 2});
-  AttentionOptions causal;
-  causal.causal = true;
-  const Sym a = m.multi_head_attention(h, h, 2, causal, {}, "attn");
-  const Sym logits = m.linear(m.mean(a, {1}), 4, {}, "fc");
-  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
-  REQUIRE(m.status().ok());
-  std::mt19937_64 rng(6);
-  Tensor xs = Tensor::Zeros({kSteps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
-  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
-  REQUIRE(c.status().ToString() == "OK");
-  const StepResults want = OneDevice(*c);
-  for (const std::string& s : {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
-                               std::string("devices: 2\nlayer { layer: \"*sdpa*\" parameter: 2 }\n"),
-                               std::string("devices: 4\ndefault_split { sample: 2 }\n"
-                                           "layer { layer: \"*sdpa*\" sample: 2 parameter: 2 }\n")}) {
-    ExpectSame(*c, want, s);
-    auto tg = Lower(*c, s);
-    REQUIRE(tg.ok());
-    std::map<std::string, std::set<int64_t>> devices;
-    for (const Task& t : tg->tasks)
-      if (t.kind == TaskKind::kCompute) devices[tg->graph.node(t.node).op].insert(t.device);
-    INFO(s);
-    CHECK(devices["ScaledDotProductAttention"].size() >= 2);
-    CHECK(devices["ScaledDotProductAttentionBackward"].size() >= 2);
-    if (s.find("default_split") != std::string::npos) {
-      CHECK(devices["LSTM"].size() >= 2);
-      CHECK(devices["LSTMBackward"].size() >= 2);
+  for (const bool causal : {true, false}) {
+    INFO("causal " << causal);
+    Model m(DType::kF64);
+    const Sym x = m.input("input", {kSteps, kBatch, 6});  // time-major
+    const Sym h = m.transpose(m.lstm(x, 8, {}, "lstm"), {1, 0, 2});
+    AttentionOptions options;
+    options.causal = causal;
+    const Sym a = m.multi_head_attention(h, h, 2, options, {}, "attn");
+    const Sym logits = m.linear(m.mean(a, {1}), 4, {}, "fc");
+    m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+    REQUIRE(m.status().ok());
+    std::mt19937_64 rng(6);
+    Tensor xs = Tensor::Zeros({kSteps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+    for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+    for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+    auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
+    REQUIRE(c.status().ToString() == "OK");
+    const StepResults want = OneDevice(*c);
+    for (const std::string& s :
+         {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+          std::string("devices: 2\nlayer { layer: \"*sdpa*\" parameter: 2 }\n"),
+          std::string("devices: 4\ndefault_split { sample: 2 }\n"
+                      "layer { layer: \"*sdpa*\" sample: 2 parameter: 2 }\n"),
+          std::string("devices: 2\nlayer { layer: \"*sdpa*\" attribute: 2 }\n"),
+          std::string("devices: 4\nlayer { layer: \"*sdpa*\" attribute: 4 devices: 3 devices: 1 devices: 0 devices: 2 }\n"),
+          std::string("devices: 4\ndefault_split { sample: 2 }\n"
+                      "layer { layer: \"*sdpa*\" sample: 2 attribute: 2 }\n")}) {
+      ExpectSame(*c, want, s);
+      auto tg = Lower(*c, s);
+      REQUIRE(tg.ok());
+      std::map<std::string, std::set<int64_t>> devices;
+      for (const Task& t : tg->tasks)
+        if (t.kind == TaskKind::kCompute) devices[tg->graph.node(t.node).op].insert(t.device);
+      INFO(s);
+      CHECK(devices["ScaledDotProductAttention"].size() >= 2);
+      CHECK(devices["ScaledDotProductAttentionBackward"].size() >= 2);
+      if (s.find("default_split") != std::string::npos) {
+        CHECK(devices["LSTM"].size() >= 2);
+        CHECK(devices["LSTMBackward"].size() >= 2);
+      }
     }
   }
 }

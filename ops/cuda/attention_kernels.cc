@@ -39,7 +39,8 @@ Status AttentionKernel(KernelContext& ctx) {
   if (ctx.inputs.size() == 4) {
     LOOM_ASSIGN_OR_RETURN(mask, MaskOf(ctx.in(3)));
   }
-  const SoftmaxRows rows{n.heads() * n.tq, n.h, n.tq, n.tk, ctx.attrs->Bool("causal")};
+  const SoftmaxRows rows{n.heads() * n.tq, n.h, n.tq, n.tk, ctx.attrs->Bool("causal"),
+                         ResolveQueryOffset(*ctx.attrs, n.tq, n.tk)};
   return DispatchCudaFloat(q.dtype(), kAttention, [&](auto zero) -> Status {
     using T = decltype(zero);
     T* p = probs.data<T>();  // [B, H, Tq, Tk]

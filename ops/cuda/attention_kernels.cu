@@ -77,7 +77,7 @@ struct RowView {
   int64_t mask_offset, last;
 };
 __device__ inline RowView ViewOf(const SoftmaxRows& s, int64_t r) {
-  return {(r / (s.heads * s.tq)) * s.tk, LastVisibleKey(s.causal, r % s.tq, s.tq, s.tk)};
+  return {(r / (s.heads * s.tq)) * s.tk, LastVisibleKey(s.causal, r % s.tq, s.query_offset, s.tk)};
 }
 
 __device__ inline bool Visible(const KeyPaddingMask& mask, const RowView& view, int64_t j) {

@@ -22,7 +22,8 @@ struct KeyPaddingMask {
 // r % tq of batch r / (heads * tq).
 struct SoftmaxRows {
   int64_t rows = 0, heads = 0, tq = 0, tk = 0;
-  bool causal = false;  // aligned bottom-right: query i sees keys j <= i + tk - tq
+  bool causal = false;      // query i sees keys j <= i + query_offset
+  int64_t query_offset = 0;  // ResolveQueryOffset: tk - tq unless set
 };
 
 // In place: each row of `scores` becomes the softmax over its visible keys
