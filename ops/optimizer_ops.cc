@@ -643,43 +643,54 @@ class SquaredNormOp : public OpDef {
 };
 LOOM_REGISTER_OP(SquaredNormOp);
 
-// Sums in double over fixed blocks added in block order, so the result does
-// not depend on the thread count.
-template <typename T>
-double SumOfSquares(const T* x, int64_t n, ThreadPool* pool) {
-  constexpr int64_t kBlock = 1 << 14;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(blocks, 0.0);
-  ParallelRange(
-      pool, blocks,
-      [&](int64_t s, int64_t e) {
-        for (int64_t b = s; b < e; ++b) {
-          // Independent lanes: a single running sum would serialize on the
-          // add latency; the lane order is fixed, so results stay exact
-          // functions of the data.
-          const T* xb = x + b * kBlock;
-          partial[b] = LaneSum<double>(std::min(kBlock, n - b * kBlock), [&](int64_t i) {
-            const double v = static_cast<double>(xb[i]);
-            return v * v;
-          });
-        }
-      },
-      /*min_chunk=*/2);
-  return std::accumulate(partial.begin(), partial.end(), 0.0);
-}
-
+// Sums of squares in double over fixed blocks of every (replica, input)
+// chunk, all blocks in one parallel pass (a fused step has R x inputs
+// chunks, most of them small); each chunk's blocks are added in block
+// order and the chunks in input order, so the result does not depend on
+// the thread count.
 LOOM_REGISTER_KERNEL("SquaredNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const int64_t replicas = Replicas(*ctx.attrs);
+    constexpr int64_t kBlock = 1 << 14;
     // Unfused: one sum over whole tensors; fused: one per replica's chunks,
     // each exactly the unfused sum of those chunks.
-    const int64_t sums = std::max<int64_t>(1, replicas);
-    for (int64_t r = 0; r < sums; ++r) {
-      double total = 0;
+    const int64_t sums = std::max<int64_t>(1, Replicas(*ctx.attrs));
+    struct Block {
+      const T* x;
+      int64_t n;
+    };
+    std::vector<Block> blocks;
+    std::vector<size_t> chunk_end;  // per (replica, input): one past its last block
+    for (int64_t r = 0; r < sums; ++r)
       for (const Tensor* t : ctx.inputs) {
         const int64_t n = t->numel() / sums;
-        total += SumOfSquares(t->data<T>() + r * n, n, ctx.pool);
+        const T* x = t->data<T>() + r * n;
+        for (int64_t b = 0; b < n; b += kBlock) blocks.push_back({x + b, std::min(kBlock, n - b)});
+        chunk_end.push_back(blocks.size());
+      }
+    std::vector<double> partial(blocks.size(), 0.0);
+    ParallelRange(
+        ctx.pool, static_cast<int64_t>(blocks.size()),
+        [&](int64_t s, int64_t e) {
+          for (int64_t b = s; b < e; ++b) {
+            // Independent lanes: a single running sum would serialize on
+            // the add latency; the lane order is fixed, so results stay
+            // exact functions of the data.
+            const T* xb = blocks[static_cast<size_t>(b)].x;
+            partial[static_cast<size_t>(b)] = LaneSum<double>(blocks[static_cast<size_t>(b)].n, [&](int64_t i) {
+              const double v = static_cast<double>(xb[i]);
+              return v * v;
+            });
+          }
+        },
+        /*min_chunk=*/2);
+    size_t first = 0, chunk = 0;
+    for (int64_t r = 0; r < sums; ++r) {
+      double total = 0;
+      for (size_t i = 0; i < ctx.inputs.size(); ++i, ++chunk) {
+        total += std::accumulate(partial.begin() + static_cast<std::ptrdiff_t>(first),
+                                 partial.begin() + static_cast<std::ptrdiff_t>(chunk_end[chunk]), 0.0);
+        first = chunk_end[chunk];
       }
       ctx.out(0).data<T>()[r] = static_cast<T>(total);
     }

@@ -249,16 +249,27 @@ Status BenchProfile(const Flags& flags) {
 // model trained fused (one graph, graph/fusion.h) against the same R models
 // trained one after another, on the first batch of the config's training
 // data (every replica reads the same batch, as in a fused run without
-// per-replica data). Rates
-// are samples/s counted over all replicas (R * batch per step), each the
-// best of `reps` timed steps after a warm-up; the roof is Eigen's 1-thread
-// SGEMM times the threads, measured in the same run.
+// per-replica data). Rates are samples/s counted over all replicas (R *
+// batch per step): the fused step and the R serial steps alternate for
+// `reps` rounds (InterleavedSeconds), and each rate is the median round's
+// with the spread of the rounds; the speed-up is the median of the rounds'
+// own ratios. The roof is Eigen's 1-thread SGEMM times the threads,
+// measured in the same run.
 struct FusionRow {
   int64_t replicas = 0;
-  double fused_samples_per_s = 0, serial_samples_per_s = 0;
-  double fused_gflops = 0;  // the R models' own training FLOPs per second
+  Spread fused, serial;  // samples/s
+  Spread speedup;        // fused over serial, per round
+  double fused_gflops = 0;  // the R models' own training FLOPs per second, at the median
   size_t fused_peak_bytes = 0, serial_peak_bytes = 0;
 };
+
+// Rates (`work` / seconds) of timed rounds: the median and spread of the
+// rates, so p10 comes from the slowest rounds.
+Spread RatesOf(const std::vector<double>& seconds, double work) {
+  std::vector<double> rates;
+  for (double t : seconds) rates.push_back(work / t);
+  return Spread::Of(std::move(rates));
+}
 
 Status BenchFusion(const Flags& flags) {
   if (!flags.Has("config")) return InvalidArgument("loom bench fusion needs --config FILE");
@@ -269,7 +280,7 @@ Status BenchFusion(const Flags& flags) {
   ExecutorOptions eo;
   eo.device = device;
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> replica_counts, flags.PositiveInts("replicas", {1, 2, 4, 8, 16}));
-  LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
+  LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 11));
   if (reps < 1) return InvalidArgument("--reps must be at least 1, got ", reps);
   LOOM_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", config.threads()));
   if (threads > 0) ThreadPool::SetDefaultThreads(static_cast<int>(threads));
@@ -299,15 +310,6 @@ Status BenchFusion(const Flags& flags) {
     LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
     std::map<std::string, Tensor> feeds = RandomFeeds(fused, data.feeds);
     feeds[kReplicaMaskInput].Fill(1);
-    Status status;
-    const double fused_secs = BestSeconds(static_cast<int>(reps), [&] {
-      auto out = exec->Run(feeds);
-      if (!out.ok()) status = out.status();
-    });
-    LOOM_RETURN_IF_ERROR(status);
-    row.fused_peak_bytes = exec->PeakStepBytes();
-    exec.reset();
-
     // The same R models, one after another.
     std::vector<std::unique_ptr<Executor>> serial;
     for (int64_t i = 0; i < r; ++i) {
@@ -316,17 +318,23 @@ Status BenchFusion(const Flags& flags) {
       serial.push_back(std::move(e));
     }
     const std::map<std::string, Tensor> single_feeds = RandomFeeds(single, data.feeds);
-    const double serial_secs = BestSeconds(static_cast<int>(reps), [&] {
-      for (auto& e : serial) {
-        auto out = e->Run(single_feeds);
-        if (!out.ok()) status = out.status();
-      }
-    });
-    LOOM_RETURN_IF_ERROR(status);
+    LOOM_ASSIGN_OR_RETURN(
+        const std::vector<std::vector<double>> seconds,
+        InterleavedSeconds(static_cast<int>(reps),
+                           {[&] { return exec->Run(feeds).status(); },
+                            [&]() -> Status {
+                              for (auto& e : serial) LOOM_RETURN_IF_ERROR(e->Run(single_feeds).status());
+                              return Status::Ok();
+                            }}));
+    row.fused_peak_bytes = exec->PeakStepBytes();
     row.serial_peak_bytes = serial[0]->PeakStepBytes();
-    row.fused_samples_per_s = static_cast<double>(r * batch) / fused_secs;
-    row.serial_samples_per_s = static_cast<double>(r * batch) / serial_secs;
-    row.fused_gflops = static_cast<double>(r) * single_flops / fused_secs / 1e9;
+    const double samples = static_cast<double>(r * batch);
+    row.fused = RatesOf(seconds[0], samples);
+    row.serial = RatesOf(seconds[1], samples);
+    std::vector<double> ratios;
+    for (size_t k = 0; k < seconds[0].size(); ++k) ratios.push_back(seconds[1][k] / seconds[0][k]);
+    row.speedup = Spread::Of(std::move(ratios));
+    row.fused_gflops = static_cast<double>(r) * single_flops * row.fused.median / samples / 1e9;
     rows.push_back(row);
   }
   // The Eigen roof is the CPU's; on a GPU the column says nothing and is left out.
@@ -345,8 +353,15 @@ Status BenchFusion(const Flags& flags) {
                 config.model().name().c_str(), static_cast<long long>(batch), PrecisionName(config).c_str(),
                 opt.config.type().c_str(), unfused_note.c_str(), device.ToString().c_str());
   }
-  std::printf("%8s %14s %14s %9s %10s %8s %12s %12s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
+  std::printf("%lld rounds, fused and serial interleaved: medians, (p10-p90) across rounds\n",
+              static_cast<long long>(reps));
+  std::printf("%8s %22s %22s %20s %9s %8s %10s %10s\n", "replicas", "fused smp/s", "serial smp/s", "speedup",
               "GFLOP/s", "of roof", "fused MiB", "serial MiB");
+  const auto with_spread = [](const Spread& x, const char* format) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, x.median, x.p10, x.p90);
+    return std::string(buf);
+  };
   const auto json_dims = [](const Shape& shape) {
     std::string out = "[";
     for (int i = 0; i < shape.rank(); ++i) out += (i ? ", " : "") + std::to_string(shape.dim(i));
@@ -364,15 +379,18 @@ Status BenchFusion(const Flags& flags) {
                      ", \"roof_gflops\": " + std::to_string(roof) + ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const FusionRow& r = rows[i];
-    const double speedup = r.fused_samples_per_s / r.serial_samples_per_s;
-    std::printf("%8lld %14.0f %14.0f %8.2fx %10.1f %7.1f%% %12.1f %12.1f\n", static_cast<long long>(r.replicas),
-                r.fused_samples_per_s, r.serial_samples_per_s, speedup, r.fused_gflops,
-                roof > 0 ? 100 * r.fused_gflops / roof : 0.0,
-                r.fused_peak_bytes / 1048576.0, r.serial_peak_bytes / 1048576.0);
+    std::printf("%8lld %22s %22s %20s %9.1f %7.1f%% %10.1f %10.1f\n", static_cast<long long>(r.replicas),
+                with_spread(r.fused, "%.0f (%.0f-%.0f)").c_str(), with_spread(r.serial, "%.0f (%.0f-%.0f)").c_str(),
+                with_spread(r.speedup, "%.2fx (%.2f-%.2f)").c_str(), r.fused_gflops,
+                roof > 0 ? 100 * r.fused_gflops / roof : 0.0, r.fused_peak_bytes / 1048576.0,
+                r.serial_peak_bytes / 1048576.0);
+    const auto json_spread = [](const std::string& name, const Spread& x) {
+      return ", \"" + name + "\": " + std::to_string(x.median) + ", \"" + name + "_p10\": " + std::to_string(x.p10) +
+             ", \"" + name + "_p90\": " + std::to_string(x.p90);
+    };
     json += std::string(i ? ", " : "") + "{\"replicas\": " + std::to_string(r.replicas) +
-            ", \"fused_samples_per_s\": " + std::to_string(r.fused_samples_per_s) +
-            ", \"serial_samples_per_s\": " + std::to_string(r.serial_samples_per_s) +
-            ", \"speedup\": " + std::to_string(speedup) + ", \"fused_gflops\": " + std::to_string(r.fused_gflops) +
+            json_spread("fused_samples_per_s", r.fused) + json_spread("serial_samples_per_s", r.serial) +
+            json_spread("speedup", r.speedup) + ", \"fused_gflops\": " + std::to_string(r.fused_gflops) +
             ", \"fraction_of_roof\": " + std::to_string(roof > 0 ? r.fused_gflops / roof : 0.0) +
             ", \"fused_peak_bytes\": " + std::to_string(r.fused_peak_bytes) +
             ", \"serial_peak_bytes\": " + std::to_string(r.serial_peak_bytes) + "}";
@@ -428,7 +446,6 @@ Status BenchParallel(const Flags& flags) {
     std::vector<std::unique_ptr<StepRunner>> runners;  // one; the roof: one per device, run at once
     double bytes = 0;
     size_t tasks = 0;
-    std::vector<double> seconds;
   };
   std::vector<Variant> variants;
   ThreadPool one_thread(1);
@@ -475,37 +492,33 @@ Status BenchParallel(const Flags& flags) {
   }
   for (Variant& v : variants)
     for (auto& runner : v.runners) LOOM_RETURN_IF_ERROR(runner->InitializeState(config.seed()));
-  for (int64_t r = 0; r <= reps; ++r)  // the first round warms up
-    for (Variant& v : variants) {
-      const auto start = std::chrono::steady_clock::now();
-      if (v.runners.empty()) continue;  // rank > 0: the one-device step is rank 0's
-      if (v.runners.size() == 1) {
-        LOOM_RETURN_IF_ERROR(v.runners[0]->Run(feeds).status());
-      } else {
-        std::vector<Status> status(v.runners.size());
-        std::vector<std::thread> threads;
-        for (size_t d = 0; d < v.runners.size(); ++d)
-          threads.emplace_back([&, d] { status[d] = v.runners[d]->Run(roof_feeds).status(); });
-        for (std::thread& t : threads) t.join();
-        for (const Status& s : status) LOOM_RETURN_IF_ERROR(s);
-      }
-      if (r > 0) v.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
+  std::vector<std::function<Status()>> steps;
+  for (Variant& v : variants)
+    steps.push_back([&]() -> Status {
+      if (v.runners.empty()) return Status::Ok();  // rank > 0: the one-device step is rank 0's
+      if (v.runners.size() == 1) return v.runners[0]->Run(feeds).status();
+      std::vector<Status> status(v.runners.size());
+      std::vector<std::thread> threads;
+      for (size_t d = 0; d < v.runners.size(); ++d)
+        threads.emplace_back([&, d] { status[d] = v.runners[d]->Run(roof_feeds).status(); });
+      for (std::thread& t : threads) t.join();
+      for (const Status& s : status) LOOM_RETURN_IF_ERROR(s);
+      return Status::Ok();
+    });
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> seconds,
+                        InterleavedSeconds(static_cast<int>(reps), steps));
   if (!speaks) return Status::Ok();
-  auto quantile = [](std::vector<double> x, double q) {
-    std::sort(x.begin(), x.end());
-    return x[static_cast<size_t>(q * static_cast<double>(x.size() - 1) + 0.5)];
-  };
-  const double base = quantile(variants[0].seconds, 0.5);
+  const double base = Spread::Of(seconds[0]).median;
   std::printf("%s, batch %lld, %lld steps each, interleaved; 1 thread per device%s (%s)\n\n",
               flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()), static_cast<long long>(reps),
               world ? ", one device per MPI process" : "", CpuModelName().c_str());
   std::printf("%-16s  %10s  %18s  %8s  %6s  %14s\n", "", "median ms", "spread (p10-p90)", "speed-up", "tasks",
               "bytes moved");
-  for (const Variant& v : variants) {
-    const double median = quantile(v.seconds, 0.5);
-    std::printf("%-16s  %10.2f  %8.2f - %7.2f  %7.2fx  %6zu  %14.0f\n", v.name.c_str(), median * 1e3,
-                quantile(v.seconds, 0.1) * 1e3, quantile(v.seconds, 0.9) * 1e3, base / median, v.tasks, v.bytes);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    const Spread t = Spread::Of(seconds[i]);
+    std::printf("%-16s  %10.2f  %8.2f - %7.2f  %7.2fx  %6zu  %14.0f\n", v.name.c_str(), t.median * 1e3, t.p10 * 1e3,
+                t.p90 * 1e3, base / t.median, v.tasks, v.bytes);
   }
   return Status::Ok();
 }

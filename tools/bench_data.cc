@@ -14,6 +14,27 @@
 
 namespace loom::tools {
 
+Spread Spread::Of(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const auto rank = [&](double q) {
+    return samples[static_cast<size_t>(q * static_cast<double>(samples.size() - 1) + 0.5)];
+  };
+  return {rank(0.5), rank(0.1), rank(0.9)};
+}
+
+StatusOr<std::vector<std::vector<double>>> InterleavedSeconds(int rounds,
+                                                              const std::vector<std::function<Status()>>& variants) {
+  std::vector<std::vector<double>> seconds(variants.size());
+  for (int r = 0; r <= rounds; ++r)  // round 0 warms up
+    for (size_t k = 0; k < variants.size(); ++k) {
+      const size_t v = r % 2 == 0 ? k : variants.size() - 1 - k;
+      const auto start = std::chrono::steady_clock::now();
+      LOOM_RETURN_IF_ERROR(variants[v]());
+      if (r > 0) seconds[v].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  return seconds;
+}
+
 // Feeds for every Input of `graph`: those in `data` (a real batch) as
 // given, the rest random (f32 uniform in [-1, 1], i64 in [0, 10): only the
 // kernel benchmarks' own graphs have such inputs); "lr" 1e-3, "step" 1.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,21 @@ double BestSeconds(int reps, Fn&& fn) {
   }
   return *std::min_element(t.begin(), t.end());
 }
+
+// A sample's median and its spread (the 10th and 90th percentiles, the
+// nearest ranks): what the benchmarks that compare variants report.
+struct Spread {
+  double median = 0, p10 = 0, p90 = 0;
+  static Spread Of(std::vector<double> samples);  // samples non-empty
+};
+
+// Times each of `variants` once per round, in turn, for `rounds` rounds
+// after a warm-up round, alternating the order every round: a neighbour
+// that steals cycles for a while slows every variant alike, so the ratio
+// of two variants in one round repeats where their best times do not.
+// Returns each variant's seconds, one per round; stops at the first error.
+StatusOr<std::vector<std::vector<double>>> InterleavedSeconds(int rounds,
+                                                              const std::vector<std::function<Status()>>& variants);
 
 // Eigen's GEMM 1024^3 on one thread (the roof the kernels are measured
 // against), in FLOP/s: T float or double.
