@@ -2,13 +2,15 @@
 // ops that reduce to matrix products (Linear, MatMul, BatchMatMul,
 // convolution via im2col) call this.
 //
-// Single precision runs a packed, cache-blocked AVX2/FMA kernel (6 x 16
-// register tiles, see gemm.cc) where the build has AVX2 and FMA, else Eigen;
+// Single precision runs a packed, cache-blocked micro-kernel for the widest
+// vector instruction set the CPU has, chosen at run time (AVX-512F: 6 x 32
+// register tiles, AVX2 + FMA: 6 x 16; ops/sgemm_kernels.h), else Eigen;
 // double precision always runs Eigen. beta == 0 never reads C (it may hold
-// garbage), and in the AVX2 path alpha == 0 or k == 0 reads neither A nor B.
-// A product big enough is split into one panel of C per thread; in the AVX2
-// path each element's sum runs in the same order whatever the split, so
-// results are bit-identical for any thread count.
+// garbage), and in the micro-kernels alpha == 0 or k == 0 reads neither A
+// nor B. A product big enough is split into one panel of C per thread; the
+// micro-kernels compute each element's sum in the same order whatever the
+// split or the vector width, so results are bit-identical for any thread
+// count and on AVX2 and AVX-512 machines alike.
 #pragma once
 
 #include <string>
@@ -19,9 +21,9 @@
 
 namespace loom {
 
-// The instruction sets this build's GEMMs run with: "f32: AVX2+FMA
-// micro-kernel (6x16); f64: Eigen (AVX SSE2 ...)", or Eigen's for both
-// (what `loom bench kernels` reports beside the CPU's own).
+// The instruction sets the GEMMs run with here: "f32: AVX-512F micro-kernel
+// (6x32), chosen at run time; f64: Eigen (AVX SSE2 ...)", or Eigen's for
+// both (what `loom bench kernels` reports beside the CPU's own).
 std::string GemmInstructionSets();
 
 template <typename T>

@@ -4,6 +4,7 @@
 // are bit-identical for any thread count. The hidden [.bench] case times the
 // MLP's GEMM shapes against Eigen.
 #include "ops/gemm.h"
+#include "ops/sgemm_kernels.h"
 
 #include <Eigen/Core>
 #include <catch2/catch.hpp>
@@ -100,7 +101,7 @@ std::vector<T> CheckGemm(const Case& c, ThreadPool* pool, uint32_t seed = 1) {
 const bool kTrans[4][2] = {{false, false}, {true, false}, {false, true}, {true, true}};
 
 TEST_CASE("gemm f32 matches a naive product: odd and block-straddling shapes") {
-  // MR = 6, NR = 16, KC ~ 320, MC = 144 in the AVX2 kernel; the shapes
+  // MR = 6, NR = 16 (AVX2) or 32 (AVX-512), KC ~ 320, MC = 144 in the micro-kernels; the shapes
   // straddle each, including partial register tiles on both sides, and
   // cover both ways of reading op(A): packed, and in place (n <= 128 for A,
   // n <= 16 for A^T).
@@ -140,11 +141,17 @@ TEST_CASE("gemm f64 (Eigen path) matches a naive product") {
   }
 }
 
-// The AVX2 kernel computes every element of C with the same FMAs in the same
-// k order whatever panel or thread it lands in. (Eigen's fallback picks its
-// k blocking from the panel's size, so this holds for the AVX2 build only.)
-#if defined(__AVX2__) && defined(__FMA__)
+bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+// The micro-kernels compute every element of C with the same FMAs in the
+// same k order whatever panel or thread it lands in. (Eigen's fallback picks
+// its k blocking from the panel's size, so this holds with a micro-kernel
+// only: on CPUs with AVX2.)
 TEST_CASE("gemm f32 results are bit-identical for 1, 2 and 3 threads") {
+  if (!CpuHasAvx2()) {
+    WARN("no AVX2 + FMA: Eigen runs f32, whose results may depend on the split");
+    return;
+  }
   ThreadPool p1(1), p2(2), p3(3);
   // Large enough to split (>= 8 MFLOP per thread): both split directions (m
   // >= n splits rows, else columns), sizes that are not multiples of the
@@ -168,7 +175,48 @@ TEST_CASE("gemm f32 results are bit-identical for 1, 2 and 3 threads") {
       CHECK(std::memcmp(r0.data(), r3.data(), r0.size() * sizeof(float)) == 0);
     }
 }
-#endif
+
+// Each micro-kernel, called directly, on the odd shapes above and on
+// strided operands with alpha and beta: C (its padding included) is the
+// AVX2 kernel's bit for bit, which CheckGemm holds to the naive product
+// where AVX2 is the kernel chosen. The 6 x 32 tiling runs on ymm pairs on
+// every AVX2 CPU and on zmm registers where AVX-512 is present.
+TEST_CASE("the f32 micro-kernels agree bit for bit: AVX2, the 6x32 tiling, AVX-512 where present") {
+  if (!CpuHasAvx2()) {
+    WARN("no AVX2 + FMA: no micro-kernel runs here");
+    return;
+  }
+  std::vector<sgemm::Kernel> others = {sgemm::Avx2WideKernel()};
+  if (__builtin_cpu_supports("avx512f")) others.push_back(sgemm::Avx512Kernel());
+  else WARN("no AVX-512 on this CPU: the AVX-512 kernel is checked through its tiling on ymm pairs only");
+  const int64_t shapes[][3] = {
+      {1, 1, 1},    {7, 13, 5},    {17, 33, 65},   {100, 3, 257}, {5, 31, 8},    {6, 32, 8},    {7, 33, 9},
+      {12, 64, 31}, {13, 47, 7},   {1, 200, 33},   {31, 9, 319},  {9, 21, 321},  {8, 8, 641},   {145, 33, 12},
+      {150, 48, 350}, {64, 112, 576}, {2, 3100, 9}, {145, 150, 341}, {7, 200, 650}, {37, 129, 20}, {20, 3073, 30},
+  };
+  const double ab[][2] = {{1.0, 0.0}, {1.0, 1.0}, {0.25, -0.75}};
+  for (const auto& s : shapes)
+    for (const auto& t : kTrans)
+      for (const auto& x : ab) {
+        const Case c{t[0], t[1], s[0], s[1], s[2], x[0], x[1], 1, 3, 2};
+        std::mt19937 rng(5);
+        const Mat<float> a(c.ta ? c.k : c.m, c.ta ? c.m : c.k, c.pad_a, &rng);
+        const Mat<float> b(c.tb ? c.n : c.k, c.tb ? c.k : c.n, c.pad_b, &rng);
+        const Mat<float> c0(c.m, c.n, c.pad_c, &rng, kSentinel);
+        auto run = [&](const sgemm::Kernel& kernel) {
+          std::vector<float> out = c0.data;
+          kernel.run(c.ta, c.tb, c.m, c.n, c.k, static_cast<float>(c.alpha), a.data.data(), a.ld, b.data.data(),
+                     b.ld, static_cast<float>(c.beta), out.data(), c0.ld);
+          return out;
+        };
+        const std::vector<float> want = run(sgemm::Avx2Kernel());
+        for (const sgemm::Kernel& kernel : others) {
+          INFO(kernel.name << ": " << Describe(c));
+          const std::vector<float> got = run(kernel);
+          CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+        }
+      }
+}
 
 // Batches of `batch` m x n x k products at strides, with pools of 1, 2, 3
 // and 8 threads (batch >= threads: whole entries per thread; batch <
@@ -220,10 +268,9 @@ void CheckBatched(int64_t batch, int64_t m, int64_t n, int64_t k) {
         if (beta == 0.0) results.push_back(c);
       }
     }
-#if defined(__AVX2__) && defined(__FMA__)
-    for (size_t r = 1; r < results.size(); ++r)
-      CHECK(std::memcmp(results[0].data(), results[r].data(), results[0].size() * sizeof(float)) == 0);
-#endif
+    if (CpuHasAvx2())
+      for (size_t r = 1; r < results.size(); ++r)
+        CHECK(std::memcmp(results[0].data(), results[r].data(), results[0].size() * sizeof(float)) == 0);
   }
 }
 

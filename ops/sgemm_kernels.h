@@ -1,0 +1,36 @@
+// The single-precision GEMM kernels of ops/gemm.cc, one per instruction set,
+// each compiled in its own file with that set enabled (sgemm_avx2.cc,
+// sgemm_avx512.cc) and chosen at run time from the CPU's features, so one
+// binary runs the widest kernel each machine has. Every kernel computes
+// each element of C with the same FMAs in the same k order (only the
+// vector width differs), so their results are bit-identical.
+//
+// This header is included by those files: declarations only, no inline
+// code that a file built for AVX-512 could hand the linker for everyone.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::sgemm {
+
+// C = alpha * op(A) op(B) + beta * C on the calling thread (row-major;
+// beta == 0 never reads C; alpha == 0 or k == 0 reads neither A nor B).
+using SgemmFn = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+struct Kernel {
+  SgemmFn run = nullptr;  // null: not compiled into this build
+  int rows = 0, cols = 0;  // the register tile of C
+  const char* name = "";   // "AVX2+FMA micro-kernel (6x16)"
+};
+
+// AVX2 + FMA: 6 x 16 tiles in ymm registers.
+Kernel Avx2Kernel();
+// The AVX-512 kernel's 6 x 32 tiling, each 16-float vector a pair of ymm
+// registers: runs on any AVX2 CPU (slower: its accumulators spill), so the
+// tiling's packing, edges and masks are tested where AVX-512 is missing.
+Kernel Avx2WideKernel();
+// AVX-512F: 6 x 32 tiles in zmm registers.
+Kernel Avx512Kernel();
+
+}  // namespace loom::sgemm
