@@ -225,18 +225,16 @@ Status SumToShapeKernel(KernelContext& ctx) {
     T* out = y.data<T>();
     std::fill(out, out + y.numel(), T(0));
     const T* in = x.data<T>();
-    std::vector<int64_t> so = BroadcastStrides(y.shape(), x.shape());
-    std::vector<int64_t> none(x.shape().rank(), 0);
-    int64_t rows = x.shape().rank() == 0 ? 1 : x.numel() / std::max<int64_t>(1, x.shape().dim(-1));
     if (x.numel() == 0) return;
-    ForEachBroadcast(x.shape(), so, none, 0, rows,
+    const BroadcastSpace space = CollapseBroadcast(x.shape(), BroadcastStrides(y.shape(), x.shape()),
+                                                   std::vector<int64_t>(x.shape().rank(), 0));
+    const int64_t rows = x.numel() / space.shape.dim(-1);
+    ForEachBroadcast(space.shape, space.sa, space.sb, 0, rows,
                      [&](int64_t i0, int64_t o, int64_t, int64_t len, int64_t step, int64_t) {
                        if (step == 0) {
-                         T acc = 0;
-                         for (int64_t j = 0; j < len; ++j) acc += in[i0 + j];
-                         out[o] += acc;
+                         out[o] += LaneSum<T>(len, [&](int64_t j) { return in[i0 + j]; });
                        } else {
-                         for (int64_t j = 0; j < len; ++j) out[o + j] += in[i0 + j];
+                         for (int64_t j = 0; j < len; ++j) out[o + j * step] += in[i0 + j];
                        }
                      });
   });
@@ -282,10 +280,10 @@ void BroadcastCopy(const Tensor& x, Tensor& y) {
   const Bits* in = static_cast<const Bits*>(x.raw_data());
   Bits* out = static_cast<Bits*>(y.raw_data());
   if (y.numel() == 0) return;
-  std::vector<int64_t> si = BroadcastStrides(x.shape(), y.shape());
-  std::vector<int64_t> none(y.shape().rank(), 0);
-  int64_t rows = y.shape().rank() == 0 ? 1 : y.numel() / y.shape().dim(-1);
-  ForEachBroadcast(y.shape(), si, none, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
+  const BroadcastSpace space =
+      CollapseBroadcast(y.shape(), BroadcastStrides(x.shape(), y.shape()), std::vector<int64_t>(y.shape().rank(), 0));
+  const int64_t rows = y.numel() / space.shape.dim(-1);
+  ForEachBroadcast(space.shape, space.sa, space.sb, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
     for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
   });
 }
@@ -412,16 +410,25 @@ Status BinaryKernel(KernelContext& ctx) {
       });
       return;
     }
-    std::vector<int64_t> sa = BroadcastStrides(a.shape(), y.shape());
-    std::vector<int64_t> sb = BroadcastStrides(b.shape(), y.shape());
-    const int64_t inner = y.shape().rank() == 0 ? 1 : y.shape().dim(-1);
-    const int64_t rows = n / std::max<int64_t>(1, inner);
+    const BroadcastSpace space = CollapseBroadcast(y.shape(), BroadcastStrides(a.shape(), y.shape()),
+                                                   BroadcastStrides(b.shape(), y.shape()));
+    const int64_t inner = space.shape.dim(-1);
+    const int64_t rows = n / inner;
+    auto row = [&](int64_t o, int64_t ia, int64_t ib, int64_t len, auto step_a, auto step_b) {
+      for (int64_t j = 0; j < len; ++j) py[o + j] = Apply<kKind>(pa[ia + j * step_a], pb[ib + j * step_b]);
+    };
+    using One = std::integral_constant<int64_t, 1>;
+    using Zero = std::integral_constant<int64_t, 0>;
     ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
-      ForEachBroadcast(y.shape(), sa, sb, r0, r1,
+      ForEachBroadcast(space.shape, space.sa, space.sb, r0, r1,
                        [&](int64_t o, int64_t ia, int64_t ib, int64_t len, int64_t step_a, int64_t step_b) {
-                         for (int64_t j = 0; j < len; ++j) py[o + j] = Apply<kKind>(pa[ia + j * step_a], pb[ib + j * step_b]);
+                         // Known steps vectorise: a row against a scalar, or two rows.
+                         if (step_a == 1 && step_b == 0) return row(o, ia, ib, len, One(), Zero());
+                         if (step_a == 0 && step_b == 1) return row(o, ia, ib, len, Zero(), One());
+                         if (step_a == 1 && step_b == 1) return row(o, ia, ib, len, One(), One());
+                         row(o, ia, ib, len, step_a, step_b);
                        });
-    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, inner)));
+    }, std::max<int64_t>(1, 32768 / inner));
   });
 }
 

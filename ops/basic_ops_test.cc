@@ -20,6 +20,13 @@ std::vector<OpCase> Cases() {
   cases.push_back({"add both broadcast", "Add", {}, {InputSpec::Uniform({2, 1, 4}), InputSpec::Uniform({3, 1})}, BinaryRef(add)});
   cases.push_back({"sub broadcast", "Sub", {}, {InputSpec::Uniform({2, 3}), InputSpec::Uniform({2, 1})}, BinaryRef(sub)});
   cases.push_back({"mul broadcast", "Mul", {}, {InputSpec::Uniform({4, 1, 3}), InputSpec::Uniform({1, 5, 3})}, BinaryRef(mul)});
+  // Rows merged for the kernels (CollapseBroadcast): a per-channel scale over
+  // planes with a replica axis, and operands whose broadcast dims alternate
+  // (nothing merges across them); their gradients reduce through SumToShape.
+  cases.push_back({"mul per-channel scale, 5-D", "Mul", {},
+                   {InputSpec::Uniform({2, 3, 2, 4, 5}), InputSpec::Uniform({2, 3, 2, 1, 1})}, BinaryRef(mul)});
+  cases.push_back({"mul alternating broadcast dims", "Mul", {},
+                   {InputSpec::Uniform({2, 1, 3, 4, 1}), InputSpec::Uniform({1, 5, 3, 1, 2})}, BinaryRef(mul)});
   cases.push_back({"mul scalar tensor", "Mul", {}, {InputSpec::Uniform({}), InputSpec::Uniform({2, 3})}, BinaryRef(mul)});
   cases.push_back({"div broadcast", "Div", {}, {InputSpec::Uniform({2, 3}), InputSpec::Uniform({3}, 0.5, 2.0)}, BinaryRef(div)});
   cases.push_back({"neg", "Neg", {}, {InputSpec::Uniform({5})}, UnaryRef([](double x) { return -x; })});

@@ -65,6 +65,18 @@ Acc LaneSum(int64_t n, Term&& term) {
 // `in` is right-aligned to `out`'s rank.
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 
+// The iteration space of `out` against operands with strides sa and sb, with
+// extent-1 dims dropped and adjacent dims merged wherever both operands step
+// through them as through one (contiguous or broadcast alike): the same
+// elements in the same order, as fewer and longer rows for ForEachBroadcast
+// (a [N, C, H, W] * [N, C, 1, 1] product becomes [N * C, H * W] * [N * C, 1]).
+// Never rank 0: a single element is [1].
+struct BroadcastSpace {
+  Shape shape;
+  std::vector<int64_t> sa, sb;
+};
+BroadcastSpace CollapseBroadcast(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb);
+
 // Visits every element of `out` in row-major order with the matching offsets
 // into two broadcast operands: fn(out_index, offset_a, offset_b) in chunks of
 // the innermost dimension, for [begin, end) of the outer rows.

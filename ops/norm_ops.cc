@@ -46,12 +46,18 @@ Status ExpectEps(const std::string& op, double eps) {
 // ---------------------------------------------------------------------------
 // BatchNorm
 
-// Calls fn(c, offset, length) for every plane (n, c), the contiguous runs
-// of channel elements, in parallel.
+// Calls fn(plane, c, offset, length) for every plane n * C + c, the
+// contiguous runs of channel elements, in parallel. The channel is counted
+// along rather than divided out per plane (late layers have tens of
+// thousands of planes of a few elements each).
 template <typename Fn>
 void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
   ParallelRange(pool, l.n * l.c, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) fn(p % l.c, p * l.s, l.s);
+    int64_t c = p0 % l.c;
+    for (int64_t p = p0; p < p1; ++p) {
+      fn(p, c, p * l.s, l.s);
+      if (++c == l.c) c = 0;
+    }
   }, GrainFor(l.s));
 }
 
@@ -74,8 +80,8 @@ std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayou
     return channel;
   }
   std::vector<Sums> plane(l.n * l.c);
-  ForEachPlane(l, pool, [&](int64_t c, int64_t o, int64_t len) {
-    plane[o / l.s] = {LaneSum<double>(len, [&](int64_t j) { return terms(o + j, c); })...};
+  ForEachPlane(l, pool, [&](int64_t p, int64_t c, int64_t o, int64_t len) {
+    plane[p] = {LaneSum<double>(len, [&](int64_t j) { return terms(o + j, c); })...};
   });
   for (int64_t i = 0; i < l.n; ++i)
     for (int64_t c = 0; c < l.c; ++c)
@@ -242,7 +248,7 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     scale[c] = static_cast<T>(gamma[c] * invstd);
     shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
-  ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+  ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
     const T a = scale[c], b = shift[c];
     for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
   });
@@ -358,7 +364,7 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
     a[c] = static_cast<T>(sum_dy / m);
     b[c] = static_cast<T>(sum_dy_xhat / m);
   }
-  ForEachPlane(l, ctx.pool, [&](int64_t c, int64_t o, int64_t len) {
+  ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
     const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];
     if (training) {
       for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * (dy[o + j] - ac - (x[o + j] - mu) * is * bc);
