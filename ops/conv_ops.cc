@@ -164,22 +164,13 @@ double ConvFlops(const Shape& cols, const Shape& weight) {
 // ---------------------------------------------------------------------------
 // CPU machinery.
 
-// Output positions [lo, hi) along one axis whose input coordinate
-// o * stride + off falls inside [0, in).
-void ValidRange(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
-  const int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  const int64_t h = in - off <= 0 ? 0 : (in - off + stride - 1) / stride;
-  *lo = std::min(l, out);
-  *hi = std::max(*lo, std::min(h, out));
-}
-
 // Enough channels per chunk that a hand-off pays for itself.
 int64_t ChannelChunk(int64_t per_channel) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_channel)); }
 
 // Groups with a single image channel and few output channels (depthwise
 // convolutions) skip im2col and GEMM: with a GEMM depth of just KH * KW and
 // a handful of rows, the product is a memory-bound GEMV, and walking the
-// kernel taps directly over the planes (ForEachTapRow) moves far less data.
+// kernel taps directly over the planes (PhasePlan below) moves far less data.
 constexpr int64_t kDirectMaxGroupOutputs = 2;
 bool Direct(const ConvGeom& g) { return g.cg() == 1 && g.og() <= kDirectMaxGroupOutputs; }
 
@@ -212,27 +203,6 @@ void ForEachTile(const ConvGeom& g, ThreadPool* inner, Fn&& fn) {
   for (int64_t y0 = 0; y0 < g.oh; y0 += rows) {
     const int64_t y1 = std::min(g.oh, y0 + rows);
     fn(y0, y1, (y1 - y0) * g.ow);
-  }
-}
-
-// Visits each (channel, tap) row of the im2col block of output rows
-// [y0, y1): fn(row, y_off, x_off, y_lo, y_hi, x_lo, x_hi), where the tap
-// reads input (oy * sh + y_off, ox * sw + x_off) and only oy in [y_lo, y_hi),
-// ox in [x_lo, x_hi) land inside the image (the rest is zero padding).
-template <typename Fn>
-void ForEachColRow(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& fn) {
-  for (int64_t ki = 0; ki < g.kh; ++ki) {
-    const int64_t y_off = ki * g.dh - g.ph;
-    int64_t y_lo, y_hi;
-    ValidRange(y_off, g.sh, g.h, g.oh, &y_lo, &y_hi);
-    y_lo = std::clamp(y_lo, y0, y1);
-    y_hi = std::clamp(y_hi, y_lo, y1);
-    for (int64_t kj = 0; kj < g.kw; ++kj) {
-      const int64_t x_off = kj * g.dw - g.pw;
-      int64_t x_lo, x_hi;
-      ValidRange(x_off, g.sw, g.w, g.ow, &x_lo, &x_hi);
-      fn((c * g.kh + ki) * g.kw + kj, y_off, x_off, y_lo, y_hi, x_lo, x_hi);
-    }
   }
 }
 
@@ -325,30 +295,274 @@ void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* xp, Thre
   });
 }
 
-// sum_j a[j] * b[j * step]; LaneSum's partial sums let the unit-stride
-// case vectorise.
-template <typename T, typename Step>
-T Dot(const T* a, const T* b, int64_t count, Step step) {
-  return LaneSum<T>(count, [&](int64_t j) { return a[j] * b[j * step]; });
+// The direct walk of Direct() groups. The zero-padded plane xp [HP, WP] is
+// split into its SH x SW stride phases: phase (py % SH, px % SW) holds
+// xp[py][px] at (py / SH) * WQ + px / SW. Tap (ki, kj) of output (oy, ox)
+// reads xp[oy * SH + ki * DH][ox * SW + kj * DW], which is element
+// oy * WQ + ox of its phase shifted by (ki * DH / SH) * WQ + kj * DW / SW: each
+// tap is then one unit-stride stream over a "wide" output [OH, WQ] whose
+// columns past OW are scratch.
+//
+// The channels (one per group) go kLanes at a time, interleaved element by
+// element ([position][lane], a "blocked" layout): a tap is then a
+// multiply-add of whole vectors, one weight per lane, however small the
+// plane (MobileNet's late planes are 4x4 and 2x2, a few elements per row).
+// The products keep their sums in registers across the taps (SumTaps,
+// GatherTaps, TapDots): each stream is read once and each sum written once.
+//
+// The layout is planned once per kernel call (integer divisions per task
+// cost more than a small plane's arithmetic).
+constexpr int64_t kLanes = 8;
+
+struct PhasePlan {
+  int64_t wq = 0;      // a phase row: ceil(WP / SW)
+  int64_t plane = 0;   // positions per phase: ceil(HP / SH) * WQ plus one
+                       // row, for the wide output's scratch columns
+  int64_t phases = 0;  // SH * SW
+  int64_t wide = 0;    // OH * WQ
+  std::vector<int64_t> taps;  // tap ki * KW + kj's stream offset in the phases
+  // The pixels of a plane [H, W] as runs contiguous in a phase: pixels
+  // image + j * SW, j < count, of one image row land at phase + j.
+  struct Run {
+    int64_t image, phase, count;
+  };
+  std::vector<Run> runs;
+  // The input gradient gathers into each phase from the taps that read it:
+  // position q of phase p is the sum over its taps of weight times the
+  // wide plane at q - shift, for q in [lo, hi) (the phase's pixels).
+  struct PhaseTaps {
+    int64_t lo, hi;
+    std::vector<std::pair<int64_t, int64_t>> taps;  // (tap, shift)
+  };
+  std::vector<PhaseTaps> by_phase;
+  int64_t margin = 0;  // the largest shift: zero positions before a gathered wide plane
+  int64_t numel() const { return phases * plane; }  // positions
+  // Positions of the wide plane's buffer: the margin, then a whole phase.
+  int64_t wide_span() const { return phases ? margin + plane : 0; }
+};
+
+PhasePlan PlanPhases(const ConvGeom& g) {
+  PhasePlan l;
+  if (!Direct(g)) return l;
+  const int64_t hq = (g.hp() + g.sh - 1) / g.sh;
+  l.wq = (g.wp() + g.sw - 1) / g.sw;
+  l.plane = (hq + 1) * l.wq;
+  l.phases = g.sh * g.sw;
+  l.wide = g.oh * l.wq;
+  for (int64_t ki = 0; ki < g.kh; ++ki)
+    for (int64_t kj = 0; kj < g.kw; ++kj) {
+      const int64_t ry = ki * g.dh, rx = kj * g.dw;
+      l.taps.push_back(((ry % g.sh) * g.sw + rx % g.sw) * l.plane + (ry / g.sh) * l.wq + rx / g.sw);
+    }
+  for (int64_t iy = 0; iy < g.h; ++iy) {
+    const int64_t py = iy + g.ph;
+    const int64_t row = (py % g.sh) * g.sw * l.plane + (py / g.sh) * l.wq;
+    for (int64_t pc = 0; pc < g.sw; ++pc) {
+      const int64_t ix0 = ((pc - g.pw) % g.sw + g.sw) % g.sw;  // the first column with (ix + PW) % SW == pc
+      if (ix0 < g.w)
+        l.runs.push_back({iy * g.w + ix0, row + pc * l.plane + (ix0 + g.pw) / g.sw, (g.w - ix0 + g.sw - 1) / g.sw});
+    }
+  }
+  l.by_phase.assign(static_cast<size_t>(l.phases), PhasePlan::PhaseTaps{l.plane, 0, {}});
+  for (size_t r = 0; r < l.taps.size(); ++r) {
+    const int64_t shift = l.taps[r] % l.plane;
+    l.by_phase[static_cast<size_t>(l.taps[r] / l.plane)].taps.push_back({static_cast<int64_t>(r), shift});
+    l.margin = std::max(l.margin, shift);
+  }
+  for (const PhasePlan::Run& r : l.runs) {
+    PhasePlan::PhaseTaps& p = l.by_phase[static_cast<size_t>(r.phase / l.plane)];
+    p.lo = std::min(p.lo, r.phase % l.plane);
+    p.hi = std::max(p.hi, r.phase % l.plane + r.count);
+  }
+  return l;
 }
 
-// The direct walk of Direct() groups: each kernel tap is a shifted, strided
-// multiply-add between the image plane and a column plane.
-// fn(tap, image_index, col_index, count, stride) per output row segment;
-// stride is a compile-time 1 for unit strides, so that loop vectorizes.
-template <typename Fn>
-void ForEachTapRow(const ConvGeom& g, Fn&& fn) {
-  ForEachColRow(g, 0, 0, g.oh, [&](int64_t r, int64_t y_off, int64_t x_off, int64_t y_lo, int64_t y_hi, int64_t x_lo,
-                                   int64_t x_hi) {
-    for (int64_t oy = y_lo; oy < y_hi && x_lo < x_hi; ++oy) {
-      const int64_t xi = (oy * g.sh + y_off) * g.w + x_off + x_lo * g.sw, yi = oy * g.ow + x_lo;
-      if (g.sw == 1) {
-        fn(r, xi, yi, x_hi - x_lo, std::integral_constant<int64_t, 1>());
-      } else {
-        fn(r, xi, yi, x_hi - x_lo, g.sw);
-      }
+// Channels [c0, c0 + lanes) of a Direct() convolution, lane v = channel c0 + v.
+struct ChannelBlock {
+  int64_t c0, lanes;
+};
+int64_t ChannelBlocks(const ConvGeom& g) { return (g.groups + kLanes - 1) / kLanes; }
+ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
+  return {block * kLanes, std::min(kLanes, g.groups - block * kLanes)};
+}
+
+// The blocked phases of planes x [lanes, H, W] (lane v's plane at
+// x + v * H * W), zero wherever padding, slack or a missing lane.
+template <typename T>
+void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases) {
+  std::fill(phases, phases + l.numel() * kLanes, T(0));
+  for (const PhasePlan::Run& r : l.runs)
+    for (int64_t j = 0; j < r.count; ++j)
+      for (int64_t v = 0; v < lanes; ++v) phases[(r.phase + j) * kLanes + v] = x[v * g.hw() + r.image + j * g.sw];
+}
+
+// x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
+template <typename T>
+void FromPhases(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* bias, int64_t lanes, T* x) {
+  for (const PhasePlan::Run& r : l.runs)
+    for (int64_t j = 0; j < r.count; ++j)
+      for (int64_t v = 0; v < lanes; ++v)
+        x[v * g.hw() + r.image + j * g.sw] = (bias ? bias[v] : T(0)) + phases[(r.phase + j) * kLanes + v];
+}
+
+// The blocked wide form [OH, WQ, kLanes] of output planes [OH, OW], lane v's
+// at y + v * stride; zero past OW and in missing lanes.
+template <typename T>
+void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, int64_t lanes, T* wide) {
+  std::fill(wide, wide + l.wide * kLanes, T(0));
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox)
+      for (int64_t v = 0; v < lanes; ++v) wide[(oy * l.wq + ox) * kLanes + v] = y[v * stride + oy * g.ow + ox];
+}
+
+template <typename T>
+void FromWide(const ConvGeom& g, const PhasePlan& l, const T* wide, int64_t stride, int64_t lanes, T* y) {
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox)
+      for (int64_t v = 0; v < lanes; ++v) y[v * stride + oy * g.ow + ox] = wide[(oy * l.wq + ox) * kLanes + v];
+}
+
+// wide[i0, i0 + kCount) = bias + the taps' weights times their streams,
+// lane by lane, the positions' sums held in registers over all taps (each
+// stream read once, each sum written once) in the taps' order.
+template <int64_t kCount, typename T>
+void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T* bias, int64_t i0, T* wide) {
+  T acc[kCount][kLanes];
+  for (int64_t p = 0; p < kCount; ++p)
+    for (int64_t v = 0; v < kLanes; ++v) acc[p][v] = bias[v];
+  for (size_t r = 0; r < l.taps.size(); ++r) {
+    const T* in = phases + (l.taps[r] + i0) * kLanes;
+    const T* wr = weights + r * kLanes;
+    for (int64_t p = 0; p < kCount; ++p)
+      for (int64_t v = 0; v < kLanes; ++v) acc[p][v] += wr[v] * in[p * kLanes + v];
+  }
+  for (int64_t p = 0; p < kCount; ++p)
+    for (int64_t v = 0; v < kLanes; ++v) wide[(i0 + p) * kLanes + v] = acc[p][v];
+}
+
+// The whole wide plane: eight positions at a time, then one by one.
+template <typename T>
+void SumTaps(const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
+  constexpr int64_t kPositions = 8;
+  int64_t i = 0;
+  for (; i + kPositions <= l.wide; i += kPositions) SumTapsBlock<kPositions>(l, phases, weights, bias, i, wide);
+  for (; i < l.wide; ++i) SumTapsBlock<1>(l, phases, weights, bias, i, wide);
+}
+
+// The input gradient's gather into phase p, positions [q0, q0 + kCount):
+// out (+)= the sum over the phase's taps of their weights times the wide
+// plane at q - shift (`wide` points at the plane's position 0, with `margin`
+// zero positions before it and zeros past its end).
+template <int64_t kCount, typename T>
+void GatherTapsBlock(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, bool accumulate, int64_t q0,
+                     T* out) {
+  T acc[kCount][kLanes];
+  for (int64_t j = 0; j < kCount; ++j)
+    for (int64_t v = 0; v < kLanes; ++v) acc[j][v] = accumulate ? out[(q0 + j) * kLanes + v] : T(0);
+  for (const auto& [r, shift] : p.taps) {
+    const T* in = wide + (q0 - shift) * kLanes;
+    const T* wr = weights + r * kLanes;
+    for (int64_t j = 0; j < kCount; ++j)
+      for (int64_t v = 0; v < kLanes; ++v) acc[j][v] += wr[v] * in[j * kLanes + v];
+  }
+  for (int64_t j = 0; j < kCount; ++j)
+    for (int64_t v = 0; v < kLanes; ++v) out[(q0 + j) * kLanes + v] = acc[j][v];
+}
+
+template <typename T>
+void GatherTaps(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, bool accumulate, T* out) {
+  constexpr int64_t kPositions = 8;
+  int64_t q = p.lo;
+  for (; q + kPositions <= p.hi; q += kPositions) GatherTapsBlock<kPositions>(p, wide, weights, accumulate, q, out);
+  for (; q < p.hi; ++q) GatherTapsBlock<1>(p, wide, weights, accumulate, q, out);
+}
+
+// The weight gradient's products of taps [r0, r0 + kGroup): per tap and
+// lane, the sum over the wide plane of dy times the tap's stream, each a
+// running sum in registers (the group's taps are independent chains; dy is
+// read once for all of them), added to sums [kGroup, kLanes].
+template <int64_t kGroup, typename T>
+void TapDotsGroup(const PhasePlan& l, const T* phases, const T* dyw, int64_t r0, T* sums) {
+  T acc[kGroup][kLanes] = {};
+  const T* in[kGroup];
+  for (int64_t t = 0; t < kGroup; ++t) in[t] = phases + l.taps[r0 + t] * kLanes;
+  for (int64_t i = 0; i < l.wide; ++i) {
+    const T* d = dyw + i * kLanes;
+    for (int64_t t = 0; t < kGroup; ++t)
+      for (int64_t v = 0; v < kLanes; ++v) acc[t][v] += d[v] * in[t][i * kLanes + v];
+  }
+  for (int64_t t = 0; t < kGroup; ++t)
+    for (int64_t v = 0; v < kLanes; ++v) sums[t * kLanes + v] += acc[t][v];
+}
+
+// sums [taps, kLanes] += every tap's product with dy, in groups of at most
+// eight taps (enough chains to hide the multiply-add latency, few enough
+// registers), as even as the tap count allows.
+template <typename T>
+void TapDots(const PhasePlan& l, const T* phases, const T* dyw, T* sums) {
+  const int64_t taps = static_cast<int64_t>(l.taps.size());
+  const int64_t groups = (taps + 7) / 8;
+  for (int64_t gi = 0, r0 = 0; gi < groups; ++gi) {
+    const int64_t size = (taps - r0) / (groups - gi) + ((taps - r0) % (groups - gi) ? 1 : 0);
+    T* out = sums + r0 * kLanes;
+    switch (size) {
+      case 1: TapDotsGroup<1>(l, phases, dyw, r0, out); break;
+      case 2: TapDotsGroup<2>(l, phases, dyw, r0, out); break;
+      case 3: TapDotsGroup<3>(l, phases, dyw, r0, out); break;
+      case 4: TapDotsGroup<4>(l, phases, dyw, r0, out); break;
+      case 5: TapDotsGroup<5>(l, phases, dyw, r0, out); break;
+      case 6: TapDotsGroup<6>(l, phases, dyw, r0, out); break;
+      case 7: TapDotsGroup<7>(l, phases, dyw, r0, out); break;
+      default: TapDotsGroup<8>(l, phases, dyw, r0, out); break;
     }
-  });
+    r0 += size;
+  }
+}
+
+// Lane v's weight of tap r for output oc: w [O, 1, KH, KW] at channel c0 + v;
+// zero in missing lanes.
+template <typename T>
+void TapWeights(const ConvGeom& g, const T* w, ChannelBlock b, int64_t oc, int64_t r, T* lanes) {
+  for (int64_t v = 0; v < kLanes; ++v) lanes[v] = v < b.lanes ? w[((b.c0 + v) * g.og() + oc) * g.k() + r] : T(0);
+}
+
+// 1x1 convolutions on small planes (a MobileNet's late stages) gather a
+// batch of images into one GEMM: alone, an image gives the product only
+// OH * OW columns, too few for the micro-kernel's tiles to pay for packing
+// the weight; side by side, [C/g, images * OH * OW] is as wide as a large
+// plane.
+constexpr int64_t kBatchedPlaneBelow = 256;
+constexpr int64_t kBatchColumns = 1024;
+bool Batched(const ConvGeom& g) { return g.pointwise() && g.ohw() < kBatchedPlaneBelow; }
+int64_t BatchImages(const ConvGeom& g) {
+  return std::clamp<int64_t>(kBatchColumns / std::max<int64_t>(1, g.ohw()), 1, std::max<int64_t>(1, g.n));
+}
+int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.cg() + g.og()) * BatchImages(g) * g.ohw() : 0; }
+
+// Planes [p0, p0 + planes) of images [n0, n1) of a tensor [N, P, size].
+struct PlaneBlock {
+  int64_t p, p0, planes, size, n0, n1;
+  int64_t cols() const { return (n1 - n0) * size; }
+};
+
+// dst [planes, cols] = the block's planes, its images side by side.
+template <typename T>
+void GatherPlanes(const T* src, const PlaneBlock& b, T* dst) {
+  for (int64_t n = b.n0; n < b.n1; ++n)
+    for (int64_t i = 0; i < b.planes; ++i)
+      std::copy_n(src + (n * b.p + b.p0 + i) * b.size, b.size, dst + i * b.cols() + (n - b.n0) * b.size);
+}
+
+// The block's planes = src [planes, cols] (+ bias[i] on plane i).
+template <typename T>
+void ScatterPlanes(const T* src, const T* bias, const PlaneBlock& b, T* dst) {
+  for (int64_t n = b.n0; n < b.n1; ++n)
+    for (int64_t i = 0; i < b.planes; ++i) {
+      const T* from = src + i * b.cols() + (n - b.n0) * b.size;
+      T* to = dst + (n * b.p + b.p0 + i) * b.size;
+      const T add = bias ? bias[i] : T(0);
+      for (int64_t j = 0; j < b.size; ++j) to[j] = add + from[j];
+    }
 }
 
 // Fills `planes` planes of `size` with bias[i] (or zero without one).
@@ -363,11 +577,28 @@ std::unique_ptr<T[]> Scratch(int64_t n) {
   return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
 }
 
-// A task's scratch: its im2col block and its group's padded planes.
+// Rows of kLanes a Direct() task keeps per tap: the weights of one output,
+// or the weight gradient's sums of every output of the group.
+int64_t TapScratch(const ConvGeom& g, const PhasePlan& plan) {
+  return static_cast<int64_t>(plan.taps.size()) * g.og();
+}
+
+// A task's scratch: its im2col block and its group's padded planes, a
+// Direct() task's phases and wide plane, or a Batched() task's gathered
+// planes.
 template <typename T>
 struct Workspace {
-  Workspace(const ConvGeom& g, ThreadPool* pool)
-      : buf(Scratch<T>(TileScratch(g, pool) + PadScratch(g))), col(buf.get()), pad(col + TileScratch(g, pool)) {}
+  Workspace(const ConvGeom& g, const PhasePlan& plan, ThreadPool* pool)
+      : buf(Scratch<T>(TileScratch(g, pool) + PadScratch(g) +
+                         (plan.numel() + plan.wide_span() + TapScratch(g, plan)) * kLanes +
+                         BatchScratch(g))),
+        col(buf.get()),
+        pad(col + TileScratch(g, pool)),
+        phases(pad + PadScratch(g)),
+        wide(phases + plan.numel() * kLanes),
+        tap_weights(wide + plan.wide_span() * kLanes),
+        gathered_image(tap_weights + TapScratch(g, plan) * kLanes),
+        gathered_cols(gathered_image + (Batched(g) ? g.cg() * BatchImages(g) * g.ohw() : 0)) {}
   // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
   const T* Planes(const ConvGeom& g, const T* x) {
     if (!g.padded()) return x;
@@ -377,6 +608,11 @@ struct Workspace {
   std::unique_ptr<T[]> buf;
   T* col;
   T* pad;
+  T* phases;
+  T* wide;            // Direct(): [margin + plane, kLanes], the wide plane first or after the margin
+  T* tap_weights;     // Direct(): [taps, kLanes] weights, or the weight gradient's sums [O/g, taps, kLanes]
+  T* gathered_image;  // Batched(): [C/g, images * OH * OW]
+  T* gathered_cols;   // Batched(): [O/g, images * OH * OW]
 };
 
 // Runs fn(task, inner_pool, workspace) for each task in [0, tasks). With at
@@ -385,40 +621,76 @@ struct Workspace {
 // GEMMs (inner_pool null); otherwise tasks run one by one and fn gets the
 // pool for its im2col and GEMM.
 template <typename T, typename Fn>
-void RunTasks(ThreadPool* pool, const ConvGeom& g, int64_t tasks, Fn&& fn) {
+void RunTasks(ThreadPool* pool, const ConvGeom& g, const PhasePlan& plan, int64_t tasks, Fn&& fn) {
   const int threads = pool ? pool->num_threads() : 1;
   if (threads > 1 && tasks >= threads) {
     ParallelTasks(pool, tasks, [&](auto next) {
-      Workspace<T> ws(g, pool);
+      Workspace<T> ws(g, plan, pool);
       for (int64_t t; (t = next()) >= 0;) fn(t, nullptr, ws);
     });
     return;
   }
-  Workspace<T> ws(g, pool);
+  Workspace<T> ws(g, plan, pool);
   for (int64_t t = 0; t < tasks; ++t) fn(t, pool, ws);
 }
 
-// cols [N, O, OH, OW] = W * im2col(image [N, C, H, W]) (+ bias [O]);
-// one task per (image, group).
+// Runs fn(grp, n0, n1, inner_pool, workspace) for each group and batch of
+// BatchImages() images, as tasks of RunTasks.
+template <typename T, typename Fn>
+void ForEachBatch(ThreadPool* pool, const ConvGeom& g, Fn&& fn) {
+  const int64_t per = BatchImages(g), batches = (g.n + per - 1) / per;
+  RunTasks<T>(pool, g, PhasePlan{}, batches * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
+    const int64_t b = task / g.groups, grp = task % g.groups;
+    fn(grp, b * per, std::min(g.n, (b + 1) * per), inner, ws);
+  });
+}
+
+// Runs fn(image, channel_block, workspace) for each image and block of
+// kLanes channels of a Direct() convolution, as tasks of RunTasks.
+template <typename T, typename Fn>
+void ForEachChannelBlock(ThreadPool* pool, const ConvGeom& g, const PhasePlan& l, Fn&& fn) {
+  RunTasks<T>(pool, g, l, g.n * ChannelBlocks(g), [&](int64_t task, ThreadPool*, Workspace<T>& ws) {
+    fn(task / ChannelBlocks(g), BlockOf(g, task % ChannelBlocks(g)), ws);
+  });
+}
+
+// cols [N, O, OH, OW] = W * im2col(image [N, C, H, W]) (+ bias [O]); one
+// task per (image, group), per batch of images (Batched) or per image and
+// block of channels (Direct).
 template <typename T>
 void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  RunTasks<T>(pool, g, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
+  if (Batched(g)) {
+    ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
+      const PlaneBlock in{g.c, grp * cg, cg, ohw, n0, n1}, out{g.o, grp * og, og, ohw, n0, n1};
+      GatherPlanes(image, in, ws.gathered_image);
+      Gemm<T>(false, false, og, in.cols(), k, T(1), w + grp * og * k, k, ws.gathered_image, in.cols(), T(0),
+              ws.gathered_cols, in.cols(), inner);
+      ScatterPlanes(ws.gathered_cols, bias ? bias + grp * og : nullptr, out, cols);
+    });
+    return;
+  }
+  if (Direct(g)) {
+    const PhasePlan l = PlanPhases(g);
+    ForEachChannelBlock<T>(pool, g, l, [&](int64_t n, ChannelBlock b, Workspace<T>& ws) {
+      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases);
+      for (int64_t oc = 0; oc < og; ++oc) {
+        T lane_bias[kLanes] = {};
+        if (bias)
+          for (int64_t v = 0; v < b.lanes; ++v) lane_bias[v] = bias[(b.c0 + v) * og + oc];
+        for (int64_t r = 0; r < k; ++r) TapWeights(g, w, b, oc, r, ws.tap_weights + r * kLanes);
+        SumTaps(l, ws.phases, ws.tap_weights, lane_bias, ws.wide);
+        FromWide(g, l, ws.wide, og * ohw, b.lanes, cols + (n * g.o + b.c0 * og + oc) * ohw);
+      }
+    });
+    return;
+  }
+  RunTasks<T>(pool, g, PhasePlan{}, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
     const T* wg = w + grp * og * k;                      // [O/g, K]
     T* y = cols + (n * g.o + grp * og) * ohw;            // [O/g, OH * OW]
     const T* bg = bias ? bias + grp * og : nullptr;
-    if (Direct(g)) {  // x is one plane [H, W]
-      InitPlanes(y, og, ohw, bg);
-      for (int64_t oc = 0; oc < og; ++oc)
-        ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
-          const T wv = wg[oc * k + r];
-          T* out = y + oc * ohw + yi;
-          for (int64_t j = 0; j < count; ++j) out[j] += wv * x[xi + j * step];
-        });
-      return;
-    }
     if (bg) InitPlanes(y, og, ohw, bg);  // the GEMMs then accumulate onto the bias
     const T beta = bg ? T(1) : T(0);
     if (g.pointwise()) {
@@ -437,22 +709,41 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
-  RunTasks<T>(pool, g, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
+  if (Batched(g)) {
+    ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
+      const PlaneBlock in{g.o, grp * og, og, ohw, n0, n1}, out{g.c, grp * cg, cg, ohw, n0, n1};
+      GatherPlanes(cols, in, ws.gathered_cols);
+      Gemm<T>(true, false, k, in.cols(), og, T(1), w + grp * og * k, k, ws.gathered_cols, in.cols(), T(0),
+              ws.gathered_image, in.cols(), inner);
+      ScatterPlanes(ws.gathered_image, bias ? bias + grp * cg : nullptr, out, image);
+    });
+    return;
+  }
+  if (Direct(g)) {
+    const PhasePlan l = PlanPhases(g);
+    ForEachChannelBlock<T>(pool, g, l, [&](int64_t n, ChannelBlock b, Workspace<T>& ws) {
+      // The wide plane after a margin of zeros, and zeros to a phase's end:
+      // every shifted read lands in the buffer, outside the plane on zeros.
+      T* dyw = ws.wide + l.margin * kLanes;
+      std::fill(ws.wide, dyw, T(0));
+      std::fill(dyw + l.wide * kLanes, ws.wide + l.wide_span() * kLanes, T(0));
+      for (int64_t oc = 0; oc < og; ++oc) {
+        // Zero past OW and in missing lanes: those positions add nothing.
+        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, dyw);
+        for (int64_t r = 0; r < k; ++r) TapWeights(g, w, b, oc, r, ws.tap_weights + r * kLanes);
+        for (int64_t p = 0; p < l.phases; ++p)
+          GatherTaps(l.by_phase[p], dyw, ws.tap_weights, oc > 0, ws.phases + p * l.plane * kLanes);
+      }
+      FromPhases(g, l, ws.phases, bias ? bias + b.c0 : nullptr, b.lanes, image + (n * g.c + b.c0) * g.hw());
+    });
+    return;
+  }
+  RunTasks<T>(pool, g, PhasePlan{}, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
     const T* wg = w + grp * og * k;                   // [O/g, K]
     const T* bg = bias ? bias + grp * cg : nullptr;
     T* x = image + (n * g.c + grp * cg) * g.hw();     // [C/g, H, W]
-    if (Direct(g)) {  // x is one plane [H, W]
-      InitPlanes(x, 1, g.hw(), bg);
-      for (int64_t oc = 0; oc < og; ++oc)
-        ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
-          const T wv = wg[oc * k + r];
-          const T* in = dy + oc * ohw + yi;
-          for (int64_t j = 0; j < count; ++j) x[xi + j * step] += wv * in[j];
-        });
-      return;
-    }
     if (g.pointwise()) {  // col2im is the identity: multiply straight into the image
       if (bg) InitPlanes(x, cg, g.hw(), bg);
       Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
@@ -484,49 +775,81 @@ constexpr int64_t kMaxPartialElems = 4 << 20;
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  const PhasePlan l = PlanPhases(g);
+  // Direct(): dw's rows of block b's channels [O, K] = the sum over images
+  // [n0, n1), gathered per output in [taps, kLanes] (TapDots) and written
+  // out once.
+  auto accumulate_direct = [&](ChannelBlock b, int64_t n0, int64_t n1, T* dwb, Workspace<T>& ws) {
+    T* sums = ws.tap_weights;  // [O/g, taps, kLanes]
+    std::fill(sums, sums + og * k * kLanes, T(0));
+    for (int64_t n = n0; n < n1; ++n) {
+      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases);
+      for (int64_t oc = 0; oc < og; ++oc) {
+        // Zero past OW and in missing lanes: those positions add nothing.
+        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, ws.wide);
+        TapDots(l, ws.phases, ws.wide, sums + oc * k * kLanes);
+      }
+    }
+    for (int64_t v = 0; v < b.lanes; ++v)
+      for (int64_t oc = 0; oc < og; ++oc)
+        for (int64_t r = 0; r < k; ++r) dwb[((b.c0 + v) * og + oc) * k + r] = sums[(oc * k + r) * kLanes + v];
+  };
   // dwg [O/g, K] = the sum over images [n0, n1) of group grp.
   auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, Workspace<T>& ws) {
     bool first = true;
-    auto product = [&](const T* dy, const T* src, int64_t len) {  // dwg (+)= dy [O/g, len] * src [K, len]^T
-      Gemm<T>(false, true, og, k, len, T(1), dy, ohw, src, len, first ? T(0) : T(1), dwg, k, inner);
+    // dwg (+)= dy [O/g, len] * src [K, len]^T, dy's rows ld apart.
+    auto product = [&](const T* dy, int64_t ld, const T* src, int64_t len) {
+      Gemm<T>(false, true, og, k, len, T(1), dy, ld, src, len, first ? T(0) : T(1), dwg, k, inner);
       first = false;
     };
+    if (Batched(g)) {
+      for (int64_t b0 = n0; b0 < n1; b0 += BatchImages(g)) {
+        const int64_t b1 = std::min(n1, b0 + BatchImages(g));
+        const PlaneBlock x_block{g.c, grp * cg, cg, ohw, b0, b1}, dy_block{g.o, grp * og, og, ohw, b0, b1};
+        GatherPlanes(image, x_block, ws.gathered_image);
+        GatherPlanes(cols, dy_block, ws.gathered_cols);
+        product(ws.gathered_cols, x_block.cols(), ws.gathered_image, x_block.cols());
+      }
+      n1 = n0;  // done
+    }
     for (int64_t n = n0; n < n1; ++n) {
       const T* x = image + (n * g.c + grp * cg) * g.hw();  // [C/g, H, W]
       const T* dy = cols + (n * g.o + grp * og) * ohw;     // [O/g, OH * OW]
-      if (Direct(g)) {  // x is one plane [H, W]; dwg is [O/g, KH * KW]
-        if (first) std::fill(dwg, dwg + og * k, T(0));
-        first = false;
-        for (int64_t oc = 0; oc < og; ++oc)
-          ForEachTapRow(g, [&](int64_t r, int64_t xi, int64_t yi, int64_t count, auto step) {
-            dwg[oc * k + r] += Dot(dy + oc * ohw + yi, x + xi, count, step);
-          });
-        continue;
-      }
       if (g.pointwise()) {
-        product(dy, x, ohw);
+        product(dy, ohw, x, ohw);
         continue;
       }
       const T* xp = ws.Planes(g, x);
       ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
         Im2Col(g, xp, y0, y1, ws.col, inner);
-        product(dy + y0 * g.ow, ws.col, len);
+        product(dy + y0 * g.ow, ohw, ws.col, len);
       });
     }
     if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };
   const int64_t size = g.o * k;
-  const int64_t blocks = std::clamp<int64_t>(std::min(kMaxPartialElems / std::max<int64_t>(1, size), g.n), 1,
+  // Batched() blocks hold whole batches: a block of fewer images would
+  // throw away the point of gathering them.
+  const int64_t images = Batched(g) ? (g.n + BatchImages(g) - 1) / BatchImages(g) : g.n;
+  const int64_t blocks = std::clamp<int64_t>(std::min(kMaxPartialElems / std::max<int64_t>(1, size), images), 1,
                                              kMaxBatchBlocks);
-  std::vector<T> partial(static_cast<size_t>(blocks > 1 ? blocks * size : 0));  // [blocks, O, K]
-  T* const out = blocks > 1 ? partial.data() : dw;
-  RunTasks<T>(pool, g, blocks * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
-    const int64_t b = task / g.groups, grp = task % g.groups;
-    accumulate(grp, g.n * b / blocks, g.n * (b + 1) / blocks, out + b * size + grp * og * k, inner, ws);
+  // [blocks, O, K], every element written by its block before it is read.
+  const std::unique_ptr<T[]> partial = Scratch<T>(blocks > 1 ? blocks * size : 0);
+  T* const out = blocks > 1 ? partial.get() : dw;
+  // A task: a block of images and a group, or for Direct() a block of channels.
+  const int64_t units = Direct(g) ? ChannelBlocks(g) : g.groups;
+  RunTasks<T>(pool, g, l, blocks * units, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
+    const int64_t b = task / units, unit = task % units;
+    const int64_t n0 = g.n * b / blocks, n1 = g.n * (b + 1) / blocks;
+    if (Direct(g)) {
+      accumulate_direct(BlockOf(g, unit), n0, n1, out + b * size, ws);
+    } else {
+      accumulate(unit, n0, n1, out + b * size + unit * og * k, inner, ws);
+    }
   });
   if (blocks == 1) return;
   ParallelRange(pool, size, [&](int64_t i0, int64_t i1) {
-    std::copy(partial.data() + i0, partial.data() + i1, dw + i0);
+    std::copy(partial.get() + i0, partial.get() + i1, dw + i0);
     for (int64_t b = 1; b < blocks; ++b)
       for (int64_t i = i0; i < i1; ++i) dw[i] += partial[b * size + i];
   });
