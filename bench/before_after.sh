@@ -1,45 +1,76 @@
 #!/usr/bin/env bash
-# Compares two loom binaries side by side (e.g. before and after a refactor),
+# Compares two loom binaries side by side (e.g. before and after a change),
 # interleaved so that both see the same machine state: ROUNDS rounds, each
-# running both binaries on
+# running both binaries (their order flipping every round) on
 #   train    `loom train` of the Fashion-MNIST MLP for 300 steps (wall s)
-#   fusion   `loom bench fusion` of the MLP at R = 1 and 8 (fused samples/s)
-# and prints each measurement's median and spread (min-max) per binary.
+#   fusion   `loom bench fusion` at each R of --replicas (fused samples/s)
+# and prints each measurement's median and spread (min-max) per binary, and
+# the median of the rounds' own after/before ratios with their spread.
 #
-#   bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS]
+#   bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas 1,8] [--threads 2]
+#
+# Without --config: the MLP's training run and its fusion at R = 1 and 8.
+# With --config FILE (e.g. bench/configs/mobilenet_v3_large.pbtxt): that
+# config's fusion only, at --replicas (default 1).
 set -euo pipefail
-old="$1"
-new="$2"
-rounds="${3:-5}"
+usage="usage: bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas LIST] [--threads T]"
+old="${1:?$usage}"
+new="${2:?$usage}"
+shift 2
+rounds=5
+if [ $# -gt 0 ] && [[ "$1" != --* ]]; then rounds="$1"; shift; fi
+config="" replicas="" threads=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) config="$2"; shift 2 ;;
+    --replicas) replicas="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    *) echo "unknown argument $1; $usage" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$config" ]; then
+  config=models/configs/fashion_mnist_mlp.pbtxt train=1 reps=20
+  replicas="${replicas:-1,8}"
+else
+  train=0 reps=3
+  replicas="${replicas:-1}"
+fi
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 measure() {  # binary label round
   local loom="$1" label="$2" round="$3" start end
-  start=$(date +%s.%N)
-  "$loom" train --config models/configs/fashion_mnist_mlp.pbtxt --max-steps 300 --threads 2 \
-    --out "$work/$label-$round" >/dev/null
-  end=$(date +%s.%N)
-  awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%s train_s %.3f\n", l, e - s }' >>"$work/results"
-  "$loom" bench fusion --config models/configs/fashion_mnist_mlp.pbtxt --replicas 1,8 --reps 20 --threads 2 |
-    awk -v l="$label" '$1 == 1 || $1 == 8 { print l, "fused_r" $1 "_smp_s", $2 }' >>"$work/results"
+  if [ "$train" = 1 ]; then
+    start=$(date +%s.%N)
+    "$loom" train --config "$config" --max-steps 300 --threads "$threads" --out "$work/$label-$round" >/dev/null
+    end=$(date +%s.%N)
+    awk -v l="$label" -v r="$round" -v s="$start" -v e="$end" \
+      'BEGIN { printf "%s %s train_s %.3f\n", l, r, e - s }' >>"$work/results"
+  fi
+  "$loom" bench fusion --config "$config" --replicas "$replicas" --reps "$reps" --threads "$threads" |
+    awk -v l="$label" -v r="$round" -v want=",$replicas," \
+      'index(want, "," $1 ",") && $2 + 0 > 0 { print l, r, "fused_r" $1 "_smp_s", $2 }' >>"$work/results"
 }
 
 for round in $(seq 1 "$rounds"); do
-  measure "$old" before "$round"
-  measure "$new" after "$round"
+  if [ $((round % 2)) = 1 ]; then
+    measure "$old" before "$round"
+    measure "$new" after "$round"
+  else
+    measure "$new" after "$round"
+    measure "$old" before "$round"
+  fi
 done
 
 grep -m1 "model name" /proc/cpuinfo
-echo "rounds: $rounds (interleaved)"
-printf "%-18s %-34s %-34s %s\n" measure "before: median (min-max)" "after: median (min-max)" "after/before"
-for m in train_s fused_r1_smp_s fused_r8_smp_s; do
-  stats() {
-    awk -v l="$1" -v m="$m" '$1 == l && $2 == m { print $3 }' "$work/results" | sort -g |
-      awk '{ v[NR] = $1 } END { printf "%.5g %.5g %.5g", v[int((NR + 1) / 2)], v[1], v[NR] }'
-  }
-  read -r bm blo bhi <<<"$(stats before)"
-  read -r am alo ahi <<<"$(stats after)"
-  printf "%-18s %-34s %-34s %s\n" "$m" "$bm ($blo-$bhi)" "$am ($alo-$ahi)" "$(awk -v a="$am" -v b="$bm" 'BEGIN { printf "%.3f", a / b }')"
+echo "$config, $threads threads, $rounds rounds (interleaved, order flipped every round)"
+printf "%-18s %-26s %-26s %s\n" measure "before: median (min-max)" "after: median (min-max)" "after/before: median (min-max)"
+median_range() { sort -g | awk '{ v[NR] = $1 } END { printf "%.4g %.4g %.4g", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
+for m in $(awk '{ print $3 }' "$work/results" | sort -u); do
+  read -r bm blo bhi <<<"$(awk -v m="$m" '$1 == "before" && $3 == m { print $4 }' "$work/results" | median_range)"
+  read -r am alo ahi <<<"$(awk -v m="$m" '$1 == "after" && $3 == m { print $4 }' "$work/results" | median_range)"
+  read -r rm rlo rhi <<<"$(awk -v m="$m" '$3 == m { v[$1 " " $2] = $4; r[$2] = 1 }
+      END { for (i in r) if (("before " i) in v) print v["after " i] / v["before " i] }' "$work/results" | median_range)"
+  printf "%-18s %-26s %-26s %s\n" "$m" "$bm ($blo-$bhi)" "$am ($alo-$ahi)" "$rm ($rlo-$rhi)"
 done

@@ -160,7 +160,7 @@ void ForEachZooStepCase(const std::function<void(const std::string& name, const 
 }
 
 StepCase ZooStepCase(const SmallModel& s, const std::optional<FusionOptions>& fusion) {
-  const int64_t batch = s.name.rfind("pointnet", 0) == 0 ? 8 : kZooBatch;
+  const int64_t batch = s.name.rfind("pointnet", 0) == 0 || s.name == "resnet101" ? 8 : kZooBatch;
   Model m(DType::kF64);
   const Status built = models::BuildSupervised(m, s.name, s.args, s.data, batch);
   INFO(built.ToString());

@@ -56,8 +56,10 @@ StepCase ClassifierCase(const std::string& model, const std::map<std::string, st
                         int replicas = 0);
 
 // A zoo model at a reduced size (tests/small_zoo.h) as a step case in f64,
-// fused when `fusion` is set; PointNet with a batch of 8 (its T-Nets
-// amplify rounding the most), the others with kZooBatch.
+// fused when `fusion` is set; PointNet (its T-Nets) and ResNet-101 (its
+// BatchNorm over 1x1 and 2x2 planes) with a batch of 8, where BatchNorm
+// over 2 examples would amplify rounding about 1e12-fold, the others with
+// kZooBatch.
 StepCase ZooStepCase(const SmallModel& model, const std::optional<FusionOptions>& fusion);
 // Calls `visit` with every zoo model but the GANs as a step case, unfused
 // ("resnet18") and fused over 2 replicas seeded 7 and 8 ("resnet18.fused").

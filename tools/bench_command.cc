@@ -43,13 +43,29 @@ using Clock = std::chrono::steady_clock;
 
 double EigenGemmGflops(int reps) { return EigenGemmFlops<float>(reps) / 1e9; }
 
+// The memory-bandwidth roof: a streaming multiply-add y = y + a * x over
+// two 64 MiB arrays (far past any cache) on every thread of the default
+// pool, in GB/s of bytes read and written (12 per element).
+double StreamGbps(int reps) {
+  const int64_t n = int64_t{16} << 20;
+  std::vector<float> x(static_cast<size_t>(n), 1.0f), y(static_cast<size_t>(n), 2.0f);
+  ThreadPool& pool = ThreadPool::Default();
+  const double secs = BestSeconds(reps, [&] {
+    pool.ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] += 0.5f * x[i];
+    });
+  });
+  return 12.0 * static_cast<double>(n) / secs / 1e9;
+}
+
 struct Row {
   std::string name;
   double gflops;
+  double gbps;  // the graph's bytes read and written (its ops' cost formulas) per second
   double seconds;
 };
 
-// Times one Executor::Run of `graph` with random feeds; rate from its cost.
+// Times one Executor::Run of `graph` with random feeds; rates from its cost.
 StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(graph));
   LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
@@ -60,7 +76,8 @@ StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
     if (!r.ok()) status = r.status();
   });
   LOOM_RETURN_IF_ERROR(status);
-  return Row{name, GraphCost(graph).flops / secs / 1e9, secs};
+  const OpCost cost = GraphCost(graph);
+  return Row{name, cost.flops / secs / 1e9, (cost.bytes_read + cost.bytes_written) / secs / 1e9, secs};
 }
 
 StatusOr<Graph> MatMulGraph(int64_t n) {
@@ -72,14 +89,16 @@ StatusOr<Graph> MatMulGraph(int64_t n) {
   return m.graph();
 }
 
-// One conv layer; with_backward adds d/dx and d/dweight (a training step's work).
-StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t hw, int64_t k, bool with_backward) {
+// One conv layer of c -> o channels (groups: 1, or c for a depthwise one);
+// with_backward adds d/dx and d/dweight (a training step's work).
+StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t groups, bool with_backward) {
   Model m;
   Sym x = m.input("x", {n, c, hw, hw});
-  Conv2dOptions o;
-  o.padding = {k / 2, k / 2};
-  o.bias = false;
-  Sym y = m.conv2d(x, c, {k, k}, o, "conv");
+  Conv2dOptions opts;
+  opts.padding = {k / 2, k / 2};
+  opts.groups = groups;
+  opts.bias = false;
+  Sym y = m.conv2d(x, o, {k, k}, opts, "conv");
   Sym w = m.input("w", m.shape(y));
   Sym loss = m.op("SumToShape", {m.mul(y, w)}, AttrMap{{"shape", std::vector<int64_t>{}}})[0];
   m.set_output(with_backward ? "loss" : "y", with_backward ? loss : y);
@@ -116,10 +135,18 @@ Status BenchKernels(const Flags& flags) {
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
   cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
   cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
-  cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 28, 3, false));
-  cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 28, 3, true));
-  cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 14, 3, false));
-  cases.emplace_back("conv2d fwd+bwd 32x128x14x14 k3", ConvGraph(32, 128, 14, 3, true));
+  cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, false));
+  cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, true));
+  cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, false));
+  cases.emplace_back("conv2d fwd+bwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, true));
+  // MobileNetV3-Large's layer kinds at bench/configs/mobilenet_v3_large.pbtxt's
+  // sizes: memory-bound, read against the bandwidth roof.
+  cases.emplace_back("depthwise fwd 32x72x16x16 k3", ConvGraph(32, 72, 72, 16, 3, 72, false));
+  cases.emplace_back("depthwise fwd+bwd 32x72x16x16 k3", ConvGraph(32, 72, 72, 16, 3, 72, true));
+  cases.emplace_back("depthwise fwd+bwd 32x120x8x8 k5", ConvGraph(32, 120, 120, 8, 5, 120, true));
+  cases.emplace_back("depthwise fwd+bwd 32x480x4x4 k3", ConvGraph(32, 480, 480, 4, 3, 480, true));
+  cases.emplace_back("pointwise fwd+bwd 32x40x8x8 -> 120", ConvGraph(32, 40, 120, 8, 1, 1, true));
+  cases.emplace_back("pointwise fwd+bwd 32x112x4x4 -> 672", ConvGraph(32, 112, 672, 4, 1, 1, true));
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
   cases.emplace_back("mlp train step b512 784-256-128-10", MlpStepGraph(512));
 
@@ -131,23 +158,29 @@ Status BenchKernels(const Flags& flags) {
   }
   const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
   const double roof = roof1 * static_cast<double>(threads);
+  const double bandwidth = StreamGbps(static_cast<int>(reps));
   // Which instructions ran: the same binary runs on AVX2 and AVX-512
   // machines, and the vector width it was built for decides its speed.
   std::printf("cpu: %s (%s); kernels: %s\n", CpuModelName().c_str(), CpuVectorFeatures().c_str(),
               GemmInstructionSets().c_str());
   std::printf("roof: Eigen sgemm 1024^3 on 1 thread %.1f GFLOP/s; x %lld threads = %.1f GFLOP/s\n", roof1,
               static_cast<long long>(threads), roof);
-  std::printf("%-40s %12s %12s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof");
+  std::printf("bandwidth roof: y += a * x over 2 x 64 MiB on %lld threads, %.1f GB/s\n",
+              static_cast<long long>(threads), bandwidth);
+  std::printf("%-40s %12s %12s %10s %10s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof", "GB/s", "of bw roof");
   std::string json = "{\"cpu\": " + JsonQuoted(CpuModelName()) + ", \"cpu_features\": " +
                      JsonQuoted(CpuVectorFeatures()) + ", \"kernels\": " + JsonQuoted(GemmInstructionSets()) +
                      ", \"threads\": " + std::to_string(threads) + ", \"roof_gflops\": " + std::to_string(roof) +
-                     ", \"roof_1thread_gflops\": " + std::to_string(roof1) + ", \"results\": [";
+                     ", \"roof_1thread_gflops\": " + std::to_string(roof1) +
+                     ", \"bandwidth_roof_gbps\": " + std::to_string(bandwidth) + ", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::printf("%-40s %12.3f %12.1f %9.1f%%\n", r.name.c_str(), r.seconds * 1e3, r.gflops, 100.0 * r.gflops / roof);
+    std::printf("%-40s %12.3f %12.1f %9.1f%% %10.1f %9.1f%%\n", r.name.c_str(), r.seconds * 1e3, r.gflops,
+                100.0 * r.gflops / roof, r.gbps, 100.0 * r.gbps / bandwidth);
     json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name + "\", \"seconds\": " + std::to_string(r.seconds) +
             ", \"gflops\": " + std::to_string(r.gflops) + ", \"fraction_of_roof\": " + std::to_string(r.gflops / roof) +
-            "}";
+            ", \"gbps\": " + std::to_string(r.gbps) +
+            ", \"fraction_of_bandwidth_roof\": " + std::to_string(r.gbps / bandwidth) + "}";
   }
   json += "]}\n";
   if (flags.Has("json")) {
