@@ -6,25 +6,31 @@
 #   fusion   `loom bench fusion` at each R of --replicas (fused samples/s)
 # and prints each measurement's median and spread (min-max) per binary, and
 # the median of the rounds' own after/before ratios with their spread.
+# With --count, each binary's steps are also counted in instructions under
+# callgrind (valgrind): everything executed inside Executor::Run for
+# `loom bench fusion --reps 1 --threads 1` (a warm-up and a measured round,
+# each one fused step and R single steps), a count that a busy machine does
+# not change, per --replicas value.
 #
-#   bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas 1,8] [--threads 2]
+#   bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas 1,8] [--threads 2] [--count]
 #
 # Without --config: the MLP's training run and its fusion at R = 1 and 8.
 # With --config FILE (e.g. bench/configs/mobilenet_v3_large.pbtxt): that
 # config's fusion only, at --replicas (default 1).
 set -euo pipefail
-usage="usage: bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas LIST] [--threads T]"
+usage="usage: bench/before_after.sh OLD_LOOM NEW_LOOM [ROUNDS] [--config FILE] [--replicas LIST] [--threads T] [--count]"
 old="${1:?$usage}"
 new="${2:?$usage}"
 shift 2
 rounds=5
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then rounds="$1"; shift; fi
-config="" replicas="" threads=2
+config="" replicas="" threads=2 count=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) config="$2"; shift 2 ;;
     --replicas) replicas="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
+    --count) count=1; shift ;;
     *) echo "unknown argument $1; $usage" >&2; exit 2 ;;
   esac
 done
@@ -74,3 +80,20 @@ for m in $(awk '{ print $3 }' "$work/results" | sort -u); do
       END { for (i in r) if (("before " i) in v) print v["after " i] / v["before " i] }' "$work/results" | median_range)"
   printf "%-18s %-26s %-26s %s\n" "$m" "$bm ($blo-$bhi)" "$am ($alo-$ahi)" "$rm ($rlo-$rhi)"
 done
+
+if [ "$count" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "--count needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+  instructions() {  # binary R: instructions inside Executor::Run
+    valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" --toggle-collect='loom::Executor::Run(*' \
+      "$1" bench fusion --config "$config" --replicas "$2" --reps 1 --threads 1 >/dev/null 2>"$work/valgrind.log" ||
+      { cat "$work/valgrind.log" >&2; exit 1; }
+    awk '/^(summary|totals):/ { print $2; exit }' "$work/callgrind.out"
+  }
+  echo "instructions inside Executor::Run (callgrind, 1 thread, bench fusion --reps 1: 2 rounds of 1 fused + R single steps)"
+  printf "%-18s %-18s %-18s %s\n" replicas before after after/before
+  for r in ${replicas//,/ }; do
+    before=$(instructions "$old" "$r")
+    after=$(instructions "$new" "$r")
+    awk -v r="$r" -v b="$before" -v a="$after" 'BEGIN { printf "%-18s %-18.0f %-18.0f %.4f\n", r, b, a, a / b }'
+  done
+fi

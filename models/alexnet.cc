@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "models/width.h"
+
 namespace loom::models {
 
 // Parameter count at 1000 classes (a conv has out*in*k*k weights + out
@@ -44,19 +46,20 @@ Sym MaxPool(Model& m, Sym x, const std::string& name) {
 Sym AlexNet(Model& m, Sym x, const AlexNetOptions& o, const std::string& name) {
   std::optional<Model::Scope> outer;
   if (!name.empty()) outer.emplace(m.scope(name));
+  auto c = [&](int64_t channels) { return ScaledChannels(channels, o.width_mult); };
   Sym h = x;
   {
     auto features = m.scope("features");
-    h = MaxPool(m, Relu(m, Conv(m, h, 64, 11, 4, 2, "0"), "1"), "2");
-    h = MaxPool(m, Relu(m, Conv(m, h, 192, 5, 1, 2, "3"), "4"), "5");
-    h = Relu(m, Conv(m, h, 384, 3, 1, 1, "6"), "7");
-    h = Relu(m, Conv(m, h, 256, 3, 1, 1, "8"), "9");
-    h = MaxPool(m, Relu(m, Conv(m, h, 256, 3, 1, 1, "10"), "11"), "12");
+    h = MaxPool(m, Relu(m, Conv(m, h, c(64), 11, 4, 2, "0"), "1"), "2");
+    h = MaxPool(m, Relu(m, Conv(m, h, c(192), 5, 1, 2, "3"), "4"), "5");
+    h = Relu(m, Conv(m, h, c(384), 3, 1, 1, "6"), "7");
+    h = Relu(m, Conv(m, h, c(256), 3, 1, 1, "8"), "9");
+    h = MaxPool(m, Relu(m, Conv(m, h, c(256), 3, 1, 1, "10"), "11"), "12");
   }
   h = m.flatten(m.adaptive_avg_pool2d(h, {6, 6}, "avgpool"), 1);
   auto classifier = m.scope("classifier");
-  h = Relu(m, m.linear(m.dropout(h, o.dropout, "0"), 4096, {}, "1"), "2");
-  h = Relu(m, m.linear(m.dropout(h, o.dropout, "3"), 4096, {}, "4"), "5");
+  h = Relu(m, m.linear(m.dropout(h, o.dropout, "0"), o.hidden, {}, "1"), "2");
+  h = Relu(m, m.linear(m.dropout(h, o.dropout, "3"), o.hidden, {}, "4"), "5");
   return m.linear(h, o.num_classes, {}, "6");
 }
 

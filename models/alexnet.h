@@ -15,7 +15,8 @@
 // dropout, classifier/1 Linear 9216->4096, classifier/2 ReLU, classifier/3
 // dropout, classifier/4 Linear 4096->4096, classifier/5 ReLU, classifier/6
 // Linear 4096->num_classes. Convolutions have biases. Inputs must be at
-// least 63x63 (the last max-pool needs a 3x3 map).
+// least 63x63 (the last max-pool needs a 3x3 map). width_mult and hidden
+// shrink the model for tests (the layers and their names stay).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,11 @@ namespace loom::models {
 struct AlexNetOptions {
   int64_t num_classes = 1000;
   double dropout = 0.5;  // both classifier dropouts (torchvision's `dropout`)
+  // loom's reductions (torchvision's model at the defaults): every conv's
+  // output channels times width_mult (ScaledChannels), and the two hidden
+  // Linear layers' width.
+  double width_mult = 1.0;
+  int64_t hidden = 4096;
 };
 
 // x [B, C, H, W] -> logits [B, num_classes]. `name` (optional) scopes every

@@ -123,7 +123,7 @@ TEST_CASE("the zoo's alexnet and vgg16 check their arguments") {
   }
   Model m1;
   Status typo = models::BuildClassifier(m1, "alexnet", {{"dropot", "0.1"}}, {3, 64, 64}, 1, 10);
-  CHECK(typo.message() == "model alexnet has no argument 'dropot' (its arguments: dropout)");
+  CHECK(typo.message() == "model alexnet has no argument 'dropot' (its arguments: dropout, hidden, width_mult)");
   Model m2;
   Status range = models::BuildClassifier(m2, "vgg16", {{"dropout", "1"}}, {3, 32, 32}, 1, 10);
   CHECK(range.message() == "argument dropout: must be in [0, 1), got 1");
@@ -135,6 +135,37 @@ TEST_CASE("the zoo's alexnet and vgg16 check their arguments") {
   CHECK(rank.message() == "alexnet needs [batch, channels, height, width] images, got [1, 784]");
   Model m5;
   CHECK_FALSE(models::BuildClassifier(m5, "alexnet", {}, {3, 32, 32}, 1, 10).ok());  // too small for 3 max-pools
+}
+
+// The reduced sizes the zoo-wide tests train: the same layers and names,
+// counts by hand.
+TEST_CASE("alexnet and vgg16 shrink with width_mult and hidden") {
+  {
+    // Channels 16, 48, 96, 64, 64: convs 5,824 + 19,248 + 41,568 + 55,360 +
+    // 36,928; classifier 64*36*32+32 + 32*32+32 + 32*10+10.
+    Model m;
+    REQUIRE(models::BuildClassifier(m, "alexnet", {{"width_mult", "0.25"}, {"hidden", "32"}}, {3, 63, 63}, 1, 10).ok());
+    CHECK(ParameterCount(m.graph()) == 158928 + 73760 + 1056 + 330);
+    CHECK(ParameterNames(m.graph()).size() == 16);
+    CHECK(NodeShapes(m.graph()).at("features/0/weight") == Shape({16, 3, 11, 11}));
+  }
+  {
+    // Channels 8, 8, 16, 16, 32 x 3, 64 x 6: convs 230,568; classifier
+    // 64*49*16+16 + 16*16+16 + 16*10+10.
+    Model m;
+    REQUIRE(models::BuildClassifier(m, "vgg16", {{"width_mult", "0.125"}, {"hidden", "16"}}, {3, 32, 32}, 1, 10).ok());
+    CHECK(ParameterCount(m.graph()) == 230568 + 50192 + 272 + 170);
+    CHECK(ParameterNames(m.graph()).size() == 32);
+  }
+  for (const char* model : {"alexnet", "vgg16"}) {
+    INFO(model);
+    Model m1;
+    CHECK(models::BuildClassifier(m1, model, {{"width_mult", "0"}}, {3, 64, 64}, 1, 10).message() ==
+          "argument width_mult: must be > 0, got 0");
+    Model m2;
+    CHECK(models::BuildClassifier(m2, model, {{"hidden", "0"}}, {3, 64, 64}, 1, 10).message() ==
+          "argument hidden: must be >= 1, got 0");
+  }
 }
 
 TEST_CASE("alexnet runs forward at 63x63 (the smallest valid size)") {

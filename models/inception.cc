@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include "models/width.h"
+
 namespace loom::models {
 
 // Parameter counts at 1000 classes and 3 input channels (a BasicConv2d with
@@ -81,7 +83,7 @@ class Blocks {
  public:
   Blocks(Model& m, double width_mult) : m_(m), width_mult_(width_mult) {}
 
-  int64_t c(int64_t channels) const { return InceptionChannels(channels, width_mult_); }
+  int64_t c(int64_t channels) const { return ScaledChannels(channels, width_mult_); }
 
   Sym A(Sym x, int64_t pool_features, const std::string& name) {
     auto s = m_.scope(name);
@@ -168,10 +170,6 @@ class Blocks {
 };
 
 }  // namespace
-
-int64_t InceptionChannels(int64_t channels, double width_mult) {
-  return std::max<int64_t>(1, std::llround(static_cast<double>(channels) * width_mult));
-}
 
 StatusOr<InceptionResult> InceptionV3(Model& m, Sym x, const InceptionOptions& o, const std::string& name) {
   if (!(o.width_mult > 0)) return InvalidArgument("argument width_mult: must be > 0, got ", o.width_mult);

@@ -64,9 +64,6 @@ struct InceptionResult {
   Sym aux_logits;  // [B, num_classes] from AuxLogits; invalid when not built (eval mode, aux_logits off)
 };
 
-// round(channels * width_mult), at least 1.
-int64_t InceptionChannels(int64_t channels, double width_mult);
-
 // x [B, C, H, W] -> logits (and aux logits in training mode). Errors (bad
 // options, images smaller than 75x75, or than 299x299 when the auxiliary
 // head runs) name the argument or the size. `name` (optional) scopes every

@@ -13,6 +13,7 @@
 
 #include "graph/training.h"
 #include "models/model_test_util.h"
+#include "models/width.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
 
@@ -265,11 +266,11 @@ TEST_CASE("training inception_v3 with the aux head at batch 1 is an error naming
 }
 
 TEST_CASE("inception_v3 channels scale with width_mult, rounded, at least 1") {
-  CHECK(InceptionChannels(192, 1.0) == 192);
-  CHECK(InceptionChannels(192, 0.0625) == 12);
-  CHECK(InceptionChannels(48, 0.0625) == 3);
-  CHECK(InceptionChannels(80, 0.0625) == 5);
-  CHECK(InceptionChannels(32, 0.01) == 1);
+  CHECK(ScaledChannels(192, 1.0) == 192);
+  CHECK(ScaledChannels(192, 0.0625) == 12);
+  CHECK(ScaledChannels(48, 0.0625) == 3);
+  CHECK(ScaledChannels(80, 0.0625) == 5);
+  CHECK(ScaledChannels(32, 0.01) == 1);
   Model m;
   m.set_training(false);
   REQUIRE(BuildClassifier(m, "inception_v3", {{"width_mult", "0.0625"}}, {3, 75, 75}, 1, 5).ok());

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <optional>
 
+#include "models/width.h"
+
 namespace loom::models {
 
 // Parameter count of vgg16 at 1000 classes (a conv 3x3 has out*in*9 weights
@@ -75,15 +77,15 @@ Sym Vgg(Model& m, Sym x, const VggOptions& o, const std::string& name) {
         pool.stride = {2, 2};
         h = m.max_pool2d(h, {2, 2}, pool, std::to_string(index++));
       } else {
-        h = Conv(m, h, c, std::to_string(index++));
+        h = Conv(m, h, ScaledChannels(c, o.width_mult), std::to_string(index++));
         h = Relu(m, h, std::to_string(index++));
       }
     }
   }
   h = m.flatten(m.adaptive_avg_pool2d(h, {7, 7}, "avgpool"), 1);
   auto classifier = m.scope("classifier");
-  h = m.dropout(Relu(m, Linear(m, h, 4096, "0"), "1"), o.dropout, "2");
-  h = m.dropout(Relu(m, Linear(m, h, 4096, "3"), "4"), o.dropout, "5");
+  h = m.dropout(Relu(m, Linear(m, h, o.hidden, "0"), "1"), o.dropout, "2");
+  h = m.dropout(Relu(m, Linear(m, h, o.hidden, "3"), "4"), o.dropout, "5");
   return Linear(m, h, o.num_classes, "6");
 }
 

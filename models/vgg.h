@@ -15,6 +15,8 @@
 // classifier/3 Linear 4096->4096, classifier/4 ReLU, classifier/5 dropout,
 // classifier/6 Linear 4096->num_classes. Inputs must be at least 32x32 (five
 // 2x2 max-pools); below 224 the adaptive pool repeats the last map up to 7x7.
+// width_mult and hidden shrink the model for tests (the layers and their
+// names stay).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,11 @@ struct VggOptions {
   std::vector<int64_t> config;
   int64_t num_classes = 1000;
   double dropout = 0.5;  // both classifier dropouts (torchvision's `dropout`)
+  // loom's reductions (torchvision's model at the defaults): every conv's
+  // width times width_mult (ScaledChannels), and the two hidden Linear
+  // layers' width.
+  double width_mult = 1.0;
+  int64_t hidden = 4096;
 };
 
 // Configuration "D": 64,64,M,128,128,M,256,256,256,M,512,512,512,M,512,512,512,M.

@@ -153,14 +153,20 @@ StatusOr<Sym> BuildResNet(Model& m, const ModelInputs& in, ModelArgs& args, ResN
   return ResNet(m, in.input, o);
 }
 
+// A positive width_mult (NaN refused).
+StatusOr<double> WidthMult(ModelArgs& args, double def) {
+  LOOM_ASSIGN_OR_RETURN(const double w, args.Float("width_mult", def));
+  if (!(w > 0)) return InvalidArgument("argument width_mult: must be > 0, got ", w);
+  return w;
+}
+
 // MobileNetV2 (v3 = nothing) or V3 of a size: args dropout, width_mult.
 StatusOr<Sym> BuildMobileNet(Model& m, const ModelInputs& in, ModelArgs& args,
                              std::optional<MobileNetV3Size> v3) {
   MobileNetOptions o;
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
-  LOOM_ASSIGN_OR_RETURN(o.width_mult, args.Float("width_mult", o.width_mult));
+  LOOM_ASSIGN_OR_RETURN(o.width_mult, WidthMult(args, o.width_mult));
   o.num_classes = in.num_classes;
-  if (!(o.width_mult > 0)) return InvalidArgument("argument width_mult: must be > 0, got ", o.width_mult);
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("mobilenet needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
   return v3 ? MobileNetV3(m, in.input, *v3, o) : MobileNetV2(m, in.input, o);
@@ -169,6 +175,8 @@ StatusOr<Sym> BuildMobileNet(Model& m, const ModelInputs& in, ModelArgs& args,
 StatusOr<Sym> BuildAlexNet(Model& m, const ModelInputs& in, ModelArgs& args) {
   AlexNetOptions o;
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.width_mult, WidthMult(args, o.width_mult));
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.IntAtLeast("hidden", o.hidden, 1));
   o.num_classes = in.num_classes;
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("alexnet needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
@@ -177,6 +185,8 @@ StatusOr<Sym> BuildAlexNet(Model& m, const ModelInputs& in, ModelArgs& args) {
 
 StatusOr<Sym> BuildVgg(Model& m, const ModelInputs& in, ModelArgs& args, VggOptions o) {
   LOOM_ASSIGN_OR_RETURN(o.dropout, args.Probability("dropout", o.dropout));
+  LOOM_ASSIGN_OR_RETURN(o.width_mult, WidthMult(args, o.width_mult));
+  LOOM_ASSIGN_OR_RETURN(o.hidden, args.IntAtLeast("hidden", o.hidden, 1));
   o.num_classes = in.num_classes;
   if (m.shape(in.input).rank() != 4)
     return InvalidArgument("vgg needs [batch, channels, height, width] images, got ", m.shape(in.input).ToString());
@@ -381,11 +391,12 @@ const std::vector<ZooEntry>& Zoo() {
          return BuildResNet(m, in, args, ResNet101Options());
        }},
       {"alexnet", "torchvision's alexnet: 5 convs (with bias) + ReLU, 3 max-pools, adaptive 6x6 average pool, "
-                  "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5)",
+                  "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5), width_mult (default "
+                  "1.0), hidden (default 4096)",
        InputKind::kFeatures, Prediction::kPerExample, imagenet, BuildAlexNet},
       {"vgg16", "torchvision's vgg16 (configuration D, no BatchNorm): 13 conv3x3 (with bias) + ReLU, 5 max-pools, "
                 "adaptive 7x7 average pool, Linear(4096)-ReLU-dropout twice, classifier; inputs >= 32x32; dropout "
-                "(default 0.5)",
+                "(default 0.5), width_mult (default 1.0), hidden (default 4096)",
        InputKind::kFeatures, Prediction::kPerExample, imagenet,
        [](Model& m, const ModelInputs& in, ModelArgs& args) {
          return BuildVgg(m, in, args, Vgg16Options());

@@ -351,21 +351,38 @@ class PoolOp : public OpDef {
   PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) { DeclarePoolAttrs(kind, DeclareAttrs()); }
   std::string name() const override { return name_; }
   // Sample: every image pooled on its own; parameter: the channels.
-  // Attribute (unpadded average windows): output rows, each part reading
-  // its input rows and the window's halo.
+  // Attribute (average windows): output rows, each part reading its input
+  // rows and the window's halo, the padding rows as zeros (graph/task_graph.h).
+  // That holds only where every window divides by its whole padded extent:
+  // no padding, or padding counted (count_include_pad), and no window
+  // reaching past the padded input (ceil mode can make one, whose divisor
+  // counts only the rows it covers, not the zeros a part would read there).
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules = SampleAlongBatch(in, out);
     rules.parameter = SplitAlong(1, in.size(), out.size());  // the channels
     // Adaptive windows vary with the extent; a max pool's indices are
-    // offsets in its own part of the plane; padding is not zeros here.
+    // offsets in its own part of the plane, and its padding is not zeros.
     if (kind_ != PoolKind::kAvg) return rules;
     auto a = pool::ParseSlidingAttrs(kind_, name_, attrs);
-    if (!a.ok() || a->padding[0] != 0) return rules;
+    if (!a.ok() || in[0].shape.rank() != 4 || out[0].shape.rank() != 4) return rules;
+    const int64_t span = a->dilation[0] * (a->kernel[0] - 1) + 1, padding = a->padding[0];
+    const bool whole_windows = (out[0].shape[2] - 1) * a->stride[0] + span <= in[0].shape[2] + 2 * padding;
+    if ((padding != 0 && !a->include_pad) || !whole_windows) return rules;
     rules.attribute = SplitAlong(2, in.size(), out.size());
-    rules.attribute->inputs[0] =
-        AxisSplit{2, a->stride[0], a->padding[0], a->dilation[0] * (a->kernel[0] - 1) + 1};
+    rules.attribute->inputs[0] = AxisSplit{2, a->stride[0], padding, span};
     return rules;
+  }
+  // A part of the rows reads its padding rows as zeros, so it runs with no
+  // padding along them (its windows divide by the same extents).
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    const Region& x = in_regions[0];
+    if (kind_ != PoolKind::kAvg || (x.lo[2] == 0 && x.hi[2] == in[0].shape[2])) return attrs;
+    LOOM_ASSIGN_OR_RETURN(pool::SlidingAttrs a, pool::ParseSlidingAttrs(kind_, name_, attrs));
+    AttrMap part = attrs;
+    part.Set("padding", std::vector<int64_t>{0, a.padding[1]});
+    return part;
   }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {

@@ -200,6 +200,58 @@ TEST_CASE("NLL, MSE and BCEWithLogits split along the batch match one device") {
   }
 }
 
+// Average pooling split along its output rows: each part reads its rows'
+// halo, the padding rows as zeros. A ceil-mode pool whose last window
+// reaches past the input divides that window by the rows it covers, which
+// a part reading zeros there would not: such a pool has no row split (a
+// split of it once lowered and trained to other losses).
+TEST_CASE("average pooling split along rows, padded, matches one device; an overhanging ceil-mode pool refuses") {
+  auto make = [](const Pool2dOptions& pool) {
+    Model m(DType::kF64);
+    const Sym x = m.input("input", {kBatch, 1, 8, 8});
+    Conv2dOptions conv;
+    conv.padding = {1, 1};
+    const Sym h = m.avg_pool2d(m.relu(m.conv2d(x, 3, {3, 3}, conv, "conv")), {3, 3}, pool, "pool");
+    const Sym logits = m.linear(m.flatten(h, 1), 4, {}, "fc");
+    m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+    REQUIRE(m.status().ok());
+    std::mt19937_64 rng(6);
+    Tensor in = Tensor::Zeros({kBatch, 1, 8, 8}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+    for (int64_t i = 0; i < in.numel(); ++i) in.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+    for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+    auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", in}, {"target", y}});
+    REQUIRE(c.status().ToString() == "OK");
+    return *c;
+  };
+  Pool2dOptions padded;  // 3x3 windows every 2 rows, 1 row of zeros each side: 4 x 4 out
+  padded.stride = {2, 2};
+  padded.padding = {1, 1};
+  const StepCase c = make(padded);
+  const StepResults want = OneDevice(c);
+  for (const std::string& s : {std::string("devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n"),
+                               std::string("devices: 4\nlayer { layer: \"pool\" attribute: 4 }\n"),
+                               std::string("devices: 4\nlayer { layer: \"conv\" sample: 2 attribute: 2 }\n"
+                                           "layer { layer: \"pool\" sample: 2 attribute: 2 }\n")}) {
+    ExpectSame(c, want, s);
+    auto tg = Lower(c, s);
+    REQUIRE(tg.ok());
+    std::set<int64_t> devices;
+    for (const Task& t : tg->tasks)
+      if (t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == "AvgPool2d") devices.insert(t.device);
+    CHECK(devices.size() >= 2);
+  }
+
+  Pool2dOptions overhang;  // 8 rows, ceil mode: windows at rows 0, 2, 4 and 6-8, the last 2 rows high
+  overhang.stride = {2, 2};
+  overhang.ceil_mode = true;
+  auto refused = Lower(make(overhang), "devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n");
+  CHECK_THAT(refused.status().ToString(), Catch::Matchers::Contains("layer 'pool' (AvgPool2d)"));
+  Pool2dOptions uncounted = padded;  // padding left out of the divisor
+  uncounted.count_include_pad = false;
+  refused = Lower(make(uncounted), "devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n");
+  CHECK_THAT(refused.status().ToString(), Catch::Matchers::Contains("layer 'pool' (AvgPool2d)"));
+}
+
 // Embedding split along the batch (its table's gradient a partial sum) and
 // along the embedding dimension, with a padding row.
 TEST_CASE("embedding split along the batch and the embedding dimension matches one device") {

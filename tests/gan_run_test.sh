@@ -2,7 +2,8 @@
 # `loom train` of a GAN (dcgan) end to end, single and fused: the metrics
 # carry both networks' losses and D's outputs, the sample grids are written,
 # fused replica "base" trains exactly as the single run with its settings,
-# and bad GAN input fails before anything is written.
+# both steps split over 2 CPU devices (data, model and replica parallel)
+# train as on one, and bad GAN input fails before anything is written.
 set -euo pipefail
 loom="$1"
 config="$2"
@@ -36,6 +37,35 @@ fused=$(grep '"replica":0,"epoch":1,"step":8,' "$work/fused/metrics.jsonl" | gre
 awk -v a="$single" -v b="$fused" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }' ||
   fail "fused replica 0 loss $fused differs from the single run's $single"
 grep -qE '^fast lr=0.001 +8 ' "$work/fused.log" || fail "the summary does not list replica fast"
+
+# loss_d and loss_g of every replica at iteration 8, one per line.
+losses() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1] + "/metrics.jsonl"):
+    r = json.loads(line)
+    if r.get("step") == 8: print("%.9g %.9g" % (r["loss"], r["loss_g"]))' "$1"
+}
+# close A B: equal to 1e-4 relative, number by number (f32: the split
+# steps sum in another order).
+close() {
+  python3 -c '
+import sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+sys.exit(0 if len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b)) else 1)' "$1" "$2"
+}
+# Both steps on 2 CPU devices: each step's graph under the strategy.
+for strategy in dp model; do
+  "$loom" train --config "$config" --out "$work/$strategy" --devices cpu:2 --strategy "$strategy" \
+    >"$work/$strategy.log" 2>&1 || fail "--devices cpu:2 --strategy $strategy failed"
+  close "$(losses "$work/single")" "$(losses "$work/$strategy")" ||
+    fail "--strategy $strategy: losses $(losses "$work/$strategy") differ from one device's $(losses "$work/single")"
+  [ -s "$work/$strategy/samples/epoch_1.pgm" ] || fail "--strategy $strategy wrote no samples"
+done
+"$loom" train --config "$fused_config" --out "$work/fused_split" --devices cpu:2 --strategy replica \
+  >"$work/fused_split.log" 2>&1 || fail "the fused run split over 2 devices failed"
+close "$(losses "$work/fused")" "$(losses "$work/fused_split")" ||
+  fail "fused replicas over 2 devices: $(losses "$work/fused_split") differ from one device's $(losses "$work/fused")"
 
 # SIGTERM stops a GAN run after its iteration with its records closed and
 # exit status 143 (GAN runs do not resume yet: no part-epoch checkpoint).

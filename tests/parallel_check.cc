@@ -16,11 +16,12 @@
 namespace loom::testing {
 
 StatusOr<StepCase> MakeStepCase(const Graph& model, const std::optional<FusionOptions>& fusion,
-                                std::map<std::string, Tensor> feeds, double lr) {
+                                std::map<std::string, Tensor> feeds, double lr, const std::string& trainable_scope) {
   StepOptimizer opt;
   opt.config.set_type("sgd");
   opt.config.set_lr(lr);
   opt.config.set_momentum(0.9);
+  opt.trainable_scope = trainable_scope;
   const CompileOptions o = StepOptions(opt, fusion);
   StepCase c;
   LOOM_ASSIGN_OR_RETURN(c.forward, Compile(model, Program::kForward, o));
@@ -170,13 +171,29 @@ StepCase ZooStepCase(const SmallModel& s, const std::optional<FusionOptions>& fu
   return *c;
 }
 
-int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 3 : 1; }
-
-double ParameterCount(const Graph& g) {
-  double n = 0;
-  for (NodeId id : g.NodesWithOp(kParameterOp)) n += static_cast<double>(g.type(g.node(id).outputs[0]).shape.numel());
-  return n;
+StepCase GanStepCase(const SmallModel& s, models::GanStep step, const std::optional<FusionOptions>& fusion) {
+  const bool discriminator = step == models::GanStep::kDiscriminator;
+  Model m(DType::kF64);
+  const Status built = models::BuildGanStep(m, s.name, s.args, s.data.input, kZooBatch, step);
+  INFO(built.ToString());
+  REQUIRE(built.ok());
+  const int64_t nz = m.shape(Sym{m.graph().node(*m.graph().FindNode("noise")).outputs[0]})[1];
+  Rng rng(5);
+  Tensor noise = Tensor::Zeros({kZooBatch, nz}, DType::kF64);
+  for (int64_t i = 0; i < noise.numel(); ++i) noise.data<double>()[i] = rng.Normal();
+  std::map<std::string, Tensor> feeds = {{"noise", noise}};
+  if (discriminator) {
+    Tensor real = Tensor::Zeros(Batched(s.data.input), DType::kF64);
+    for (int64_t i = 0; i < real.numel(); ++i) real.data<double>()[i] = rng.Uniform(-1, 1);
+    feeds["real"] = real;
+  }
+  auto c = MakeStepCase(m.graph(), fusion, std::move(feeds), s.step_lr,
+                        discriminator ? models::kDiscriminatorScope : models::kGeneratorScope);
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *c;
 }
+
+int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 3 : 1; }
 
 std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng) {
   std::string text = StrCat("devices: ", devices, "\n");

@@ -26,9 +26,11 @@ struct StepCase {
 
 // The step of `model` (its output "loss"), fused when `fusion` is set, with
 // `feeds` for the model's inputs; the step's own inputs (lr, step, replica
-// mask) are added.
+// mask) are added. A `trainable_scope` trains only the parameters under it
+// (StepOptimizer::trainable_scope).
 StatusOr<StepCase> MakeStepCase(const Graph& model, const std::optional<FusionOptions>& fusion,
-                                std::map<std::string, Tensor> feeds, double lr = 0.1);
+                                std::map<std::string, Tensor> feeds, double lr = 0.1,
+                                const std::string& trainable_scope = "");
 
 struct StepResults {
   std::vector<std::map<std::string, Tensor>> outputs;  // per step
@@ -61,14 +63,17 @@ StepCase ClassifierCase(const std::string& model, const std::map<std::string, st
 // over 2 examples would amplify rounding about 1e12-fold, the others with
 // kZooBatch.
 StepCase ZooStepCase(const SmallModel& model, const std::optional<FusionOptions>& fusion);
+// One of a zoo GAN's two steps (models::BuildGanStep) at a reduced size as
+// a step case in f64, training its own network only (as train/gan_run.h
+// does), fused when `fusion` is set; noise N(0, 1) and real images uniform
+// in [-1, 1], the same on every call.
+StepCase GanStepCase(const SmallModel& model, models::GanStep step, const std::optional<FusionOptions>& fusion);
 // Calls `visit` with every zoo model but the GANs as a step case, unfused
 // ("resnet18") and fused over 2 replicas seeded 7 and 8 ("resnet18.fused").
 void ForEachZooStepCase(const std::function<void(const std::string& name, const StepCase& c)>& visit);
 // The steps the zoo-wide checks take: 1 with BatchNorm (statistics over a
 // small batch amplify summation-order differences with every step), else 3.
 int ZooSteps(const StepCase& c);
-// The parameters' element count (the zoo checks skip the biggest models).
-double ParameterCount(const Graph& g);
 
 // A strategy over `devices` devices: per forward layer, degrees of 1 or 2
 // for the dimensions its op declares (sample, attribute, parameter, and

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "core/file_util.h"
 #include "core/rng.h"
@@ -17,11 +18,13 @@
 #include "train/checkpoint/run_dir.h"
 #include "train/config/replicas.h"
 #include "runtime/executor.h"
+#include "search/baselines.h"
 #include "train/metrics/progress.h"
 #include "train/metrics/run_logger.h"
 #include "train/metrics/summary_table.h"
 #include "train/run_parts.h"
 #include "train/stop_signals.h"
+#include "train/training_loop.h"
 
 namespace loom::train {
 namespace {
@@ -52,8 +55,9 @@ class GanTrainer {
  private:
   bool fused() const { return fused_; }
   int64_t replicas() const { return static_cast<int64_t>(members_.size()); }
-  // The training step of one network, fused when the run is.
-  StatusOr<Graph> StepGraph(models::GanStep step);
+  // The training step of one network, fused when the run is: an Executor,
+  // or a TaskRuntime on the config's devices under its strategy.
+  StatusOr<std::unique_ptr<StepRunner>> CreateStep(models::GanStep step);
   FusionOptions Fusion() const;
   Tensor LearningRates(bool discriminator) const;
   Tensor Noise(int64_t rows, uint64_t key) const;
@@ -69,18 +73,27 @@ class GanTrainer {
   std::unique_ptr<DataLoader> loader_;
   Shape image_;  // [C, H, W] as the loader gives it (after padding)
   int64_t nz_ = 0;
-  std::unique_ptr<Executor> d_step_, g_step_, sampler_;
+  std::unique_ptr<StepRunner> d_step_, g_step_;
+  std::unique_ptr<Executor> sampler_;
+  std::vector<std::string> shared_state_;  // what both steps hold: the networks' parameters and statistics
   std::vector<std::unique_ptr<Schedule>> g_schedules_, d_schedules_;
   int64_t total_steps_ = 0, step_ = 0, epoch_ = 0;
   Clock::time_point start_ = Clock::now();
 };
 
-// Copies every state tensor `to` shares with `from` (the networks'
-// parameters and BatchNorm statistics; optimizer slots belong to one step).
-Status ShareState(const Executor& from, Executor* to) {
-  for (const auto& [name, t] : to->state()) {
-    auto it = from.state().find(name);
-    if (it != from.state().end()) LOOM_RETURN_IF_ERROR(to->SetState(name, it->second));
+// The state both runners hold (the networks' parameters and BatchNorm
+// statistics; optimizer slots belong to one step), sorted.
+std::vector<std::string> SharedState(const StepRunner& a, const StepRunner& b) {
+  const std::vector<std::string> x = a.StateNames(), y = b.StateNames();
+  std::vector<std::string> shared;
+  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(shared));
+  return shared;
+}
+
+Status CopyState(const StepRunner& from, StepRunner* to, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    LOOM_ASSIGN_OR_RETURN(Tensor t, from.GetState(name));
+    LOOM_RETURN_IF_ERROR(to->SetState(name, t));
   }
   return Status::Ok();
 }
@@ -94,7 +107,7 @@ FusionOptions GanTrainer::Fusion() const {
   return fo;
 }
 
-StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
+StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep step) {
   const bool discriminator = step == models::GanStep::kDiscriminator;
   Model m;
   LOOM_RETURN_IF_ERROR(models::BuildGanStep(m, c_.model().name(), {c_.model().args().begin(), c_.model().args().end()},
@@ -108,7 +121,25 @@ StatusOr<Graph> GanTrainer::StepGraph(models::GanStep step) {
     co.optimizers.push_back(StepOptimizer{(discriminator ? mem.discriminator : mem.generator).optimizer()});
     co.optimizers.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
   }
-  return Compile(m.graph(), Program::kTrainingStep, co);
+  LOOM_ASSIGN_OR_RETURN(Graph graph, Compile(m.graph(), Program::kTrainingStep, co));
+  LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(c_));
+  if (devices == 0) {
+    ExecutorOptions eo;
+    eo.seed = c_.seed();
+    LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, Executor::Create(graph, eo));
+    return std::unique_ptr<StepRunner>(std::move(executor));
+  }
+  // Each step's strategy is made (or read) for its own graph: the layers of
+  // both networks, as that step runs them.
+  if (c_.strategy() == "auto")
+    return Unimplemented("field strategy: auto is not supported for GAN runs yet; name a strategy or a file");
+  LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(m.graph(), Program::kForward, co));
+  LOOM_ASSIGN_OR_RETURN(Strategy strategy, LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward,
+                                                              devices, "field strategy"));
+  auto runtime = CreateStepTaskRuntime(graph, forward, strategy, devices, nullptr, c_.seed(), false);
+  if (!runtime.ok()) return runtime.status().WithContext(discriminator ? "the discriminator's step" : "the generator's step");
+  return runtime;
 }
 
 Status GanTrainer::Prepare() {
@@ -134,17 +165,17 @@ Status GanTrainer::Prepare() {
   const Shape& batch_shape = loader_->input_shape();
   image_ = Shape(std::vector<int64_t>(batch_shape.dims().begin() + 1, batch_shape.dims().end()));
 
-  LOOM_ASSIGN_OR_RETURN(Graph d_graph, StepGraph(models::GanStep::kDiscriminator));
-  LOOM_ASSIGN_OR_RETURN(Graph g_graph, StepGraph(models::GanStep::kGenerator));
+  LOOM_ASSIGN_OR_RETURN(d_step_, CreateStep(models::GanStep::kDiscriminator));
+  LOOM_ASSIGN_OR_RETURN(g_step_, CreateStep(models::GanStep::kGenerator));
+  LOOM_RETURN_IF_ERROR(d_step_->InitializeState(c_.seed()));
+  LOOM_RETURN_IF_ERROR(g_step_->InitializeState(c_.seed()));
+  shared_state_ = SharedState(*d_step_, *g_step_);
+  LOOM_RETURN_IF_ERROR(CopyState(*d_step_, g_step_.get(), shared_state_));  // one start for both
+  const Graph& d_graph = d_step_->graph();
+  nz_ = d_graph.type(d_graph.node(*d_graph.FindNode("noise")).outputs[0]).shape[1];
   ExecutorOptions eo;
   eo.seed = c_.seed();
   LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
-  LOOM_ASSIGN_OR_RETURN(d_step_, Executor::Create(d_graph, eo));
-  LOOM_ASSIGN_OR_RETURN(g_step_, Executor::Create(g_graph, eo));
-  LOOM_RETURN_IF_ERROR(d_step_->InitializeState(c_.seed()));
-  LOOM_RETURN_IF_ERROR(g_step_->InitializeState(c_.seed()));
-  LOOM_RETURN_IF_ERROR(ShareState(*d_step_, g_step_.get()));  // one start for both
-  nz_ = d_graph.type(d_graph.node(*d_graph.FindNode("noise")).outputs[0]).shape[1];
 
   // The sampler: G in evaluation mode on a fixed noise batch.
   Model sample_model;
@@ -190,10 +221,7 @@ Tensor GanTrainer::Noise(int64_t rows, uint64_t key) const {
 // An 8 x 8 grid of G's images per replica, [-1, 1] mapped to 0..255; binary
 // PGM (one channel) or PPM (three).
 Status GanTrainer::WriteSamples(int64_t epoch) {
-  for (const auto& [name, t] : sampler_->state()) {
-    auto it = g_step_->state().find(name);
-    if (it != g_step_->state().end()) LOOM_RETURN_IF_ERROR(sampler_->SetState(name, it->second));
-  }
+  LOOM_RETURN_IF_ERROR(CopyState(*g_step_, sampler_.get(), SharedState(*g_step_, *sampler_)));
   const int64_t n = kSampleGrid * kSampleGrid;
   LOOM_ASSIGN_OR_RETURN(auto out, sampler_->Run({{"noise", Noise(n, ~uint64_t{0})}}));
   const Tensor& fake = out.at("fake");  // [n, C, H, W], fused [R, n, C, H, W]
@@ -225,8 +253,10 @@ Status GanTrainer::WriteSamples(int64_t epoch) {
 // Both steps' state (their shared tensors are equal after each step).
 Status GanTrainer::SaveCheckpoint() {
   Checkpoint ckpt;
-  for (const auto* exec : {d_step_.get(), g_step_.get()})
-    for (const auto& [name, t] : exec->state()) ckpt.tensors[name] = t;
+  for (const StepRunner* runner : {d_step_.get(), g_step_.get()})
+    for (const std::string& name : runner->StateNames()) {
+      LOOM_ASSIGN_OR_RETURN(ckpt.tensors[name], runner->GetState(name));
+    }
   ckpt.position.global_step = step_;
   ckpt.position.epoch = epoch_;
   ckpt.position.executor_step = d_step_->step();
@@ -276,11 +306,11 @@ StatusOr<RunResult> GanTrainer::Run() {
           {"real", b.input}, {"noise", z}, {"lr", LearningRates(true)}, {"step", step_t}};
       if (fused()) feeds[kReplicaMaskInput] = mask;
       LOOM_ASSIGN_OR_RETURN(auto d_out, d_step_->Run(feeds));
-      LOOM_RETURN_IF_ERROR(ShareState(*d_step_, g_step_.get()));
+      LOOM_RETURN_IF_ERROR(CopyState(*d_step_, g_step_.get(), shared_state_));
       feeds.erase("real");
       feeds["lr"] = LearningRates(false);
       LOOM_ASSIGN_OR_RETURN(auto g_out, g_step_->Run(feeds));
-      LOOM_RETURN_IF_ERROR(ShareState(*g_step_, d_step_.get()));
+      LOOM_RETURN_IF_ERROR(CopyState(*g_step_, d_step_.get(), shared_state_));
       ++step_;
       const std::vector<double> loss_d = d_out["loss"].ToDoubleVector(), loss_g = g_out["loss"].ToDoubleVector();
       const std::vector<double> d_real = d_out["d_real"].ToDoubleVector(), d_fake = g_out["d_fake"].ToDoubleVector();

@@ -284,13 +284,19 @@ StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Grap
   StatusOr<Strategy> chosen = name == "auto" ? AutoStrategy(step, forward, devices)
                                              : LoadOrMakeStrategy(name, forward, devices, "field strategy");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, std::move(chosen));
+  return CreateStepTaskRuntime(step, forward, strategy, devices, opt_.processes, c_.seed(), !opt_.trace_path.empty());
+}
+
+StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
+                                                            const Strategy& strategy, int64_t devices,
+                                                            Communicator* processes, uint64_t seed, bool trace) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
   TaskRuntimeOptions o;
-  o.communicator = opt_.processes;
-  o.seed = c_.seed();
-  o.trace = !opt_.trace_path.empty();
+  o.communicator = processes;
+  o.seed = seed;
+  o.trace = trace;
   // Processes share the machine's cores among themselves.
-  const int local_devices = static_cast<int>(opt_.processes ? devices / opt_.processes->size() : devices);
+  const int local_devices = static_cast<int>(processes ? devices / processes->size() : devices);
   o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / local_devices);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));

@@ -70,6 +70,15 @@ struct LoopOptions {
 // moves it.
 StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume);
 
+// The training step `step` (its forward graph `forward`, which the strategy
+// names layers of) on `devices` CPU devices under `strategy`: all of them
+// in this process, or this rank's share under `processes`; the machine's
+// threads shared out among the local devices. Random ops draw from `seed`'s
+// streams; `trace` records every task.
+StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
+                                                            const Strategy& strategy, int64_t devices,
+                                                            Communicator* processes, uint64_t seed, bool trace);
+
 // A replica of the run (the only one when unfused): its config, schedule,
 // data order and record. A fused replica leaves the array when it diverges
 // (frozen at its last finite state) or when the early-stop rule stops it;

@@ -46,9 +46,8 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (entry->gan) {
     if (run.processes != nullptr)
       return Unimplemented("GAN models (", run.config.model().name(), ") do not train across MPI processes yet");
-    if (!run.config.devices().empty())
-      return Unimplemented("field devices: ", run.config.devices(), ": GAN models (", run.config.model().name(),
-                           ") train on one device for now");
+    if (!run.trace_path.empty())
+      return Unimplemented("--trace is not supported for GAN models (", run.config.model().name(), ") yet");
     if (RunPrecision(run.config) != DType::kF32)
       return Unimplemented("field precision: ", run.config.precision(), " is not supported for GAN models (",
                            run.config.model().name(), ") yet; use f32");
