@@ -3,7 +3,8 @@
 // steps must be the in-process runtime's bit for bit, and one Executor's
 // to 1e-9 (f64), for data, model, parameter and attribute parallelism and
 // fused replicas split over the ranks; and every zoo model at a reduced
-// size under data parallelism and OWT, bit for bit.
+// size (a GAN: each of its two steps) under data parallelism and OWT, bit
+// for bit.
 #include <catch2/catch.hpp>
 
 
@@ -87,19 +88,25 @@ TEST_CASE("processes: fused replicas split over the ranks") {
 }
 
 TEST_CASE("processes: every zoo model under data parallelism and OWT, bit for bit", "[zoo]") {
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s)) continue;  // GANs: two steps
-    const testing::StepCase c = testing::ZooStepCase(s, std::nullopt);
+  auto check = [](const std::string& name, const testing::StepCase& c) {
     for (StandardStrategy kind : {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick}) {
       auto strategy = MakeStandardStrategy(c.forward, kind, World().size());
       REQUIRE(strategy.ok());
       const std::string text = StrategyToText(*strategy);
-      INFO(s.name << " rank " << World().rank() << ":\n" << text);
+      INFO(name << " rank " << World().rank() << ":\n" << text);
       const testing::StepResults mine = OnThisRank(c, text, testing::ZooSteps(c));
       auto in_process = testing::RunOnDevices(c, text, testing::ZooSteps(c), kSeed);
       REQUIRE(in_process.status().ToString() == "OK");
       CHECK(testing::FirstMismatch(*in_process, mine, 0.0) == "");
     }
+  };
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (!testing::IsGan(s)) {
+      check(s.name, testing::ZooStepCase(s, std::nullopt));
+      continue;
+    }
+    check(s.name + " discriminator step", testing::GanStepCase(s, models::GanStep::kDiscriminator, std::nullopt));
+    check(s.name + " generator step", testing::GanStepCase(s, models::GanStep::kGenerator, std::nullopt));
   }
 }
 
