@@ -2,8 +2,9 @@
 # `mpirun -np 2 loom train` (the task runtime's devices shared out among
 # the processes) trains as one device does (test loss after the same steps, f32, 1e-4),
 # resumes to and from in-process runs under other strategies, writes the
-# run folder once (rank 0), and a refused run ends every rank with a
-# message naming it and leaves no folder.
+# run folder once (rank 0), trains a GAN's two steps across the processes,
+# and a refused run ends every rank with a message naming it and leaves no
+# folder.
 set -uo pipefail
 loom="$1"
 mpirun_sh="$2"
@@ -51,6 +52,33 @@ close "an mpirun run resumed on cpu:3 by layers matches one device" "$want" "$(t
 "$loom" train --config "$work/cnn.pbtxt" --out "$work/back" --epochs 1 >"$work/b1.log" 2>&1 || fail "epoch 1: $(cat "$work/b1.log")"
 np2 train --resume "$work/back" --epochs 2 --strategy owt >"$work/b2.log" 2>&1 || fail "resumed by mpirun: $(cat "$work/b2.log")"
 close "a one-device run resumed by mpirun -np 2 matches one device" "$want" "$(test_losses "$work/back")"
+
+# A GAN (both of its steps split over the processes): one device's losses
+# at every logged iteration, and rank 0 alone writes the records.
+cat >"$work/gan.pbtxt" <<'CFG'
+model { name: "dcgan" args { key: "nz" value: "8" } args { key: "ngf" value: "4" } args { key: "ndf" value: "4" } }
+data { dataset: "synthetic" input_shape: [1, 16, 16] num_classes: 2 num_examples: 64 batch_size: 16 }
+optimizer { type: "adam" lr: 0.0002 beta1: 0.5 weight_decay: 0 }
+epochs: 2
+log_every_steps: 2
+CFG
+gan_losses() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1] + "/metrics.jsonl"):
+    r = json.loads(line)
+    print("%.9g %.9g" % (r["loss"], r["loss_g"]))' "$1"
+}
+"$loom" train --config "$work/gan.pbtxt" --out "$work/gan_one" >"$work/gan_one.log" 2>&1 ||
+  fail "GAN on one device: $(cat "$work/gan_one.log")"
+for strategy in dp model; do
+  np2 train --config "$work/gan.pbtxt" --out "$work/gan_$strategy" --strategy "$strategy" >"$work/gan_$strategy.log" 2>&1 ||
+    fail "mpirun GAN --strategy $strategy: $(cat "$work/gan_$strategy.log")"
+  close "mpirun -np 2 GAN --strategy $strategy matches one device" "$(gan_losses "$work/gan_one")" \
+    "$(gan_losses "$work/gan_$strategy")"
+done
+[ "$(grep -c '"step":' "$work/gan_dp/metrics.jsonl")" -eq 4 ] && [ -s "$work/gan_dp/samples/epoch_2.pgm" ] &&
+  echo "ok   the GAN's records and samples are written once" || fail "GAN records: $(cat "$work/gan_dp/metrics.jsonl")"
 
 # SIGTERM to rank 1 alone: the ranks agree after the step, rank 0 saves the
 # checkpoint and says so, both exit with 128 + 15, and the run resumes to

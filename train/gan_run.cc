@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 
 #include "core/file_util.h"
 #include "core/rng.h"
@@ -48,9 +50,19 @@ struct Member {
 
 class GanTrainer {
  public:
-  GanTrainer(const RunOptions& o, std::string out_dir) : opt_(o), c_(o.config), out_dir_(std::move(out_dir)) {}
+  GanTrainer(const RunOptions& o, std::string out_dir) : opt_(o), c_(o.config), out_dir_(std::move(out_dir)) {
+    console_ = opt_.console;
+    if (console_ == nullptr) console_ = null_console_ = std::fopen("/dev/null", "w");
+  }
+  ~GanTrainer() {
+    if (null_console_) std::fclose(null_console_);
+  }
+  GanTrainer(const GanTrainer&) = delete;
+  GanTrainer& operator=(const GanTrainer&) = delete;
   Status Prepare();
   StatusOr<RunResult> Run();
+  // Whether this process writes the run's records (not a rank > 0).
+  bool writer() const { return opt_.processes == nullptr || opt_.processes->rank() == 0; }
 
  private:
   bool fused() const { return fused_; }
@@ -63,10 +75,15 @@ class GanTrainer {
   Tensor Noise(int64_t rows, uint64_t key) const;
   Status WriteSamples(int64_t epoch);
   Status SaveCheckpoint();
+  // SIGINT/SIGTERM received; under processes, by any rank, so that every
+  // rank stops after the same iteration.
+  StatusOr<int> StopRequest() const;
 
   RunOptions opt_;
   proto::TrainConfig c_;
   std::string out_dir_;
+  FILE* console_ = nullptr;       // opt_.console, or /dev/null (a silent run, a rank > 0)
+  FILE* null_console_ = nullptr;  // owned
   bool fused_ = false;
   std::vector<Member> members_;
   Datasets data_;
@@ -132,12 +149,16 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
   }
   // Each step's strategy is made (or read) for its own graph: the layers of
   // both networks, as that step runs them.
+  if (opt_.processes && devices % opt_.processes->size() != 0)
+    return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
+                           " MPI processes: each process runs as many devices (a multiple of ",
+                           opt_.processes->size(), ")");
   if (c_.strategy() == "auto")
     return Unimplemented("field strategy: auto is not supported for GAN runs yet; name a strategy or a file");
   LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(m.graph(), Program::kForward, co));
   LOOM_ASSIGN_OR_RETURN(Strategy strategy, LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward,
                                                               devices, "field strategy"));
-  auto runtime = CreateStepTaskRuntime(graph, forward, strategy, devices, nullptr, c_.seed(), false);
+  auto runtime = CreateStepTaskRuntime(graph, forward, strategy, devices, opt_.processes, c_.seed(), false);
   if (!runtime.ok()) return runtime.status().WithContext(discriminator ? "the discriminator's step" : "the generator's step");
   return runtime;
 }
@@ -202,6 +223,15 @@ Status GanTrainer::Prepare() {
   return Status::Ok();
 }
 
+StatusOr<int> GanTrainer::StopRequest() const {
+  int sig = StopSignals::Received();
+  if (opt_.processes == nullptr) return sig;
+  Tensor flag = Tensor::Zeros({}, DType::kI32);
+  flag.data<int32_t>()[0] = sig;
+  LOOM_RETURN_IF_ERROR(opt_.processes->AllReduce(flag, ReduceOp::kMax));  // SIGTERM (15) over SIGINT (2) over 0
+  return flag.data<int32_t>()[0];
+}
+
 Tensor GanTrainer::LearningRates(bool discriminator) const {
   const auto& schedules = discriminator ? d_schedules_ : g_schedules_;
   Tensor lr = Tensor::Zeros(fused() ? Shape({replicas()}) : Shape{}, DType::kF32);
@@ -221,7 +251,9 @@ Tensor GanTrainer::Noise(int64_t rows, uint64_t key) const {
 // An 8 x 8 grid of G's images per replica, [-1, 1] mapped to 0..255; binary
 // PGM (one channel) or PPM (three).
 Status GanTrainer::WriteSamples(int64_t epoch) {
+  // Every rank reads the state (a collective under processes); rank 0 writes.
   LOOM_RETURN_IF_ERROR(CopyState(*g_step_, sampler_.get(), SharedState(*g_step_, *sampler_)));
+  if (!writer()) return Status::Ok();
   const int64_t n = kSampleGrid * kSampleGrid;
   LOOM_ASSIGN_OR_RETURN(auto out, sampler_->Run({{"noise", Noise(n, ~uint64_t{0})}}));
   const Tensor& fake = out.at("fake");  // [n, C, H, W], fused [R, n, C, H, W]
@@ -262,6 +294,7 @@ Status GanTrainer::SaveCheckpoint() {
   ckpt.position.executor_step = d_step_->step();
   ckpt.seeds["init"] = c_.seed();
   ckpt.config_text = TrainConfigToText(c_);
+  if (!writer()) return Status::Ok();
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 
@@ -269,12 +302,15 @@ StatusOr<RunResult> GanTrainer::Run() {
   metrics::RunLoggerOptions lo;
   lo.tensorboard = c_.tensorboard();
   lo.replicas = replicas();
-  LOOM_ASSIGN_OR_RETURN(metrics::RunLogger logger, metrics::RunLogger::Create(out_dir_, lo));
+  std::optional<metrics::RunLogger> logger;  // rank 0's
+  if (writer()) {
+    LOOM_ASSIGN_OR_RETURN(logger, metrics::RunLogger::Create(out_dir_, lo));
+  }
   const StopSignals stop_signals;
   metrics::ProgressOptions po;
   po.total_steps = total_steps_;
   po.line_every_steps = c_.log_every_steps();
-  metrics::ProgressBar progress(opt_.console, po);
+  metrics::ProgressBar progress(console_, po);
   progress.PrintLine(StrCat("run ", out_dir_, ": GAN ", c_.model().name(),
                             fused() ? StrCat(", ", replicas(), " fused replicas") : std::string(), ", ",
                             data_.train->size(), " images ", image_.ToString(), ", ", total_steps_, " iterations, ",
@@ -343,16 +379,17 @@ StatusOr<RunResult> GanTrainer::Run() {
                        {"d_real", window[r].d_real / k},
                        {"d_fake", window[r].d_fake / k},
                        {"lr", g_schedules_[r]->LearningRate(step_ - 1)}};
-          LOOM_RETURN_IF_ERROR(logger.Log(rec));
+          if (logger) LOOM_RETURN_IF_ERROR(logger->Log(rec));
           window[r] = {};
         }
         window_steps = 0;
         window_start = Clock::now();
       }
-      if (const int sig = StopSignals::Received(); sig != 0) {
+      LOOM_ASSIGN_OR_RETURN(const int sig, StopRequest());
+      if (sig != 0) {
         // GAN runs do not resume yet, so no checkpoint of a part-done epoch.
         progress.Finish();
-        std::fprintf(opt_.console, "stopped by %s at iteration %lld; GAN runs do not resume yet (the newest checkpoint "
+        std::fprintf(console_, "stopped by %s at iteration %lld; GAN runs do not resume yet (the newest checkpoint "
                      "is of epoch %lld)\n", StopSignals::Name(sig), static_cast<long long>(step_),
                      static_cast<long long>(epoch_));
         RunResult stopped;
@@ -388,8 +425,8 @@ StatusOr<RunResult> GanTrainer::Run() {
     result.replicas.push_back({members_[r].label, "running", last[r].loss_d, NAN, NAN});
   }
   LOOM_ASSIGN_OR_RETURN(std::string table, metrics::FormatSummaryTable(rows, metrics::SummaryOptions{}));
-  std::fprintf(opt_.console, "%s", table.c_str());
-  std::fprintf(opt_.console, "run folder: %s\n", out_dir_.c_str());
+  std::fprintf(console_, "%s", table.c_str());
+  std::fprintf(console_, "run folder: %s\n", out_dir_.c_str());
   return result;
 }
 
@@ -399,6 +436,7 @@ StatusOr<RunResult> RunGanTraining(const RunOptions& options, const std::string&
   GanTrainer trainer(options, out_dir);
   // Bad input fails here, before the run folder exists.
   LOOM_RETURN_IF_ERROR(trainer.Prepare());
+  if (!trainer.writer()) return trainer.Run();  // rank 0 makes the folder
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Internal("cannot create ", out_dir, ": ", ec.message());

@@ -44,15 +44,16 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (run.config.out_dir().empty()) run.config.set_out_dir(DefaultOutDir(options.config_name));
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(run.config.model().name()));
   if (entry->gan) {
-    if (run.processes != nullptr)
-      return Unimplemented("GAN models (", run.config.model().name(), ") do not train across MPI processes yet");
     if (!run.trace_path.empty())
       return Unimplemented("--trace is not supported for GAN models (", run.config.model().name(), ") yet");
     if (RunPrecision(run.config) != DType::kF32)
       return Unimplemented("field precision: ", run.config.precision(), " is not supported for GAN models (",
                            run.config.model().name(), ") yet; use f32");
-    // GAN runs always write their config (they do not resume yet).
-    LOOM_RETURN_IF_ERROR(CheckRunFolder(run.config, run.resume).status());
+    // GAN runs always write their config (they do not resume yet); under
+    // processes rank 0 checks the folder and writes it.
+    if (run.processes == nullptr || run.processes->rank() == 0) {
+      LOOM_RETURN_IF_ERROR(CheckRunFolder(run.config, run.resume).status());
+    }
     return RunGanTraining(run, run.config.out_dir());
   }
   LoopOptions lo;
