@@ -85,7 +85,7 @@ if [ "$count" = 1 ]; then
   command -v valgrind >/dev/null || { echo "--count needs valgrind (apt-get install valgrind)" >&2; exit 1; }
   instructions() {  # binary R: instructions inside Executor::Run
     valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" --toggle-collect='loom::Executor::Run(*' \
-      "$1" bench fusion --config "$config" --replicas "$2" --reps 1 --threads 1 >/dev/null 2>"$work/valgrind.log" ||
+      "$1" bench fusion --config "$config" --replicas "$2" --reps 1 --threads 1 --no-roof >/dev/null 2>"$work/valgrind.log" ||
       { cat "$work/valgrind.log" >&2; exit 1; }
     awk '/^(summary|totals):/ { print $2; exit }' "$work/callgrind.out"
   }

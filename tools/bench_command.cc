@@ -328,7 +328,9 @@ Status BenchFusion(const Flags& flags) {
   // Layers left unfused (run once per replica): the config's, or --unfused.
   const std::vector<std::string> unfused =
       flags.List("unfused", {config.fusion().unfused_layers().begin(), config.fusion().unfused_layers().end()});
-  const double roof1_before = device.is_cpu() ? EigenGemmGflops(static_cast<int>(reps)) : 0.0;
+  // The Eigen roof is the CPU's; on a GPU the column says nothing and is left out.
+  const bool with_roof = device.is_cpu() && !flags.Bool("no-roof");
+  const double roof1_before = with_roof ? EigenGemmGflops(static_cast<int>(reps)) : 0.0;
 
   std::vector<FusionRow> rows;
   for (int64_t r : replica_counts) {
@@ -370,17 +372,20 @@ Status BenchFusion(const Flags& flags) {
     row.fused_gflops = static_cast<double>(r) * single_flops * row.fused.median / samples / 1e9;
     rows.push_back(row);
   }
-  // The Eigen roof is the CPU's; on a GPU the column says nothing and is left out.
-  const double roof1 = device.is_cpu() ? std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps))) : 0.0;
-  const double roof = device.is_cpu() ? roof1 * static_cast<double>(threads) : 0.0;
+  const double roof1 = with_roof ? std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps))) : 0.0;
+  const double roof = roof1 * static_cast<double>(threads);
 
   std::string unfused_note;
   for (const std::string& l : unfused) unfused_note += (unfused_note.empty() ? ", unfused: " : ",") + l;
-  if (device.is_cpu()) {
+  if (with_roof) {
     std::printf("%s, batch %lld, %s, %s%s, %lld threads; roof: Eigen sgemm 1024^3 %.1f GFLOP/s x %lld = %.1f GFLOP/s\n",
                 config.model().name().c_str(), static_cast<long long>(batch), PrecisionName(config).c_str(),
                 opt.config.type().c_str(), unfused_note.c_str(), static_cast<long long>(threads), roof1,
                 static_cast<long long>(threads), roof);
+  } else if (device.is_cpu()) {
+    std::printf("%s, batch %lld, %s, %s%s, %lld threads; no roof (--no-roof)\n", config.model().name().c_str(),
+                static_cast<long long>(batch), PrecisionName(config).c_str(), opt.config.type().c_str(),
+                unfused_note.c_str(), static_cast<long long>(threads));
   } else {
     std::printf("%s, batch %lld, %s, %s%s, on %s (each step: inputs host -> device, outputs back)\n",
                 config.model().name().c_str(), static_cast<long long>(batch), PrecisionName(config).c_str(),
@@ -574,8 +579,9 @@ Status BenchCommand(const std::vector<std::string>& args) {
     Flags flags({{"config", "the training config whose model, batch and optimizer to fuse"},
                  {"replicas", "replica counts to measure, e.g. 1,2,4,8,16 (the default)"},
                  {"unfused", "layers to leave unfused, e.g. fc1,fc2 (default: the config's fusion.unfused_layers)"},
-                 {"reps", "timed steps per measurement; the fastest is reported (default 5)"},
+                 {"reps", "rounds of fused and serial steps, interleaved; medians reported (default 11)"},
                  {"threads", "CPU threads (default: the config's)"},
+                 {"no-roof?", "leave out the GEMM roof (its 1024^3 GEMMs dominate a run under valgrind)"},
                  {"device", "cpu (default) or cuda[:i]: where both the fused and the serial steps run"},
                  {"precision", "f32, bf16 or fp16 (default: the config's): mixed precision as loom train runs it"},
                  {"json", "also write the results as JSON to this file"}});
