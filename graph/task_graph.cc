@@ -186,11 +186,15 @@ StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const La
         if (input && (a.stride != 1 || a.span != 1 || a.padding != 0)) {
           // Output rows [lo, hi) read input rows [lo * stride - padding,
           // (hi - 1) * stride - padding + span); rows outside the input
-          // are the padding, read as zeros.
+          // are the padding, read as zeros or left to the part.
           const int out_axis = dims[d]->outputs[0].axis;
           const Region& y = part.outputs[0];
           r.lo[a.axis] = y.lo[out_axis] * a.stride - a.padding;
           r.hi[a.axis] = (y.hi[out_axis] - 1) * a.stride - a.padding + a.span;
+          if (!a.zero_padding) {
+            r.lo[a.axis] = std::max<int64_t>(r.lo[a.axis], 0);
+            r.hi[a.axis] = std::min(r.hi[a.axis], g.type(v).shape[a.axis]);
+          }
           continue;
         }
         const int64_t k = split.degree[d], len = r.hi[a.axis] - r.lo[a.axis];

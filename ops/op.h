@@ -97,9 +97,13 @@ const char* FusionKindName(FusionKind kind);  // "fused", "fused or per replica"
 struct AxisSplit {
   int axis = -1;
   // Window ops split along an attribute: output rows [lo, hi) read input
-  // rows [lo * stride - padding, (hi - 1) * stride - padding + span),
-  // clipped to the input (a halo of span - stride rows between parts).
+  // rows [lo * stride - padding, (hi - 1) * stride - padding + span) (a
+  // halo of span - stride rows between parts). With zero_padding the rows
+  // outside the input are read as zeros (convolutions, average pools);
+  // without, the part reads only the rows inside and pads itself (max
+  // pools, whose padding is not zeros).
   int64_t stride = 1, padding = 0, span = 1;
+  bool zero_padding = true;
 };
 
 // How an op's parts along one dimension divide its tensors: one AxisSplit

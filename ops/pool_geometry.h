@@ -38,6 +38,11 @@ struct SlidingAttrs {
   Pair kernel{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
   bool ceil_mode = false;
   bool include_pad = true;  // divide by the padded window (always for max pools)
+  // Max pools only, set on a part of a row split (PoolOp::PartAttrs): the
+  // rows of padding below the input (padding[0] is then the rows above),
+  // and the input's first row in the whole plane, which the indices count
+  // from.
+  int64_t bottom_padding = 0, row_offset = 0;
 };
 
 inline StatusOr<SlidingAttrs> ParseSlidingAttrs(PoolKind kind, const std::string& op, const AttrMap& attrs) {
@@ -56,6 +61,19 @@ inline StatusOr<SlidingAttrs> ParseSlidingAttrs(PoolKind kind, const std::string
   }
   s.ceil_mode = attrs.Bool("ceil_mode");
   s.include_pad = max || attrs.Bool("count_include_pad");
+  s.bottom_padding = s.padding[0];
+  if (max) {
+    const int64_t bottom = attrs.Has("bottom_padding") ? attrs.Int("bottom_padding") : -1;
+    const int64_t span = s.dilation[0] * (s.kernel[0] - 1) + 1;
+    if (bottom != -1) {
+      if (bottom < 0 || bottom >= span)
+        return InvalidArgument(op, ": bottom_padding ", bottom, " must be -1 (the padding) or in [0, ", span,
+                               ") (a window must hold an input row)");
+      s.bottom_padding = bottom;
+    }
+    s.row_offset = attrs.Has("row_offset") ? attrs.Int("row_offset") : 0;
+    if (s.row_offset < 0) return InvalidArgument(op, ": row_offset must be >= 0, got ", s.row_offset);
+  }
   for (int a = 0; a < 2; ++a) {
     if (s.kernel[a] < 1) return InvalidArgument(op, ": kernel must be >= 1, got ", PairString(s.kernel));
     if (s.stride[a] < 1) return InvalidArgument(op, ": stride must be >= 1, got ", PairString(s.stride));

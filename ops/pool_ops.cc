@@ -4,6 +4,10 @@
 //     indices [N, C, OH, OW] i64: the flat h * W + w of each maximum in its
 //     input plane (torch's return_indices); -1 for a window that holds no
 //     input element (possible only with dilation), whose y is -inf.
+//     A part of a row split (graph/task_graph.h) pools rows of the plane:
+//     attrs bottom_padding (its rows of padding below; padding's row value
+//     is then the rows above it) and row_offset (its first row in the whole
+//     plane, added to the indices' rows).
 //   AvgPool2d(x) -> y
 //     attrs kernel, stride (default: kernel), padding, ceil_mode,
 //     count_include_pad (default true).
@@ -49,7 +53,12 @@ void DeclarePoolAttrs(PoolKind kind, AttrSchema& s) {
       .Optional("stride", AttrType::kIntOrInts, "window step; absent or []: the kernel, as stride=None in PyTorch")
       .Default("padding", AttrType::kIntOrInts, int64_t{0}, "implicit padding on both sides, at most half the kernel")
       .Default("ceil_mode", false, "round the output extent up");
-  if (kind == PoolKind::kMax) s.Default("dilation", AttrType::kIntOrInts, int64_t{1}, "spacing between window taps");
+  if (kind == PoolKind::kMax) {
+    s.Default("dilation", AttrType::kIntOrInts, int64_t{1}, "spacing between window taps")
+        .Default("bottom_padding", int64_t{-1},
+                 "rows of padding below the input, -1: padding's row value (a part of a row split sets it)")
+        .Default("row_offset", int64_t{0}, "the input's first row in the whole plane: indices count from row 0 of it");
+  }
   if (kind == PoolKind::kAvg) s.Default("count_include_pad", true, "divide by the padded window size");
 }
 
@@ -91,10 +100,11 @@ AxisWindows AdaptiveWindows(int64_t in, int64_t out) {
   return a;
 }
 
-// PyTorch's pooling_output_shape: in ceil mode the last window must still
-// start inside the input or its left padding.
-int64_t PoolExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  const int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+// PyTorch's pooling_output_shape (p before the input, p_end after it): in
+// ceil mode the last window must still start inside the input or its left
+// padding.
+int64_t PoolExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t p_end, int64_t d, bool ceil_mode) {
+  const int64_t num = in + p + p_end - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
   int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   return out;
@@ -104,6 +114,7 @@ int64_t PoolExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool 
 struct PoolPlan {
   Shape out;
   AxisWindows rows, cols;
+  int64_t index_offset = 0;  // added to max-pool indices: row_offset rows of the plane
   int64_t planes() const { return out[0] * out[1]; }
   // Window elements visited for the whole tensor.
   double Taps() const { return static_cast<double>(planes()) * rows.Taps() * cols.Taps(); }
@@ -116,10 +127,11 @@ StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrM
   const bool ceil_mode = attr.ceil_mode, include_pad = attr.include_pad;
   if (x.rank() != 4) return InvalidArgument(op, ": input x must be [N, C, H, W], got ", x.ToString());
   const Pair in{x[2], x[3]};
+  const Pair padding_end{attr.bottom_padding, padding[1]};
   Pair span, padded;
   for (int a = 0; a < 2; ++a) {
     span[a] = dilation[a] * (kernel[a] - 1) + 1;
-    padded[a] = in[a] + 2 * padding[a];
+    padded[a] = in[a] + padding[a] + padding_end[a];
   }
   for (int a = 0; a < 2; ++a)
     if (span[a] > padded[a])
@@ -128,8 +140,10 @@ StatusOr<PoolPlan> PlanSliding(PoolKind kind, const std::string& op, const AttrM
                              x.ToString(), ", padding ", PairString(padding), ")");
   PoolPlan plan;
   Pair out;
-  for (int a = 0; a < 2; ++a) out[a] = PoolExtent(in[a], kernel[a], stride[a], padding[a], dilation[a], ceil_mode);
+  for (int a = 0; a < 2; ++a)
+    out[a] = PoolExtent(in[a], kernel[a], stride[a], padding[a], padding_end[a], dilation[a], ceil_mode);
   plan.out = Shape{x[0], x[1], out[0], out[1]};
+  plan.index_offset = attr.row_offset * in[1];
   plan.rows = SlidingWindows(in[0], out[0], kernel[0], stride[0], padding[0], dilation[0], include_pad);
   plan.cols = SlidingWindows(in[1], out[1], kernel[1], stride[1], padding[1], dilation[1], include_pad);
   return plan;
@@ -281,6 +295,8 @@ void MaxPoolForward(const PoolPlan& plan, const Shape& xs, const T* x, T* y, int
         if (!done) lo = hi = ow;
         for (int64_t ox = 0; ox < lo; ++ox) scan(ox);
         for (int64_t ox = hi; ox < ow; ++ox) scan(ox);
+        if (plan.index_offset != 0)  // a part of the rows: indices in the whole plane
+          for (int64_t ox = 0; ox < ow; ++ox) ir[ox] += ir[ox] >= 0 ? plan.index_offset : 0;
       }
     }
   }, PlaneChunk(plan));
@@ -351,37 +367,55 @@ class PoolOp : public OpDef {
   PoolOp(const char* name, PoolKind kind) : name_(name), kind_(kind) { DeclarePoolAttrs(kind, DeclareAttrs()); }
   std::string name() const override { return name_; }
   // Sample: every image pooled on its own; parameter: the channels.
-  // Attribute (average windows): output rows, each part reading its input
-  // rows and the window's halo, the padding rows as zeros (graph/task_graph.h).
-  // That holds only where every window divides by its whole padded extent:
-  // no padding, or padding counted (count_include_pad), and no window
-  // reaching past the padded input (ceil mode can make one, whose divisor
-  // counts only the rows it covers, not the zeros a part would read there).
+  // Attribute: output rows, each part reading its input rows and the
+  // window's halo (graph/task_graph.h). An average pool's part reads its
+  // padding rows as zeros, which holds only where every window divides by
+  // its whole padded extent: no padding, or padding counted
+  // (count_include_pad), and no window reaching past the padded input
+  // (ceil mode can make one, whose divisor counts only the rows it covers,
+  // not the zeros a part would read there). A max pool's part reads only
+  // the rows inside and pads itself (-inf, as the whole op).
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules = SampleAlongBatch(in, out);
     rules.parameter = SplitAlong(1, in.size(), out.size());  // the channels
-    // Adaptive windows vary with the extent; a max pool's indices are
-    // offsets in its own part of the plane, and its padding is not zeros.
-    if (kind_ != PoolKind::kAvg) return rules;
+    // Adaptive windows vary with the extent.
+    if (kind_ == PoolKind::kAdaptiveAvg) return rules;
     auto a = pool::ParseSlidingAttrs(kind_, name_, attrs);
     if (!a.ok() || in[0].shape.rank() != 4 || out[0].shape.rank() != 4) return rules;
     const int64_t span = a->dilation[0] * (a->kernel[0] - 1) + 1, padding = a->padding[0];
+    const bool max = kind_ == PoolKind::kMax;
     const bool whole_windows = (out[0].shape[2] - 1) * a->stride[0] + span <= in[0].shape[2] + 2 * padding;
-    if ((padding != 0 && !a->include_pad) || !whole_windows) return rules;
+    if (!max && ((padding != 0 && !a->include_pad) || !whole_windows)) return rules;
     rules.attribute = SplitAlong(2, in.size(), out.size());
-    rules.attribute->inputs[0] = AxisSplit{2, a->stride[0], padding, span};
+    rules.attribute->inputs[0] = AxisSplit{2, a->stride[0], padding, span, /*zero_padding=*/!max};
     return rules;
   }
-  // A part of the rows reads its padding rows as zeros, so it runs with no
-  // padding along them (its windows divide by the same extents).
-  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
-                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+  // A part of the rows: an average pool reads its padding rows as zeros,
+  // so it runs with no padding along them (its windows divide by the same
+  // extents); a max pool reads the rows inside, pads itself with the rows
+  // its windows reach beyond the plane (above: padding, below:
+  // bottom_padding) and counts its indices from the plane's row 0.
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in,
+                              const std::vector<TensorType>& out, const std::vector<Region>& in_regions,
+                              const std::vector<Region>& out_regions) const override {
     const Region& x = in_regions[0];
-    if (kind_ != PoolKind::kAvg || (x.lo[2] == 0 && x.hi[2] == in[0].shape[2])) return attrs;
+    const Region& y = out_regions[0];
+    const bool all_rows = kind_ == PoolKind::kMax ? y.lo[2] == 0 && y.hi[2] == out[0].shape[2]
+                                                   : x.lo[2] == 0 && x.hi[2] == in[0].shape[2];
+    if (kind_ == PoolKind::kAdaptiveAvg || all_rows) return attrs;
     LOOM_ASSIGN_OR_RETURN(pool::SlidingAttrs a, pool::ParseSlidingAttrs(kind_, name_, attrs));
     AttrMap part = attrs;
-    part.Set("padding", std::vector<int64_t>{0, a.padding[1]});
+    if (kind_ == PoolKind::kAvg) {
+      part.Set("padding", std::vector<int64_t>{0, a.padding[1]});
+      return part;
+    }
+    const int64_t span = a.dilation[0] * (a.kernel[0] - 1) + 1;
+    const int64_t first = y.lo[2] * a.stride[0] - a.padding[0];     // its first window's first row
+    const int64_t end = (y.hi[2] - 1) * a.stride[0] - a.padding[0] + span;  // past its last window's
+    part.Set("padding", std::vector<int64_t>{std::max<int64_t>(0, -first), a.padding[1]});
+    part.Set("bottom_padding", std::max<int64_t>(0, end - in[0].shape[2]));
+    part.Set("row_offset", std::max<int64_t>(0, first));
     return part;
   }
 

@@ -23,9 +23,11 @@ Pair Get(const AttrMap& attrs, const char* name, Pair def) {
   return {l[0], l[1]};
 }
 
-// PyTorch's pooling_output_shape, written out from its definition.
-int64_t OutExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  double span = static_cast<double>(in + 2 * p - d * (k - 1) - 1) / static_cast<double>(s);
+// PyTorch's pooling_output_shape, written out from its definition (p_end:
+// the padding after the input, p unless a row split's part sets it).
+int64_t OutExtent(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, int64_t p_end = -1) {
+  if (p_end < 0) p_end = p;
+  double span = static_cast<double>(in + p + p_end - d * (k - 1) - 1) / static_cast<double>(s);
   int64_t out = static_cast<int64_t>(ceil_mode ? std::ceil(span) : std::floor(span)) + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   return out;
@@ -35,6 +37,7 @@ struct RefPool {
   Pair k, s, p, d;
   bool ceil_mode;
   int64_t n, c, h, w, oh, ow;
+  int64_t row_offset;  // max pools: added to the indices' rows
   RefPool(const AttrMap& a, const Shape& x)
       : k(Get(a, "kernel", {0, 0})),
         s(Get(a, "stride", k)),
@@ -45,8 +48,9 @@ struct RefPool {
         c(x[1]),
         h(x[2]),
         w(x[3]),
-        oh(OutExtent(h, k[0], s[0], p[0], d[0], ceil_mode)),
-        ow(OutExtent(w, k[1], s[1], p[1], d[1], ceil_mode)) {}
+        oh(OutExtent(h, k[0], s[0], p[0], d[0], ceil_mode, a.Has("bottom_padding") ? a.Int("bottom_padding") : -1)),
+        ow(OutExtent(w, k[1], s[1], p[1], d[1], ceil_mode)),
+        row_offset(a.Has("row_offset") ? a.Int("row_offset") : 0) {}
 };
 
 // Max and argmax over each window, scanning taps in order with -inf padding.
@@ -66,7 +70,7 @@ std::vector<Tensor> MaxPoolRef(const std::vector<Tensor>& in, const AttrMap& att
             double v = At(in[0], (pl * r.h + iy) * r.w + ix);
             if (v > best) {
               best = v;
-              arg = iy * r.w + ix;
+              arg = (iy + r.row_offset) * r.w + ix;
             }
           }
         int64_t o = (pl * r.oh + oy) * r.ow + ox;
@@ -136,6 +140,20 @@ std::vector<OpCase> Cases() {
       {"max pool ceil_mode with padding", "MaxPool2d",
        {{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}, {"ceil_mode", true}},
        {U({2, 1, 6, 5})}, MaxPoolRef},
+      // A row split's parts (PoolOp::PartAttrs): padding above only, below
+      // only (bottom_padding), and rows 3.. of a plane (row_offset: indices
+      // past the part's own plane, so no gradient check of its backward).
+      {"max pool of a top part: padding above, none below", "MaxPool2d",
+       {{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}, {"bottom_padding", int64_t{0}}},
+       {U({2, 2, 6, 7})}, MaxPoolRef},
+      {"max pool of a bottom part: padding below only, dilated", "MaxPool2d",
+       {{"kernel", int64_t{3}}, {"stride", Ints{1, 2}}, {"padding", Ints{0, 1}}, {"dilation", int64_t{2}},
+        {"bottom_padding", int64_t{3}}},
+       {U({1, 2, 6, 5})}, MaxPoolRef},
+      {"max pool of a middle part: indices from row 3 of the plane", "MaxPool2d",
+       {{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", Ints{0, 1}}, {"bottom_padding", int64_t{0}},
+        {"row_offset", int64_t{3}}},
+       {U({2, 2, 5, 6})}, MaxPoolRef, {}, {}, 2e-4, 1e-9, 1e-5, /*check_gradient=*/false},
       {"avg pool 2x2", "AvgPool2d", {{"kernel", int64_t{2}}}, {U({2, 3, 6, 6})}, AvgPoolRef},
       {"avg pool 3x3 stride 2 padding 1 count_include_pad", "AvgPool2d",
        {{"kernel", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}}, {U({2, 2, 7, 6})}, AvgPoolRef},
@@ -240,6 +258,10 @@ TEST_CASE("pool shape errors name the problem") {
              Contains("unknown attribute 'dilation'"));
   CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{2}}, {"count_include_pad", false}}, {F32({1, 1, 8, 8})}),
              Contains("unknown attribute 'count_include_pad'"));
+  CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{3}}, {"bottom_padding", int64_t{3}}}, {F32({1, 1, 8, 8})}),
+             Contains("bottom_padding 3 must be -1 (the padding) or in [0, 3) (a window must hold an input row)"));
+  CHECK_THAT(InferError("MaxPool2d", {{"kernel", int64_t{3}}, {"row_offset", int64_t{-1}}}, {F32({1, 1, 8, 8})}),
+             Contains("row_offset must be >= 0, got -1"));
   CHECK_THAT(InferError("AdaptiveAvgPool2d", {{"output_size", Ints{0, 2}}}, {F32({1, 1, 8, 8})}),
              Contains("output_size must be >= 1, got [0, 2]"));
   CHECK_THAT(InferError("AdaptiveAvgPool2d", {}, {F32({1, 1, 8, 8})}), Contains("missing required attribute 'output_size'"));

@@ -200,18 +200,14 @@ TEST_CASE("NLL, MSE and BCEWithLogits split along the batch match one device") {
   }
 }
 
-// Average pooling split along its output rows: each part reads its rows'
-// halo, the padding rows as zeros. A ceil-mode pool whose last window
-// reaches past the input divides that window by the rows it covers, which
-// a part reading zeros there would not: such a pool has no row split (a
-// split of it once lowered and trained to other losses).
-TEST_CASE("average pooling split along rows, padded, matches one device; an overhanging ceil-mode pool refuses") {
-  auto make = [](const Pool2dOptions& pool) {
+// A padded 3x3 convolution of 8x8 images (its outputs of both signs), then
+// `pool` named "pool", a Linear and the loss.
+StepCase PoolCase(const std::function<Sym(Model&, Sym)>& pool) {
     Model m(DType::kF64);
     const Sym x = m.input("input", {kBatch, 1, 8, 8});
     Conv2dOptions conv;
     conv.padding = {1, 1};
-    const Sym h = m.avg_pool2d(m.relu(m.conv2d(x, 3, {3, 3}, conv, "conv")), {3, 3}, pool, "pool");
+    const Sym h = pool(m, m.conv2d(x, 3, {3, 3}, conv, "conv"));
     const Sym logits = m.linear(m.flatten(h, 1), 4, {}, "fc");
     m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
     REQUIRE(m.status().ok());
@@ -222,11 +218,12 @@ TEST_CASE("average pooling split along rows, padded, matches one device; an over
     auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", in}, {"target", y}});
     REQUIRE(c.status().ToString() == "OK");
     return *c;
-  };
-  Pool2dOptions padded;  // 3x3 windows every 2 rows, 1 row of zeros each side: 4 x 4 out
-  padded.stride = {2, 2};
-  padded.padding = {1, 1};
-  const StepCase c = make(padded);
+}
+
+// `c`'s pool (op `op`) split along its rows in 2 and 4, and with the
+// convolution in 2 x 2 (sample x rows), matches one device, its parts on
+// different devices.
+void ExpectRowSplitsMatch(const StepCase& c, const std::string& op) {
   const StepResults want = OneDevice(c);
   for (const std::string& s : {std::string("devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n"),
                                std::string("devices: 4\nlayer { layer: \"pool\" attribute: 4 }\n"),
@@ -237,9 +234,24 @@ TEST_CASE("average pooling split along rows, padded, matches one device; an over
     REQUIRE(tg.ok());
     std::set<int64_t> devices;
     for (const Task& t : tg->tasks)
-      if (t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == "AvgPool2d") devices.insert(t.device);
+      if (t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == op) devices.insert(t.device);
     CHECK(devices.size() >= 2);
   }
+}
+
+// Average pooling split along its output rows: each part reads its rows'
+// halo, the padding rows as zeros. A ceil-mode pool whose last window
+// reaches past the input divides that window by the rows it covers, which
+// a part reading zeros there would not: such a pool has no row split (a
+// split of it once lowered and trained to other losses).
+TEST_CASE("average pooling split along rows, padded, matches one device; an overhanging ceil-mode pool refuses") {
+  auto make = [](const Pool2dOptions& pool) {
+    return PoolCase([&](Model& m, Sym x) { return m.avg_pool2d(x, {3, 3}, pool, "pool"); });
+  };
+  Pool2dOptions padded;  // 3x3 windows every 2 rows, 1 row of zeros each side: 4 x 4 out
+  padded.stride = {2, 2};
+  padded.padding = {1, 1};
+  ExpectRowSplitsMatch(make(padded), "AvgPool2d");
 
   Pool2dOptions overhang;  // 8 rows, ceil mode: windows at rows 0, 2, 4 and 6-8, the last 2 rows high
   overhang.stride = {2, 2};
@@ -250,6 +262,31 @@ TEST_CASE("average pooling split along rows, padded, matches one device; an over
   uncounted.count_include_pad = false;
   refused = Lower(make(uncounted), "devices: 2\nlayer { layer: \"pool\" attribute: 2 }\n");
   CHECK_THAT(refused.status().ToString(), Catch::Matchers::Contains("layer 'pool' (AvgPool2d)"));
+}
+
+// Max pooling split along its output rows: each part reads only the rows
+// inside the plane, pads itself with -inf where its windows reach past it
+// (the convolution's outputs below zero show a zero-padded part), and
+// counts its indices from the plane's first row, which the backward (run
+// whole) scatters by. Padded (ResNet's stem), dilated, and in ceil mode
+// with a last window past the input.
+TEST_CASE("max pooling split along rows matches one device: padded, dilated, ceil mode") {
+  Pool2dOptions stem;  // 3x3 every 2 rows, padding 1: 4 x 4 out
+  stem.stride = {2, 2};
+  stem.padding = {1, 1};
+  Pool2dOptions overhang;  // ceil mode: windows at rows 0, 2, 4 and 6-8 of 8
+  overhang.stride = {2, 2};
+  overhang.ceil_mode = true;
+  for (const auto& [name, pool] : std::vector<std::pair<std::string, Pool2dOptions>>{{"stem", stem}, {"ceil", overhang}}) {
+    INFO(name);
+    ExpectRowSplitsMatch(PoolCase([&](Model& m, Sym x) { return m.max_pool2d(x, {3, 3}, pool, "pool"); }),
+                         "MaxPool2d");
+  }
+  // 2 taps 2 rows apart, padding 1: windows at rows (-1, 1), (0, 2) ... (6, 8) of 8.
+  INFO("dilated");
+  const AttrMap dilated{{"kernel", int64_t{2}}, {"stride", int64_t{1}}, {"padding", int64_t{1}}, {"dilation", int64_t{2}}};
+  ExpectRowSplitsMatch(PoolCase([&](Model& m, Sym x) { return m.op("MaxPool2d", {x}, dilated, "pool")[0]; }),
+                       "MaxPool2d");
 }
 
 // Embedding split along the batch (its table's gradient a partial sum) and

@@ -32,6 +32,7 @@ StatusOr<PoolGeom> MakePoolGeom(PoolKind kind, const AttrMap& attrs, const Shape
   g.dh = a.dilation[0];
   g.dw = a.dilation[1];
   g.include_pad = a.include_pad;  // true for max pools, which divide by no extent
+  g.index_offset = a.row_offset * g.w;
   return g;
 }
 

@@ -46,7 +46,7 @@ __global__ void MaxPoolForwardKernel(PoolGeom g, const T* x, T* y, int64_t* idx,
       }
     }
     y[i] = best;
-    idx[i] = arg;
+    idx[i] = arg + g.index_offset;
   }
 }
 

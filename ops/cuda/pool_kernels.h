@@ -17,11 +17,12 @@ struct PoolGeom {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
   bool include_pad = true;
+  int64_t index_offset = 0;  // added to max-pool indices: a row split's part counts in the whole plane
 };
 
 // y, idx [planes, OH, OW]: each window's maximum and the flat h * W + w of
-// it in its plane (NaN wins, ties keep the first; -inf and -1 for a window
-// with no input element).
+// it in its plane, plus index_offset (NaN wins, ties keep the first; -inf
+// and -1 for a window with no input element).
 template <typename T>
 cudaError_t LaunchMaxPoolForward(const PoolGeom& g, const T* x, T* y, int64_t* idx, cudaStream_t stream);
 // dx [planes, H, W]: the sum of the dy whose idx names the element.
