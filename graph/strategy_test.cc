@@ -122,17 +122,21 @@ TEST_CASE("splits a layer cannot take are errors naming the line, the layer and 
         "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
 }
 
-TEST_CASE("pooling splits its channels; average windows also their output rows") {
+TEST_CASE("pooling splits its channels and its output rows; adaptive windows only their channels") {
   auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" parameter: 2 }\n", "s.pbtxt");
   REQUIRE(s.ok());
   CHECK(ByName(Cnn(), *s).at("stage1/max_pool2d").ToString() == "parameter 2 on devices 0,1");
-  // A max pool's indices are offsets in its part's plane: no row parts.
-  CHECK(ResolveError(Cnn(), "devices: 2\nlayer { layer: \"stage1/max_pool2d\" attribute: 2 }\n") ==
-        "s.pbtxt:2: layer 'stage1/max_pool2d' (MaxPool2d): attribute 2: its op cannot be split along attribute");
+  auto rows = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" attribute: 2 }\n", "s.pbtxt");
+  REQUIRE(rows.ok());
+  CHECK(ByName(Cnn(), *rows).at("stage1/max_pool2d").ToString() == "attribute 2 on devices 0,1");
   Model m;
   Sym x = m.input("x", {2, 3, 8, 8});
   m.set_output("y", m.avg_pool2d(x, {2, 2}, {}, "pool"));
+  m.set_output("z", m.adaptive_avg_pool2d(x, {4, 4}, "adaptive"));
   REQUIRE(m.status().ok());
+  // Adaptive windows depend on the extent a part would see.
+  CHECK(ResolveError(m.graph(), "devices: 2\nlayer { layer: \"adaptive\" attribute: 2 }\n") ==
+        "s.pbtxt:2: layer 'adaptive' (AdaptiveAvgPool2d): attribute 2: its op cannot be split along attribute");
   CHECK(ResolveError(m.graph(), "devices: 3\nlayer { layer: \"pool\" attribute: 3 }\n") ==
         "s.pbtxt:2: layer 'pool' (AvgPool2d): attribute 3: its extent 4 (output 0 axis 2 of [2, 3, 4, 4]) is "
         "not divisible by 3");
