@@ -391,8 +391,8 @@ const std::vector<ZooEntry>& Zoo() {
          return BuildResNet(m, in, args, ResNet101Options());
        }},
       {"alexnet", "torchvision's alexnet: 5 convs (with bias) + ReLU, 3 max-pools, adaptive 6x6 average pool, "
-                  "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5), width_mult (default "
-                  "1.0), hidden (default 4096)",
+                  "dropout-Linear(4096)-ReLU twice, classifier; inputs >= 63x63; dropout (default 0.5), "
+                  "width_mult (default 1.0), hidden (default 4096)",
        InputKind::kFeatures, Prediction::kPerExample, imagenet, BuildAlexNet},
       {"vgg16", "torchvision's vgg16 (configuration D, no BatchNorm): 13 conv3x3 (with bias) + ReLU, 5 max-pools, "
                 "adaptive 7x7 average pool, Linear(4096)-ReLU-dropout twice, classifier; inputs >= 32x32; dropout "

@@ -203,21 +203,21 @@ TEST_CASE("NLL, MSE and BCEWithLogits split along the batch match one device") {
 // A padded 3x3 convolution of 8x8 images (its outputs of both signs), then
 // `pool` named "pool", a Linear and the loss.
 StepCase PoolCase(const std::function<Sym(Model&, Sym)>& pool) {
-    Model m(DType::kF64);
-    const Sym x = m.input("input", {kBatch, 1, 8, 8});
-    Conv2dOptions conv;
-    conv.padding = {1, 1};
-    const Sym h = pool(m, m.conv2d(x, 3, {3, 3}, conv, "conv"));
-    const Sym logits = m.linear(m.flatten(h, 1), 4, {}, "fc");
-    m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
-    REQUIRE(m.status().ok());
-    std::mt19937_64 rng(6);
-    Tensor in = Tensor::Zeros({kBatch, 1, 8, 8}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
-    for (int64_t i = 0; i < in.numel(); ++i) in.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-    for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-    auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", in}, {"target", y}});
-    REQUIRE(c.status().ToString() == "OK");
-    return *c;
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kBatch, 1, 8, 8});
+  Conv2dOptions conv;
+  conv.padding = {1, 1};
+  const Sym h = pool(m, m.conv2d(x, 3, {3, 3}, conv, "conv"));
+  const Sym logits = m.linear(m.flatten(h, 1), 4, {}, "fc");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(6);
+  Tensor in = Tensor::Zeros({kBatch, 1, 8, 8}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < in.numel(); ++i) in.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", in}, {"target", y}});
+  REQUIRE(c.status().ToString() == "OK");
+  return *c;
 }
 
 // `c`'s pool (op `op`) split along its rows in 2 and 4, and with the
@@ -277,14 +277,16 @@ TEST_CASE("max pooling split along rows matches one device: padded, dilated, cei
   Pool2dOptions overhang;  // ceil mode: windows at rows 0, 2, 4 and 6-8 of 8
   overhang.stride = {2, 2};
   overhang.ceil_mode = true;
-  for (const auto& [name, pool] : std::vector<std::pair<std::string, Pool2dOptions>>{{"stem", stem}, {"ceil", overhang}}) {
+  const std::vector<std::pair<std::string, Pool2dOptions>> pools = {{"stem", stem}, {"ceil", overhang}};
+  for (const auto& [name, pool] : pools) {
     INFO(name);
     ExpectRowSplitsMatch(PoolCase([&](Model& m, Sym x) { return m.max_pool2d(x, {3, 3}, pool, "pool"); }),
                          "MaxPool2d");
   }
   // 2 taps 2 rows apart, padding 1: windows at rows (-1, 1), (0, 2) ... (6, 8) of 8.
   INFO("dilated");
-  const AttrMap dilated{{"kernel", int64_t{2}}, {"stride", int64_t{1}}, {"padding", int64_t{1}}, {"dilation", int64_t{2}}};
+  const AttrMap dilated{
+      {"kernel", int64_t{2}}, {"stride", int64_t{1}}, {"padding", int64_t{1}}, {"dilation", int64_t{2}}};
   ExpectRowSplitsMatch(PoolCase([&](Model& m, Sym x) { return m.op("MaxPool2d", {x}, dilated, "pool")[0]; }),
                        "MaxPool2d");
 }

@@ -193,10 +193,9 @@ FusedRun TrainFused(const Net& net, DType dtype, const std::vector<StepOptimizer
   return run;
 }
 
-void CheckEquivalent(const Net& net, DType dtype, const std::string& optimizer, double tol) {
-  INFO(net.label << ", " << optimizer << ", " << DTypeName(dtype));
-  const auto opts = Optimizers(optimizer);
-  const std::vector<double> lrs(kLearningRates, kLearningRates + kR);
+void CheckEquivalent(const Net& net, DType dtype, const std::vector<StepOptimizer>& opts,
+                     const std::vector<double>& lrs, double tol) {
+  INFO(net.label << ", " << opts[0].config.type() << ", " << DTypeName(dtype));
   const FusedRun fused = TrainFused(net, dtype, opts, lrs);
   for (int r = 0; r < kR; ++r) {
     INFO("replica " << r);
@@ -222,6 +221,10 @@ void CheckEquivalent(const Net& net, DType dtype, const std::string& optimizer, 
   CHECK(fused.losses[kSteps - 1][0] != fused.losses[kSteps - 1][1]);
 }
 
+void CheckEquivalent(const Net& net, DType dtype, const std::string& optimizer, double tol) {
+  CheckEquivalent(net, dtype, Optimizers(optimizer), std::vector<double>(kLearningRates, kLearningRates + kR), tol);
+}
+
 TEST_CASE("fused training of 3 replicas equals 3 separate runs (f64, SGD)") {
   for (const Net& net : Nets()) CheckEquivalent(net, DType::kF64, "sgd", 1e-9);
 }
@@ -232,6 +235,20 @@ TEST_CASE("fused training of 3 replicas equals 3 separate runs (f64, AdamW)") {
 
 TEST_CASE("fused training equals separate runs in f32 (MLP)") {
   CheckEquivalent(Nets()[0], DType::kF32, "sgd", 1e-4);
+}
+
+// The CNN sweep's trials at lr ~0.2 with momentum 0.95 ended ~1e-2 in f32
+// loss from the same trials trained alone (docs/sweep.md). At such rates
+// in f64 the fused CNN (BatchNorm, per-replica momentum buffers) still
+// computes the separate runs' steps: the f32 gap is rounding that the
+// rate amplifies over epochs, not a difference of the fused step.
+TEST_CASE("fused CNN equals separate runs at high learning rates with momentum 0.95 (f64, SGD)") {
+  std::vector<StepOptimizer> opts(kR);
+  for (StepOptimizer& o : opts) {
+    o.config.set_type("sgd");
+    o.config.set_momentum(0.95);
+  }
+  CheckEquivalent(Nets()[1], DType::kF64, opts, {0.2, 0.3, 0.15}, 1e-9);
 }
 
 TEST_CASE("a diverging replica is frozen and the others train as if it never existed") {

@@ -159,7 +159,8 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
   LOOM_ASSIGN_OR_RETURN(Strategy strategy, LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward,
                                                               devices, "field strategy"));
   auto runtime = CreateStepTaskRuntime(graph, forward, strategy, devices, opt_.processes, c_.seed(), false);
-  if (!runtime.ok()) return runtime.status().WithContext(discriminator ? "the discriminator's step" : "the generator's step");
+  if (!runtime.ok())
+    return runtime.status().WithContext(discriminator ? "the discriminator's step" : "the generator's step");
   return runtime;
 }
 
