@@ -53,46 +53,42 @@ void CheckRandomStrategies(const StepCase& c, const StepResults& want, int count
   CHECK(found == count);
 }
 
+// dp, owt and model over 2 devices, every layer that can split its
+// parameters (or its rows) in 2, and 3 random strategies.
+void CheckStandardAndRandom(const StepCase& c, std::mt19937_64& rng) {
+  auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
+  if (!want.ok()) FAIL(want.status().ToString());
+  for (StandardStrategy kind :
+       {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
+    auto strategy = MakeStandardStrategy(c.forward, kind, 2);
+    if (!strategy.ok()) FAIL(strategy.status().ToString());
+    CheckStrategy(c, *want, StrategyToText(*strategy));
+  }
+  for (const char* dim : {"parameter", "attribute"})
+    CheckStrategy(c, *want, StrCat("devices: 2\ndefault_split { ", dim, ": 2 }\n"));
+  CheckRandomStrategies(c, *want, 3, rng);
+}
+
 TEST_CASE("every zoo model trains under dp, owt, model, parameter, attribute and random strategies as on one device") {
   std::mt19937_64 rng(17);
   for (const testing::SmallModel& s : testing::SmallModels()) {
     if (testing::IsGan(s)) continue;  // GANs: two steps (below)
     INFO(s.name);
-    const StepCase c = testing::ZooStepCase(s, std::nullopt);
-    auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
-    if (!want.ok()) FAIL(want.status().ToString());
-    for (StandardStrategy kind :
-         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
-      auto strategy = MakeStandardStrategy(c.forward, kind, 2);
-      if (!strategy.ok()) FAIL(strategy.status().ToString());
-      CheckStrategy(c, *want, StrategyToText(*strategy));
-    }
-    // Every layer that can split its parameters, or its rows, in 2.
-    for (const char* dim : {"parameter", "attribute"})
-      CheckStrategy(c, *want, StrCat("devices: 2\ndefault_split { ", dim, ": 2 }\n"));
-    CheckRandomStrategies(c, *want, 3, rng);
+    CheckStandardAndRandom(testing::ZooStepCase(s, std::nullopt), rng);
   }
 }
 
 // A GAN's steps (discriminator and generator, each training its own
-// network) are two graphs: each under the standard and random strategies,
-// and fused as 2 replicas split over 2 devices.
-TEST_CASE("each zoo GAN's two steps train under dp, owt, model, replica and random strategies as on one device") {
+// network) are two graphs: each under the strategies above, and fused as 2
+// replicas split over 2 devices.
+TEST_CASE("each zoo GAN's two steps train under dp, owt, model, parameter, attribute, replica and random strategies "
+          "as on one device") {
   std::mt19937_64 rng(23);
   for (const testing::SmallModel& s : testing::SmallModels()) {
     if (!testing::IsGan(s)) continue;
     for (models::GanStep step : {models::GanStep::kDiscriminator, models::GanStep::kGenerator}) {
       INFO(s.name << (step == models::GanStep::kDiscriminator ? " discriminator step" : " generator step"));
-      const StepCase c = testing::GanStepCase(s, step, std::nullopt);
-      auto want = RunOneDevice(c, testing::ZooSteps(c), 5);
-      if (!want.ok()) FAIL(want.status().ToString());
-      for (StandardStrategy kind :
-           {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
-        auto strategy = MakeStandardStrategy(c.forward, kind, 2);
-        if (!strategy.ok()) FAIL(strategy.status().ToString());
-        CheckStrategy(c, *want, StrategyToText(*strategy));
-      }
-      CheckRandomStrategies(c, *want, 3, rng);
+      CheckStandardAndRandom(testing::GanStepCase(s, step, std::nullopt), rng);
 
       const StepCase fused = testing::GanStepCase(s, step, FusionOptions{2, {7, 8}, {}, {}});
       auto fused_want = RunOneDevice(fused, testing::ZooSteps(fused), 5);
