@@ -313,6 +313,7 @@ class BinaryOp : public OpDef {
     SplitRules rules;
     if (out[0].shape.rank() == 0) return rules;
     rules.sample = ElementwiseAlong(0, in, out);
+    rules.attribute = ImageRows(in, out);
     rules.other = ElementwiseAxes(in, out, 0);
     return rules;
   }

@@ -129,9 +129,15 @@ SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::ve
   return rules;
 }
 
+std::optional<DimSplit> ImageRows(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
+  if (outputs.empty() || outputs[0].shape.rank() != 4) return std::nullopt;
+  return ElementwiseAlong(2, inputs, outputs);
+}
+
 SplitRules ElementwiseOpDef::Splits(const AttrMap&, const std::vector<TensorType>& inputs,
                                     const std::vector<TensorType>& outputs) const {
   SplitRules rules = SampleAlongBatch(inputs, outputs);
+  rules.attribute = ImageRows(inputs, outputs);
   rules.other = ElementwiseAxes(inputs, outputs, rules.sample ? 0 : -1);
   return rules;
 }

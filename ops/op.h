@@ -148,6 +148,11 @@ DimSplit ElementwiseAlong(int axis, const std::vector<TensorType>& inputs, const
 // parts then hold the same elements in the same order); sample is (0, 0)
 // when the batch is kept.
 SplitRules ViewSplits(const TensorType& input, const TensorType& output);
+// The attribute split of an element-wise op on images: the rows (axis 2)
+// of [N, C, H, W] outputs, so that the activations and residual sums of
+// row-split convolutions stay split. Other ranks name none: a sequence
+// [B, T, F] and a signal [N, C, L] hold their positions on different axes.
+std::optional<DimSplit> ImageRows(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs);
 // ElementwiseAlong for every axis of output 0 but `except`.
 std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
                                       int except = -1);

@@ -291,6 +291,34 @@ TEST_CASE("max pooling split along rows matches one device: padded, dilated, cei
                        "MaxPool2d");
 }
 
+// A row-split stack of convolutions keeps its ReLUs and residual sum split
+// along the rows too (element-wise ops on images split their rows), so no
+// layer between the convolutions and the pool gathers its rows.
+TEST_CASE("ReLU and residual adds split along image rows with the convolutions, matching one device") {
+  const StepCase c = PoolCase([](Model& m, Sym x) {
+    Conv2dOptions same;
+    same.padding = {1, 1};
+    const Sym h = m.relu(x);
+    const Sym sum = m.add(m.conv2d(h, 3, {3, 3}, same, "conv2"), h);
+    Pool2dOptions pool;
+    pool.stride = {2, 2};
+    return m.max_pool2d(m.relu(sum), {2, 2}, pool, "pool");
+  });
+  const StepResults want = OneDevice(c);
+  for (const std::string& s : {std::string("devices: 2\ndefault_split { attribute: 2 }\n"),
+                               std::string("devices: 4\ndefault_split { sample: 2 attribute: 2 }\n")}) {
+    ExpectSame(c, want, s);
+    auto tg = Lower(c, s);
+    REQUIRE(tg.ok());
+    std::map<std::string, std::set<int64_t>> devices;  // by op
+    for (const Task& t : tg->tasks)
+      if (t.kind == TaskKind::kCompute) devices[tg->graph.node(t.node).op].insert(t.device);
+    INFO(s);
+    CHECK(devices["ReLU"].size() >= 2);
+    CHECK(devices["Add"].size() >= 2);
+  }
+}
+
 // Embedding split along the batch (its table's gradient a partial sum) and
 // along the embedding dimension, with a padding row.
 TEST_CASE("embedding split along the batch and the embedding dimension matches one device") {
