@@ -149,10 +149,7 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
   }
   // Each step's strategy is made (or read) for its own graph: the layers of
   // both networks, as that step runs them.
-  if (opt_.processes && devices % opt_.processes->size() != 0)
-    return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
-                           " MPI processes: each process runs as many devices (a multiple of ",
-                           opt_.processes->size(), ")");
+  LOOM_RETURN_IF_ERROR(CheckDevicesPerProcess(devices, opt_.processes));
   if (c_.strategy() == "auto")
     return Unimplemented("field strategy: auto is not supported for GAN runs yet; name a strategy or a file");
   LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(m.graph(), Program::kForward, co));

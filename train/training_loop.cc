@@ -276,15 +276,19 @@ StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& fo
 // forward graph; the run's threads are shared out among the devices.
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
                                                                       int64_t devices) {
-  if (opt_.processes && devices % opt_.processes->size() != 0)
-    return InvalidArgument("devices: cpu:", devices, " under ", opt_.processes->size(),
-                           " MPI processes: each process runs as many devices (a multiple of ",
-                           opt_.processes->size(), ")");
+  LOOM_RETURN_IF_ERROR(CheckDevicesPerProcess(devices, opt_.processes));
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
   StatusOr<Strategy> chosen = name == "auto" ? AutoStrategy(step, forward, devices)
                                              : LoadOrMakeStrategy(name, forward, devices, "field strategy");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, std::move(chosen));
   return CreateStepTaskRuntime(step, forward, strategy, devices, opt_.processes, c_.seed(), !opt_.trace_path.empty());
+}
+
+Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes) {
+  if (processes && devices % processes->size() != 0)
+    return InvalidArgument("devices: cpu:", devices, " under ", processes->size(),
+                           " MPI processes: each process runs as many devices (a multiple of ", processes->size(), ")");
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,

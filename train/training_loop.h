@@ -70,6 +70,10 @@ struct LoopOptions {
 // moves it.
 StatusOr<bool> CheckRunFolder(const proto::TrainConfig& config, bool resume);
 
+// An error unless `devices` shares out evenly among the processes (when
+// there are several).
+Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes);
+
 // The training step `step` (its forward graph `forward`, which the strategy
 // names layers of) on `devices` CPU devices under `strategy`: all of them
 // in this process, or this rank's share under `processes`; the machine's
