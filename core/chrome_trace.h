@@ -12,9 +12,13 @@ namespace loom {
 
 class ChromeTrace {
  public:
-  void NameRow(int64_t row, const std::string& name);
-  // A span of [start, end) seconds on `row`.
-  void Span(int64_t row, const std::string& name, const std::string& category, double start_s, double end_s);
+  // Rows belong to a group (a trace "process"): group 0 unless one trace
+  // shows several runs one above the other (a GAN iteration's two steps).
+  void NameGroup(int64_t group, const std::string& name);
+  void NameRow(int64_t row, const std::string& name, int64_t group = 0);
+  // A span of [start, end) seconds on `row` of `group`.
+  void Span(int64_t row, const std::string& name, const std::string& category, double start_s, double end_s,
+            int64_t group = 0);
   std::string Json() const;
 
  private:

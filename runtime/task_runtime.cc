@@ -7,7 +7,6 @@
 #include <mutex>
 #include <thread>
 
-#include "core/chrome_trace.h"
 #include "core/logging.h"
 #include "core/rng.h"
 #include "runtime/executor.h"
@@ -554,21 +553,30 @@ void TaskRuntime::Release(const Task& task) {
 }
 
 std::string TaskRuntime::TraceJson() const {
+  ChromeTrace trace;
+  AppendTrace(trace, 0, 0);
+  return trace.Json();
+}
+
+double TaskRuntime::AppendTrace(ChromeTrace& trace, int64_t group, double offset_s) const {
   // Rows: devices 0..N-1, then one per link (src, dst) that carried a transfer.
   std::map<std::pair<int64_t, int64_t>, int64_t> links;
   for (const Task& t : tasks_.tasks)
     if (t.kind == TaskKind::kTransfer) links.emplace(std::make_pair(t.src_device, t.device), 0);
   int64_t row = tasks_.devices;
   for (auto& [link, id] : links) id = row++;
-  ChromeTrace trace;
-  for (int64_t d = 0; d < tasks_.devices; ++d) trace.NameRow(d, StrCat("device ", d));
-  for (const auto& [link, id] : links) trace.NameRow(id, StrCat("link ", link.first, "->", link.second));
-  for (const TaskSpan& span : trace_) {
+  for (int64_t d = 0; d < tasks_.devices; ++d) trace.NameRow(d, StrCat("device ", d), group);
+  for (const auto& [link, id] : links) trace.NameRow(id, StrCat("link ", link.first, "->", link.second), group);
+  double end = offset_s;
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    if (!runs_here_[i]) continue;  // another rank's: no span here
+    const TaskSpan& span = trace_[i];
     const Task& t = tasks_.tasks[static_cast<size_t>(span.task)];
     const int64_t tid = t.kind == TaskKind::kTransfer ? links.at({t.src_device, t.device}) : t.device;
-    trace.Span(tid, t.name, TaskKindName(t.kind), span.start, span.end);
+    trace.Span(tid, t.name, TaskKindName(t.kind), offset_s + span.start, offset_s + span.end, group);
+    end = std::max(end, offset_s + span.end);
   }
-  return trace.Json();
+  return end;
 }
 
 }  // namespace loom

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/chrome_trace.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "graph/ir.h"
@@ -78,6 +79,10 @@ class TaskRuntime : public StepRunner {
   const std::vector<TaskSpan>& trace() const { return trace_; }
   // The last step as Chrome trace JSON: one row per device, one per link.
   std::string TraceJson() const;
+  // The last step's spans (the tasks this process ran) in `group` of
+  // `trace`, shifted by `offset_s`; returns where the step ends on that
+  // clock (its last span's end).
+  double AppendTrace(ChromeTrace& trace, int64_t group, double offset_s) const;
 
  private:
   TaskRuntime(TaskGraph tasks, TaskRuntimeOptions options);

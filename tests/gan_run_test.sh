@@ -2,12 +2,14 @@
 # `loom train` of a GAN (dcgan) end to end, single and fused: the metrics
 # carry both networks' losses and D's outputs, the sample grids are written,
 # fused replica "base" trains exactly as the single run with its settings,
-# both steps split over 2 CPU devices (data, model and replica parallel)
-# train as on one, and bad GAN input fails before anything is written.
+# both steps split over 2 CPU devices (data, model, replica parallel and a
+# searched strategy) train as on one, --trace shows both steps, and bad GAN
+# input fails before anything is written.
 set -euo pipefail
 loom="$1"
 config="$2"
 fused_config="$3"
+machine="$4"  # a machine file for --strategy auto's search
 if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   echo "dataset-fashion-mnist is not installed (tools/setup.sh installs it): skipped"
   exit 0
@@ -54,9 +56,14 @@ import sys
 a, b = sys.argv[1].split(), sys.argv[2].split()
 sys.exit(0 if len(a) == len(b) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b)) else 1)' "$1" "$2"
 }
-# Both steps on 2 CPU devices: each step's graph under the strategy.
-for strategy in dp model; do
-  "$loom" train --config "$config" --out "$work/$strategy" --devices cpu:2 --strategy "$strategy" \
+# Both steps on 2 CPU devices: each step's graph under the strategy (auto:
+# one search per step, on the machine file), dp with the last iteration's
+# trace.
+for strategy in dp model auto; do
+  extra=()
+  [ "$strategy" = dp ] && extra=(--trace "$work/trace.json")
+  [ "$strategy" = auto ] && extra=(--machine "$machine")
+  "$loom" train --config "$config" --out "$work/$strategy" --devices cpu:2 --strategy "$strategy" "${extra[@]}" \
     >"$work/$strategy.log" 2>&1 || fail "--devices cpu:2 --strategy $strategy failed"
   close "$(losses "$work/single")" "$(losses "$work/$strategy")" ||
     fail "--strategy $strategy: losses $(losses "$work/$strategy") differ from one device's $(losses "$work/single")"
@@ -64,6 +71,24 @@ for strategy in dp model; do
 done
 "$loom" train --config "$fused_config" --out "$work/fused_split" --devices cpu:2 --strategy replica \
   >"$work/fused_split.log" 2>&1 || fail "the fused run split over 2 devices failed"
+for step in d_step g_step; do
+  [ "$(grep -c "strategy auto ($step): [0-9]* proposals" "$work/auto.log")" -eq 1 ] ||
+    fail "no search of $step: $(cat "$work/auto.log")"
+  grep -q "^devices: 2$" "$work/auto/strategy_$step.pbtxt" || fail "no strategy_$step.pbtxt in the run folder"
+done
+# The trace: the discriminator's step, then the generator's, each task once
+# on a device or link row.
+python3 -c '
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+assert names == {0: "discriminator step", 1: "generator step"}, names
+spans = {p: [e for e in events if e["ph"] == "X" and e["pid"] == p] for p in (0, 1)}
+assert all(len(s) > 20 for s in spans.values()), {p: len(s) for p, s in spans.items()}
+d_end = max(e["ts"] + e["dur"] for e in spans[0])
+assert min(e["ts"] for e in spans[1]) >= d_end - 1e-3, "the steps overlap"
+assert {e["tid"] for e in spans[0]} >= {0, 1}, "not both devices"
+' "$work/trace.json" || fail "bad trace: $(head -c 600 "$work/trace.json")"
 close "$(losses "$work/fused")" "$(losses "$work/fused_split")" ||
   fail "fused replicas over 2 devices: $(losses "$work/fused_split") differ from one device's $(losses "$work/fused")"
 

@@ -25,7 +25,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
                {"strategy", "with --devices: dp (default), replica, model, owt, auto (searched, docs/search.md) or a "
                             "strategy file"},
                {"machine", "with --strategy auto: the machine file to search on (default: this machine, probed)"},
-               {"trace", "with --devices: write the last step's tasks per device and link as Chrome trace JSON"},
+               {"trace", "with --devices: write the last step's tasks (a GAN's: its last iteration's two steps) per "
+                         "device and link as Chrome trace JSON"},
                {"dump-graphs", "write each compiled program's graph after each pass to this folder "
                                "(train.NN.<pass>.txt, eval.NN.<pass>.txt)"},
                {"init-from", "start from the parameters and buffers of this single-model checkpoint "

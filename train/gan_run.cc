@@ -7,8 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <map>
 #include <optional>
 
+#include "core/chrome_trace.h"
 #include "core/file_util.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -20,6 +22,7 @@
 #include "train/checkpoint/run_dir.h"
 #include "train/config/replicas.h"
 #include "runtime/executor.h"
+#include "runtime/task_runtime.h"
 #include "search/baselines.h"
 #include "train/metrics/progress.h"
 #include "train/metrics/run_logger.h"
@@ -63,6 +66,8 @@ class GanTrainer {
   StatusOr<RunResult> Run();
   // Whether this process writes the run's records (not a rank > 0).
   bool writer() const { return opt_.processes == nullptr || opt_.processes->rank() == 0; }
+  // strategy "auto": each step's strategy, by its file name in the run folder.
+  const std::map<std::string, std::string>& strategy_files() const { return strategy_files_; }
 
  private:
   bool fused() const { return fused_; }
@@ -75,6 +80,8 @@ class GanTrainer {
   Tensor Noise(int64_t rows, uint64_t key) const;
   Status WriteSamples(int64_t epoch);
   Status SaveCheckpoint();
+  // --trace: the last iteration's two steps, one after the other.
+  Status WriteTrace() const;
   // SIGINT/SIGTERM received; under processes, by any rank, so that every
   // rank stops after the same iteration.
   StatusOr<int> StopRequest() const;
@@ -91,6 +98,7 @@ class GanTrainer {
   Shape image_;  // [C, H, W] as the loader gives it (after padding)
   int64_t nz_ = 0;
   std::unique_ptr<StepRunner> d_step_, g_step_;
+  std::map<std::string, std::string> strategy_files_;
   std::unique_ptr<Executor> sampler_;
   std::vector<std::string> shared_state_;  // what both steps hold: the networks' parameters and statistics
   std::vector<std::unique_ptr<Schedule>> g_schedules_, d_schedules_;
@@ -150,14 +158,27 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
   // Each step's strategy is made (or read) for its own graph: the layers of
   // both networks, as that step runs them.
   LOOM_RETURN_IF_ERROR(CheckDevicesPerProcess(devices, opt_.processes));
-  if (c_.strategy() == "auto")
-    return Unimplemented("field strategy: auto is not supported for GAN runs yet; name a strategy or a file");
   LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(m.graph(), Program::kForward, co));
-  LOOM_ASSIGN_OR_RETURN(Strategy strategy, LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward,
-                                                              devices, "field strategy"));
-  auto runtime = CreateStepTaskRuntime(graph, forward, strategy, devices, opt_.processes, c_.seed(), false);
-  if (!runtime.ok())
-    return runtime.status().WithContext(discriminator ? "the discriminator's step" : "the generator's step");
+  const std::string what = discriminator ? "the discriminator's step" : "the generator's step";
+  StatusOr<Strategy> strategy = Status::Ok();
+  if (c_.strategy() == "auto") {
+    // A search per step; each step's strategy goes to the run folder.
+    LoopOptions search;
+    search.console = console_;
+    search.processes = opt_.processes;
+    search.search_machine = opt_.search_machine;
+    const std::string file = StrCat("strategy_", co.name, ".pbtxt");
+    LOOM_ASSIGN_OR_RETURN(std::string text,
+                          AutoStrategyText(graph, forward, devices, "", file, search, c_.seed(), co.name));
+    strategy = Strategy::Parse(text, file);
+    strategy_files_[file] = std::move(text);
+  } else {
+    strategy = LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward, devices, "field strategy");
+  }
+  if (!strategy.ok()) return strategy.status().WithContext(what);
+  auto runtime = CreateStepTaskRuntime(graph, forward, *strategy, devices, opt_.processes, c_.seed(),
+                                       !opt_.trace_path.empty());
+  if (!runtime.ok()) return runtime.status().WithContext(what);
   return runtime;
 }
 
@@ -296,6 +317,21 @@ Status GanTrainer::SaveCheckpoint() {
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 
+Status GanTrainer::WriteTrace() const {
+  const auto* d = dynamic_cast<const TaskRuntime*>(d_step_.get());
+  const auto* g = dynamic_cast<const TaskRuntime*>(g_step_.get());
+  if (!d || !g) return InvalidArgument("--trace FILE needs devices (--devices cpu:N): it traces the task runtime");
+  ChromeTrace trace;
+  trace.NameGroup(0, "discriminator step");
+  const double d_end = d->AppendTrace(trace, 0, 0);
+  trace.NameGroup(1, "generator step");
+  g->AppendTrace(trace, 1, d_end);
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(opt_.trace_path, trace.Json()));
+  std::fprintf(console_, "trace of iteration %lld (both steps): %s\n", static_cast<long long>(step_),
+               opt_.trace_path.c_str());
+  return Status::Ok();
+}
+
 StatusOr<RunResult> GanTrainer::Run() {
   metrics::RunLoggerOptions lo;
   lo.tensorboard = c_.tensorboard();
@@ -407,6 +443,7 @@ StatusOr<RunResult> GanTrainer::Run() {
                               fused() ? " (replica 0)" : "", "; samples in ", out_dir_, "/samples"));
   }
   progress.Finish();
+  if (!opt_.trace_path.empty() && writer()) LOOM_RETURN_IF_ERROR(WriteTrace());
   RunResult result;
   result.out_dir = out_dir_;
   result.steps = step_;
@@ -441,6 +478,8 @@ StatusOr<RunResult> RunGanTraining(const RunOptions& options, const std::string&
   RunOptions written = options;
   written.config.set_out_dir(out_dir);
   LOOM_RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/config.pbtxt", TrainConfigToText(written.config)));
+  for (const auto& [file, text] : trainer.strategy_files())
+    LOOM_RETURN_IF_ERROR(WriteFileAtomically(out_dir + "/" + file, text));
   return trainer.Run();
 }
 

@@ -212,63 +212,70 @@ Status TrainingLoop::InitFrom(const std::string& path) {
 
 StatusOr<Strategy> TrainingLoop::AutoStrategy(const Graph& step, const Graph& forward, int64_t devices) {
   const std::string saved = (fs::path(c_.out_dir()) / "strategy.pbtxt").string();
-  // Rank 0 decides (every rank trains with its strategy): the run's own
-  // strategy as long as it applies (a resumed run trains as it did; an
-  // array re-fused with fewer replicas may need another), else a search.
-  auto decide = [&]() -> StatusOr<std::string> {
-    std::string own = strategy_text_;
-    if (own.empty() && opt_.resume && fs::exists(saved)) {
-      std::ifstream in(saved);
-      own.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    if (!own.empty()) {
-      StatusOr<Strategy> kept = Strategy::Parse(own, saved);
-      if (kept.ok() && kept->devices() == devices && LowerToTaskGraph(step, *kept, forward).ok()) return own;
-    }
-    if (!opt_.search_machine)
-      return FailedPrecondition("strategy \"auto\" needs a machine model to search on (LoopOptions::search_machine; "
-                                "loom train probes this machine or reads --machine)");
-    LOOM_ASSIGN_OR_RETURN(const Machine machine, opt_.search_machine(devices));
-    const AnalyticalCostModel cost(machine);
-    SearchOptions so;
-    so.proposals = opt_.search_proposals;
-    so.seed = c_.seed();
-    LOOM_ASSIGN_OR_RETURN(const SearchResult found, SearchStrategy(forward, step, machine, cost, devices, {}, so));
-    double dp = 0;
-    for (const Candidate& start : found.initial)
-      if (start.name == "dp") dp = start.cost.seconds;
-    if (console_) {
-      std::fprintf(console_,
-                   "strategy auto: %lld proposals in %.1f s on %s: predicted step %.4g ms, data parallel %.4g ms "
-                   "(%.2fx)\n",
-                   static_cast<long long>(found.proposals), found.seconds, machine.name().c_str(),
-                   found.best.cost.seconds * 1e3, dp * 1e3, dp / found.best.cost.seconds);
-      if (!found.kept.empty()) std::fprintf(console_, "strategy auto: kept %s\n", found.kept.c_str());
-    }
-    return StrCat("# strategy \"auto\": found by the search on ", machine.name(), ", predicted step ",
-                  found.best.cost.seconds * 1e3, " ms (data parallel ", dp * 1e3, " ms).\n",
-                  StrategyToText(found.best.strategy));
-  };
-  std::string text;
-  if (!opt_.processes || opt_.processes->rank() == 0) {
-    LOOM_ASSIGN_OR_RETURN(text, decide());
+  // The run's own strategy as long as it applies (a resumed run trains as
+  // it did; an array re-fused with fewer replicas may need another).
+  std::string own = strategy_text_;
+  if (own.empty() && opt_.resume && fs::exists(saved)) {
+    std::ifstream in(saved);
+    own.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  if (opt_.processes) {
-    Tensor size = Tensor::Zeros({1}, DType::kI64);
-    size.data<int64_t>()[0] = static_cast<int64_t>(text.size());
-    LOOM_RETURN_IF_ERROR(opt_.processes->Broadcast(size, 0));
-    Tensor chars = Tensor::Zeros({size.data<int64_t>()[0]}, DType::kI64);
-    for (size_t i = 0; i < text.size(); ++i) chars.data<int64_t>()[i] = static_cast<unsigned char>(text[i]);
-    LOOM_RETURN_IF_ERROR(opt_.processes->Broadcast(chars, 0));
-    text.resize(static_cast<size_t>(chars.numel()));
-    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(chars.data<int64_t>()[i]);
-  }
+  LOOM_ASSIGN_OR_RETURN(std::string text, AutoStrategyText(step, forward, devices, own, saved, opt_, c_.seed(), ""));
   LOOM_ASSIGN_OR_RETURN(Strategy strategy, Strategy::Parse(text, saved));
   const bool changed = text != strategy_text_;
   strategy_text_ = std::move(text);
   // A search after the run folder exists (the array re-fused) replaces the file.
   if (changed && logger_ && writes_records()) LOOM_RETURN_IF_ERROR(WriteFileAtomically(saved, strategy_text_));
   return strategy;
+}
+
+StatusOr<std::string> AutoStrategyText(const Graph& step, const Graph& forward, int64_t devices,
+                                       const std::string& kept, const std::string& kept_name, const LoopOptions& opt,
+                                       uint64_t seed, const std::string& label) {
+  const std::string what = label.empty() ? std::string("strategy auto") : StrCat("strategy auto (", label, ")");
+  auto decide = [&]() -> StatusOr<std::string> {
+    if (!kept.empty()) {
+      StatusOr<Strategy> own = Strategy::Parse(kept, kept_name);
+      if (own.ok() && own->devices() == devices && LowerToTaskGraph(step, *own, forward).ok()) return kept;
+    }
+    if (!opt.search_machine)
+      return FailedPrecondition("strategy \"auto\" needs a machine model to search on (LoopOptions::search_machine; "
+                                "loom train probes this machine or reads --machine)");
+    LOOM_ASSIGN_OR_RETURN(const Machine machine, opt.search_machine(devices));
+    const AnalyticalCostModel cost(machine);
+    SearchOptions so;
+    so.proposals = opt.search_proposals;
+    so.seed = seed;
+    LOOM_ASSIGN_OR_RETURN(const SearchResult found, SearchStrategy(forward, step, machine, cost, devices, {}, so));
+    double dp = 0;
+    for (const Candidate& start : found.initial)
+      if (start.name == "dp") dp = start.cost.seconds;
+    if (opt.console) {
+      std::fprintf(opt.console,
+                   "%s: %lld proposals in %.1f s on %s: predicted step %.4g ms, data parallel %.4g ms (%.2fx)\n",
+                   what.c_str(), static_cast<long long>(found.proposals), found.seconds, machine.name().c_str(),
+                   found.best.cost.seconds * 1e3, dp * 1e3, dp / found.best.cost.seconds);
+      if (!found.kept.empty()) std::fprintf(opt.console, "%s: kept %s\n", what.c_str(), found.kept.c_str());
+    }
+    return StrCat("# ", what, ": found by the search on ", machine.name(), ", predicted step ",
+                  found.best.cost.seconds * 1e3, " ms (data parallel ", dp * 1e3, " ms).\n",
+                  StrategyToText(found.best.strategy));
+  };
+  // Rank 0 decides; every rank trains with its answer.
+  std::string text;
+  if (!opt.processes || opt.processes->rank() == 0) {
+    LOOM_ASSIGN_OR_RETURN(text, decide());
+  }
+  if (opt.processes) {
+    Tensor size = Tensor::Zeros({1}, DType::kI64);
+    size.data<int64_t>()[0] = static_cast<int64_t>(text.size());
+    LOOM_RETURN_IF_ERROR(opt.processes->Broadcast(size, 0));
+    Tensor chars = Tensor::Zeros({size.data<int64_t>()[0]}, DType::kI64);
+    for (size_t i = 0; i < text.size(); ++i) chars.data<int64_t>()[i] = static_cast<unsigned char>(text[i]);
+    LOOM_RETURN_IF_ERROR(opt.processes->Broadcast(chars, 0));
+    text.resize(static_cast<size_t>(chars.numel()));
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(chars.data<int64_t>()[i]);
+  }
+  return text;
 }
 
 // The step on `devices` CPU devices under the config's strategy (a file, a

@@ -83,6 +83,16 @@ StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, c
                                                             const Strategy& strategy, int64_t devices,
                                                             Communicator* processes, uint64_t seed, bool trace);
 
+// `strategy: "auto"` for one step graph (its forward graph `forward`): the
+// strategy text `kept` (named `kept_name` in errors; empty: none) when it
+// still lowers on `devices`, else the best the search finds on
+// opt.search_machine in opt.search_proposals proposals from `seed`,
+// reported on opt.console ("strategy auto (label): ..."). Under
+// opt.processes rank 0 decides and every rank gets its text.
+StatusOr<std::string> AutoStrategyText(const Graph& step, const Graph& forward, int64_t devices,
+                                       const std::string& kept, const std::string& kept_name, const LoopOptions& opt,
+                                       uint64_t seed, const std::string& label);
+
 // A replica of the run (the only one when unfused): its config, schedule,
 // data order and record. A fused replica leaves the array when it diverges
 // (frozen at its last finite state) or when the early-stop rule stops it;

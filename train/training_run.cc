@@ -43,9 +43,9 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   RunOptions run = options;
   if (run.config.out_dir().empty()) run.config.set_out_dir(DefaultOutDir(options.config_name));
   LOOM_ASSIGN_OR_RETURN(const models::ZooEntry* entry, models::FindModel(run.config.model().name()));
+  if (!run.trace_path.empty() && run.config.devices().empty())
+    return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   if (entry->gan) {
-    if (!run.trace_path.empty())
-      return Unimplemented("--trace is not supported for GAN models (", run.config.model().name(), ") yet");
     if (RunPrecision(run.config) != DType::kF32)
       return Unimplemented("field precision: ", run.config.precision(), " is not supported for GAN models (",
                            run.config.model().name(), ") yet; use f32");
@@ -66,8 +66,6 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   lo.trace_path = run.trace_path;
   lo.processes = run.processes;
   lo.search_machine = run.search_machine;
-  if (!run.trace_path.empty() && run.config.devices().empty())
-    return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::Open(std::move(lo)));
   return loop->Run();
 }
