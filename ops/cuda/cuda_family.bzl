@@ -4,8 +4,8 @@ Bazel 4 has no CUDA rules: a genrule runs nvcc on the family's .cu to a
 position-independent object, which cc_library takes as a source. SASS for
 sm_80 (A100) and sm_90 (H100/H200), plus compute_90 PTX for newer GPUs to
 JIT; --config=cuda_compile_check (CI, where no GPU runs the code) generates
-sm_90 alone (norm_kernels.cu: 11.7 s -> 6.9 s). Every target is incompatible without
---config=cuda.
+sm_90 alone (norm_kernels.cu: 11.7 s -> 6.9 s). Every target is
+incompatible without --config=cuda.
 """
 
 CUDA_ONLY = select({
