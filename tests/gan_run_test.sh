@@ -76,8 +76,8 @@ for step in d_step g_step; do
     fail "no search of $step: $(cat "$work/auto.log")"
   grep -q "^devices: 2$" "$work/auto/strategy_$step.pbtxt" || fail "no strategy_$step.pbtxt in the run folder"
 done
-# The trace: the discriminator's step, then the generator's, each task once
-# on a device or link row.
+# The trace: the discriminator's step, then the generator's after it, each
+# with spans on both devices.
 python3 -c '
 import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]

@@ -3,8 +3,8 @@
 # the whole suite, compiles and links the CUDA build (--config=cuda; its
 # tests run where a GPU is present and skip cleanly elsewhere), runs the
 # libraries' C++ tests again under ASan + UBSan (--config=asan; see the
-# step for what it leaves out), and fuzzes each reader of outside input for a while
-# (tests/fuzz/run.sh). Ends with the line
+# step for what it leaves out), and fuzzes each reader of outside input for
+# a while (tests/fuzz/run.sh). Ends with the line
 # "N passed, N failed, N skipped": the CPU suite's tests, plus one each for
 # the CUDA build, the layering check, the outside consumers, the sanitizer
 # suite and the fuzz run.
