@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -32,6 +33,10 @@ class Hash64 {
   void AddAll(const std::vector<T>& values) {
     Add(values.size());
     if (!values.empty()) Add(values.data(), values.size() * sizeof(T));
+  }
+  void AddString(const std::string& s) {
+    Add(s.size());
+    Add(s.data(), s.size());
   }
   uint64_t value() const { return h_ ^ (h_ >> 29); }
 

@@ -20,6 +20,10 @@ StatusOr<LayerSplit> SplitOf(const proto::LayerSplit& e, int64_t devices, const 
                              ": must be >= 1 (0 or unset: 1), got ", given[d]);
     s.degree[d] = given[d] == 0 ? 1 : given[d];
   }
+  s.parameter_split = e.parameter_split();
+  if (!s.parameter_split.empty() && s.degree_of(SplitDim::kParameter) == 1)
+    return InvalidArgument(where_degrees, ": field ", field, ".parameter_split: '", s.parameter_split,
+                           "' names how to split along parameter, but parameter is 1");
   const int64_t parts = s.parts();
   if (e.devices().empty()) {
     if (parts > devices)
@@ -45,7 +49,6 @@ StatusOr<LayerSplit> SplitOf(const proto::LayerSplit& e, int64_t devices, const 
   return s;
 }
 
-// The extent a rule splits: the first output it partitions.
 // The extent a rule divides: of its first split output, or for a partial
 // sum (no output split: a loss over a split batch) its first split input.
 int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
@@ -87,7 +90,10 @@ const char* SplitDimName(SplitDim d) {
 std::string LayerSplit::ToString() const {
   std::string dims;
   for (SplitDim d : kAllSplitDims)
-    if (degree_of(d) > 1) dims += StrCat(dims.empty() ? "" : " x ", SplitDimName(d), " ", degree_of(d));
+    if (degree_of(d) > 1) {
+      dims += StrCat(dims.empty() ? "" : " x ", SplitDimName(d), " ", degree_of(d));
+      if (d == SplitDim::kParameter && !parameter_split.empty()) dims += StrCat(" (", parameter_split, ")");
+    }
   std::string devs;
   for (int64_t d : devices) devs += StrCat(devs.empty() ? "" : ",", d);
   if (dims.empty()) return StrCat("whole on device ", devs);
@@ -189,7 +195,8 @@ StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node) {
   return def->Splits(node.attrs, in, out);
 }
 
-int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what) {
+int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what,
+                    const std::string& parameter_split) {
   std::vector<TensorType> in, out;
   for (ValueId v : node.inputs) in.push_back(graph.type(v));
   for (ValueId v : node.outputs) out.push_back(graph.type(v));
@@ -206,10 +213,14 @@ int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rule
     *what = "replicas";
     return replicas;
   }
-  const std::optional<DimSplit>& rule =
-      d == SplitDim::kSample ? rules.sample : d == SplitDim::kAttribute ? rules.attribute : rules.parameter;
+  const std::optional<DimSplit> rule = d == SplitDim::kSample      ? rules.sample
+                                       : d == SplitDim::kAttribute ? rules.attribute
+                                                                   : rules.Parameter(parameter_split);
   if (!rule) {
-    *what = StrCat("its op cannot be split along ", SplitDimName(d));
+    *what = parameter_split.empty() || d != SplitDim::kParameter
+                ? StrCat("its op cannot be split along ", SplitDimName(d))
+                : StrCat("its op has no parameter split '", parameter_split, "' (its variants: ",
+                         rules.VariantNames(), ")");
     return 0;
   }
   const int64_t extent = ExtentOf(*rule, in, out, what);
@@ -233,7 +244,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
       const int64_t degree = split.degree_of(d);
       if (degree == 1) continue;
       std::string why;
-      const int64_t extent = SplitExtent(graph, n, rules, d, &why);
+      const int64_t extent = SplitExtent(graph, n, rules, d, &why, split.parameter_split);
       if (extent > 0 && extent % degree != 0)
         why = d == SplitDim::kReplica ? StrCat("its ", extent, " replicas are not divisible by ", degree)
                                       : StrCat("its extent ", extent, " (", why, ") is not divisible by ", degree);
@@ -243,6 +254,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
       if (entry >= 0)
         return InvalidArgument(at, ": layer '", n.name, "' (", n.op, "): ", SplitDimName(d), " ", degree, ": ", why);
       split.degree[static_cast<int>(d)] = 1;
+      if (d == SplitDim::kParameter) split.parameter_split.clear();
       reduced = true;
     }
     if (reduced) split.devices.resize(static_cast<size_t>(split.parts()));

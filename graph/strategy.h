@@ -41,10 +41,16 @@ const char* SplitDimName(SplitDim d);  // "sample", "replica", "attribute", "par
 // (parts in row-major order of sample, replica, attribute, parameter).
 struct LayerSplit {
   std::array<int64_t, kSplitDims> degree{1, 1, 1, 1};
+  // The op's parameter rule the parameter degree splits by
+  // (SplitRules::Parameter): "" its default, or a variant's name.
+  std::string parameter_split;
   std::vector<int64_t> devices{0};
   int64_t degree_of(SplitDim d) const { return degree[static_cast<int>(d)]; }
   int64_t parts() const { return degree[0] * degree[1] * degree[2] * degree[3]; }
-  // "sample 2 x parameter 2 on devices 0,1,2,3", "whole on device 1".
+  // The same degrees along the same rules (devices aside): the parts
+  // divide the layer's tensors alike.
+  bool SameForm(const LayerSplit& o) const { return degree == o.degree && parameter_split == o.parameter_split; }
+  // "sample 2 x parameter 2 (vocabulary) on devices 0,1,2,3", "whole on device 1".
   std::string ToString() const;
 };
 
@@ -63,10 +69,12 @@ StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node);
 
 // The extent a layer's parts divide along `d` (`rules` are its op's
 // splits): a fused array's replica count for the replica dimension, else
-// the first axis its op's rule splits. 0 when it cannot split along `d`,
-// with the reason in `what`; else `what` names the extent ("output 0 axis 1
-// of [6, 8]"). A degree is valid when it divides the extent.
-int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what);
+// the first axis its op's rule splits (for the parameter dimension, the
+// rule `parameter_split` names). 0 when it cannot split along `d`, with the
+// reason in `what`; else `what` names the extent ("output 0 axis 1 of
+// [6, 8]"). A degree is valid when it divides the extent.
+int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what,
+                    const std::string& parameter_split = "");
 
 // '*' matches any run of characters (also none), '?' any one character.
 bool GlobMatch(const std::string& pattern, const std::string& name);

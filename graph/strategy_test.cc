@@ -122,6 +122,38 @@ TEST_CASE("splits a layer cannot take are errors naming the line, the layer and 
         "s.pbtxt:4: layer pattern 'conv9*' matches no layer of the model");
 }
 
+// An Embedding splits its parameter dimension along the embedding columns
+// by default, or along its vocabulary when the entry names that variant.
+TEST_CASE("parameter_split names one of an op's parameter splits; a name the op lacks is an error") {
+  Model m;
+  const Sym e = m.embedding(m.input("input", {4, 3}, DType::kI64), 12, 8, -1, "embed");
+  m.set_output("loss", m.mean(m.linear(e, 6, {}, "fc"), {0, 1, 2}));
+  REQUIRE(m.status().ok());
+  const Graph& g = m.graph();
+  auto s = Strategy::Parse("devices: 3\ndefault_split { parameter: 3 parameter_split: \"vocabulary\" }\n"
+                           "layer { layer: \"fc\" parameter: 2 }\n",
+                           "s.pbtxt");
+  if (!s.ok()) FAIL(s.status().ToString());
+  const auto splits = ByName(g, *s);
+  CHECK(splits.at("embed").ToString() == "parameter 3 (vocabulary) on devices 0,1,2");
+  CHECK(splits.at("fc").ToString() == "parameter 2 on devices 0,1");
+  // A default's variant applies where a layer has it; the others stay whole.
+  for (const auto& [name, split] : splits)
+    if (name != "embed" && name != "fc") CHECK(split.ToString() == "whole on device 0");
+  CHECK(ResolveError(g, "devices: 2\nlayer { layer: \"embed\" parameter: 2 parameter_split: \"vocab\" }\n") ==
+        "s.pbtxt:2: layer 'embed' (Embedding): parameter 2: its op has no parameter split 'vocab' (its variants: "
+        "'vocabulary')");
+  CHECK(ResolveError(g, "devices: 3\nlayer { layer: \"embed\" parameter: 3 }\n") ==
+        "s.pbtxt:2: layer 'embed' (Embedding): parameter 3: its extent 8 (output 0 axis 2 of [4, 3, 8]) is not "
+        "divisible by 3");
+  CHECK(ResolveError(g, "devices: 2\nlayer { layer: \"fc\" parameter: 2 parameter_split: \"vocabulary\" }\n") ==
+        "s.pbtxt:2: layer 'fc' (Linear): parameter 2: its op has no parameter split 'vocabulary' (its variants: "
+        "none)");
+  CHECK(ErrorOf("devices: 2\nlayer { layer: \"embed\" parameter_split: \"vocabulary\" }\n") ==
+        "s.pbtxt:2: field layer[0].parameter_split: 'vocabulary' names how to split along parameter, but parameter "
+        "is 1");
+}
+
 TEST_CASE("pooling splits its channels and its output rows; adaptive windows only their channels") {
   auto s = Strategy::Parse("devices: 2\nlayer { layer: \"stage1/max_pool2d\" parameter: 2 }\n", "s.pbtxt");
   REQUIRE(s.ok());

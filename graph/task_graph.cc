@@ -26,6 +26,7 @@ const char* TaskKindName(TaskKind kind) {
 namespace {
 
 constexpr int kPartialAxis = -3;
+constexpr int kNoAxis = -4;  // (BestMatch: a value not held split along a dimension matches no rule's axis)
 
 // How a planned node wrote a value, per SOAP dimension: its degree and the
 // axis it split (-1: whole or replicated, kPartialAxis: partial sums).
@@ -253,7 +254,8 @@ Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>&
 // op's labelled rule; the replica dimension's follows the replica layouts).
 StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& rules, const LayerSplit& split) {
   DimRules dims;
-  const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute, &rules.parameter};
+  const std::optional<DimSplit> parameter = rules.Parameter(split.parameter_split);
+  const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute, &parameter};
   for (int d = 0; d < kSplitDims; ++d) {
     const int64_t degree = split.degree[static_cast<size_t>(d)];
     if (degree == 1) continue;
@@ -262,7 +264,11 @@ StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& 
       dims[static_cast<size_t>(d)] = ReplicaSplit(g, n, rules, &why);
     } else {
       dims[static_cast<size_t>(d)] = *labelled[d];
-      if (!*labelled[d]) why = "its op has no rule for it";
+      if (!*labelled[d])
+        why = d == static_cast<int>(SplitDim::kParameter) && !split.parameter_split.empty()
+                  ? StrCat("its op has no parameter split '", split.parameter_split, "' (its variants: ",
+                           rules.VariantNames(), ")")
+                  : "its op has no rule for it";
     }
     if (!why.empty())
       return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree, ": ",
@@ -373,6 +379,11 @@ class Lowering {
     GrowValues(order_);
     for (NodeId id : order_)
       if (!IsSourceOp(g_.node(id).op)) planned_order_.push_back(id);
+    for (const auto& [param, grad] : g_.gradients()) {
+      if (static_cast<size_t>(grad) >= parameter_of_.size())
+        parameter_of_.resize(static_cast<size_t>(grad) + 1, kNoValue);
+      parameter_of_[static_cast<size_t>(grad)] = param;
+    }
   }
 
   Status Run(const std::map<std::string, LayerSplit>& layers) {
@@ -380,8 +391,7 @@ class Lowering {
     layer_splits_.clear();
     Hash64 names;
     for (const auto& [name, split] : layers) {
-      names.Add(name.size());
-      names.Add(name.data(), name.size());
+      names.AddString(name);
       layer_splits_.push_back(&split);
     }
     // Other layer names, other owners: nothing to replay.
@@ -521,6 +531,7 @@ class Lowering {
     if (const LayerSplit* owner = OwnerOf(id, &forward)) {
       h.Add(forward);
       h.Add(owner->degree);
+      h.AddString(owner->parameter_split);
       h.AddAll(owner->devices);
     }
     for (ValueId v : n.inputs) {
@@ -717,6 +728,7 @@ class Lowering {
     h.Add(State(v).version);
     h.Add(source_read);
     h.Add(split.split.degree);
+    h.AddString(split.split.parameter_split);
     h.AddAll(split.split.devices);
     h.Add(split.axis);
     State(v).version = h.value();
@@ -947,13 +959,24 @@ class Lowering {
   // that arrive split as it reads them (in the same or a nested degree),
   // and parameters and buffers read as their forward layer reads them (else
   // every part holds a whole copy, refreshed every step: the weights of a
-  // parameter-split Linear); ties go to the earlier rule, a replicated run
-  // last.
+  // parameter-split Linear); and under which a parameter's gradient is
+  // written as its forward layer reads the parameter (where its update
+  // runs: a vocabulary-split table's gradient by rows, not by columns).
+  // Ties go to the earlier rule, a replicated run last.
   DimSplit BestMatch(const Node& n, const SplitRules& rules, int d, int64_t degree) const {
     std::vector<DimSplit> candidates;
     for (DimSplit& r : rules.All())
       if (!r.HasWindow()) candidates.push_back(std::move(r));
     candidates.push_back(Replicated(n.inputs.size(), n.outputs.size()));
+    // Along the same axis in nested degrees (a 4-way batch split read 2-way)
+    // the parts hold most of what they read.
+    auto axis_held = [&](const ValueSplit* s) {
+      if (!s) return kNoAxis;
+      const int64_t held = s->split.degree[static_cast<size_t>(d)];
+      if (held == 1 || (held % degree != 0 && degree % held != 0)) return kNoAxis;
+      const int axis = s->axis[static_cast<size_t>(d)];
+      return axis == kPartialAxis ? -1 : axis;
+    };
     int best = -1;
     int64_t best_score = -1;
     for (size_t c = 0; c < candidates.size(); ++c) {
@@ -961,18 +984,22 @@ class Lowering {
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const ValueSplit* arrived = SplitOf(n.inputs[i]);
         if (!arrived) arrived = SourceReadOf(n.inputs[i]);
-        if (!arrived) continue;
-        // Along the same axis in nested degrees (a 4-way batch split read
-        // 2-way) the parts hold most of what they read.
-        const int64_t held = arrived->split.degree[static_cast<size_t>(d)];
-        if (held == 1 || (held % degree != 0 && degree % held != 0)) continue;
-        int axis = arrived->axis[static_cast<size_t>(d)];
-        if (axis == kPartialAxis) axis = -1;
-        if (axis == candidates[c].inputs[i].axis) score += g_.type(n.inputs[i]).shape.numel();
+        if (axis_held(arrived) == candidates[c].inputs[i].axis) score += g_.type(n.inputs[i]).shape.numel();
+      }
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        const ValueId param = ParameterOf(n.outputs[i]);
+        if (param != kNoValue && axis_held(SourceReadOf(param)) == candidates[c].outputs[i].axis)
+          score += g_.type(n.outputs[i]).shape.numel();
       }
       if (score > best_score) best = static_cast<int>(c), best_score = score;
     }
     return candidates[static_cast<size_t>(best)];
+  }
+
+  // The parameter whose gradient v is, or kNoValue.
+  ValueId ParameterOf(ValueId v) const {
+    const size_t i = static_cast<size_t>(v);
+    return i < parameter_of_.size() ? parameter_of_[i] : kNoValue;
   }
 
   // Replaces node `id` by its op's expansion and plans the expansion's
@@ -1164,6 +1191,7 @@ class Lowering {
   std::vector<NodeId> order_;          // the graph's nodes before lowering, in order
   std::vector<NodeId> planned_order_;  // those that are not sources
   std::vector<bool> source_values_;    // by value: written by a source (Input, Parameter, Buffer)
+  std::vector<ValueId> parameter_of_;  // by value: the parameter it is the gradient of, or kNoValue
   std::vector<std::optional<SplitRules>> rules_;  // by node, as found
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order

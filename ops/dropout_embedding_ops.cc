@@ -213,16 +213,50 @@ Status ExpectPaddingIdx(const std::string& op, int64_t padding_idx, int64_t num_
   return Status::Ok();
 }
 
+// A part of a vocabulary split holds the table rows [vocab_offset,
+// vocab_offset + rows) of a vocabulary of vocab_size (-1: the table is the
+// whole vocabulary): indices are checked against the vocabulary, and those
+// outside the part's rows read zeros (forward) or add nowhere (backward).
+AttrSchema& DeclareVocabAttrs(AttrSchema& schema) {
+  return schema
+      .Default("vocab_offset", int64_t{0}, "a vocabulary part's: the vocabulary row of its table's row 0")
+      .Default("vocab_size", int64_t{-1}, "a vocabulary part's: the whole vocabulary's rows; -1: the table's");
+}
+
+// The vocabulary's size for a table (or gradient) of `rows` rows, checked.
+StatusOr<int64_t> VocabSize(const std::string& op, const AttrMap& attrs, int64_t rows) {
+  const int64_t offset = attrs.Int("vocab_offset"), size = attrs.Int("vocab_size");
+  const int64_t vocab = size == -1 ? rows : size;
+  if (offset < 0 || vocab < 1 || offset + rows > vocab)
+    return InvalidArgument(op, ": the table's ", rows, " rows from vocab_offset ", offset,
+                           " do not fit a vocabulary of ", vocab, " rows (vocab_size ", size, ")");
+  return vocab;
+}
+
+// A part's attributes: its rows of the table (or gradient) `rows` of a
+// whole of `whole_rows` rows.
+AttrMap VocabPart(const AttrMap& attrs, int64_t whole_rows, const Region& rows) {
+  if (rows.lo[0] == 0 && rows.hi[0] == whole_rows) return attrs;
+  AttrMap part = attrs;
+  const int64_t size = attrs.Int("vocab_size");
+  part.Set("vocab_offset", attrs.Int("vocab_offset") + rows.lo[0]);
+  part.Set("vocab_size", size == -1 ? whole_rows : size);
+  return part;
+}
+
 class EmbeddingOp : public OpDef {
  public:
-  EmbeddingOp() { DeclareAttrs().Default("padding_idx", int64_t{-1}, "a row whose gradient is zero; -1: none"); }
+  EmbeddingOp() {
+    DeclareVocabAttrs(DeclareAttrs().Default("padding_idx", int64_t{-1}, "a row whose gradient is zero; -1: none"));
+  }
   std::string name() const override { return "Embedding"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "Embedding (indices, weight)"));
     LOOM_RETURN_IF_ERROR(ExpectIndices(in[0], "Embedding indices (input 0)"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[1], "Embedding weight (input 1)"));
     LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, "Embedding weight [num_embeddings, dim] (input 1)"));
-    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("Embedding", attrs.Int("padding_idx"), in[1].shape[0]));
+    LOOM_ASSIGN_OR_RETURN(const int64_t vocab, VocabSize("Embedding", attrs, in[1].shape[0]));
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("Embedding", attrs.Int("padding_idx"), vocab));
     std::vector<int64_t> out = in[0].shape.dims();
     out.push_back(in[1].shape[1]);
     return std::vector<TensorType>{{Shape(out), in[1].dtype}};
@@ -237,7 +271,9 @@ class EmbeddingOp : public OpDef {
   }
   // Sample: the indices' first axis and the output's, the table whole.
   // Parameter: the embedding dimension (the table's columns, the output's
-  // last axis), the indices whole.
+  // last axis), the indices whole; or, "vocabulary", the table's rows, each
+  // part looking up the indices it holds (the output a partial sum, zeros
+  // where a part holds no row).
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
@@ -249,13 +285,24 @@ class EmbeddingOp : public OpDef {
     rules.parameter = SplitAlong(-1, in.size(), out.size());
     rules.parameter->inputs[1].axis = 1;
     rules.parameter->outputs[0].axis = out[0].shape.rank() - 1;
+    DimSplit vocabulary = SplitAlong(-1, in.size(), out.size());
+    vocabulary.inputs[1].axis = 0;
+    vocabulary.partial_sums = true;
+    rules.parameter_variants.emplace_back("vocabulary", std::move(vocabulary));
     return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return VocabPart(attrs, in[1].shape[0], in_regions[1]);
   }
   Status Gradient(GradBuilder& g) const override {
     if (!g.NeedsInputGrad(1)) return Status::Ok();
     const Shape& w = g.type(g.input(1)).shape;
     g.SetInputGrad(1, g.Emit1("EmbeddingBackward", {g.output_grad(0), g.input(0)},
-                              AttrMap{{"num_embeddings", w[0]}, {"padding_idx", g.attrs().Int("padding_idx")}}));
+                              AttrMap{{"num_embeddings", w[0]},
+                                      {"padding_idx", g.attrs().Int("padding_idx")},
+                                      {"vocab_offset", g.attrs().Int("vocab_offset")},
+                                      {"vocab_size", g.attrs().Int("vocab_size")}}));
     return Status::Ok();
   }
 
@@ -282,14 +329,20 @@ LOOM_REGISTER_OP(EmbeddingOp);
 
 LOOM_REGISTER_KERNEL("Embedding", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& weight = ctx.in(1);
-  const int64_t dim = weight.shape()[1];
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("Embedding", ctx.in(0), weight.shape()[0]));
+  const int64_t rows = weight.shape()[0], dim = weight.shape()[1];
+  LOOM_ASSIGN_OR_RETURN(const int64_t vocab, VocabSize("Embedding", *ctx.attrs, rows));
+  const int64_t first = ctx.attrs->Int("vocab_offset");
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("Embedding", ctx.in(0), vocab));
   // Row copies are dtype-agnostic: whole rows of bytes.
   const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(weight.dtype());
-  const char* w = static_cast<const char*>(weight.raw_data());  // [num_embeddings, dim]
+  const char* w = static_cast<const char*>(weight.raw_data());  // [rows, dim]
   char* y = static_cast<char*>(ctx.out(0).raw_data());          // [n, dim]
   ParallelRange(ctx.pool, static_cast<int64_t>(idx.size()), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) std::memcpy(y + i * row_bytes, w + idx[i] * row_bytes, row_bytes);
+    for (int64_t i = s; i < e; ++i) {
+      const int64_t row = idx[i] - first;
+      if (row >= 0 && row < rows) std::memcpy(y + i * row_bytes, w + row * row_bytes, row_bytes);
+      else std::memset(y + i * row_bytes, 0, row_bytes);  // another part's row (all-bits-zero is 0.0)
+    }
   }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, dim)));
   return Status::Ok();
 });
@@ -299,9 +352,9 @@ LOOM_REGISTER_KERNEL("Embedding", DeviceType::kCpu, [](KernelContext& ctx) {
 class EmbeddingBackwardOp : public OpDef {
  public:
   EmbeddingBackwardOp() {
-    DeclareAttrs()
-        .Required("num_embeddings", AttrType::kInt, "rows of the forward weight")
-        .Required("padding_idx", AttrType::kInt, "the forward op's padding_idx");
+    DeclareVocabAttrs(DeclareAttrs()
+                          .Required("num_embeddings", AttrType::kInt, "rows of the forward weight (of a part's)")
+                          .Required("padding_idx", AttrType::kInt, "the forward op's padding_idx"));
   }
   std::string name() const override { return "EmbeddingBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -316,7 +369,8 @@ class EmbeddingBackwardOp : public OpDef {
       return InvalidArgument("EmbeddingBackward: dy ", dy.ToString(), " must be indices ", ids.ToString(), " + [dim]");
     const int64_t num = attrs.Int("num_embeddings");
     if (num < 1) return InvalidArgument("EmbeddingBackward: attribute num_embeddings must be positive, got ", num);
-    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("EmbeddingBackward", attrs.Int("padding_idx"), num));
+    LOOM_ASSIGN_OR_RETURN(const int64_t vocab, VocabSize("EmbeddingBackward", attrs, num));
+    LOOM_RETURN_IF_ERROR(ExpectPaddingIdx("EmbeddingBackward", attrs.Int("padding_idx"), vocab));
     return std::vector<TensorType>{{Shape{num, dy.dim(-1)}, in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -325,7 +379,8 @@ class EmbeddingBackwardOp : public OpDef {
     return c;
   }
   // Sample: dy and the indices by their first axis, the table's gradient a
-  // partial sum. Parameter: dy's last axis and the gradient's columns.
+  // partial sum. Parameter: dy's last axis and the gradient's columns; or,
+  // "vocabulary", the gradient's rows, from all of dy and the indices.
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
@@ -338,7 +393,16 @@ class EmbeddingBackwardOp : public OpDef {
     rules.parameter = SplitAlong(-1, in.size(), out.size());
     rules.parameter->inputs[0].axis = in[0].shape.rank() - 1;
     rules.parameter->outputs[0].axis = 1;
+    rules.parameter_variants.emplace_back("vocabulary", SplitAlong(-1, in.size(), out.size()));
+    rules.parameter_variants.back().second.outputs[0].axis = 0;
     return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&,
+                              const std::vector<TensorType>& out, const std::vector<Region>&,
+                              const std::vector<Region>& out_regions) const override {
+    AttrMap part = VocabPart(attrs, out[0].shape[0], out_regions[0]);
+    part.Set("num_embeddings", out_regions[0].hi[0] - out_regions[0].lo[0]);
+    return part;
   }
 };
 LOOM_REGISTER_OP(EmbeddingBackwardOp);
@@ -346,8 +410,9 @@ LOOM_REGISTER_OP(EmbeddingBackwardOp);
 LOOM_REGISTER_KERNEL("EmbeddingBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   Tensor& dw = ctx.out(0);
   const int64_t num = dw.shape()[0], dim = dw.shape()[1];
-  const int64_t padding_idx = ctx.attrs->Int("padding_idx");
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("EmbeddingBackward", ctx.in(1), num));
+  const int64_t padding_idx = ctx.attrs->Int("padding_idx"), first = ctx.attrs->Int("vocab_offset");
+  LOOM_ASSIGN_OR_RETURN(const int64_t vocab, VocabSize("EmbeddingBackward", *ctx.attrs, num));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, ReadIndices("EmbeddingBackward", ctx.in(1), vocab));
   const int64_t n = static_cast<int64_t>(idx.size());
   return DispatchFloat(dw.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -358,8 +423,9 @@ LOOM_REGISTER_KERNEL("EmbeddingBackward", DeviceType::kCpu, [](KernelContext& ct
     ParallelRange(ctx.pool, dim, [&](int64_t j0, int64_t j1) {
       for (int64_t r = 0; r < num; ++r) std::fill(out + r * dim + j0, out + r * dim + j1, T(0));
       for (int64_t i = 0; i < n; ++i) {
-        if (idx[i] == padding_idx) continue;
-        T* row = out + idx[i] * dim;
+        const int64_t r = idx[i] - first;  // another part's row when outside [0, num)
+        if (idx[i] == padding_idx || r < 0 || r >= num) continue;
+        T* row = out + r * dim;
         const T* g = dy + i * dim;
         for (int64_t j = j0; j < j1; ++j) row[j] += g[j];
       }

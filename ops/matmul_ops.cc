@@ -64,8 +64,8 @@ class MatMulOp : public OpDef {
     return Status::Ok();
   }
   // y [..., M, N] = op(A) op(B). Sample: the leading batch dim (batched) or
-  // the rows M; parameter: the columns N; other: the reduction K (partial
-  // sums), the rows, the further batch dims.
+  // the rows M; parameter: the columns N, or "reduction": K (partial sums);
+  // other: the rows, the further batch dims.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& /*in*/,
                     const std::vector<TensorType>& out) const override {
     const bool ta = attrs.Bool("transpose_a"), tb = attrs.Bool("transpose_b");
@@ -82,7 +82,7 @@ class MatMulOp : public OpDef {
     reduction.partial_sums = true;
     SplitRules rules;
     rules.parameter = split(-1, tb ? r - 2 : r - 1, r - 1);
-    rules.other.push_back(reduction);
+    rules.parameter_variants.emplace_back("reduction", reduction);
     if (r > 2) {
       rules.sample = split(0, 0, 0);
       for (int b = 1; b < r - 2; ++b) rules.other.push_back(split(b, b, b));

@@ -59,8 +59,22 @@ std::vector<DimSplit> SplitRules::All() const {
   std::vector<DimSplit> all;
   for (const auto* r : {&sample, &attribute, &parameter})
     if (*r) all.push_back(**r);
+  for (const auto& [name, rule] : parameter_variants) all.push_back(rule);
   all.insert(all.end(), other.begin(), other.end());
   return all;
+}
+
+std::optional<DimSplit> SplitRules::Parameter(const std::string& variant) const {
+  if (variant.empty()) return parameter;
+  for (const auto& [name, rule] : parameter_variants)
+    if (name == variant) return rule;
+  return std::nullopt;
+}
+
+std::string SplitRules::VariantNames() const {
+  std::string names;
+  for (const auto& [name, rule] : parameter_variants) names += (names.empty() ? "'" : ", '") + name + "'";
+  return names.empty() ? "none" : names;
 }
 
 DimSplit ElementwiseAlong(int axis, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -132,9 +133,19 @@ struct DimSplit {
 // how their inputs arrive (graph/task_graph.h).
 struct SplitRules {
   std::optional<DimSplit> sample, attribute, parameter;
+  // Further parameter splits, each named as a strategy file chooses it
+  // (`parameter_split: "vocabulary"`): an Embedding's vocabulary, a GEMM's
+  // reduction. `parameter` is the one a split that names none takes.
+  std::vector<std::pair<std::string, DimSplit>> parameter_variants;
   std::vector<DimSplit> other;
-  // Every rule: sample, attribute, parameter (those present), then other.
+  // Every rule: sample, attribute, parameter, the parameter variants (those
+  // present), then other.
   std::vector<DimSplit> All() const;
+  // The parameter rule named `variant` ("": `parameter`); nullopt when the
+  // op has none of that name.
+  std::optional<DimSplit> Parameter(const std::string& variant) const;
+  // The variants' names, quoted and comma-separated ("none" when empty).
+  std::string VariantNames() const;
 };
 
 // Every input and output split along the same axis.

@@ -319,9 +319,10 @@ TEST_CASE("ReLU and residual adds split along image rows with the convolutions, 
   }
 }
 
-// Embedding split along the batch (its table's gradient a partial sum) and
-// along the embedding dimension, with a padding row.
-TEST_CASE("embedding split along the batch and the embedding dimension matches one device") {
+// Embedding split along the batch (its table's gradient a partial sum),
+// along the embedding dimension and along the vocabulary (each part looks
+// up the rows it holds; the output a partial sum), with a padding row.
+TEST_CASE("embedding split along the batch, the embedding dimension and the vocabulary matches one device") {
   Model m(DType::kF64);
   const Sym ids = m.input("input", {kBatch, 5}, DType::kI64);
   const Sym e = m.embedding(ids, 10, 6, /*padding_idx=*/0, "embed");
@@ -335,9 +336,15 @@ TEST_CASE("embedding split along the batch and the embedding dimension matches o
   auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", x}, {"target", y}});
   REQUIRE(c.status().ToString() == "OK");
   const StepResults want = OneDevice(*c);
-  for (const std::string& s : {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
-                               std::string("devices: 2\nlayer { layer: \"embed\" parameter: 2 }\n"),
-                               std::string("devices: 4\nlayer { layer: \"embed\" sample: 2 parameter: 2 }\n")}) {
+  const std::string vocabulary = " parameter_split: \"vocabulary\"";
+  for (const std::string& s :
+       {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+        std::string("devices: 2\nlayer { layer: \"embed\" parameter: 2 }\n"),
+        std::string("devices: 4\nlayer { layer: \"embed\" sample: 2 parameter: 2 }\n"),
+        "devices: 2\nlayer { layer: \"embed\" parameter: 2" + vocabulary + " }\n",
+        "devices: 5\nlayer { layer: \"embed\" parameter: 5" + vocabulary + " devices: [4, 2, 0, 1, 3] }\n",
+        "devices: 4\ndefault_split { sample: 2 }\nlayer { layer: \"embed\" sample: 2 parameter: 2" + vocabulary +
+            " }\n"}) {
     ExpectSame(*c, want, s);
     auto tg = Lower(*c, s);
     REQUIRE(tg.ok());
@@ -347,9 +354,57 @@ TEST_CASE("embedding split along the batch and the embedding dimension matches o
       if (tg->graph.node(t.node).op == "Embedding") forward.insert(t.device);
       if (tg->graph.node(t.node).op == "EmbeddingBackward") backward.insert(t.device);
     }
-    INFO(s);
+    INFO(s << tg->ToString());
     CHECK(forward.size() >= 2);
     CHECK(backward.size() >= 2);
+    if (s.find(vocabulary) == std::string::npos) continue;
+    // The table stays split by rows: its parts' homes hold rows, its
+    // gradient is written by rows where they are, and neither moves.
+    const auto table = tg->graph.FindNode("embed/weight");
+    REQUIRE(table);
+    for (int h : tg->homes.at(tg->graph.node(*table).outputs[0]))
+      CHECK(tg->pieces[static_cast<size_t>(h)].region.hi[1] - tg->pieces[static_cast<size_t>(h)].region.lo[1] == 6);
+    for (const Task& t : tg->tasks) {
+      if (t.kind == TaskKind::kCompute || t.sources.empty()) continue;
+      const std::string& value = tg->graph.value(tg->pieces[static_cast<size_t>(t.sources[0])].value).name;
+      CHECK(value.rfind("embed/weight", 0) != 0);
+      CHECK(value.find("grad/embed/weight") == std::string::npos);
+    }
+  }
+}
+
+// A MatMul split along its reduction: each part multiplies a run of K, the
+// output a partial sum that an all-reduce combines.
+TEST_CASE("a matmul split along its reduction matches one device") {
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kBatch, 12});
+  const Sym w = m.parameter("w", {12, 4}, AttrMap{{"init", "uniform"}, {"low", -0.5}, {"high", 0.5}});
+  const Sym y = m.op1("MatMul", {x, w}, {}, "mm");
+  m.set_output("loss", m.cross_entropy(y, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(7);
+  Tensor xs = Tensor::Zeros({kBatch, 12}, DType::kF64), t = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", t}});
+  REQUIRE(c.status().ToString() == "OK");
+  const StepResults want = OneDevice(*c);
+  for (const std::string& s : {std::string("devices: 3\nlayer { layer: \"mm\" parameter: 3 parameter_split: "
+                                           "\"reduction\" }\n"),
+                               std::string("devices: 4\ndefault_split { sample: 2 }\nlayer { layer: \"mm\" sample: 2 "
+                                           "parameter: 2 parameter_split: \"reduction\" }\n")}) {
+    ExpectSame(*c, want, s);
+    auto tg = Lower(*c, s);
+    REQUIRE(tg.ok());
+    INFO(s << tg->ToString());
+    const auto mm = tg->graph.FindNode("mm");
+    REQUIRE(mm);
+    int reduced = 0;
+    for (const Task& task : tg->tasks)
+      if (task.kind == TaskKind::kAllReduce &&
+          tg->pieces[static_cast<size_t>(task.sources[0])].value == tg->graph.node(*mm).outputs[0])
+        ++reduced;
+    CHECK(reduced >= 1);
   }
 }
 

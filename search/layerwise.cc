@@ -12,7 +12,9 @@
 namespace loom {
 namespace {
 
-using Degrees = std::array<int64_t, kSplitDims>;
+// A split's form (LayerSplit::SameForm): its degrees and parameter rule.
+using Form = std::pair<std::array<int64_t, kSplitDims>, std::string>;
+Form FormOf(const LayerSplit& s) { return {s.degree, s.parameter_split}; }
 
 int64_t OverlapElements(const Region& a, const Region& b) {
   int64_t n = 1;
@@ -126,31 +128,32 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
   const int64_t devices = space.devices();
   LayerwiseCosts out;
   std::map<std::string, int> layer_index;
-  std::map<Degrees, std::vector<int>> layers_with;  // degree vector -> layers that keep a config of it
+  std::map<Form, std::vector<int>> layers_with;  // form -> layers that keep a config of it
   for (size_t l = 0; l < layers.size(); ++l) {
     layer_index[layers[l].name] = static_cast<int>(l);
     out.configs.push_back(KeptConfigs(layers[l], devices, options.max_configs));
     out.graph.node_costs.emplace_back(out.configs.back().size(), 0.0);
     for (int c : out.configs.back()) {
-      std::vector<int>& with = layers_with[layers[l].configs[static_cast<size_t>(c)].degree];
+      std::vector<int>& with = layers_with[FormOf(layers[l].configs[static_cast<size_t>(c)])];
       if (with.empty() || with.back() != static_cast<int>(l)) with.push_back(static_cast<int>(l));
     }
   }
 
-  // t_layer: the step lowered once per degree vector, each layer that keeps
-  // a config of it split by its first such config, the rest whole. (Fewer
-  // lowerings, each layer through its own degree vectors in turn, lower
-  // slower: neighbours split differently move data between every pair.)
+  // t_layer: the step lowered once per form (degrees and parameter rule),
+  // each layer that keeps a config of it split by its first such config,
+  // the rest whole. (Fewer lowerings, each layer through its own forms in
+  // turn, lower slower: neighbours split differently move data between
+  // every pair.)
   SimulateOptions no_peak;
   no_peak.peak_memory = false;
   std::vector<std::vector<double>> layer_busy(layers.size(), std::vector<double>(static_cast<size_t>(devices)));
-  for (const auto& [degrees, with] : layers_with) {
+  for (const auto& [form, with] : layers_with) {
     std::map<std::string, LayerSplit> splits;
     std::vector<int> first(layers.size(), -1);  // the config each layer takes in this lowering
     for (size_t l = 0; l < layers.size(); ++l) splits[layers[l].name] = LayerSplit{};
     for (int l : with)
       for (int c : out.configs[static_cast<size_t>(l)])
-        if (layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)].degree == degrees) {
+        if (FormOf(layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)]) == form) {
           first[static_cast<size_t>(l)] = c;
           splits[layers[static_cast<size_t>(l)].name] = layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)];
           break;
@@ -174,21 +177,21 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       const double t_layer = *std::max_element(b.begin(), b.end());
       const std::vector<int>& kept = out.configs[static_cast<size_t>(l)];
       for (size_t k = 0; k < kept.size(); ++k)
-        if (layers[static_cast<size_t>(l)].configs[static_cast<size_t>(kept[k])].degree == degrees)
+        if (FormOf(layers[static_cast<size_t>(l)].configs[static_cast<size_t>(kept[k])]) == form)
           out.graph.node_costs[static_cast<size_t>(l)][k] = t_layer;
     }
   }
 
-  // t_move: the regions of each kept config's parts (per degree vector:
-  // configs of one degree differ only in their devices).
-  std::vector<std::map<Degrees, std::vector<PartRegions>>> parts(layers.size());
+  // t_move: the regions of each kept config's parts (per form: configs of
+  // one form differ only in their devices).
+  std::vector<std::map<Form, std::vector<PartRegions>>> parts(layers.size());
   auto parts_of = [&](int l, int c) -> StatusOr<const std::vector<PartRegions>*> {
     const LayerSplit& split = layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)];
-    auto it = parts[static_cast<size_t>(l)].find(split.degree);
+    auto it = parts[static_cast<size_t>(l)].find(FormOf(split));
     if (it == parts[static_cast<size_t>(l)].end()) {
       const Node& node = space.forward().node(layers[static_cast<size_t>(l)].node);
       LOOM_ASSIGN_OR_RETURN(std::vector<PartRegions> p, LayerParts(space.forward(), node, split));
-      it = parts[static_cast<size_t>(l)].emplace(split.degree, std::move(p)).first;
+      it = parts[static_cast<size_t>(l)].emplace(FormOf(split), std::move(p)).first;
     }
     return &it->second;
   };

@@ -31,7 +31,7 @@ void Degrees(const std::array<int64_t, kSplitDims>& extent, int64_t devices, siz
   (*degree)[dim] = 1;
 }
 
-bool SameSplit(const LayerSplit& a, const LayerSplit& b) { return a.degree == b.degree && a.devices == b.devices; }
+bool SameSplit(const LayerSplit& a, const LayerSplit& b) { return a.SameForm(b) && a.devices == b.devices; }
 
 }  // namespace
 
@@ -46,24 +46,35 @@ StatusOr<SearchSpace> SearchSpace::Build(const Graph& forward, int64_t devices) 
     if (n.name.find_first_of("*?") != std::string::npos)
       return InvalidArgument("layer '", n.name, "': a name with '*' or '?' cannot name it in a strategy file");
     LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(forward, n));
-    std::array<int64_t, kSplitDims> extent{};
-    for (SplitDim d : kAllSplitDims) {
-      std::string what;
-      extent[static_cast<size_t>(d)] = SplitExtent(forward, n, rules, d, &what);
+    // The degree vectors of the op's default parameter rule, then those
+    // that split along each named variant.
+    std::vector<LayerSplit> forms;
+    std::vector<std::string> variants{""};
+    for (const auto& [name, rule] : rules.parameter_variants) variants.push_back(name);
+    for (const std::string& variant : variants) {
+      std::array<int64_t, kSplitDims> extent{};
+      for (SplitDim d : kAllSplitDims) {
+        std::string what;
+        extent[static_cast<size_t>(d)] = SplitExtent(forward, n, rules, d, &what, variant);
+      }
+      std::vector<std::array<int64_t, kSplitDims>> degrees;
+      std::array<int64_t, kSplitDims> degree{1, 1, 1, 1};
+      Degrees(extent, devices, 0, &degree, &degrees);
+      for (const auto& deg : degrees) {
+        if (!variant.empty() && deg[static_cast<size_t>(SplitDim::kParameter)] == 1) continue;  // the default's
+        LayerSplit form;
+        form.degree = deg;
+        form.parameter_split = variant;
+        forms.push_back(std::move(form));
+      }
     }
-    std::vector<std::array<int64_t, kSplitDims>> degrees;
-    std::array<int64_t, kSplitDims> degree{1, 1, 1, 1};
-    Degrees(extent, devices, 0, &degree, &degrees);
     // Fewer parts first: configs[0] is whole on device 0.
-    std::stable_sort(degrees.begin(), degrees.end(), [](const auto& a, const auto& b) {
-      return a[0] * a[1] * a[2] * a[3] < b[0] * b[1] * b[2] * b[3];
-    });
+    std::stable_sort(forms.begin(), forms.end(),
+                     [](const LayerSplit& a, const LayerSplit& b) { return a.parts() < b.parts(); });
     Layer layer;
     layer.node = n.id;
     layer.name = n.name;
-    for (const auto& deg : degrees) {
-      LayerSplit split;
-      split.degree = deg;
+    for (LayerSplit& split : forms) {
       const int64_t parts = split.parts();
       split.devices.resize(static_cast<size_t>(parts));
       for (int64_t p = 0; p < parts; ++p) split.devices[static_cast<size_t>(p)] = p;
@@ -122,6 +133,7 @@ proto::Strategy SearchSpace::ToStrategy(const Choice& choice) const {
     if (*degrees[1] > 1) e->set_replica(*degrees[1]);
     if (*degrees[2] > 1) e->set_attribute(*degrees[2]);
     if (*degrees[3] > 1) e->set_parameter(*degrees[3]);
+    e->set_parameter_split(split.parameter_split);
     for (int64_t d : split.devices) e->add_devices(d);
   }
   return s;

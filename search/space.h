@@ -3,7 +3,8 @@
 // SOAP dimensions and a fused array's replicas.
 //
 // A layer's configurations are the splits whose degrees divide the extents
-// they split (SplitExtent) and whose part count p divides the devices, with
+// they split (SplitExtent; along the parameter dimension, by each of the
+// op's parameter rules) and whose part count p divides the devices, with
 // the parts on an aligned block of consecutive devices (k*p .. k*p + p - 1):
 // every block a tree of links would group together. Each is checked as the
 // lowering would plan it (LayerParts), so every proposal lowers. A

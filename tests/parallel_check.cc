@@ -203,9 +203,16 @@ std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_6
     for (ValueId v : n.inputs) in.push_back(forward.type(v));
     for (ValueId v : n.outputs) out.push_back(forward.type(v));
     const SplitRules rules = OpRegistry::Global().FindOp(n.op)->Splits(n.attrs, in, out);
+    // The parameter rule: the op's default or, as often, one of its variants.
+    std::string variant;
+    if (!rules.parameter_variants.empty()) {
+      const size_t pick = rng() % (rules.parameter_variants.size() + 1);
+      if (pick > 0) variant = rules.parameter_variants[pick - 1].first;
+    }
+    const std::optional<DimSplit> parameter = rules.Parameter(variant);
     std::string why;
     const bool can[kSplitDims] = {rules.sample.has_value(), forward.fused() && ReplicaSplit(forward, n, rules, &why),
-                                  rules.attribute.has_value(), rules.parameter.has_value()};
+                                  rules.attribute.has_value(), parameter.has_value()};
     // Halves of every tensor the rule divides (a window input follows its output).
     auto halves = [&](const std::optional<DimSplit>& rule) {
       if (!rule) return true;
@@ -218,7 +225,7 @@ std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_6
       return true;
     };
     const bool fits[kSplitDims] = {halves(rules.sample), forward.replicas() % 2 == 0, halves(rules.attribute),
-                                   halves(rules.parameter)};
+                                   halves(parameter)};
     int64_t degree[kSplitDims] = {1, 1, 1, 1};
     int64_t parts = 1;
     for (int d = 0; d < kSplitDims; ++d)
@@ -229,6 +236,8 @@ std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_6
     text += StrCat("layer { layer: \"", n.name, "\"");
     for (int d = 0; d < kSplitDims; ++d)
       if (degree[d] > 1) text += StrCat(" ", SplitDimName(kAllSplitDims[d]), ": ", degree[d]);
+    if (degree[static_cast<int>(SplitDim::kParameter)] > 1 && !variant.empty())
+      text += StrCat(" parameter_split: \"", variant, "\"");
     for (int64_t p = 0; p < parts; ++p) text += StrCat(" devices: ", order[static_cast<size_t>(p)]);
     text += " }\n";
   }

@@ -100,7 +100,17 @@ Status CheckBadFlag(const char* op, const Tensor& flag, const Tensor& indices, i
   return IndexOutOfRange(op, static_cast<int64_t>(value), at, indices.shape(), num_embeddings);
 }
 
+// A part of a vocabulary split (attrs vocab_offset, vocab_size) runs on
+// CPU devices only so far: refused by name rather than read wrong.
+Status ExpectWholeVocabulary(const char* op, const KernelContext& ctx, int64_t rows) {
+  const int64_t offset = ctx.attrs->Int("vocab_offset"), size = ctx.attrs->Int("vocab_size");
+  if (offset == 0 && (size == -1 || size == rows)) return Status::Ok();
+  return Unimplemented(op, ": a part of a vocabulary split (vocab_offset ", offset, ", vocab_size ", size,
+                       ") has no CUDA kernel yet; it runs on CPU devices");
+}
+
 Status EmbeddingKernel(KernelContext& ctx) {
+  LOOM_RETURN_IF_ERROR(ExpectWholeVocabulary("Embedding", ctx, ctx.in(1).shape()[0]));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& indices = ctx.in(0);
   const Tensor& weight = ctx.in(1);
@@ -120,6 +130,7 @@ Status EmbeddingKernel(KernelContext& ctx) {
 LOOM_REGISTER_KERNEL("Embedding", DeviceType::kCuda, EmbeddingKernel);
 
 Status EmbeddingBackwardKernel(KernelContext& ctx) {
+  LOOM_RETURN_IF_ERROR(ExpectWholeVocabulary("EmbeddingBackward", ctx, ctx.out(0).shape()[0]));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& dy = ctx.in(0);
   const Tensor& indices = ctx.in(1);
