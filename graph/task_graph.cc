@@ -280,7 +280,9 @@ StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& 
 // Where a piece is listed in its value's state: among the pieces its
 // producer (or an all-reduce of its partial sums) wrote, the ones transfers
 // brought to a device, or a source's homes.
-enum class Slot : uint8_t { kOrigin, kDerived, kHome };
+// kLoose: listed nowhere (a partial sum's part brought to where it is
+// summed), read only by the task made with it.
+enum class Slot : uint8_t { kOrigin, kDerived, kHome, kLoose };
 
 // What the lowering knows of one value while it plans.
 struct ValueState {
@@ -687,6 +689,7 @@ class Lowering {
         break;
       }
       case Slot::kHome: s.homes.push_back(id); break;
+      case Slot::kLoose: break;
     }
     record_.piece_ordinal.push_back(static_cast<int>(s.created.size()));
     record_.piece_slot.push_back(slot);
@@ -853,7 +856,11 @@ class Lowering {
       op.pieces = {NewPiece(v, device, region, false, 0, -1, Slot::kHome)};
       return op;
     }
-    Reduce(v);
+    if (State(v).unreduced) {
+      LOOM_ASSIGN_OR_RETURN(std::optional<Operand> summed, SumPart(v, region, device));
+      if (summed) return std::move(*summed);
+      Reduce(v);
+    }
     const std::vector<int>& origin = State(v).origin;
     // The pieces of v transferred to the device (made with the first), by
     // index: making pieces moves the states' lists.
@@ -898,6 +905,69 @@ class Lowering {
     if (covered != region.numel())
       return Internal("the pieces of '", g_.value(v).name, "' do not tile ", region.ToString());
     return op;
+  }
+
+  // `region` of a value still held as partial sums, summed on `device`
+  // when it is a strict part of every partial sum it meets: the other
+  // members' parts of it come by transfer and a one-device all-reduce adds
+  // them in the group's order (the bits of the all-reduce), so devices that
+  // each read their own part move it as in a reduce-scatter. Nullopt when
+  // the region covers a whole partial sum: the caller all-reduces.
+  StatusOr<std::optional<Operand>> SumPart(ValueId v, const Region& region, int64_t device) {
+    std::map<Region, std::vector<int>> partial;  // the partial sums by region, each in the origin's order
+    for (int p : State(v).origin)
+      if (piece(p).partial) partial[piece(p).region].push_back(p);
+    std::vector<std::pair<Region, const std::vector<int>*>> met;
+    for (const auto& [whole, group] : partial) {
+      std::optional<Region> part = whole.Intersect(region);
+      if (!part) continue;
+      if (*part == whole) return std::optional<Operand>();
+      met.emplace_back(std::move(*part), &group);
+    }
+    if (met.empty()) return Internal("no partial sum of '", g_.value(v).name, "' meets ", region.ToString());
+    Operand op{v, region, {}};
+    for (const auto& [part, group_ptr] : met) {
+      const std::vector<int> group = *group_ptr;  // a copy: making pieces moves the lists
+      int summed = -1;                             // an earlier sum of the part on the device
+      if (const std::vector<int>* held = State(v).Derived(device))
+        for (int p : *held)
+          if (piece(p).region.Contains(part)) summed = p;
+      if (summed < 0) {
+        Task sum;
+        sum.kind = TaskKind::kAllReduce;
+        sum.device = device;
+        sum.group = {device};
+        std::set<int64_t> seen;
+        for (int p : group) {
+          const int64_t index = piece(p).partial_index;
+          if (!seen.insert(index).second) continue;  // a copy of one added
+          int source = -1;  // this partial sum on the device (a copy of it counts)
+          for (int q : group)
+            if (piece(q).partial_index == index && piece(q).device == device) source = q;
+          if (source < 0) {
+            Task t;
+            t.kind = TaskKind::kTransfer;
+            t.device = device;
+            t.src_device = piece(p).device;
+            t.sources = {p};
+            t.bytes = Bytes(v, part);
+            t.name = g_.value(v).name + " " + part.ToString() + " partial " + std::to_string(index) + " " +
+                     std::to_string(t.src_device) + "->" + std::to_string(device);
+            const int id = AddTask(std::move(t));
+            source = NewPiece(v, device, part, true, index, id, Slot::kLoose);
+            tg_.tasks[static_cast<size_t>(id)].outputs = {source};
+          }
+          sum.sources.push_back(source);
+        }
+        sum.name = g_.value(v).name + " " + part.ToString() + " sum";
+        sum.bytes = Bytes(v, part);
+        const int id = AddTask(std::move(sum));
+        summed = NewPiece(v, device, part, false, 0, id, Slot::kDerived);
+        tg_.tasks[static_cast<size_t>(id)].outputs = {summed};
+      }
+      op.pieces.push_back(summed);
+    }
+    return std::optional<Operand>(std::move(op));
   }
 
   // The whole of v, one piece per region, on any devices.
@@ -1255,7 +1325,7 @@ double TaskGraph::TransferBytes() const {
   double bytes = 0;
   for (const Task& t : tasks) {
     if (t.kind == TaskKind::kTransfer) bytes += t.bytes;
-    if (t.kind == TaskKind::kAllReduce) bytes += t.bytes * static_cast<double>(t.group.size());
+    if (t.kind == TaskKind::kAllReduce && t.group.size() > 1) bytes += t.bytes * static_cast<double>(t.group.size());
   }
   return bytes;
 }

@@ -77,7 +77,11 @@ struct Task {
   // Transfer: one source piece (on src_device). All-reduce: the distinct
   // partial sums (`sources`), the devices that hold them (`group`, copies
   // of one partial sum included), and `outputs` the sum on each of those
-  // devices, in the group's order.
+  // devices, in the group's order. A group of one device sums, over the
+  // region of its output, partial sums that transfers brought there (and
+  // its own): where each device reads a different part of a partial-sum
+  // value, its parts move as in a reduce-scatter instead of an all-reduce
+  // of the whole.
   std::vector<int> sources;
   int64_t src_device = -1;
   std::vector<int64_t> group;
@@ -120,7 +124,7 @@ struct TaskGraph {
   // "group", "flops", "bytes", "deps"}...]}
   std::string ToJson() const;
   // Bytes moved by transfer and all-reduce tasks (all-reduce: the region
-  // once per member).
+  // once per member; a one-device sum moves nothing).
   double TransferBytes() const;
 };
 

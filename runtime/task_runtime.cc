@@ -366,10 +366,12 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
 // The partial sums added in the group's order on the task's device (the
 // first member), which then hands each member its copy. Across processes
 // the first member receives the sums other ranks hold and sends them their
-// copies; the order of the additions, and so the bits, stay the same.
+// copies; the order of the additions, and so the bits, stay the same. A
+// one-device group adds the output's region of each source (some hold
+// more: the device's own partial sum).
 Status TaskRuntime::RunAllReduce(const Task& task) {
   const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
-  const Piece& first = tasks_.pieces[static_cast<size_t>(task.sources[0])];
+  const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
   const int root = comm_ ? Owner(task.device) : 0;
   if (!Local(task.device)) {  // another rank adds: send this rank's sums, receive its copies
@@ -383,9 +385,16 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
     }
     return Status::Ok();
   }
-  // Source k, received when another rank holds it.
+  // Source k (its part in the output's region), received when another rank
+  // holds it.
   const auto source = [&](size_t k) -> StatusOr<Tensor> {
     const int p = task.sources[k];
+    const Region& held = tasks_.pieces[static_cast<size_t>(p)].region;
+    if (Local(device_of(p)) && held != first.region) {
+      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
+      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(p)], held, &part, first.region, first.region));
+      return part;
+    }
     if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
     LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(device_of(p))));

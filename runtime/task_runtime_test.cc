@@ -537,6 +537,7 @@ TEST_CASE("devices as processes match the in-process runtime bit for bit") {
       {&cnn, "devices: 2\nlayer { layer: \"*conv\" attribute: 2 }\n"},
       {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n"},
       {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n"},
+      {&cnn, "devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"fc\" parameter: 2 }\n"},  // sums parts
       {&fused, "devices: 2\ndefault_split { replica: 2 }\n"},
       {&fused, testing::RandomStrategy(fused.forward, 3, rng)},
   };
@@ -680,6 +681,35 @@ TEST_CASE("a parameter-split layer's weight stays split: no copies of it move") 
     REQUIRE(split.ok());
     CHECK(testing::FirstMismatch(*one, *split, 1e-12) == "");
   }
+}
+
+// One weird trick on the MLP: fc2 split along its outputs between
+// batch-split layers. Its input gradient is a partial sum per part, and each
+// device reads only its half of the batch: each half is summed where it is
+// read (the other device's half of it transferred), as in a reduce-scatter,
+// rather than all-reduced whole to both.
+TEST_CASE("a partial sum each device reads a part of is summed where it is read, not all-reduced") {
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "32,32"}}, {64});
+  const std::string strategy = "devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"fc2\" parameter: 2 }\n";
+  auto tg = Lower(c, strategy);
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  const auto piece = [&](int p) -> const Piece& { return tg->pieces[static_cast<size_t>(p)]; };
+  std::set<int64_t> summed_on;
+  for (const Task& t : tg->tasks) {
+    if (t.kind != TaskKind::kAllReduce) continue;
+    const std::string& value = tg->graph.value(piece(t.sources[0]).value).name;
+    if (value.find("fc2/grad") == std::string::npos) continue;
+    const Shape& shape = tg->graph.type(piece(t.sources[0]).value).shape;
+    if (shape != Shape({kBatch, 32})) continue;  // fc2's input gradient [batch, 32], not its weight's
+    CHECK(t.group.size() == 1);  // not all-reduced whole
+    summed_on.insert(t.device);
+    CHECK(piece(t.outputs[0]).region.numel() == shape.numel() / 2);
+    CHECK(t.sources.size() == 2);
+  }
+  CHECK(summed_on == std::set<int64_t>{0, 1});
+  const StepResults want = OneDevice(c);
+  ExpectSame(c, want, strategy);
 }
 
 TEST_CASE("the task graph prints bytes exactly") {

@@ -85,7 +85,7 @@ class Scheduler {
       }
       case TaskKind::kAllReduce: {
         double seconds = 0;
-        if (copies_on_device_) {
+        if (copies_on_device_ || t.group.size() == 1) {  // (one device: a sum of what transfers brought)
           seconds = RootAllReduce(t, s);
         } else {
           auto model = all_reduces_.find(t.group);
