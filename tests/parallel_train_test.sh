@@ -27,6 +27,24 @@ for strategy in dp model owt; do
   close "cnn --devices cpu:2 --strategy $strategy matches one device" "$want" "$(test_losses "$work/$strategy")"
 done
 
+# A byte-level language model (vocabulary 256) with its embedding table
+# split along the vocabulary and the output layer along its features.
+printf 'the quick brown fox jumps over the lazy dog; %.0s' $(seq 60) >"$work/text.txt"
+cat >"$work/lm.pbtxt" <<CFG
+model { name: "transformer_lm" args { key: "width" value: "16" } args { key: "layers" value: "1" }
+        args { key: "heads" value: "2" } args { key: "feedforward" value: "16" } args { key: "dropout" value: "0" } }
+data { dataset: "text" path: "$work/text.txt" text_level: "byte" sequence_length: 16 batch_size: 8 }
+optimizer { type: "adam" lr: 0.01 }
+epochs: 1
+CFG
+printf 'devices: 2\ndefault_split { sample: 2 }\nlayer { layer: "encoder" parameter: 2 parameter_split: "vocabulary" }\n' \
+  >"$work/vocabulary.pbtxt"
+"$loom" train --config "$work/lm.pbtxt" --out "$work/lm_one" >"$work/lm1.log" 2>&1 || fail "lm: $(cat "$work/lm1.log")"
+"$loom" train --config "$work/lm.pbtxt" --out "$work/lm_vocabulary" --devices cpu:2 --strategy "$work/vocabulary.pbtxt" \
+  >"$work/lm2.log" 2>&1 || fail "lm, vocabulary split: $(cat "$work/lm2.log")"
+close "an embedding split along its vocabulary matches one device" "$(test_losses "$work/lm_one")" \
+  "$(test_losses "$work/lm_vocabulary")"
+
 # Saved under data parallelism after epoch 1, resumed on 3 devices by layers.
 "$loom" train --config "$work/cnn.pbtxt" --out "$work/moved" --devices cpu:2 --epochs 1 >"$work/moved.log" 2>&1 ||
   fail "first half: $(cat "$work/moved.log")"
