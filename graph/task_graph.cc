@@ -886,25 +886,32 @@ class Lowering {
       if (const std::vector<int>* transferred = local())
         for (size_t i = 0; from < 0 && i < transferred->size(); ++i)
           if (piece((*transferred)[i]).region.Contains(*part)) from = (*transferred)[i];
-      if (from < 0) {
-        Task t;
-        t.kind = TaskKind::kTransfer;
-        t.device = device;
-        t.src_device = piece(p).device;
-        t.sources = {p};
-        t.bytes = Bytes(v, *part);
-        t.name = g_.value(v).name + " " + part->ToString() + " " + std::to_string(t.src_device) + "->" +
-                 std::to_string(device);
-        const int id = AddTask(std::move(t));
-        from = NewPiece(v, device, *part, false, 0, id, Slot::kDerived);
-        tg_.tasks[static_cast<size_t>(id)].outputs = {from};
-      }
+      if (from < 0) from = Transfer(v, p, *part, device, Slot::kDerived);
       op.pieces.push_back(from);
       covered += part->numel();
     }
     if (covered != region.numel())
       return Internal("the pieces of '", g_.value(v).name, "' do not tile ", region.ToString());
     return op;
+  }
+
+  // A transfer task copying `part` of v's piece p to `device`; returns the
+  // piece it writes there (a partial sum's part is partial too).
+  int Transfer(ValueId v, int p, const Region& part, int64_t device, Slot slot) {
+    const bool partial = piece(p).partial;
+    const int64_t index = partial ? piece(p).partial_index : 0;
+    Task t;
+    t.kind = TaskKind::kTransfer;
+    t.device = device;
+    t.src_device = piece(p).device;
+    t.sources = {p};
+    t.bytes = Bytes(v, part);
+    t.name = g_.value(v).name + " " + part.ToString() + (partial ? " partial " + std::to_string(index) : "") + " " +
+             std::to_string(t.src_device) + "->" + std::to_string(device);
+    const int id = AddTask(std::move(t));
+    const int out = NewPiece(v, device, part, partial, index, id, slot);
+    tg_.tasks[static_cast<size_t>(id)].outputs = {out};
+    return out;
   }
 
   // `region` of a value still held as partial sums, summed on `device`
@@ -944,19 +951,7 @@ class Lowering {
           int source = -1;  // this partial sum on the device (a copy of it counts)
           for (int q : group)
             if (piece(q).partial_index == index && piece(q).device == device) source = q;
-          if (source < 0) {
-            Task t;
-            t.kind = TaskKind::kTransfer;
-            t.device = device;
-            t.src_device = piece(p).device;
-            t.sources = {p};
-            t.bytes = Bytes(v, part);
-            t.name = g_.value(v).name + " " + part.ToString() + " partial " + std::to_string(index) + " " +
-                     std::to_string(t.src_device) + "->" + std::to_string(device);
-            const int id = AddTask(std::move(t));
-            source = NewPiece(v, device, part, true, index, id, Slot::kLoose);
-            tg_.tasks[static_cast<size_t>(id)].outputs = {source};
-          }
+          if (source < 0) source = Transfer(v, p, part, device, Slot::kLoose);
           sum.sources.push_back(source);
         }
         sum.name = g_.value(v).name + " " + part.ToString() + " sum";
