@@ -194,6 +194,21 @@ Status TaskRuntime::Prepare() {
   for (const auto& [name, op] : tasks_.outputs)
     for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
 
+  // The pieces' places in one arena per local device (runtime/task_memory_plan.h).
+  std::vector<int64_t> queue_of;
+  for (const Task& t : tasks_.tasks) queue_of.push_back(RunnerOf(t));
+  std::vector<bool> local(static_cast<size_t>(devices));
+  for (int64_t d = 0; d < devices; ++d) local[static_cast<size_t>(d)] = Local(d);
+  memory_plan_ = PlanTaskMemory(tasks_, queue_of, local);
+  arenas_.resize(static_cast<size_t>(devices));
+  for (int64_t d = 0; d < devices; ++d) {
+    const size_t bytes = memory_plan_.arena_bytes[static_cast<size_t>(d)];
+    if (bytes == 0) continue;
+    arenas_[static_cast<size_t>(d)] = std::make_shared<Buffer>(AllocatorOf(d), bytes);
+    if (!arenas_[static_cast<size_t>(d)]->data())
+      return ResourceExhausted("cannot allocate device ", d, "'s ", bytes, "-byte arena of the step's pieces");
+  }
+
   pieces_.assign(tasks_.pieces.size(), Tensor());
   for (const Node& n : tasks_.graph.nodes()) {
     if (!IsStateOp(n.op)) continue;
@@ -273,6 +288,15 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
   return Status::Ok();
 }
 
+StatusOr<Tensor> TaskRuntime::PieceTensor(int p) const {
+  const Piece& piece = tasks_.pieces[static_cast<size_t>(p)];
+  const DType dtype = tasks_.graph.type(piece.value).dtype;
+  const int64_t offset = memory_plan_.offset[static_cast<size_t>(p)];
+  if (offset == TaskMemoryPlan::kUnplanned) return Tensor::Empty(piece.region.shape(), dtype, AllocatorOf(piece.device));
+  return Tensor::View(arenas_[static_cast<size_t>(piece.device)], static_cast<size_t>(offset), piece.region.shape(),
+                      dtype);
+}
+
 StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op, Allocator* allocator) const {
   if (op.pieces.size() == 1 && Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(op.pieces[0])];
@@ -305,8 +329,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
       if (Owner(task.src_device) != Owner(task.device)) return RunRemoteTransfer(task);
       const Piece& src = piece_of(task.sources[0]);
       const Piece& dst = piece_of(task.outputs[0]);
-      LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
-                                                      AllocatorOf(task.device)));
+      LOOM_ASSIGN_OR_RETURN(Tensor out, PieceTensor(task.outputs[0]));
       LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(task.sources[0])], src.region, &out, dst.region,
                                       dst.region));
       pieces_[static_cast<size_t>(task.outputs[0])] = out;
@@ -322,8 +345,7 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
     inputs.push_back(std::move(t));
   }
   for (int p : task.outputs) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(piece_of(p).region.shape(), tasks_.graph.type(piece_of(p).value).dtype,
-                                                  AllocatorOf(task.device)));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, PieceTensor(p));
     outputs.push_back(std::move(t));
   }
   KernelContext ctx;
@@ -351,13 +373,14 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
   const int src_piece = task.sources[0], dst_piece = task.outputs[0];
   const Piece& src = tasks_.pieces[static_cast<size_t>(src_piece)];
   const Piece& dst = tasks_.pieces[static_cast<size_t>(dst_piece)];
-  LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
-                                                     AllocatorOf(RunnerOf(task))));
   if (Local(task.src_device)) {
+    LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
+                                                       AllocatorOf(task.src_device)));
     LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
                                     dst.region));
     return comm_->Send(region, Owner(task.device));
   }
+  LOOM_ASSIGN_OR_RETURN(Tensor region, PieceTensor(dst_piece));
   LOOM_RETURN_IF_ERROR(comm_->Recv(region, Owner(task.src_device)));
   pieces_[static_cast<size_t>(dst_piece)] = region;
   return Status::Ok();
@@ -379,7 +402,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
       if (Local(device_of(p))) LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
     for (int p : task.outputs) {
       if (!Local(device_of(p))) continue;
-      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(device_of(p))));
+      LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
       LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
       pieces_[static_cast<size_t>(p)] = copy;
     }
@@ -419,7 +442,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
       LOOM_RETURN_IF_ERROR(comm_->Send(sum, Owner(device_of(p))));
       continue;
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(sum.shape(), sum.dtype(), AllocatorOf(device_of(p))));
+    LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
     LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
     pieces_[static_cast<size_t>(p)] = copy;
   }

@@ -38,6 +38,7 @@
 #include "ops/op.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/step_runner.h"
+#include "runtime/task_memory_plan.h"
 
 namespace loom {
 
@@ -74,6 +75,7 @@ class TaskRuntime : public StepRunner {
 
   const Graph& graph() const override { return tasks_.graph; }
   const TaskGraph& task_graph() const { return tasks_; }
+  const TaskMemoryPlan& memory_plan() const { return memory_plan_; }
   int64_t step() const override { return step_; }
   void SetStep(int64_t step) override { step_ = step; }
   const std::vector<TaskSpan>& trace() const { return trace_; }
@@ -102,6 +104,9 @@ class TaskRuntime : public StepRunner {
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
   StatusOr<Tensor> PieceEverywhere(int p) const;
+  // The tensor piece p is written into: its place in its device's arena,
+  // or (a piece that outlives the step) a block of the device's allocator.
+  StatusOr<Tensor> PieceTensor(int p) const;
   // Op's region from its pieces: the piece itself when it is the region,
   // else a copy from `allocator`.
   StatusOr<Tensor> Assemble(const Operand& op, Allocator* allocator) const;
@@ -116,6 +121,8 @@ class TaskRuntime : public StepRunner {
   std::vector<std::vector<int>> queues_;            // per device: task ids in order
   Communicator* comm_ = nullptr;                    // options_.communicator
   std::vector<Tensor> pieces_;                      // by piece id (homes persist); this process's only
+  TaskMemoryPlan memory_plan_;                      // where each piece a step makes and frees lives
+  std::vector<std::shared_ptr<Buffer>> arenas_;     // per device: the planned pieces' bytes (null: none)
   int64_t devices_per_rank_ = 1;                    // processes: devices each rank runs
   std::vector<char> runs_here_;                     // by task id: this process runs it (or its half)
   std::vector<int64_t> message_turn_;               // by task id: its place among this rank's cross-rank tasks, or -1

@@ -11,6 +11,7 @@
 #include "graph/compile.h"
 #include "graph/strategy.h"
 #include "graph/task_graph.h"
+#include "runtime/task_memory_plan.h"
 #include "search/baselines.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -115,7 +116,13 @@ Status InspectStrategy(const std::string& config_path, const std::string& strate
               tasks.tasks.size(), static_cast<long long>(count[TaskKind::kCompute]),
               static_cast<long long>(count[TaskKind::kTransfer]), static_cast<long long>(count[TaskKind::kAllReduce]),
               tasks.TransferBytes());
-  for (size_t d = 0; d < flops.size(); ++d) std::printf("  device %zu: %.4g FLOPs\n", d, flops[d]);
+  // The task runtime's memory plan in one process (a queue per device).
+  std::vector<int64_t> queue_of;
+  for (const Task& t : tasks.tasks) queue_of.push_back(t.device);
+  const TaskMemoryPlan plan = PlanTaskMemory(tasks, queue_of, std::vector<bool>(flops.size(), true));
+  for (size_t d = 0; d < flops.size(); ++d)
+    std::printf("  device %zu: %.4g FLOPs, a %zu-byte arena for %zu bytes of the step's pieces\n", d, flops[d],
+                plan.arena_bytes[d], plan.planned_bytes[d]);
   std::printf("\n%s", tasks.ToString().c_str());
   if (!json_path.empty()) {
     LOOM_RETURN_IF_ERROR(WriteFileAtomically(json_path, tasks.ToJson()));
