@@ -3,8 +3,11 @@
 // tasks in the task graph's order, each waiting for the tasks it depends
 // on; transfers copy regions between the devices' pieces, all-reduces sum
 // partial pieces in the group's order (so results do not depend on timing).
-// Each device has its own thread pool for kernels. A piece is freed as soon
-// as its last reader has run; sources' home pieces live between steps.
+// Each device has its own thread pool for kernels. The pieces a step makes
+// and frees live at their places in one arena per device
+// (runtime/task_memory_plan.h); sources' home pieces live between steps,
+// and the pieces that outlive a step (what writebacks and outputs read)
+// come from the device's caching allocator.
 //
 // The interface mirrors Executor's: state by name (assembled from and
 // scattered to the home pieces), one Run per step.
