@@ -103,13 +103,6 @@ StatusOr<std::unique_ptr<TaskRuntime>> TaskRuntime::Create(TaskGraph tasks, cons
   return r;
 }
 
-namespace {
-
-// The dtypes a communicator carries (runtime/comm/communicator.h).
-bool Communicable(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kI32 || d == DType::kI64; }
-
-}  // namespace
-
 int64_t TaskRuntime::RunnerOf(const Task& task) const {
   if (comm_ == nullptr || task.kind == TaskKind::kCompute) return Local(task.device) ? task.device : -1;
   if (task.kind == TaskKind::kTransfer) {
@@ -143,17 +136,6 @@ Status TaskRuntime::Prepare() {
     if (comm_->device() != Device::Cpu())
       return InvalidArgument("the task runtime runs processes on CPU communicators, got one on ",
                              comm_->device().ToString());
-    // A piece that crosses processes must be one the communicator carries.
-    for (const Task& t : tasks_.tasks) {
-      if (t.kind == TaskKind::kCompute) continue;
-      for (const std::vector<int>* list : {&t.sources, &t.outputs})
-        for (int p : *list) {
-          const DType d = tasks_.graph.type(tasks_.pieces[static_cast<size_t>(p)].value).dtype;
-          if (!Communicable(d))
-            return Unimplemented("task ", t.name, " moves ", DTypeName(d),
-                                 " between processes; communicators carry f32, f64, i32 and i64");
-        }
-    }
   }
   for (int64_t d = 0; d < devices; ++d) {
     std::unique_ptr<ThreadPool> pool;
@@ -423,19 +405,29 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(device_of(p))));
     return received;
   };
-  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
+  // bf16 and f16 partial sums add in f32 and round once at the end.
+  const DType add_dtype = IsHalf(dtype) ? DType::kF32 : dtype;
+  const auto widened = [&](size_t k) -> StatusOr<Tensor> {
+    LOOM_ASSIGN_OR_RETURN(Tensor x, source(k));
+    if (add_dtype == dtype) return x;
+    return x.Cast(add_dtype);
+  };
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), add_dtype, AllocatorOf(task.device)));
   {
-    LOOM_ASSIGN_OR_RETURN(Tensor x0, source(0));
+    LOOM_ASSIGN_OR_RETURN(Tensor x0, widened(0));
     LOOM_RETURN_IF_ERROR(sum.CopyFrom(x0));
   }
   for (size_t k = 1; k < task.sources.size(); ++k) {
-    LOOM_ASSIGN_OR_RETURN(Tensor xk, source(k));
-    LOOM_RETURN_IF_ERROR(DispatchFloat(dtype, [&](auto zero) {
+    LOOM_ASSIGN_OR_RETURN(Tensor xk, widened(k));
+    LOOM_RETURN_IF_ERROR(DispatchFloat(add_dtype, [&](auto zero) {
       using T = decltype(zero);
       T* s = sum.data<T>();
       const T* x = xk.data<T>();
       for (int64_t i = 0; i < sum.numel(); ++i) s[i] += x[i];
     }));
+  }
+  if (add_dtype != dtype) {
+    LOOM_ASSIGN_OR_RETURN(sum, sum.Cast(dtype));
   }
   for (int p : task.outputs) {
     if (!Local(device_of(p))) {

@@ -2,7 +2,8 @@
 # `mpirun -np 2 loom train` (the task runtime's devices shared out among
 # the processes) trains as one device does (test loss after the same steps, f32, 1e-4),
 # resumes to and from in-process runs under other strategies, writes the
-# run folder once (rank 0), trains a GAN's two steps across the processes,
+# run folder once (rank 0), trains in bf16 as one process does, trains a
+# GAN's two steps across the processes,
 # and a refused run ends every rank with a message naming it and leaves no
 # folder.
 set -uo pipefail
@@ -26,6 +27,18 @@ done
 np2 train --config "$work/cnn.pbtxt" --out "$work/four" --devices cpu:4 --strategy owt >"$work/four.log" 2>&1 ||
   fail "mpirun --devices cpu:4: $(cat "$work/four.log")"
 close "mpirun -np 2 --devices cpu:4 (two devices per process) matches one device" "$want" "$(test_losses "$work/four")"
+# Mixed precision: bf16 activations and gradients cross the processes as
+# bits, so two processes give the in-process run's results exactly.
+sed 's/^epochs:/precision: "bf16"\nepochs:/' "$work/cnn.pbtxt" >"$work/bf16.pbtxt"
+grep -q 'precision: "bf16"' "$work/bf16.pbtxt" || fail "no precision line in the bf16 config"
+"$loom" train --config "$work/bf16.pbtxt" --out "$work/bf16_in" --devices cpu:2 >"$work/bf16_in.log" 2>&1 ||
+  fail "bf16 in one process: $(cat "$work/bf16_in.log")"
+np2 train --config "$work/bf16.pbtxt" --out "$work/bf16_np2" >"$work/bf16_np2.log" 2>&1 ||
+  fail "bf16 under mpirun: $(cat "$work/bf16_np2.log")"
+[ -n "$(test_losses "$work/bf16_in")" ] && [ "$(test_losses "$work/bf16_in")" = "$(test_losses "$work/bf16_np2")" ] &&
+  echo "ok   bf16 under mpirun -np 2 equals the in-process run bit for bit" ||
+  fail "bf16: in-process $(test_losses "$work/bf16_in") vs mpirun $(test_losses "$work/bf16_np2")"
+
 # Rank 0 alone writes: one record per epoch's evaluation, one progress log.
 records=$(grep -c '"split":"test"' "$work/dp/metrics.jsonl")
 [ "$records" -eq 2 ] && echo "ok   the run folder is written once" || fail "expected 2 test records, got $records"

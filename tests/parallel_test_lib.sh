@@ -26,15 +26,15 @@ for line in open(sys.argv[1] + "/metrics.jsonl"):
 print("\n".join("%.9g" % last[k] for k in sorted(last)))' "$1"
 }
 
-# close NAME A B: equal to 1e-4 relative, line by line (f32 runs whose sums
-# are added in another order).
+# close NAME A B [TOLERANCE]: equal to 1e-4 relative (or TOLERANCE), line
+# by line (f32 runs whose sums are added in another order).
 close() {
   python3 -c '
 import sys
-a, b = sys.argv[2].split(), sys.argv[3].split()
-ok = len(a) == len(b) and len(a) > 0 and all(abs(float(x) - float(y)) <= 1e-4 * max(1.0, abs(float(x))) for x, y in zip(a, b))
+a, b, tol = sys.argv[2].split(), sys.argv[3].split(), float(sys.argv[4])
+ok = len(a) == len(b) and len(a) > 0 and all(abs(float(x) - float(y)) <= tol * max(1.0, abs(float(x))) for x, y in zip(a, b))
 print(("ok   " if ok else "FAIL ") + sys.argv[1] + ("" if ok else ": %s vs %s" % (a, b)))
-sys.exit(0 if ok else 1)' "$1" "$2" "$3" || failures=$((failures + 1))
+sys.exit(0 if ok else 1)' "$1" "$2" "$3" "${4:-1e-4}" || failures=$((failures + 1))
 }
 
 # A CNN config on synthetic data, 2 epochs, written to file $1.

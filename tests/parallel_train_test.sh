@@ -45,6 +45,15 @@ printf 'devices: 2\ndefault_split { sample: 2 }\nlayer { layer: "encoder" parame
 close "an embedding split along its vocabulary matches one device" "$(test_losses "$work/lm_one")" \
   "$(test_losses "$work/lm_vocabulary")"
 
+# bf16: the batch's partial sums (a bias gradient) are added in f32 and
+# rounded once, each part's sum already rounded to bf16 (hence 2e-3).
+sed 's/^epochs:/precision: "bf16"\nepochs:/' "$work/cnn.pbtxt" >"$work/bf16.pbtxt"
+"$loom" train --config "$work/bf16.pbtxt" --out "$work/bf16_one" >"$work/bf1.log" 2>&1 || fail "bf16: $(cat "$work/bf1.log")"
+"$loom" train --config "$work/bf16.pbtxt" --out "$work/bf16_dp" --devices cpu:2 >"$work/bf2.log" 2>&1 ||
+  fail "bf16 on cpu:2: $(cat "$work/bf2.log")"
+close "bf16 data parallel on cpu:2 matches one device (2e-3)" "$(test_losses "$work/bf16_one")" \
+  "$(test_losses "$work/bf16_dp")" 2e-3
+
 # Saved under data parallelism after epoch 1, resumed on 3 devices by layers.
 "$loom" train --config "$work/cnn.pbtxt" --out "$work/moved" --devices cpu:2 --epochs 1 >"$work/moved.log" 2>&1 ||
   fail "first half: $(cat "$work/moved.log")"

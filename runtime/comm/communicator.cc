@@ -30,13 +30,13 @@ Status CheckTensor(const Communicator& comm, const std::string& op, const char* 
   if (t.device() != comm.device())
     return fail(StrCat(Describe(t), " is on ", t.device().ToString(), ", the communicator's device is ",
                        comm.device().ToString()));
-  DType d = t.dtype();
-  if (d != DType::kF32 && d != DType::kF64 && d != DType::kI32 && d != DType::kI64)
-    return fail(StrCat(Describe(t), ": communicators carry f32, f64, i32 and i64"));
   return Status::Ok();
 }
 
 Status CheckReduce(const Communicator& comm, const std::string& op, DType dtype, ReduceOp reduce) {
+  if (dtype != DType::kF32 && dtype != DType::kF64 && !IsInteger(dtype))
+    return InvalidArgument(CommContext(comm, op), ": reductions take f32, f64, i32 and i64, got ", DTypeName(dtype),
+                           " (bf16, f16 and bool tensors move, they do not reduce)");
   if (reduce == ReduceOp::kMean && IsInteger(dtype))
     return InvalidArgument(CommContext(comm, op), ": mean of ", DTypeName(dtype), " tensors is not supported (use sum)");
   return Status::Ok();

@@ -71,10 +71,11 @@ namespace comm {
 std::string CommContext(const Communicator& comm, const std::string& op);
 // "[4, 3] f32".
 std::string Describe(const Tensor& t);
-// A defined tensor on comm.device() of a dtype the communicators carry
-// (f32, f64, i32, i64). `which` names the argument in the message.
+// A defined tensor on comm.device() (any dtype moves). `which` names the
+// argument in the message.
 Status CheckTensor(const Communicator& comm, const std::string& op, const char* which, const Tensor& t);
-// kMean of an integer tensor is refused.
+// Reductions take f32, f64, i32 and i64 (16-bit floats and bool only move:
+// sum them in f32); kMean of an integer tensor is refused.
 Status CheckReduce(const Communicator& comm, const std::string& op, DType dtype, ReduceOp reduce);
 Status CheckReduceScatter(const Communicator& comm, const Tensor& in, const Tensor& out, ReduceOp reduce);
 Status CheckAllGather(const Communicator& comm, const Tensor& in, const Tensor& out);

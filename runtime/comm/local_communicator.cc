@@ -89,6 +89,25 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }
 
+// Rank `rank`'s share of a collective that moves bytes (any dtype).
+void Move(const std::vector<Call>& calls, int rank) {
+  const int n = static_cast<int>(calls.size());
+  const Call& mine = calls[rank];
+  switch (mine.kind) {
+    case Kind::kAllGather: {
+      const size_t bytes = mine.in->nbytes();
+      char* out = static_cast<char*>(mine.out->raw_data());
+      for (int k = 0; k < n; ++k) CopyBytes(out + k * bytes, calls[k].in->raw_data(), bytes);
+      return;
+    }
+    case Kind::kBroadcast:
+      if (rank != mine.root) CopyBytes(mine.out->raw_data(), calls[mine.root].in->raw_data(), mine.in->nbytes());
+      return;
+    case Kind::kAllReduce:
+    case Kind::kReduceScatter: LOOM_CHECK(false, "a reduction of ", DTypeName(mine.in->dtype()), " (unchecked)");
+  }
+}
+
 // Rank `rank`'s share of a collective whose calls agree.
 template <typename T>
 void Execute(const std::vector<Call>& calls, int rank) {
@@ -118,15 +137,8 @@ void Execute(const std::vector<Call>& calls, int rank) {
       ReduceRange(srcs, {mine.out->data<T>()}, 0, part, mine.reduce);
       return;
     }
-    case Kind::kAllGather: {
-      const size_t bytes = mine.in->nbytes();
-      char* out = static_cast<char*>(mine.out->raw_data());
-      for (int k = 0; k < n; ++k) CopyBytes(out + k * bytes, calls[k].in->raw_data(), bytes);
-      return;
-    }
-    case Kind::kBroadcast:
-      if (rank != mine.root) CopyBytes(mine.out->raw_data(), calls[mine.root].in->raw_data(), mine.in->nbytes());
-      return;
+    case Kind::kAllGather:
+    case Kind::kBroadcast: return Move(calls, rank);
   }
 }
 
@@ -136,7 +148,9 @@ void ExecuteAny(const std::vector<Call>& calls, int rank) {
     case DType::kF64: return Execute<double>(calls, rank);
     case DType::kI32: return Execute<int32_t>(calls, rank);
     case DType::kI64: return Execute<int64_t>(calls, rank);
-    default: LOOM_CHECK(false, "unchecked dtype ", DTypeName(calls[rank].in->dtype()));
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kBool: return Move(calls, rank);  // moved only (comm::CheckReduce refuses their reductions)
   }
 }
 

@@ -178,6 +178,37 @@ TEMPLATE_TEST_CASE("Broadcast copies the root's tensor to every rank", "", float
     }
 }
 
+TEST_CASE("bf16, f16 and bool tensors move bit for bit") {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kBool}) {
+    INFO(DTypeName(d));
+    auto bits = [d](int rank) {
+      Tensor t = Tensor::Zeros({6}, d);
+      auto* raw = static_cast<unsigned char*>(t.raw_data());
+      const unsigned mask = d == DType::kBool ? 1 : 0xff;  // a bool is 0 or 1
+      for (size_t i = 0; i < t.nbytes(); ++i) raw[i] = static_cast<unsigned char>((rank * 29 + i * 5 + 3) & mask);
+      return t;
+    };
+    RequireAllOk(RunRanks(3, [&](Communicator& comm) -> Status {
+      const int me = comm.rank(), n = comm.size();
+      auto same = [](const Tensor& a, const Tensor& b) {
+        return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+      };
+      Tensor got = Tensor::Zeros({6}, d);
+      LOOM_RETURN_IF_ERROR(comm.SendRecv(bits(me), (me + 1) % n, got, (me + n - 1) % n));
+      if (!same(got, bits((me + n - 1) % n))) return Internal("SendRecv changed the bits");
+      Tensor b = bits(me);
+      LOOM_RETURN_IF_ERROR(comm.Broadcast(b, 2));
+      if (!same(b, bits(2))) return Internal("Broadcast changed the bits");
+      Tensor all = Tensor::Zeros({6 * n}, d);
+      LOOM_RETURN_IF_ERROR(comm.AllGather(bits(me), all));
+      for (int r = 0; r < n; ++r)
+        if (std::memcmp(static_cast<const char*>(all.raw_data()) + r * b.nbytes(), bits(r).raw_data(), b.nbytes()))
+          return Internal("AllGather changed the bits of rank ", r);
+      return Status::Ok();
+    }));
+  }
+}
+
 TEST_CASE("integer tensors reduce exactly; their mean is refused on every rank") {
   RequireAllOk(RunRanks(3, [](Communicator& comm) -> Status {
     Tensor a = Tensor::FromVector<int32_t>({2}, {comm.rank() + 1, -comm.rank()});
@@ -238,8 +269,9 @@ TEST_CASE("arguments are checked with the rank, the op and the shapes") {
   CHECK(c.Send(t, 2).message() == "rank 1 of 2: Send: peer 2 is not a rank of a group of 2");
   Tensor undefined;
   CHECK(c.Recv(undefined, 0).message() == "rank 1 of 2: Recv: t is an undefined tensor");
-  Tensor boolean = Tensor::Zeros({2}, DType::kBool);
-  CHECK(c.Send(boolean, 0).message() == "rank 1 of 2: Send: t [2] bool: communicators carry f32, f64, i32 and i64");
+  CHECK(comm::CheckReduce(c, "AllReduce", DType::kBF16, ReduceOp::kSum).message() ==
+        "rank 1 of 2: AllReduce: reductions take f32, f64, i32 and i64, got bf16 (bf16, f16 and bool tensors move, "
+        "they do not reduce)");
   // Local argument errors of point to point calls leave the group usable.
   RequireAllOk(RunRanks(2, [](Communicator& comm) -> Status {
     Tensor x = Tensor::FromVector<float>({1}, {1.0f});

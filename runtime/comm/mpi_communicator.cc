@@ -32,8 +32,11 @@ MPI_Datatype MpiType(DType dtype) {
     case DType::kF64: return MPI_DOUBLE;
     case DType::kI32: return MPI_INT32_T;
     case DType::kI64: return MPI_INT64_T;
-    default: return MPI_DATATYPE_NULL;  // refused by comm::CheckTensor first
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;  // moved as bits, never reduced (comm::CheckReduce)
+    case DType::kBool: return MPI_UINT8_T;
   }
+  return MPI_DATATYPE_NULL;
 }
 
 MPI_Op MpiOp(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }

@@ -3,6 +3,8 @@
 // what the ranks' known inputs give.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <vector>
 
 #include "runtime/comm/mpi_communicator.h"
@@ -96,6 +98,47 @@ TEST_CASE("MPI: Send and Recv around a ring, in order per pair; SendRecv") {
   REQUIRE(World().SendRecv(send, next, recv, prev).ok());
   CHECK(recv.ToDoubleVector() == RankValues({3}, DType::kI64, prev).ToDoubleVector());
   CHECK_THAT(World().Send(send, me).message(), Catch::Contains("is this rank"));
+}
+
+// bf16, f16 and bool tensors move bit for bit (Send/Recv, Broadcast,
+// AllGather); their reductions are refused by name.
+TEST_CASE("MPI: 16-bit floats and bools move as bits and do not reduce") {
+  const int n = World().size(), me = World().rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  auto bits = [](DType d, int rank) {
+    Tensor t = Tensor::Zeros({5}, d);
+    auto* raw = static_cast<unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < t.nbytes(); ++i) raw[i] = static_cast<unsigned char>(rank * 31 + i * 7 + 1);
+    if (d == DType::kBool)
+      for (size_t i = 0; i < t.nbytes(); ++i) raw[i] &= 1;
+    return t;
+  };
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  };
+  for (DType d : {DType::kBF16, DType::kF16, DType::kBool}) {
+    INFO(DTypeName(d));
+    Tensor got = Tensor::Zeros({5}, d);
+    if (me % 2 == 0) {
+      REQUIRE(World().Send(bits(d, me), next).ok());
+      REQUIRE(World().Recv(got, prev).ok());
+    } else {
+      REQUIRE(World().Recv(got, prev).ok());
+      REQUIRE(World().Send(bits(d, me), next).ok());
+    }
+    CHECK(same(got, bits(d, prev)));
+    Tensor b = bits(d, me);
+    REQUIRE(World().Broadcast(b, 0).ok());
+    CHECK(same(b, bits(d, 0)));
+    Tensor all = Tensor::Zeros({5 * n}, d);
+    REQUIRE(World().AllGather(bits(d, me), all).ok());
+    for (int r = 0; r < n; ++r)
+      CHECK(std::memcmp(static_cast<const char*>(all.raw_data()) + r * b.nbytes(), bits(d, r).raw_data(),
+                        b.nbytes()) == 0);
+    Tensor sum = bits(d, me);
+    CHECK_THAT(World().AllReduce(sum, ReduceOp::kSum).message(),
+               Catch::Contains("reductions take f32, f64, i32 and i64, got " + std::string(DTypeName(d))));
+  }
 }
 
 TEST_CASE("MPI: a Recv whose tensor is not the message's size fails naming both") {

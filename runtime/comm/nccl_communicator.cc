@@ -44,7 +44,9 @@ ncclDataType_t NcclType(DType dtype) {
     case DType::kF64: return ncclFloat64;
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
-    default: LOOM_CHECK(false, "unchecked dtype ", DTypeName(dtype));
+    case DType::kBF16:
+    case DType::kF16: return ncclFloat16;  // moved as 16 bits, never reduced (comm::CheckReduce)
+    case DType::kBool: return ncclUint8;
   }
   return ncclFloat32;
 }
