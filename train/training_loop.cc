@@ -912,9 +912,13 @@ Status TrainingLoop::EvaluateArray(std::vector<double>* loss, std::vector<double
   std::vector<double> loss_sum(n, 0.0);
   std::vector<int64_t> correct(n, 0);
   int64_t scored = 0;  // target entries that count (not padding, not unmasked tokens)
-  for (;;) {
+  // Processes share the batches out: rank r evaluates batches r, r + K, ...
+  const int64_t ranks = opt_.processes ? opt_.processes->size() : 1;
+  const int64_t rank = opt_.processes ? opt_.processes->rank() : 0;
+  for (int64_t index = 0;; ++index) {
     LOOM_ASSIGN_OR_RETURN(bool more, test_loader_->Next(&batch));
     if (!more) break;
+    if (index % ranks != rank) continue;
     LOOM_ASSIGN_OR_RETURN(auto out, eval_->Run({{"input", batch.input}, {"target", batch.target}}));
     const Tensor& logits = out["logits"];  // [B, target..., C], fused [R, B, target..., C]
     const int64_t classes = logits.shape().dim(-1);
@@ -936,6 +940,24 @@ Status TrainingLoop::EvaluateArray(std::vector<double>* loss, std::vector<double
       loss_sum[r] += losses[r] * static_cast<double>(batch_scored);
     }
     scored += batch_scored;
+  }
+  if (opt_.processes) {
+    // Every rank's sums, gathered and added in rank order: the same bits on
+    // every rank (what each decides from them, early stops included, agrees).
+    Tensor mine = Tensor::Zeros({2 * n + 1}, DType::kF64);
+    double* m = mine.data<double>();
+    for (int64_t r = 0; r < n; ++r) m[r] = loss_sum[r], m[n + r] = static_cast<double>(correct[r]);
+    m[2 * n] = static_cast<double>(scored);
+    Tensor all = Tensor::Zeros({ranks * (2 * n + 1)}, DType::kF64);
+    LOOM_RETURN_IF_ERROR(opt_.processes->AllGather(mine, all));
+    const double* a = all.data<double>();
+    std::fill(loss_sum.begin(), loss_sum.end(), 0.0);
+    std::fill(correct.begin(), correct.end(), 0);
+    scored = 0;
+    for (int64_t k = 0; k < ranks; ++k, a += 2 * n + 1) {
+      for (int64_t r = 0; r < n; ++r) loss_sum[r] += a[r], correct[r] += static_cast<int64_t>(a[n + r]);
+      scored += static_cast<int64_t>(a[2 * n]);
+    }
   }
   loss->assign(n, 0.0);
   accuracy->assign(n, 0.0);
