@@ -134,7 +134,7 @@ std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& n, const Sp
     (input ? want.inputs[i] : want.outputs[i - n.inputs.size()]).axis = layout.shared() ? -1 : layout.dim;
   }
   for (const DimSplit& d : rules.All())
-    if (!d.partial_sums && !d.HasWindow() && d.SameAxes(want)) return d;
+    if (!d.partial_sums && !d.HasWindow() && !d.HasOwnedInputs() && d.SameAxes(want)) return d;
   *why = "no split rule of its op divides it along its replicas";
   return std::nullopt;
 }

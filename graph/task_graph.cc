@@ -33,6 +33,10 @@ constexpr int kNoAxis = -4;  // (BestMatch: a value not held split along a dimen
 struct ValueSplit {
   LayerSplit split;  // of its producer
   std::array<int, kSplitDims> axis{-1, -1, -1, -1};
+  // A producer pinned to the parts of one coordinate along a dimension of
+  // its layer (ExpandBuilder::Pin): that dimension and coordinate.
+  int pin_dim = -1;
+  int64_t pin_part = -1;
 };
 
 // Orders pieces (by index) by their regions: a set of them keeps one
@@ -112,8 +116,11 @@ StatusOr<std::vector<TensorType>> Infer(const std::string& op, const std::vector
 // Emits a node's expansion (OpDef::Expand) into the graph being lowered.
 class Expansion : public ExpandBuilder {
  public:
-  Expansion(Graph& graph, const Node& node) : g_(graph), node_(node), outputs_(node.outputs.size(), kNoValue) {}
+  Expansion(Graph& graph, const Node& node, int64_t parts)
+      : g_(graph), node_(node), outputs_(node.outputs.size(), kNoValue), parts_(parts) {}
   const Node& node() const override { return node_; }
+  int64_t parts() const override { return parts_; }
+  void Pin(int64_t part) override { pin_ = part; }
   const TensorType& type(ValueId v) const override { return g_.type(v); }
   std::vector<ValueId> Emit(const std::string& op, const std::vector<ValueId>& inputs, const AttrMap& attrs,
                             const std::string& suffix) override {
@@ -129,6 +136,7 @@ class Expansion : public ExpandBuilder {
     }
     const NodeId id = g_.AddNode(g_.UniqueName(node_.name + "/" + suffix), op, canonical, inputs, *out);
     emitted_.push_back(id);
+    if (pin_ >= 0) pins_[id] = pin_;
     return g_.node(id).outputs;
   }
   void SetOutput(int i, ValueId v) override { outputs_.at(static_cast<size_t>(i)) = v; }
@@ -144,6 +152,7 @@ class Expansion : public ExpandBuilder {
     return emitted_;
   }
   const std::vector<ValueId>& outputs() const { return outputs_; }
+  const std::map<NodeId, int64_t>& pins() const { return pins_; }
 
  private:
   Graph& g_;
@@ -151,6 +160,9 @@ class Expansion : public ExpandBuilder {
   std::vector<ValueId> outputs_;
   std::vector<NodeId> emitted_;
   Status status_;
+  const int64_t parts_;
+  int64_t pin_ = -1;
+  std::map<NodeId, int64_t> pins_;  // emitted nodes pinned to a coordinate
 };
 
 // The regions of every part (row-major over sample, replica, attribute,
@@ -171,6 +183,7 @@ StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const La
       const ValueId v = input ? n.inputs[j] : n.outputs[j];
       Region r = Region::Whole(g.type(v).shape);
       bool partial = false;
+      int unread_axis = -1;  // another part's input: none of it (rows [0, 0) of this axis)
       int64_t partial_index = 0;
       for (size_t d = 0; d < kSplitDims; ++d) {
         if (!dims[d]) continue;
@@ -180,6 +193,8 @@ StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const La
             partial = true;
             partial_index = partial_index * split.degree[d] + coord[d];
           }
+          if (input && a.part >= 0 && a.part != coord[d])
+            unread_axis = std::max(0, dims[d]->outputs.empty() ? 0 : dims[d]->outputs[0].axis);
           continue;
         }
         if (a.axis >= r.rank())
@@ -205,6 +220,7 @@ StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const La
         r.lo[a.axis] += coord[d] * (len / k);
         r.hi[a.axis] = r.lo[a.axis] + len / k;
       }
+      if (unread_axis >= 0 && unread_axis < r.rank()) r.hi[unread_axis] = r.lo[unread_axis];
       (input ? part.inputs : part.outputs)[j] = std::move(r);
       if (!input) {
         part.partial[j] = partial;
@@ -250,6 +266,19 @@ Status PartAttrs(const Node& n, const OpDef& def, const std::vector<TensorType>&
   return Status::Ok();
 }
 
+// Parts that compute all of a node's outputs read only what its op says
+// such a run needs (OpDef::WholeReads: a Slice's range).
+void ReadLess(const OpDef& def, const Node& n, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+              std::vector<PartRegions>* parts) {
+  std::optional<std::vector<Region>> reads;
+  bool asked = false;
+  for (PartRegions& part : *parts) {
+    if (!ShapedAs(part.outputs, out) || !ShapedAs(part.inputs, in)) continue;
+    if (!asked) reads = def.WholeReads(n.attrs, in, out), asked = true;
+    if (reads) part.inputs = *reads;
+  }
+}
+
 // The rules of a forward layer's split, one per dimension it splits (its
 // op's labelled rule; the replica dimension's follows the replica layouts).
 StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& rules, const LayerSplit& split) {
@@ -274,7 +303,26 @@ StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& 
       return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree, ": ",
                              why);
   }
+  for (int d = 0; d < kSplitDims; ++d)
+    if (dims[static_cast<size_t>(d)] && dims[static_cast<size_t>(d)]->alone &&
+        split.parts() != split.degree[static_cast<size_t>(d)])
+      return InvalidArgument("layer '", n.name, "' (", n.op, "): ", split.ToString(), ": its split along ",
+                             SplitDimName(kAllSplitDims[d]), " chains its parts and combines with no other dimension");
   return dims;
+}
+
+// The split of a node pinned to coordinate `part` along dimension `dim` of
+// its layer's split: the parts with that coordinate (1 along `dim`).
+LayerSplit PinnedSplit(const LayerSplit& layer, int dim, int64_t part) {
+  LayerSplit pinned = layer;
+  pinned.degree[static_cast<size_t>(dim)] = 1;
+  pinned.devices.clear();
+  for (int64_t p = 0; p < layer.parts(); ++p) {
+    int64_t coord = p;
+    for (int d = kSplitDims - 1; d > dim; --d) coord /= layer.degree[static_cast<size_t>(d)];
+    if (coord % layer.degree[static_cast<size_t>(dim)] == part) pinned.devices.push_back(layer.devices[static_cast<size_t>(p)]);
+  }
+  return pinned;
 }
 
 // Where a piece is listed in its value's state: among the pieces its
@@ -367,6 +415,13 @@ struct Record {
 struct ExpansionOf {
   std::vector<NodeId> nodes;
   std::vector<ValueId> outputs;
+};
+
+// An expansion's node pinned to the parts of one coordinate along the
+// expanding dimension of its layer (ExpandBuilder::Pin).
+struct PinnedTo {
+  int dim = 0;
+  int64_t part = 0;
 };
 
 class Lowering {
@@ -734,6 +789,8 @@ class Lowering {
     h.AddString(split.split.parameter_split);
     h.AddAll(split.split.devices);
     h.Add(split.axis);
+    h.Add(split.pin_dim);
+    h.Add(split.pin_part);
     State(v).version = h.value();
     const int index = static_cast<int>(record_.splits.size());
     record_.splits.push_back(std::move(split));
@@ -835,6 +892,7 @@ class Lowering {
   // that tile it, transferred where they are elsewhere. A source gets a
   // home piece there instead.
   StatusOr<Operand> Fetch(ValueId v, Region wanted, int64_t device) {
+    if (wanted.numel() == 0) return Operand{v, std::move(wanted), {}};  // another part's input (AxisSplit::part)
     // A window part's rows may reach into the padding: it reads the rows
     // inside and the runtime fills the rest with zeros.
     if (!Inside(wanted, g_.type(v).shape)) {
@@ -1046,11 +1104,19 @@ class Lowering {
     int64_t best_score = -1;
     for (size_t c = 0; c < candidates.size(); ++c) {
       int64_t score = 0;
+      bool owned = true;  // every input a single part reads was made there (else the rule is not taken)
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const ValueSplit* arrived = SplitOf(n.inputs[i]);
         if (!arrived) arrived = SourceReadOf(n.inputs[i]);
-        if (axis_held(arrived) == candidates[c].inputs[i].axis) score += g_.type(n.inputs[i]).shape.numel();
+        const AxisSplit& read = candidates[c].inputs[i];
+        if (read.part >= 0) {
+          owned = owned && arrived && arrived->pin_dim == d && arrived->pin_part == read.part;
+          score += g_.type(n.inputs[i]).shape.numel();
+        } else if (axis_held(arrived) == read.axis) {
+          score += g_.type(n.inputs[i]).shape.numel();
+        }
       }
+      if (!owned) continue;
       for (size_t i = 0; i < n.outputs.size(); ++i) {
         const ValueId param = ParameterOf(n.outputs[i]);
         if (param != kNoValue && axis_held(SourceReadOf(param)) == candidates[c].outputs[i].axis)
@@ -1072,7 +1138,7 @@ class Lowering {
   // outputs, state updates and gradients go to the expansion once, at the
   // end (ReplaceExpanded): doing so per expansion costs the whole graph. An
   // incremental lowering makes each node's expansion once and keeps it.
-  Status Expand(NodeId id, const Node& planned, const OpDef& def) {
+  Status Expand(NodeId id, const Node& planned, const OpDef& def, int dim, int64_t degree) {
     auto cached = expansion_of_.find(id);
     if (cached == expansion_of_.end()) {
       // Expanded nodes leave the graph at the end, but their names are free
@@ -1085,9 +1151,10 @@ class Lowering {
       // expands it reading what stands for its inputs, as it was planned;
       // an incremental one keeps the expansion, so it reads the inputs as
       // built (its nodes are planned reading what stands for them).
-      Expansion b(g_, incremental_ ? g_.node(id) : planned);
+      Expansion b(g_, incremental_ ? g_.node(id) : planned, degree);
       LOOM_RETURN_IF_ERROR(def.Expand(b));
       LOOM_ASSIGN_OR_RETURN(std::vector<NodeId> emitted, b.Finish());
+      for (const auto& [node, part] : b.pins()) pins_[node] = PinnedTo{dim, part};
       for (size_t i = 0; i < b.node().outputs.size(); ++i)
         g_.mutable_value(b.outputs()[i]).replica_layout = g_.value(b.node().outputs[i]).replica_layout;
       GrowValues(emitted);
@@ -1163,6 +1230,12 @@ class Lowering {
     // the first of its inputs that a split node wrote.
     for (size_t i = 0; !owner && i < n.inputs.size(); ++i)
       if (const ValueSplit* s = SplitOf(n.inputs[i]); s && s->split.parts() > 1) owner = &s->split;
+    const auto pin = pins_.find(id);
+    LayerSplit pinned;
+    if (owner && pin != pins_.end()) {
+      pinned = PinnedSplit(*owner, pin->second.dim, pin->second.part);
+      owner = &pinned;
+    }
     LayerSplit split;
     split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
     DimRules dims;
@@ -1176,10 +1249,12 @@ class Lowering {
           if (split.degree[static_cast<size_t>(d)] > 1)
             dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
       }
-      for (const std::optional<DimSplit>& d : dims)
-        if (d && d->expands) return Expand(id, n, *def);
+      for (int d = 0; d < kSplitDims; ++d)
+        if (dims[static_cast<size_t>(d)] && dims[static_cast<size_t>(d)]->expands)
+          return Expand(id, n, *def, d, split.degree[static_cast<size_t>(d)]);
     }
     StatusOr<std::vector<PartRegions>> parts = Parts(g_, n, split, dims);
+    if (parts.ok()) ReadLess(*def, n, in, out, &*parts);
     std::vector<std::shared_ptr<const AttrMap>> attrs;
     std::vector<bool> alike;
     Status fits = parts.status();
@@ -1191,8 +1266,10 @@ class Lowering {
       split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
       dims = DimRules{};
       LOOM_ASSIGN_OR_RETURN(parts, Parts(g_, n, split, dims));
-      attrs = {std::make_shared<const AttrMap>(n.attrs)};
-      alike = {false};
+      ReadLess(*def, n, in, out, &*parts);
+      attrs.clear();
+      alike.clear();
+      LOOM_RETURN_IF_ERROR(PartAttrs(n, *def, in, out, *parts, &attrs, &alike));
     }
     OpCost cost;
     DType work_dtype = DType::kF32;  // the first floating output's (a loss over f32 logits is f32 work)
@@ -1240,6 +1317,7 @@ class Lowering {
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       ValueSplit s;
       s.split = split;
+      if (pin != pins_.end()) s.pin_dim = pin->second.dim, s.pin_part = pin->second.part;
       for (size_t d = 0; d < kSplitDims; ++d)
         if (dims[d])
           s.axis[d] = dims[d]->outputs[i].axis >= 0 ? dims[d]->outputs[i].axis
@@ -1271,6 +1349,7 @@ class Lowering {
   // Expansions made (by node), and, in a one-time lowering, the expanded
   // nodes (and their names) still in the graph.
   std::map<NodeId, ExpansionOf> expansion_of_;
+  std::map<NodeId, PinnedTo> pins_;  // expansions' nodes pinned to a coordinate of their layer's split
   std::vector<NodeId> expanded_;
   std::set<std::string> expanded_names_;
   // Replay: this run's record and the last one's, with the last run's tasks

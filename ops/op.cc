@@ -46,6 +46,12 @@ bool DimSplit::HasWindow() const {
   return false;
 }
 
+bool DimSplit::HasOwnedInputs() const {
+  for (const AxisSplit& a : inputs)
+    if (a.part >= 0) return true;
+  return false;
+}
+
 bool DimSplit::SameAxes(const DimSplit& o) const {
   if (inputs.size() != o.inputs.size() || outputs.size() != o.outputs.size()) return false;
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -119,6 +125,11 @@ SplitRules ViewSplits(const TensorType& input, const TensorType& output) {
 
 SplitRules OpDef::Splits(const AttrMap&, const std::vector<TensorType>&, const std::vector<TensorType>&) const {
   return {};
+}
+
+std::optional<std::vector<Region>> OpDef::WholeReads(const AttrMap&, const std::vector<TensorType>&,
+                                                     const std::vector<TensorType>&) const {
+  return std::nullopt;
 }
 
 StatusOr<AttrMap> OpDef::PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,

@@ -74,6 +74,14 @@ class ExpandBuilder {
                                     const std::string& suffix) = 0;
   // Output i of the node is `v` (of the same type) from now on.
   virtual void SetOutput(int i, ValueId v) = 0;
+  // The degree of the split that expands the node: its parts along that
+  // dimension.
+  virtual int64_t parts() const = 0;
+  // The nodes emitted after this run on the node's parts whose coordinate
+  // along the expanding dimension is `part` (a chain of parts: an LSTM's
+  // sequence chunks); -1, the default: on all of them, as the node's other
+  // nodes.
+  virtual void Pin(int64_t part) = 0;
 
   ValueId input(int i) const { return node().inputs.at(i); }
   const AttrMap& attrs() const { return node().attrs; }
@@ -105,6 +113,10 @@ struct AxisSplit {
   // pools, whose padding is not zeros).
   int64_t stride = 1, padding = 0, span = 1;
   bool zero_padding = true;
+  // >= 0 (an input with axis -1): only the part with this coordinate
+  // along the dimension reads it, whole; the others read none of it (a
+  // Concat of chunks, each where it was made).
+  int64_t part = -1;
 };
 
 // How an op's parts along one dimension divide its tensors: one AxisSplit
@@ -119,8 +131,13 @@ struct DimSplit {
   // split), so the lowering replaces the node by the op's expansion, whose
   // nodes split without one.
   bool expands = false;
+  // The split combines with no other dimension (an LSTM's sequence: its
+  // expansion chains whole parts).
+  bool alone = false;
   // Whether some input is read through a window (a halo between parts).
   bool HasWindow() const;
+  // Whether some input is read by one part only (AxisSplit::part).
+  bool HasOwnedInputs() const;
   // Whether both split the same axes of every input and output.
   bool SameAxes(const DimSplit& o) const;
 };
@@ -226,6 +243,12 @@ class OpDef {
   virtual StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& inputs,
                                       const std::vector<TensorType>& outputs, const std::vector<Region>& input_regions,
                                       const std::vector<Region>& output_regions) const;
+  // The regions of its inputs that a run computing all of its outputs
+  // reads, where that is less than the inputs (a Slice: its range); nullopt,
+  // the default: all of them. The lowering fetches only those, and the part
+  // takes PartAttrs for them.
+  virtual std::optional<std::vector<Region>> WholeReads(const AttrMap& attrs, const std::vector<TensorType>& inputs,
+                                                        const std::vector<TensorType>& outputs) const;
   // The graph of ops that realises a split rule marked `expands` (every
   // output set with SetOutput). The default fails: only ops that declare
   // such a rule have one.

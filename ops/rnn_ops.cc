@@ -88,6 +88,31 @@ DimSplit LstmBatchSplit(const std::vector<TensorType>& in, const std::vector<Ten
   return d;
 }
 
+// Attribute splits of the LSTM ops: the sequence (axis 0 of x, y, gates,
+// cells, dy, dx) in k chunks of equal length. The recurrence chains them, so
+// the split expands into one node per chunk, pinned to its part and handed
+// the state the chunk before it ends with (ExpandBuilder::Pin): on its own
+// one layer's chunks run one after another, but stacked layers overlap (a
+// wavefront: layer 2's chunk 0 runs beside layer 1's chunk 1).
+DimSplit LstmSequenceSplit(const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                           const std::vector<size_t>& sequence_inputs, const std::vector<size_t>& sequence_outputs) {
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  for (size_t i : sequence_inputs) d.inputs[i].axis = 0;
+  for (size_t i : sequence_outputs) d.outputs[i].axis = 0;
+  d.expands = true;
+  d.alone = true;
+  return d;
+}
+
+// Rows [first, end) of a sequence, on the current pin.
+ValueId SequenceRows(ExpandBuilder& b, ValueId v, int64_t first, int64_t end, const std::string& suffix) {
+  return b.Emit("Slice", {v}, AttrMap{{"axis", int64_t{0}}, {"start", first}, {"end", end}}, suffix).at(0);
+}
+
+ValueId JoinSequence(ExpandBuilder& b, const std::vector<ValueId>& chunks, const std::string& suffix) {
+  return b.Emit("Concat", chunks, AttrMap{{"axis", int64_t{0}}}, suffix).at(0);
+}
+
 class LstmOp : public OpDef {
  public:
   LstmOp() { DeclareAttrs(); }
@@ -97,7 +122,34 @@ class LstmOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = LstmBatchSplit(in, out, false);
+    rules.attribute = LstmSequenceSplit(in, out, {0}, {0, 3, 4});
     return rules;
+  }
+
+  // k chunks: chunk j runs steps [j L, (j + 1) L) from chunk j - 1's (h, c).
+  Status Expand(ExpandBuilder& b) const override {
+    const int64_t k = b.parts(), steps = b.type(b.input(0)).shape[0] / k;
+    ValueId h = b.input(1), c = b.input(2);
+    std::vector<ValueId> ys, gates, cells;
+    for (int64_t j = 0; j < k; ++j) {
+      b.Pin(j);
+      const std::string at = std::to_string(j);
+      const ValueId x = SequenceRows(b, b.input(0), j * steps, (j + 1) * steps, "x" + at);
+      const std::vector<ValueId> o =
+          b.Emit(kLstm, {x, h, c, b.input(3), b.input(4), b.input(5), b.input(6)}, {}, "chunk" + at);
+      ys.push_back(o.at(0));
+      h = o.at(1);
+      c = o.at(2);
+      gates.push_back(o.at(3));
+      cells.push_back(o.at(4));
+    }
+    b.Pin(-1);
+    b.SetOutput(0, JoinSequence(b, ys, "y"));
+    b.SetOutput(1, h);
+    b.SetOutput(2, c);
+    b.SetOutput(3, JoinSequence(b, gates, "gates"));
+    b.SetOutput(4, JoinSequence(b, cells, "cells"));
+    return Status::Ok();
   }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
@@ -219,11 +271,57 @@ class LstmBackwardOp : public OpDef {
   std::string name() const override { return kLstmBackward; }
 
   // The batch of every sequence and state; dw_ih, dw_hh and db partial sums.
+  // The sequence: chunks from the last back (LstmSequenceSplit).
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = LstmBatchSplit(in, out, true);
+    rules.attribute = LstmSequenceSplit(in, out, {0, 5, 6, 7, 8}, {0});
     return rules;
+  }
+
+  // Chunk j (from the last): steps [j L, (j + 1) L), starting from the state
+  // that entered it (h0, c0 for chunk 0, else row j L - 1 of y and cells)
+  // and the state gradient chunk j + 1 hands back; the weight gradients
+  // summed chunk by chunk, from the last.
+  Status Expand(ExpandBuilder& b) const override {
+    const Shape& xs = b.type(b.input(0)).shape;
+    const Shape& hs = b.type(b.input(1)).shape;
+    const int64_t k = b.parts(), steps = xs[0] / k;
+    ValueId dh = b.input(9), dc = b.input(10);
+    std::vector<ValueId> dxs(static_cast<size_t>(k));
+    std::vector<ValueId> weights(3, kNoValue);  // dw_ih, dw_hh, db
+    for (int64_t j = k - 1; j >= 0; --j) {
+      b.Pin(j);
+      const std::string at = std::to_string(j);
+      const int64_t first = j * steps, end = first + steps;
+      auto rows = [&](int input, const std::string& name) {
+        return SequenceRows(b, b.input(input), first, end, name + at);
+      };
+      auto entering = [&](int input, const std::string& name) {
+        const ValueId row = SequenceRows(b, b.input(input), first - 1, first, name + at + "/row");
+        return b.Emit("Reshape", {row}, AttrMap{{"shape", hs.dims()}}, name + at).at(0);
+      };
+      const ValueId h0 = j == 0 ? b.input(1) : entering(5, "h");
+      const ValueId c0 = j == 0 ? b.input(2) : entering(7, "c");
+      const std::vector<ValueId> o = b.Emit(kLstmBackward,
+                                            {rows(0, "x"), h0, c0, b.input(3), b.input(4), rows(5, "y"),
+                                             rows(6, "gates"), rows(7, "cells"), rows(8, "dy"), dh, dc},
+                                            {}, "chunk" + at);
+      dxs[static_cast<size_t>(j)] = o.at(0);
+      dh = o.at(1);
+      dc = o.at(2);
+      const char* names[] = {"dw_ih", "dw_hh", "db"};
+      for (size_t w = 0; w < 3; ++w)
+        weights[w] = weights[w] == kNoValue ? o.at(3 + w)
+                                            : b.Emit("Add", {weights[w], o.at(3 + w)}, {}, names[w] + at).at(0);
+    }
+    b.Pin(-1);
+    b.SetOutput(0, JoinSequence(b, dxs, "dx"));
+    b.SetOutput(1, dh);
+    b.SetOutput(2, dc);
+    for (int w = 0; w < 3; ++w) b.SetOutput(3 + w, weights[static_cast<size_t>(w)]);
+    return Status::Ok();
   }
 
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {

@@ -263,6 +263,22 @@ class ConcatOp : public OpDef {
     }
     return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
   }
+  // k equal chunks joined along the axis split k ways along it, part j
+  // reading input j alone: the chunks stay where they were made (an LSTM's
+  // sequence parts). A follower takes it only then (graph/task_graph.cc).
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    const StatusOr<int> axis = NormalizeAxis(attrs.Int("axis"), out[0].shape.rank());
+    if (!axis.ok() || in.size() < 2) return rules;
+    for (const TensorType& t : in)
+      if (t.shape[*axis] != in[0].shape[*axis]) return rules;
+    DimSplit chunks = SplitAlong(-1, in.size(), 1);
+    chunks.outputs[0].axis = *axis;
+    for (size_t j = 0; j < in.size(); ++j) chunks.inputs[j].part = static_cast<int64_t>(j);
+    rules.other.push_back(std::move(chunks));
+    return rules;
+  }
   // One Split of dy hands every input its part in a single pass.
   Status Gradient(GradBuilder& g) const override {
     const int n = static_cast<int>(g.node().inputs.size());
@@ -407,6 +423,32 @@ class SliceOp : public OpDef {
     OpCost c = OpDef::Cost(a, in, out);
     c.bytes_read = c.bytes_written;
     return c;
+  }
+  // A contiguous range (step 1) is all it reads; a part given only that
+  // range slices it from its first row.
+  std::optional<std::vector<Region>> WholeReads(const AttrMap& attrs, const std::vector<TensorType>& in,
+                                                const std::vector<TensorType>&) const override {
+    StatusOr<SliceRange> r = ResolveSlice("Slice", attrs, in[0].shape);
+    if (!r.ok() || r->step != 1 || r->count == 0) return std::nullopt;
+    Region range = Region::Whole(in[0].shape);
+    range.lo[r->axis] = r->start;
+    range.hi[r->axis] = r->start + r->count;
+    return std::vector<Region>{range};
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    LOOM_ASSIGN_OR_RETURN(SliceRange r, ResolveSlice("Slice", attrs, in[0].shape));
+    const Region& held = in_regions[0];
+    for (int d = 0; d < in[0].shape.rank(); ++d)
+      if (d != r.axis && (held.lo[d] != 0 || held.hi[d] != in[0].shape[d]))
+        return InvalidArgument("Slice: a part holds only a range of axis ", r.axis, ", not ", held.ToString());
+    if (r.step != 1 || held.lo[r.axis] > r.start || held.hi[r.axis] < r.start + r.count)
+      return InvalidArgument("Slice: rows ", held.ToString(), " do not hold the range of ", r.count, " from ", r.start);
+    AttrMap part = attrs;
+    part.Set("axis", static_cast<int64_t>(r.axis));
+    part.Set("start", r.start - held.lo[r.axis]);
+    part.Set("end", r.start - held.lo[r.axis] + r.count);
+    return part;
   }
   Status Gradient(GradBuilder& g) const override {
     AttrMap attrs = g.attrs();

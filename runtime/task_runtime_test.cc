@@ -458,6 +458,63 @@ TEST_CASE("LSTM and attention split along the batch, the heads and the sequence 
   }
 }
 
+// Two stacked LSTMs split along the sequence: each layer's chunks chain on
+// their devices (chunk j on part j's device, from chunk j - 1's state), the
+// backward from the last chunk; a split along the sequence and the batch at
+// once is refused by name.
+TEST_CASE("stacked LSTMs split along the sequence match one device") {
+  constexpr int64_t kSteps = 8;
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kSteps, kBatch, 6});
+  LstmOptions options;
+  options.num_layers = 2;
+  const Sym h = m.transpose(m.lstm(x, 5, options, "lstm"), {1, 0, 2});
+  const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(9);
+  Tensor xs = Tensor::Zeros({kSteps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
+  REQUIRE(c.status().ToString() == "OK");
+  const StepResults want = OneDevice(*c);
+  for (const std::string& s :
+       {std::string("devices: 2\nlayer { layer: \"lstm/l?\" attribute: 2 }\n"),
+        std::string("devices: 4\nlayer { layer: \"lstm/l?\" attribute: 4 devices: [3, 1, 0, 2] }\n"),
+        std::string("devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"lstm/l0\" attribute: 2 }\n"),
+        std::string("devices: 2\nlayer { layer: \"lstm/l1\" attribute: 2 }\n")}) {
+    ExpectSame(*c, want, s);
+    auto tg = Lower(*c, s);
+    REQUIRE(tg.ok());
+    INFO(s << tg->ToString());
+    // A split layer's chunks run on the devices of its parts, none of them
+    // the whole sequence.
+    auto split = [&](const std::string& layer) {
+      return s.find(layer) != std::string::npos || s.find("lstm/l?") != std::string::npos;
+    };
+    std::map<std::string, std::set<int64_t>> forward, backward;
+    for (const Task& t : tg->tasks) {
+      if (t.kind != TaskKind::kCompute) continue;
+      const Node& n = tg->graph.node(t.node);
+      const std::string layer = n.name.substr(0, 7);  // "lstm/l0"
+      if (n.op != "LSTM" && n.op != "LSTMBackward") continue;
+      (n.op == "LSTM" ? forward : backward)[layer].insert(t.device);
+      if (split(layer)) CHECK(t.inputs[0].region.shape()[0] < kSteps);
+    }
+    for (const std::string layer : {"lstm/l0", "lstm/l1"}) {
+      if (!split(layer)) continue;
+      CHECK(forward[layer].size() >= 2);
+      CHECK(backward[layer].size() >= 2);
+    }
+  }
+  auto both = Lower(*c, "devices: 4\nlayer { layer: \"lstm/l0\" sample: 2 attribute: 2 }\n");
+  REQUIRE(!both.ok());
+  CHECK_THAT(both.status().message(),
+             Catch::Matchers::Contains("layer 'lstm/l0' (LSTM): sample 2 x attribute 2 on devices 0,1,2,3: its split "
+                                       "along attribute chains its parts and combines with no other dimension"));
+}
+
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.
 TEST_CASE("the state set after steps is the state the next step reads; results a caller holds stay as they were") {
   // Homes take the new values' tensors after each step (no copy), so a
