@@ -38,6 +38,18 @@ StepResults OneDevice(const StepCase& c) {
 
 StatusOr<TaskGraph> Lower(const StepCase& c, const std::string& strategy) { return testing::LowerStrategy(c, strategy); }
 
+// A sequence model's step (its graph reads "input" [steps, kBatch, 6], time
+// major, and "target" [kBatch] of 4 classes), fed from `seed`.
+StepCase SequenceCase(const Graph& graph, int64_t steps, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor xs = Tensor::Zeros({steps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(graph, std::nullopt, {{"input", xs}, {"target", y}});
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *c;
+}
+
 void ExpectSame(const StepCase& c, const StepResults& want, const std::string& strategy) {
   INFO(strategy);
   auto got = testing::RunOnDevices(c, strategy, kSteps, kSeed);
@@ -425,13 +437,8 @@ TEST_CASE("LSTM and attention split along the batch, the heads and the sequence 
     const Sym logits = m.linear(m.mean(a, {1}), 4, {}, "fc");
     m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
     REQUIRE(m.status().ok());
-    std::mt19937_64 rng(6);
-    Tensor xs = Tensor::Zeros({kSteps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
-    for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-    for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-    auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
-    REQUIRE(c.status().ToString() == "OK");
-    const StepResults want = OneDevice(*c);
+    const StepCase c = SequenceCase(m.graph(), kSteps, 6);
+    const StepResults want = OneDevice(c);
     for (const std::string& s :
          {std::string("devices: 2\ndefault_split { sample: 2 }\n"),
           std::string("devices: 2\nlayer { layer: \"*sdpa*\" parameter: 2 }\n"),
@@ -441,8 +448,8 @@ TEST_CASE("LSTM and attention split along the batch, the heads and the sequence 
           std::string("devices: 4\nlayer { layer: \"*sdpa*\" attribute: 4 devices: 3 devices: 1 devices: 0 devices: 2 }\n"),
           std::string("devices: 4\ndefault_split { sample: 2 }\n"
                       "layer { layer: \"*sdpa*\" sample: 2 attribute: 2 }\n")}) {
-      ExpectSame(*c, want, s);
-      auto tg = Lower(*c, s);
+      ExpectSame(c, want, s);
+      auto tg = Lower(c, s);
       REQUIRE(tg.ok());
       std::map<std::string, std::set<int64_t>> devices;
       for (const Task& t : tg->tasks)
@@ -472,20 +479,15 @@ TEST_CASE("stacked LSTMs split along the sequence match one device") {
   const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
   m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
   REQUIRE(m.status().ok());
-  std::mt19937_64 rng(9);
-  Tensor xs = Tensor::Zeros({kSteps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
-  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-  for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
-  REQUIRE(c.status().ToString() == "OK");
-  const StepResults want = OneDevice(*c);
+  const StepCase c = SequenceCase(m.graph(), kSteps, 9);
+  const StepResults want = OneDevice(c);
   for (const std::string& s :
        {std::string("devices: 2\nlayer { layer: \"lstm/l?\" attribute: 2 }\n"),
         std::string("devices: 4\nlayer { layer: \"lstm/l?\" attribute: 4 devices: [3, 1, 0, 2] }\n"),
         std::string("devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"lstm/l0\" attribute: 2 }\n"),
         std::string("devices: 2\nlayer { layer: \"lstm/l1\" attribute: 2 }\n")}) {
-    ExpectSame(*c, want, s);
-    auto tg = Lower(*c, s);
+    ExpectSame(c, want, s);
+    auto tg = Lower(c, s);
     REQUIRE(tg.ok());
     INFO(s << tg->ToString());
     // A split layer's chunks run on the devices of its parts, none of them
@@ -508,7 +510,7 @@ TEST_CASE("stacked LSTMs split along the sequence match one device") {
       CHECK(backward[layer].size() >= 2);
     }
   }
-  auto both = Lower(*c, "devices: 4\nlayer { layer: \"lstm/l0\" sample: 2 attribute: 2 }\n");
+  auto both = Lower(c, "devices: 4\nlayer { layer: \"lstm/l0\" sample: 2 attribute: 2 }\n");
   REQUIRE(!both.ok());
   CHECK_THAT(both.status().message(),
              Catch::Matchers::Contains("layer 'lstm/l0' (LSTM): sample 2 x attribute 2 on devices 0,1,2,3: its split "
