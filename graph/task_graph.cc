@@ -183,7 +183,7 @@ StatusOr<std::vector<PartRegions>> Parts(const Graph& g, const Node& n, const La
       const ValueId v = input ? n.inputs[j] : n.outputs[j];
       Region r = Region::Whole(g.type(v).shape);
       bool partial = false;
-      int unread_axis = -1;  // another part's input: none of it (rows [0, 0) of this axis)
+      int unread_axis = -1;  // another part's input: none of it (an empty range of this axis)
       int64_t partial_index = 0;
       for (size_t d = 0; d < kSplitDims; ++d) {
         if (!dims[d]) continue;
@@ -320,7 +320,8 @@ LayerSplit PinnedSplit(const LayerSplit& layer, int dim, int64_t part) {
   for (int64_t p = 0; p < layer.parts(); ++p) {
     int64_t coord = p;
     for (int d = kSplitDims - 1; d > dim; --d) coord /= layer.degree[static_cast<size_t>(d)];
-    if (coord % layer.degree[static_cast<size_t>(dim)] == part) pinned.devices.push_back(layer.devices[static_cast<size_t>(p)]);
+    if (coord % layer.degree[static_cast<size_t>(dim)] == part)
+      pinned.devices.push_back(layer.devices[static_cast<size_t>(p)]);
   }
   return pinned;
 }
