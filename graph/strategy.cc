@@ -195,6 +195,20 @@ StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node) {
   return def->Splits(node.attrs, in, out);
 }
 
+std::optional<DimSplit> LabelledRule(const SplitRules& rules, SplitDim d, const std::string& parameter_split,
+                                     std::string* why) {
+  const std::optional<DimSplit> rule = d == SplitDim::kSample      ? rules.sample
+                                       : d == SplitDim::kAttribute ? rules.attribute
+                                       : d == SplitDim::kParameter ? rules.Parameter(parameter_split)
+                                                                   : std::nullopt;
+  if (!rule)
+    *why = d == SplitDim::kParameter && !parameter_split.empty()
+               ? StrCat("its op has no parameter split '", parameter_split, "' (its variants: ", rules.VariantNames(),
+                        ")")
+               : StrCat("its op cannot be split along ", SplitDimName(d));
+  return rule;
+}
+
 int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rules, SplitDim d, std::string* what,
                     const std::string& parameter_split) {
   std::vector<TensorType> in, out;
@@ -213,16 +227,8 @@ int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rule
     *what = "replicas";
     return replicas;
   }
-  const std::optional<DimSplit> rule = d == SplitDim::kSample      ? rules.sample
-                                       : d == SplitDim::kAttribute ? rules.attribute
-                                                                   : rules.Parameter(parameter_split);
-  if (!rule) {
-    *what = parameter_split.empty() || d != SplitDim::kParameter
-                ? StrCat("its op cannot be split along ", SplitDimName(d))
-                : StrCat("its op has no parameter split '", parameter_split, "' (its variants: ",
-                         rules.VariantNames(), ")");
-    return 0;
-  }
+  const std::optional<DimSplit> rule = LabelledRule(rules, d, parameter_split, what);
+  if (!rule) return 0;
   const int64_t extent = ExtentOf(*rule, in, out, what);
   if (extent <= 0) *what = StrCat("its extent ", extent, " (", *what, ") cannot be split");
   return std::max<int64_t>(extent, 0);

@@ -67,6 +67,12 @@ std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const
 // names the layer when its op is unknown.
 StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node);
 
+// The rule a layer's op splits by along `d` (sample, attribute, or the
+// parameter rule `parameter_split` names; not replica), or nullopt with the
+// reason in `why`.
+std::optional<DimSplit> LabelledRule(const SplitRules& rules, SplitDim d, const std::string& parameter_split,
+                                     std::string* why);
+
 // The extent a layer's parts divide along `d` (`rules` are its op's
 // splits): a fused array's replica count for the replica dimension, else
 // the first axis its op's rule splits (for the parameter dimension, the

@@ -283,22 +283,13 @@ void ReadLess(const OpDef& def, const Node& n, const std::vector<TensorType>& in
 // op's labelled rule; the replica dimension's follows the replica layouts).
 StatusOr<DimRules> ForwardDims(const Graph& g, const Node& n, const SplitRules& rules, const LayerSplit& split) {
   DimRules dims;
-  const std::optional<DimSplit> parameter = rules.Parameter(split.parameter_split);
-  const std::optional<DimSplit>* labelled[kSplitDims] = {&rules.sample, nullptr, &rules.attribute, &parameter};
   for (int d = 0; d < kSplitDims; ++d) {
     const int64_t degree = split.degree[static_cast<size_t>(d)];
     if (degree == 1) continue;
     std::string why;
-    if (d == static_cast<int>(SplitDim::kReplica)) {
-      dims[static_cast<size_t>(d)] = ReplicaSplit(g, n, rules, &why);
-    } else {
-      dims[static_cast<size_t>(d)] = *labelled[d];
-      if (!*labelled[d])
-        why = d == static_cast<int>(SplitDim::kParameter) && !split.parameter_split.empty()
-                  ? StrCat("its op has no parameter split '", split.parameter_split, "' (its variants: ",
-                           rules.VariantNames(), ")")
-                  : "its op has no rule for it";
-    }
+    dims[static_cast<size_t>(d)] = d == static_cast<int>(SplitDim::kReplica)
+                                       ? ReplicaSplit(g, n, rules, &why)
+                                       : LabelledRule(rules, kAllSplitDims[d], split.parameter_split, &why);
     if (!why.empty())
       return InvalidArgument("layer '", n.name, "' (", n.op, "): ", SplitDimName(kAllSplitDims[d]), " ", degree, ": ",
                              why);

@@ -149,12 +149,14 @@ Status TaskRuntime::Prepare() {
   queues_.assign(static_cast<size_t>(devices), {});
   kernels_.assign(tasks_.tasks.size(), nullptr);
   readers_.assign(tasks_.pieces.size(), 0);
+  std::vector<int64_t> queue_of;  // by task: the local device whose thread runs it, -1 none
   for (const Task& t : tasks_.tasks) {
     if (t.device < 0 || t.device >= devices) return Internal("task ", t.name, " on device ", t.device);
     // Processes: a task (or this rank's half of it) goes to one local
     // device's queue; those that cross ranks also take a message ticket.
     const int64_t runner = RunnerOf(t);
     if (runner >= 0) queues_[static_cast<size_t>(runner)].push_back(t.id);
+    queue_of.push_back(runner);
     runs_here_.push_back(runner >= 0);
     message_turn_.push_back(runner >= 0 && CrossesRanks(t) ? messages_++ : -1);
     for (int p : t.sources) ++readers_[static_cast<size_t>(p)];
@@ -177,8 +179,6 @@ Status TaskRuntime::Prepare() {
     for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
 
   // The pieces' places in one arena per local device (runtime/task_memory_plan.h).
-  std::vector<int64_t> queue_of;
-  for (const Task& t : tasks_.tasks) queue_of.push_back(RunnerOf(t));
   std::vector<bool> local(static_cast<size_t>(devices));
   for (int64_t d = 0; d < devices; ++d) local[static_cast<size_t>(d)] = Local(d);
   memory_plan_ = PlanTaskMemory(tasks_, queue_of, local);

@@ -78,7 +78,6 @@ class TaskRuntime : public StepRunner {
 
   const Graph& graph() const override { return tasks_.graph; }
   const TaskGraph& task_graph() const { return tasks_; }
-  const TaskMemoryPlan& memory_plan() const { return memory_plan_; }
   int64_t step() const override { return step_; }
   void SetStep(int64_t step) override { step_ = step; }
   const std::vector<TaskSpan>& trace() const { return trace_; }
