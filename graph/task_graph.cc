@@ -483,6 +483,9 @@ class Lowering {
     tg_.writebacks.clear();
     tg_.outputs.clear();
     tg_.fingerprints.clear();
+    tg_.cost_keys.clear();
+    tg_.dependencies.clear();
+    tg_.dependency_end.clear();
     task_map_.assign(last_tasks_.size(), -1);
     for (ValueState& s : values_) s.Clear();
     planned_ = 0;
@@ -529,14 +532,19 @@ class Lowering {
     tg_.piece_bytes.assign(static_cast<size_t>(tg_.devices), 0.0);
     for (const Piece& p : tg_.pieces) tg_.piece_bytes[static_cast<size_t>(p.device)] += p.bytes;
     tg_.fingerprints.reserve(tg_.tasks.size());
+    tg_.dependency_end.reserve(tg_.tasks.size());
     for (size_t i = 0; i < tg_.tasks.size(); ++i) {
       uint64_t& content = record_.task_content[i];
       if (content == 0) content = Content(tg_.tasks[i]);
+      const std::vector<int>& deps = tg_.tasks[i].deps;
       Hash64 h;
       h.Add(content);
-      h.AddAll(tg_.tasks[i].deps);
+      h.AddAll(deps);
       tg_.fingerprints.push_back(h.value());
+      tg_.dependencies.insert(tg_.dependencies.end(), deps.begin(), deps.end());
+      tg_.dependency_end.push_back(static_cast<uint32_t>(tg_.dependencies.size()));
     }
+    tg_.cost_keys = record_.task_content;
     return Status::Ok();
   }
 

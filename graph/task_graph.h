@@ -110,6 +110,15 @@ struct TaskGraph {
   // reuse a stale one). Kept apart from the tasks so that comparing two
   // graphs reads one array.
   std::vector<uint64_t> fingerprints;
+  // By task: the part of its fingerprint that decides its cost (all but the
+  // dependencies), which stays the task's wherever it lands in the order:
+  // delta simulation reuses the cost of a task it has seen at any place.
+  std::vector<uint64_t> cost_keys;
+  // The tasks' dependencies in one array, task i's at [dependency_end[i -
+  // 1], dependency_end[i]): Task::deps laid out for the simulator, which
+  // reads them all and would otherwise wait on a cache miss per task.
+  std::vector<int> dependencies;
+  std::vector<uint32_t> dependency_end;
   // Home pieces of sources: Input values (sliced from the feed) and state
   // values (kept between steps), by value.
   std::map<ValueId, std::vector<int>> homes;

@@ -40,9 +40,9 @@ StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool pe
   }
   splits_choice_ = choice;
   LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(splits_));
-  LOOM_ASSIGN_OR_RETURN(const SimulationResult r, delta_.Simulate(*tasks));
+  LOOM_ASSIGN_OR_RETURN(const SimulationResult* r, delta_.Simulate(*tasks));
   ++evaluations_;
-  if (!peak_memory) return StrategyCost{r.iteration_seconds, r.fits, tasks->TransferBytes(), 0};
+  if (!peak_memory) return StrategyCost{r->iteration_seconds, r->fits, tasks->TransferBytes(), 0};
   return CostWithPeak(*tasks);
 }
 

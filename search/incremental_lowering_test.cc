@@ -90,6 +90,9 @@ double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std:
     INFO("proposal " << i);
     REQUIRE(Describe(**reused) == Describe(*fresh));
     REQUIRE((*reused)->fingerprints == fresh->fingerprints);
+    REQUIRE((*reused)->cost_keys == fresh->cost_keys);
+    REQUIRE((*reused)->dependencies == fresh->dependencies);
+    REQUIRE((*reused)->dependency_end == fresh->dependency_end);
     auto a = Simulate(**reused, machine, cost), b = Simulate(*fresh, machine, cost);
     REQUIRE(a.ok());
     REQUIRE(b.ok());

@@ -19,8 +19,6 @@ struct Steps {
   std::vector<int32_t> queues;
   std::vector<uint32_t> traffic_end;  // likewise into traffic
   std::vector<LinkTraffic> traffic;
-  std::vector<uint32_t> dep_end;  // likewise into deps (the task graph's, copied for locality)
-  std::vector<int32_t> deps;
 
   size_t size() const { return seconds.size(); }
   static uint32_t Begin(const std::vector<uint32_t>& ends, size_t i) { return i ? ends[i - 1] : 0; }
@@ -28,37 +26,50 @@ struct Steps {
     seconds.reserve(tasks);
     queue_end.reserve(tasks);
     traffic_end.reserve(tasks);
-    dep_end.reserve(tasks);
     queues.reserve(tasks + tasks / 4);
-    deps.reserve(2 * tasks);
   }
-  // Ends the step being appended, whose task depends on `task_deps`.
-  void Close(double s, const std::vector<int>& task_deps) {
+  // Ends the step being appended.
+  void Close(double s) {
     seconds.push_back(s);
     queue_end.push_back(static_cast<uint32_t>(queues.size()));
     traffic_end.push_back(static_cast<uint32_t>(traffic.size()));
-    deps.insert(deps.end(), task_deps.begin(), task_deps.end());
-    dep_end.push_back(static_cast<uint32_t>(deps.size()));
   }
-  // Appends steps [begin, end) of `from` (tasks with the same fingerprints).
-  void Copy(const Steps& from, size_t begin, size_t end) {
-    CopyRange(from.queue_end, from.queues, begin, end, &queue_end, &queues);
-    CopyRange(from.traffic_end, from.traffic, begin, end, &traffic_end, &traffic);
-    CopyRange(from.dep_end, from.deps, begin, end, &dep_end, &deps);
+  // Appends steps [begin, end) of `from`.
+  void Append(const Steps& from, size_t begin, size_t end) {
+    AppendRange(from.queue_end, from.queues, begin, end, &queue_end, &queues);
+    AppendRange(from.traffic_end, from.traffic, begin, end, &traffic_end, &traffic);
     seconds.insert(seconds.end(), from.seconds.begin() + static_cast<std::ptrdiff_t>(begin),
                    from.seconds.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  // Moves the steps from `begin` on to the empty `tail`.
+  void MoveTail(size_t begin, Steps* tail) {
+    tail->Append(*this, begin, size());
+    Truncate(begin);
+  }
+  // Keeps the first `tasks` steps.
+  void Truncate(size_t tasks) {
+    queues.resize(Begin(queue_end, tasks));
+    traffic.resize(Begin(traffic_end, tasks));
+    seconds.resize(tasks);
+    queue_end.resize(tasks);
+    traffic_end.resize(tasks);
   }
 
  private:
   // One of the flat lists: the items of steps [begin, end), and their ends
   // moved to where the items land.
   template <typename T>
-  static void CopyRange(const std::vector<uint32_t>& from_end, const std::vector<T>& from_items, size_t begin,
-                        size_t end, std::vector<uint32_t>* to_end, std::vector<T>* to_items) {
-    const uint32_t first = Begin(from_end, begin), last = end > 0 ? from_end[end - 1] : 0;
-    const int64_t shift = static_cast<int64_t>(to_items->size()) - first;
+  static void AppendRange(const std::vector<uint32_t>& from_end, const std::vector<T>& from_items, size_t begin,
+                          size_t end, std::vector<uint32_t>* to_end, std::vector<T>* to_items) {
+    if (begin == end) return;
+    const uint32_t first = Begin(from_end, begin), last = from_end[end - 1];
+    const uint32_t shift = static_cast<uint32_t>(to_items->size()) - first;  // (modulo 2^32: may be negative)
     to_items->insert(to_items->end(), from_items.begin() + first, from_items.begin() + last);
-    for (size_t i = begin; i < end; ++i) to_end->push_back(static_cast<uint32_t>(from_end[i] + shift));
+    const size_t at = to_end->size();
+    to_end->resize(at + (end - begin));
+    uint32_t* out = to_end->data() + at;
+    const uint32_t* in = from_end.data() + begin;
+    for (size_t i = 0; i < end - begin; ++i) out[i] = in[i] + shift;
   }
 };
 
@@ -72,7 +83,7 @@ class Scheduler {
     switch (t.kind) {
       case TaskKind::kCompute:
         s->queues.push_back(static_cast<int32_t>(t.device));
-        return s->Close(cost_.ComputeSeconds(g_, t), t.deps);
+        return s->Close(cost_.ComputeSeconds(g_, t));
       case TaskKind::kTransfer: {
         const Machine::Route route = m_.RouteOf(t.src_device, t.device);
         if (copies_on_device_) s->queues.push_back(static_cast<int32_t>(t.device));
@@ -81,7 +92,7 @@ class Scheduler {
           s->traffic.push_back({r, t.bytes});
         }
         const std::optional<double> measured = cost_.CommunicationSeconds(g_, t);
-        return s->Close(measured ? *measured : Machine::MessageSeconds(route, t.bytes), t.deps);
+        return s->Close(measured ? *measured : Machine::MessageSeconds(route, t.bytes));
       }
       case TaskKind::kAllReduce: {
         double seconds = 0;
@@ -97,7 +108,7 @@ class Scheduler {
             s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
         }
         const std::optional<double> measured = cost_.CommunicationSeconds(g_, t);
-        return s->Close(measured ? *measured : seconds, t.deps);
+        return s->Close(measured ? *measured : seconds);
       }
     }
   }
@@ -150,26 +161,63 @@ struct Snapshot {
   double iteration = 0;
 };
 
-// Schedules tasks from.next ... after the state `from` into `r` (whose
-// tasks before from.next are already set), snapshotting every kEvery tasks
-// when `snapshots` is given.
+Snapshot Empty(int64_t devices, int64_t resources) {
+  Snapshot s;
+  s.free.assign(static_cast<size_t>(devices + resources), 0.0);
+  s.busy.assign(static_cast<size_t>(devices), 0.0);
+  s.resource_bytes.assign(static_cast<size_t>(resources), 0.0);
+  return s;
+}
+
+// Snapshots every kEvery tasks (the k-th at task k kEvery), in one flat
+// array: taking one copies a few dozen numbers and allocates nothing.
 constexpr size_t kEvery = 64;
-void Schedule(const Machine& m, int64_t devices, const Steps& steps, Snapshot from, SimulationResult* r,
-              std::vector<Snapshot>* snapshots) {
+class Snapshots {
+ public:
+  size_t size() const { return width_ ? data_.size() / width_ : 0; }
+  void Truncate(size_t k) { data_.resize(std::min(k, size()) * width_); }
+  void Push(const Snapshot& s) {
+    width_ = s.free.size() + s.busy.size() + s.resource_bytes.size() + 1;
+    data_.insert(data_.end(), s.free.begin(), s.free.end());
+    data_.insert(data_.end(), s.busy.begin(), s.busy.end());
+    data_.insert(data_.end(), s.resource_bytes.begin(), s.resource_bytes.end());
+    data_.push_back(s.iteration);
+  }
+  // The k-th, into `s` (shaped as the snapshots were).
+  void Get(size_t k, Snapshot* s) const {
+    auto at = data_.begin() + static_cast<std::ptrdiff_t>(k * width_);
+    for (std::vector<double>* v : {&s->free, &s->busy, &s->resource_bytes}) {
+      std::copy(at, at + static_cast<std::ptrdiff_t>(v->size()), v->begin());
+      at += static_cast<std::ptrdiff_t>(v->size());
+    }
+    s->iteration = *at;
+    s->next = k * kEvery;
+  }
+
+ private:
+  size_t width_ = 0;
+  std::vector<double> data_;
+};
+
+// Schedules tasks from.next ... after the state `from` into `r` (whose
+// tasks before from.next are already set), snapshotting at every kEvery-th
+// task when `snapshots` is given.
+void Schedule(const TaskGraph& g, const Machine& m, const Steps& steps, Snapshot from, SimulationResult* r,
+              Snapshots* snapshots) {
+  const int64_t devices = g.devices;
   const double wake = m.device().dependency_latency_s();
   double* free = from.free.data();
   SimulatedTask* tasks = r->tasks.data();
   for (size_t i = from.next; i < steps.size(); ++i) {
     if (snapshots && i % kEvery == 0) {
       from.next = i;
-      snapshots->push_back(from);
-      free = from.free.data();
+      snapshots->Push(from);
     }
     const uint32_t q0 = Steps::Begin(steps.queue_end, i), q1 = steps.queue_end[i];
     const int64_t row = q0 < q1 ? steps.queues[q0] : -1;
     double start = 0;
-    for (uint32_t k = Steps::Begin(steps.dep_end, i); k < steps.dep_end[i]; ++k) {
-      const SimulatedTask& dep = tasks[steps.deps[k]];
+    for (uint32_t k = Steps::Begin(g.dependency_end, i); k < g.dependency_end[i]; ++k) {
+      const SimulatedTask& dep = tasks[g.dependencies[k]];
       start = std::max(start, dep.end + (dep.row != row ? wake : 0.0));  // another queue's: a wake-up
     }
     for (uint32_t q = q0; q < q1; ++q) start = std::max(start, free[steps.queues[q]]);
@@ -187,14 +235,6 @@ void Schedule(const Machine& m, int64_t devices, const Steps& steps, Snapshot fr
   r->iteration_seconds = from.iteration;
   r->device_busy_seconds = std::move(from.busy);
   r->resource_bytes = std::move(from.resource_bytes);
-}
-
-Snapshot Empty(int64_t devices, int64_t resources) {
-  Snapshot s;
-  s.free.assign(static_cast<size_t>(devices + resources), 0.0);
-  s.busy.assign(static_cast<size_t>(devices), 0.0);
-  s.resource_bytes.assign(static_cast<size_t>(resources), 0.0);
-  return s;
 }
 
 // Memory of the scheduled step: each piece is held from its writer's start
@@ -267,6 +307,9 @@ double StepExtraSeconds(const TaskGraph& g, const Machine& m) {
 }
 
 Status CheckDevices(const TaskGraph& g, const Machine& m) {
+  if (g.dependency_end.size() != g.tasks.size() || g.fingerprints.size() != g.tasks.size() ||
+      g.cost_keys.size() != g.tasks.size())
+    return InvalidArgument("a task graph without the lowering's arrays (dependencies, fingerprints, cost keys)");
   if (g.devices > m.devices())
     return InvalidArgument("the task graph has ", g.devices, " devices, machine ", m.name(), " has ", m.devices());
   return Status::Ok();
@@ -279,66 +322,96 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const 
   LOOM_RETURN_IF_ERROR(CheckDevices(g, m));
   SimulationResult r;
   r.tasks.resize(g.tasks.size());
-  Schedule(m, g.devices, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
+  Schedule(g, m, StepsOf(g, m, cost), Empty(g.devices, m.resources()), &r, nullptr);
   r.iteration_seconds += StepExtraSeconds(g, m);
   AddMemory(g, m, options.peak_memory, r);
   return r;
 }
 
+// The last graph's schedule, kept and changed in place.
 struct DeltaSimulator::State {
   int64_t devices = 0;
-  std::vector<uint64_t> keys;  // the last graph's TaskGraph::fingerprints
+  std::vector<uint64_t> keys;       // the last graph's TaskGraph::fingerprints
+  std::vector<uint64_t> cost_keys;  // and its TaskGraph::cost_keys
   Steps steps;
-  std::vector<Snapshot> snapshots;  // at tasks 0, kEvery, 2 kEvery, ...
+  Snapshots snapshots;
   SimulationResult result;
 };
 
 DeltaSimulator::DeltaSimulator(const Machine& machine, const CostModel& cost, const SimulateOptions& options)
-    : machine_(machine), cost_(cost), options_(options) {}
+    : machine_(machine), cost_(cost), options_(options), state_(std::make_unique<State>()) {}
 DeltaSimulator::~DeltaSimulator() = default;
 
-StatusOr<SimulationResult> DeltaSimulator::Simulate(const TaskGraph& g) {
+StatusOr<const SimulationResult*> DeltaSimulator::Simulate(const TaskGraph& g) {
   LOOM_RETURN_IF_ERROR(CheckDevices(g, machine_));
+  State& s = *state_;
+  if (s.devices != g.devices) {
+    s.keys.clear();  // nothing to keep
+    s.cost_keys.clear();
+    s.snapshots.Truncate(0);
+    s.devices = g.devices;
+  }
+  // The schedule stands up to the first task that differs, and is taken up
+  // again from the last snapshot before it.
+  const size_t n = g.tasks.size();
+  size_t unchanged = 0;
+  for (const size_t common = std::min(n, s.keys.size()); unchanged < common && s.keys[unchanged] == g.fingerprints[unchanged];)
+    ++unchanged;
+  Snapshot from = Empty(g.devices, machine_.resources());
+  if (s.snapshots.size() > 0) {
+    const size_t k = std::min(unchanged / kEvery, s.snapshots.size() - 1);
+    s.snapshots.Get(k, &from);
+    s.snapshots.Truncate(k);
+  }
+  const size_t restart = from.next;
+  // The steps from there on: a task with the cost key of one of the last
+  // graph's from there on takes its step (a change adds and drops tasks but
+  // keeps the others in order, so the match is looked for a window ahead
+  // of the last one; after a run of misses, only now and then), the rest
+  // are costed.
+  Steps tail;
+  s.steps.MoveTail(restart, &tail);
+  s.steps.Reserve(n);
   Scheduler scheduler(g, machine_, cost_);
-  const State* last = state_ && state_->devices == g.devices ? state_.get() : nullptr;
-  auto next = std::make_unique<State>();
-  next->devices = g.devices;
-  next->steps.Reserve(g.tasks.size());
-  // The tasks equal to the last graph's at their place keep their cost; the
-  // schedule is kept up to the first that differs.
-  size_t unchanged = 0;  // tasks before the first that differs
-  for (size_t i = 0; i < g.tasks.size();) {
-    // A run of tasks equal to the last graph's, copied at once; or one new.
-    size_t j = i;
-    while (last && j < g.tasks.size() && j < last->keys.size() && last->keys[j] == g.fingerprints[j]) ++j;
-    if (j > i) {
-      next->steps.Copy(last->steps, i, j);
-      if (i == 0) unchanged = j;
-      i = j;
+  constexpr size_t kWindow = 1024, kMisses = 64;
+  const size_t last_n = s.cost_keys.size();
+  size_t j = restart, misses = 0;
+  size_t run_begin = 0, run_end = 0;  // a run of the last graph's steps (of `tail`) not yet appended
+  costed_ = 0;
+  for (size_t i = restart; i < n; ++i) {
+    size_t match = last_n;
+    if (misses < kMisses || i % kMisses == 0)
+      for (size_t k = j, end = std::min(last_n, j + kWindow); k < end; ++k)
+        if (s.cost_keys[k] == g.cost_keys[i]) {
+          match = k;
+          break;
+        }
+    if (match < last_n) {
+      if (match - restart != run_end) {
+        s.steps.Append(tail, run_begin, run_end);
+        run_begin = match - restart;
+      }
+      run_end = match - restart + 1;
+      j = match + 1;
+      misses = 0;
     } else {
-      scheduler.Append(g.tasks[i], &next->steps);
-      ++i;
+      s.steps.Append(tail, run_begin, run_end);
+      run_begin = run_end = 0;
+      scheduler.Append(g.tasks[i], &s.steps);
+      ++costed_;
+      ++misses;
     }
   }
-  next->keys = g.fingerprints;
-  SimulationResult r;
-  r.tasks.resize(g.tasks.size());
-  Snapshot from = Empty(g.devices, machine_.resources());
-  if (last && unchanged > 0 && !last->snapshots.empty()) {
-    // The last snapshot at or before the first change (snapshot k is at task k kEvery).
-    const size_t k = std::min(unchanged / kEvery, last->snapshots.size() - 1);
-    from = last->snapshots[k];
-    next->snapshots.assign(last->snapshots.begin(), last->snapshots.begin() + static_cast<std::ptrdiff_t>(k));
-    std::copy(last->result.tasks.begin(), last->result.tasks.begin() + static_cast<std::ptrdiff_t>(from.next),
-              r.tasks.begin());
-  }
-  rescheduled_ = static_cast<int64_t>(g.tasks.size() - from.next);
-  Schedule(machine_, g.devices, next->steps, from, &r, &next->snapshots);
-  r.iteration_seconds += StepExtraSeconds(g, machine_);
-  AddMemory(g, machine_, options_.peak_memory, r);
-  next->result = r;
-  state_ = std::move(next);
-  return r;
+  s.steps.Append(tail, run_begin, run_end);
+  s.keys = g.fingerprints;
+  s.cost_keys = g.cost_keys;
+  s.result.tasks.resize(n);
+  s.result.peak_memory_bytes.clear();
+  rescheduled_ = static_cast<int64_t>(n - restart);
+  Schedule(g, machine_, s.steps, std::move(from), &s.result, &s.snapshots);
+  s.result.iteration_seconds += StepExtraSeconds(g, machine_);
+  AddMemory(g, machine_, options_.peak_memory, s.result);
+  return &s.result;
 }
 
 std::string SimulationTraceJson(const TaskGraph& g, const Machine& m, const SimulationResult& r) {

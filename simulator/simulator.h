@@ -63,15 +63,20 @@ StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machi
 
 // Delta simulation: keeps the last task graph's schedule and, given the
 // next one (a strategy with some layers changed), reuses it up to the first
-// task that differs and simulates from there (cost-model answers of the
-// unchanged tasks are reused too). The result is Simulate's, to the bit.
+// task that differs and schedules from there; of those tasks, the ones the
+// last graph had too (equal TaskGraph::cost_keys, wherever they now stand)
+// keep their costs, and only the others go to the cost model. The result is
+// Simulate's, to the bit.
 class DeltaSimulator {
  public:
   DeltaSimulator(const Machine& machine, const CostModel& cost, const SimulateOptions& options = {});
   ~DeltaSimulator();
-  StatusOr<SimulationResult> Simulate(const TaskGraph& graph);
-  // Tasks the last call scheduled again (all of them on the first call).
+  // The result, valid until the next call.
+  StatusOr<const SimulationResult*> Simulate(const TaskGraph& graph);
+  // Tasks the last call scheduled again (all of them on the first call),
+  // and of those the ones it asked the cost model for.
   int64_t rescheduled() const { return rescheduled_; }
+  int64_t costed() const { return costed_; }
 
  private:
   struct State;
@@ -79,7 +84,7 @@ class DeltaSimulator {
   const CostModel& cost_;
   const SimulateOptions options_;
   std::unique_ptr<State> state_;
-  int64_t rescheduled_ = 0;
+  int64_t rescheduled_ = 0, costed_ = 0;
 };
 
 // The simulated step as Chrome trace JSON in the task runtime's layout

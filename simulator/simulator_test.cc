@@ -442,7 +442,7 @@ TEST_CASE("delta simulation equals full simulation on 10,000 random one-layer ch
   std::map<std::string, std::string> lines = LayerLines(testing::RandomStrategy(mlp.forward, 4, rng));
   REQUIRE(lines.size() >= 4);
   int checked = 0;
-  int64_t rescheduled = 0, tasks = 0;
+  int64_t rescheduled = 0, costed = 0, tasks = 0;
   for (int change = 0; change < 10000; ++change) {
     // One layer gets the split of a fresh random strategy.
     std::map<std::string, std::string> next = lines;
@@ -459,13 +459,67 @@ TEST_CASE("delta simulation equals full simulation on 10,000 random one-layer ch
     auto incremental = delta.Simulate(*tg);
     REQUIRE(full.ok());
     REQUIRE(incremental.ok());
-    if (!SameResult(*full, *incremental)) FAIL("change " << change << " differs:\n" << text);
+    if (!SameResult(*full, **incremental)) FAIL("change " << change << " differs:\n" << text);
     ++checked;
     rescheduled += delta.rescheduled();
+    costed += delta.costed();
     tasks += static_cast<int64_t>(tg->tasks.size());
   }
   CHECK(checked >= 5000);
   CHECK(rescheduled < tasks);  // later changes keep a prefix of the schedule
+  CHECK(costed < rescheduled / 2);  // and most rescheduled tasks keep their costs
+}
+
+// The analytical model, counting the compute tasks it is asked for.
+class CountingCost final : public CostModel {
+ public:
+  explicit CountingCost(const Machine& machine) : roofline_(machine) {}
+  double ComputeSeconds(const TaskGraph& g, const Task& t) const override {
+    ++calls;
+    return roofline_.ComputeSeconds(g, t);
+  }
+  mutable int64_t calls = 0;
+
+ private:
+  AnalyticalCostModel roofline_;
+};
+
+TEST_CASE("delta simulation costs only the tasks the last graph did not have, wherever the others moved") {
+  const Machine machine = TestMachine(1, 4, false);
+  const CountingCost cost(machine);
+  DeltaSimulator delta(machine, cost);
+  const TaskGraph dp = Lowered("devices: 4\ndefault_split { sample: 4 }\n");
+  // The first layer on device 0 alone: every later task moves in the order.
+  const TaskGraph moved = Lowered("devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"fc1\" devices: 0 }\n");
+  REQUIRE(delta.Simulate(dp).ok());
+  int64_t compute_tasks = 0;
+  for (const Task& t : moved.tasks) compute_tasks += t.kind == TaskKind::kCompute;
+  for (const TaskGraph* g : {&moved, &dp, &moved}) {
+    cost.calls = 0;
+    auto r = delta.Simulate(*g);
+    REQUIRE(r.ok());
+    const int64_t calls = cost.calls;
+    CHECK(SameResult(*Simulate(*g, machine, cost), **r));
+    CHECK(delta.rescheduled() > static_cast<int64_t>(g->tasks.size()) / 2);
+    CHECK(delta.costed() < delta.rescheduled() / 4);
+    CHECK(calls <= delta.costed());  // (the rest of those costed are transfers and all-reduces)
+    CHECK(calls < compute_tasks / 4);
+  }
+}
+
+TEST_CASE("the lowering lays the dependencies out flat; a graph without them is refused") {
+  TaskGraph g = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
+  std::vector<int> flat;
+  for (size_t i = 0; i < g.tasks.size(); ++i) {
+    flat.insert(flat.end(), g.tasks[i].deps.begin(), g.tasks[i].deps.end());
+    REQUIRE(g.dependency_end[i] == flat.size());
+  }
+  CHECK(g.dependencies == flat);
+  const Machine machine = TestMachine(1, 2, false);
+  g.dependency_end.clear();
+  auto r = Simulate(g, machine, FixedCost(1e-3));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().ToString().find("lowering") != std::string::npos);
 }
 
 TEST_CASE("delta simulation of an unchanged graph keeps its schedule") {
@@ -475,10 +529,11 @@ TEST_CASE("delta simulation of an unchanged graph keeps its schedule") {
   const TaskGraph g = Lowered("devices: 4\ndefault_split { sample: 4 }\n");
   auto first = delta.Simulate(g);
   REQUIRE(first.ok());
+  const SimulationResult kept = **first;
   CHECK(delta.rescheduled() == static_cast<int64_t>(g.tasks.size()));
   auto again = delta.Simulate(g);
   REQUIRE(again.ok());
-  CHECK(SameResult(*first, *again));
+  CHECK(SameResult(kept, **again));
   CHECK(delta.rescheduled() < static_cast<int64_t>(g.tasks.size()));
   CHECK(delta.rescheduled() <= 64);  // from the last snapshot
 }

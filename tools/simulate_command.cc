@@ -414,7 +414,7 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
   std::vector<double> full, with_memory, delta;
   DeltaSimulator incremental(machine, cost, search_options);
   LOOM_RETURN_IF_ERROR(incremental.Simulate(graphs[0]).status());
-  int64_t rescheduled = 0;
+  int64_t rescheduled = 0, costed = 0;
   auto seconds_since = [](std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -430,6 +430,7 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
     LOOM_RETURN_IF_ERROR(incremental.Simulate(g).status());
     delta.push_back(seconds_since(start));
     rescheduled += incremental.rescheduled();
+    costed += incremental.costed();
   }
   auto line = [](const char* what, const std::vector<double>& x) {
     std::printf("%-32s %9.3f ms (p10 %.3f, p90 %.3f)", what, Quantile(x, 0.5) * 1e3, Quantile(x, 0.1) * 1e3,
@@ -443,9 +444,9 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
   line("full, with peak memory per device", with_memory);
   std::printf("\n");
   line("delta simulation", delta);
-  std::printf(", %.1fx faster than full; %lld of %zu tasks rescheduled per change (the last layer's)\n",
+  std::printf(", %.1fx faster than full; %lld of %zu tasks rescheduled per change (the last layer's), %lld costed\n",
               Quantile(full, 0.5) / Quantile(delta, 0.5), static_cast<long long>(rescheduled / reps),
-              graphs[0].tasks.size());
+              graphs[0].tasks.size(), static_cast<long long>(costed / reps));
   std::printf("lowering a proposal to its task graph from scratch: %.3f ms\n", Quantile(lowering, 0.5) * 1e3);
 
   // Proposals as the search's chain makes them: one layer's configuration
