@@ -9,12 +9,15 @@
 #   bench/simulator_accuracy.sh [REPS]      (default 20 measured steps each)
 #
 # Needs bazel-bin/tools/loom (bazel build //tools:loom) and, for the MPI
-# runs, mpirun (tools/setup.sh installs Open MPI).
+# runs, mpirun (tools/setup.sh installs Open MPI). Probe both machines
+# first: `loom machine probe --out simulator/machines/cpu_local.pbtxt` and
+# `tests/mpirun.sh 2 loom machine probe --out simulator/machines/cpu_local_np2.pbtxt`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-20}"
 loom=bazel-bin/tools/loom
 machine=simulator/machines/cpu_local.pbtxt
+mpi_machine=simulator/machines/cpu_local_np2.pbtxt  # a node per process: `tests/mpirun.sh 2 loom machine probe`
 models="fashion_mnist_cnn fashion_mnist_mlp fortunes_rnntc jargon_transformer_lm fashion_mnist_resnet18"
 mpi_models="fashion_mnist_cnn fashion_mnist_mlp fortunes_rnntc"
 work="$(mktemp -d)"
@@ -45,7 +48,7 @@ done
 if command -v mpirun >/dev/null; then
   for m in $mpi_models; do
     run "$m mpirun -np 2" tests/mpirun.sh 2 "$loom" bench simulator --config "models/configs/$m.pbtxt" \
-      --reps "$reps" --machine "$machine"
+      --reps "$reps" --machine "$mpi_machine"
   done
 else
   echo "(no mpirun: the MPI runs are left out)"

@@ -68,6 +68,8 @@ int64_t Machine::IntraResources() const {
 
 int64_t Machine::resources() const { return IntraResources() + 2 * proto_.nodes(); }
 
+int64_t Machine::LinkOut(int64_t node) const { return IntraResources() + node; }
+
 const proto::LinkSpec& Machine::LinkOf(int64_t resource) const {
   return resource < IntraResources() ? proto_.intra_node() : proto_.inter_node();
 }
@@ -81,7 +83,7 @@ Machine::Route Machine::RouteOf(int64_t src, int64_t dst) const {
     r.count = 1;
   } else {
     r.link = &proto_.inter_node();
-    r.resources[0] = intra + NodeOf(src);
+    r.resources[0] = LinkOut(NodeOf(src));
     r.resources[1] = intra + nodes + NodeOf(dst);
     r.count = 2;
   }

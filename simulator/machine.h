@@ -47,6 +47,8 @@ class Machine {
   // Seconds a message of `bytes` takes on `route`'s link.
   static double MessageSeconds(const Route& route, double bytes);
   int64_t resources() const;
+  // The inter-node link resource out of `node`.
+  int64_t LinkOut(int64_t node) const;
   // The link a resource belongs to.
   const proto::LinkSpec& LinkOf(int64_t resource) const;
   std::string ResourceName(int64_t resource) const;  // "node 0 link", "0->1", "node 1 out", ...

@@ -86,7 +86,10 @@ class Scheduler {
         return s->Close(cost_.ComputeSeconds(g_, t));
       case TaskKind::kTransfer: {
         const Machine::Route route = m_.RouteOf(t.src_device, t.device);
-        if (copies_on_device_) s->queues.push_back(static_cast<int32_t>(t.device));
+        if (copies_on_device_) {
+          s->queues.push_back(static_cast<int32_t>(t.device));
+          if (m_.NodeOf(t.src_device) != m_.NodeOf(t.device)) HoldProcesses({t.device, t.src_device}, s);
+        }
         for (int64_t r : route) {
           if (!copies_on_device_) s->queues.push_back(static_cast<int32_t>(g_.devices + r));
           s->traffic.push_back({r, t.bytes});
@@ -119,6 +122,19 @@ class Scheduler {
   // copy. Returns its seconds.
   double RootAllReduce(const Task& t, Steps* s) const {
     s->queues.push_back(static_cast<int32_t>(t.device));
+    if (copies_on_device_ && m_.proto().nodes() > 1) {
+      // Each other process holding a member runs its half on its first
+      // such device (sources, then outputs: the runtime's RunnerOf).
+      std::vector<int64_t> runners{t.device};
+      for (const std::vector<int>* list : {&t.sources, &t.outputs})
+        for (int p : *list) {
+          const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
+          bool seen = false;
+          for (int64_t r : runners) seen = seen || m_.NodeOf(r) == m_.NodeOf(d);
+          if (!seen) runners.push_back(d);
+        }
+      if (runners.size() > 1) HoldProcesses(runners, s);
+    }
     const double bytes = t.bytes, memory = m_.device().memory_bandwidth();
     auto message = [&](int64_t src, int64_t dst) {
       const Machine::Route route = m_.RouteOf(src, dst);
@@ -136,6 +152,16 @@ class Scheduler {
       seconds += d == t.device ? 2 * bytes / memory : message(t.device, d);
     }
     return seconds;
+  }
+
+  // A message between processes (nodes of a machine whose devices make
+  // their own copies): each process joining it runs its half on one device
+  // (`runners`, the first already held), and sends and receives one message
+  // at a time in the graph's order (the runtime's message turns), which the
+  // process's link out stands for.
+  void HoldProcesses(const std::vector<int64_t>& runners, Steps* s) const {
+    for (size_t i = 1; i < runners.size(); ++i) s->queues.push_back(static_cast<int32_t>(runners[i]));
+    for (int64_t r : runners) s->queues.push_back(static_cast<int32_t>(g_.devices + m_.LinkOut(m_.NodeOf(r))));
   }
 
   const TaskGraph& g_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "simulator/profile.h"
@@ -75,7 +76,7 @@ void CheckSchedule(const TaskGraph& g, const SimulationResult& r) {
 TEST_CASE("the shipped machines load") {
   for (const auto& [file, devices] : std::vector<std::pair<std::string, int64_t>>{
            {"h200_1", 1}, {"h200_8_nvswitch", 8}, {"dgx_h100_4x8", 32}, {"p100_4x4", 16}, {"k80_16x4", 64},
-           {"cpu_local", 2}}) {
+           {"cpu_local", 2}, {"cpu_local_np2", 2}}) {
     INFO(file);
     auto m = Machine::Load("simulator/machines/" + file + ".pbtxt");
     REQUIRE(m.status().ToString() == "OK");
@@ -172,6 +173,77 @@ TEST_CASE("devices that make their own copies run transfers and all-reduces in t
     // The first member receives the other's partial sum, adds, sends it back.
     const double message = 1e-3 + t.bytes / 1e6, add = 3 * t.bytes / 1e9, keep = 2 * t.bytes / 1e9;
     CHECK(s.end - s.start == Approx(message + add + keep + message));
+  }
+}
+
+// The spans of the tasks that hold device d's queue (run there, or on
+// another device as a message that d's process joins), in graph order.
+std::vector<std::pair<double, double>> HeldSpans(const TaskGraph& g, const Machine& m, const SimulationResult& r,
+                                                 int64_t d) {
+  std::vector<std::pair<double, double>> spans;
+  for (const Task& t : g.tasks) {
+    bool holds = t.device == d;
+    if (t.kind == TaskKind::kTransfer) holds = holds || (t.src_device == d && m.NodeOf(d) != m.NodeOf(t.device));
+    if (t.kind == TaskKind::kAllReduce)
+      for (int p : t.sources) holds = holds || g.pieces[static_cast<size_t>(p)].device == d;
+    if (holds) spans.push_back({r.tasks[static_cast<size_t>(t.id)].start, r.tasks[static_cast<size_t>(t.id)].end});
+  }
+  return spans;
+}
+
+TEST_CASE("processes (nodes of devices that copy) join each message on a device of each, one message at a time") {
+  // One device per process: a message holds the sender's device too.
+  const Machine processes = TestMachine(2, 1, true);
+  for (const std::string& strategy :
+       {"devices: 2\ndefault_split { sample: 2 }\n", "devices: 2\nlayer { layer: \"*fc2*\" devices: 1 }\n"}) {
+    INFO(strategy);
+    const TaskGraph g = Lowered(strategy);
+    auto r = Simulate(g, processes, FixedCost(1e-3));
+    auto threads = Simulate(g, TestMachine(1, 2, true), FixedCost(1e-3));
+    REQUIRE(r.ok());
+    REQUIRE(threads.ok());
+    CheckSchedule(g, *r);
+    int messages = 0;
+    for (const Task& t : g.tasks) messages += t.kind != TaskKind::kCompute;
+    CHECK(messages > 0);
+    for (int64_t d = 0; d < 2; ++d) {
+      double busy_until = 0;
+      for (const auto& [start, end] : HeldSpans(g, processes, *r, d)) {
+        CHECK(start >= busy_until);  // what holds a device's queue runs one at a time
+        busy_until = end;
+      }
+    }
+    // Both sides of every message are busy: more busy time than in threads.
+    double busy = 0, busy_threads = 0;
+    for (int64_t d = 0; d < 2; ++d) {
+      busy += r->device_busy_seconds[static_cast<size_t>(d)];
+      busy_threads += threads->device_busy_seconds[static_cast<size_t>(d)];
+    }
+    CHECK(busy > busy_threads);
+  }
+  // Two devices per process: a process's messages go one at a time.
+  const Machine pairs = TestMachine(2, 2, true);
+  const TaskGraph dp = Lowered("devices: 4\ndefault_split { sample: 4 }\n");
+  auto r = Simulate(dp, pairs, FixedCost(1e-3));
+  REQUIRE(r.ok());
+  CheckSchedule(dp, *r);
+  for (int64_t node = 0; node < 2; ++node) {
+    std::vector<std::pair<double, double>> spans;
+    for (const Task& t : dp.tasks) {
+      if (t.kind == TaskKind::kCompute) continue;
+      std::set<int64_t> nodes;
+      for (int p : t.sources) nodes.insert(pairs.NodeOf(dp.pieces[static_cast<size_t>(p)].device));
+      for (int p : t.outputs) nodes.insert(pairs.NodeOf(dp.pieces[static_cast<size_t>(p)].device));
+      if (t.kind == TaskKind::kTransfer) nodes = {pairs.NodeOf(t.src_device), pairs.NodeOf(t.device)};
+      if (nodes.size() < 2 || !nodes.count(node)) continue;
+      spans.push_back({r->tasks[static_cast<size_t>(t.id)].start, r->tasks[static_cast<size_t>(t.id)].end});
+    }
+    CHECK(spans.size() > 1);
+    double busy_until = 0;
+    for (const auto& [start, end] : spans) {
+      CHECK(start >= busy_until);
+      busy_until = end;
+    }
   }
 }
 

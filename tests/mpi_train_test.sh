@@ -3,8 +3,8 @@
 # the processes) trains as one device does (test loss after the same steps, f32, 1e-4),
 # resumes to and from in-process runs under other strategies, writes the
 # run folder once (rank 0), trains in bf16 as one process does, trains a
-# GAN's two steps across the processes,
-# and a refused run ends every rank with a message naming it and leaves no
+# GAN's two steps across the processes, probes the machine as a node per
+# process for the simulator, and a refused run ends every rank with a message naming it and leaves no
 # folder.
 set -uo pipefail
 loom="$1"
@@ -126,6 +126,22 @@ np2 train --resume "$work/sig" >"$work/sig2.log" 2>&1 || fail "resume after SIGT
 [ "$(test_losses "$work/long")" = "$(test_losses "$work/sig")" ] &&
   echo "ok   a run stopped by SIGTERM to one rank resumes to the uninterrupted result" ||
   fail "resumed $(test_losses "$work/sig") vs uninterrupted $(test_losses "$work/long")"
+
+# The simulator's view of the processes: a probe under mpirun describes a
+# node per process with the link their messages take, and `loom bench
+# simulator` under mpirun predicts on it (and refuses a one-process machine).
+np2 machine probe --reps 1 --out "$work/np2.pbtxt" >"$work/probe.log" 2>&1 || fail "probe: $(cat "$work/probe.log")"
+grep -q '^nodes: 2$' "$work/np2.pbtxt" && grep -q '^inter_node {' "$work/np2.pbtxt" &&
+  echo "ok   a probe under mpirun has a node per process and their link" || fail "probe: $(cat "$work/np2.pbtxt")"
+out=$(np2 bench simulator --config "$work/cnn.pbtxt" --machine "$work/np2.pbtxt" --reps 2 --strategies dp,model 2>&1) ||
+  fail "bench simulator under mpirun: $out"
+contains "bench simulator under mpirun predicts on it" "$out" "median |error|"
+"$loom" machine probe --reps 1 --out "$work/one.pbtxt" >"$work/probe1.log" 2>&1 || fail "probe: $(cat "$work/probe1.log")"
+if out=$(np2 bench simulator --config "$work/cnn.pbtxt" --machine "$work/one.pbtxt" --reps 2 2>&1); then
+  fail "a one-process machine under mpirun: exit 0"
+else
+  contains "a one-process machine under mpirun is refused" "$out" "needs one node per process"
+fi
 
 if out=$(np2 train --config "$work/cnn.pbtxt" --out "$work/bad" --devices cpu:3 2>&1); then
   fail "devices cpu:3 under mpirun -np 2: exit 0"

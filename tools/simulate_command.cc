@@ -181,7 +181,10 @@ std::string MachineText(const Machine& machine) {
   return StrCat("# Measured by `loom machine probe` on ", CpuModelName(), " (", machine.devices(),
                 " cores): peaks are Eigen's one-thread GEMM, bandwidths memcpy's, the launch\n"
                 "# overhead the task runtime's cost per task, the dependency latency its wake-up of another "
-                "device's thread,\n# the step overhead its cost of a step beyond the tasks.\n",
+                "device's thread,\n# the step overhead its cost of a step beyond the tasks.",
+                machine.proto().nodes() > 1 ? StrCat(" Under mpirun: a node per process (each probed as they ran "
+                                                     "together), the\n# inter-node link their messages' ping-pong.\n")
+                                            : std::string("\n"),
                 text);
 }
 
@@ -250,6 +253,60 @@ Status ProfileCommand(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
+namespace {
+
+// Under mpirun: ranks 0 and 1 time ping-pongs of a small message (the
+// latency) and a large one (the bandwidth, past the latency); the other
+// ranks wait. Every rank returns the link.
+StatusOr<proto::LinkSpec> MeasureMessages(Communicator& world, int reps) {
+  auto half_round_trip = [&](int64_t floats) -> StatusOr<double> {
+    Tensor message = Tensor::Zeros(Shape({floats}), DType::kF32);
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {  // (the first a warm-up)
+      const auto start = std::chrono::steady_clock::now();
+      if (world.rank() == 0) {
+        LOOM_RETURN_IF_ERROR(world.Send(message, 1));
+        LOOM_RETURN_IF_ERROR(world.Recv(message, 1));
+      } else if (world.rank() == 1) {
+        LOOM_RETURN_IF_ERROR(world.Recv(message, 0));
+        LOOM_RETURN_IF_ERROR(world.Send(message, 0));
+      }
+      if (r > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 2);
+    }
+    std::sort(times.begin(), times.end());
+    Tensor t = Tensor::FromVector(Shape({1}), std::vector<double>{times[times.size() / 2]});
+    LOOM_RETURN_IF_ERROR(world.Broadcast(t, 0));  // rank 0's time for every rank
+    return t.data<double>()[0];
+  };
+  constexpr int64_t kLarge = 4 << 20;  // 16 MiB
+  LOOM_ASSIGN_OR_RETURN(const double latency, half_round_trip(1));
+  LOOM_ASSIGN_OR_RETURN(const double large, half_round_trip(kLarge));
+  proto::LinkSpec link;
+  link.set_latency_s(latency);
+  link.set_bandwidth(static_cast<double>(kLarge * 4) / std::max(large - latency, 1e-9));
+  return link;
+}
+
+// This machine as `loom machine probe` describes it; under mpirun one node
+// per process: every process probes its device at once (as they run
+// together: a waiting process would poll for messages on a core the probe
+// may share), then the message link between processes is timed. Every
+// rank returns rank 0's. `devices`: all processes' together (0: a device
+// per core).
+StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices = 0) {
+  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(reps));
+  if (world == nullptr) return machine;
+  LOOM_ASSIGN_OR_RETURN(const proto::LinkSpec link, MeasureMessages(*world, 5 * reps));
+  proto::Machine m = machine.proto();
+  m.set_name(StrCat(m.name(), "_np", world->size()));
+  m.set_nodes(world->size());
+  m.set_devices_per_node(std::max<int64_t>(1, (devices > 0 ? devices : m.devices_per_node()) / world->size()));
+  *m.mutable_inter_node() = link;
+  return Machine::FromProto(m, "the probe");
+}
+
+}  // namespace
+
 Status MachineCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "probe")
     return InvalidArgument("usage: loom machine probe [--out FILE] [--reps N]");
@@ -260,7 +317,10 @@ Status MachineCommand(const std::vector<std::string>& args) {
     return Status::Ok();
   }
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 5));
-  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(static_cast<int>(std::max<int64_t>(1, reps))));
+  Communicator* world = ProcessCommunicator();
+  if (world != nullptr && world->size() == 1) world = nullptr;
+  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeMachine(static_cast<int>(std::max<int64_t>(1, reps)), world));
+  if (world != nullptr && world->rank() != 0) return Status::Ok();  // rank 0 writes
   const std::string text = MachineText(machine);
   if (!flags.Has("out")) {
     std::fputs(text.c_str(), stdout);
@@ -517,10 +577,18 @@ Status BenchSimulator(const std::vector<std::string>& args) {
   if (flags.Has("machine")) {
     LOOM_ASSIGN_OR_RETURN(machine, Machine::Load(flags.Str("machine", "")));
   } else {
-    LOOM_ASSIGN_OR_RETURN(machine, ProbeCpuMachine(5));
+    LOOM_ASSIGN_OR_RETURN(machine, ProbeMachine(5, world, devices));
   }
   if (devices > machine->devices())
     return InvalidArgument("--devices ", devices, ": machine ", machine->name(), " has ", machine->devices());
+  // The processes are the simulated machine's nodes: a message between them
+  // holds a device of each (simulator/simulator.h).
+  if (world && (machine->proto().nodes() != world->size() ||
+                machine->proto().devices_per_node() * world->size() != devices))
+    return InvalidArgument("machine ", machine->name(), " has ", machine->proto().nodes(), " nodes of ",
+                           machine->proto().devices_per_node(), " devices; under mpirun -np ", world->size(),
+                           " with ", devices, " devices it needs one node per process (`mpirun -np ", world->size(),
+                           " loom machine probe` writes one)");
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
   const std::map<std::string, Tensor> feeds = RandomFeeds(programs.step, data.feeds);
