@@ -55,6 +55,7 @@ np2 train --config "$work/cnn.pbtxt" --out "$work/auto" --strategy auto >"$work/
 close "mpirun -np 2 --strategy auto matches one device" "$want" "$(test_losses "$work/auto")"
 [ "$(grep -c "strategy auto: [0-9]* proposals" "$work/auto.log")" -eq 1 ] && [ -s "$work/auto/strategy.pbtxt" ] &&
   echo "ok   one search, its strategy in the run folder" || fail "auto: $(cat "$work/auto.log")"
+contains "the search's machine has a node per process" "$(cat "$work/auto.log")" "on cpu_local_np2"
 # Resumed: rank 0 keeps the saved strategy and sends it; no rank searches.
 np2 train --resume "$work/auto" --epochs 3 >"$work/auto2.log" 2>&1 || fail "resume auto: $(cat "$work/auto2.log")"
 grep -q "strategy auto: [0-9]* proposals" "$work/auto2.log" && fail "the resumed run searched again" ||

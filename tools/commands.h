@@ -66,6 +66,10 @@ class FlagCostModel {
 // This machine as the simulator sees the task runtime's CPU devices,
 // measured now (`loom machine probe`), with at least `devices` devices.
 StatusOr<Machine> ProbeCpuMachine(int reps, int64_t devices = 0);
+// The same, and under mpirun (`world`) a node per process joined by the
+// link their messages take, measured between ranks 0 and 1: every rank
+// calls it and gets rank 0's. `devices`: all processes' (0: one per core).
+StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices = 0);
 Status ProfileCommand(const std::vector<std::string>& args);
 Status BenchSimulator(const std::vector<std::string>& args);
 // A strategy found by simulated search (docs/search.md).

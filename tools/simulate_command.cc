@@ -287,13 +287,12 @@ StatusOr<proto::LinkSpec> MeasureMessages(Communicator& world, int reps) {
   return link;
 }
 
-// This machine as `loom machine probe` describes it; under mpirun one node
-// per process: every process probes its device at once (as they run
+}  // namespace
+
+// Under mpirun every process probes its device at once (as they run
 // together: a waiting process would poll for messages on a core the probe
-// may share), then the message link between processes is timed. Every
-// rank returns rank 0's. `devices`: all processes' together (0: a device
-// per core).
-StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices = 0) {
+// may share).
+StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices) {
   LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(reps));
   if (world == nullptr) return machine;
   LOOM_ASSIGN_OR_RETURN(const proto::LinkSpec link, MeasureMessages(*world, 5 * reps));
@@ -304,8 +303,6 @@ StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices = 
   *m.mutable_inter_node() = link;
   return Machine::FromProto(m, "the probe");
 }
-
-}  // namespace
 
 Status MachineCommand(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "probe")

@@ -105,6 +105,12 @@ Status TrainCommand(const std::vector<std::string>& args) {
                              ": each process runs as many devices (cpu:N, N a multiple of ", world->size(), ")");
     run.processes = world;
     if (world->rank() != 0) run.console = nullptr;
+    if (run.config.strategy() == "auto" && machine_path.empty()) {
+      // Rank 0 searches, on a machine of a node per process (their messages
+      // hold a device of each): every rank takes part in probing the link.
+      LOOM_ASSIGN_OR_RETURN(const Machine probed, ProbeMachine(3, world, devices));
+      run.search_machine = [probed](int64_t) -> StatusOr<Machine> { return probed; };
+    }
   }
   LOOM_ASSIGN_OR_RETURN(train::RunResult result, train::RunTraining(run));
   if (result.stop_signal != 0) {
