@@ -2,7 +2,8 @@
 # The search on this machine (docs/search.md "Measured"): for each config,
 # `loom search` on this machine probed (2 devices), then every candidate
 # (the starting points and the searched strategy) measured by `loom bench
-# parallel` in one process (cpu:2) and under `mpirun -np 2`; predicted
+# parallel` in one process (cpu:2); and the same under `mpirun -np 2`, the
+# search on the machine probed under mpirun (a node per process); predicted
 # against measured, and whether the simulator orders them as measured.
 #   bash bench/search_measured.sh [REPS=20] [CONFIGS...]
 set -euo pipefail
@@ -17,24 +18,33 @@ loom=bazel-bin/tools/loom
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$loom" machine probe --out "$work/local.pbtxt" >/dev/null
+bash tests/mpirun.sh 2 "$loom" machine probe --out "$work/np2.pbtxt" >/dev/null
 echo "loom search on this machine probed, 2 devices, 2000 proposals; measured medians of $reps steps; $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 for config in "${configs[@]}"; do
   name=$(basename "$config" .pbtxt)
-  dir="$work/$name"
-  "$loom" search --config "$config" --machine "$work/local.pbtxt" --devices 2 --proposals 2000 \
-    --candidates "$dir" --out "$dir.pbtxt" >"$work/$name.search.log" 2>&1 || { cat "$work/$name.search.log"; exit 1; }
-  files=$(ls "$dir"/*.pbtxt | paste -sd,)
-  "$loom" bench parallel --config "$config" --devices 2 --reps "$reps" --strategies "$files" >"$work/$name.cpu.log" 2>&1
-  bash tests/mpirun.sh 2 "$loom" bench parallel --config "$config" --reps "$reps" --strategies "$files" \
-    >"$work/$name.mpi.log" 2>&1
-  python3 - "$name" "$work/$name.search.log" "$work/$name.cpu.log" "$work/$name.mpi.log" <<'PY'
+  for run in cpu mpi; do  # the search on the machine its candidates are measured on
+    machine="$work/local.pbtxt"
+    [ "$run" = mpi ] && machine="$work/np2.pbtxt"
+    dir="$work/$name.$run"
+    "$loom" search --config "$config" --machine "$machine" --devices 2 --proposals 2000 \
+      --candidates "$dir" --out "$dir.pbtxt" >"$work/$name.$run.search.log" 2>&1 ||
+      { cat "$work/$name.$run.search.log"; exit 1; }
+  done
+  "$loom" bench parallel --config "$config" --devices 2 --reps "$reps" \
+    --strategies "$(ls "$work/$name.cpu"/*.pbtxt | paste -sd,)" >"$work/$name.cpu.log" 2>&1
+  bash tests/mpirun.sh 2 "$loom" bench parallel --config "$config" --reps "$reps" \
+    --strategies "$(ls "$work/$name.mpi"/*.pbtxt | paste -sd,)" >"$work/$name.mpi.log" 2>&1
+  python3 - "$name" "$work/$name.cpu.search.log" "$work/$name.cpu.log" "$work/$name.mpi.search.log" \
+    "$work/$name.mpi.log" <<'PY'
 import re, sys
-name, search, cpu, mpi = sys.argv[1:]
-predicted = {}
-for line in open(search):
-    f = line.split()
-    if len(f) >= 5 and re.match(r"^[0-9.e+-]+$", f[1]) and f[0] in ("dp", "owt", "model", "replica", "exact", "searched"):
-        predicted[f[0]] = float(f[1])
+name, cpu_search, cpu, mpi_search, mpi = sys.argv[1:]
+def predictions(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 5 and re.match(r"^[0-9.e+-]+$", f[1]) and f[0] in ("dp", "owt", "model", "replica", "exact", "searched"):
+            out[f[0]] = float(f[1])
+    return out
 def measured(path):
     out = {}
     for line in open(path):
@@ -50,7 +60,8 @@ def tau(a, b):
             d += s < 0
     n = len(a) * (len(a) - 1) / 2
     return (c - d) / n if n else 1.0
-for label, path in (("cpu:2", cpu), ("mpirun -np 2", mpi)):
+for label, search, path in (("cpu:2", cpu_search, cpu), ("mpirun -np 2", mpi_search, mpi)):
+    predicted = predictions(search)
     got = measured(path)
     names = [k for k in predicted if k in got]
     p = [predicted[k] for k in names]

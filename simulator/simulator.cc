@@ -380,9 +380,9 @@ StatusOr<const SimulationResult*> DeltaSimulator::Simulate(const TaskGraph& g) {
   // The schedule stands up to the first task that differs, and is taken up
   // again from the last snapshot before it.
   const size_t n = g.tasks.size();
+  const size_t common = std::min(n, s.keys.size());
   size_t unchanged = 0;
-  for (const size_t common = std::min(n, s.keys.size()); unchanged < common && s.keys[unchanged] == g.fingerprints[unchanged];)
-    ++unchanged;
+  while (unchanged < common && s.keys[unchanged] == g.fingerprints[unchanged]) ++unchanged;
   Snapshot from = Empty(g.devices, machine_.resources());
   if (s.snapshots.size() > 0) {
     const size_t k = std::min(unchanged / kEvery, s.snapshots.size() - 1);
