@@ -929,6 +929,11 @@ class Lowering {
           op.pieces = {p};
           return op;
         }
+    // The origin's pieces on the device (few: a wide split's parts read
+    // whole would otherwise scan every pair of the origin).
+    std::vector<int> origin_here;
+    for (int q : origin)
+      if (piece(q).device == device) origin_here.push_back(q);
     DistinctRegions seen(ByRegion{&tg_.pieces});
     int64_t covered = 0;
     for (size_t o = 0; o < origin.size(); ++o) {
@@ -939,8 +944,8 @@ class Lowering {
       if (!part) continue;
       seen.insert(p);
       int from = -1;
-      for (int q : origin)
-        if (piece(q).device == device && piece(q).region == whole) from = q;
+      for (int q : origin_here)
+        if (piece(q).region == whole) from = q;
       if (const std::vector<int>* transferred = local())
         for (size_t i = 0; from < 0 && i < transferred->size(); ++i)
           if (piece((*transferred)[i]).region.Contains(*part)) from = (*transferred)[i];
