@@ -387,9 +387,6 @@ struct Record {
   std::vector<int> piece_ordinal;  // by piece: its index in its value's `created`
   std::vector<Slot> piece_slot;    // by piece
   std::vector<uint64_t> piece_content;  // by piece: what Place hashes into its value's version
-  // By task: its fingerprint's hash of everything but its dependencies, 0
-  // until computed (a replayed task keeps its own).
-  std::vector<uint64_t> task_content;
 
   void Clear() {
     segments.clear();
@@ -398,7 +395,6 @@ struct Record {
     piece_ordinal.clear();
     piece_slot.clear();
     piece_content.clear();
-    task_content.clear();
   }
 };
 
@@ -477,6 +473,7 @@ class Lowering {
     last_tasks_.swap(tg_.tasks);
     last_pieces_.swap(tg_.pieces);
     last_writebacks_.swap(tg_.writebacks);
+    last_cost_keys_.swap(tg_.cost_keys);
     tg_.tasks.clear();
     tg_.pieces.clear();
     tg_.homes.clear();
@@ -534,7 +531,7 @@ class Lowering {
     tg_.fingerprints.reserve(tg_.tasks.size());
     tg_.dependency_end.reserve(tg_.tasks.size());
     for (size_t i = 0; i < tg_.tasks.size(); ++i) {
-      uint64_t& content = record_.task_content[i];
+      uint64_t& content = tg_.cost_keys[i];  // (0: not computed; a replayed task keeps its own)
       if (content == 0) content = Content(tg_.tasks[i]);
       const std::vector<int>& deps = tg_.tasks[i].deps;
       Hash64 h;
@@ -544,7 +541,6 @@ class Lowering {
       tg_.dependencies.insert(tg_.dependencies.end(), deps.begin(), deps.end());
       tg_.dependency_end.push_back(static_cast<uint32_t>(tg_.dependencies.size()));
     }
-    tg_.cost_keys = record_.task_content;
     return Status::Ok();
   }
 
@@ -611,7 +607,7 @@ class Lowering {
           task_map_[static_cast<size_t>(effect.index)] = id;
           tg_.tasks.push_back(std::move(last_tasks_[static_cast<size_t>(effect.index)]));
           tg_.tasks.back().id = id;
-          record_.task_content.push_back(last_.task_content[static_cast<size_t>(effect.index)]);
+          tg_.cost_keys.push_back(last_cost_keys_[static_cast<size_t>(effect.index)]);
           Journal(Effect::kTask, id);
           break;
         }
@@ -832,7 +828,7 @@ class Lowering {
     t.id = static_cast<int>(tg_.tasks.size());
     SetDeps(t);
     tg_.tasks.push_back(std::move(t));
-    record_.task_content.push_back(0);
+    tg_.cost_keys.push_back(0);
     Journal(Effect::kTask, tg_.tasks.back().id);
     return tg_.tasks.back().id;
   }
@@ -1358,12 +1354,14 @@ class Lowering {
   std::vector<NodeId> expanded_;
   std::set<std::string> expanded_names_;
   // Replay: this run's record and the last one's, with the last run's tasks
-  // and pieces (moved from as they are replayed) and where its tasks went.
+  // and pieces (moved from as they are replayed), its tasks' cost keys and
+  // where its tasks went.
   Record record_, last_;
   bool recording_ = false, replay_ = false, last_ok_ = false;
   std::vector<Task> last_tasks_;
   std::vector<Piece> last_pieces_;
   std::vector<std::pair<int, Operand>> last_writebacks_;
+  std::vector<uint64_t> last_cost_keys_;
   std::vector<int> task_map_;
   int64_t planned_ = 0;
 };

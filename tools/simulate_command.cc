@@ -293,7 +293,7 @@ StatusOr<proto::LinkSpec> MeasureMessages(Communicator& world, int reps) {
 // together: a waiting process would poll for messages on a core the probe
 // may share).
 StatusOr<Machine> ProbeMachine(int reps, Communicator* world, int64_t devices) {
-  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(reps));
+  LOOM_ASSIGN_OR_RETURN(const Machine machine, ProbeCpuMachine(reps, world == nullptr ? devices : 0));
   if (world == nullptr) return machine;
   LOOM_ASSIGN_OR_RETURN(const proto::LinkSpec link, MeasureMessages(*world, 5 * reps));
   proto::Machine m = machine.proto();

@@ -107,7 +107,9 @@ Status TrainCommand(const std::vector<std::string>& args) {
     if (world->rank() != 0) run.console = nullptr;
     if (run.config.strategy() == "auto" && machine_path.empty()) {
       // Rank 0 searches, on a machine of a node per process (their messages
-      // hold a device of each): every rank takes part in probing the link.
+      // hold a device of each): every rank takes part in probing the link,
+      // before the run (whether rank 0 keeps a saved strategy instead is
+      // known only inside it; the probe then costs a few seconds for nothing).
       LOOM_ASSIGN_OR_RETURN(const Machine probed, ProbeMachine(3, world, devices));
       run.search_machine = [probed](int64_t) -> StatusOr<Machine> { return probed; };
     }
