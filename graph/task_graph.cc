@@ -19,6 +19,8 @@ const char* TaskKindName(TaskKind kind) {
     case TaskKind::kCompute: return "compute";
     case TaskKind::kTransfer: return "transfer";
     case TaskKind::kAllReduce: return "all-reduce";
+    case TaskKind::kAllGather: return "all-gather";
+    case TaskKind::kReduceScatter: return "reduce-scatter";
   }
   return "?";
 }
@@ -417,7 +419,8 @@ class Lowering {
   // Lowers `graph` (owned: expansions add nodes to it) onto `devices`.
   // Incremental: kept between runs, each run replaying what it can of the
   // last; its graph keeps every expansion it made (see IncrementalLowering).
-  Lowering(Graph graph, int64_t devices, bool incremental) : incremental_(incremental) {
+  Lowering(Graph graph, int64_t devices, const LoweringOptions& options, bool incremental)
+      : options_(options), incremental_(incremental) {
     tg_.graph = std::move(graph);
     tg_.devices = devices;
     for (const Node& n : g_.nodes()) order_.push_back(n.id);
@@ -1024,6 +1027,128 @@ class Lowering {
     return std::optional<Operand>(std::move(op));
   }
 
+  // Collectives for the parts (on `devices`) of a node reading v (their
+  // input `input`), made before the parts fetch it so that Fetch finds
+  // their outputs on the readers' devices (LoweringOptions::
+  // collective_min_group): where enough devices read one region of v and
+  // hold its pieces between them, an all-gather; where v is partial sums
+  // and each device reads its own part, a reduce-scatter. Else Fetch moves
+  // what each lacks by transfers.
+  void Collectives(ValueId v, size_t input, const std::vector<PartRegions>& parts,
+                   const std::vector<int64_t>& devices) {
+    if (IsSourceValue(v) || !State(v).written) return;
+    const int64_t min_group = options_.collective_min_group;
+    if (State(v).unreduced) {
+      std::vector<std::pair<int64_t, Region>> reads;  // by device: the one region it reads
+      for (size_t p = 0; p < parts.size(); ++p) {
+        const Region& r = parts[p].inputs[input];
+        auto same =
+            std::find_if(reads.begin(), reads.end(), [&](const auto& read) { return read.first == devices[p]; });
+        if (same == reads.end()) reads.emplace_back(devices[p], r);
+        else if (same->second != r) return;
+      }
+      if (static_cast<int64_t>(reads.size()) >= min_group) ReduceScatter(v, reads);
+      return;
+    }
+    std::vector<std::pair<const Region*, std::vector<int64_t>>> reads;  // a region and its readers' devices
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const Region& r = parts[p].inputs[input];
+      auto same = std::find_if(reads.begin(), reads.end(), [&](const auto& read) { return *read.first == r; });
+      if (same == reads.end()) same = reads.emplace(reads.end(), &r, std::vector<int64_t>());
+      if (std::find(same->second.begin(), same->second.end(), devices[p]) == same->second.end())
+        same->second.push_back(devices[p]);
+    }
+    for (const auto& [region, group] : reads)
+      if (static_cast<int64_t>(group.size()) >= min_group && region->numel() > 0 && Inside(*region, g_.type(v).shape))
+        AllGather(v, *region, group);
+  }
+
+  // The reduce-scatter of Collectives: when v's partial sums share one
+  // region, each device reads a strict part of it that no other reads, and
+  // the devices hold every partial sum between them (one chosen copy of
+  // each, the first in the origin's order on a reader).
+  void ReduceScatter(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) {
+    auto reader = [&](int64_t d) {
+      return std::find_if(reads.begin(), reads.end(), [&](const auto& r) { return r.first == d; }) != reads.end();
+    };
+    std::vector<int> sources;
+    const Region* whole = nullptr;
+    for (int p : State(v).origin) {
+      if (!piece(p).partial) continue;
+      if (whole && piece(p).region != *whole) return;
+      whole = &piece(p).region;
+      const int64_t index = piece(p).partial_index;
+      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).partial_index == index; });
+      if (same == sources.end()) sources.push_back(p);
+      else if (!reader(piece(*same).device) && reader(piece(p).device)) *same = p;
+    }
+    if (!whole || sources.size() < 2) return;
+    for (int p : sources)
+      if (!reader(piece(p).device)) return;
+    for (size_t a = 0; a < reads.size(); ++a) {
+      const Region& r = reads[a].second;
+      if (r.numel() == 0 || r == *whole || !whole->Contains(r)) return;
+      for (size_t b = 0; b < a; ++b)
+        if (r.Intersect(reads[b].second)) return;
+    }
+    const Region region = *whole;  // (making pieces moves the pieces)
+    Task t;
+    t.kind = TaskKind::kReduceScatter;
+    t.device = reads[0].first;
+    for (const auto& read : reads) t.group.push_back(read.first);
+    t.sources = std::move(sources);
+    t.bytes = Bytes(v, region);
+    t.name = g_.value(v).name + " " + region.ToString() + " reduce-scatter " + Join(t.group);
+    const int id = AddTask(std::move(t));
+    for (const auto& [device, part] : reads) {
+      const int out = NewPiece(v, device, part, false, 0, id, Slot::kDerived);
+      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
+    }
+  }
+
+  // The all-gather of Collectives, when its conditions hold.
+  void AllGather(ValueId v, const Region& region, const std::vector<int64_t>& group) {
+    auto member = [&](int64_t d) { return std::find(group.begin(), group.end(), d) != group.end(); };
+    const ValueState& s = State(v);
+    for (int p : s.origin)
+      if (member(piece(p).device) && piece(p).region.Contains(region)) return;  // held whole already
+    for (int64_t d : group)
+      if (const std::vector<int>* held = State(v).Derived(d))
+        for (int p : *held)
+          if (piece(p).region.Contains(region)) return;
+    // One copy of each distinct piece meeting the region, on a member: the
+    // first in the origin's order.
+    std::vector<int> sources;
+    int64_t covered = 0;
+    for (int p : s.origin) {
+      const Region& r = piece(p).region;
+      if (!r.Intersect(region)) continue;
+      if (!region.Contains(r)) return;  // a piece reaching out of the region: transfers cut it
+      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).region == r; });
+      if (same == sources.end()) {
+        sources.push_back(p);
+        covered += r.numel();
+      } else if (!member(piece(*same).device) && member(piece(p).device)) {
+        *same = p;
+      }
+    }
+    if (sources.size() < 2 || covered != region.numel()) return;
+    for (int p : sources)
+      if (!member(piece(p).device)) return;
+    Task t;
+    t.kind = TaskKind::kAllGather;
+    t.device = group[0];
+    t.group = group;
+    t.sources = std::move(sources);
+    t.bytes = Bytes(v, region);
+    t.name = g_.value(v).name + " " + region.ToString() + " all-gather " + Join(group);
+    const int id = AddTask(std::move(t));
+    for (int64_t d : group) {
+      const int out = NewPiece(v, d, region, false, 0, id, Slot::kDerived);
+      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
+    }
+  }
+
   // The whole of v, one piece per region, on any devices.
   StatusOr<Operand> Whole(ValueId v) {
     const Region all = Region::Whole(g_.type(v).shape);
@@ -1279,6 +1404,8 @@ class Lowering {
         work_dtype = o.dtype;
         break;
       }
+    if (options_.collective_min_group > 0)
+      for (size_t i = 0; i < n.inputs.size(); ++i) Collectives(n.inputs[i], i, *parts, split.devices);
     for (size_t p = 0; p < parts->size(); ++p) {
       PartRegions& part = (*parts)[p];
       Task t;
@@ -1331,6 +1458,7 @@ class Lowering {
 
   TaskGraph tg_;          // the result; its graph is the one being lowered
   Graph& g_ = tg_.graph;  // (that graph)
+  const LoweringOptions options_;
   const bool incremental_;
   std::vector<NodeId> order_;          // the graph's nodes before lowering, in order
   std::vector<NodeId> planned_order_;  // those that are not sources
@@ -1373,7 +1501,7 @@ std::string TaskGraph::ToString() const {
   s.precision(17);  // bytes and FLOPs exactly
   for (const Task& t : tasks) {
     s << t.id << " " << TaskKindName(t.kind) << " " << t.name;
-    if (t.kind == TaskKind::kAllReduce) s << " on " << Join(t.group);
+    if (!t.group.empty()) s << " on " << Join(t.group);
     else if (t.kind == TaskKind::kTransfer) s << " " << t.src_device << "->" << t.device;
     else s << " on " << t.device;
     if (!t.deps.empty()) s << "  deps " << Join(t.deps);
@@ -1391,7 +1519,7 @@ std::string TaskGraph::ToJson() const {
     s << (t.id ? ",\n  " : "\n  ") << "{\"id\": " << t.id << ", \"kind\": " << JsonQuoted(TaskKindName(t.kind))
       << ", \"name\": " << JsonQuoted(t.name) << ", \"device\": " << t.device;
     if (t.kind == TaskKind::kTransfer) s << ", \"src_device\": " << t.src_device;
-    if (t.kind == TaskKind::kAllReduce) s << ", \"group\": [" << Join(t.group) << "]";
+    if (!t.group.empty()) s << ", \"group\": [" << Join(t.group) << "]";
     s << ", \"flops\": " << t.flops << ", \"bytes\": " << t.bytes << ", \"deps\": [" << Join(t.deps) << "]}";
   }
   s << "\n]}\n";
@@ -1403,6 +1531,15 @@ double TaskGraph::TransferBytes() const {
   for (const Task& t : tasks) {
     if (t.kind == TaskKind::kTransfer) bytes += t.bytes;
     if (t.kind == TaskKind::kAllReduce && t.group.size() > 1) bytes += t.bytes * static_cast<double>(t.group.size());
+    if (t.kind == TaskKind::kAllGather) {
+      bytes += t.bytes * static_cast<double>(t.group.size());
+      for (int p : t.sources) bytes -= pieces[static_cast<size_t>(p)].bytes;  // each member has its own
+    }
+    if (t.kind == TaskKind::kReduceScatter)
+      for (int out : t.outputs)
+        for (int p : t.sources)
+          if (pieces[static_cast<size_t>(p)].device != pieces[static_cast<size_t>(out)].device)
+            bytes += pieces[static_cast<size_t>(out)].bytes;
   }
   return bytes;
 }
@@ -1421,20 +1558,21 @@ Status CheckDevices(const std::map<std::string, LayerSplit>& layers, int64_t dev
 }  // namespace
 
 StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
-                                   int64_t devices) {
+                                   int64_t devices, const LoweringOptions& options) {
   LOOM_RETURN_IF_ERROR(CheckDevices(layers, devices));
-  Lowering lowering(graph, devices, /*incremental=*/false);
+  Lowering lowering(graph, devices, options, /*incremental=*/false);
   LOOM_RETURN_IF_ERROR(lowering.Run(layers));
   return lowering.Take();
 }
 
 struct IncrementalLowering::Impl {
-  Impl(const Graph& graph, int64_t devices) : lowering(graph, devices, /*incremental=*/true) {}
+  Impl(const Graph& graph, int64_t devices, const LoweringOptions& options)
+      : lowering(graph, devices, options, /*incremental=*/true) {}
   Lowering lowering;
 };
 
-IncrementalLowering::IncrementalLowering(const Graph& graph, int64_t devices)
-    : impl_(std::make_unique<Impl>(graph, devices)), devices_(devices) {}
+IncrementalLowering::IncrementalLowering(const Graph& graph, int64_t devices, const LoweringOptions& options)
+    : impl_(std::make_unique<Impl>(graph, devices, options)), devices_(devices) {}
 IncrementalLowering::~IncrementalLowering() = default;
 
 StatusOr<const TaskGraph*> IncrementalLowering::Lower(const std::map<std::string, LayerSplit>& layers) {
@@ -1473,9 +1611,10 @@ StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strate
   return layers;
 }
 
-StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward) {
+StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward,
+                                     const LoweringOptions& options) {
   LOOM_ASSIGN_OR_RETURN(auto layers, ResolveLayers(strategy, forward));
-  return BuildTaskGraph(step, layers, strategy.devices());
+  return BuildTaskGraph(step, layers, strategy.devices(), options);
 }
 
 }  // namespace loom

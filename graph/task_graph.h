@@ -7,7 +7,12 @@
 // as pieces (a region on a device, written once). Where a part needs a
 // region that its device does not hold, transfer tasks copy the missing
 // pieces from the devices that hold them; partial sums (a batch part's
-// weight gradient) are combined by an all-reduce task first. Forward layers
+// weight gradient) are combined by an all-reduce task first; where a group
+// of devices each reads the whole of a value that the group holds in pieces
+// (the next layer of an OWT split), one all-gather task can replace the
+// transfers between every pair, and where each reads its own part of a
+// value the group holds as partial sums (that layer's input gradient), one
+// reduce-scatter (LoweringOptions). Forward layers
 // split as the strategy says; every other node (backward, update) follows
 // the layer it belongs to ("<layer>/grad/...", "<param>/update"), choosing
 // among its op's split rules the one that matches how its inputs arrive, or
@@ -60,14 +65,15 @@ struct Operand {
   std::vector<int> pieces;
 };
 
-enum class TaskKind { kCompute, kTransfer, kAllReduce };
-const char* TaskKindName(TaskKind kind);  // "compute", "transfer", "all-reduce"
+enum class TaskKind { kCompute, kTransfer, kAllReduce, kAllGather, kReduceScatter };
+// "compute", "transfer", "all-reduce", "all-gather", "reduce-scatter"
+const char* TaskKindName(TaskKind kind);
 
 struct Task {
   int id = 0;
   TaskKind kind = TaskKind::kCompute;
   std::string name;    // "fc1[0]", "fc1:0 0->1", "fc1/grad/MatMul:0 all-reduce"
-  int64_t device = 0;  // compute: where it runs; transfer: the destination; all-reduce: the first member
+  int64_t device = 0;  // compute: where it runs; transfer: the destination; collectives: the first member
   // Compute: the node, its part, the part's attributes (shared by the
   // node's parts that have the same) and operands.
   NodeId node = -1;
@@ -81,12 +87,16 @@ struct Task {
   // region of its output, partial sums that transfers brought there (and
   // its own): where each device reads a different part of a partial-sum
   // value, its parts move as in a reduce-scatter instead of an all-reduce
-  // of the whole.
+  // of the whole. All-gather: `sources` the distinct pieces that tile a
+  // region, each on a device of `group`, and `outputs` the whole region on
+  // each member, in the group's order. Reduce-scatter: `sources` the
+  // distinct partial sums of one region, on members, added in their order;
+  // `outputs` a part of the sum on each member (group order).
   std::vector<int> sources;
   int64_t src_device = -1;
   std::vector<int64_t> group;
   std::vector<int> outputs;  // the pieces it writes
-  double flops = 0, bytes = 0;  // compute: OpDef::Cost of the part; transfer and all-reduce: the region's bytes
+  double flops = 0, bytes = 0;  // compute: OpDef::Cost of the part; others: the (sources') region's bytes
   DType dtype = DType::kF32;    // compute: the element type of its work (its first floating output's)
   std::vector<int> deps;        // tasks that finish first (all earlier in TaskGraph::tasks)
 };
@@ -132,9 +142,25 @@ struct TaskGraph {
   // {"devices": N, "tasks": [{"id", "kind", "name", "device", "src_device",
   // "group", "flops", "bytes", "deps"}...]}
   std::string ToJson() const;
-  // Bytes moved by transfer and all-reduce tasks (all-reduce: the region
-  // once per member; a one-device sum moves nothing).
+  // Bytes moved by transfer and collective tasks (all-reduce: the region
+  // once per member, a one-device sum nothing; all-gather: what each member
+  // lacks of the region; reduce-scatter: each member's part of every
+  // partial sum held elsewhere).
   double TransferBytes() const;
+};
+
+// How a lowering moves values: what the devices' runtime moves well.
+struct LoweringOptions {
+  // When at least this many devices each read the whole of a region of a
+  // value whose pieces those devices hold (one copy of each part of it),
+  // one all-gather task brings it to all of them instead of a transfer per
+  // (piece, reader) pair: on 64 devices, 1 task for 4,032; when each reads
+  // its own part of a value they hold as partial sums of one region, one
+  // reduce-scatter sums it instead of transfers and a sum per reader.
+  // Collective libraries (NCCL's ring) move values so; the CPU task runtime
+  // runs a collective on one device and transfers on every reader at once,
+  // so it lowers without (0: never).
+  int64_t collective_min_group = 0;
 };
 
 // What one part of a node reads and writes.
@@ -163,7 +189,7 @@ StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& 
 // devices 0 .. devices - 1. Errors name the layer: a split that no rule of
 // its op realises for these shapes.
 StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::string, LayerSplit>& layers,
-                                   int64_t devices);
+                                   int64_t devices, const LoweringOptions& options = {});
 
 // Lowers one graph again and again under changing splits: a strategy
 // search's proposals. A node whose layer's split is unchanged and whose
@@ -181,7 +207,7 @@ StatusOr<TaskGraph> BuildTaskGraph(const Graph& graph, const std::map<std::strin
 // nodes of the tasks); the task runtime runs BuildTaskGraph's.
 class IncrementalLowering {
  public:
-  IncrementalLowering(const Graph& graph, int64_t devices);
+  IncrementalLowering(const Graph& graph, int64_t devices, const LoweringOptions& options = {});
   ~IncrementalLowering();
   // The task graph, valid until the next call. Errors as BuildTaskGraph's;
   // after one the next call plans every node.
@@ -201,6 +227,7 @@ StatusOr<std::map<std::string, LayerSplit>> ResolveLayers(const Strategy& strate
 
 // The two together: `step` lowered under `strategy` (resolved on the step's
 // forward graph `forward`) onto the strategy's devices.
-StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward);
+StatusOr<TaskGraph> LowerToTaskGraph(const Graph& step, const Strategy& strategy, const Graph& forward,
+                                     const LoweringOptions& options = {});
 
 }  // namespace loom

@@ -109,7 +109,7 @@ int64_t TaskRuntime::RunnerOf(const Task& task) const {
     if (Local(task.device)) return task.device;  // the destination copies or receives
     return Local(task.src_device) ? task.src_device : -1;
   }
-  if (Local(task.device)) return task.device;  // the all-reduce's first member adds
+  if (Local(task.device)) return task.device;  // a collective's first member combines
   for (const std::vector<int>* list : {&task.sources, &task.outputs})
     for (int p : *list)
       if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return tasks_.pieces[static_cast<size_t>(p)].device;
@@ -318,6 +318,8 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
       return Status::Ok();
     }
     case TaskKind::kAllReduce: return RunAllReduce(task);
+    case TaskKind::kAllGather: return RunAllGather(task);
+    case TaskKind::kReduceScatter: return RunAllReduce(task);
     case TaskKind::kCompute: break;
   }
   const Node& n = tasks_.graph.node(task.node);
@@ -369,39 +371,31 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
 }
 
 // The partial sums added in the group's order on the task's device (the
-// first member), which then hands each member its copy. Across processes
-// the first member receives the sums other ranks hold and sends them their
-// copies; the order of the additions, and so the bits, stay the same. A
-// one-device group adds the output's region of each source (some hold
-// more: the device's own partial sum).
+// first member), which then hands each member its copy (a reduce-scatter:
+// its part). Across processes the first member receives the sums other
+// ranks hold and sends them their copies; the order of the additions, and
+// so the bits, stay the same. A one-device group adds the output's region
+// of each source (some hold more: the device's own partial sum).
 Status TaskRuntime::RunAllReduce(const Task& task) {
   const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
   const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
-  const int root = comm_ ? Owner(task.device) : 0;
-  if (!Local(task.device)) {  // another rank adds: send this rank's sums, receive its copies
-    for (int p : task.sources)
-      if (Local(device_of(p))) LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
-    for (int p : task.outputs) {
-      if (!Local(device_of(p))) continue;
-      LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
-      LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
-      pieces_[static_cast<size_t>(p)] = copy;
-    }
-    return Status::Ok();
-  }
-  // Source k (its part in the output's region), received when another rank
+  if (!Local(task.device)) return JoinCollective(task);
+  const Region& summed = task.kind == TaskKind::kReduceScatter
+                             ? tasks_.pieces[static_cast<size_t>(task.sources[0])].region
+                             : first.region;
+  // Source k (its part in the summed region), received when another rank
   // holds it.
   const auto source = [&](size_t k) -> StatusOr<Tensor> {
     const int p = task.sources[k];
     const Region& held = tasks_.pieces[static_cast<size_t>(p)].region;
-    if (Local(device_of(p)) && held != first.region) {
-      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
-      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(p)], held, &part, first.region, first.region));
+    if (Local(device_of(p)) && held != summed) {
+      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(summed.shape(), dtype, AllocatorOf(task.device)));
+      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(p)], held, &part, summed, summed));
       return part;
     }
     if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
-    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
+    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(summed.shape(), dtype, AllocatorOf(task.device)));
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(device_of(p))));
     return received;
   };
@@ -412,7 +406,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
     if (add_dtype == dtype) return x;
     return x.Cast(add_dtype);
   };
-  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(first.region.shape(), add_dtype, AllocatorOf(task.device)));
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(summed.shape(), add_dtype, AllocatorOf(task.device)));
   {
     LOOM_ASSIGN_OR_RETURN(Tensor x0, widened(0));
     LOOM_RETURN_IF_ERROR(sum.CopyFrom(x0));
@@ -429,14 +423,67 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   if (add_dtype != dtype) {
     LOOM_ASSIGN_OR_RETURN(sum, sum.Cast(dtype));
   }
+  return HandOut(task, sum, summed);
+}
+
+// The members' pieces copied into the region on the task's device (the
+// first member), which hands each member its copy; across processes as
+// RunAllReduce.
+Status TaskRuntime::RunAllGather(const Task& task) {
+  if (!Local(task.device)) return JoinCollective(task);
+  const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
+  const DType dtype = tasks_.graph.type(first.value).dtype;
+  LOOM_ASSIGN_OR_RETURN(Tensor whole, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
+  for (int p : task.sources) {
+    const Piece& held = tasks_.pieces[static_cast<size_t>(p)];
+    Tensor part = pieces_[static_cast<size_t>(p)];
+    if (!Local(held.device)) {
+      LOOM_ASSIGN_OR_RETURN(part, Tensor::Empty(held.region.shape(), dtype, AllocatorOf(task.device)));
+      LOOM_RETURN_IF_ERROR(comm_->Recv(part, Owner(held.device)));
+    }
+    LOOM_RETURN_IF_ERROR(CopyRegion(part, held.region, &whole, first.region, held.region));
+  }
+  return HandOut(task, whole, first.region);
+}
+
+// A collective's part on a rank that does not hold its first member: sends
+// this rank's sources to the first member's rank, receives its outputs.
+Status TaskRuntime::JoinCollective(const Task& task) {
+  const int root = Owner(task.device);
+  for (int p : task.sources)
+    if (Local(tasks_.pieces[static_cast<size_t>(p)].device))
+      LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
   for (int p : task.outputs) {
-    if (!Local(device_of(p))) {
-      LOOM_RETURN_IF_ERROR(comm_->Send(sum, Owner(device_of(p))));
+    if (!Local(tasks_.pieces[static_cast<size_t>(p)].device)) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
+    LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
+    pieces_[static_cast<size_t>(p)] = copy;
+  }
+  return Status::Ok();
+}
+
+// A collective's result (`region` of its value), on its first member, to
+// every output, each its region of it: copied on this rank, sent to the
+// others.
+Status TaskRuntime::HandOut(const Task& task, const Tensor& result, const Region& region) {
+  for (int p : task.outputs) {
+    const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
+    if (!Local(out.device) && out.region == region) {
+      LOOM_RETURN_IF_ERROR(comm_->Send(result, Owner(out.device)));
       continue;
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
-    LOOM_RETURN_IF_ERROR(copy.CopyFrom(sum));
-    pieces_[static_cast<size_t>(p)] = copy;
+    Tensor copy;
+    if (Local(out.device)) {
+      LOOM_ASSIGN_OR_RETURN(copy, PieceTensor(p));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(copy, Tensor::Empty(out.region.shape(), result.dtype(), AllocatorOf(task.device)));
+    }
+    LOOM_RETURN_IF_ERROR(CopyRegion(result, region, &copy, out.region, out.region));
+    if (Local(out.device)) {
+      pieces_[static_cast<size_t>(p)] = copy;
+    } else {
+      LOOM_RETURN_IF_ERROR(comm_->Send(copy, Owner(out.device)));
+    }
   }
   return Status::Ok();
 }

@@ -2,7 +2,9 @@
 // (`--devices cpu:N`): one worker thread per device runs that device's
 // tasks in the task graph's order, each waiting for the tasks it depends
 // on; transfers copy regions between the devices' pieces, all-reduces sum
-// partial pieces in the group's order (so results do not depend on timing).
+// partial pieces in the group's order (so results do not depend on timing),
+// all-gathers assemble a region from the members' pieces on the first
+// member and copy it to each.
 // Each device has its own thread pool for kernels. The pieces a step makes
 // and frees live at their places in one arena per device
 // (runtime/task_memory_plan.h); sources' home pieces live between steps,
@@ -15,11 +17,11 @@
 // Processes (TaskRuntimeOptions::communicator): each of comm.size() ranks
 // runs k = devices / comm.size() devices, devices [r k, (r + 1) k) on rank
 // r, from the same task graph. A rank runs its devices' compute tasks and
-// its halves of the transfers and all-reduces that cross to other ranks:
-// the sender sends the region, the receiver receives it; an all-reduce's
-// first member receives the partial sums it does not hold, adds them in
-// the group's order (the bits of one process) and sends each member its
-// copy. A rank's cross-rank tasks run one at a time in the graph's order,
+// its halves of the transfers and collectives that cross to other ranks:
+// the sender sends the region, the receiver receives it; a collective's
+// first member receives the pieces it does not hold (an all-reduce adds
+// them in the group's order: the bits of one process) and sends each
+// member its copy. A rank's cross-rank tasks run one at a time in the graph's order,
 // whichever of its device threads runs them, so each pair of ranks sends
 // and receives in the same order and every wait is met.
 // Every rank makes the same calls in the same order (Run, GetState, ...):
@@ -103,6 +105,9 @@ class TaskRuntime : public StepRunner {
   Status RunTask(const Task& task, ThreadPool* pool);
   Status RunRemoteTransfer(const Task& task);
   Status RunAllReduce(const Task& task);
+  Status RunAllGather(const Task& task);
+  Status JoinCollective(const Task& task);
+  Status HandOut(const Task& task, const Tensor& result, const Region& region);
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
   StatusOr<Tensor> PieceEverywhere(int p) const;

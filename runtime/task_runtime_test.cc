@@ -687,6 +687,76 @@ TEST_CASE("processes need the same number of devices each") {
   CHECK_THAT(runtime.status().message(), Catch::Contains("2 devices, not a multiple of the communicator's 3 ranks"));
 }
 
+// Collectives instead of transfers (LoweringOptions): the same bytes move,
+// and the results are the transfers' bit for bit, in one process and over
+// ranks (an all-gather copies; a reduce-scatter adds the partial sums in
+// the order the one-device sums do).
+TEST_CASE("all-gathers and reduce-scatters give the transfers' results bit for bit, in one process and over ranks") {
+  const StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  const LoweringOptions collectives{.collective_min_group = 3};
+  std::mt19937_64 rng(17);
+  const std::vector<std::pair<const StepCase*, std::string>> cases = {
+      {&mlp, "devices: 4\ndefault_split { parameter: 4 }\n"},
+      {&mlp, "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*fc*\" parameter: 4 }\n"},  // OWT
+      {&cnn, "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*fc*\" parameter: 4 }\n"},
+      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n"},
+      {&mlp, testing::RandomStrategy(mlp.forward, 4, rng)},
+      {&cnn, testing::RandomStrategy(cnn.forward, 4, rng)},
+  };
+  std::map<TaskKind, int> made;
+  for (const auto& [c, text] : cases) {
+    INFO(text);
+    auto plain = Lower(*c, text);
+    if (!plain.ok()) continue;  // a random split the shapes cannot take
+    auto gathered = testing::LowerStrategy(*c, text, collectives);
+    REQUIRE(gathered.status().ToString() == "OK");
+    for (const Task& t : gathered->tasks) ++made[t.kind];
+    CHECK(gathered->tasks.size() <= plain->tasks.size());
+    CHECK(gathered->TransferBytes() == Approx(plain->TransferBytes()));
+    auto want = testing::RunOnDevices(*c, text, kSteps, kSeed);
+    auto got = testing::RunOnDevices(*c, text, kSteps, kSeed, collectives);
+    REQUIRE(want.status().ToString() == "OK");
+    REQUIRE(got.status().ToString() == "OK");
+    CHECK(FirstMismatch(*want, *got, 0.0) == "");
+    for (int ranks : {4, 2}) {
+      auto results = testing::RunAsProcesses(*c, text, kSteps, kSeed, ranks, collectives);
+      REQUIRE(results.status().ToString() == "OK");
+      for (size_t r = 0; r < results->size(); ++r) {
+        INFO(ranks << " ranks, rank " << r);
+        CHECK(FirstMismatch(*want, (*results)[r], 0.0) == "");
+      }
+    }
+  }
+  CHECK(made[TaskKind::kAllGather] > 0);
+  CHECK(made[TaskKind::kReduceScatter] > 0);
+}
+
+TEST_CASE("OWT on 4 devices gathers each split layer's input once and scatters its gradient once") {
+  const StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const std::string text = "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*fc*\" parameter: 4 }\n";
+  auto plain = Lower(mlp, text);
+  auto gathered = testing::LowerStrategy(mlp, text, LoweringOptions{.collective_min_group = 3});
+  REQUIRE(plain.status().ToString() == "OK");
+  REQUIRE(gathered.status().ToString() == "OK");
+  std::map<TaskKind, int> before, after;
+  for (const Task& t : plain->tasks) ++before[t.kind];
+  for (const Task& t : gathered->tasks) ++after[t.kind];
+  // fc1 and fc2 read the whole of their inputs, which the data-parallel
+  // layers before them hold by rows: 4 x 3 transfers each become an
+  // all-gather. fc2's input gradient, partial sums that each part of the
+  // ReLU before it reads a quarter of: 4 x 3 transfers and 4 sums become a
+  // reduce-scatter (fc1's input, the data, needs no gradient).
+  CHECK(after[TaskKind::kAllGather] == 2);
+  CHECK(after[TaskKind::kReduceScatter] == 1);
+  CHECK(before[TaskKind::kTransfer] - after[TaskKind::kTransfer] == 3 * 12);
+  CHECK(before[TaskKind::kAllReduce] - after[TaskKind::kAllReduce] == 4);
+  // Groups smaller than the option's minimum move by transfers.
+  auto five = testing::LowerStrategy(mlp, text, LoweringOptions{.collective_min_group = 5});
+  REQUIRE(five.ok());
+  CHECK(five->tasks.size() == plain->tasks.size());
+}
+
 TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {
   const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");

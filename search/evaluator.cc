@@ -19,13 +19,13 @@ StrategyEvaluator::StrategyEvaluator(const Graph& step, const SearchSpace& space
       space_(space),
       machine_(machine),
       cost_(cost),
-      lowering_(step, space.devices()),
+      lowering_(step, space.devices(), LoweringFor(machine)),
       delta_(machine, cost, WithoutPeakMemory()) {}
 
 StatusOr<TaskGraph> StrategyEvaluator::Lower(const Choice& choice) const {
   if (choice.size() != space_.layers().size())
     return InvalidArgument("a choice of ", choice.size(), " configurations for ", space_.layers().size(), " layers");
-  return BuildTaskGraph(step_, space_.Splits(choice), space_.devices());
+  return BuildTaskGraph(step_, space_.Splits(choice), space_.devices(), LoweringFor(machine_));
 }
 
 StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool peak_memory) {

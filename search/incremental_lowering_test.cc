@@ -62,7 +62,8 @@ Machine FourDevices() {
 // starting point, as in the search's chain): every incremental lowering
 // equals BuildTaskGraph's, and so does its simulation, to the bit.
 // Returns the nodes planned per proposal, on average.
-double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std::mt19937_64& rng) {
+double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std::mt19937_64& rng,
+                  const LoweringOptions& options = {}) {
   auto space = SearchSpace::Build(c.forward, devices);
   REQUIRE(space.status().ToString() == "OK");
   auto dp = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, devices);
@@ -74,7 +75,7 @@ double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std:
   Choice current = *start;
   const Machine machine = FourDevices();
   const AnalyticalCostModel cost(machine);
-  IncrementalLowering incremental(c.step, devices);
+  IncrementalLowering incremental(c.step, devices, options);
   int64_t planned = 0;
   for (int i = 0; i <= changes; ++i) {
     Choice next = current;
@@ -83,7 +84,7 @@ double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std:
       next[layer] = static_cast<int>(rng() % space->layers()[layer].configs.size());
     }
     const auto layers = space->Splits(next);
-    auto fresh = BuildTaskGraph(c.step, layers, devices);
+    auto fresh = BuildTaskGraph(c.step, layers, devices, options);
     auto reused = incremental.Lower(layers);
     REQUIRE(fresh.status().ToString() == "OK");
     REQUIRE(reused.status().ToString() == "OK");
@@ -109,6 +110,14 @@ TEST_CASE("an incremental lowering equals BuildTaskGraph's under random one-laye
   testing::ForEachZooStepCase([&](const std::string& name, const testing::StepCase& c) {
     INFO(name);
     CheckChain(c, 4, 8, rng);
+  });
+}
+
+TEST_CASE("an incremental lowering with collectives equals BuildTaskGraph's") {
+  std::mt19937_64 rng(9);
+  testing::ForEachZooStepCase([&](const std::string& name, const testing::StepCase& c) {
+    INFO(name);
+    CheckChain(c, 4, 4, rng, LoweringOptions{.collective_min_group = 3});
   });
 }
 

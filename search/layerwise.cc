@@ -158,12 +158,13 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
           splits[layers[static_cast<size_t>(l)].name] = layers[static_cast<size_t>(l)].configs[static_cast<size_t>(c)];
           break;
         }
-    LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(step, splits, devices));
+    LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, BuildTaskGraph(step, splits, devices, LoweringFor(machine)));
     LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost, no_peak));
     ++out.lowerings;
     for (std::vector<double>& b : layer_busy) std::fill(b.begin(), b.end(), 0.0);
     for (const Task& t : tasks.tasks) {
-      if (t.kind == TaskKind::kTransfer) continue;  // t_move's
+      if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter)
+        continue;  // moves between layers: t_move's
       const int l = LayerOf(t.kind == TaskKind::kCompute ? tasks.graph.node(t.node).name : t.name, layer_index);
       if (l < 0) continue;
       const double seconds = r.tasks[static_cast<size_t>(t.id)].end - r.tasks[static_cast<size_t>(t.id)].start;

@@ -27,9 +27,22 @@ int HopKind(proto::Interconnect kind) {
   }
 }
 
+// NCCL's ring latency in microseconds: its base and one hop per step, by
+// what the hop crosses (`inter_steps` of the `steps` cross nodes); LL's
+// hops inside a node are slower in a call that crosses nodes, and Simple's
+// plateaus above 64 KiB a member.
+double RingMicroseconds(Protocol p, double steps, double inter_steps, int intra, double members, double nodes,
+                        double bytes) {
+  const double slower = nodes > 1 && p == kLL ? 1.8 : 1.0;
+  double us = kBaseUs[kRing][p] + (steps - inter_steps) * kHopUs[intra][kRing][p] * slower +
+              inter_steps * kHopUs[HopKind(proto::NETWORK)][kRing][p];
+  if (p == kSimple && nodes > 1 && bytes >= members / 16 * 65536) us *= 1.9;
+  return us;
+}
+
 }  // namespace
 
-AllReduceModel::Crossings AllReduceModel::Cross(const std::vector<std::pair<int64_t, int64_t>>& messages) const {
+CollectiveModel::Crossings CollectiveModel::Cross(const std::vector<std::pair<int64_t, int64_t>>& messages) const {
   Crossings c;
   for (const auto& [src, dst] : messages) {
     const Machine::Route route = machine_.RouteOf(src, dst);
@@ -51,7 +64,7 @@ AllReduceModel::Crossings AllReduceModel::Cross(const std::vector<std::pair<int6
   return c;
 }
 
-AllReduceModel::AllReduceModel(const Machine& m, const std::vector<int64_t>& group) : machine_(m) {
+CollectiveModel::CollectiveModel(const Machine& m, const std::vector<int64_t>& group) : machine_(m) {
   const size_t n = group.size();
   members_ = static_cast<double>(n);
   if (n < 2) return;
@@ -79,7 +92,7 @@ AllReduceModel::AllReduceModel(const Machine& m, const std::vector<int64_t>& gro
   }
 }
 
-CollectiveCost AllReduceModel::Cost(double bytes, std::vector<LinkTraffic>* traffic) const {
+CollectiveCost CollectiveModel::AllReduce(double bytes, std::vector<LinkTraffic>* traffic) const {
   if (members_ < 2) return {};
   const double chunk = bytes / members_, steps = 2 * (members_ - 1);
   const double ring_bandwidth_s = steps * chunk * ring_.seconds_per_byte;
@@ -96,11 +109,8 @@ CollectiveCost AllReduceModel::Cost(double bytes, std::vector<LinkTraffic>* traf
   const double tree_bandwidth_s = 2 * bytes * tree_.seconds_per_byte / 0.9;
   CollectiveCost best{0, ""};
   for (Protocol p : {kSimple, kLL}) {
-    // NCCL: LL's intra-node hops are slower in a call that crosses nodes.
     const double slower = nodes_ > 1 && p == kLL ? 1.8 : 1.0;
-    double ring_us = kBaseUs[kRing][p] + (steps - inter_steps) * kHopUs[intra][kRing][p] * slower +
-                     inter_steps * kHopUs[net][kRing][p];
-    if (p == kSimple && nodes_ > 1 && bytes >= members_ / 16 * 65536) ring_us *= 1.9;  // NCCL: the ring's plateau
+    const double ring_us = RingMicroseconds(p, steps, inter_steps, intra, members_, nodes_, bytes);
     const double tree_us = kBaseUs[kTree][p] + 2 * ((per_node_ - 1) * kHopUs[intra][kTree][p] * slower +
                                                     std::floor(std::log2(nodes_)) * kHopUs[net][kTree][p]);
     const CollectiveCost candidates[2] = {
@@ -116,6 +126,20 @@ CollectiveCost AllReduceModel::Cost(double bytes, std::vector<LinkTraffic>* traf
     add_traffic(tree_, bytes);
   }
   return best;
+}
+
+CollectiveCost CollectiveModel::AllGather(double bytes, std::vector<LinkTraffic>* traffic) const {
+  if (members_ < 2) return {};
+  const double chunk = bytes / members_, steps = members_ - 1;
+  const double ring_bandwidth_s = steps * chunk * ring_.seconds_per_byte;
+  for (const auto& [r, count] : ring_.counts) traffic->push_back({r, count * steps * chunk});
+  if (!machine_.proto().nccl()) return {steps * ring_.latency + ring_bandwidth_s, "ring"};
+  const int intra = HopKind(machine_.proto().intra_node().kind());
+  const double simple = RingMicroseconds(kSimple, steps, nodes_ - 1, intra, members_, nodes_, bytes) * 1e-6 +
+                        ring_bandwidth_s;
+  const double ll =
+      RingMicroseconds(kLL, steps, nodes_ - 1, intra, members_, nodes_, bytes) * 1e-6 + 4 * ring_bandwidth_s;
+  return ll < simple ? CollectiveCost{ll, "ring LL"} : CollectiveCost{simple, "ring"};
 }
 
 }  // namespace loom

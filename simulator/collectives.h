@@ -1,11 +1,11 @@
-// The cost of an all-reduce among devices with copy engines (GPUs), for
-// the simulator (docs/simulator.md#collectives).
+// The cost of an all-reduce or an all-gather among devices with copy
+// engines (GPUs), for the simulator (docs/simulator.md#collectives).
 //
 // Plain machines: a ring over the members in group order, 2(n-1) steps of
-// bytes / n per member, each step paying the slowest hop's latency and the
-// busiest link resource's load over its bandwidth (two members whose hops
-// share a link, as on a PCIe switch or a node's network link, slow the
-// step).
+// bytes / n per member (an all-gather or a reduce-scatter: n-1 steps),
+// each step paying the slowest hop's latency and the busiest link
+// resource's load over its bandwidth (two members whose hops share a link,
+// as on a PCIe switch or a node's network link, slow the step).
 //
 // Machines with `nccl` set: NCCL's own cost model (src/graph/tuning.cc,
 // ncclTopoTuneModel), whose tuner picks the fastest of
@@ -16,7 +16,8 @@
 //     hierarchical algorithm), algorithm bandwidth half the bus's at 90%,
 //     latency 2((n/nodes - 1) intra hops + log2(nodes) network hops);
 // each with the Simple protocol (full bandwidth) or LL (low latency, a
-// quarter of the ring's bandwidth, 1/3.8 of the tree's). Left out: LL128
+// quarter of the ring's bandwidth, 1/3.8 of the tree's). An all-gather is
+// a ring, n-1 steps (bus bandwidth factor (n-1)/n). Left out: LL128
 // (on by default on few GPUs), the per-size tree correction factors, the
 // per-GPU bandwidth caps, NVLS/CollNet.
 #pragma once
@@ -40,16 +41,25 @@ struct CollectiveCost {
   const char* algorithm = "none";  // "ring", "tree", "ring LL", "tree LL"; "none" for one member
 };
 
-// All-reduces over one group of devices: what their cost does not owe to
+// Collectives over one group of devices: what their cost does not owe to
 // their size, worked out once (a data-parallel step has one all-reduce per
 // parameter over the same group).
-class AllReduceModel {
+class CollectiveModel {
  public:
   // `group`: distinct devices of `machine`, in ring order.
-  AllReduceModel(const Machine& machine, const std::vector<int64_t>& group);
+  CollectiveModel(const Machine& machine, const std::vector<int64_t>& group);
   // An all-reduce of `bytes`; appends the bytes it puts on each link
   // resource (each named once) to `traffic`.
-  CollectiveCost Cost(double bytes, std::vector<LinkTraffic>* traffic) const;
+  CollectiveCost AllReduce(double bytes, std::vector<LinkTraffic>* traffic) const;
+  // An all-gather of a region of `bytes` (each member ends with all of
+  // it), likewise.
+  CollectiveCost AllGather(double bytes, std::vector<LinkTraffic>* traffic) const;
+  // A reduce-scatter of partial sums of `bytes` (each member ends with its
+  // part of the sum): the ring's first half, costed as the all-gather (so
+  // does NCCL).
+  CollectiveCost ReduceScatter(double bytes, std::vector<LinkTraffic>* traffic) const {
+    return AllGather(bytes, traffic);
+  }
 
  private:
   // How many of a pass's messages, all in flight at once, cross each link

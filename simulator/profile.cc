@@ -13,7 +13,8 @@ std::string TaskSignature(const TaskGraph& graph, const Task& task) {
   if (task.kind != TaskKind::kCompute) {
     const Piece& p = graph.pieces[static_cast<size_t>(task.outputs[0])];
     const std::string what = StrCat(p.region.shape().ToString(), " ", DTypeName(graph.graph.type(p.value).dtype));
-    return task.kind == TaskKind::kTransfer ? "transfer " + what : StrCat("all-reduce of ", task.group.size(), " ", what);
+    if (task.kind == TaskKind::kTransfer) return "transfer " + what;
+    return StrCat(TaskKindName(task.kind), " of ", task.group.size(), " ", what);
   }
   const Node& n = graph.graph.node(task.node);
   std::string s = n.op + " " + task.attrs->ToString() + " (";

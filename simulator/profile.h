@@ -19,7 +19,8 @@
 namespace loom {
 
 // "Conv2d {kernel=[3, 3], ...} ([8, 1, 28, 28] f32, [4, 1, 3, 3] f32) -> ([8, 4, 28, 28] f32)";
-// "transfer [8, 4, 28, 28] f32"; "all-reduce of 2 [64, 16] f32".
+// "transfer [8, 4, 28, 28] f32"; "all-reduce of 2 [64, 16] f32"; "all-gather of
+// 8 [512, 256] f32".
 std::string TaskSignature(const TaskGraph& graph, const Task& task);
 
 class Profile {

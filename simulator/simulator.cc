@@ -97,15 +97,21 @@ class Scheduler {
         const std::optional<double> measured = cost_.CommunicationSeconds(g_, t);
         return s->Close(measured ? *measured : Machine::MessageSeconds(route, t.bytes));
       }
-      case TaskKind::kAllReduce: {
+      case TaskKind::kAllReduce:
+      case TaskKind::kAllGather:
+      case TaskKind::kReduceScatter: {
         double seconds = 0;
         if (copies_on_device_ || t.group.size() == 1) {  // (one device: a sum of what transfers brought)
-          seconds = RootAllReduce(t, s);
+          seconds = RootCollective(t, s);
         } else {
-          auto model = all_reduces_.find(t.group);
-          if (model == all_reduces_.end()) model = all_reduces_.emplace(t.group, AllReduceModel(m_, t.group)).first;
+          auto model = collectives_.find(t.group);
+          if (model == collectives_.end()) model = collectives_.emplace(t.group, CollectiveModel(m_, t.group)).first;
           const size_t first = s->traffic.size();
-          seconds = model->second.Cost(t.bytes, &s->traffic).seconds;
+          const CollectiveModel& c = model->second;
+          seconds = (t.kind == TaskKind::kAllReduce   ? c.AllReduce(t.bytes, &s->traffic)
+                     : t.kind == TaskKind::kAllGather ? c.AllGather(t.bytes, &s->traffic)
+                                                      : c.ReduceScatter(t.bytes, &s->traffic))
+                        .seconds;
           // It holds every link resource it crosses (Cost names each once).
           for (size_t i = first; i < s->traffic.size(); ++i)
             s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
@@ -117,10 +123,11 @@ class Scheduler {
   }
 
  private:
-  // The task runtime's all-reduce, on its first member's queue: it receives
-  // the partial sums it does not hold, adds them, and hands every member a
-  // copy. Returns its seconds.
-  double RootAllReduce(const Task& t, Steps* s) const {
+  // The task runtime's collectives, on the first member's queue: it
+  // receives the pieces it does not hold, adds them (all-reduce,
+  // reduce-scatter) or copies them into the region (all-gather), and hands
+  // every member its copy or part. Returns its seconds.
+  double RootCollective(const Task& t, Steps* s) const {
     s->queues.push_back(static_cast<int32_t>(t.device));
     if (copies_on_device_ && m_.proto().nodes() > 1) {
       // Each other process holding a member runs its half on its first
@@ -136,20 +143,23 @@ class Scheduler {
       if (runners.size() > 1) HoldProcesses(runners, s);
     }
     const double bytes = t.bytes, memory = m_.device().memory_bandwidth();
-    auto message = [&](int64_t src, int64_t dst) {
+    auto message = [&](int64_t src, int64_t dst, double size) {
       const Machine::Route route = m_.RouteOf(src, dst);
-      for (int64_t r : route) s->traffic.push_back({r, bytes});
-      return Machine::MessageSeconds(route, bytes);
+      for (int64_t r : route) s->traffic.push_back({r, size});
+      return Machine::MessageSeconds(route, size);
     };
+    const bool sum = t.kind != TaskKind::kAllGather;
     double seconds = 0;
     for (int p : t.sources) {
-      const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
-      if (d != t.device) seconds += message(d, t.device);
+      const Piece& piece = g_.pieces[static_cast<size_t>(p)];
+      const double size = sum ? bytes : piece.bytes;  // a partial sum of the region, or a part of it
+      if (piece.device != t.device) seconds += message(piece.device, t.device, size);
+      if (!sum) seconds += 2 * size / memory;  // copied into the region
     }
-    seconds += static_cast<double>(t.sources.size() - 1) * 3 * bytes / memory;  // read two, write one
+    if (sum) seconds += static_cast<double>(t.sources.size() - 1) * 3 * bytes / memory;  // read two, write one
     for (int p : t.outputs) {
-      const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
-      seconds += d == t.device ? 2 * bytes / memory : message(t.device, d);
+      const Piece& out = g_.pieces[static_cast<size_t>(p)];
+      seconds += out.device == t.device ? 2 * out.bytes / memory : message(t.device, out.device, out.bytes);
     }
     return seconds;
   }
@@ -168,7 +178,7 @@ class Scheduler {
   const Machine& m_;
   const CostModel& cost_;
   const bool copies_on_device_;
-  std::map<std::vector<int64_t>, AllReduceModel> all_reduces_;  // by group
+  std::map<std::vector<int64_t>, CollectiveModel> collectives_;  // by group
 };
 
 Steps StepsOf(const TaskGraph& g, const Machine& m, const CostModel& cost) {
@@ -342,6 +352,12 @@ Status CheckDevices(const TaskGraph& g, const Machine& m) {
 }
 
 }  // namespace
+
+LoweringOptions LoweringFor(const Machine& machine) {
+  LoweringOptions options;
+  options.collective_min_group = machine.device().copies_on_device() ? 0 : 3;
+  return options;
+}
 
 StatusOr<SimulationResult> Simulate(const TaskGraph& g, const Machine& m, const CostModel& cost,
                                     const SimulateOptions& options) {

@@ -10,11 +10,12 @@
 //     their own copies (CPU devices of the task runtime), else the links of
 //     its route (copy engines beside the compute), for the link's latency
 //     plus bytes over bandwidth;
-//   - an all-reduce, on devices that copy: its first member, which receives
-//     every partial sum it does not hold, adds them and sends each member
-//     its copy (the runtime's algorithm); else the link resources its
-//     algorithm crosses, for AllReduceCost's seconds (simulator/
-//     collectives.h: a ring, or NCCL's ring or tree).
+//   - an all-reduce or all-gather, on devices that copy: its first member,
+//     which receives every piece it does not hold, adds them (or copies
+//     them into the region) and sends each member its copy (the runtime's
+//     algorithm); else the link resources its algorithm crosses, for
+//     CollectiveModel's seconds (simulator/collectives.h: a ring, or
+//     NCCL's ring or tree).
 // A task starts when the tasks it depends on have ended and its queues are
 // free. Queues are first-in first-out in graph order, so one pass over the
 // tasks in order schedules them exactly.
@@ -56,6 +57,12 @@ struct SimulateOptions {
   // swept only when all its pieces at once would not fit.
   bool peak_memory = true;
 };
+
+// How to lower a step for `machine` (graph/task_graph.h): devices with
+// copy engines run collective libraries (NCCL), so a region that 3 or more
+// of them read whole is all-gathered; devices that make their own copies
+// (the CPU task runtime) move it by transfers, each reader its own.
+LoweringOptions LoweringFor(const Machine& machine);
 
 // The task graph's devices are the machine's first ones.
 StatusOr<SimulationResult> Simulate(const TaskGraph& graph, const Machine& machine, const CostModel& cost,

@@ -71,21 +71,23 @@ StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed) 
   return RunSteps(*e, c, steps);
 }
 
-StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text) {
+StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text,
+                                  const LoweringOptions& lowering) {
   LOOM_ASSIGN_OR_RETURN(Strategy s, Strategy::Parse(strategy_text, "strategy.pbtxt"));
-  return LowerToTaskGraph(c.step, s, c.forward);
+  return LowerToTaskGraph(c.step, s, c.forward, lowering);
 }
 
-StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed) {
-  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
+StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
+                                   const LoweringOptions& lowering) {
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text, lowering));
   LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
   return RunSteps(*runtime, c, steps);
 }
 
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed, int ranks) {
-  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text));
+                                                  uint64_t seed, int ranks, const LoweringOptions& lowering) {
+  LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text, lowering));
   if (ranks == 0) ranks = static_cast<int>(tasks.devices);
   std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(ranks);
   std::vector<StatusOr<StepResults>> results(static_cast<size_t>(ranks), Internal("not run"));
@@ -94,7 +96,7 @@ StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::
     threads.emplace_back([&, r] {
       // Each process lowers the strategy itself, as `mpirun ... loom train` does.
       results[static_cast<size_t>(r)] = [&]() -> StatusOr<StepResults> {
-        LOOM_ASSIGN_OR_RETURN(TaskGraph own, LowerStrategy(c, strategy_text));
+        LOOM_ASSIGN_OR_RETURN(TaskGraph own, LowerStrategy(c, strategy_text, lowering));
         TaskRuntimeOptions o;
         o.communicator = comms[static_cast<size_t>(r)].get();
         LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(own), o));

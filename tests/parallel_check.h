@@ -39,13 +39,15 @@ struct StepResults {
 
 // `steps` steps from the state Executor::InitializeState(seed) makes.
 StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed);
-StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text);
-StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed);
+StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text,
+                                  const LoweringOptions& lowering = {});
+StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
+                                   const LoweringOptions& lowering = {});
 // The same with the devices shared out among `ranks` processes (0: one
 // device each), played by threads of this one joined by local
 // communicators: every rank's results.
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed, int ranks = 0);
+                                                  uint64_t seed, int ranks = 0, const LoweringOptions& lowering = {});
 
 // The first output or state whose largest relative difference exceeds
 // `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.

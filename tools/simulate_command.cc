@@ -89,7 +89,8 @@ Status SimulateCommand(const std::vector<std::string>& args) {
     return InvalidArgument("--devices ", devices, ": machine ", machine.name(), " has ", machine.devices(), " devices");
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
-  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
+  LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks,
+                        LowerToTaskGraph(programs.step, strategy, programs.forward, LoweringFor(machine)));
   LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<FlagCostModel> cost,
                         FlagCostModel::Load(flags.Str("profile", ""), machine));
   LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost->get()));
@@ -461,7 +462,7 @@ Status BenchSimulatorSpeed(const Flags& flags, const proto::TrainConfig& config,
   for (const proto::Strategy* s : {&dp, &moved}) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy, Strategy::FromProto(*s, "bench"));
     const auto start = std::chrono::steady_clock::now();
-    LOOM_ASSIGN_OR_RETURN(TaskGraph g, LowerToTaskGraph(programs.step, strategy, programs.forward));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph g, LowerToTaskGraph(programs.step, strategy, programs.forward, LoweringFor(machine)));
     lowering.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     graphs.push_back(std::move(g));
   }
