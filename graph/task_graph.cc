@@ -1001,6 +1001,14 @@ class Lowering {
       if (const std::vector<int>* held = State(v).Derived(device))
         for (int p : *held)
           if (piece(p).region.Contains(part)) summed = p;
+      // Summed on another device already (devices along a dimension that
+      // replicates the part read the same part): a copy of that sum, not
+      // every partial sum again.
+      int elsewhere = -1;
+      for (const auto& [other, held] : State(v).derived)
+        for (int p : held)
+          if (elsewhere < 0 && piece(p).region.Contains(part)) elsewhere = p;
+      if (summed < 0 && elsewhere >= 0) summed = Transfer(v, elsewhere, part, device, Slot::kDerived);
       if (summed < 0) {
         Task sum;
         sum.kind = TaskKind::kAllReduce;
@@ -1047,7 +1055,21 @@ class Lowering {
         if (same == reads.end()) reads.emplace_back(devices[p], r);
         else if (same->second != r) return;
       }
-      if (static_cast<int64_t>(reads.size()) >= min_group) ReduceScatter(v, reads);
+      // Devices along a dimension that replicates what they read read the
+      // same part: an all-reduce of that part among them; else each its
+      // own: a reduce-scatter.
+      std::vector<std::pair<const Region*, std::vector<int64_t>>> readers;  // a region and its readers
+      for (const auto& [device, r] : reads) {
+        auto same = std::find_if(readers.begin(), readers.end(), [&](const auto& x) { return *x.first == r; });
+        if (same == readers.end()) same = readers.emplace(readers.end(), &r, std::vector<int64_t>());
+        same->second.push_back(device);
+      }
+      if (readers.size() == reads.size()) {
+        if (static_cast<int64_t>(reads.size()) >= min_group) ReduceScatter(v, reads);
+        return;
+      }
+      for (const auto& [region, group] : readers)
+        if (static_cast<int64_t>(group.size()) >= min_group) AllReducePart(v, *region, group);
       return;
     }
     std::vector<std::pair<const Region*, std::vector<int64_t>>> reads;  // a region and its readers' devices
@@ -1065,26 +1087,13 @@ class Lowering {
 
   // The reduce-scatter of Collectives: when v's partial sums share one
   // region, each device reads a strict part of it that no other reads, and
-  // the devices hold every partial sum between them (one chosen copy of
-  // each, the first in the origin's order on a reader).
+  // the devices hold every partial sum between them.
   void ReduceScatter(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) {
-    auto reader = [&](int64_t d) {
-      return std::find_if(reads.begin(), reads.end(), [&](const auto& r) { return r.first == d; }) != reads.end();
-    };
+    std::vector<int64_t> members;
+    for (const auto& read : reads) members.push_back(read.first);
     std::vector<int> sources;
-    const Region* whole = nullptr;
-    for (int p : State(v).origin) {
-      if (!piece(p).partial) continue;
-      if (whole && piece(p).region != *whole) return;
-      whole = &piece(p).region;
-      const int64_t index = piece(p).partial_index;
-      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).partial_index == index; });
-      if (same == sources.end()) sources.push_back(p);
-      else if (!reader(piece(*same).device) && reader(piece(p).device)) *same = p;
-    }
-    if (!whole || sources.size() < 2) return;
-    for (int p : sources)
-      if (!reader(piece(p).device)) return;
+    if (!PartialSumsAmong(v, members, &sources)) return;
+    const Region* whole = &piece(sources[0]).region;
     for (size_t a = 0; a < reads.size(); ++a) {
       const Region& r = reads[a].second;
       if (r.numel() == 0 || r == *whole || !whole->Contains(r)) return;
@@ -1095,7 +1104,7 @@ class Lowering {
     Task t;
     t.kind = TaskKind::kReduceScatter;
     t.device = reads[0].first;
-    for (const auto& read : reads) t.group.push_back(read.first);
+    t.group = std::move(members);
     t.sources = std::move(sources);
     t.bytes = Bytes(v, region);
     t.name = g_.value(v).name + " " + region.ToString() + " reduce-scatter " + Join(t.group);
@@ -1104,6 +1113,48 @@ class Lowering {
       const int out = NewPiece(v, device, part, false, 0, id, Slot::kDerived);
       tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
     }
+  }
+
+  // The all-reduce of a part of Collectives: when v's partial sums share
+  // one region, `part` is a strict part of it, and the readers hold every
+  // partial sum between them.
+  void AllReducePart(ValueId v, const Region& part, const std::vector<int64_t>& readers) {
+    std::vector<int> sources;
+    if (!PartialSumsAmong(v, readers, &sources)) return;
+    const Region& whole = piece(sources[0]).region;
+    if (part.numel() == 0 || part == whole || !whole.Contains(part)) return;
+    Task t;
+    t.kind = TaskKind::kAllReduce;
+    t.device = readers[0];
+    t.group = readers;
+    t.sources = std::move(sources);
+    t.bytes = Bytes(v, part);
+    t.name = g_.value(v).name + " " + part.ToString() + " all-reduce " + Join(readers);
+    const int id = AddTask(std::move(t));
+    for (int64_t d : readers) {
+      const int out = NewPiece(v, d, part, false, 0, id, Slot::kDerived);
+      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
+    }
+  }
+
+  // One copy of each of v's partial sums, on `members` (the first such in
+  // the origin's order), into `sources`: false when they do not all share
+  // one region, are fewer than two, or some is on no member.
+  bool PartialSumsAmong(ValueId v, const std::vector<int64_t>& members, std::vector<int>* sources) const {
+    auto member = [&](int64_t d) { return std::find(members.begin(), members.end(), d) != members.end(); };
+    sources->clear();
+    for (int p : State(v).origin) {
+      if (!piece(p).partial) continue;
+      if (!sources->empty() && piece(p).region != piece((*sources)[0]).region) return false;
+      const int64_t index = piece(p).partial_index;
+      auto same = std::find_if(sources->begin(), sources->end(), [&](int q) { return piece(q).partial_index == index; });
+      if (same == sources->end()) sources->push_back(p);
+      else if (!member(piece(*same).device) && member(piece(p).device)) *same = p;
+    }
+    if (sources->size() < 2) return false;
+    for (int p : *sources)
+      if (!member(piece(p).device)) return false;
+    return true;
   }
 
   // The all-gather of Collectives, when its conditions hold.

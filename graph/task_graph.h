@@ -83,7 +83,8 @@ struct Task {
   // Transfer: one source piece (on src_device). All-reduce: the distinct
   // partial sums (`sources`), the devices that hold them (`group`, copies
   // of one partial sum included), and `outputs` the sum on each of those
-  // devices, in the group's order. A group of one device sums, over the
+  // devices, in the group's order; or a part of them (the outputs' region:
+  // devices that all read that part). A group of one device sums, over the
   // region of its output, partial sums that transfers brought there (and
   // its own): where each device reads a different part of a partial-sum
   // value, its parts move as in a reduce-scatter instead of an all-reduce
@@ -156,7 +157,8 @@ struct LoweringOptions {
   // one all-gather task brings it to all of them instead of a transfer per
   // (piece, reader) pair: on 64 devices, 1 task for 4,032; when each reads
   // its own part of a value they hold as partial sums of one region, one
-  // reduce-scatter sums it instead of transfers and a sum per reader.
+  // reduce-scatter sums it instead of transfers and a sum per reader; when
+  // they all read one part of it, an all-reduce of that part.
   // Collective libraries (NCCL's ring) move values so; the CPU task runtime
   // runs a collective on one device and transfers on every reader at once,
   // so it lowers without (0: never).

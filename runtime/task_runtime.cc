@@ -381,9 +381,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
   if (!Local(task.device)) return JoinCollective(task);
-  const Region& summed = task.kind == TaskKind::kReduceScatter
-                             ? tasks_.pieces[static_cast<size_t>(task.sources[0])].region
-                             : first.region;
+  const Region& summed = SummedRegion(task);
   // Source k (its part in the summed region), received when another rank
   // holds it.
   const auto source = [&](size_t k) -> StatusOr<Tensor> {
@@ -446,13 +444,31 @@ Status TaskRuntime::RunAllGather(const Task& task) {
   return HandOut(task, whole, first.region);
 }
 
+// What a sum adds of each source: the sources' region for a reduce-scatter,
+// the outputs' for an all-reduce (a source may hold more).
+const Region& TaskRuntime::SummedRegion(const Task& task) const {
+  const int p = task.kind == TaskKind::kReduceScatter ? task.sources[0] : task.outputs[0];
+  return tasks_.pieces[static_cast<size_t>(p)].region;
+}
+
 // A collective's part on a rank that does not hold its first member: sends
-// this rank's sources to the first member's rank, receives its outputs.
+// this rank's sources to the first member's rank (a sum's sources cut to
+// what it adds), receives its outputs.
 Status TaskRuntime::JoinCollective(const Task& task) {
   const int root = Owner(task.device);
-  for (int p : task.sources)
-    if (Local(tasks_.pieces[static_cast<size_t>(p)].device))
-      LOOM_RETURN_IF_ERROR(comm_->Send(pieces_[static_cast<size_t>(p)], root));
+  for (int p : task.sources) {
+    const Piece& held = tasks_.pieces[static_cast<size_t>(p)];
+    if (!Local(held.device)) continue;
+    const Tensor& source = pieces_[static_cast<size_t>(p)];
+    if (task.kind == TaskKind::kAllGather || held.region == SummedRegion(task)) {
+      LOOM_RETURN_IF_ERROR(comm_->Send(source, root));
+      continue;
+    }
+    const Region& summed = SummedRegion(task);
+    LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(summed.shape(), source.dtype(), AllocatorOf(held.device)));
+    LOOM_RETURN_IF_ERROR(CopyRegion(source, held.region, &part, summed, summed));
+    LOOM_RETURN_IF_ERROR(comm_->Send(part, root));
+  }
   for (int p : task.outputs) {
     if (!Local(tasks_.pieces[static_cast<size_t>(p)].device)) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));

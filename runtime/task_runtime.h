@@ -107,6 +107,7 @@ class TaskRuntime : public StepRunner {
   Status RunAllReduce(const Task& task);
   Status RunAllGather(const Task& task);
   Status JoinCollective(const Task& task);
+  const Region& SummedRegion(const Task& task) const;
   Status HandOut(const Task& task, const Tensor& result, const Region& region);
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
