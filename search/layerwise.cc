@@ -103,6 +103,12 @@ int LayerOf(std::string name, const std::map<std::string, int>& layers) {
   return -1;
 }
 
+// The layer of a task: its node's, or (a transfer or collective) its
+// value's, by name.
+int TaskLayer(const TaskGraph& tasks, const Task& t, const std::map<std::string, int>& layers) {
+  return LayerOf(t.kind == TaskKind::kCompute ? tasks.graph.node(t.node).name : t.name, layers);
+}
+
 // Which of a layer's configurations the cost graph keeps (see
 // LayerwiseOptions).
 std::vector<int> KeptConfigs(const SearchSpace::Layer& layer, int64_t devices, int64_t max_configs) {
@@ -133,6 +139,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     layer_index[layers[l].name] = static_cast<int>(l);
     out.configs.push_back(KeptConfigs(layers[l], devices, options.max_configs));
     out.graph.node_costs.emplace_back(out.configs.back().size(), 0.0);
+    out.memory.emplace_back(out.configs.back().size(), 0.0);
     for (int c : out.configs.back()) {
       std::vector<int>& with = layers_with[FormOf(layers[l].configs[static_cast<size_t>(c)])];
       if (with.empty() || with.back() != static_cast<int>(l)) with.push_back(static_cast<int>(l));
@@ -147,6 +154,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
   SimulateOptions no_peak;
   no_peak.peak_memory = false;
   std::vector<std::vector<double>> layer_busy(layers.size(), std::vector<double>(static_cast<size_t>(devices)));
+  std::vector<std::vector<double>> layer_bytes = layer_busy;
   for (const auto& [form, with] : layers_with) {
     std::map<std::string, LayerSplit> splits;
     std::vector<int> first(layers.size(), -1);  // the config each layer takes in this lowering
@@ -162,10 +170,16 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     LOOM_ASSIGN_OR_RETURN(const SimulationResult r, Simulate(tasks, machine, cost, no_peak));
     ++out.lowerings;
     for (std::vector<double>& b : layer_busy) std::fill(b.begin(), b.end(), 0.0);
+    for (std::vector<double>& b : layer_bytes) std::fill(b.begin(), b.end(), 0.0);
+    for (const Piece& p : tasks.pieces) {
+      const int l = p.producer >= 0 ? TaskLayer(tasks, tasks.tasks[static_cast<size_t>(p.producer)], layer_index)
+                                    : LayerOf(tasks.graph.value(p.value).name, layer_index);
+      if (l >= 0) layer_bytes[static_cast<size_t>(l)][static_cast<size_t>(p.device)] += p.bytes;
+    }
     for (const Task& t : tasks.tasks) {
       if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter)
         continue;  // moves between layers: t_move's
-      const int l = LayerOf(t.kind == TaskKind::kCompute ? tasks.graph.node(t.node).name : t.name, layer_index);
+      const int l = TaskLayer(tasks, t, layer_index);
       if (l < 0) continue;
       const double seconds = r.tasks[static_cast<size_t>(t.id)].end - r.tasks[static_cast<size_t>(t.id)].start;
       if (t.kind == TaskKind::kCompute) layer_busy[static_cast<size_t>(l)][static_cast<size_t>(t.device)] += seconds;
@@ -175,11 +189,15 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     for (int l : with) {
       if (first[static_cast<size_t>(l)] < 0) continue;
       const std::vector<double>& b = layer_busy[static_cast<size_t>(l)];
+      const std::vector<double>& m = layer_bytes[static_cast<size_t>(l)];
       const double t_layer = *std::max_element(b.begin(), b.end());
+      const double bytes = *std::max_element(m.begin(), m.end());
       const std::vector<int>& kept = out.configs[static_cast<size_t>(l)];
       for (size_t k = 0; k < kept.size(); ++k)
-        if (FormOf(layers[static_cast<size_t>(l)].configs[static_cast<size_t>(kept[k])]) == form)
+        if (FormOf(layers[static_cast<size_t>(l)].configs[static_cast<size_t>(kept[k])]) == form) {
           out.graph.node_costs[static_cast<size_t>(l)][k] = t_layer;
+          out.memory[static_cast<size_t>(l)][k] = bytes;
+        }
     }
   }
 

@@ -33,6 +33,11 @@ struct LayerwiseCosts {
   // Per layer: the space's configuration that each of the node's configs
   // stands for (a subset when the layer has more than max_configs).
   std::vector<std::vector<int>> configs;
+  // Per layer and node config: the bytes of the layer's pieces (what its
+  // tasks write, its parameters' homes) on its fullest device, measured
+  // in the same lowerings as t_layer. Their sum over a choice bounds the
+  // fullest device's peak from above, as the node costs' sum its time.
+  std::vector<std::vector<double>> memory;
   int64_t lowerings = 0;  // step lowerings the layer costs took
 };
 

@@ -25,6 +25,52 @@ bool Better(const StrategyCost& a, const StrategyCost& b) {
   return a.seconds < b.seconds;
 }
 
+// The layer-wise optimum with memory priced in (OptCNN's model has none):
+// node costs t_layer + price * bytes, the price raised fourfold from one
+// at which the unpriced optimum's bytes cost a tenth of its time until the
+// optimum fits (simulated), then bisected (three steps) towards the lowest
+// price that fits; the fastest fitting solution simulated.
+struct PricedSolution {
+  Choice choice;
+  StrategyCost cost;  // cost.fits false: none fitted
+  double price = 0;   // seconds per byte
+  int solutions = 0;  // solved and simulated
+};
+
+StatusOr<PricedSolution> SolveWithMemoryPriced(const LayerwiseCosts& layerwise, const EliminationResult& unpriced,
+                                               StrategyEvaluator& evaluator, double max_enumeration) {
+  double bytes = 0;
+  for (size_t l = 0; l < unpriced.choice.size(); ++l)
+    bytes += layerwise.memory[l][static_cast<size_t>(unpriced.choice[l])];
+  PricedSolution best;
+  best.cost.fits = false;
+  if (bytes <= 0) return best;
+  CostGraph priced = layerwise.graph;
+  auto solve = [&](double price) -> StatusOr<bool> {
+    for (size_t l = 0; l < priced.node_costs.size(); ++l)
+      for (size_t k = 0; k < priced.node_costs[l].size(); ++k)
+        priced.node_costs[l][k] = layerwise.graph.node_costs[l][k] + price * layerwise.memory[l][k];
+    LOOM_ASSIGN_OR_RETURN(const EliminationResult solved, SolveByElimination(priced, max_enumeration));
+    const Choice choice = ChoiceOfSolution(layerwise, solved.choice);
+    LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, evaluator.Evaluate(choice, /*peak_memory=*/true));
+    ++best.solutions;
+    if (cost.fits && (!best.cost.fits || cost.seconds < best.cost.seconds)) best = {choice, cost, price, best.solutions};
+    return cost.fits;
+  };
+  double low = 0, high = 0.1 * unpriced.cost / bytes;  // low: a price that does not fit
+  for (int raise = 0;; ++raise, low = high, high *= 4) {
+    LOOM_ASSIGN_OR_RETURN(const bool fits, solve(high));
+    if (fits) break;
+    if (raise == 8) return best;
+  }
+  for (int step = 0; step < 3; ++step) {
+    const double mid = (low + high) / 2;
+    LOOM_ASSIGN_OR_RETURN(const bool fits, solve(mid));
+    (fits ? high : low) = mid;
+  }
+  return best;
+}
+
 // The Markov chain from `start` (which fits) over `space`.
 StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
                                 const SearchOptions& options) {
@@ -139,12 +185,26 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     LOOM_ASSIGN_OR_RETURN(const LayerwiseCosts layerwise, BuildLayerwiseCosts(space, step, machine, cost));
     StatusOr<EliminationResult> solved = SolveByElimination(layerwise.graph, options.exact_max_enumeration);
     if (solved.ok()) {
-      const Choice choice = ChoiceOfSolution(layerwise, solved->choice);
-      LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choice, /*peak_memory=*/true));
-      result.initial.push_back({"exact", choice, space.ToStrategy(choice), c});
+      Choice choice = ChoiceOfSolution(layerwise, solved->choice);
+      LOOM_ASSIGN_OR_RETURN(StrategyCost c, evaluator.Evaluate(choice, /*peak_memory=*/true));
       result.exact = StrCat("solved: ", solved->nodes_eliminated, " layers eliminated, ", solved->enumerated,
                             " enumerated (costs from ", layerwise.lowerings, " lowerings); layer-wise cost ",
                             solved->cost * 1e3, " ms, simulated ", c.seconds * 1e3, " ms");
+      if (!c.fits) {
+        LOOM_ASSIGN_OR_RETURN(const PricedSolution priced,
+                              SolveWithMemoryPriced(layerwise, *solved, evaluator, options.exact_max_enumeration));
+        result.exact += StrCat("; it does not fit (", c.peak_memory_bytes / (1 << 30), " GiB on the fullest device)");
+        if (priced.cost.fits) {
+          choice = priced.choice;
+          c = priced.cost;
+          result.exact += StrCat("; with memory priced at ", priced.price * 1e3 * (1 << 30), " ms/GiB (",
+                                 priced.solutions, " solutions): simulated ", c.seconds * 1e3, " ms, ",
+                                 c.peak_memory_bytes / (1 << 30), " GiB");
+        } else {
+          result.exact += StrCat("; none of ", priced.solutions, " solutions with memory priced fits");
+        }
+      }
+      result.initial.push_back({"exact", choice, space.ToStrategy(choice), c});
     } else {
       result.exact = StrCat("not solved: ", solved.status().message());
     }

@@ -16,7 +16,7 @@ namespace {
 // Devices that compute fast and talk slowly enough that where each layer
 // runs matters: the optimum is neither all data parallel nor all on one
 // device for every model below.
-Machine TestMachine(int64_t devices, double memory_bytes = 1e9) {
+Machine TestMachine(int64_t devices, double memory_bytes = 1e9, double link_bandwidth = 2e9) {
   proto::Machine m;
   m.set_name("test");
   m.set_nodes(1);
@@ -27,7 +27,7 @@ Machine TestMachine(int64_t devices, double memory_bytes = 1e9) {
   m.mutable_device()->set_memory_bytes(memory_bytes);
   m.mutable_device()->set_launch_overhead_s(2e-6);
   m.mutable_intra_node()->set_latency_s(5e-6);
-  m.mutable_intra_node()->set_bandwidth(2e9);
+  m.mutable_intra_node()->set_bandwidth(link_bandwidth);
   auto machine = Machine::FromProto(m, "test");
   REQUIRE(machine.status().ToString() == "OK");
   return *machine;
@@ -243,6 +243,40 @@ TEST_CASE("strategies that do not fit in memory are rejected; none fitting is an
   REQUIRE_FALSE(none.ok());
   CHECK(none.status().code() == StatusCode::kResourceExhausted);
   CHECK_THAT(none.status().message(), Catch::Contains("fits"));
+}
+
+// OptCNN's model has no memory term: where its optimum does not fit, the
+// solver prices memory in until its optimum does.
+TEST_CASE("the exact solver's optimum that does not fit is solved again with memory priced until it fits") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "256,256"}}, {256});
+  SearchOptions options;
+  options.proposals = 1;
+  // Links so slow that the unpriced optimum keeps every layer on one device.
+  const Machine roomy = TestMachine(4, 1e9, 1e7);
+  const AnalyticalCostModel roomy_cost(roomy);
+  auto free = SearchStrategy(mlp.forward, mlp.step, roomy, roomy_cost, 4, {}, options);
+  REQUIRE(free.status().ToString() == "OK");
+  double exact_peak = 0, least_peak = 1e30;
+  for (const Candidate& c : free->initial) {
+    if (c.name == "exact") exact_peak = c.cost.peak_memory_bytes;
+    least_peak = std::min(least_peak, c.cost.peak_memory_bytes);
+  }
+  INFO("the unpriced optimum's peak " << exact_peak << " B, the least of the starts " << least_peak << " B");
+  REQUIRE(exact_peak > 1.2 * least_peak);  // the case means something
+  const Machine tight = TestMachine(4, (exact_peak + least_peak) / 2, 1e7);
+  const AnalyticalCostModel cost(tight);
+  auto priced = SearchStrategy(mlp.forward, mlp.step, tight, cost, 4, {}, options);
+  REQUIRE(priced.status().ToString() == "OK");
+  INFO(priced->exact);
+  CHECK_THAT(priced->exact, Catch::Contains("does not fit") && Catch::Contains("with memory priced"));
+  bool exact = false;
+  for (const Candidate& c : priced->initial)
+    if (c.name == "exact") {
+      exact = true;
+      CHECK(c.cost.fits);
+      CHECK(c.cost.peak_memory_bytes < exact_peak);
+    }
+  CHECK(exact);
 }
 
 TEST_CASE("fused replicas are a dimension of the space: replica parallelism is a start") {
