@@ -21,6 +21,7 @@ const char* TaskKindName(TaskKind kind) {
     case TaskKind::kAllReduce: return "all-reduce";
     case TaskKind::kAllGather: return "all-gather";
     case TaskKind::kReduceScatter: return "reduce-scatter";
+    case TaskKind::kAllToAll: return "all-to-all";
   }
   return "?";
 }
@@ -1083,6 +1084,73 @@ class Lowering {
     for (const auto& [region, group] : reads)
       if (static_cast<int64_t>(group.size()) >= min_group && region->numel() > 0 && Inside(*region, g_.type(v).shape))
         AllGather(v, *region, group);
+    // Every device its own region (an OWT layer's columns read by rows): an
+    // all-to-all.
+    if (static_cast<int64_t>(reads.size()) < min_group) return;
+    std::vector<std::pair<int64_t, Region>> own;
+    for (const auto& [region, group] : reads) {
+      const int64_t device = group[0];
+      if (group.size() != 1 ||
+          std::find_if(own.begin(), own.end(), [&](const auto& o) { return o.first == device; }) != own.end())
+        return;
+      own.emplace_back(device, *region);
+    }
+    AllToAll(v, own);
+  }
+
+  // The all-to-all of Collectives: when each device reads a region (inside
+  // v) that no piece on it holds, tiled by v's pieces on the devices.
+  void AllToAll(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) {
+    std::vector<int64_t> members;
+    for (const auto& read : reads) members.push_back(read.first);
+    auto member = [&](int64_t d) { return std::find(members.begin(), members.end(), d) != members.end(); };
+    for (const auto& [device, region] : reads) {
+      if (region.numel() == 0 || !Inside(region, g_.type(v).shape)) return;
+      for (const std::vector<int>* list : {&State(v).origin, State(v).Derived(device)})
+        for (size_t i = 0; list && i < list->size(); ++i)
+          if (piece((*list)[i]).device == device && piece((*list)[i]).region.Contains(region)) return;
+    }
+    // One copy of each distinct piece meeting a read region, on a member.
+    std::vector<int> sources;
+    for (int p : State(v).origin) {
+      const Region& r = piece(p).region;
+      bool read = false;
+      for (const auto& [device, region] : reads) read = read || r.Intersect(region).has_value();
+      if (!read) continue;
+      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).region == r; });
+      if (same == sources.end()) sources.push_back(p);
+      else if (!member(piece(*same).device) && member(piece(p).device)) *same = p;
+    }
+    double bytes = 0;
+    for (const auto& [device, region] : reads) {
+      int64_t covered = 0;
+      for (int p : sources) {
+        std::optional<Region> box = piece(p).region.Intersect(region);
+        if (!box) continue;
+        covered += box->numel();
+        // What the reader holds already it would not be sent (Fetch's copies).
+        if (piece(p).device == device) continue;
+        for (const std::vector<int>* list : {&State(v).origin, State(v).Derived(device)})
+          for (size_t i = 0; list && i < list->size(); ++i)
+            if (piece((*list)[i]).device == device && piece((*list)[i]).region.Contains(*box)) return;
+      }
+      if (covered != region.numel()) return;
+      bytes += Bytes(v, region);
+    }
+    for (int p : sources)
+      if (!member(piece(p).device)) return;
+    Task t;
+    t.kind = TaskKind::kAllToAll;
+    t.device = members[0];
+    t.group = std::move(members);
+    t.sources = std::move(sources);
+    t.bytes = bytes;
+    t.name = g_.value(v).name + " all-to-all " + Join(t.group);
+    const int id = AddTask(std::move(t));
+    for (const auto& [device, region] : reads) {
+      const int out = NewPiece(v, device, region, false, 0, id, Slot::kDerived);
+      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
+    }
   }
 
   // The reduce-scatter of Collectives: when v's partial sums share one
@@ -1547,6 +1615,12 @@ class Lowering {
 
 }  // namespace
 
+double AllToAllMessageBytes(const Piece& source, const Piece& output) {
+  if (source.device == output.device || source.region.numel() == 0) return 0;
+  const std::optional<Region> box = source.region.Intersect(output.region);
+  return box ? source.bytes * static_cast<double>(box->numel()) / static_cast<double>(source.region.numel()) : 0;
+}
+
 std::string TaskGraph::ToString() const {
   std::ostringstream s;
   s.precision(17);  // bytes and FLOPs exactly
@@ -1591,6 +1665,10 @@ double TaskGraph::TransferBytes() const {
         for (int p : t.sources)
           if (pieces[static_cast<size_t>(p)].device != pieces[static_cast<size_t>(out)].device)
             bytes += pieces[static_cast<size_t>(out)].bytes;
+    if (t.kind == TaskKind::kAllToAll)
+      for (int out : t.outputs)
+        for (int p : t.sources)
+          bytes += AllToAllMessageBytes(pieces[static_cast<size_t>(p)], pieces[static_cast<size_t>(out)]);
   }
   return bytes;
 }

@@ -65,8 +65,8 @@ struct Operand {
   std::vector<int> pieces;
 };
 
-enum class TaskKind { kCompute, kTransfer, kAllReduce, kAllGather, kReduceScatter };
-// "compute", "transfer", "all-reduce", "all-gather", "reduce-scatter"
+enum class TaskKind { kCompute, kTransfer, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+// "compute", "transfer", "all-reduce", "all-gather", "reduce-scatter", "all-to-all"
 const char* TaskKindName(TaskKind kind);
 
 struct Task {
@@ -92,12 +92,15 @@ struct Task {
   // region, each on a device of `group`, and `outputs` the whole region on
   // each member, in the group's order. Reduce-scatter: `sources` the
   // distinct partial sums of one region, on members, added in their order;
-  // `outputs` a part of the sum on each member (group order).
+  // `outputs` a part of the sum on each member (group order). All-to-all:
+  // `sources` distinct pieces on members; `outputs` a region on each
+  // member, assembled from the sources it meets.
   std::vector<int> sources;
   int64_t src_device = -1;
   std::vector<int64_t> group;
   std::vector<int> outputs;  // the pieces it writes
-  double flops = 0, bytes = 0;  // compute: OpDef::Cost of the part; others: the (sources') region's bytes
+  // Compute: OpDef::Cost of the part; all-to-all: its outputs' bytes; others: the (sources') region's bytes.
+  double flops = 0, bytes = 0;
   DType dtype = DType::kF32;    // compute: the element type of its work (its first floating output's)
   std::vector<int> deps;        // tasks that finish first (all earlier in TaskGraph::tasks)
 };
@@ -146,7 +149,8 @@ struct TaskGraph {
   // Bytes moved by transfer and collective tasks (all-reduce: the region
   // once per member, a one-device sum nothing; all-gather: what each member
   // lacks of the region; reduce-scatter: each member's part of every
-  // partial sum held elsewhere).
+  // partial sum held elsewhere; all-to-all: what each output takes from
+  // sources on other devices).
   double TransferBytes() const;
 };
 
@@ -158,12 +162,17 @@ struct LoweringOptions {
   // (piece, reader) pair: on 64 devices, 1 task for 4,032; when each reads
   // its own part of a value they hold as partial sums of one region, one
   // reduce-scatter sums it instead of transfers and a sum per reader; when
-  // they all read one part of it, an all-reduce of that part.
+  // they all read one part of it, an all-reduce of that part; when each
+  // reads its own region of a value they hold in other pieces (a Linear's
+  // columns read by rows), one all-to-all.
   // Collective libraries (NCCL's ring) move values so; the CPU task runtime
   // runs a collective on one device and transfers on every reader at once,
   // so it lowers without (0: never).
   int64_t collective_min_group = 0;
 };
+
+// The bytes an all-to-all moves from `source` to `output` (0 on one device).
+double AllToAllMessageBytes(const Piece& source, const Piece& output);
 
 // What one part of a node reads and writes.
 struct PartRegions {

@@ -318,7 +318,8 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
       return Status::Ok();
     }
     case TaskKind::kAllReduce: return RunAllReduce(task);
-    case TaskKind::kAllGather: return RunAllGather(task);
+    case TaskKind::kAllGather:
+    case TaskKind::kAllToAll: return RunRedistribute(task);
     case TaskKind::kReduceScatter: return RunAllReduce(task);
     case TaskKind::kCompute: break;
   }
@@ -424,24 +425,44 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   return HandOut(task, sum, summed);
 }
 
-// The members' pieces copied into the region on the task's device (the
-// first member), which hands each member its copy; across processes as
-// RunAllReduce.
-Status TaskRuntime::RunAllGather(const Task& task) {
+// An all-gather or all-to-all: the sources on the task's device (the first
+// member; received when another rank holds them), each output assembled
+// there from the sources it meets and handed to its member.
+Status TaskRuntime::RunRedistribute(const Task& task) {
   if (!Local(task.device)) return JoinCollective(task);
-  const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
-  const DType dtype = tasks_.graph.type(first.value).dtype;
-  LOOM_ASSIGN_OR_RETURN(Tensor whole, Tensor::Empty(first.region.shape(), dtype, AllocatorOf(task.device)));
+  std::vector<Tensor> held;
   for (int p : task.sources) {
-    const Piece& held = tasks_.pieces[static_cast<size_t>(p)];
-    Tensor part = pieces_[static_cast<size_t>(p)];
-    if (!Local(held.device)) {
-      LOOM_ASSIGN_OR_RETURN(part, Tensor::Empty(held.region.shape(), dtype, AllocatorOf(task.device)));
-      LOOM_RETURN_IF_ERROR(comm_->Recv(part, Owner(held.device)));
+    const Piece& source = tasks_.pieces[static_cast<size_t>(p)];
+    if (Local(source.device)) {
+      held.push_back(pieces_[static_cast<size_t>(p)]);
+      continue;
     }
-    LOOM_RETURN_IF_ERROR(CopyRegion(part, held.region, &whole, first.region, held.region));
+    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(source.region.shape(), tasks_.graph.type(source.value).dtype,
+                                                         AllocatorOf(task.device)));
+    LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(source.device)));
+    held.push_back(std::move(received));
   }
-  return HandOut(task, whole, first.region);
+  for (int p : task.outputs) {
+    const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
+    Tensor assembled;
+    if (Local(out.device)) {
+      LOOM_ASSIGN_OR_RETURN(assembled, PieceTensor(p));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(assembled, Tensor::Empty(out.region.shape(), tasks_.graph.type(out.value).dtype,
+                                                     AllocatorOf(task.device)));
+    }
+    for (size_t k = 0; k < task.sources.size(); ++k) {
+      const Region& region = tasks_.pieces[static_cast<size_t>(task.sources[k])].region;
+      if (std::optional<Region> box = region.Intersect(out.region))
+        LOOM_RETURN_IF_ERROR(CopyRegion(held[k], region, &assembled, out.region, *box));
+    }
+    if (Local(out.device)) {
+      pieces_[static_cast<size_t>(p)] = assembled;
+    } else {
+      LOOM_RETURN_IF_ERROR(comm_->Send(assembled, Owner(out.device)));
+    }
+  }
+  return Status::Ok();
 }
 
 // What a sum adds of each source: the sources' region for a reduce-scatter,
@@ -460,7 +481,8 @@ Status TaskRuntime::JoinCollective(const Task& task) {
     const Piece& held = tasks_.pieces[static_cast<size_t>(p)];
     if (!Local(held.device)) continue;
     const Tensor& source = pieces_[static_cast<size_t>(p)];
-    if (task.kind == TaskKind::kAllGather || held.region == SummedRegion(task)) {
+    const bool sums = task.kind == TaskKind::kAllReduce || task.kind == TaskKind::kReduceScatter;
+    if (!sums || held.region == SummedRegion(task)) {
       LOOM_RETURN_IF_ERROR(comm_->Send(source, root));
       continue;
     }

@@ -3,8 +3,8 @@
 // tasks in the task graph's order, each waiting for the tasks it depends
 // on; transfers copy regions between the devices' pieces, all-reduces sum
 // partial pieces in the group's order (so results do not depend on timing),
-// all-gathers assemble a region from the members' pieces on the first
-// member and copy it to each.
+// all-gathers and all-to-alls assemble each member's region from the
+// members' pieces on the first member and hand it out.
 // Each device has its own thread pool for kernels. The pieces a step makes
 // and frees live at their places in one arena per device
 // (runtime/task_memory_plan.h); sources' home pieces live between steps,
@@ -105,7 +105,7 @@ class TaskRuntime : public StepRunner {
   Status RunTask(const Task& task, ThreadPool* pool);
   Status RunRemoteTransfer(const Task& task);
   Status RunAllReduce(const Task& task);
-  Status RunAllGather(const Task& task);
+  Status RunRedistribute(const Task& task);
   Status JoinCollective(const Task& task);
   const Region& SummedRegion(const Task& task) const;
   Status HandOut(const Task& task, const Tensor& result, const Region& region);

@@ -733,9 +733,10 @@ TEST_CASE("all-gathers and reduce-scatters give the transfers' results bit for b
   }
   CHECK(made[TaskKind::kAllGather] > 0);
   CHECK(made[TaskKind::kReduceScatter] > 0);
+  CHECK(made[TaskKind::kAllToAll] > 0);
 }
 
-TEST_CASE("OWT on 4 devices gathers each split layer's input once and scatters its gradient once") {
+TEST_CASE("OWT on 4 devices moves every value by collectives: gathers, scatters and all-to-alls, no transfers") {
   const StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   const std::string text = "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*fc*\" parameter: 4 }\n";
   auto plain = Lower(mlp, text);
@@ -746,13 +747,17 @@ TEST_CASE("OWT on 4 devices gathers each split layer's input once and scatters i
   for (const Task& t : plain->tasks) ++before[t.kind];
   for (const Task& t : gathered->tasks) ++after[t.kind];
   // fc1 and fc2 read the whole of their inputs, which the data-parallel
-  // layers before them hold by rows: 4 x 3 transfers each become an
-  // all-gather. fc2's input gradient, partial sums that each part of the
-  // ReLU before it reads a quarter of: 4 x 3 transfers and 4 sums become a
-  // reduce-scatter (fc1's input, the data, needs no gradient).
+  // layers before them hold by rows: an all-gather each. Each ReLU reads
+  // its rows of the Linear's columns, and each Linear's backward its
+  // columns of the ReLU gradient's rows: an all-to-all each. fc2's input
+  // gradient, partial sums each part of the ReLU before it reads a
+  // quarter of: a reduce-scatter (fc1's input, the data, needs none).
+  // Each replaces 4 x 3 transfers; the reduce-scatter 4 sums too.
   CHECK(after[TaskKind::kAllGather] == 2);
+  CHECK(after[TaskKind::kAllToAll] == 4);
   CHECK(after[TaskKind::kReduceScatter] == 1);
-  CHECK(before[TaskKind::kTransfer] - after[TaskKind::kTransfer] == 3 * 12);
+  CHECK(before[TaskKind::kTransfer] == 7 * 12);
+  CHECK(after[TaskKind::kTransfer] == 0);
   CHECK(before[TaskKind::kAllReduce] - after[TaskKind::kAllReduce] == 4);
   // Groups smaller than the option's minimum move by transfers.
   auto five = testing::LowerStrategy(mlp, text, LoweringOptions{.collective_min_group = 5});

@@ -177,7 +177,8 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       if (l >= 0) layer_bytes[static_cast<size_t>(l)][static_cast<size_t>(p.device)] += p.bytes;
     }
     for (const Task& t : tasks.tasks) {
-      if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter)
+      if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter ||
+          t.kind == TaskKind::kAllToAll)
         continue;  // moves between layers: t_move's
       const int l = TaskLayer(tasks, t, layer_index);
       if (l < 0) continue;

@@ -99,10 +99,13 @@ class Scheduler {
       }
       case TaskKind::kAllReduce:
       case TaskKind::kAllGather:
-      case TaskKind::kReduceScatter: {
+      case TaskKind::kReduceScatter:
+      case TaskKind::kAllToAll: {
         double seconds = 0;
         if (copies_on_device_ || t.group.size() == 1) {  // (one device: a sum of what transfers brought)
           seconds = RootCollective(t, s);
+        } else if (t.kind == TaskKind::kAllToAll) {
+          seconds = AllToAllSeconds(t, s);
         } else {
           auto model = collectives_.find(t.group);
           if (model == collectives_.end()) model = collectives_.emplace(t.group, CollectiveModel(m_, t.group)).first;
@@ -123,10 +126,47 @@ class Scheduler {
   }
 
  private:
+  // An all-to-all among devices with copy engines: every member's messages
+  // at once (NCCL's grouped sends and receives), for the slowest one's
+  // latency plus the busiest link resource's load over its bandwidth; it
+  // holds every resource it crosses.
+  double AllToAllSeconds(const Task& t, Steps* s) const {
+    const size_t first = s->traffic.size();
+    double latency = 0;
+    for (int out : t.outputs)
+      for (int src : t.sources) {
+        const Piece& from = g_.pieces[static_cast<size_t>(src)];
+        const Piece& to = g_.pieces[static_cast<size_t>(out)];
+        const double bytes = AllToAllMessageBytes(from, to);
+        if (bytes == 0) continue;
+        const Machine::Route route = m_.RouteOf(from.device, to.device);
+        latency = std::max(latency, route.link->latency_s());
+        for (int64_t r : route) s->traffic.push_back({r, bytes});
+      }
+    // One entry per resource, its load summed.
+    std::sort(s->traffic.begin() + static_cast<std::ptrdiff_t>(first), s->traffic.end(),
+              [](const LinkTraffic& a, const LinkTraffic& b) { return a.resource < b.resource; });
+    size_t kept = first;
+    for (size_t i = first; i < s->traffic.size(); ++i) {
+      if (kept > first && s->traffic[kept - 1].resource == s->traffic[i].resource) {
+        s->traffic[kept - 1].bytes += s->traffic[i].bytes;
+      } else {
+        s->traffic[kept++] = s->traffic[i];
+      }
+    }
+    s->traffic.resize(kept);
+    double busiest = 0;
+    for (size_t i = first; i < kept; ++i) {
+      busiest = std::max(busiest, s->traffic[i].bytes / m_.LinkOf(s->traffic[i].resource).bandwidth());
+      s->queues.push_back(static_cast<int32_t>(g_.devices + s->traffic[i].resource));
+    }
+    return latency + busiest;
+  }
+
   // The task runtime's collectives, on the first member's queue: it
   // receives the pieces it does not hold, adds them (all-reduce,
-  // reduce-scatter) or copies them into the region (all-gather), and hands
-  // every member its copy or part. Returns its seconds.
+  // reduce-scatter) or copies them into place (all-gather, all-to-all), and
+  // hands every member its copy or part. Returns its seconds.
   double RootCollective(const Task& t, Steps* s) const {
     s->queues.push_back(static_cast<int32_t>(t.device));
     if (copies_on_device_ && m_.proto().nodes() > 1) {
@@ -148,7 +188,7 @@ class Scheduler {
       for (int64_t r : route) s->traffic.push_back({r, size});
       return Machine::MessageSeconds(route, size);
     };
-    const bool sum = t.kind != TaskKind::kAllGather;
+    const bool sum = t.kind == TaskKind::kAllReduce || t.kind == TaskKind::kReduceScatter;
     double seconds = 0;
     for (int p : t.sources) {
       const Piece& piece = g_.pieces[static_cast<size_t>(p)];

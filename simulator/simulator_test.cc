@@ -161,6 +161,44 @@ TEST_CASE("data parallelism: halves of the work at once, gradients in rings on t
   CHECK(r1->iteration_seconds > 0);
 }
 
+TEST_CASE("collectives on copy engines: a ring's half for all-gathers and reduce-scatters, all-to-alls at once") {
+  static const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const Machine machine = TestMachine(1, 4, false);
+  auto g = testing::LowerStrategy(mlp, "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*fc*\" parameter: 4 }\n",
+                                  LoweringFor(machine));
+  REQUIRE(g.status().ToString() == "OK");
+  auto r = Simulate(*g, machine, FixedCost(1e-3));
+  REQUIRE(r.status().ToString() == "OK");
+  CheckSchedule(*g, *r);
+  std::map<TaskKind, int> seen;
+  for (const Task& t : g->tasks) {
+    const SimulatedTask& s = r->tasks[static_cast<size_t>(t.id)];
+    const double n = static_cast<double>(t.group.size());
+    if (t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter) {
+      CHECK(s.end - s.start == Approx((n - 1) * (1e-3 + t.bytes / n / 1e6)));
+    } else if (t.kind == TaskKind::kAllToAll) {
+      // Every pair's message on its own link at once: one latency and the
+      // largest message (links join each ordered pair).
+      double largest = 0;
+      for (int out : t.outputs)
+        for (int src : t.sources)
+          largest = std::max(largest, AllToAllMessageBytes(g->pieces[static_cast<size_t>(src)],
+                                                           g->pieces[static_cast<size_t>(out)]));
+      CHECK(largest > 0);
+      CHECK(s.end - s.start == Approx(1e-3 + largest / 1e6));
+    } else {
+      continue;
+    }
+    CHECK(s.row >= g->devices);  // on the links
+    ++seen[t.kind];
+  }
+  CHECK(seen[TaskKind::kAllGather] > 0);
+  CHECK(seen[TaskKind::kReduceScatter] > 0);
+  CHECK(seen[TaskKind::kAllToAll] > 0);
+  // Devices that copy lower without collectives.
+  CHECK(LoweringFor(TestMachine(1, 4, true)).collective_min_group == 0);
+}
+
 TEST_CASE("devices that make their own copies run transfers and all-reduces in their queues") {
   const TaskGraph dp = Lowered("devices: 2\ndefault_split { sample: 2 }\n");
   auto r = Simulate(dp, TestMachine(1, 2, true), FixedCost(1e-3));
