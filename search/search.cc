@@ -73,7 +73,7 @@ StatusOr<PricedSolution> SolveWithMemoryPriced(const LayerwiseCosts& layerwise, 
 
 // The Markov chain from `start` (which fits) over `space`.
 StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
-                                const SearchOptions& options) {
+                                const std::vector<const Candidate*>& others, const SearchOptions& options) {
   if (options.proposals <= 0 && options.budget_seconds <= 0)
     return InvalidArgument("a search needs a time budget or a number of proposals");
   const Clock::time_point began = Clock::now();
@@ -91,7 +91,10 @@ StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& eva
 
   Choice current = start.choice;
   StrategyCost current_cost = start.cost;
-  int64_t since_best = 0;
+  // Proposals since this run (from the start or a restart) last improved
+  // on its own best: a run from another start goes on while it descends.
+  int64_t since_best = 0, restarts = 0;
+  double run_best = start.cost.seconds;
   double next_report = options.progress_every_seconds;
   auto report = [&] {
     if (options.progress)
@@ -123,17 +126,25 @@ StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& eva
         current = std::move(next);
         current_cost = cost;
         ++result.accepted;
+        if (current_cost.seconds < run_best) {
+          run_best = current_cost.seconds;
+          since_best = 0;
+        }
         if (Better(current_cost, result.best.cost)) {
           result.best.choice = current;
           result.best.cost = current_cost;
           ++result.improvements;
-          since_best = 0;
         }
       }
     }
     if (since_best >= restart_after) {
-      current = result.best.choice;
-      current_cost = result.best.cost;
+      const Candidate* from = restarts % 2 == 1 && !others.empty()
+                                  ? others[static_cast<size_t>(restarts / 2) % others.size()]
+                                  : nullptr;
+      current = from ? from->choice : result.best.choice;
+      current_cost = from ? from->cost : result.best.cost;
+      run_best = current_cost.seconds;
+      ++restarts;
       since_best = 0;
     }
   }
@@ -219,7 +230,12 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   SearchOptions chain_options = options;
   if (options.proposals == 0 && options.budget_seconds > 0)
     chain_options.budget_seconds = std::max(1e-9, options.budget_seconds - SecondsSince(began));
-  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, chain_options));
+  std::vector<const Candidate*> others;  // the other starts that fit, fastest first
+  for (const Candidate& c : result.initial)
+    if (&c != start && c.cost.fits) others.push_back(&c);
+  std::stable_sort(others.begin(), others.end(),
+                   [](const Candidate* a, const Candidate* b) { return a->cost.seconds < b->cost.seconds; });
+  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, others, chain_options));
   result.best = std::move(chain.best);
   result.proposals = chain.proposals;
   result.accepted = chain.accepted;
