@@ -1139,16 +1139,24 @@ class Lowering {
     }
     for (int p : sources)
       if (!member(piece(p).device)) return;
+    AddCollective(TaskKind::kAllToAll, v, "", std::move(sources), reads, bytes);
+  }
+
+  // A collective task of v that writes `outputs` (a region on each member:
+  // its group, whose first member runs it) from `sources`, named by v,
+  // `region` (what it moves, when one), its kind and group.
+  void AddCollective(TaskKind kind, ValueId v, const std::string& region, std::vector<int> sources,
+                     const std::vector<std::pair<int64_t, Region>>& outputs, double bytes) {
     Task t;
-    t.kind = TaskKind::kAllToAll;
-    t.device = members[0];
-    t.group = std::move(members);
+    t.kind = kind;
+    for (const auto& output : outputs) t.group.push_back(output.first);
+    t.device = t.group[0];
     t.sources = std::move(sources);
     t.bytes = bytes;
-    t.name = g_.value(v).name + " all-to-all " + Join(t.group);
+    t.name = g_.value(v).name + (region.empty() ? "" : " " + region) + " " + TaskKindName(kind) + " " + Join(t.group);
     const int id = AddTask(std::move(t));
-    for (const auto& [device, region] : reads) {
-      const int out = NewPiece(v, device, region, false, 0, id, Slot::kDerived);
+    for (const auto& [device, part] : outputs) {
+      const int out = NewPiece(v, device, part, false, 0, id, Slot::kDerived);
       tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
     }
   }
@@ -1168,19 +1176,7 @@ class Lowering {
       for (size_t b = 0; b < a; ++b)
         if (r.Intersect(reads[b].second)) return;
     }
-    const Region region = *whole;  // (making pieces moves the pieces)
-    Task t;
-    t.kind = TaskKind::kReduceScatter;
-    t.device = reads[0].first;
-    t.group = std::move(members);
-    t.sources = std::move(sources);
-    t.bytes = Bytes(v, region);
-    t.name = g_.value(v).name + " " + region.ToString() + " reduce-scatter " + Join(t.group);
-    const int id = AddTask(std::move(t));
-    for (const auto& [device, part] : reads) {
-      const int out = NewPiece(v, device, part, false, 0, id, Slot::kDerived);
-      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
-    }
+    AddCollective(TaskKind::kReduceScatter, v, whole->ToString(), std::move(sources), reads, Bytes(v, *whole));
   }
 
   // The all-reduce of a part of Collectives: when v's partial sums share
@@ -1191,18 +1187,9 @@ class Lowering {
     if (!PartialSumsAmong(v, readers, &sources)) return;
     const Region& whole = piece(sources[0]).region;
     if (part.numel() == 0 || part == whole || !whole.Contains(part)) return;
-    Task t;
-    t.kind = TaskKind::kAllReduce;
-    t.device = readers[0];
-    t.group = readers;
-    t.sources = std::move(sources);
-    t.bytes = Bytes(v, part);
-    t.name = g_.value(v).name + " " + part.ToString() + " all-reduce " + Join(readers);
-    const int id = AddTask(std::move(t));
-    for (int64_t d : readers) {
-      const int out = NewPiece(v, d, part, false, 0, id, Slot::kDerived);
-      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
-    }
+    std::vector<std::pair<int64_t, Region>> outputs;
+    for (int64_t d : readers) outputs.emplace_back(d, part);
+    AddCollective(TaskKind::kAllReduce, v, part.ToString(), std::move(sources), outputs, Bytes(v, part));
   }
 
   // One copy of each of v's partial sums, on `members` (the first such in
@@ -1254,18 +1241,9 @@ class Lowering {
     if (sources.size() < 2 || covered != region.numel()) return;
     for (int p : sources)
       if (!member(piece(p).device)) return;
-    Task t;
-    t.kind = TaskKind::kAllGather;
-    t.device = group[0];
-    t.group = group;
-    t.sources = std::move(sources);
-    t.bytes = Bytes(v, region);
-    t.name = g_.value(v).name + " " + region.ToString() + " all-gather " + Join(group);
-    const int id = AddTask(std::move(t));
-    for (int64_t d : group) {
-      const int out = NewPiece(v, d, region, false, 0, id, Slot::kDerived);
-      tg_.tasks[static_cast<size_t>(id)].outputs.push_back(out);
-    }
+    std::vector<std::pair<int64_t, Region>> outputs;
+    for (int64_t d : group) outputs.emplace_back(d, region);
+    AddCollective(TaskKind::kAllGather, v, region.ToString(), std::move(sources), outputs, Bytes(v, region));
   }
 
   // The whole of v, one piece per region, on any devices.
