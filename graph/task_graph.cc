@@ -1040,9 +1040,10 @@ class Lowering {
   // input `input`), made before the parts fetch it so that Fetch finds
   // their outputs on the readers' devices (LoweringOptions::
   // collective_min_group): where enough devices read one region of v and
-  // hold its pieces between them, an all-gather; where v is partial sums
-  // and each device reads its own part, a reduce-scatter. Else Fetch moves
-  // what each lacks by transfers.
+  // hold its pieces between them, an all-gather; where each reads a region
+  // of its own, an all-to-all; where v is partial sums, a reduce-scatter
+  // when each reads its own part, an all-reduce of a part that several
+  // read. Else Fetch moves what each lacks by transfers.
   void Collectives(ValueId v, size_t input, const std::vector<PartRegions>& parts,
                    const std::vector<int64_t>& devices) {
     if (IsSourceValue(v) || !State(v).written) return;
