@@ -358,6 +358,7 @@ struct ValueState {
       if (d == device) return &pieces;
     return nullptr;
   }
+  const std::vector<int>* Derived(int64_t device) const { return const_cast<ValueState*>(this)->Derived(device); }
 };
 
 // One effect of a segment (planning a node, covering a state's homes, its
@@ -923,12 +924,10 @@ class Lowering {
     // The pieces of v transferred to the device (made with the first), by
     // index: making pieces moves the states' lists.
     auto local = [&]() -> const std::vector<int>* { return State(v).Derived(device); };
-    for (const std::vector<int>* list : {&origin, local()})
-      for (size_t i = 0; list && i < list->size(); ++i)
-        if (const int p = (*list)[i]; piece(p).device == device && piece(p).region.Contains(region)) {
-          op.pieces = {p};
-          return op;
-        }
+    if (const int p = HeldOn(v, device, region); p >= 0) {
+      op.pieces = {p};
+      return op;
+    }
     // The origin's pieces on the device (few: a wide split's parts read
     // whole would otherwise scan every pair of the origin).
     std::vector<int> origin_here;
@@ -1006,10 +1005,10 @@ class Lowering {
       // replicates the part read the same part): a copy of that sum, not
       // every partial sum again.
       int elsewhere = -1;
-      for (const auto& [other, held] : State(v).derived)
-        for (int p : held)
+      for (size_t d = 0; summed < 0 && elsewhere < 0 && d < State(v).derived.size(); ++d)
+        for (int p : State(v).derived[d].second)
           if (elsewhere < 0 && piece(p).region.Contains(part)) elsewhere = p;
-      if (summed < 0 && elsewhere >= 0) summed = Transfer(v, elsewhere, part, device, Slot::kDerived);
+      if (elsewhere >= 0) summed = Transfer(v, elsewhere, part, device, Slot::kDerived);
       if (summed < 0) {
         Task sum;
         sum.kind = TaskKind::kAllReduce;
@@ -1104,24 +1103,18 @@ class Lowering {
   void AllToAll(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) {
     std::vector<int64_t> members;
     for (const auto& read : reads) members.push_back(read.first);
-    auto member = [&](int64_t d) { return std::find(members.begin(), members.end(), d) != members.end(); };
-    for (const auto& [device, region] : reads) {
-      if (region.numel() == 0 || !Inside(region, g_.type(v).shape)) return;
-      for (const std::vector<int>* list : {&State(v).origin, State(v).Derived(device)})
-        for (size_t i = 0; list && i < list->size(); ++i)
-          if (piece((*list)[i]).device == device && piece((*list)[i]).region.Contains(region)) return;
-    }
-    // One copy of each distinct piece meeting a read region, on a member.
+    for (const auto& [device, region] : reads)
+      if (region.numel() == 0 || !Inside(region, g_.type(v).shape) || HeldOn(v, device, region) >= 0) return;
     std::vector<int> sources;
-    for (int p : State(v).origin) {
-      const Region& r = piece(p).region;
-      bool read = false;
-      for (const auto& [device, region] : reads) read = read || r.Intersect(region).has_value();
-      if (!read) continue;
-      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).region == r; });
-      if (same == sources.end()) sources.push_back(p);
-      else if (!member(piece(*same).device) && member(piece(p).device)) *same = p;
-    }
+    const bool on_members = OneCopyEach(
+        v, members,
+        [&](int p) {
+          for (const auto& read : reads)
+            if (piece(p).region.Intersect(read.second)) return true;
+          return false;
+        },
+        [&](int p, int q) { return piece(p).region == piece(q).region; }, &sources);
+    if (!on_members) return;
     double bytes = 0;
     for (const auto& [device, region] : reads) {
       int64_t covered = 0;
@@ -1130,16 +1123,11 @@ class Lowering {
         if (!box) continue;
         covered += box->numel();
         // What the reader holds already it would not be sent (Fetch's copies).
-        if (piece(p).device == device) continue;
-        for (const std::vector<int>* list : {&State(v).origin, State(v).Derived(device)})
-          for (size_t i = 0; list && i < list->size(); ++i)
-            if (piece((*list)[i]).device == device && piece((*list)[i]).region.Contains(*box)) return;
+        if (piece(p).device != device && HeldOn(v, device, *box) >= 0) return;
       }
       if (covered != region.numel()) return;
       bytes += Bytes(v, region);
     }
-    for (int p : sources)
-      if (!member(piece(p).device)) return;
     AddCollective(TaskKind::kAllToAll, v, "", std::move(sources), reads, bytes);
   }
 
@@ -1197,51 +1185,61 @@ class Lowering {
   // the origin's order), into `sources`: false when they do not all share
   // one region, are fewer than two, or some is on no member.
   bool PartialSumsAmong(ValueId v, const std::vector<int64_t>& members, std::vector<int>* sources) const {
-    auto member = [&](int64_t d) { return std::find(members.begin(), members.end(), d) != members.end(); };
-    sources->clear();
-    for (int p : State(v).origin) {
-      if (!piece(p).partial) continue;
-      if (!sources->empty() && piece(p).region != piece((*sources)[0]).region) return false;
-      const int64_t index = piece(p).partial_index;
-      auto same = std::find_if(sources->begin(), sources->end(), [&](int q) { return piece(q).partial_index == index; });
-      if (same == sources->end()) sources->push_back(p);
-      else if (!member(piece(*same).device) && member(piece(p).device)) *same = p;
-    }
-    if (sources->size() < 2) return false;
+    const bool on_members = OneCopyEach(
+        v, members, [&](int p) { return piece(p).partial; },
+        [&](int p, int q) {
+          return piece(p).partial_index == piece(q).partial_index && piece(p).region == piece(q).region;
+        },
+        sources);
+    if (!on_members || sources->size() < 2) return false;
     for (int p : *sources)
+      if (piece(p).region != piece((*sources)[0]).region) return false;
+    return true;
+  }
+
+  // Of v's origin pieces that `wanted` accepts, one of each kind (`same`
+  // tells copies apart), on a member of `members` where one is: the first
+  // in the origin's order. False when some kind has no copy on a member.
+  template <typename Wanted, typename Same>
+  bool OneCopyEach(ValueId v, const std::vector<int64_t>& members, Wanted wanted, Same same,
+                   std::vector<int>* chosen) const {
+    auto member = [&](int64_t d) { return std::find(members.begin(), members.end(), d) != members.end(); };
+    chosen->clear();
+    for (int p : State(v).origin) {
+      if (!wanted(p)) continue;
+      auto copy = std::find_if(chosen->begin(), chosen->end(), [&](int q) { return same(p, q); });
+      if (copy == chosen->end()) chosen->push_back(p);
+      else if (!member(piece(*copy).device) && member(piece(p).device)) *copy = p;
+    }
+    for (int p : *chosen)
       if (!member(piece(p).device)) return false;
     return true;
   }
 
+  // A piece of v on `device` (its origin's, or one brought there) that
+  // holds `region`, or -1.
+  int HeldOn(ValueId v, int64_t device, const Region& region) const {
+    for (const std::vector<int>* list : {&State(v).origin, State(v).Derived(device)})
+      for (size_t i = 0; list && i < list->size(); ++i)
+        if (const int p = (*list)[i]; piece(p).device == device && piece(p).region.Contains(region)) return p;
+    return -1;
+  }
+
   // The all-gather of Collectives, when its conditions hold.
   void AllGather(ValueId v, const Region& region, const std::vector<int64_t>& group) {
-    auto member = [&](int64_t d) { return std::find(group.begin(), group.end(), d) != group.end(); };
-    const ValueState& s = State(v);
-    for (int p : s.origin)
-      if (member(piece(p).device) && piece(p).region.Contains(region)) return;  // held whole already
     for (int64_t d : group)
-      if (const std::vector<int>* held = State(v).Derived(d))
-        for (int p : *held)
-          if (piece(p).region.Contains(region)) return;
-    // One copy of each distinct piece meeting the region, on a member: the
-    // first in the origin's order.
+      if (HeldOn(v, d, region) >= 0) return;  // held whole already
     std::vector<int> sources;
+    const bool on_members = OneCopyEach(
+        v, group, [&](int p) { return piece(p).region.Intersect(region).has_value(); },
+        [&](int p, int q) { return piece(p).region == piece(q).region; }, &sources);
+    if (!on_members || sources.size() < 2) return;
     int64_t covered = 0;
-    for (int p : s.origin) {
-      const Region& r = piece(p).region;
-      if (!r.Intersect(region)) continue;
-      if (!region.Contains(r)) return;  // a piece reaching out of the region: transfers cut it
-      auto same = std::find_if(sources.begin(), sources.end(), [&](int q) { return piece(q).region == r; });
-      if (same == sources.end()) {
-        sources.push_back(p);
-        covered += r.numel();
-      } else if (!member(piece(*same).device) && member(piece(p).device)) {
-        *same = p;
-      }
+    for (int p : sources) {
+      if (!region.Contains(piece(p).region)) return;  // a piece reaching out of the region: transfers cut it
+      covered += piece(p).region.numel();
     }
-    if (sources.size() < 2 || covered != region.numel()) return;
-    for (int p : sources)
-      if (!member(piece(p).device)) return;
+    if (covered != region.numel()) return;
     std::vector<std::pair<int64_t, Region>> outputs;
     for (int64_t d : group) outputs.emplace_back(d, region);
     AddCollective(TaskKind::kAllGather, v, region.ToString(), std::move(sources), outputs, Bytes(v, region));

@@ -422,7 +422,7 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
   if (add_dtype != dtype) {
     LOOM_ASSIGN_OR_RETURN(sum, sum.Cast(dtype));
   }
-  return HandOut(task, sum, summed);
+  return HandOut(task, {sum}, {&summed});
 }
 
 // An all-gather or all-to-all: the sources on the task's device (the first
@@ -431,8 +431,10 @@ Status TaskRuntime::RunAllReduce(const Task& task) {
 Status TaskRuntime::RunRedistribute(const Task& task) {
   if (!Local(task.device)) return JoinCollective(task);
   std::vector<Tensor> held;
+  std::vector<const Region*> regions;
   for (int p : task.sources) {
     const Piece& source = tasks_.pieces[static_cast<size_t>(p)];
+    regions.push_back(&source.region);
     if (Local(source.device)) {
       held.push_back(pieces_[static_cast<size_t>(p)]);
       continue;
@@ -442,27 +444,7 @@ Status TaskRuntime::RunRedistribute(const Task& task) {
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(source.device)));
     held.push_back(std::move(received));
   }
-  for (int p : task.outputs) {
-    const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
-    Tensor assembled;
-    if (Local(out.device)) {
-      LOOM_ASSIGN_OR_RETURN(assembled, PieceTensor(p));
-    } else {
-      LOOM_ASSIGN_OR_RETURN(assembled, Tensor::Empty(out.region.shape(), tasks_.graph.type(out.value).dtype,
-                                                     AllocatorOf(task.device)));
-    }
-    for (size_t k = 0; k < task.sources.size(); ++k) {
-      const Region& region = tasks_.pieces[static_cast<size_t>(task.sources[k])].region;
-      if (std::optional<Region> box = region.Intersect(out.region))
-        LOOM_RETURN_IF_ERROR(CopyRegion(held[k], region, &assembled, out.region, *box));
-    }
-    if (Local(out.device)) {
-      pieces_[static_cast<size_t>(p)] = assembled;
-    } else {
-      LOOM_RETURN_IF_ERROR(comm_->Send(assembled, Owner(out.device)));
-    }
-  }
-  return Status::Ok();
+  return HandOut(task, held, regions);
 }
 
 // What a sum adds of each source: the sources' region for a reduce-scatter,
@@ -477,11 +459,11 @@ const Region& TaskRuntime::SummedRegion(const Task& task) const {
 // what it adds), receives its outputs.
 Status TaskRuntime::JoinCollective(const Task& task) {
   const int root = Owner(task.device);
+  const bool sums = task.kind == TaskKind::kAllReduce || task.kind == TaskKind::kReduceScatter;
   for (int p : task.sources) {
     const Piece& held = tasks_.pieces[static_cast<size_t>(p)];
     if (!Local(held.device)) continue;
     const Tensor& source = pieces_[static_cast<size_t>(p)];
-    const bool sums = task.kind == TaskKind::kAllReduce || task.kind == TaskKind::kReduceScatter;
     if (!sums || held.region == SummedRegion(task)) {
       LOOM_RETURN_IF_ERROR(comm_->Send(source, root));
       continue;
@@ -500,27 +482,31 @@ Status TaskRuntime::JoinCollective(const Task& task) {
   return Status::Ok();
 }
 
-// A collective's result (`region` of its value), on its first member, to
-// every output, each its region of it: copied on this rank, sent to the
-// others.
-Status TaskRuntime::HandOut(const Task& task, const Tensor& result, const Region& region) {
+// A collective's outputs, made on its first member from `results` (each
+// holding its region of the value): each output assembled from the results
+// it meets, kept on this rank or sent to its member's.
+Status TaskRuntime::HandOut(const Task& task, const std::vector<Tensor>& results,
+                            const std::vector<const Region*>& regions) {
   for (int p : task.outputs) {
     const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
-    if (!Local(out.device) && out.region == region) {
-      LOOM_RETURN_IF_ERROR(comm_->Send(result, Owner(out.device)));
+    if (!Local(out.device) && results.size() == 1 && out.region == *regions[0]) {  // sent as it is
+      LOOM_RETURN_IF_ERROR(comm_->Send(results[0], Owner(out.device)));
       continue;
     }
-    Tensor copy;
+    Tensor assembled;
     if (Local(out.device)) {
-      LOOM_ASSIGN_OR_RETURN(copy, PieceTensor(p));
+      LOOM_ASSIGN_OR_RETURN(assembled, PieceTensor(p));
     } else {
-      LOOM_ASSIGN_OR_RETURN(copy, Tensor::Empty(out.region.shape(), result.dtype(), AllocatorOf(task.device)));
+      LOOM_ASSIGN_OR_RETURN(assembled, Tensor::Empty(out.region.shape(), tasks_.graph.type(out.value).dtype,
+                                                     AllocatorOf(task.device)));
     }
-    LOOM_RETURN_IF_ERROR(CopyRegion(result, region, &copy, out.region, out.region));
+    for (size_t k = 0; k < results.size(); ++k)
+      if (std::optional<Region> box = regions[k]->Intersect(out.region))
+        LOOM_RETURN_IF_ERROR(CopyRegion(results[k], *regions[k], &assembled, out.region, *box));
     if (Local(out.device)) {
-      pieces_[static_cast<size_t>(p)] = copy;
+      pieces_[static_cast<size_t>(p)] = assembled;
     } else {
-      LOOM_RETURN_IF_ERROR(comm_->Send(copy, Owner(out.device)));
+      LOOM_RETURN_IF_ERROR(comm_->Send(assembled, Owner(out.device)));
     }
   }
   return Status::Ok();

@@ -108,7 +108,7 @@ class TaskRuntime : public StepRunner {
   Status RunRedistribute(const Task& task);
   Status JoinCollective(const Task& task);
   const Region& SummedRegion(const Task& task) const;
-  Status HandOut(const Task& task, const Tensor& result, const Region& region);
+  Status HandOut(const Task& task, const std::vector<Tensor>& results, const std::vector<const Region*>& regions);
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
   StatusOr<Tensor> PieceEverywhere(int p) const;
