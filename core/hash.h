@@ -29,10 +29,11 @@ class Hash64 {
   void Add(const T& value) {
     Add(&value, sizeof(value));
   }
-  template <typename T>
-  void AddAll(const std::vector<T>& values) {
+  // A contiguous container's values (std::vector, InlineVector), and its size.
+  template <typename C>
+  void AddAll(const C& values) {
     Add(values.size());
-    if (!values.empty()) Add(values.data(), values.size() * sizeof(T));
+    if (!values.empty()) Add(values.data(), values.size() * sizeof(*values.data()));
   }
   void AddString(const std::string& s) {
     Add(s.size());

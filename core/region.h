@@ -8,14 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "core/inline_vector.h"
 #include "core/shape.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
 namespace loom {
 
+// The bounds of a region: up to four dimensions held in place (a search
+// lowers millions of regions).
+using RegionBounds = InlineVector<int64_t, 4>;
+
 struct Region {
-  std::vector<int64_t> lo, hi;
+  RegionBounds lo, hi;
 
   static Region Whole(const Shape& shape);
   int rank() const { return static_cast<int>(lo.size()); }

@@ -101,8 +101,8 @@ std::string TaskName(const std::string& node, size_t part, size_t parts) {
   return name.append(node).append("[").append(index).append("]");
 }
 
-template <typename T>
-std::string Join(const std::vector<T>& v) {
+template <typename List>
+std::string Join(const List& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s;
@@ -388,7 +388,8 @@ struct Record {
   std::vector<Segment> segments;
   std::vector<Effect> effects;
   std::vector<ValueSplit> splits;  // the split log
-  std::vector<int> piece_ordinal;  // by piece: its index in its value's `created`
+  std::vector<ValueId> piece_value;  // by piece: its value (read in place of the piece, 128 bytes)
+  std::vector<int> piece_ordinal;    // by piece: its index in its value's `created`
   std::vector<Slot> piece_slot;    // by piece
   std::vector<uint64_t> piece_content;  // by piece: what Place hashes into its value's version
 
@@ -396,6 +397,7 @@ struct Record {
     segments.clear();
     effects.clear();
     splits.clear();
+    piece_value.clear();
     piece_ordinal.clear();
     piece_slot.clear();
     piece_content.clear();
@@ -538,7 +540,7 @@ class Lowering {
     for (size_t i = 0; i < tg_.tasks.size(); ++i) {
       uint64_t& content = tg_.cost_keys[i];  // (0: not computed; a replayed task keeps its own)
       if (content == 0) content = Content(tg_.tasks[i]);
-      const std::vector<int>& deps = tg_.tasks[i].deps;
+      const IdList& deps = tg_.tasks[i].deps;
       Hash64 h;
       h.Add(content);
       h.AddAll(deps);
@@ -612,6 +614,12 @@ class Lowering {
           task_map_[static_cast<size_t>(effect.index)] = id;
           tg_.tasks.push_back(std::move(last_tasks_[static_cast<size_t>(effect.index)]));
           tg_.tasks.back().id = id;
+          // Its operands are read below, after the segment's other effects:
+          // their heap block is fetched meanwhile (it was most of a replay's
+          // time, a cache miss per task).
+          const std::vector<Operand>& inputs = tg_.tasks.back().inputs;
+          for (size_t b = 0; b < inputs.size() * sizeof(Operand); b += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(inputs.data()) + b);
           tg_.cost_keys.push_back(last_cost_keys_[static_cast<size_t>(effect.index)]);
           Journal(Effect::kTask, id);
           break;
@@ -649,7 +657,7 @@ class Lowering {
     }
     for (size_t i = first_writeback; i < tg_.writebacks.size(); ++i) {
       auto& [home, from] = tg_.writebacks[i];
-      std::vector<int> pieces{home};
+      IdList pieces{home};
       LOOM_RETURN_IF_ERROR(MapPieces(&pieces));
       home = pieces[0];
       LOOM_RETURN_IF_ERROR(MapPieces(&from.pieces));
@@ -658,9 +666,9 @@ class Lowering {
   }
 
   // Last run's piece numbers to this run's.
-  Status MapPieces(std::vector<int>* pieces) const {
+  Status MapPieces(IdList* pieces) const {
     for (int& p : *pieces) {
-      const ValueId v = last_pieces_[static_cast<size_t>(p)].value;  // moved from: the value stays
+      const ValueId v = last_.piece_value[static_cast<size_t>(p)];
       const std::vector<int>& created = State(v).created;
       const size_t n = static_cast<size_t>(last_.piece_ordinal[static_cast<size_t>(p)]);
       if (n >= created.size())
@@ -686,7 +694,7 @@ class Lowering {
       h.AddAll(op.region.lo);
       h.AddAll(op.region.hi);
     }
-    for (const std::vector<int>* list : {&t.sources, &t.outputs}) {
+    for (const IdList* list : {&t.sources, &t.outputs}) {
       h.Add(list->size());
       for (int p : *list) {
         h.Add(piece(p).device);
@@ -747,6 +755,7 @@ class Lowering {
       case Slot::kHome: s.homes.push_back(id); break;
       case Slot::kLoose: break;
     }
+    record_.piece_value.push_back(p.value);
     record_.piece_ordinal.push_back(static_cast<int>(s.created.size()));
     record_.piece_slot.push_back(slot);
     record_.piece_content.push_back(content);
@@ -820,7 +829,7 @@ class Lowering {
   }
   // Sets a task's dependencies: the writers of what it reads.
   void SetDeps(Task& t) const {
-    std::vector<int>& deps = t.deps;
+    IdList& deps = t.deps;
     deps.clear();
     for (const Operand& op : t.inputs)
       for (int p : op.pieces) deps.push_back(piece(p).producer);

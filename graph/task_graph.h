@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/inline_vector.h"
 #include "core/region.h"
 #include "core/status.h"
 #include "graph/attrs.h"
@@ -43,6 +44,11 @@
 #include "graph/strategy.h"
 
 namespace loom {
+
+// Pieces a task reads or writes, tasks it waits for: a few ids each, held
+// in place (graph/task_graph.cc replays hundreds of thousands of them per
+// search proposal).
+using IdList = InlineVector<int, 4>;
 
 // A region of a value held on one device.
 struct Piece {
@@ -62,7 +68,7 @@ struct Piece {
 struct Operand {
   ValueId value = kNoValue;
   Region region;
-  std::vector<int> pieces;
+  IdList pieces;
 };
 
 enum class TaskKind { kCompute, kTransfer, kAllReduce, kAllGather, kReduceScatter, kAllToAll };
@@ -95,14 +101,14 @@ struct Task {
   // `outputs` a part of the sum on each member (group order). All-to-all:
   // `sources` distinct pieces on members; `outputs` a region on each
   // member, assembled from the sources it meets.
-  std::vector<int> sources;
+  IdList sources;
   int64_t src_device = -1;
   std::vector<int64_t> group;
-  std::vector<int> outputs;  // the pieces it writes
+  IdList outputs;  // the pieces it writes
   // Compute: OpDef::Cost of the part; all-to-all: its outputs' bytes; others: the (sources') region's bytes.
   double flops = 0, bytes = 0;
   DType dtype = DType::kF32;    // compute: the element type of its work (its first floating output's)
-  std::vector<int> deps;        // tasks that finish first (all earlier in TaskGraph::tasks)
+  IdList deps;                  // tasks that finish first (all earlier in TaskGraph::tasks)
 };
 
 struct TaskGraph {

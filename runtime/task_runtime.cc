@@ -110,7 +110,7 @@ int64_t TaskRuntime::RunnerOf(const Task& task) const {
     return Local(task.src_device) ? task.src_device : -1;
   }
   if (Local(task.device)) return task.device;  // a collective's first member combines
-  for (const std::vector<int>* list : {&task.sources, &task.outputs})
+  for (const IdList* list : {&task.sources, &task.outputs})
     for (int p : *list)
       if (Local(tasks_.pieces[static_cast<size_t>(p)].device)) return tasks_.pieces[static_cast<size_t>(p)].device;
   return -1;
@@ -119,7 +119,7 @@ int64_t TaskRuntime::RunnerOf(const Task& task) const {
 bool TaskRuntime::CrossesRanks(const Task& task) const {
   if (comm_ == nullptr || task.kind == TaskKind::kCompute) return false;
   if (task.kind == TaskKind::kTransfer) return Owner(task.src_device) != Owner(task.device);
-  for (const std::vector<int>* list : {&task.sources, &task.outputs})
+  for (const IdList* list : {&task.sources, &task.outputs})
     for (int p : *list)
       if (Owner(tasks_.pieces[static_cast<size_t>(p)].device) != Owner(task.device)) return true;
   return false;

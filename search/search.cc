@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <random>
 
+#include "core/hash.h"
+#include "core/thread_pool.h"
 #include "search/baselines.h"
 #include "search/elimination.h"
 #include "search/layerwise.h"
@@ -71,84 +76,181 @@ StatusOr<PricedSolution> SolveWithMemoryPriced(const LayerwiseCosts& layerwise, 
   return best;
 }
 
-// The Markov chain from `start` (which fits) over `space`.
-StatusOr<SearchResult> RunChain(const SearchSpace& space, StrategyEvaluator& evaluator, const Candidate& start,
-                                const std::vector<const Candidate*>& others, const SearchOptions& options) {
-  if (options.proposals <= 0 && options.budget_seconds <= 0)
-    return InvalidArgument("a search needs a time budget or a number of proposals");
-  const Clock::time_point began = Clock::now();
-  SearchResult result;
-  result.best = start;
-  result.best.name = "searched";
-  std::vector<int> movable;  // layers with a choice to make
-  for (size_t l = 0; l < space.layers().size(); ++l)
-    if (space.layers()[l].configs.size() > 1) movable.push_back(static_cast<int>(l));
-  const int64_t restart_after =
-      options.restart_after > 0 ? options.restart_after : 10 * static_cast<int64_t>(space.layers().size());
-  std::mt19937_64 rng(options.seed);
-  auto uniform = [&](size_t n) { return static_cast<size_t>(rng() % n); };
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
+// Runs fn(0) ... fn(n - 1) on the pool's threads at once (n at most its
+// threads); the first error (by index) is returned.
+Status InParallel(ThreadPool& pool, size_t n, const std::function<Status(size_t)>& fn) {
+  std::vector<Status> statuses(n);
+  pool.ParallelFor(static_cast<int64_t>(n), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) statuses[static_cast<size_t>(i)] = fn(static_cast<size_t>(i));
+  });
+  for (const Status& s : statuses) LOOM_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
 
-  Choice current = start.choice;
-  StrategyCost current_cost = start.cost;
+// One Markov chain of the search, kept between epochs.
+struct Chain {
+  size_t index = 0;
+  StrategyEvaluator* evaluator = nullptr;
+  std::mt19937_64 rng;
+  Choice current;
+  StrategyCost current_cost;
+  Candidate best;  // the best it knows: its own, or another chain's from the last sync
   // Proposals since this run (from the start or a restart) last improved
   // on its own best: a run from another start goes on while it descends.
   int64_t since_best = 0, restarts = 0;
-  double run_best = start.cost.seconds;
-  double next_report = options.progress_every_seconds;
-  auto report = [&] {
-    if (options.progress)
-      options.progress({result.proposals, SecondsSince(began), result.best.cost.seconds, current_cost.seconds});
-  };
-  while (!movable.empty()) {
-    if (options.proposals > 0 && result.proposals >= options.proposals) break;
-    const double elapsed = SecondsSince(began);
-    if (options.proposals == 0 && options.budget_seconds > 0 && elapsed >= options.budget_seconds) break;
-    if (elapsed >= next_report) {
-      report();
-      next_report = elapsed + options.progress_every_seconds;
-    }
-    const int layer = movable[uniform(movable.size())];
-    const size_t configs = space.layers()[static_cast<size_t>(layer)].configs.size();
+  double run_best = 0;
+  int64_t quota = 0;  // proposals it may make (a proposal budget)
+  int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
+};
+
+// The chains' fixed part: the layers to move, when to restart, from where.
+struct ChainPlan {
+  const SearchSpace& space;
+  std::vector<int> movable;  // layers with a choice to make
+  int64_t restart_after = 0;
+  std::vector<const Candidate*> others;  // the other starts that fit, fastest first
+  double beta = 0;
+};
+
+// Proposals of one chain until it has made `until` in all or the deadline
+// passes.
+Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point deadline) {
+  auto uniform = [&](size_t n) { return static_cast<size_t>(c.rng() % n); };
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  while (c.proposals < until && Clock::now() < deadline) {
+    const int layer = plan.movable[uniform(plan.movable.size())];
+    const size_t configs = plan.space.layers()[static_cast<size_t>(layer)].configs.size();
     // Another configuration than the current one, uniformly.
     int config = static_cast<int>(uniform(configs - 1));
-    if (config >= current[static_cast<size_t>(layer)]) ++config;
-    Choice next = current;
+    if (config >= c.current[static_cast<size_t>(layer)]) ++config;
+    Choice next = c.current;
     next[static_cast<size_t>(layer)] = config;
-    LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, evaluator.Evaluate(next));
-    ++result.proposals;
-    ++since_best;
+    LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, c.evaluator->Evaluate(next));
+    ++c.proposals;
+    ++c.since_best;
     if (!cost.fits) {
-      ++result.rejected_memory;
+      ++c.rejected_memory;
     } else {
-      const double change = (cost.seconds - current_cost.seconds) / std::max(current_cost.seconds, 1e-30);
-      if (change <= 0 || unit(rng) < std::exp(-options.beta * change)) {
-        current = std::move(next);
-        current_cost = cost;
-        ++result.accepted;
-        if (current_cost.seconds < run_best) {
-          run_best = current_cost.seconds;
-          since_best = 0;
+      const double change = (cost.seconds - c.current_cost.seconds) / std::max(c.current_cost.seconds, 1e-30);
+      if (change <= 0 || unit(c.rng) < std::exp(-plan.beta * change)) {
+        c.current = std::move(next);
+        c.current_cost = cost;
+        ++c.accepted;
+        if (c.current_cost.seconds < c.run_best) {
+          c.run_best = c.current_cost.seconds;
+          c.since_best = 0;
         }
-        if (Better(current_cost, result.best.cost)) {
-          result.best.choice = current;
-          result.best.cost = current_cost;
-          ++result.improvements;
+        if (Better(c.current_cost, c.best.cost)) {
+          c.best.choice = c.current;
+          c.best.cost = c.current_cost;
+          ++c.improvements;
         }
       }
     }
-    if (since_best >= restart_after) {
-      const Candidate* from = restarts % 2 == 1 && !others.empty()
-                                  ? others[static_cast<size_t>(restarts / 2) % others.size()]
-                                  : nullptr;
-      current = from ? from->choice : result.best.choice;
-      current_cost = from ? from->cost : result.best.cost;
-      run_best = current_cost.seconds;
-      ++restarts;
-      since_best = 0;
+    if (c.since_best >= plan.restart_after) {
+      // Every other restart from another start, each chain along the list
+      // from its own place in it.
+      const Candidate* from =
+          c.restarts % 2 == 1 && !plan.others.empty()
+              ? plan.others[(static_cast<size_t>(c.restarts / 2) + c.index) % plan.others.size()]
+              : &c.best;
+      c.current = from->choice;
+      c.current_cost = from->cost;
+      c.run_best = c.current_cost.seconds;
+      ++c.restarts;
+      c.since_best = 0;
     }
   }
-  report();
+  return Status::Ok();
+}
+
+// The chain's seed: options.seed for the first, distinct streams for the others.
+uint64_t ChainSeed(uint64_t seed, size_t chain) {
+  Hash64 h;
+  h.Add(seed);
+  h.Add(chain);
+  return chain == 0 ? seed : h.value();
+}
+
+// The Markov chains from `start` (which fits) over `space`, one on each
+// evaluator, run in epochs: a proposal budget's epochs are kEpochProposals
+// proposals of each chain (the result depends on the seed and the number
+// of chains only), a time budget's last progress_every_seconds. Between
+// epochs the best any chain found becomes every chain's best, the point
+// its next restart from the best takes.
+StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
+                                 const std::vector<StrategyEvaluator*>& evaluators,
+                                 const Candidate& start, const std::vector<const Candidate*>& others,
+                                 const SearchOptions& options) {
+  if (options.proposals <= 0 && options.budget_seconds <= 0)
+    return InvalidArgument("a search needs a time budget or a number of proposals");
+  constexpr int64_t kEpochProposals = 256;
+  const Clock::time_point began = Clock::now();
+  ChainPlan plan{space, {}, 0, others, options.beta};
+  for (size_t l = 0; l < space.layers().size(); ++l)
+    if (space.layers()[l].configs.size() > 1) plan.movable.push_back(static_cast<int>(l));
+  plan.restart_after =
+      options.restart_after > 0 ? options.restart_after : 10 * static_cast<int64_t>(space.layers().size());
+
+  const bool by_proposals = options.proposals > 0;
+  const size_t n = evaluators.size();
+  std::vector<Chain> chains(n);
+  for (size_t k = 0; k < n; ++k) {
+    Chain& c = chains[k];
+    c.index = k;
+    c.evaluator = evaluators[k];
+    c.rng.seed(ChainSeed(options.seed, k));
+    c.current = start.choice;
+    c.current_cost = start.cost;
+    c.best = start;
+    c.run_best = start.cost.seconds;
+    c.quota = by_proposals ? options.proposals / static_cast<int64_t>(n) +
+                                 (static_cast<int64_t>(k) < options.proposals % static_cast<int64_t>(n) ? 1 : 0)
+                           : std::numeric_limits<int64_t>::max();
+  }
+  SearchResult result;
+  result.best = start;
+  auto report = [&] {
+    if (!options.progress) return;
+    SearchProgress p;
+    for (const Chain& c : chains) p.proposals += c.proposals;
+    p.elapsed_seconds = SecondsSince(began);
+    p.best_seconds = result.best.cost.seconds;
+    p.current_seconds = chains[0].current_cost.seconds;
+    options.progress(p);
+  };
+  const Clock::time_point budget_end =
+      began + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.budget_seconds));
+  int64_t epochs = 0;
+  while (!plan.movable.empty()) {
+    bool more = false;
+    for (const Chain& c : chains) more = more || c.proposals < c.quota;
+    if (!more || (!by_proposals && Clock::now() >= budget_end)) break;
+    const Clock::time_point deadline =
+        by_proposals ? Clock::time_point::max()
+                     : std::min(budget_end, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                               std::chrono::duration<double>(
+                                                                   std::max(options.progress_every_seconds, 1e-3))));
+    LOOM_RETURN_IF_ERROR(InParallel(pool, n, [&](size_t k) {
+      Chain& c = chains[k];
+      const int64_t until = by_proposals ? std::min(c.quota, c.proposals + kEpochProposals) : c.quota;
+      return Advance(plan, c, until, deadline);
+    }));
+    for (const Chain& c : chains)
+      if (Better(c.best.cost, result.best.cost)) result.best = c.best;
+    for (Chain& c : chains)
+      if (Better(result.best.cost, c.best.cost)) c.best = result.best;
+    report();
+    ++epochs;
+  }
+  if (epochs == 0) report();
+  for (const Chain& c : chains) {
+    result.proposals += c.proposals;
+    result.accepted += c.accepted;
+    result.rejected_memory += c.rejected_memory;
+    result.improvements += c.improvements;
+  }
+  result.best.name = "searched";
   result.best.strategy = space.ToStrategy(result.best.choice);
   result.seconds = SecondsSince(began);
   return result;
@@ -183,15 +285,29 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     choices.push_back(std::move(*choice));
   }
   // Configurations the starting points added are in the space before any
-  // evaluator or cost graph reads it.
-  StrategyEvaluator evaluator(step, space, machine, cost);
+  // evaluator or cost graph reads it. An evaluator per chain; the starts
+  // are evaluated on them at once, start i on evaluator i mod chains.
+  const size_t chains = static_cast<size_t>(std::max<int64_t>(1, options.chains));
+  std::vector<std::unique_ptr<StrategyEvaluator>> owned;
+  std::vector<StrategyEvaluator*> evaluators;
+  for (size_t k = 0; k < chains; ++k) {
+    owned.push_back(std::make_unique<StrategyEvaluator>(step, space, machine, cost));
+    evaluators.push_back(owned.back().get());
+  }
+  StrategyEvaluator& evaluator = *evaluators[0];
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<ThreadPool> pool, ThreadPool::Create(static_cast<int>(chains)));
   SearchResult result;
   result.layers = static_cast<int64_t>(space.layers().size());
   result.log10_strategies = space.Log10Size();
-  for (size_t i = 0; i < starts.size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(const StrategyCost c, evaluator.Evaluate(choices[i], /*peak_memory=*/true));
-    result.initial.push_back({starts[i].first, choices[i], space.ToStrategy(choices[i]), c});
-  }
+  std::vector<StrategyCost> start_costs(starts.size());
+  LOOM_RETURN_IF_ERROR(InParallel(*pool, std::min(chains, starts.size()), [&](size_t k) -> Status {
+    for (size_t i = k; i < starts.size(); i += chains) {
+      LOOM_ASSIGN_OR_RETURN(start_costs[i], evaluators[k]->Evaluate(choices[i], /*peak_memory=*/true));
+    }
+    return Status::Ok();
+  }));
+  for (size_t i = 0; i < starts.size(); ++i)
+    result.initial.push_back({starts[i].first, choices[i], space.ToStrategy(choices[i]), start_costs[i]});
   if (options.exact) {
     LOOM_ASSIGN_OR_RETURN(const LayerwiseCosts layerwise, BuildLayerwiseCosts(space, step, machine, cost));
     StatusOr<EliminationResult> solved = SolveByElimination(layerwise.graph, options.exact_max_enumeration);
@@ -235,7 +351,7 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     if (&c != start && c.cost.fits) others.push_back(&c);
   std::stable_sort(others.begin(), others.end(),
                    [](const Candidate* a, const Candidate* b) { return a->cost.seconds < b->cost.seconds; });
-  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChain(space, evaluator, *start, others, chain_options));
+  LOOM_ASSIGN_OR_RETURN(SearchResult chain, RunChains(*pool, space, evaluators, *start, others, chain_options));
   result.best = std::move(chain.best);
   result.proposals = chain.proposals;
   result.accepted = chain.accepted;

@@ -167,7 +167,10 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
   const Machine machine = TestMachine(2);
   const AnalyticalCostModel cost(machine);
   SearchOptions options;
-  options.proposals = 200;
+  // Three chains of 334, 334 and 333 proposals: they share their best
+  // after 256 each, on threads whose order varies from run to run.
+  options.proposals = 1001;
+  options.chains = 3;
   options.seed = 11;
   auto a = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
   REQUIRE(a.status().ToString() == "OK");
@@ -175,7 +178,16 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
   REQUIRE(b.ok());
   CHECK(a->best.choice == b->best.choice);
   CHECK(a->best.cost.seconds == b->best.cost.seconds);
-  CHECK(a->proposals == 200);
+  CHECK(a->proposals == 1001);
+  CHECK(a->accepted == b->accepted);
+  CHECK(a->improvements == b->improvements);
+  CHECK(a->accepted > 0);
+  // One chain makes the whole budget.
+  options.chains = 1;
+  auto one = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
+  REQUIRE(one.ok());
+  CHECK(one->proposals == 1001);
+  CHECK(one->best.cost.seconds <= a->initial[0].cost.seconds);
   std::set<std::string> names;
   for (const Candidate& start : a->initial) {
     names.insert(start.name);

@@ -173,7 +173,7 @@ class Scheduler {
       // Each other process holding a member runs its half on its first
       // such device (sources, then outputs: the runtime's RunnerOf).
       std::vector<int64_t> runners{t.device};
-      for (const std::vector<int>* list : {&t.sources, &t.outputs})
+      for (const IdList* list : {&t.sources, &t.outputs})
         for (int p : *list) {
           const int64_t d = g_.pieces[static_cast<size_t>(p)].device;
           bool seen = false;

@@ -27,12 +27,12 @@
 namespace loom {
 namespace {
 
-std::string Ints(const std::vector<int64_t>& v) {
+template <typename List>
+std::string Ints(const List& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += StrCat(i ? "," : "", v[i]);
+  for (size_t i = 0; i < v.size(); ++i) s += StrCat(i ? "," : "", static_cast<int64_t>(v[i]));
   return s;
 }
-std::string Ints(const std::vector<int>& v) { return Ints(std::vector<int64_t>(v.begin(), v.end())); }
 
 std::string Dump(const Graph& g) {
   std::ostringstream s;

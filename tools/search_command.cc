@@ -22,7 +22,9 @@ Status SearchCommand(const std::vector<std::string>& args) {
                {"devices", "how many of the machine's devices (default: all)"},
                {"budget", "the search's wall time, starting points included: 30s (default), 2m, 500ms"},
                {"proposals", "stop after this many proposals instead (the result then depends on --seed only)"},
-               {"seed", "the chain's seed (default 1)"},
+               {"seed", "the chains' seed (default 1)"},
+               {"chains", "Markov chains run at once, a thread each (default 4); with --proposals the result "
+                          "depends on --seed and --chains only"},
                {"beta", "the chain's inverse temperature: a proposal x% slower is accepted with probability "
                         "exp(-beta * x / 100) (default 1000)"},
                {"strategy", "a strategy file to start from too"},
@@ -54,6 +56,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   LOOM_ASSIGN_OR_RETURN(const int64_t seed, flags.Int("seed", 1));
   if (options.proposals < 0) return InvalidArgument("--proposals must be >= 0");
   options.seed = static_cast<uint64_t>(seed);
+  LOOM_ASSIGN_OR_RETURN(options.chains, flags.Int("chains", options.chains));
+  if (options.chains < 1) return InvalidArgument("--chains must be >= 1, got ", options.chains);
   LOOM_ASSIGN_OR_RETURN(options.beta, flags.Float("beta", options.beta));
   LOOM_ASSIGN_OR_RETURN(options.min_gain, flags.Float("min-gain", options.min_gain));
   if (!(options.min_gain >= 0 && options.min_gain < 1)) return InvalidArgument("--min-gain must be in [0, 1)");
@@ -77,8 +81,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   }
   std::printf("searching strategies of %s on %s (%lld devices), %s\n", flags.Str("config", "").c_str(),
               machine.name().c_str(), static_cast<long long>(devices),
-              options.proposals > 0 ? StrCat(options.proposals, " proposals, seed ", seed).c_str()
-                                    : StrCat(options.budget_seconds, " s, seed ", seed).c_str());
+              StrCat(options.proposals > 0 ? StrCat(options.proposals, " proposals") : StrCat(options.budget_seconds, " s"),
+                     ", seed ", seed, ", ", options.chains, " chains").c_str());
   LOOM_ASSIGN_OR_RETURN(const SearchResult result, SearchStrategy(programs.forward, programs.step, machine, cost->get(),
                                                                   devices, given, options));
 
