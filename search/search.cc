@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "core/hash.h"
 #include "core/thread_pool.h"
@@ -76,12 +77,15 @@ StatusOr<PricedSolution> SolveWithMemoryPriced(const LayerwiseCosts& layerwise, 
   return best;
 }
 
-// Runs fn(0) ... fn(n - 1) on the pool's threads at once (n at most its
-// threads); the first error (by index) is returned.
-Status InParallel(ThreadPool& pool, size_t n, const std::function<Status(size_t)>& fn) {
+// Runs fn(i) for i in [0, n) on the pool's threads, thread t those with
+// i mod threads == t in order (fn(i, j): the j-th of its thread's); the
+// first error (by index) is returned.
+Status OnThreads(ThreadPool& pool, size_t n, const std::function<Status(size_t i, size_t j)>& fn) {
+  const size_t threads = std::min(n, static_cast<size_t>(pool.num_threads()));
   std::vector<Status> statuses(n);
-  pool.ParallelFor(static_cast<int64_t>(n), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) statuses[static_cast<size_t>(i)] = fn(static_cast<size_t>(i));
+  pool.ParallelFor(static_cast<int64_t>(threads), 1, [&](int64_t begin, int64_t end) {
+    for (size_t t = static_cast<size_t>(begin); t < static_cast<size_t>(end); ++t)
+      for (size_t i = t, j = 0; i < n; i += threads, ++j) statuses[i] = fn(i, j);
   });
   for (const Status& s : statuses) LOOM_RETURN_IF_ERROR(s);
   return Status::Ok();
@@ -193,7 +197,7 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
       options.restart_after > 0 ? options.restart_after : 10 * static_cast<int64_t>(space.layers().size());
 
   const bool by_proposals = options.proposals > 0;
-  const size_t n = evaluators.size();
+  const size_t n = evaluators.size(), threads = std::min(n, static_cast<size_t>(pool.num_threads()));
   std::vector<Chain> chains(n);
   for (size_t k = 0; k < n; ++k) {
     Chain& c = chains[k];
@@ -226,15 +230,19 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
     bool more = false;
     for (const Chain& c : chains) more = more || c.proposals < c.quota;
     if (!more || (!by_proposals && Clock::now() >= budget_end)) break;
-    const Clock::time_point deadline =
-        by_proposals ? Clock::time_point::max()
-                     : std::min(budget_end, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                               std::chrono::duration<double>(
-                                                                   std::max(options.progress_every_seconds, 1e-3))));
-    LOOM_RETURN_IF_ERROR(InParallel(pool, n, [&](size_t k) {
+    // A time budget's epoch: each thread's chains take turns, an equal
+    // slice of it each.
+    const Clock::time_point epoch_begin = Clock::now();
+    const Clock::time_point epoch_end =
+        std::min(budget_end, epoch_begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                               std::max(options.progress_every_seconds, 1e-3))));
+    const size_t per_thread = (n + threads - 1) / threads;
+    LOOM_RETURN_IF_ERROR(OnThreads(pool, n, [&](size_t k, size_t turn) {
       Chain& c = chains[k];
-      const int64_t until = by_proposals ? std::min(c.quota, c.proposals + kEpochProposals) : c.quota;
-      return Advance(plan, c, until, deadline);
+      if (by_proposals) return Advance(plan, c, std::min(c.quota, c.proposals + kEpochProposals), Clock::time_point::max());
+      return Advance(plan, c, c.quota,
+                     epoch_begin + (epoch_end - epoch_begin) * static_cast<int64_t>(turn + 1) /
+                                       static_cast<int64_t>(per_thread));
     }));
     for (const Chain& c : chains)
       if (Better(c.best.cost, result.best.cost)) result.best = c.best;
@@ -295,12 +303,16 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
     evaluators.push_back(owned.back().get());
   }
   StrategyEvaluator& evaluator = *evaluators[0];
-  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<ThreadPool> pool, ThreadPool::Create(static_cast<int>(chains)));
+  // A thread per core at most: chains beyond take turns (two chains on one
+  // core ran slower than one, their lowerings evicting each other's data).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<ThreadPool> pool,
+                        ThreadPool::Create(std::min(static_cast<int>(chains), cores)));
   SearchResult result;
   result.layers = static_cast<int64_t>(space.layers().size());
   result.log10_strategies = space.Log10Size();
   std::vector<StrategyCost> start_costs(starts.size());
-  LOOM_RETURN_IF_ERROR(InParallel(*pool, std::min(chains, starts.size()), [&](size_t k) -> Status {
+  LOOM_RETURN_IF_ERROR(OnThreads(*pool, std::min(chains, starts.size()), [&](size_t k, size_t) -> Status {
     for (size_t i = k; i < starts.size(); i += chains) {
       LOOM_ASSIGN_OR_RETURN(start_costs[i], evaluators[k]->Evaluate(choices[i], /*peak_memory=*/true));
     }

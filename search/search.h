@@ -15,12 +15,12 @@
 // step), so that a start no single change improves (OWT on AlexNet with
 // collectives) does not hold the chain.
 //
-// `chains` chains run at once, each on its own thread with its own
-// evaluator (its own incremental lowering and delta simulation), in
-// epochs; between epochs the best any of them found becomes the point each
-// restarts from. With a proposal budget the epochs are counted in
-// proposals, so the result depends on the seed and the number of chains
-// only, not on the machine or its load.
+// `chains` chains run at once, each with its own evaluator (its own
+// incremental lowering and delta simulation), in epochs; between epochs
+// the best any of them found becomes the point each restarts from. With a
+// proposal budget the epochs are counted in proposals, so the result
+// depends on the seed and the number of chains only, not on the machine's
+// cores or its load.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +49,9 @@ struct SearchOptions {
   double budget_seconds = 30;  // wall time of the whole search, the starts included (0: no limit)
   int64_t proposals = 0;       // stop after this many (0: no limit); then the result depends on the seed only
   uint64_t seed = 1;
-  // Markov chains run at once, a thread each (the starting points are
-  // evaluated on their evaluators at once too); a proposal budget is
-  // shared between them.
+  // Markov chains, each with its own evaluator, on a thread per core at
+  // most (chains beyond take turns); the starting points are evaluated on
+  // their evaluators at once too. A proposal budget is shared between them.
   int64_t chains = 4;
   double beta = 1000;
   int64_t restart_after = 0;  // 0: ten times the layers

@@ -23,8 +23,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
                {"budget", "the search's wall time, starting points included: 30s (default), 2m, 500ms"},
                {"proposals", "stop after this many proposals instead (the result then depends on --seed only)"},
                {"seed", "the chains' seed (default 1)"},
-               {"chains", "Markov chains run at once, a thread each (default 4); with --proposals the result "
-                          "depends on --seed and --chains only"},
+               {"chains", "Markov chains run at once, on a thread per core at most (default 4); with --proposals "
+                          "the result depends on --seed and --chains only"},
                {"beta", "the chain's inverse temperature: a proposal x% slower is accepted with probability "
                         "exp(-beta * x / 100) (default 1000)"},
                {"strategy", "a strategy file to start from too"},
