@@ -236,13 +236,13 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
     const Clock::time_point epoch_end =
         std::min(budget_end, epoch_begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                                                std::max(options.progress_every_seconds, 1e-3))));
-    const size_t per_thread = (n + threads - 1) / threads;
     LOOM_RETURN_IF_ERROR(OnThreads(pool, n, [&](size_t k, size_t turn) {
       Chain& c = chains[k];
-      if (by_proposals) return Advance(plan, c, std::min(c.quota, c.proposals + kEpochProposals), Clock::time_point::max());
+      if (by_proposals)
+        return Advance(plan, c, std::min(c.quota, c.proposals + kEpochProposals), Clock::time_point::max());
+      const int64_t turns = static_cast<int64_t>((n - k % threads + threads - 1) / threads);  // its thread's chains
       return Advance(plan, c, c.quota,
-                     epoch_begin + (epoch_end - epoch_begin) * static_cast<int64_t>(turn + 1) /
-                                       static_cast<int64_t>(per_thread));
+                     epoch_begin + (epoch_end - epoch_begin) * static_cast<int64_t>(turn + 1) / turns);
     }));
     for (const Chain& c : chains)
       if (Better(c.best.cost, result.best.cost)) result.best = c.best;

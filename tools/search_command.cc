@@ -81,7 +81,8 @@ Status SearchCommand(const std::vector<std::string>& args) {
   }
   std::printf("searching strategies of %s on %s (%lld devices), %s\n", flags.Str("config", "").c_str(),
               machine.name().c_str(), static_cast<long long>(devices),
-              StrCat(options.proposals > 0 ? StrCat(options.proposals, " proposals") : StrCat(options.budget_seconds, " s"),
+              StrCat(options.proposals > 0 ? StrCat(options.proposals, " proposals")
+                                           : StrCat(options.budget_seconds, " s"),
                      ", seed ", seed, ", ", options.chains, " chains").c_str());
   LOOM_ASSIGN_OR_RETURN(const SearchResult result, SearchStrategy(programs.forward, programs.step, machine, cost->get(),
                                                                   devices, given, options));
