@@ -387,10 +387,10 @@ struct Segment {
 struct Record {
   std::vector<Segment> segments;
   std::vector<Effect> effects;
-  std::vector<ValueSplit> splits;  // the split log
-  std::vector<ValueId> piece_value;  // by piece: its value (read in place of the piece, 128 bytes)
-  std::vector<int> piece_ordinal;    // by piece: its index in its value's `created`
-  std::vector<Slot> piece_slot;    // by piece
+  std::vector<ValueSplit> splits;       // the split log
+  std::vector<ValueId> piece_value;     // by piece: its value (read here, not from the 128-byte Piece)
+  std::vector<int> piece_ordinal;       // by piece: its index in its value's `created`
+  std::vector<Slot> piece_slot;         // by piece
   std::vector<uint64_t> piece_content;  // by piece: what Place hashes into its value's version
 
   void Clear() {
