@@ -1,6 +1,7 @@
 #include "search/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -105,6 +106,7 @@ struct Chain {
   double run_best = 0;
   int64_t quota = 0;  // proposals it may make (a proposal budget)
   int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
+  std::atomic<int64_t> made{0};  // `proposals`, for a progress line read by another thread mid-epoch
 };
 
 // The chains' fixed part: the layers to move, when to restart, from where.
@@ -117,8 +119,9 @@ struct ChainPlan {
 };
 
 // Proposals of one chain until it has made `until` in all or the deadline
-// passes.
-Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point deadline) {
+// passes; `after_each` (if any) runs after each.
+Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point deadline,
+               const std::function<void()>& after_each = nullptr) {
   auto uniform = [&](size_t n) { return static_cast<size_t>(c.rng() % n); };
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   while (c.proposals < until && Clock::now() < deadline) {
@@ -131,6 +134,7 @@ Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point
     next[static_cast<size_t>(layer)] = config;
     LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, c.evaluator->Evaluate(next));
     ++c.proposals;
+    c.made.store(c.proposals, std::memory_order_relaxed);
     ++c.since_best;
     if (!cost.fits) {
       ++c.rejected_memory;
@@ -164,6 +168,7 @@ Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point
       ++c.restarts;
       c.since_best = 0;
     }
+    if (after_each) after_each();
   }
   return Status::Ok();
 }
@@ -214,14 +219,22 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
   }
   SearchResult result;
   result.best = start;
+  // A progress line: between epochs, and within a proposal budget's
+  // (which can be long) from the first chain's thread every
+  // progress_every_seconds, the other chains' counts read as they stand.
+  double next_report = options.progress_every_seconds;
   auto report = [&] {
     if (!options.progress) return;
     SearchProgress p;
-    for (const Chain& c : chains) p.proposals += c.proposals;
+    for (const Chain& c : chains) p.proposals += c.made.load(std::memory_order_relaxed);
     p.elapsed_seconds = SecondsSince(began);
-    p.best_seconds = result.best.cost.seconds;
+    p.best_seconds = std::min(result.best.cost.seconds, chains[0].best.cost.seconds);
     p.current_seconds = chains[0].current_cost.seconds;
     options.progress(p);
+    next_report = p.elapsed_seconds + options.progress_every_seconds;
+  };
+  const std::function<void()> report_when_due = [&] {
+    if (options.progress && SecondsSince(began) >= next_report) report();
   };
   const Clock::time_point budget_end =
       began + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.budget_seconds));
@@ -239,7 +252,8 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
     LOOM_RETURN_IF_ERROR(OnThreads(pool, n, [&](size_t k, size_t turn) {
       Chain& c = chains[k];
       if (by_proposals)
-        return Advance(plan, c, std::min(c.quota, c.proposals + kEpochProposals), Clock::time_point::max());
+        return Advance(plan, c, std::min(c.quota, c.proposals + kEpochProposals), Clock::time_point::max(),
+                       k == 0 ? report_when_due : nullptr);
       const int64_t turns = static_cast<int64_t>((n - k % threads + threads - 1) / threads);  // its thread's chains
       return Advance(plan, c, c.quota,
                      epoch_begin + (epoch_end - epoch_begin) * static_cast<int64_t>(turn + 1) / turns);

@@ -172,8 +172,21 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
   options.proposals = 1001;
   options.chains = 3;
   options.seed = 11;
+  // A progress line after every proposal of the first chain, mid-epoch,
+  // while the others run (what --config=tsan checks).
+  int64_t reports = 0, last_count = 0;
+  bool counts_grow = true;
+  options.progress_every_seconds = 0;
+  options.progress = [&](const SearchProgress& p) {
+    ++reports;
+    counts_grow = counts_grow && p.proposals >= last_count && p.proposals <= 1001;
+    last_count = p.proposals;
+  };
   auto a = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
   REQUIRE(a.status().ToString() == "OK");
+  CHECK(reports >= 334);
+  CHECK(counts_grow);
+  CHECK(last_count == 1001);
   auto b = SearchStrategy(cnn.forward, cnn.step, machine, cost, 2, {}, options);
   REQUIRE(b.ok());
   CHECK(a->best.choice == b->best.choice);
