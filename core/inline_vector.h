@@ -100,12 +100,6 @@ class InlineVector {
     }
     data()[size_++] = value;
   }
-  template <typename... A>
-  T& emplace_back(A&&... args) {
-    push_back(T(std::forward<A>(args)...));
-    return back();
-  }
-  void pop_back() { --size_; }
   void resize(size_t n, const T& value = T()) {
     reserve(n);
     for (size_t i = size_; i < n; ++i) data()[i] = value;
@@ -120,21 +114,6 @@ class InlineVector {
     clear();
     reserve(static_cast<size_t>(std::distance(first, last)));
     for (; first != last; ++first) data()[size_++] = *first;
-  }
-  // Inserts [first, last) before `at`.
-  template <typename It, typename = decltype(*std::declval<It>())>
-  T* insert(T* at, It first, It last) {
-    const size_t pos = static_cast<size_t>(at - begin()), n = static_cast<size_t>(std::distance(first, last));
-    if (size_ + n > capacity_) reserve(std::max(size_ + n, 2 * static_cast<size_t>(capacity_)));
-    T* p = data() + pos;
-    std::memmove(p + n, p, (size_ - pos) * sizeof(T));
-    for (size_t i = 0; i < n; ++i, ++first) p[i] = *first;
-    size_ += static_cast<uint32_t>(n);
-    return p;
-  }
-  T* insert(T* at, const T& value) {
-    const T copy = value;
-    return insert(at, &copy, &copy + 1);
   }
   T* erase(T* first, T* last) {
     std::memmove(first, last, static_cast<size_t>(end() - last) * sizeof(T));

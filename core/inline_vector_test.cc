@@ -52,27 +52,22 @@ TEST_CASE("inline vectors copy, move and compare by their values, inline or on t
   CHECK(Ints{1, 2, 3} != Ints{1, 2});
 }
 
-TEST_CASE("an inline vector inserts, erases, resizes and assigns like std::vector") {
-  Ints v{1, 5};
-  const int middle[] = {2, 3, 4};
-  v.insert(v.begin() + 1, std::begin(middle), std::end(middle));
-  CHECK(Of(v) == std::vector<int>{1, 2, 3, 4, 5});
+TEST_CASE("an inline vector erases, resizes and assigns like std::vector") {
+  Ints v{1, 2, 3, 4, 5};
   v.erase(v.begin() + 1, v.begin() + 3);
   CHECK(Of(v) == std::vector<int>{1, 4, 5});
-  v.insert(v.end(), 6);
   v.erase(v.begin());
-  CHECK(Of(v) == std::vector<int>{4, 5, 6});
+  CHECK(Of(v) == std::vector<int>{4, 5});
   v.resize(5, 8);
-  CHECK(Of(v) == std::vector<int>{4, 5, 6, 8, 8});
+  CHECK(Of(v) == std::vector<int>{4, 5, 8, 8, 8});
   v.resize(1);
   CHECK(Of(v) == std::vector<int>{4});
   v.assign(3, 2);
   CHECK(Of(v) == std::vector<int>{2, 2, 2});
   v = std::vector<int>{9, 8};
   CHECK(Of(v) == std::vector<int>{9, 8});
-  v.pop_back();
-  CHECK(v.back() == 9);
   CHECK(v.front() == 9);
+  CHECK(v.back() == 8);
 }
 
 }  // namespace

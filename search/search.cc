@@ -105,8 +105,9 @@ struct Chain {
   int64_t since_best = 0, restarts = 0;
   double run_best = 0;
   int64_t quota = 0;  // proposals it may make (a proposal budget)
-  int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
-  std::atomic<int64_t> made{0};  // `proposals`, for a progress line read by another thread mid-epoch
+  // (proposals: read by the progress line from another thread mid-epoch)
+  std::atomic<int64_t> proposals{0};
+  int64_t accepted = 0, rejected_memory = 0, improvements = 0;
 };
 
 // The chains' fixed part: the layers to move, when to restart, from where.
@@ -134,7 +135,6 @@ Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point
     next[static_cast<size_t>(layer)] = config;
     LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, c.evaluator->Evaluate(next));
     ++c.proposals;
-    c.made.store(c.proposals, std::memory_order_relaxed);
     ++c.since_best;
     if (!cost.fits) {
       ++c.rejected_memory;
@@ -175,10 +175,11 @@ Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point
 
 // The chain's seed: options.seed for the first, distinct streams for the others.
 uint64_t ChainSeed(uint64_t seed, size_t chain) {
+  if (chain == 0) return seed;
   Hash64 h;
   h.Add(seed);
   h.Add(chain);
-  return chain == 0 ? seed : h.value();
+  return h.value();
 }
 
 // The Markov chains from `start` (which fits) over `space`, one on each
@@ -188,7 +189,7 @@ uint64_t ChainSeed(uint64_t seed, size_t chain) {
 // epochs the best any chain found becomes every chain's best, the point
 // its next restart from the best takes.
 StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
-                                 const std::vector<StrategyEvaluator*>& evaluators,
+                                 const std::vector<std::unique_ptr<StrategyEvaluator>>& evaluators,
                                  const Candidate& start, const std::vector<const Candidate*>& others,
                                  const SearchOptions& options) {
   if (options.proposals <= 0 && options.budget_seconds <= 0)
@@ -207,7 +208,7 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
   for (size_t k = 0; k < n; ++k) {
     Chain& c = chains[k];
     c.index = k;
-    c.evaluator = evaluators[k];
+    c.evaluator = evaluators[k].get();
     c.rng.seed(ChainSeed(options.seed, k));
     c.current = start.choice;
     c.current_cost = start.cost;
@@ -226,7 +227,7 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
   auto report = [&] {
     if (!options.progress) return;
     SearchProgress p;
-    for (const Chain& c : chains) p.proposals += c.made.load(std::memory_order_relaxed);
+    for (const Chain& c : chains) p.proposals += c.proposals;
     p.elapsed_seconds = SecondsSince(began);
     p.best_seconds = std::min(result.best.cost.seconds, chains[0].best.cost.seconds);
     p.current_seconds = chains[0].current_cost.seconds;
@@ -310,12 +311,9 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   // evaluator or cost graph reads it. An evaluator per chain; the starts
   // are evaluated on them at once, start i on evaluator i mod chains.
   const size_t chains = static_cast<size_t>(std::max<int64_t>(1, options.chains));
-  std::vector<std::unique_ptr<StrategyEvaluator>> owned;
-  std::vector<StrategyEvaluator*> evaluators;
-  for (size_t k = 0; k < chains; ++k) {
-    owned.push_back(std::make_unique<StrategyEvaluator>(step, space, machine, cost));
-    evaluators.push_back(owned.back().get());
-  }
+  std::vector<std::unique_ptr<StrategyEvaluator>> evaluators;
+  for (size_t k = 0; k < chains; ++k)
+    evaluators.push_back(std::make_unique<StrategyEvaluator>(step, space, machine, cost));
   StrategyEvaluator& evaluator = *evaluators[0];
   // A thread per core at most: chains beyond take turns (two chains on one
   // core ran slower than one, their lowerings evicting each other's data).
