@@ -11,6 +11,13 @@
 
 namespace loom {
 
+// Before an element-wise loop over several arrays, some written in place
+// (iteration i touches element i of each, nothing else): GCC checks each
+// pair of a written and another array for overlap at run time before it
+// vectorises, and past 10 pairs (Adam's update has more) it keeps the loop
+// scalar. `ivdep` tells it no iteration depends on another.
+#define LOOM_ELEMENTWISE_LOOP _Pragma("GCC ivdep")
+
 // Runs fn(begin, end) over [0, n) on the pool in chunks big enough to pay
 // for the hand-off (element-wise work of ~32k items per chunk).
 template <typename Fn>

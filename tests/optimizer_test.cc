@@ -862,6 +862,58 @@ TEST_CASE("fused updates of chunks large enough to run on several threads") {
                            DType::kF64);
 }
 
+TEST_CASE("an update's element does not depend on where it sits: vector loops and their scalar ends agree") {
+  // 37 elements run through the update loops' vector body and their
+  // remainder; each element alone runs through the remainder only. A
+  // difference (an FMA formed on one path and not the other) would make
+  // results depend on a tensor's size and the threads' split of it.
+  struct Case {
+    std::string op;
+    AttrMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {"SgdUpdate", {}},
+      {"SgdUpdate", {{"weight_decay", 0.1}}},
+      {"SgdUpdate", {{"momentum", 0.9}, {"dampening", 0.2}}},
+      {"SgdUpdate", {{"momentum", 0.9}, {"nesterov", true}, {"weight_decay", 0.01}}},
+      {"AdamUpdate", {{"weight_decay", 0.1}}},
+      {"AdamUpdate", {{"decoupled", true}, {"weight_decay", 0.1}, {"amsgrad", true}}},
+      {"AdadeltaUpdate", {{"weight_decay", 0.1}}},
+      {"RmspropUpdate", {{"weight_decay", 0.1}}},
+      {"RmspropUpdate", {{"centered", true}, {"momentum", 0.8}}},
+  };
+  constexpr int64_t n = 37;
+  for (DType dt : {DType::kF32, DType::kF64})
+    for (const Case& c : cases) {
+      INFO(c.op << " " << c.attrs.ToString() << " in " << DTypeName(dt));
+      // Param, grad and slots (positive: some are squares).
+      const size_t slots = SlotNames(c.op, c.attrs).size();
+      std::vector<std::vector<double>> values(2 + slots, std::vector<double>(n));
+      for (size_t t = 0; t < values.size(); ++t)
+        for (int64_t i = 0; i < n; ++i)
+          values[t][static_cast<size_t>(i)] = (t >= 2 ? 0.02 : -0.5) + std::abs(std::sin(1.3 * i + 0.7 * t));
+      auto run = [&](int64_t begin, int64_t count) {
+        std::vector<Tensor> in;
+        for (const auto& v : values)
+          in.push_back(MakeTensor(dt, {count}, std::vector<double>(v.begin() + begin, v.begin() + begin + count)));
+        in.push_back(MakeTensor(dt, {}, {0.05}));  // lr
+        in.push_back(MakeTensor(dt, {}, {3.0}));   // step: past SGD's first
+        auto out = RunOpOutputs(c.op, in, c.attrs);
+        REQUIRE(out.status().ToString() == "OK");
+        return *out;
+      };
+      const std::vector<Tensor> whole = run(0, n);
+      for (int64_t i = 0; i < n; ++i) {
+        INFO("element " << i);
+        const std::vector<Tensor> alone = run(i, 1);
+        for (size_t k = 0; k < whole.size(); ++k) {
+          INFO("output " << k);
+          CHECK(Bits(alone[k])[0] == Bits(whole[k])[static_cast<size_t>(i)]);
+        }
+      }
+    }
+}
+
 TEST_CASE("fused update ops cost what the unfused op costs on the same elements") {
   const TensorType p{Shape{kR, 4}, DType::kF32}, v{Shape{kR}, DType::kF32}, s{Shape{}, DType::kF32};
   const TensorType flat{Shape{kR * 4}, DType::kF32};
