@@ -85,8 +85,15 @@ if [ "$count" = 1 ]; then
   command -v valgrind >/dev/null || { echo "--count needs valgrind (apt-get install valgrind)" >&2; exit 1; }
   instructions() {  # binary R: instructions inside Executor::Run
     valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" --toggle-collect='loom::Executor::Run(*' \
-      "$1" bench fusion --config "$config" --replicas "$2" --reps 1 --threads 1 --no-roof >/dev/null 2>"$work/valgrind.log" ||
-      { cat "$work/valgrind.log" >&2; exit 1; }
+      "$1" bench fusion --config "$config" --replicas "$2" --reps 1 --threads 1 --no-roof >/dev/null 2>"$work/valgrind.log" || {
+      cat "$work/valgrind.log" >&2
+      # Valgrind 3.19 (Debian 12) decodes no AVX-512 (EVEX, first byte 0x62).
+      if grep -q "unhandled instruction bytes: 0x62" "$work/valgrind.log"; then
+        echo "--count: valgrind cannot run AVX-512 code; count binaries built without it" \
+          "(bazel build --config=portable //tools:loom) with LOOM_SGEMM=avx2" >&2
+      fi
+      exit 1
+    }
     awk '/^(summary|totals):/ { print $2; exit }' "$work/callgrind.out"
   }
   echo "instructions inside Executor::Run (callgrind, 1 thread, bench fusion --reps 1: 2 rounds of 1 fused + R single steps)"
