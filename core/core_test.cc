@@ -156,6 +156,21 @@ TEST_CASE("ThreadPool covers the range exactly once") {
   CHECK(total.load() == 40);
 }
 
+TEST_CASE("ThreadPool hands jobs to spinning and to sleeping workers alike") {
+  // Back to back, the workers are still spinning when the next job comes;
+  // after a pause longer than their spin, they are asleep. Each job's
+  // writes must be visible when ParallelFor returns, in either case.
+  ThreadPool pool(3);
+  std::vector<int64_t> out(300);
+  for (int job = 0; job < 400; ++job) {
+    if (job % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    pool.ParallelFor(300, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[static_cast<size_t>(i)] = job * 1000 + i;
+    });
+    for (int64_t i = 0; i < 300; ++i) REQUIRE(out[static_cast<size_t>(i)] == job * 1000 + i);
+  }
+}
+
 TEST_CASE("a thread count the system cannot start is an error, not an exception") {
   // Cap the address space 16 MiB above what the process maps now: no room
   // for 4095 thread stacks, so std::thread throws std::system_error.

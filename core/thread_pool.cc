@@ -51,16 +51,36 @@ void ThreadPool::Stop() {
 
 ThreadPool::~ThreadPool() { Stop(); }
 
+namespace {
+
+// Spins until done() holds or `limit` has passed; whether done() holds.
+template <typename Done>
+bool SpinUntil(Done done, std::chrono::microseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
+
+}  // namespace
+
 void ThreadPool::WorkerLoop(int worker) {
   int64_t seen = 0;
   for (;;) {
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; }, kSpin);
     const std::function<void(int64_t, int64_t)>* job;
     std::pair<int64_t, int64_t> chunk;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      work_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
       if (worker >= static_cast<int>(chunks_.size())) continue;
       job = job_;
       chunk = chunks_[worker];
@@ -68,9 +88,10 @@ void ThreadPool::WorkerLoop(int worker) {
     in_parallel_region = true;
     (*job)(chunk.first, chunk.second);
     in_parallel_region = false;
-    {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under the lock: the caller tests pending_ under it before it sleeps.
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
@@ -89,15 +110,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk, const std::function<v
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     chunks_ = chunks;
-    pending_ = static_cast<int>(parts) - 1;
-    ++generation_;
+    pending_.store(static_cast<int>(parts) - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.notify_all();
   in_parallel_region = true;
   fn(chunks[0].first, chunks[0].second);
   in_parallel_region = false;
+  if (SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; }, kSpin)) return;
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 namespace {
