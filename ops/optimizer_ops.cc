@@ -209,12 +209,12 @@ class UpdateOpDef : public OpDef {
 };
 
 // One contiguous piece of an update: the whole tensors of an unfused op, or
-// one replica's chunk of a fused one, with that piece's lr.
-template <typename T>
-// The chunk functions below copy what their loops read into locals first:
-// read through the chunk, every store to a T could have changed `lr` (a T
+// one replica's chunk of a fused one, with that piece's lr. The chunk
+// functions below copy what their loops read into locals first: read
+// through the chunk, every store to a T could have changed `lr` (a T
 // member), so each element reloaded it and no loop vectorised (SGD's update
 // ran at a fifth of the memory bandwidth, 17% of the MLP's step).
+template <typename T>
 struct UpdateChunk {
   int64_t n = 0;
   const T* p = nullptr;
