@@ -12,6 +12,21 @@ thread_local bool in_parallel_region = false;
 std::mutex default_mu;
 std::unique_ptr<ThreadPool> default_pool;
 int default_threads = 0;
+
+// Spins until done() holds or `limit` has passed; whether done() holds.
+template <typename Done>
+bool SpinUntil(Done done, std::chrono::microseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads, Unstarted) : num_threads_(std::max(1, num_threads)) {}
@@ -50,25 +65,6 @@ void ThreadPool::Stop() {
 }
 
 ThreadPool::~ThreadPool() { Stop(); }
-
-namespace {
-
-// Spins until done() holds or `limit` has passed; whether done() holds.
-template <typename Done>
-bool SpinUntil(Done done, std::chrono::microseconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    for (int i = 0; i < 64; ++i) {
-      if (done()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-    if (std::chrono::steady_clock::now() >= until) return done();
-  }
-}
-
-}  // namespace
 
 void ThreadPool::WorkerLoop(int worker) {
   int64_t seen = 0;

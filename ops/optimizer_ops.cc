@@ -226,6 +226,15 @@ struct UpdateChunk {
   double step = 0;
 };
 
+// Calls fn(std::true_type()) or fn(std::false_type()): the update loops
+// below give each choice its own loop, since a condition (a store under it
+// most of all) inside keeps a loop from vectorising.
+template <typename Fn>
+void Branch(bool flag, Fn&& fn) {
+  if (flag) fn(std::true_type());
+  else fn(std::false_type());
+}
+
 void CopyChunk(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
@@ -339,19 +348,20 @@ void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf, ThreadPo
   T* new_p = u.new_p;
   const T* buf = has_buf ? u.slot[0] : nullptr;
   T* new_buf = has_buf ? u.new_slot[0] : nullptr;
-  ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
-    if (!has_buf) {  // two loops: a store under a condition keeps a loop from vectorising (also below)
+  Branch(has_buf, [&](auto with_buf) {
+    ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
       LOOM_ELEMENTWISE_LOOP
-      for (int64_t i = s; i < e; ++i) new_p[i] = p[i] - lr * (g[i] + wd * p[i]);
-      return;
-    }
-    LOOM_ELEMENTWISE_LOOP
-    for (int64_t i = s; i < e; ++i) {
-      const T d = g[i] + wd * p[i];
-      const T b = first_step ? d : momentum * buf[i] + (T(1) - dampening) * d;
-      new_buf[i] = b;
-      new_p[i] = p[i] - lr * (nesterov ? d + momentum * b : b);
-    }
+      for (int64_t i = s; i < e; ++i) {
+        const T d = g[i] + wd * p[i];
+        if constexpr (with_buf) {
+          const T b = first_step ? d : momentum * buf[i] + (T(1) - dampening) * d;
+          new_buf[i] = b;
+          new_p[i] = p[i] - lr * (nesterov ? d + momentum * b : b);
+        } else {
+          new_p[i] = p[i] - lr * d;
+        }
+      }
+    });
   });
 }
 
@@ -443,11 +453,8 @@ void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a, ThreadPool* pool) {
       }
     });
   };
-  // Each choice its own loop: a condition inside keeps a loop from vectorising.
-  if (a.decoupled && a.amsgrad) update(std::true_type(), std::true_type());
-  else if (a.decoupled) update(std::true_type(), std::false_type());
-  else if (a.amsgrad) update(std::false_type(), std::true_type());
-  else update(std::false_type(), std::false_type());
+  Branch(a.decoupled,
+         [&](auto decoupled) { Branch(a.amsgrad, [&](auto amsgrad) { update(decoupled, amsgrad); }); });
 }
 
 LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
@@ -614,10 +621,7 @@ void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, 
       }
     });
   };
-  if (a.centered && has_buf) update(std::true_type(), std::true_type());
-  else if (a.centered) update(std::true_type(), std::false_type());
-  else if (has_buf) update(std::false_type(), std::true_type());
-  else update(std::false_type(), std::false_type());
+  Branch(a.centered, [&](auto centered) { Branch(has_buf, [&](auto with_buf) { update(centered, with_buf); }); });
 }
 
 LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
