@@ -374,11 +374,13 @@ struct Effect {
 };
 
 // The effects of one step of a lowering: planning a node of the graph's
-// order (and its expansion), covering a state's homes, or its writebacks.
+// order (and its expansion), reading a node's gradients early (see
+// Lowering::ReadGradientsEarly), covering a state's homes, or its
+// writebacks.
 struct Segment {
-  enum Kind : uint8_t { kNode, kCover, kWriteback };
+  enum Kind : uint8_t { kNode, kEarlyRead, kCover, kWriteback };
   Kind kind = kNode;
-  int index = 0;           // the node, the state value, the state update
+  int index = 0;           // the node (also for kEarlyRead: the reader), the state value, the state update
   uint64_t signature = 0;  // what decides its effects: splits and the versions of what it reads
   size_t effects_begin = 0, effects_end = 0;
 };
@@ -436,6 +438,7 @@ class Lowering {
         parameter_of_.resize(static_cast<size_t>(grad) + 1, kNoValue);
       parameter_of_[static_cast<size_t>(grad)] = param;
     }
+    FindGradientReaders();
   }
 
   Status Run(const std::map<std::string, LayerSplit>& layers) {
@@ -460,6 +463,7 @@ class Lowering {
         ++planned_;
         return PlanNode(id);
       }));
+      LOOM_RETURN_IF_ERROR(ReadGradientsEarly(id));
     }
     if (!incremental_) ReplaceExpanded();
     LOOM_RETURN_IF_ERROR(Finish());
@@ -1163,6 +1167,7 @@ class Lowering {
   // region, each device reads a strict part of it that no other reads, and
   // the devices hold every partial sum between them.
   void ReduceScatter(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) {
+    if (SummedFor(v, reads)) return;
     std::vector<int64_t> members;
     for (const auto& read : reads) members.push_back(read.first);
     std::vector<int> sources;
@@ -1181,13 +1186,27 @@ class Lowering {
   // one region, `part` is a strict part of it, and the readers hold every
   // partial sum between them.
   void AllReducePart(ValueId v, const Region& part, const std::vector<int64_t>& readers) {
+    std::vector<std::pair<int64_t, Region>> outputs;
+    for (int64_t d : readers) outputs.emplace_back(d, part);
+    if (SummedFor(v, outputs)) return;
     std::vector<int> sources;
     if (!PartialSumsAmong(v, readers, &sources)) return;
     const Region& whole = piece(sources[0]).region;
     if (part.numel() == 0 || part == whole || !whole.Contains(part)) return;
-    std::vector<std::pair<int64_t, Region>> outputs;
-    for (int64_t d : readers) outputs.emplace_back(d, part);
     AddCollective(TaskKind::kAllReduce, v, part.ToString(), std::move(sources), outputs, Bytes(v, part));
+  }
+
+  // Whether each (device, region) of `reads` is summed on its device
+  // already: the collective was made (for a gradient read early).
+  bool SummedFor(ValueId v, const std::vector<std::pair<int64_t, Region>>& reads) const {
+    for (const auto& [device, region] : reads) {
+      const std::vector<int>* held = State(v).Derived(device);
+      if (!held || std::none_of(held->begin(), held->end(), [&](int p) {
+            return !piece(p).partial && piece(p).region.Contains(region);
+          }))
+        return false;
+    }
+    return true;
   }
 
   // One copy of each of v's partial sums, on `members` (the first such in
@@ -1437,43 +1456,65 @@ class Lowering {
     g_.SetNodeOrder(replaced);
   }
 
-  Status PlanNode(NodeId id) {
+  // What planning a node decides before it makes anything: the node as it
+  // reads (what stands for its inputs), its split, and its parts, or the
+  // dimension along which its split expands it.
+  struct NodeParts {
+    NodeId id = -1;
+    std::optional<Node> renamed;  // the node reading its inputs' stand-ins, when one differs
+    const OpDef* def = nullptr;
+    std::vector<TensorType> in, out;
+    bool forward = false;  // a forward layer (else it follows one, or none)
+    std::optional<PinnedTo> pin;
+    LayerSplit split;
+    DimRules dims;
+    int expand_dim = -1;  // >= 0: the split expands the node along this dimension (no parts)
+    std::vector<PartRegions> parts;
+    std::vector<std::shared_ptr<const AttrMap>> attrs;  // per part
+    std::vector<bool> alike;                            // per part: its cost is the last part's
+    const Node& node(const Graph& g) const { return renamed ? *renamed : g.node(id); }  // until g grows
+  };
+
+  // Decides how node `id` splits from its layer's split and how its inputs
+  // stand; makes nothing.
+  Status DecideParts(NodeId id, NodeParts* plan) {
+    plan->id = id;
     // Inputs that expanded nodes wrote are their expansions' values now:
     // the node is planned as reading those (a copy: the graph keeps its own).
-    std::optional<Node> renamed;
     for (size_t i = 0; i < g_.node(id).inputs.size(); ++i) {
       const ValueId v = Renamed(g_.node(id).inputs[i]);
       if (v == g_.node(id).inputs[i]) continue;
-      if (!renamed) renamed = g_.node(id);
-      renamed->inputs[i] = v;
+      if (!plan->renamed) plan->renamed = g_.node(id);
+      plan->renamed->inputs[i] = v;
     }
-    const Node& n = renamed ? *renamed : g_.node(id);  // valid until an expansion adds nodes
-    const OpDef* def = OpRegistry::Global().FindOp(n.op);
-    if (!def) return InvalidArgument("node '", n.name, "': unknown op ", n.op);
-    std::vector<TensorType> in, out;
+    const Node& n = plan->node(g_);
+    plan->def = OpRegistry::Global().FindOp(n.op);
+    if (!plan->def) return InvalidArgument("node '", n.name, "': unknown op ", n.op);
+    const OpDef& def = *plan->def;
+    std::vector<TensorType>& in = plan->in;
+    std::vector<TensorType>& out = plan->out;
     in.reserve(n.inputs.size());
     out.reserve(n.outputs.size());
     for (ValueId v : n.inputs) in.push_back(g_.type(v));
     for (ValueId v : n.outputs) out.push_back(g_.type(v));
-    bool forward = false;
-    const LayerSplit* owner = OwnerOf(id, &forward);
+    const LayerSplit* owner = OwnerOf(id, &plan->forward);
     // A node of no layer (the gradient norm, the divergence checks) follows
     // the first of its inputs that a split node wrote.
     for (size_t i = 0; !owner && i < n.inputs.size(); ++i)
       if (const ValueSplit* s = SplitOf(n.inputs[i]); s && s->split.parts() > 1) owner = &s->split;
-    const auto pin = pins_.find(id);
+    if (const auto pin = pins_.find(id); pin != pins_.end()) plan->pin = pin->second;
     LayerSplit pinned;
-    if (owner && pin != pins_.end()) {
-      pinned = PinnedSplit(*owner, pin->second.dim, pin->second.part);
+    if (owner && plan->pin) {
+      pinned = PinnedSplit(*owner, plan->pin->dim, plan->pin->part);
       owner = &pinned;
     }
-    LayerSplit split;
+    LayerSplit& split = plan->split;
+    DimRules& dims = plan->dims;
     split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
-    DimRules dims;
     if (owner) {
       split = *owner;
-      const SplitRules& rules = RulesOf(n, *def, in, out);
-      if (forward) {
+      const SplitRules& rules = RulesOf(n, def, in, out);
+      if (plan->forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
         for (int d = 0; d < kSplitDims; ++d)
@@ -1481,27 +1522,118 @@ class Lowering {
             dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
       }
       for (int d = 0; d < kSplitDims; ++d)
-        if (dims[static_cast<size_t>(d)] && dims[static_cast<size_t>(d)]->expands)
-          return Expand(id, n, *def, d, split.degree[static_cast<size_t>(d)]);
+        if (dims[static_cast<size_t>(d)] && dims[static_cast<size_t>(d)]->expands) {
+          plan->expand_dim = d;
+          return Status::Ok();
+        }
     }
     StatusOr<std::vector<PartRegions>> parts = Parts(g_, n, split, dims);
-    if (parts.ok()) ReadLess(*def, n, in, out, &*parts);
-    std::vector<std::shared_ptr<const AttrMap>> attrs;
-    std::vector<bool> alike;
+    if (parts.ok()) ReadLess(def, n, in, out, &*parts);
     Status fits = parts.status();
-    if (fits.ok()) fits = PartAttrs(n, *def, in, out, *parts, &attrs, &alike);
+    if (fits.ok()) fits = PartAttrs(n, def, in, out, *parts, &plan->attrs, &plan->alike);
     if (!fits.ok()) {
-      if (forward)
+      if (plan->forward)
         return InvalidArgument("layer '", n.name, "' (", n.op, "): ", split.ToString(), ": ", fits.message());
       split = LayerSplit{};  // a following node that cannot follow runs whole
       split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
       dims = DimRules{};
       LOOM_ASSIGN_OR_RETURN(parts, Parts(g_, n, split, dims));
-      ReadLess(*def, n, in, out, &*parts);
-      attrs.clear();
-      alike.clear();
-      LOOM_RETURN_IF_ERROR(PartAttrs(n, *def, in, out, *parts, &attrs, &alike));
+      ReadLess(def, n, in, out, &*parts);
+      plan->attrs.clear();
+      plan->alike.clear();
+      LOOM_RETURN_IF_ERROR(PartAttrs(n, def, in, out, *parts, &plan->attrs, &plan->alike));
     }
+    plan->parts = std::move(*parts);
+    return Status::Ok();
+  }
+
+  // For ReadGradientsEarly: the readers of each gradient, by the node after
+  // which they read it: the first node that reads another output of the
+  // gradient's writer (the next step of the backward pass, whose transfers
+  // a device then needs first), else the node after the writer.
+  void FindGradientReaders() {
+    const std::map<ValueId, std::vector<NodeId>> consumers = g_.Consumers();
+    std::vector<size_t> position(order_.size() + 1);
+    for (size_t i = 0; i < planned_order_.size(); ++i) {
+      const size_t id = static_cast<size_t>(planned_order_[i]);
+      if (id >= position.size()) position.resize(id + 1);
+      position[id] = i;
+    }
+    for (const auto& [param, grad] : g_.gradients()) {
+      const NodeId writer = g_.value(grad).producer;
+      const auto readers = consumers.find(grad);
+      if (writer < 0 || IsSourceOp(g_.node(writer).op) || readers == consumers.end()) continue;
+      size_t after = std::min(position[static_cast<size_t>(writer)] + 1, planned_order_.size() - 1);
+      bool read = false;
+      for (ValueId out : g_.node(writer).outputs) {
+        if (ParameterOf(out) != kNoValue) continue;
+        if (auto next = consumers.find(out); next != consumers.end())
+          for (NodeId c : next->second)
+            if (!read || position[static_cast<size_t>(c)] < after) after = position[static_cast<size_t>(c)], read = true;
+      }
+      const NodeId release = planned_order_[after];
+      if (static_cast<size_t>(release) >= gradient_readers_.size())
+        gradient_readers_.resize(static_cast<size_t>(release) + 1);
+      std::vector<NodeId>& list = gradient_readers_[static_cast<size_t>(release)];
+      for (NodeId reader : readers->second)
+        if (std::find(list.begin(), list.end(), reader) == list.end()) list.push_back(reader);
+    }
+  }
+
+  // Right after node `writer` is planned: the reads of the parameter
+  // gradients it wrote by the nodes that follow a layer and read them (the
+  // updates), where those nodes' inputs are all written (no clipping or
+  // loss scaling between). Planned in their own turn, those reads would come
+  // after the whole backward pass in the task order, so a device's queue
+  // would reach its gradients' all-reduces (or reduce-scatters) only then,
+  // behind every other transfer; read here, each runs while the backward
+  // pass goes on (DDP's order). The reader decides its split now as it
+  // would in its turn (its inputs are all written, and a value stands as
+  // written), so the reads are the same; its turn finds them made.
+  Status ReadGradientsEarly(NodeId writer) {
+    if (static_cast<size_t>(writer) >= gradient_readers_.size()) return Status::Ok();
+    for (NodeId reader : gradient_readers_[static_cast<size_t>(writer)]) {
+      bool forward = false;
+      if (!OwnerOf(reader, &forward) || forward) continue;
+      bool written = true;
+      for (ValueId v : g_.node(reader).inputs) {
+        const ValueId w = Renamed(v);
+        written = written && (IsSourceValue(w) || State(w).written);
+      }
+      if (!written) continue;  // read in its turn (when its last gradient's writer is, early)
+      LOOM_RETURN_IF_ERROR(InSegment(Segment::kEarlyRead, reader, incremental_ ? Signature(reader) : 0,
+                                     [&] { return ReadEarly(reader); }));
+    }
+    return Status::Ok();
+  }
+  Status ReadEarly(NodeId reader) {
+    NodeParts plan;
+    // A reader that cannot be planned, or expands, is left to its turn (which gives its error).
+    if (!DecideParts(reader, &plan).ok() || plan.expand_dim >= 0) return Status::Ok();
+    for (size_t i = 0; i < plan.in.size(); ++i) {
+      if (ParameterOf(g_.node(reader).inputs[i]) == kNoValue) continue;
+      const ValueId v = plan.node(g_).inputs[i];
+      if (options_.collective_min_group > 0) Collectives(v, i, plan.parts, plan.split.devices);
+      for (size_t p = 0; p < plan.parts.size(); ++p)
+        LOOM_RETURN_IF_ERROR(Fetch(v, std::move(plan.parts[p].inputs[i]), plan.split.devices[p]).status());
+    }
+    return Status::Ok();
+  }
+
+  Status PlanNode(NodeId id) {
+    NodeParts plan;
+    LOOM_RETURN_IF_ERROR(DecideParts(id, &plan));
+    const Node& n = plan.node(g_);  // valid until an expansion adds nodes
+    const OpDef& def = *plan.def;
+    const LayerSplit& split = plan.split;
+    const DimRules& dims = plan.dims;
+    if (plan.expand_dim >= 0)
+      return Expand(id, n, def, plan.expand_dim, split.degree[static_cast<size_t>(plan.expand_dim)]);
+    const std::vector<TensorType>& in = plan.in;
+    const std::vector<TensorType>& out = plan.out;
+    std::vector<std::shared_ptr<const AttrMap>>& attrs = plan.attrs;
+    const std::vector<bool>& alike = plan.alike;
+    const bool forward = plan.forward;
     OpCost cost;
     DType work_dtype = DType::kF32;  // the first floating output's (a loss over f32 logits is f32 work)
     for (const TensorType& o : out)
@@ -1510,17 +1642,17 @@ class Lowering {
         break;
       }
     if (options_.collective_min_group > 0)
-      for (size_t i = 0; i < n.inputs.size(); ++i) Collectives(n.inputs[i], i, *parts, split.devices);
-    for (size_t p = 0; p < parts->size(); ++p) {
-      PartRegions& part = (*parts)[p];
+      for (size_t i = 0; i < n.inputs.size(); ++i) Collectives(n.inputs[i], i, plan.parts, split.devices);
+    for (size_t p = 0; p < plan.parts.size(); ++p) {
+      PartRegions& part = plan.parts[p];
       Task t;
       t.kind = TaskKind::kCompute;
       t.node = n.id;
       t.part = static_cast<int64_t>(p);
       t.device = split.devices[p];
-      t.name = TaskName(n.name, p, parts->size());
+      t.name = TaskName(n.name, p, plan.parts.size());
       t.attrs = std::move(attrs[p]);
-      if (!alike[p]) cost = def->Cost(*t.attrs, PartTypes(part.inputs, in), PartTypes(part.outputs, out));
+      if (!alike[p]) cost = def.Cost(*t.attrs, PartTypes(part.inputs, in), PartTypes(part.outputs, out));
       t.inputs.reserve(n.inputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         LOOM_ASSIGN_OR_RETURN(Operand op, Fetch(n.inputs[i], std::move(part.inputs[i]), t.device));
@@ -1550,7 +1682,7 @@ class Lowering {
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       ValueSplit s;
       s.split = split;
-      if (pin != pins_.end()) s.pin_dim = pin->second.dim, s.pin_part = pin->second.part;
+      if (plan.pin) s.pin_dim = plan.pin->dim, s.pin_part = plan.pin->part;
       for (size_t d = 0; d < kSplitDims; ++d)
         if (dims[d])
           s.axis[d] = dims[d]->outputs[i].axis >= 0 ? dims[d]->outputs[i].axis
@@ -1569,6 +1701,7 @@ class Lowering {
   std::vector<NodeId> planned_order_;  // those that are not sources
   std::vector<bool> source_values_;    // by value: written by a source (Input, Parameter, Buffer)
   std::vector<ValueId> parameter_of_;  // by value: the parameter it is the gradient of, or kNoValue
+  std::vector<std::vector<NodeId>> gradient_readers_;  // by node: the readers of the gradients it writes
   std::vector<std::optional<SplitRules>> rules_;  // by node, as found
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order

@@ -160,8 +160,17 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
       if (g.node(id).name.rfind(scope + "/", 0) == 0) trainable.push_back(g.node(id).outputs[0]);
     if (trainable.empty()) return InvalidArgument("the model has no parameters under '", scope, "/' to train");
   }
-  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, total, trainable));
-  if (grads.empty()) return InvalidArgument("the model has no parameters to train");
+  LOOM_ASSIGN_OR_RETURN(const auto raw_grads, BuildGradients(&g, total, trainable));
+  if (raw_grads.empty()) return InvalidArgument("the model has no parameters to train");
+  // Gradients in the order the backward pass makes them (the last layer's
+  // first): the nodes that read them (the norm, the updates) are added in
+  // that order, so a lowering issues their all-reduces in that order too and
+  // each starts as soon as its gradient is made, overlapping the rest of the
+  // backward pass (as DDP's buckets do), not behind the first layer's.
+  std::vector<std::pair<ValueId, ValueId>> grads(raw_grads.begin(), raw_grads.end());
+  std::stable_sort(grads.begin(), grads.end(), [&](const auto& a, const auto& b) {
+    return g.value(a.second).producer < g.value(b.second).producer;
+  });
 
   const DType dtype = g.type(grads.begin()->first).dtype;
   // A per-replica factor ([R], or a scalar when unfused) shaped to multiply

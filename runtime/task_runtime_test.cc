@@ -807,6 +807,32 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
   CHECK(others == std::multiset<std::string>{"CrossEntropy sum", "CountTargets -", "CountTargets -"});
 }
 
+// A gradient's all-reduce comes in the task order right after the backward
+// pass makes the gradient (after the next layer's backward reads the
+// gradient of its input), so each device's queue and each link reach it
+// while the earlier layers are still being differentiated, as DDP overlaps
+// them; before, every all-reduce came with its update after the whole
+// backward pass, the first layer's first.
+TEST_CASE("data parallel all-reduces each gradient as the backward pass makes it, not after the pass") {
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  std::set<ValueId> gradients;
+  for (const auto& [param, grad] : c.step.gradients()) gradients.insert(grad);
+  std::vector<std::pair<int, int>> reduces;  // (the all-reduce, the task that wrote its first partial sum)
+  for (const Task& t : tg->tasks) {
+    if (t.kind != TaskKind::kAllReduce) continue;
+    const Piece& source = tg->pieces[static_cast<size_t>(t.sources[0])];
+    if (gradients.count(source.value)) reduces.emplace_back(t.id, source.producer);
+  }
+  REQUIRE(reduces.size() == gradients.size());
+  // In the order the gradients are made, the last layer's first.
+  for (size_t i = 1; i < reduces.size(); ++i) CHECK(reduces[i - 1].second < reduces[i].second);
+  // The last layer's gradients are summed before the first layer's are made.
+  CHECK(reduces.front().first < reduces.back().second);
+}
+
 // OWT: the ReLU after fc2 runs data parallel, so fc2's gradient arrives
 // split along the batch; its backward must still read fc2's weight as
 // fc2's parameter split holds it (the reduction split, an all-reduce of the
