@@ -30,6 +30,10 @@
 // They serve the 1-D and 2-D ops alike (the rank of dy decides).
 #include <algorithm>
 #include <array>
+#include <cstring>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <memory>
 #include <type_traits>
 #include <variant>
@@ -386,58 +390,155 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
   return {block * kLanes, std::min(kLanes, g.groups - block * kLanes)};
 }
 
-// The blocked phases of planes x [lanes, H, W] (lane v's plane at
-// x + v * H * W), zero wherever padding, slack or a missing lane.
+// The copies into and out of the blocked layout are transposes: channel v
+// of a block is a row of positions, and the layout is its columns.
+#if defined(__AVX__)
+// dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8: eight
+// rows in, eight rows out, in 24 shuffles instead of 64 scattered stores.
+inline void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
+  __m256 r[8], t[8], u[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);      // k0 k+1,0 k1 k+1,1 | k4 k+1,4 k5 k+1,5
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);  // k2 k+1,2 k3 k+1,3 | k6 ...
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));      // column 0 (and 4) of rows k..k+3
+    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));  // column 1 (5)
+    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));  // column 2 (6)
+    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));  // column 3 (7)
+  }
+  for (int i = 0; i < 4; ++i) {
+    __m256 lo = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), hi = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    if (add) {
+      lo = _mm256_add_ps(_mm256_set1_ps(add[i]), lo);
+      hi = _mm256_add_ps(_mm256_set1_ps(add[i + 4]), hi);
+    }
+    _mm256_storeu_ps(dst + i * dst_ld, lo);
+    _mm256_storeu_ps(dst + (i + 4) * dst_ld, hi);
+  }
+}
+
+// Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
+// (the rows of a small plane, 4 wide, or what is left of a longer one).
+inline void Interleave8x4(const float* src, int64_t ld, float* blocked) {
+  __m128 r[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_ps(src + k * ld);
+  _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+  _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_ps(blocked + i * 8, r[i]);
+    _mm_storeu_ps(blocked + i * 8 + 4, r[i + 4]);
+  }
+}
+
+// Its adjoint: dst[k * ld + i] = (add[k] +) blocked[i * 8 + k].
+inline void Deinterleave4x8(const float* blocked, const float* add, float* dst, int64_t ld) {
+  __m128 r[8];
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm_loadu_ps(blocked + i * 8);
+    r[i + 4] = _mm_loadu_ps(blocked + i * 8 + 4);
+  }
+  _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+  _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
+  for (int k = 0; k < 8; ++k) _mm_storeu_ps(dst + k * ld, add ? _mm_add_ps(_mm_set1_ps(add[k]), r[k]) : r[k]);
+}
+#endif
+
+// blocked[j * kLanes + v] = src[v * ld + j * step] for positions j < count
+// and lanes v < lanes.
 template <typename T>
-void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases) {
-  std::fill(phases, phases + l.numel() * kLanes, T(0));
-  for (const PhasePlan::Run& r : l.runs)
-    for (int64_t j = 0; j < r.count; ++j)
-      for (int64_t v = 0; v < lanes; ++v) phases[(r.phase + j) * kLanes + v] = x[v * g.hw() + r.image + j * g.sw];
+void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked) {
+  int64_t j = 0;
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<T, float> && kLanes == 8)
+    if (step == 1 && lanes == kLanes) {
+      for (; j + 8 <= count; j += 8) Transpose8x8(src + j, ld, blocked + j * kLanes, kLanes, nullptr);
+      for (; j + 4 <= count; j += 4) Interleave8x4(src + j, ld, blocked + j * kLanes);
+    }
+#endif
+  for (; j < count; ++j)
+    for (int64_t v = 0; v < lanes; ++v) blocked[j * kLanes + v] = src[v * ld + j * step];
+}
+
+// dst[v * ld + j * step] = (add[v] +) blocked[j * kLanes + v]: the adjoint
+// of Interleave (a bias added on the way).
+template <typename T>
+void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, T* dst, int64_t ld, int64_t step) {
+  int64_t j = 0;
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<T, float> && kLanes == 8)
+    if (step == 1 && lanes == kLanes) {
+      for (; j + 8 <= count; j += 8) Transpose8x8(blocked + j * kLanes, kLanes, dst + j, ld, add);
+      for (; j + 4 <= count; j += 4) Deinterleave4x8(blocked + j * kLanes, add, dst + j, ld);
+    }
+#endif
+  for (; j < count; ++j)
+    for (int64_t v = 0; v < lanes; ++v) dst[v * ld + j * step] = add ? add[v] + blocked[j * kLanes + v] : blocked[j * kLanes + v];
+}
+
+// The blocked phases of planes x [lanes, H, W] (lane v's plane at
+// x + v * H * W), zero wherever padding, slack or a missing lane. `zeroed`:
+// whether `phases` holds zeros there already (an earlier call on it left
+// them: the pixels' positions are the same for every block), so only a
+// block of fewer lanes clears it again.
+template <typename T>
+void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases, bool* zeroed) {
+  if (!*zeroed || lanes < kLanes) std::fill(phases, phases + l.numel() * kLanes, T(0));
+  *zeroed = true;
+  for (const PhasePlan::Run& r : l.runs) Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes);
 }
 
 // x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
 template <typename T>
 void FromPhases(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* bias, int64_t lanes, T* x) {
   for (const PhasePlan::Run& r : l.runs)
-    for (int64_t j = 0; j < r.count; ++j)
-      for (int64_t v = 0; v < lanes; ++v)
-        x[v * g.hw() + r.image + j * g.sw] = (bias ? bias[v] : T(0)) + phases[(r.phase + j) * kLanes + v];
+    Deinterleave(phases + r.phase * kLanes, r.count, lanes, bias, x + r.image, g.hw(), g.sw);
 }
 
 // The blocked wide form [OH, WQ, kLanes] of output planes [OH, OW], lane v's
-// at y + v * stride; zero past OW and in missing lanes.
+// at y + v * stride; zero past OW and in missing lanes (`zeroed` as for
+// ToPhases).
 template <typename T>
-void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, int64_t lanes, T* wide) {
-  std::fill(wide, wide + l.wide * kLanes, T(0));
-  for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t ox = 0; ox < g.ow; ++ox)
-      for (int64_t v = 0; v < lanes; ++v) wide[(oy * l.wq + ox) * kLanes + v] = y[v * stride + oy * g.ow + ox];
+void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, int64_t lanes, T* wide, bool* zeroed) {
+  if (!*zeroed || lanes < kLanes) std::fill(wide, wide + l.wide * kLanes, T(0));
+  *zeroed = true;
+  for (int64_t oy = 0; oy < g.oh; ++oy) Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes);
 }
 
 template <typename T>
 void FromWide(const ConvGeom& g, const PhasePlan& l, const T* wide, int64_t stride, int64_t lanes, T* y) {
   for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t ox = 0; ox < g.ow; ++ox)
-      for (int64_t v = 0; v < lanes; ++v) y[v * stride + oy * g.ow + ox] = wide[(oy * l.wq + ox) * kLanes + v];
+    Deinterleave(wide + oy * l.wq * kLanes, g.ow, lanes, static_cast<const T*>(nullptr), y + oy * g.ow, stride, 1);
 }
+
+// A position's kLanes channels as one vector (GCC/Clang vector extensions):
+// a tap is one multiply-add of whole vectors, its weights loaded once.
+template <typename T>
+struct LaneVector {
+  typedef T Type __attribute__((vector_size(kLanes * sizeof(T))));
+  static Type Load(const T* p) {
+    Type v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void Store(T* p, const Type& v) { std::memcpy(p, &v, sizeof v); }
+};
 
 // wide[i0, i0 + kCount) = bias + the taps' weights times their streams,
 // lane by lane, the positions' sums held in registers over all taps (each
 // stream read once, each sum written once) in the taps' order.
 template <int64_t kCount, typename T>
 void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T* bias, int64_t i0, T* wide) {
-  T acc[kCount][kLanes];
-  for (int64_t p = 0; p < kCount; ++p)
-    for (int64_t v = 0; v < kLanes; ++v) acc[p][v] = bias[v];
+  using V = LaneVector<T>;
+  typename V::Type acc[kCount];
+  for (int64_t p = 0; p < kCount; ++p) acc[p] = V::Load(bias);
   for (size_t r = 0; r < l.taps.size(); ++r) {
     const T* in = phases + (l.taps[r] + i0) * kLanes;
-    const T* wr = weights + r * kLanes;
-    for (int64_t p = 0; p < kCount; ++p)
-      for (int64_t v = 0; v < kLanes; ++v) acc[p][v] += wr[v] * in[p * kLanes + v];
+    const typename V::Type w = V::Load(weights + r * kLanes);
+    for (int64_t p = 0; p < kCount; ++p) acc[p] += w * V::Load(in + p * kLanes);
   }
-  for (int64_t p = 0; p < kCount; ++p)
-    for (int64_t v = 0; v < kLanes; ++v) wide[(i0 + p) * kLanes + v] = acc[p][v];
+  for (int64_t p = 0; p < kCount; ++p) V::Store(wide + (i0 + p) * kLanes, acc[p]);
 }
 
 // The whole wide plane: eight positions at a time, then one by one.
@@ -456,17 +557,15 @@ void SumTaps(const PhasePlan& l, const T* phases, const T* weights, const T* bia
 template <int64_t kCount, typename T>
 void GatherTapsBlock(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, bool accumulate, int64_t q0,
                      T* out) {
-  T acc[kCount][kLanes];
-  for (int64_t j = 0; j < kCount; ++j)
-    for (int64_t v = 0; v < kLanes; ++v) acc[j][v] = accumulate ? out[(q0 + j) * kLanes + v] : T(0);
+  using V = LaneVector<T>;
+  typename V::Type acc[kCount];
+  for (int64_t j = 0; j < kCount; ++j) acc[j] = accumulate ? V::Load(out + (q0 + j) * kLanes) : typename V::Type{};
   for (const auto& [r, shift] : p.taps) {
     const T* in = wide + (q0 - shift) * kLanes;
-    const T* wr = weights + r * kLanes;
-    for (int64_t j = 0; j < kCount; ++j)
-      for (int64_t v = 0; v < kLanes; ++v) acc[j][v] += wr[v] * in[j * kLanes + v];
+    const typename V::Type w = V::Load(weights + r * kLanes);
+    for (int64_t j = 0; j < kCount; ++j) acc[j] += w * V::Load(in + j * kLanes);
   }
-  for (int64_t j = 0; j < kCount; ++j)
-    for (int64_t v = 0; v < kLanes; ++v) out[(q0 + j) * kLanes + v] = acc[j][v];
+  for (int64_t j = 0; j < kCount; ++j) V::Store(out + (q0 + j) * kLanes, acc[j]);
 }
 
 template <typename T>
@@ -483,16 +582,15 @@ void GatherTaps(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, 
 // read once for all of them), added to sums [kGroup, kLanes].
 template <int64_t kGroup, typename T>
 void TapDotsGroup(const PhasePlan& l, const T* phases, const T* dyw, int64_t r0, T* sums) {
-  T acc[kGroup][kLanes] = {};
+  using V = LaneVector<T>;
+  typename V::Type acc[kGroup] = {};
   const T* in[kGroup];
   for (int64_t t = 0; t < kGroup; ++t) in[t] = phases + l.taps[r0 + t] * kLanes;
   for (int64_t i = 0; i < l.wide; ++i) {
-    const T* d = dyw + i * kLanes;
-    for (int64_t t = 0; t < kGroup; ++t)
-      for (int64_t v = 0; v < kLanes; ++v) acc[t][v] += d[v] * in[t][i * kLanes + v];
+    const typename V::Type d = V::Load(dyw + i * kLanes);
+    for (int64_t t = 0; t < kGroup; ++t) acc[t] += d * V::Load(in[t] + i * kLanes);
   }
-  for (int64_t t = 0; t < kGroup; ++t)
-    for (int64_t v = 0; v < kLanes; ++v) sums[t * kLanes + v] += acc[t][v];
+  for (int64_t t = 0; t < kGroup; ++t) V::Store(sums + t * kLanes, V::Load(sums + t * kLanes) + acc[t]);
 }
 
 // sums [taps, kLanes] += every tap's product with dy, in groups of at most
@@ -519,11 +617,24 @@ void TapDots(const PhasePlan& l, const T* phases, const T* dyw, T* sums) {
   }
 }
 
-// Lane v's weight of tap r for output oc: w [O, 1, KH, KW] at channel c0 + v;
-// zero in missing lanes.
+// The weights of a Direct() convolution in the blocked layout, [channel
+// blocks, O/g, taps, kLanes]: lane v of block b, output oc, tap r holds
+// w [O, 1, KH, KW] at channel b * kLanes + v; zero in missing lanes. Made
+// once per call (the tasks of a block read its rows).
 template <typename T>
-void TapWeights(const ConvGeom& g, const T* w, ChannelBlock b, int64_t oc, int64_t r, T* lanes) {
-  for (int64_t v = 0; v < kLanes; ++v) lanes[v] = v < b.lanes ? w[((b.c0 + v) * g.og() + oc) * g.k() + r] : T(0);
+std::vector<T> BlockedWeights(const ConvGeom& g, const T* w) {
+  const int64_t og = g.og(), k = g.k();
+  std::vector<T> blocked(static_cast<size_t>(ChannelBlocks(g) * og * k * kLanes), T(0));
+  for (int64_t c = 0; c < g.groups; ++c)
+    for (int64_t oc = 0; oc < og; ++oc)
+      for (int64_t r = 0; r < k; ++r)
+        blocked[static_cast<size_t>((((c / kLanes) * og + oc) * k + r) * kLanes + c % kLanes)] = w[(c * og + oc) * k + r];
+  return blocked;
+}
+// Block b's rows [taps, kLanes] for output oc.
+template <typename T>
+const T* TapWeights(const ConvGeom& g, const std::vector<T>& blocked, ChannelBlock b, int64_t oc) {
+  return blocked.data() + ((b.c0 / kLanes) * g.og() + oc) * g.k() * kLanes;
 }
 
 // 1x1 convolutions on small planes (a MobileNet's late stages) gather a
@@ -577,8 +688,8 @@ std::unique_ptr<T[]> Scratch(int64_t n) {
   return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
 }
 
-// Rows of kLanes a Direct() task keeps per tap: the weights of one output,
-// or the weight gradient's sums of every output of the group.
+// Rows of kLanes a Direct() task keeps per tap: the weight gradient's sums
+// of every output of the group.
 int64_t TapScratch(const ConvGeom& g, const PhasePlan& plan) {
   return static_cast<int64_t>(plan.taps.size()) * g.og();
 }
@@ -596,8 +707,8 @@ struct Workspace {
         pad(col + TileScratch(g, pool)),
         phases(pad + PadScratch(g)),
         wide(phases + plan.numel() * kLanes),
-        tap_weights(wide + plan.wide_span() * kLanes),
-        gathered_image(tap_weights + TapScratch(g, plan) * kLanes),
+        tap_sums(wide + plan.wide_span() * kLanes),
+        gathered_image(tap_sums + TapScratch(g, plan) * kLanes),
         gathered_cols(gathered_image + (Batched(g) ? g.cg() * BatchImages(g) * g.ohw() : 0)) {}
   // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
   const T* Planes(const ConvGeom& g, const T* x) {
@@ -610,7 +721,8 @@ struct Workspace {
   T* pad;
   T* phases;
   T* wide;            // Direct(): [margin + plane, kLanes], the wide plane first or after the margin
-  T* tap_weights;     // Direct(): [taps, kLanes] weights, or the weight gradient's sums [O/g, taps, kLanes]
+  T* tap_sums;        // Direct(): the weight gradient's sums [O/g, taps, kLanes]
+  bool phases_zeroed = false, wide_zeroed = false;  // Direct(): see ToPhases, ToWide
   T* gathered_image;  // Batched(): [C/g, images * OH * OW]
   T* gathered_cols;   // Batched(): [O/g, images * OH * OW]
 };
@@ -672,14 +784,14 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
   }
   if (Direct(g)) {
     const PhasePlan l = PlanPhases(g);
+    const std::vector<T> weights = BlockedWeights(g, w);
     ForEachChannelBlock<T>(pool, g, l, [&](int64_t n, ChannelBlock b, Workspace<T>& ws) {
-      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases);
+      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases, &ws.phases_zeroed);
       for (int64_t oc = 0; oc < og; ++oc) {
         T lane_bias[kLanes] = {};
         if (bias)
           for (int64_t v = 0; v < b.lanes; ++v) lane_bias[v] = bias[(b.c0 + v) * og + oc];
-        for (int64_t r = 0; r < k; ++r) TapWeights(g, w, b, oc, r, ws.tap_weights + r * kLanes);
-        SumTaps(l, ws.phases, ws.tap_weights, lane_bias, ws.wide);
+        SumTaps(l, ws.phases, TapWeights(g, weights, b, oc), lane_bias, ws.wide);
         FromWide(g, l, ws.wide, og * ohw, b.lanes, cols + (n * g.o + b.c0 * og + oc) * ohw);
       }
     });
@@ -721,18 +833,20 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
   }
   if (Direct(g)) {
     const PhasePlan l = PlanPhases(g);
+    const std::vector<T> weights = BlockedWeights(g, w);
     ForEachChannelBlock<T>(pool, g, l, [&](int64_t n, ChannelBlock b, Workspace<T>& ws) {
       // The wide plane after a margin of zeros, and zeros to a phase's end:
       // every shifted read lands in the buffer, outside the plane on zeros.
       T* dyw = ws.wide + l.margin * kLanes;
-      std::fill(ws.wide, dyw, T(0));
-      std::fill(dyw + l.wide * kLanes, ws.wide + l.wide_span() * kLanes, T(0));
+      if (!ws.wide_zeroed) {
+        std::fill(ws.wide, dyw, T(0));
+        std::fill(dyw + l.wide * kLanes, ws.wide + l.wide_span() * kLanes, T(0));
+      }
       for (int64_t oc = 0; oc < og; ++oc) {
         // Zero past OW and in missing lanes: those positions add nothing.
-        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, dyw);
-        for (int64_t r = 0; r < k; ++r) TapWeights(g, w, b, oc, r, ws.tap_weights + r * kLanes);
+        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, dyw, &ws.wide_zeroed);
         for (int64_t p = 0; p < l.phases; ++p)
-          GatherTaps(l.by_phase[p], dyw, ws.tap_weights, oc > 0, ws.phases + p * l.plane * kLanes);
+          GatherTaps(l.by_phase[p], dyw, TapWeights(g, weights, b, oc), oc > 0, ws.phases + p * l.plane * kLanes);
       }
       FromPhases(g, l, ws.phases, bias ? bias + b.c0 : nullptr, b.lanes, image + (n * g.c + b.c0) * g.hw());
     });
@@ -780,13 +894,13 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
   // [n0, n1), gathered per output in [taps, kLanes] (TapDots) and written
   // out once.
   auto accumulate_direct = [&](ChannelBlock b, int64_t n0, int64_t n1, T* dwb, Workspace<T>& ws) {
-    T* sums = ws.tap_weights;  // [O/g, taps, kLanes]
+    T* sums = ws.tap_sums;  // [O/g, taps, kLanes]
     std::fill(sums, sums + og * k * kLanes, T(0));
     for (int64_t n = n0; n < n1; ++n) {
-      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases);
+      ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases, &ws.phases_zeroed);
       for (int64_t oc = 0; oc < og; ++oc) {
         // Zero past OW and in missing lanes: those positions add nothing.
-        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, ws.wide);
+        ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, ws.wide, &ws.wide_zeroed);
         TapDots(l, ws.phases, ws.wide, sums + oc * k * kLanes);
       }
     }

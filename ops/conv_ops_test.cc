@@ -146,6 +146,13 @@ std::vector<OpCase> Conv2dCases() {
        {U({2, 11, 5, 6}), U({11, 1, 3, 3}), U({11})}, ConvRef},
       {"conv2d depthwise 9 channels, multiplier 2", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{9}}},
        {U({2, 9, 4, 4}), U({18, 1, 3, 3}), U({18})}, ConvRef},
+      // Rows of 8 or more positions of whole blocks of 8 channels go into
+      // and out of the blocked layout as 8 x 8 transposes, the rest element
+      // by element.
+      {"conv2d depthwise 16 channels on 13 x 12 planes", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{16}}},
+       {U({2, 16, 13, 12}), U({16, 1, 3, 3}), U({16})}, ConvRef},
+      {"conv2d depthwise 9 channels, multiplier 2, rows of 17", "Conv2d",
+       {{"padding", int64_t{1}}, {"groups", int64_t{9}}}, {U({1, 9, 5, 17}), U({18, 1, 3, 3}), U({18})}, ConvRef},
       {"conv2d depthwise strides 2 x 3, dilation 2 x 3, multiplier 2", "Conv2d",
        {{"stride", Ints{2, 3}}, {"padding", Ints{2, 1}}, {"dilation", Ints{2, 3}}, {"groups", int64_t{2}}},
        {U({2, 2, 7, 8}), U({4, 1, 3, 2}), U({4})}, ConvRef},
@@ -187,6 +194,10 @@ std::vector<OpCase> ConvTransposeCases() {
        {U({2, 4, 3, 3}), U({4, 3, 2, 3}), U({6})}, ConvTransposeRef},
       {"conv transpose 2d depthwise stride 2", "ConvTranspose2d", {{"stride", int64_t{2}}, {"groups", int64_t{3}}},
        {U({1, 3, 3, 3}), U({3, 1, 2, 2})}, ConvTransposeRef},
+      // Its image leaves the blocked layout with the bias added, 8 + 4 positions a row.
+      {"conv transpose 2d depthwise 8 channels, rows of 12, bias", "ConvTranspose2d",
+       {{"padding", int64_t{1}}, {"groups", int64_t{8}}}, {U({2, 8, 6, 12}), U({8, 1, 3, 3}), U({8})},
+       ConvTransposeRef},
       // output_padding >= stride is allowed when smaller than dilation: the
       // extra output row is reached by no input.
       {"conv transpose 2d output_padding below dilation", "ConvTranspose2d",

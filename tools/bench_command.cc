@@ -131,7 +131,6 @@ Status BenchKernels(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t reps, flags.Int("reps", 5));
   if (reps < 1) return InvalidArgument("--reps must be at least 1, got ", reps);
   ThreadPool::SetDefaultThreads(static_cast<int>(threads));
-  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
   cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
   cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
@@ -150,6 +149,12 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
   cases.emplace_back("mlp train step b512 784-256-128-10", MlpStepGraph(512));
 
+  const std::string only = flags.Str("only", "");
+  cases.erase(std::remove_if(cases.begin(), cases.end(),
+                             [&](const auto& c) { return c.first.find(only) == std::string::npos; }),
+              cases.end());
+  if (cases.empty()) return InvalidArgument("--only '", only, "': no kernel's name contains it");
+  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
   std::vector<Row> rows;
   for (auto& [name, graph] : cases) {
     LOOM_RETURN_IF_ERROR(graph.status().WithContext(name));
@@ -607,12 +612,13 @@ Status BenchCommand(const std::vector<std::string>& args) {
     return BenchProfile(flags);
   }
   if (args.empty() || args[0] != "kernels")
-    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--json FILE]\n"
+    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--only TEXT] [--json FILE]\n"
                            "       loom bench profile --config FILE [--steps N]\n"
                            "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]\n"
                            "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model,FILE]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
                {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
+               {"only", "only the kernels whose name contains this text (\"depthwise\", \"matmul 256\")"},
                {"json", "also write the results as JSON to this file"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
   if (flags.help_requested()) {
