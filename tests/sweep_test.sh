@@ -96,6 +96,31 @@ for a in b0-a0 b0-a1; do
 done
 echo "resumed sweep: same trials, leaderboard, checkpoints and records"
 
+# A sweep killed after an array's rung records, before its next checkpoint
+# (the random kill above lands there now and then): made exactly, from the
+# uninterrupted sweep's files as they stood after rung 0. Each array is cut
+# back to its first epoch (b0-a0 to its checkpoint at step 16, b0-a1, 32
+# steps an epoch, to no checkpoint at all), so the resume finds rung 0's
+# results but must train b0-a1 to epoch 1 again before it drops the trial
+# rung 0 stopped: that trial's kept state is its state at epoch 1 (it was
+# its initial state before the fix, and the array's checkpoints differed).
+cp -r "$work/straight" "$work/cut"
+cut_back() {  # array folder, the last step kept
+  for c in "$1"/ckpt-*.loom; do
+    [ "$(basename "$c" .loom | sed 's/ckpt-//')" -le "$2" ] || rm "$c"
+  done
+  awk -v s="$2" '{ match($0, /"step":[0-9]+/); if (substr($0, RSTART + 7, RLENGTH - 7) + 0 <= s) print }' \
+    "$1/metrics.jsonl" >"$1/metrics.cut" && mv "$1/metrics.cut" "$1/metrics.jsonl"
+}
+cut_back "$work/cut/arrays/b0-a0" 16
+cut_back "$work/cut/arrays/b0-a1" 32
+[ -z "$(latest_step "$work/cut/arrays/b0-a1")" ] || fail "b0-a1 should have no checkpoint left at step 32 or before"
+"$loom" sweep --resume "$work/cut" >"$work/cut.log" 2>&1 || { show "$work/cut.log"; fail "the resume of the cut sweep failed"; }
+for a in b0-a0 b0-a1; do
+  same_run "$work/cut/arrays/$a" "$(latest_step "$work/straight/arrays/$a")" "$work/straight/arrays/$a"
+done
+echo "a sweep killed between a rung's records and the array's checkpoint resumes as the uninterrupted one"
+
 # SIGINT: the sweep checkpoints the array in progress, exits 130, and its
 # resume ends as the uninterrupted sweep.
 start_and_signal interrupted INT

@@ -329,6 +329,32 @@ Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& al
   lo.console = nullptr;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<train::TrainingLoop> loop, train::TrainingLoop::Open(std::move(lo)));
   const int64_t epoch_before = loop->epoch();
+  // Trains the array to `target` epochs; false when the sweep ends here (a
+  // signal: the array checkpointed first) or every trial diverged.
+  auto train_to = [&](int64_t target) -> StatusOr<bool> {
+    while (loop->epoch() < target && !loop->done()) {
+      Status trained = loop->Step().status();
+      if (trained.ok()) {
+        // SIGINT or SIGTERM: the array's checkpoint now, then the sweep ends
+        // (loom sweep --resume goes on from here).
+        if (const int signal = train::StopSignals::Received(); signal != 0) {
+          LOOM_RETURN_IF_ERROR(loop->SaveCheckpoint());
+          stop_signal_ = signal;
+          return false;
+        }
+        continue;
+      }
+      // Every trial of the array diverged: a result of the search (they rank
+      // last), not a failure of the sweep. Any other error is one.
+      bool all_diverged = true;
+      for (const train::Replica& r : loop->replicas())
+        all_diverged = all_diverged && (a.fused() ? r.status != "running" : !std::isfinite(r.train_loss));
+      if (!all_diverged) return trained;
+      Say(StrCat("  array ", a.name, ": ", trained.message()));
+      return false;
+    }
+    return true;
+  };
   if (a.fused()) {
     // Nothing left to train (the trials still in the bracket diverged):
     // leave the array as it is rather than stop its last replica.
@@ -336,32 +362,26 @@ Status Sweep::Advance(const Array& a, int64_t epoch, const std::set<int64_t>& al
     for (size_t k = 0; k < a.trials.size(); ++k)
       trainable += alive.count(a.trials[k]) && loop->replicas()[k].status == "running";
     if (trainable == 0) return Status::Ok();
-    std::vector<int64_t> stop;
-    for (size_t k = 0; k < a.trials.size(); ++k)
-      if (!alive.count(a.trials[k])) stop.push_back(static_cast<int64_t>(k));
-    LOOM_RETURN_IF_ERROR(loop->StopReplicas(stop, StrCat("stopped by the sweep (rung at epoch ", epoch_before, ")")));
-  }
-  while (loop->epoch() < epoch && !loop->done()) {
-    Status trained = loop->Step().status();
-    if (trained.ok()) {
-      // SIGINT or SIGTERM: the array's checkpoint now, then the sweep ends
-      // (loom sweep --resume goes on from here).
-      if (const int signal = train::StopSignals::Received(); signal != 0) {
-        LOOM_RETURN_IF_ERROR(loop->SaveCheckpoint());
-        stop_signal_ = signal;
-        return Status::Ok();
-      }
-      continue;
+    // The trials the bracket dropped leave the array at the epoch of the
+    // rung that dropped them (their state then is what `loom export`
+    // gives). An array resumed from an earlier checkpoint (the sweep was
+    // killed after a rung's records, before the array's next checkpoint)
+    // trains to each such epoch again first.
+    std::map<int64_t, std::vector<int64_t>> stop_at;  // epoch -> positions
+    for (size_t k = 0; k < a.trials.size(); ++k) {
+      if (alive.count(a.trials[k]) || loop->replicas()[k].status != "running") continue;
+      const std::map<int64_t, double>& rungs = trials_[a.trials[k]].rung_metric;
+      stop_at[rungs.empty() ? 0 : rungs.rbegin()->first].push_back(static_cast<int64_t>(k));
     }
-    // Every trial of the array diverged: a result of the search (they rank
-    // last), not a failure of the sweep. Any other error is one.
-    bool all_diverged = true;
-    for (const train::Replica& r : loop->replicas())
-      all_diverged = all_diverged && (a.fused() ? r.status != "running" : !std::isfinite(r.train_loss));
-    if (!all_diverged) return trained;
-    Say(StrCat("  array ", a.name, ": ", trained.message()));
-    break;
+    for (const auto& [at, positions] : stop_at) {
+      LOOM_ASSIGN_OR_RETURN(const bool go_on, train_to(at));
+      if (!go_on) return Status::Ok();
+      LOOM_RETURN_IF_ERROR(
+          loop->StopReplicas(positions, StrCat("stopped by the sweep (rung at epoch ", loop->epoch(), ")")));
+    }
   }
+  LOOM_ASSIGN_OR_RETURN(const bool trained_to_rung, train_to(epoch));
+  if (!trained_to_rung && stop_signal_ != 0) return Status::Ok();
   int64_t running = 0;
   for (int64_t id : a.trials) running += alive.count(id);
   Say(StrCat("  array ", a.name, ": ", running, running == 1 ? " trial" : " trials", ", epochs ", epoch_before, " -> ",
