@@ -1585,23 +1585,24 @@ class Lowering {
         gradient_readers_.resize(static_cast<size_t>(release) + 1);
       std::vector<NodeId>& list = gradient_readers_[static_cast<size_t>(release)];
       for (NodeId reader : readers->second)
-        if (std::find(list.begin(), list.end(), reader) == list.end()) list.push_back(reader);
+        if (position[static_cast<size_t>(reader)] > after && std::find(list.begin(), list.end(), reader) == list.end())
+          list.push_back(reader);
     }
   }
 
-  // Right after node `writer` is planned: the reads of the parameter
-  // gradients it wrote by the nodes that follow a layer and read them (the
-  // updates), where those nodes' inputs are all written (no clipping or
-  // loss scaling between). Planned in their own turn, those reads would come
+  // Right after node `id` is planned: the reads of the parameter gradients
+  // FindGradientReaders released at it, by the nodes that follow a layer
+  // and read them (the updates), where those nodes' inputs are all written
+  // (no clipping or loss scaling between). Planned in their own turn, those reads would come
   // after the whole backward pass in the task order, so a device's queue
   // would reach its gradients' all-reduces (or reduce-scatters) only then,
   // behind every other transfer; read here, each runs while the backward
   // pass goes on (DDP's order). The reader decides its split now as it
   // would in its turn (its inputs are all written, and a value stands as
   // written), so the reads are the same; its turn finds them made.
-  Status ReadGradientsEarly(NodeId writer) {
-    if (static_cast<size_t>(writer) >= gradient_readers_.size()) return Status::Ok();
-    for (NodeId reader : gradient_readers_[static_cast<size_t>(writer)]) {
+  Status ReadGradientsEarly(NodeId id) {
+    if (static_cast<size_t>(id) >= gradient_readers_.size()) return Status::Ok();
+    for (NodeId reader : gradient_readers_[static_cast<size_t>(id)]) {
       bool forward = false;
       if (!OwnerOf(reader, &forward) || forward) continue;
       bool written = true;
@@ -1609,7 +1610,7 @@ class Lowering {
         const ValueId w = Renamed(v);
         written = written && (IsSourceValue(w) || State(w).written);
       }
-      if (!written) continue;  // read in its turn (when its last gradient's writer is, early)
+      if (!written) continue;  // read at a later release (another gradient of it), or in its turn
       LOOM_RETURN_IF_ERROR(InSegment(Segment::kEarlyRead, reader, incremental_ ? Signature(reader) : 0,
                                      [&] { return ReadEarly(reader); }));
     }
@@ -1710,7 +1711,7 @@ class Lowering {
   std::vector<NodeId> planned_order_;  // those that are not sources
   std::vector<bool> source_values_;    // by value: written by a source (Input, Parameter, Buffer)
   std::vector<ValueId> parameter_of_;  // by value: the parameter it is the gradient of, or kNoValue
-  std::vector<std::vector<NodeId>> gradient_readers_;  // by node: the readers of the gradients it writes
+  std::vector<std::vector<NodeId>> gradient_readers_;  // by node: the gradient readers read early after it
   std::vector<std::optional<SplitRules>> rules_;  // by node, as found
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
