@@ -329,8 +329,15 @@ void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadP
         for (int64_t ox = 0; ox < ow; ++ox) {
           const Window& c = plan.cols.windows[ox];
           T sum = 0;
-          for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
-            for (int64_t ix = c.first; ix < c.first + c.count; ++ix) sum += plane[iy * w + ix];
+          if (c.first == 0 && c.count == w) {
+            // Whole rows (a global pool: an SE block's squeeze) are one span,
+            // summed in independent lanes rather than one chain of adds.
+            const T* span = plane + r.first * w;
+            sum = LaneSum<T>(r.count * w, [&](int64_t j) { return span[j]; });
+          } else {
+            for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
+              for (int64_t ix = c.first; ix < c.first + c.count; ++ix) sum += plane[iy * w + ix];
+          }
           y[(p * oh + oy) * ow + ox] = sum / static_cast<T>(r.extent * c.extent);
         }
       }
@@ -345,6 +352,12 @@ void WindowMeanBackward(const PoolPlan& plan, const Shape& xs, const T* dy, T* d
   ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       T* plane = dx + p * h * w;
+      if (oh == 1 && ow == 1 && plan.rows.windows[0].count == h && plan.cols.windows[0].count == w) {
+        // One window over the whole plane (a global pool): every element its share.
+        std::fill(plane, plane + h * w,
+                  dy[p] / static_cast<T>(plan.rows.windows[0].extent * plan.cols.windows[0].extent));
+        continue;
+      }
       std::fill(plane, plane + h * w, T(0));
       for (int64_t oy = 0; oy < oh; ++oy) {
         const Window& r = plan.rows.windows[oy];
