@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <limits>
 
 #include "search/elimination.h"
@@ -206,7 +208,7 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
     names.insert(start.name);
     CHECK(a->best.cost.seconds <= start.cost.seconds);
   }
-  CHECK(names == std::set<std::string>{"dp", "owt", "model", "exact"});
+  CHECK(names == std::set<std::string>{"dp", "dp-1", "owt", "model", "exact"});
   // Its strategy file resolves to its choice.
   auto strategy = Strategy::FromProto(a->best.strategy, "found");
   REQUIRE(strategy.status().ToString() == "OK");
@@ -215,6 +217,40 @@ TEST_CASE("the search never returns worse than its best start, and repeats itsel
   auto simulated = Simulate(*tasks, machine, cost);
   REQUIRE(simulated.ok());
   CHECK(simulated->iteration_seconds == a->best.cost.seconds);
+}
+
+// Where links are slow, the gradients' all-reduce costs more than the
+// compute it divides: data parallelism on fewer devices is faster, and a
+// chain moving one layer at a time seldom reaches it, so the search starts
+// from it too ("dp-2": devices 0 and 1, "dp-1": device 0).
+TEST_CASE("data parallelism on the first half, quarter, ... of the devices is a starting point") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "256,256"}}, {64});
+  const Machine slow = TestMachine(4, 1e9, /*link_bandwidth=*/1e6);
+  const AnalyticalCostModel cost(slow);
+  SearchOptions options;
+  options.proposals = 50;
+  auto found = SearchStrategy(mlp.forward, mlp.step, slow, cost, 4, {}, options);
+  REQUIRE(found.status().ToString() == "OK");
+  std::map<std::string, const Candidate*> starts;
+  for (const Candidate& c : found->initial) starts[c.name] = &c;
+  REQUIRE(starts.count("dp"));
+  REQUIRE(starts.count("dp-2"));
+  REQUIRE(starts.count("dp-1"));
+  for (const auto& [name, k] : std::vector<std::pair<std::string, int64_t>>{{"dp-2", 2}, {"dp-1", 1}}) {
+    INFO(name);
+    CHECK(starts[name]->strategy.devices() == 4);
+    int64_t widest = 1;  // (layers whole on device 0 are not listed; a degree of 1 is left unset)
+    for (const proto::LayerSplit& layer : starts[name]->strategy.layer()) {
+      widest = std::max<int64_t>(widest, layer.sample());
+      for (int64_t d : layer.devices()) CHECK(d < k);
+    }
+    CHECK(widest == k);
+  }
+  // Fewer devices, less to all-reduce: one device moves nothing.
+  CHECK(starts["dp-1"]->cost.bytes_moved == 0);
+  CHECK(starts["dp-1"]->cost.seconds < starts["dp"]->cost.seconds);
+  CHECK(found->best.cost.seconds <= starts["dp-1"]->cost.seconds);
+  CHECK(found->best.cost.seconds < starts["dp"]->cost.seconds);
 }
 
 TEST_CASE("a found strategy replaces the best standard one only when predicted min_gain faster") {
