@@ -164,9 +164,10 @@ StatusOr<Graph> BuildStep(const Graph& forward, const std::string& loss_output,
   if (raw_grads.empty()) return InvalidArgument("the model has no parameters to train");
   // Gradients in the order the backward pass makes them (the last layer's
   // first): the nodes that read them (the norm, the updates) are added in
-  // that order, so a lowering issues their all-reduces in that order too and
-  // each starts as soon as its gradient is made, overlapping the rest of the
-  // backward pass (as DDP's buckets do), not behind the first layer's.
+  // that order, so a lowering issues their all-reduces in that order too,
+  // the last layer's first (as DDP's buckets do), and where nothing but the
+  // update reads a gradient, while the backward pass goes on
+  // (graph/task_graph.cc, ReadGradientsEarly).
   std::vector<std::pair<ValueId, ValueId>> grads(raw_grads.begin(), raw_grads.end());
   std::stable_sort(grads.begin(), grads.end(), [&](const auto& a, const auto& b) {
     return g.value(a.second).producer < g.value(b.second).producer;

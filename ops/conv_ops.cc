@@ -474,7 +474,10 @@ void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, 
     }
 #endif
   for (; j < count; ++j)
-    for (int64_t v = 0; v < lanes; ++v) dst[v * ld + j * step] = add ? add[v] + blocked[j * kLanes + v] : blocked[j * kLanes + v];
+    for (int64_t v = 0; v < lanes; ++v) {
+      const T x = blocked[j * kLanes + v];
+      dst[v * ld + j * step] = add ? add[v] + x : x;
+    }
 }
 
 // The blocked phases of planes x [lanes, H, W] (lane v's plane at
@@ -486,7 +489,8 @@ template <typename T>
 void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases, bool* zeroed) {
   if (!*zeroed || lanes < kLanes) std::fill(phases, phases + l.numel() * kLanes, T(0));
   *zeroed = true;
-  for (const PhasePlan::Run& r : l.runs) Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes);
+  for (const PhasePlan::Run& r : l.runs)
+    Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes);
 }
 
 // x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
@@ -627,8 +631,10 @@ std::vector<T> BlockedWeights(const ConvGeom& g, const T* w) {
   std::vector<T> blocked(static_cast<size_t>(ChannelBlocks(g) * og * k * kLanes), T(0));
   for (int64_t c = 0; c < g.groups; ++c)
     for (int64_t oc = 0; oc < og; ++oc)
-      for (int64_t r = 0; r < k; ++r)
-        blocked[static_cast<size_t>((((c / kLanes) * og + oc) * k + r) * kLanes + c % kLanes)] = w[(c * og + oc) * k + r];
+      for (int64_t r = 0; r < k; ++r) {
+        const int64_t at = (((c / kLanes) * og + oc) * k + r) * kLanes + c % kLanes;
+        blocked[static_cast<size_t>(at)] = w[(c * og + oc) * k + r];
+      }
   return blocked;
 }
 // Block b's rows [taps, kLanes] for output oc.

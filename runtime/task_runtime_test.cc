@@ -785,10 +785,19 @@ TEST_CASE("devices that read the same part of a partial sum copy its sum instead
   ExpectSame(cnn, OneDevice(cnn), text);
 }
 
+// A small MLP's step lowered data parallel on 2 devices.
+StepCase DataParallelMlp(TaskGraph* tg) {
+  StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  auto lowered = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
+  REQUIRE(lowered.ok());
+  *tg = std::move(*lowered);
+  return c;
+}
+
 TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {
-  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
-  auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
-  REQUIRE(tg.ok());
+  TaskGraph lowered;
+  const StepCase c = DataParallelMlp(&lowered);
+  const TaskGraph* tg = &lowered;
   INFO(tg->ToString());
   std::multiset<ValueId> reduced;
   for (const Task& t : tg->tasks)
@@ -807,16 +816,15 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
   CHECK(others == std::multiset<std::string>{"CrossEntropy sum", "CountTargets -", "CountTargets -"});
 }
 
-// A gradient's all-reduce comes in the task order right after the backward
-// pass makes the gradient (after the next layer's backward reads the
-// gradient of its input), so each device's queue and each link reach it
-// while the earlier layers are still being differentiated, as DDP overlaps
-// them; before, every all-reduce came with its update after the whole
-// backward pass, the first layer's first.
+// A gradient's all-reduce comes in the task order soon after the backward
+// pass makes the gradient (two backward steps later), so each device's
+// queue and each link reach it while the earlier layers are still being
+// differentiated, as DDP overlaps them; before, every all-reduce came with
+// its update after the whole backward pass, the first layer's first.
 TEST_CASE("data parallel all-reduces each gradient as the backward pass makes it, not after the pass") {
-  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
-  auto tg = Lower(c, "devices: 2\ndefault_split { sample: 2 }\n");
-  REQUIRE(tg.ok());
+  TaskGraph lowered;
+  const StepCase c = DataParallelMlp(&lowered);
+  const TaskGraph* tg = &lowered;
   INFO(tg->ToString());
   std::set<ValueId> gradients;
   for (const auto& [param, grad] : c.step.gradients()) gradients.insert(grad);
