@@ -2,9 +2,11 @@
 # The search tables of docs/search.md: `loom search` for FlexFlow's six
 # models and a fused ResNet-18 sweep on four simulated machines; per pair
 # the predicted step of data parallelism, OWT, the exact layer-wise
-# solver's strategy and the searched one, the bytes each moves, the
-# search's proposals and time. Each search's output stays in OUT; the
-# markdown table is made from those logs (`--table OUT` remakes it alone).
+# solver's strategy and the searched one, the most any strategy can gain
+# over data parallelism (dp / perfect scaling of one device), the bytes
+# each moves, the search's proposals and time. Each search's output stays
+# in OUT; the markdown table is made from those logs (`--table OUT`
+# remakes it alone).
 #   bash bench/search_tables.sh [BUDGET=30s] [OUT=/tmp/loom_search_tables] [MODELS] [MACHINES]
 #   bash bench/search_tables.sh --table OUT
 set -euo pipefail
@@ -13,11 +15,11 @@ table() {
   python3 - "$1" <<'PY'
 import glob, os, re, sys
 out = sys.argv[1]
-print("| model | machine | devices | dp ms | owt ms | exact ms | searched ms | vs dp | vs owt | bytes dp / searched | proposals | search s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | machine | devices | dp ms | owt ms | exact ms | searched ms | vs dp | vs owt | most vs dp | bytes dp / searched | proposals | search s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for log in sorted(glob.glob(os.path.join(out, "*.log")), key=os.path.getmtime):
     model, machine = re.match(r"(.+?)_((?:h200|p100|dgx|k80).*)\.log$", os.path.basename(log)).groups()
-    rows, devices, proposals, seconds = {}, "", "", ""
+    rows, devices, proposals, seconds, perfect = {}, "", "", "", 0.0
     for line in open(log):
         f = line.split()
         if len(f) >= 5 and f[0] in ("dp", "owt", "model", "replica", "exact", "searched") and re.match(r"^[0-9.e+-]+$", f[1]):
@@ -26,6 +28,8 @@ for log in sorted(glob.glob(os.path.join(out, "*.log")), key=os.path.getmtime):
         if m and not devices: devices = m.group(1)
         m = re.match(r"(\d+) proposals in ([0-9.]+) s", line)
         if m: proposals, seconds = m.groups()
+        m = re.match(r"perfect scaling: ([0-9.e+-]+) ms", line)
+        if m: perfect = float(m.group(1))
     if "searched" not in rows:
         lines = open(log).read().strip().splitlines()
         print("| %s | %s | failed: %s |" % (model, machine, lines[-1] if lines else "no output"))
@@ -34,9 +38,10 @@ for log in sorted(glob.glob(os.path.join(out, "*.log")), key=os.path.getmtime):
     s, dp = rows["searched"], rows["dp"]
     owt = rows.get("owt", dp)
     moved = "%.1fx" % (dp[1] / s[1]) if s[1] > 0 else ("-" if dp[1] == 0 else "all local")
-    print("| %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %s | %s | %s |" % (
+    most = "%.2fx" % (dp[0] / perfect) if perfect > 0 else "-"
+    print("| %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %s | %s | %s | %s |" % (
         model, machine, devices, cell("dp"), cell("owt"), cell("exact"), cell("searched"),
-        dp[0] / s[0], owt[0] / s[0], moved, proposals, seconds))
+        dp[0] / s[0], owt[0] / s[0], most, moved, proposals, seconds))
 PY
 }
 if [ "${1:-}" = "--table" ]; then

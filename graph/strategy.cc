@@ -2,6 +2,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <numeric>
 #include <set>
 
 #include "ops/op.h"
@@ -49,24 +50,27 @@ StatusOr<LayerSplit> SplitOf(const proto::LayerSplit& e, int64_t devices, const 
   return s;
 }
 
-// The extent a rule divides: of its first split output, or for a partial
-// sum (no output split: a loss over a split batch) its first split input.
+// What a degree along `rule` must divide: the extent of every axis it
+// splits (a reshape that merges the batch into rows splits [B, T] and
+// [B * T]); `what` names the first, or the one that narrows it. Windowed
+// inputs follow their outputs' rows.
 int64_t ExtentOf(const DimSplit& rule, const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
                  std::string* what) {
-  auto first_split = [&](const std::vector<AxisSplit>& splits, const std::vector<TensorType>& types,
-                         const char* kind) -> int64_t {
-    for (size_t i = 0; i < splits.size() && i < types.size(); ++i) {
-      const int axis = splits[i].axis;
-      if (axis < 0) continue;
-      *what = StrCat(kind, " ", i, " axis ", axis, " of ", types[i].shape.ToString());
-      return types[i].shape[axis];
-    }
-    return 0;
-  };
-  const int64_t extent = first_split(rule.outputs, outputs, "output");
-  if (extent > 0) return extent;
+  int64_t extent = 0;
   *what = "no split axis";
-  return first_split(rule.inputs, inputs, "input");
+  auto visit = [&](const std::vector<AxisSplit>& splits, const std::vector<TensorType>& types, const char* kind) {
+    for (size_t i = 0; i < splits.size() && i < types.size(); ++i) {
+      const AxisSplit& a = splits[i];
+      if (a.axis < 0 || a.stride != 1 || a.span != 1 || a.padding != 0) continue;
+      const int64_t e = types[i].shape[a.axis];
+      const int64_t narrowed = extent == 0 ? e : std::gcd(extent, e);
+      if (narrowed != extent) *what = StrCat(kind, " ", i, " axis ", a.axis, " of ", types[i].shape.ToString());
+      extent = narrowed;
+    }
+  };
+  visit(rule.outputs, outputs, "output");
+  visit(rule.inputs, inputs, "input");
+  return extent;
 }
 
 }  // namespace
@@ -186,13 +190,76 @@ std::string Strategy::Where(const std::string& path) const {
   return w.empty() ? origin_ : w;
 }
 
-StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node) {
+namespace {
+
+// Whether `rule` splits every input that holds a known batch along it, and
+// no output along its replica axis.
+bool SplitsBatch(const DimSplit& rule, const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
+  if (rule.HasWindow() || rule.expands || rule.alone || rule.HasOwnedInputs()) return false;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const size_t v = static_cast<size_t>(node.inputs[i]);
+    const int batch = v < batch_axes.size() ? batch_axes[v] : -1;
+    if (batch >= 0 && rule.inputs[i].axis != batch) return false;
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const ReplicaLayout& layout = graph.value(node.outputs[i]).replica_layout;
+    if (layout.replicated() && rule.outputs[i].axis == layout.dim) return false;
+  }
+  return true;
+}
+
+bool HoldsBatch(const Node& node, const std::vector<int>& batch_axes) {
+  for (ValueId v : node.inputs)
+    if (static_cast<size_t>(v) < batch_axes.size() && batch_axes[static_cast<size_t>(v)] >= 0) return true;
+  return false;
+}
+
+}  // namespace
+
+SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
+  if (!HoldsBatch(node, batch_axes)) return rules;
+  if (rules.sample && SplitsBatch(*rules.sample, graph, node, batch_axes)) return rules;
+  for (size_t i = 0; i < rules.other.size(); ++i) {
+    if (!SplitsBatch(rules.other[i], graph, node, batch_axes)) continue;
+    if (rules.sample) {
+      std::swap(*rules.sample, rules.other[i]);
+    } else {
+      rules.sample = std::move(rules.other[i]);
+      rules.other.erase(rules.other.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    break;
+  }
+  return rules;
+}
+
+std::vector<int> BatchAxes(const Graph& graph) {
+  std::vector<int> axes;
+  auto set = [&](ValueId v, int axis) {
+    if (static_cast<size_t>(v) >= axes.size()) axes.resize(static_cast<size_t>(v) + 1, -1);
+    axes[static_cast<size_t>(v)] = axis;
+  };
+  for (const Node& n : graph.nodes()) {
+    if (n.op == kInputOp) {
+      for (ValueId v : n.outputs)
+        if (graph.type(v).shape.rank() >= 1 && !graph.value(v).replica_layout.replicated()) set(v, 0);
+      continue;
+    }
+    if (IsSourceOp(n.op) || !HoldsBatch(n, axes)) continue;
+    StatusOr<SplitRules> rules = NodeSplitRules(graph, n, axes);
+    if (!rules.ok() || !rules->sample || !SplitsBatch(*rules->sample, graph, n, axes)) continue;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (rules->sample->outputs[i].axis >= 0) set(n.outputs[i], rules->sample->outputs[i].axis);
+  }
+  return axes;
+}
+
+StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
   const OpDef* def = OpRegistry::Global().FindOp(node.op);
   if (!def) return InvalidArgument("layer '", node.name, "': unknown op ", node.op);
   std::vector<TensorType> in, out;
   for (ValueId v : node.inputs) in.push_back(graph.type(v));
   for (ValueId v : node.outputs) out.push_back(graph.type(v));
-  return def->Splits(node.attrs, in, out);
+  return FollowBatch(def->Splits(node.attrs, in, out), graph, node, batch_axes);
 }
 
 std::optional<DimSplit> LabelledRule(const SplitRules& rules, SplitDim d, const std::string& parameter_split,
@@ -237,12 +304,13 @@ int64_t SplitExtent(const Graph& graph, const Node& node, const SplitRules& rule
 StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Graph& graph) const {
   std::vector<bool> used(entries_.size(), false);
   std::vector<std::pair<NodeId, LayerSplit>> out;
+  const std::vector<int> batch_axes = BatchAxes(graph);
   for (const Node& n : graph.nodes()) {
     if (IsSourceOp(n.op)) continue;
     int entry = -1;
     for (int i = 0; i < proto_.layer_size() && entry < 0; ++i)
       if (GlobMatch(proto_.layer(i).layer(), n.name)) entry = i;
-    LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(graph, n));
+    LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(graph, n, batch_axes));
     LayerSplit split = entry >= 0 ? entries_[static_cast<size_t>(entry)] : default_;
     const std::string at = entry >= 0 ? Where(StrCat("layer[", entry, "]")) : Where("default_split");
     bool reduced = false;  // the default dropped a dimension the layer cannot split

@@ -63,9 +63,25 @@ int64_t ReplicasOf(const Value& v);
 // nullopt with the reason in `why`.
 std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const SplitRules& rules, std::string* why);
 
-// The split rules of `node`'s op for its types (OpDef::Splits); an error
-// names the layer when its op is unknown.
-StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node);
+// By value id: the axis that holds the step's samples, followed from the
+// graph's inputs (axis 0; a fused array's per-replica inputs excepted)
+// through each node's sample rule (FollowBatch); -1 where none is known (a
+// parameter, a sum over the batch, a value no rule follows it into).
+std::vector<int> BatchAxes(const Graph& graph);
+
+// `rules` with `sample` the rule that splits the batch where the node's
+// inputs hold it (`batch_axes`: BatchAxes). An op labels as sample the split
+// of its output's axis 0, which is time after a swap to time-major ([T, B,
+// H], what an LSTM reads): there the rule that splits along the batch
+// instead (another of the op's rules) becomes the sample rule, and the
+// labelled one joins `other`. Unchanged where the labelled rule follows the
+// batch, where no rule does, or where no input holds a known batch.
+SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes);
+
+// The split rules of `node`'s op for its types (OpDef::Splits), the sample
+// rule following the batch (FollowBatch); an error names the layer when its
+// op is unknown.
+StatusOr<SplitRules> NodeSplitRules(const Graph& graph, const Node& node, const std::vector<int>& batch_axes);
 
 // The rule a layer's op splits by along `d` (sample, attribute, or the
 // parameter rule `parameter_split` names; not replica), or nullopt with the

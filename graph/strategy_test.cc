@@ -195,6 +195,31 @@ TEST_CASE("BatchNorm splits its channels and its batch; LayerNorm its rows") {
   CHECK(ByName(m.graph(), *t).at("ln").ToString() == "sample 2 on devices 0,1");
 }
 
+TEST_CASE("the sample split follows the batch through a swap to time-major and back") {
+  // rnnlm's shape: ids [B, T] -> [T, B] -> embedding -> LSTM -> [B, T, H].
+  Model m;
+  const Sym ids = m.input("ids", {4, 6}, DType::kI64);
+  const Sym h = m.lstm(m.dropout(m.embedding(m.transpose(ids, {1, 0}), 9, 3, -1, "embed"), 0.5, "drop"), 5, {}, "lstm");
+  const Sym y = m.transpose(h, {1, 0, 2});
+  m.set_output("y", m.reshape(y, {24, 5}));
+  REQUIRE(m.status().ok());
+  const Graph& g = m.graph();
+  const std::vector<int> axes = BatchAxes(g);
+  auto axis = [&](Sym s) { return axes.at(static_cast<size_t>(s.id)); };
+  CHECK(axis(ids) == 0);
+  CHECK(axis(h) == 1);
+  CHECK(axis(y) == 0);
+  // Every layer splits the batch (4): time (6) is not divisible by 4, and
+  // the labelled rules (axis 0 of each output) would split it.
+  auto s = Strategy::Parse("devices: 4\ndefault_split { sample: 4 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  for (const auto& [name, split] : ByName(g, *s)) {
+    if (g.node(*g.FindNode(name)).op == "Fill") continue;  // the LSTM's zero states have no batch to follow
+    INFO(name);
+    CHECK(split.ToString() == "sample 4 on devices 0,1,2,3");
+  }
+}
+
 TEST_CASE("replica splits follow the fused array's replica axis") {
   auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
   REQUIRE(fused.ok());

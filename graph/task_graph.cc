@@ -439,6 +439,7 @@ class Lowering {
       parameter_of_[static_cast<size_t>(grad)] = param;
     }
     FindGradientReaders();
+    batch_axes_ = BatchAxes(g_);
   }
 
   Status Run(const std::map<std::string, LayerSplit>& layers) {
@@ -866,12 +867,17 @@ class Lowering {
     }
   }
 
-  // The split rules of node `id`'s op for its types (the same every run).
+  // The split rules of node `id`'s op for its types (the same every run);
+  // a forward layer's sample rule follows the batch, as the strategy
+  // resolved it (NodeSplitRules).
   const SplitRules& RulesOf(const Node& n, const OpDef& def, const std::vector<TensorType>& in,
-                            const std::vector<TensorType>& out) {
+                            const std::vector<TensorType>& out, bool forward) {
     if (static_cast<size_t>(n.id) >= rules_.size()) rules_.resize(static_cast<size_t>(n.id) + 1);
     std::optional<SplitRules>& rules = rules_[static_cast<size_t>(n.id)];
-    if (!rules) rules = def.Splits(n.attrs, in, out);
+    if (!rules) {
+      rules = def.Splits(n.attrs, in, out);
+      if (forward) rules = FollowBatch(std::move(*rules), g_, n, batch_axes_);
+    }
     return *rules;
   }
 
@@ -1513,7 +1519,7 @@ class Lowering {
     split.devices = {owner ? owner->devices[0] : DeviceOfInputs(n)};
     if (owner) {
       split = *owner;
-      const SplitRules& rules = RulesOf(n, def, in, out);
+      const SplitRules& rules = RulesOf(n, def, in, out, plan->forward);
       if (plan->forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
@@ -1712,6 +1718,7 @@ class Lowering {
   std::vector<ValueId> parameter_of_;  // by value: the parameter it is the gradient of, or kNoValue
   std::vector<std::vector<NodeId>> gradient_readers_;  // by node: the gradient readers read early after it
   std::vector<std::optional<SplitRules>> rules_;  // by node, as found
+  std::vector<int> batch_axes_;                   // by value (BatchAxes of the graph as given)
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
   uint64_t layer_names_ = 0;                     // a hash of the layers' names
@@ -1840,13 +1847,14 @@ StatusOr<const TaskGraph*> IncrementalLowering::Lower(const std::map<std::string
 
 int64_t IncrementalLowering::planned() const { return impl_->lowering.planned(); }
 
-StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const LayerSplit& split) {
+StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const SplitRules& rules,
+                                              const LayerSplit& split) {
   const OpDef* def = OpRegistry::Global().FindOp(node.op);
   if (!def) return InvalidArgument("layer '", node.name, "': unknown op ", node.op);
   std::vector<TensorType> in, out;
   for (ValueId v : node.inputs) in.push_back(forward.type(v));
   for (ValueId v : node.outputs) out.push_back(forward.type(v));
-  LOOM_ASSIGN_OR_RETURN(const DimRules dims, ForwardDims(forward, node, def->Splits(node.attrs, in, out), split));
+  LOOM_ASSIGN_OR_RETURN(const DimRules dims, ForwardDims(forward, node, rules, split));
   StatusOr<std::vector<PartRegions>> parts = Parts(forward, node, split, dims);
   bool expands = false;
   for (const std::optional<DimSplit>& d : dims) expands = expands || (d && d->expands);

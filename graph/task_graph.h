@@ -194,12 +194,14 @@ struct PartRegions {
 };
 
 // The parts of the forward layer `node` of `forward` under `split` (parts
-// in row-major order of the dimensions), as the lowering plans them; the
-// error BuildTaskGraph would give when its op does not realise the split
-// for these shapes. A split that expands (BatchNorm's sample split) gives
+// in row-major order of the dimensions) by its op's `rules`
+// (NodeSplitRules: the sample rule follows the batch), as the lowering
+// plans them; the error BuildTaskGraph would give when its op does not
+// realise the split for these shapes. A split that expands (BatchNorm's sample split) gives
 // the unexpanded op's regions. What a search checks its configurations
 // with, and costs moving values between them by.
-StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const LayerSplit& split);
+StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const SplitRules& rules,
+                                              const LayerSplit& split);
 
 // Lowers `graph` (attributes canonical, as built) with the splits of its
 // forward layers by name (Strategy::Resolve on the forward graph), onto

@@ -14,7 +14,8 @@
 // single model holds them, so each replica draws the single model's mask.
 // A part of a split dropout (graph/task_graph.h) starts its count at attr
 // offset, the whole tensor's index of its first element, so the parts draw
-// the whole's mask.
+// the whole's mask; a part along an inner axis (the batch of a time-major
+// [T, B, H]) is runs of `run` elements, `run_stride` apart in the whole.
 //
 // Embedding: (indices i32 | i64 [...], weight [num_embeddings, dim]) ->
 // [..., dim]; attr padding_idx (default -1: none), whose row gets no
@@ -67,12 +68,15 @@ class DropoutOp : public ElementwiseOpDef {
         // Set by the fusion pass (graph/fusion.h) on an active fused dropout.
         .Optional("replica_seeds", AttrType::kInts, "fused: one seed per replica, each replica's mask from its own")
         .Optional("replica_axis", AttrType::kInt, "fused: the input dim that holds the replicas")
-        .Default("offset", int64_t{0}, "a part's: the draw index of its first element in the whole tensor");
+        .Default("offset", int64_t{0}, "a part's: the draw index of its first element in the whole tensor")
+        .Default("run", int64_t{0}, "a part's: elements in each contiguous run of the whole (0: one run)")
+        .Default("run_stride", int64_t{0}, "a part's: the whole's draw indices from one run to the next");
   }
   std::string name() const override { return "Dropout"; }
   // Active, a part draws by position: along the batch (axis 0, or 1 when
   // the replicas are axis 0) and the replica axis (each part keeps its
-  // replicas' seeds). Inactive, it is element-wise.
+  // replicas' seeds); unfused, along any one axis. Inactive, it is
+  // element-wise.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     if (!DropoutActive(attrs)) return ElementwiseOpDef::Splits(attrs, in, out);
@@ -80,6 +84,8 @@ class DropoutOp : public ElementwiseOpDef {
     const int replica_axis = ReplicaAxis(attrs);
     if (BatchAxis(attrs) < in[0].shape.rank()) rules.sample = SplitAlong(BatchAxis(attrs), in.size(), out.size());
     if (replica_axis >= 0) rules.other.push_back(SplitAlong(replica_axis, in.size(), out.size()));
+    if (replica_axis < 0 && attrs.Int("run", 0) == 0)
+      for (int a = 1; a < in[0].shape.rank(); ++a) rules.other.push_back(SplitAlong(a, in.size(), out.size()));
     return rules;
   }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
@@ -88,6 +94,27 @@ class DropoutOp : public ElementwiseOpDef {
     const Shape& shape = in[0].shape;
     const Region& part = in_regions[0];
     const int replica_axis = ReplicaAxis(attrs), batch_axis = BatchAxis(attrs);
+    if (replica_axis < 0 && attrs.Int("run", 0) == 0) {
+      // Unfused: the part's elements are runs of the whole's draw order.
+      int split = -1;
+      for (int d = 0; d < shape.rank(); ++d)
+        if (part.lo[d] != 0 || part.hi[d] != shape[d]) {
+          if (split >= 0)
+            return InvalidArgument("Dropout: a part may split one axis, not ", split, " and ", d, " (",
+                                   part.ToString(), " of ", shape.ToString(), ")");
+          split = d;
+        }
+      AttrMap out = attrs;
+      if (split < 0) return out;
+      int64_t inner = 1;
+      for (int d = split + 1; d < shape.rank(); ++d) inner *= shape[d];
+      out.Set("offset", attrs.Int("offset") + part.lo[split] * inner);
+      if (split > 0) {
+        out.Set("run", (part.hi[split] - part.lo[split]) * inner);
+        out.Set("run_stride", shape[split] * inner);
+      }
+      return out;
+    }
     for (int d = 0; d < shape.rank(); ++d)
       if (d != replica_axis && d != batch_axis && (part.lo[d] != 0 || part.hi[d] != shape[d]))
         return InvalidArgument("Dropout: a part may split only the batch and the replicas, not axis ", d, " (",
@@ -150,6 +177,13 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   const std::vector<uint64_t>& stream_keys = draw.keys;
   const int64_t replicas = draw.replicas, outer = draw.outer, inner = draw.inner;
   const uint64_t offset = static_cast<uint64_t>(ctx.attrs->Int("offset"));
+  // A part in runs of the whole (unfused only, PartAttrs): element i's index
+  // in the whole's draw order, from the part's first.
+  const int64_t run = ctx.attrs->Int("run", 0), run_stride = ctx.attrs->Int("run_stride", 0);
+  if (run > 0 && replicas > 1) return Internal("Dropout: a fused part in runs");
+  const auto draw_index = [&](int64_t i) {
+    return offset + static_cast<uint64_t>(run > 0 ? (i / run) * run_stride + i % run : i);
+  };
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = ctx.in(0).data<T>();  // [n]
@@ -171,7 +205,7 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
         for (int64_t i = b * kDropoutBlock; i < end; ++i) {
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
           // P(drop) = p; p = 1 drops all.
-          mask[at] = CounterUniform(key, offset + static_cast<uint64_t>(i)) < p ? T(0) : scale;
+          mask[at] = CounterUniform(key, draw_index(i)) < p ? T(0) : scale;
           y[at] = x[at] * mask[at];
         }
       }
@@ -269,18 +303,21 @@ class EmbeddingOp : public OpDef {
     c.bytes_written = row_bytes;
     return c;
   }
-  // Sample: the indices' first axis and the output's, the table whole.
-  // Parameter: the embedding dimension (the table's columns, the output's
-  // last axis), the indices whole; or, "vocabulary", the table's rows, each
-  // part looking up the indices it holds (the output a partial sum, zeros
-  // where a part holds no row).
+  // Sample: the indices' first axis and the output's, the table whole;
+  // other: any other axis of the indices (the batch of time-major ids [T,
+  // B]). Parameter: the embedding dimension (the table's columns, the
+  // output's last axis), the indices whole; or, "vocabulary", the table's
+  // rows, each part looking up the indices it holds (the output a partial
+  // sum, zeros where a part holds no row).
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    if (in[0].shape.rank() >= 1) {
-      rules.sample = SplitAlong(-1, in.size(), out.size());
-      rules.sample->inputs[0].axis = 0;
-      rules.sample->outputs[0].axis = 0;
+    for (int a = 0; a < in[0].shape.rank(); ++a) {
+      DimSplit ids = SplitAlong(-1, in.size(), out.size());
+      ids.inputs[0].axis = a;
+      ids.outputs[0].axis = a;
+      if (a == 0) rules.sample = std::move(ids);
+      else rules.other.push_back(std::move(ids));
     }
     rules.parameter = SplitAlong(-1, in.size(), out.size());
     rules.parameter->inputs[1].axis = 1;
@@ -384,11 +421,15 @@ class EmbeddingBackwardOp : public OpDef {
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    if (in[1].shape.rank() >= 1) {
-      rules.sample = SplitAlong(-1, in.size(), out.size());
-      rules.sample->inputs[0].axis = 0;
-      rules.sample->inputs[1].axis = 0;
-      rules.sample->partial_sums = true;
+    // Along any axis of the ids (and of the gradient they index): each part
+    // adds its ids' rows, a partial sum of the table's gradient.
+    for (int a = 0; a < in[1].shape.rank(); ++a) {
+      DimSplit ids = SplitAlong(-1, in.size(), out.size());
+      ids.inputs[0].axis = a;
+      ids.inputs[1].axis = a;
+      ids.partial_sums = true;
+      if (a == 0) rules.sample = std::move(ids);
+      else rules.other.push_back(std::move(ids));
     }
     rules.parameter = SplitAlong(-1, in.size(), out.size());
     rules.parameter->inputs[0].axis = in[0].shape.rank() - 1;

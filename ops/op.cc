@@ -105,6 +105,16 @@ std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, con
   return splits;
 }
 
+SplitRules AllAxesBut(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs, int except) {
+  SplitRules rules;
+  rules.other = ElementwiseAxes(inputs, outputs, except);
+  if (except != 0 && !rules.other.empty() && !outputs.empty() && outputs[0].shape.rank() > 0) {
+    rules.sample = std::move(rules.other.front());
+    rules.other.erase(rules.other.begin());
+  }
+  return rules;
+}
+
 SplitRules ViewSplits(const TensorType& input, const TensorType& output) {
   SplitRules rules;
   const Shape& in = input.shape;

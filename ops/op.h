@@ -184,6 +184,10 @@ std::optional<DimSplit> ImageRows(const std::vector<TensorType>& inputs, const s
 // ElementwiseAlong for every axis of output 0 but `except`.
 std::vector<DimSplit> ElementwiseAxes(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
                                       int except = -1);
+// Every axis but `except` as ElementwiseAxes gives them, the one along axis
+// 0 (unless it is `except`) the sample rule: ops that work along one axis
+// and keep the others apart (a softmax, a concatenation).
+SplitRules AllAxesBut(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs, int except);
 // Sample along axis 0 of every input and output when they all share their
 // dim 0 (the batch): element-wise ops, reshapes that keep the batch,
 // pooling. Nothing otherwise.

@@ -348,11 +348,23 @@ void ForEachLaneBlock(ThreadPool* pool, const AxisLayout& L, Fn&& fn) {
   }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.len * width)));
 }
 
+// A softmax and its gradient split along every axis but the one they
+// normalise.
+SplitRules SoftmaxSplits(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out) {
+  const StatusOr<int> axis = NormalizeAxis(attrs.Int("axis"), in[0].shape.rank());
+  return axis.ok() ? AllAxesBut(in, out, *axis) : SplitRules{};
+}
+
 template <bool kLog>
 class SoftmaxOp : public OpDef {
  public:
   SoftmaxOp() { DeclareSoftmaxAttrs(this->DeclareAttrs()); }
   std::string name() const override { return kLog ? "LogSoftmax" : "Softmax"; }
+  // Along any axis but the normalised one.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return SoftmaxSplits(attrs, in, out);
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name()));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name() + " input"));
@@ -432,6 +444,10 @@ class SoftmaxBackwardOp : public OpDef {
  public:
   SoftmaxBackwardOp() { DeclareSoftmaxAttrs(this->DeclareAttrs()); }
   std::string name() const override { return kLog ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return SoftmaxSplits(attrs, in, out);
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, name() + " (y, dy)"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], name() + " y"));

@@ -263,14 +263,16 @@ class ConcatOp : public OpDef {
     }
     return std::vector<TensorType>{{Shape(dims), in[0].dtype}};
   }
-  // k equal chunks joined along the axis split k ways along it, part j
+  // Along any axis but the joined one, the inputs and the output alike.
+  // And k equal chunks joined along the axis split k ways along it, part j
   // reading input j alone: the chunks stay where they were made (an LSTM's
   // sequence parts). A follower takes it only then (graph/task_graph.cc).
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    SplitRules rules;
     const StatusOr<int> axis = NormalizeAxis(attrs.Int("axis"), out[0].shape.rank());
-    if (!axis.ok() || in.size() < 2) return rules;
+    if (!axis.ok()) return {};
+    SplitRules rules = AllAxesBut(in, out, *axis);
+    if (in.size() < 2) return rules;
     for (const TensorType& t : in)
       if (t.shape[*axis] != in[0].shape[*axis]) return rules;
     DimSplit chunks = SplitAlong(-1, in.size(), 1);
@@ -335,6 +337,19 @@ class SplitOp : public OpDef {
         .Required("sizes", AttrType::kInts, "the extent of each output along axis");
   }
   std::string name() const override { return "Split"; }
+  // Along any axis but the one it splits: the input and every output alike.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    SplitRules rules;
+    const StatusOr<int> axis = NormalizeAxis(attrs.Int("axis"), in[0].shape.rank());
+    if (!axis.ok()) return rules;
+    for (int a = 0; a < in[0].shape.rank(); ++a) {
+      if (a == *axis) continue;
+      if (a == 0) rules.sample = SplitAlong(a, in.size(), out.size());
+      else rules.other.push_back(SplitAlong(a, in.size(), out.size()));
+    }
+    return rules;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "Split"));
     const Shape& x = in[0].shape;
@@ -409,6 +424,19 @@ Shape SlicedShape(const Shape& x, const SliceRange& r) {
   return Shape(dims);
 }
 
+// Slice and SliceBackward split along every axis but the sliced one.
+SplitRules AlongUnsliced(const std::string& op, const AttrMap& attrs, const Shape& whole) {
+  SplitRules rules;
+  StatusOr<SliceRange> r = ResolveSlice(op, attrs, whole);
+  if (!r.ok()) return rules;
+  for (int a = 0; a < whole.rank(); ++a) {
+    if (a == r->axis || whole[a] < 2) continue;
+    if (a == 0) rules.sample = SplitAlong(a, 1, 1);
+    else rules.other.push_back(SplitAlong(a, 1, 1));
+  }
+  return rules;
+}
+
 class SliceOp : public OpDef {
  public:
   SliceOp() { DeclareSliceAttrs(DeclareAttrs()); }
@@ -435,13 +463,16 @@ class SliceOp : public OpDef {
     range.hi[r->axis] = r->start + r->count;
     return std::vector<Region>{range};
   }
+  // Along any other axis than the sliced one (sample: axis 0 when it is
+  // not the sliced one).
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>&) const override {
+    return AlongUnsliced("Slice", attrs, in[0].shape);
+  }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
                               const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
     LOOM_ASSIGN_OR_RETURN(SliceRange r, ResolveSlice("Slice", attrs, in[0].shape));
     const Region& held = in_regions[0];
-    for (int d = 0; d < in[0].shape.rank(); ++d)
-      if (d != r.axis && (held.lo[d] != 0 || held.hi[d] != in[0].shape[d]))
-        return InvalidArgument("Slice: a part holds only a range of axis ", r.axis, ", not ", held.ToString());
     if (r.step != 1 || held.lo[r.axis] > r.start || held.hi[r.axis] < r.start + r.count)
       return InvalidArgument("Slice: rows ", held.ToString(), " do not hold the range of ", r.count, " from ", r.start);
     AttrMap part = attrs;
@@ -484,6 +515,17 @@ class SliceBackwardOp : public OpDef {
       return InvalidArgument("SliceBackward: gradient of shape ", in[0].shape.ToString(), " does not match the slice ",
                              SlicedShape(x, r).ToString(), " of ", x.ToString());
     return std::vector<TensorType>{{x, in[0].dtype}};
+  }
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>&,
+                    const std::vector<TensorType>& out) const override {
+    return AlongUnsliced("SliceBackward", attrs, out[0].shape);
+  }
+  // A part's gradient has the part's shape.
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set("shape", out[0].shape().dims());
+    return part;
   }
 };
 LOOM_REGISTER_OP(SliceBackwardOp);

@@ -385,6 +385,48 @@ TEST_CASE("embedding split along the batch, the embedding dimension and the voca
   }
 }
 
+// Time-major tensors between batch-major data (rnnlm, nmt): ops label as
+// their sample split their output's axis 0, which is time in [T, B, H];
+// data parallelism follows the batch through the transposes instead, so
+// no layer runs whole on one device, and a dropout part along the batch
+// draws its runs of the whole's mask.
+TEST_CASE("data parallelism follows the batch through time-major layers and matches one device") {
+  constexpr int64_t kTime = 5;
+  Model m(DType::kF64);
+  const Sym ids = m.input("input", {kBatch, kTime}, DType::kI64);
+  const Sym x = m.dropout(m.embedding(m.transpose(ids, {1, 0}), 11, 6, -1, "embed"), 0.5, "drop");  // [T, B, 6]
+  const Sym h = m.lstm(x, 8, {}, "lstm");                                                          // [T, B, 8]
+  const Sym last = m.reshape(m.slice(h, 0, kTime - 1, kTime), {kBatch, 8});                        // [B, 8]
+  const Sym y = m.transpose(h, {1, 0, 2});                                                         // [B, T, 8]
+  const Sym attended = m.concat({y, m.softmax(y, 1)}, 2);                                          // [B, T, 16]
+  const Sym logits = m.linear(m.reshape(attended, {kBatch * kTime, 16}), 4, {}, "fc");
+  const Sym targets = m.reshape(m.input("target", {kBatch, kTime}, DType::kI64), {kBatch * kTime});
+  m.set_output("loss", m.add(m.cross_entropy(logits, targets), m.mean(last)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(8);
+  Tensor xs = Tensor::Zeros({kBatch, kTime}, DType::kI64), ys = Tensor::Zeros({kBatch, kTime}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<int64_t>()[i] = static_cast<int64_t>(rng() % 11);
+  for (int64_t i = 0; i < ys.numel(); ++i) ys.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", ys}});
+  REQUIRE(c.status().ToString() == "OK");
+  const StepResults want = OneDevice(*c);
+  for (const int64_t devices : {2, 4}) {
+    const std::string s = StrCat("devices: ", devices, "\ndefault_split { sample: ", devices, " }\n");
+    ExpectSame(*c, want, s);
+    auto tg = Lower(*c, s);
+    REQUIRE(tg.ok());
+    std::map<std::string, std::set<int64_t>> devices_of;  // forward layers' devices
+    for (const Task& t : tg->tasks)
+      if (t.kind == TaskKind::kCompute) devices_of[tg->graph.node(t.node).name].insert(t.device);
+    for (const Node& n : c->forward.nodes()) {
+      // (Not the LSTM's zero states, nor the scalar loss terms.)
+      if (IsSourceOp(n.op) || n.op == "Fill" || c->forward.type(n.outputs[0]).shape.rank() == 0) continue;
+      INFO(s << n.name << " (" << n.op << ")");
+      CHECK(devices_of[n.name].size() == static_cast<size_t>(devices));
+    }
+  }
+}
+
 // A MatMul split along its reduction: each part multiplies a run of K, the
 // output a partial sum that an all-reduce combines.
 TEST_CASE("a matmul split along its reduction matches one device") {

@@ -71,7 +71,7 @@ double CheckChain(const testing::StepCase& c, int64_t devices, int changes, std:
   auto strategy = Strategy::FromProto(*dp, "dp");
   REQUIRE(strategy.ok());
   auto start = space->ChoiceOf(*strategy);
-  REQUIRE(start.ok());
+  REQUIRE(start.status().ToString() == "OK");
   Choice current = *start;
   const Machine machine = FourDevices();
   const AnalyticalCostModel cost(machine);

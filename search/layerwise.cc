@@ -210,7 +210,8 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     auto it = parts[static_cast<size_t>(l)].find(FormOf(split));
     if (it == parts[static_cast<size_t>(l)].end()) {
       const Node& node = space.forward().node(layers[static_cast<size_t>(l)].node);
-      LOOM_ASSIGN_OR_RETURN(std::vector<PartRegions> p, LayerParts(space.forward(), node, split));
+      LOOM_ASSIGN_OR_RETURN(std::vector<PartRegions> p,
+                            LayerParts(space.forward(), node, layers[static_cast<size_t>(l)].rules, split));
       it = parts[static_cast<size_t>(l)].emplace(FormOf(split), std::move(p)).first;
     }
     return &it->second;

@@ -41,11 +41,12 @@ StatusOr<SearchSpace> SearchSpace::Build(const Graph& forward, int64_t devices) 
   space.forward_ = &forward;
   space.devices_ = devices;
   std::map<NodeId, int> layer_of;
+  const std::vector<int> batch_axes = BatchAxes(forward);
   for (const Node& n : forward.nodes()) {
     if (IsSourceOp(n.op)) continue;
     if (n.name.find_first_of("*?") != std::string::npos)
       return InvalidArgument("layer '", n.name, "': a name with '*' or '?' cannot name it in a strategy file");
-    LOOM_ASSIGN_OR_RETURN(const SplitRules rules, NodeSplitRules(forward, n));
+    LOOM_ASSIGN_OR_RETURN(SplitRules rules, NodeSplitRules(forward, n, batch_axes));
     // The degree vectors of the op's default parameter rule, then those
     // that split along each named variant.
     std::vector<LayerSplit> forms;
@@ -80,12 +81,13 @@ StatusOr<SearchSpace> SearchSpace::Build(const Graph& forward, int64_t devices) 
       for (int64_t p = 0; p < parts; ++p) split.devices[static_cast<size_t>(p)] = p;
       // The rule of a dimension may not fit these shapes (a window that
       // would read past a part): checked once, on the first block.
-      if (parts > 1 && !LayerParts(forward, n, split).ok()) continue;
+      if (parts > 1 && !LayerParts(forward, n, rules, split).ok()) continue;
       for (int64_t first = 0; first < devices; first += parts) {
         for (int64_t p = 0; p < parts; ++p) split.devices[static_cast<size_t>(p)] = first + p;
         layer.configs.push_back(split);
       }
     }
+    layer.rules = std::move(rules);
     layer_of[n.id] = static_cast<int>(space.layers_.size());
     space.layers_.push_back(std::move(layer));
   }
@@ -142,7 +144,7 @@ proto::Strategy SearchSpace::ToStrategy(const Choice& choice) const {
 StatusOr<int> SearchSpace::IndexOf(Layer* layer, const LayerSplit& split) {
   for (size_t c = 0; c < layer->configs.size(); ++c)
     if (SameSplit(layer->configs[c], split)) return static_cast<int>(c);
-  LOOM_RETURN_IF_ERROR(LayerParts(*forward_, forward_->node(layer->node), split).status());
+  LOOM_RETURN_IF_ERROR(LayerParts(*forward_, forward_->node(layer->node), layer->rules, split).status());
   layer->configs.push_back(split);
   return static_cast<int>(layer->configs.size() - 1);
 }

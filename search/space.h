@@ -35,6 +35,7 @@ class SearchSpace {
     NodeId node = -1;
     std::string name;
     std::vector<LayerSplit> configs;  // configs[0]: whole on device 0
+    SplitRules rules;                 // its op's, the sample rule following the batch (NodeSplitRules)
   };
   // A value one layer writes and another reads: where a choice may have to
   // move data between them (forward, and its gradient backward).

@@ -115,6 +115,20 @@ Status SearchCommand(const std::vector<std::string>& args) {
                 result.best.cost.seconds > 0 ? c.cost.seconds / result.best.cost.seconds : 0.0, c.cost.bytes_moved,
                 peak / (1 << 20), c.cost.fits ? "" : "  (does not fit)");
   }
+  // Perfect scaling of one device's step: under the roofline a part costs
+  // at least its share of the whole (its FLOPs and bytes, a launch each),
+  // so no strategy beats it; it says how much a search can still gain.
+  for (const Candidate& c : result.initial) {
+    if (c.name != "dp-1" || devices < 2) continue;
+    const double bound = c.cost.seconds / static_cast<double>(devices);
+    const auto gain = [&](const std::string& name) {
+      for (const Candidate& d : rows)
+        if (d.name == name) return d.cost.seconds / bound;
+      return 0.0;
+    };
+    std::printf("perfect scaling: %.6g ms (dp-1 / %lld devices); dp at %.3fx of it, searched at %.3fx\n", bound * 1e3,
+                static_cast<long long>(devices), gain("dp"), gain("searched"));
+  }
   const std::string header =
       StrCat("# Found by `loom search` for ", flags.Str("config", ""), " on ", machine.name(), " (", devices,
              " devices): predicted step ", result.best.cost.seconds * 1e3, " ms.\n");

@@ -43,6 +43,9 @@ Status DropoutKernel(KernelContext& ctx) {
   index.inner = draw.inner;
   // A part's first draw index in the whole tensor, as the CPU kernel adds it.
   index.offset = static_cast<uint64_t>(ctx.attrs->Has("offset") ? ctx.attrs->Int("offset") : 0);
+  index.run = ctx.attrs->Int("run", 0);
+  index.run_stride = ctx.attrs->Int("run_stride", 0);
+  if (index.run > 0 && index.replicas > 1) return Internal("Dropout: a fused part in runs");
   return DispatchCudaFloat(x.dtype(), "Dropout", [&](auto zero) -> Status {
     using T = decltype(zero);
     T* y = ctx.out(0).data<T>();

@@ -19,6 +19,8 @@ __global__ void DropoutKernel(const T* x, T* y, T* mask, int64_t n, T scale, Dro
       const int64_t q = at / index.inner;
       r = q % index.replicas;
       counter = (q / index.replicas) * index.inner + (at - q * index.inner);
+    } else if (index.run > 0) {  // a part in runs of the whole's draw order
+      counter = (at / index.run) * index.run_stride + at % index.run;
     }
     const uint64_t key = index.keys ? index.keys[r] : index.inline_keys[r];
     const bool drop = (CounterU64(key, index.offset + static_cast<uint64_t>(counter)) >> 11) < index.threshold;

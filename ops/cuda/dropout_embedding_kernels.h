@@ -10,12 +10,15 @@ namespace loom::cuda {
 // Where each element of a Dropout input draws: replica r = (at / inner) %
 // replicas of flat position `at` uses key r, at counter offset + n, n its
 // index among replica r's elements (unfused: replicas = 1, n = at); offset
-// is the Dropout's attr (a part's first draw index in the whole tensor).
+// is the Dropout's attr (a part's first draw index in the whole tensor);
+// unfused, a part in runs of `run` elements (attr run, 0: one run) draws
+// at offset + (at / run) * run_stride + at % run.
 // Up to kInlineKeys keys travel in the kernel's parameters; more are read
 // from `keys` (device).
 struct DropoutIndex {
   static constexpr int kInlineKeys = 32;
   int64_t replicas = 1, inner = 1;
+  int64_t run = 0, run_stride = 0;
   uint64_t offset = 0;
   // Element n is dropped iff (CounterU64(key, offset + n) >> 11) <
   // threshold, which is CounterUniform(key, offset + n) < p exactly:
