@@ -248,6 +248,18 @@ class BroadcastToOp : public OpDef {
  public:
   BroadcastToOp() { DeclareAttrs().Required("shape", AttrType::kInts, "the shape broadcast to"); }
   std::string name() const override { return "BroadcastTo"; }
+  // Along any output axis, x along the axis it aligns with or whole where
+  // it broadcasts (as a binary op's operand).
+  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return AllAxesBut(in, out, -1);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
+                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+    AttrMap part = attrs;
+    part.Set("shape", out[0].shape().dims());
+    return part;
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "BroadcastTo"));
     Shape target(attrs.Ints("shape"));

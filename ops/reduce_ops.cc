@@ -165,10 +165,40 @@ bool IsMax(T v, T m) {
   return v == m || (v != v && m != m);
 }
 
+// A reduction, and ReduceMax's gradient, split along any axis it keeps
+// (sample: axis 0 when kept): x's axis a is the output's a, or a less the
+// reduced axes before it without keepdims. Inputs after x are shaped as
+// the reduction's output (ReduceMaxBackward's y and dy); the output too,
+// or as x (`output_is_x`: ReduceMaxBackward's dx).
+SplitRules AlongKeptAxes(const AttrMap& attrs, const Shape& x, size_t inputs, size_t outputs, bool output_is_x) {
+  SplitRules rules;
+  const StatusOr<std::vector<bool>> mask = ResolveReduceAxes("Reduce", attrs, x);
+  if (!mask.ok()) return rules;
+  const bool keepdims = attrs.Bool("keepdims");
+  int reduced_before = 0;
+  for (int a = 0; a < x.rank(); ++a) {
+    if ((*mask)[static_cast<size_t>(a)]) {
+      ++reduced_before;
+      continue;
+    }
+    const int y_axis = keepdims ? a : a - reduced_before;
+    DimSplit d = SplitAlong(y_axis, inputs, outputs);
+    d.inputs[0].axis = a;
+    if (output_is_x) d.outputs[0].axis = a;
+    if (a == 0) rules.sample = std::move(d);
+    else rules.other.push_back(std::move(d));
+  }
+  return rules;
+}
+
 class ReduceOp : public OpDef {
  public:
   ReduceOp(const char* name, ReduceKind kind) : name_(name), kind_(kind) { DeclareReduceAttrs(DeclareAttrs()); }
   std::string name() const override { return name_; }
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return AlongKeptAxes(attrs, in[0].shape, in.size(), out.size(), /*output_is_x=*/false);
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
@@ -270,6 +300,10 @@ class ReduceMaxBackwardOp : public OpDef {
  public:
   ReduceMaxBackwardOp() { DeclareReduceAttrs(DeclareAttrs()); }
   std::string name() const override { return "ReduceMaxBackward"; }
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
+                    const std::vector<TensorType>& out) const override {
+    return AlongKeptAxes(attrs, in[0].shape, in.size(), out.size(), /*output_is_x=*/true);
+  }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "ReduceMaxBackward (x, y, dy)"));
     LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> y, OpRegistry::Global().FindOp("ReduceMax")->InferTypes(attrs, {in[0]}));
