@@ -4,7 +4,10 @@
 # (the starting points and the searched strategy) measured by `loom bench
 # parallel` in one process (cpu:2); and the same under `mpirun -np 2`, the
 # search on the machine probed under mpirun (a node per process); predicted
-# against measured, and whether the simulator orders them as measured.
+# against measured, and whether the simulator orders them as measured:
+# Kendall tau over every pair, and over the pairs the measurement itself
+# orders (p10-p90 spreads apart; pairs closer than the steps' noise have no
+# measured order to match).
 #   bash bench/search_measured.sh [REPS=20] [CONFIGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,24 +45,26 @@ def predictions(path):
     out = {}
     for line in open(path):
         f = line.split()
-        if len(f) >= 5 and re.match(r"^[0-9.e+-]+$", f[1]) and f[0] in ("dp", "owt", "model", "replica", "exact", "searched"):
+        if len(f) >= 5 and re.match(r"^[0-9.e+-]+$", f[1]) and (
+                f[0] in ("dp", "owt", "model", "replica", "exact", "searched") or re.match(r"^dp-[0-9]+$", f[0])):
             out[f[0]] = float(f[1])
     return out
-def measured(path):
+def measured(path):  # name -> (median, p10, p90)
     out = {}
     for line in open(path):
-        m = re.match(r"^(\S+) on (?:cpu:2|2 procs)\s+([0-9.]+)", line)
-        if m: out[m.group(1)] = float(m.group(2))
+        m = re.match(r"^(\S+) on (?:cpu:2|2 procs)\s+([0-9.]+)\s+([0-9.]+) -\s+([0-9.]+)", line)
+        if m: out[m.group(1)] = tuple(float(m.group(k)) for k in (2, 3, 4))
     return out
-def tau(a, b):
-    c = d = 0
+def tau(a, b, apart=lambda i, j: True):
+    c = d = n = 0
     for i in range(len(a)):
         for j in range(i + 1, len(a)):
-            s = (a[i] - a[j]) * (b[i] - b[j])
+            if not apart(i, j): continue
+            s = (a[i] - a[j]) * (b[i][0] - b[j][0])
             c += s > 0
             d += s < 0
-    n = len(a) * (len(a) - 1) / 2
-    return (c - d) / n if n else 1.0
+            n += 1
+    return ((c - d) / n if n else 1.0), n
 for label, search, path in (("cpu:2", cpu_search, cpu), ("mpirun -np 2", mpi_search, mpi)):
     predicted = predictions(search)
     got = measured(path)
@@ -67,9 +72,14 @@ for label, search, path in (("cpu:2", cpu_search, cpu), ("mpirun -np 2", mpi_sea
     p = [predicted[k] for k in names]
     m = [got[k] for k in names]
     print("\n%s, %s:" % (name, label))
-    print("| strategy | predicted ms | measured ms |")
+    print("| strategy | predicted ms | measured ms (p10-p90) |")
     print("|---|---|---|")
-    for k in names: print("| %s | %.3f | %.3f |" % (k, predicted[k], got[k]))
-    print("searched / dp measured: %.3f; Kendall tau of predicted vs measured order: %.2f" % (got["searched"] / got["dp"], tau(p, m)))
+    for k in names: print("| %s | %.3f | %.3f (%.3f-%.3f) |" % (k, predicted[k], *got[k]))
+    apart = lambda i, j: m[i][2] < m[j][1] or m[j][2] < m[i][1]
+    all_tau, all_n = tau(p, m)
+    apart_tau, apart_n = tau(p, m, apart)
+    print("searched / dp measured: %.3f; Kendall tau of predicted vs measured order: %.2f (%d pairs), "
+          "over the pairs measured apart: %.2f (%d pairs)" % (got["searched"][0] / got["dp"][0], all_tau, all_n,
+                                                              apart_tau, apart_n))
 PY
 done
