@@ -22,6 +22,15 @@ searched=$(awk '$1 == "searched" {print $2}' <<<"$out")
 # Every starting point's predicted step is at least the searched one's.
 awk '$1 ~ /^(dp|owt|model|exact)$/ && $2 ~ /^[0-9.e+-]+$/ && $2 + 0 < '"${searched:-0}"' {bad = 1} END {exit bad}' <<<"$out" &&
   echo "ok   searched is no slower than any start" || fail "a start beats the searched strategy: $out"
+# Perfect scaling (one device's step over the 4) bounds every strategy.
+python3 -c '
+import re, sys
+m = re.search(r"perfect scaling: ([0-9.e+-]+) ms \(dp-1 / 4 devices\); dp at ([0-9.]+)x of it, searched at ([0-9.]+)x", sys.argv[1])
+dp1 = re.search(r"^dp-1 +([0-9.e+-]+)", sys.argv[1], re.M)
+ok = m and dp1 and abs(float(m.group(1)) * 4 - float(dp1.group(1))) <= 1e-4 * float(dp1.group(1)) \
+    and float(m.group(2)) >= 1 and float(m.group(3)) >= 1
+sys.exit(0 if ok else 1)' "$out" && echo "ok   search reports perfect scaling, below every strategy" ||
+  fail "perfect scaling: $out"
 sim=$("$loom" simulate --config "$work/cnn.pbtxt" --machine "$p100" --strategy "$work/found.pbtxt" 2>&1) ||
   fail "simulate the found strategy: $sim"
 python3 -c '
