@@ -63,23 +63,32 @@ Status CopyRegion(const Tensor& src, const Region& src_region, Tensor* dst, cons
     std::memcpy(dst->raw_data(), src.raw_data(), elem);
     return Status::Ok();
   }
-  // Rows of the last dimension are contiguous in both; walk the others.
   const std::vector<int64_t> src_strides = src.shape().Strides(), dst_strides = dst->shape().Strides();
   const Shape extent = box.shape();
   if (extent.numel() == 0) return Status::Ok();
-  const size_t row_bytes = static_cast<size_t>(extent[rank - 1]) * elem;
-  std::vector<int64_t> index(static_cast<size_t>(rank), 0);
+  // A row: the box along its last dimension that the tensors do not hold
+  // whole (`last`), with every dimension after it, which the box, src and
+  // dst all span: contiguous in both (a 3x3 kernel's weights split by
+  // output channel copy as one block, not as rows of 3).
+  int last = rank - 1;
+  auto whole_in_both = [&](int i) {
+    return box.lo[i] == src_region.lo[i] && box.hi[i] == src_region.hi[i] && box.lo[i] == dst_region.lo[i] &&
+           box.hi[i] == dst_region.hi[i];
+  };
+  while (last > 0 && whole_in_both(last)) --last;
+  const size_t row_bytes = static_cast<size_t>(extent[last] * src_strides[last]) * elem;
+  std::vector<int64_t> index(static_cast<size_t>(last + 1), 0);
   const char* s = static_cast<const char*>(src.raw_data());
   char* d = static_cast<char*>(dst->raw_data());
   while (true) {
     int64_t so = 0, doff = 0;
-    for (int i = 0; i < rank; ++i) {
+    for (int i = 0; i <= last; ++i) {
       const int64_t at = box.lo[i] + index[i];
       so += (at - src_region.lo[i]) * src_strides[i];
       doff += (at - dst_region.lo[i]) * dst_strides[i];
     }
     std::memcpy(d + doff * static_cast<int64_t>(elem), s + so * static_cast<int64_t>(elem), row_bytes);
-    int i = rank - 2;
+    int i = last - 1;
     for (; i >= 0; --i) {
       if (++index[i] < extent[i]) break;
       index[i] = 0;
