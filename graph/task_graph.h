@@ -197,9 +197,9 @@ struct PartRegions {
 // in row-major order of the dimensions) by its op's `rules`
 // (NodeSplitRules: the sample rule follows the batch), as the lowering
 // plans them; the error BuildTaskGraph would give when its op does not
-// realise the split for these shapes. A split that expands (BatchNorm's sample split) gives
-// the unexpanded op's regions. What a search checks its configurations
-// with, and costs moving values between them by.
+// realise the split for these shapes. A split that expands (BatchNorm's
+// sample split) gives the unexpanded op's regions. What a search checks
+// its configurations with, and costs moving values between them by.
 StatusOr<std::vector<PartRegions>> LayerParts(const Graph& forward, const Node& node, const SplitRules& rules,
                                               const LayerSplit& split);
 

@@ -838,20 +838,25 @@ StepCase DataParallelMlp(TaskGraph* tg) {
   return c;
 }
 
-TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {
-  TaskGraph lowered;
-  const StepCase c = DataParallelMlp(&lowered);
-  const TaskGraph* tg = &lowered;
-  INFO(tg->ToString());
-  std::multiset<ValueId> reduced;
-  for (const Task& t : tg->tasks)
-    if (t.kind == TaskKind::kAllReduce) reduced.insert(tg->pieces[static_cast<size_t>(t.sources[0])].value);
-  std::multiset<ValueId> gradients;
+// The parameters' gradients of a step.
+std::set<ValueId> GradientsOf(const StepCase& c) {
+  std::set<ValueId> gradients;
   for (const auto& [param, grad] : c.step.gradients()) gradients.insert(grad);
+  return gradients;
+}
+
+TEST_CASE("data parallel all-reduces each parameter's gradient once, and else only the loss's sum and count") {
+  TaskGraph tg;
+  const StepCase c = DataParallelMlp(&tg);
+  INFO(tg.ToString());
+  std::multiset<ValueId> reduced;
+  for (const Task& t : tg.tasks)
+    if (t.kind == TaskKind::kAllReduce) reduced.insert(tg.pieces[static_cast<size_t>(t.sources[0])].value);
+  const std::set<ValueId> gradients = GradientsOf(c);
   std::multiset<std::string> others;  // the ops that wrote what else is reduced
   for (ValueId v : reduced) {
     if (gradients.count(v)) continue;
-    const Node& n = tg->graph.node(tg->graph.value(v).producer);
+    const Node& n = tg.graph.node(tg.graph.value(v).producer);
     others.insert(n.op + " " + n.attrs.Str("reduction", "-"));
   }
   for (ValueId g : gradients) CHECK(reduced.count(g) == 1);
@@ -866,16 +871,14 @@ TEST_CASE("data parallel all-reduces each parameter's gradient once, and else on
 // differentiated, as DDP overlaps them; before, every all-reduce came with
 // its update after the whole backward pass, the first layer's first.
 TEST_CASE("data parallel all-reduces each gradient as the backward pass makes it, not after the pass") {
-  TaskGraph lowered;
-  const StepCase c = DataParallelMlp(&lowered);
-  const TaskGraph* tg = &lowered;
-  INFO(tg->ToString());
-  std::set<ValueId> gradients;
-  for (const auto& [param, grad] : c.step.gradients()) gradients.insert(grad);
+  TaskGraph tg;
+  const StepCase c = DataParallelMlp(&tg);
+  INFO(tg.ToString());
+  const std::set<ValueId> gradients = GradientsOf(c);
   std::vector<std::pair<int, int>> reduces;  // (the all-reduce, the task that wrote its first partial sum)
-  for (const Task& t : tg->tasks) {
+  for (const Task& t : tg.tasks) {
     if (t.kind != TaskKind::kAllReduce) continue;
-    const Piece& source = tg->pieces[static_cast<size_t>(t.sources[0])];
+    const Piece& source = tg.pieces[static_cast<size_t>(t.sources[0])];
     if (gradients.count(source.value)) reduces.emplace_back(t.id, source.producer);
   }
   REQUIRE(reduces.size() == gradients.size());
