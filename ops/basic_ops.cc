@@ -232,7 +232,7 @@ Status SumToShapeKernel(KernelContext& ctx) {
     ForEachBroadcast(space.shape, space.sa, space.sb, 0, rows,
                      [&](int64_t i0, int64_t o, int64_t, int64_t len, int64_t step, int64_t) {
                        if (step == 0) {
-                         out[o] += LaneSum<T>(len, [&](int64_t j) { return in[i0 + j]; });
+                         out[o] += ArraySum(in + i0, len);
                        } else {
                          for (int64_t j = 0; j < len; ++j) out[o + j * step] += in[i0 + j];
                        }
@@ -296,7 +296,11 @@ void BroadcastCopy(const Tensor& x, Tensor& y) {
       CollapseBroadcast(y.shape(), BroadcastStrides(x.shape(), y.shape()), std::vector<int64_t>(y.shape().rank(), 0));
   const int64_t rows = y.numel() / space.shape.dim(-1);
   ForEachBroadcast(space.shape, space.sa, space.sb, 0, rows, [&](int64_t o0, int64_t i, int64_t, int64_t len, int64_t step, int64_t) {
-    for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
+    if (step == 0) {  // one value along the row (a scalar seed's gradient, a bias)
+      std::fill(out + o0, out + o0 + len, in[i]);
+    } else {
+      for (int64_t j = 0; j < len; ++j) out[o0 + j] = in[i + j * step];
+    }
   });
 }
 LOOM_REGISTER_KERNEL_SUPPORT("BroadcastTo", DeviceType::kCpu,

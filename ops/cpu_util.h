@@ -68,6 +68,22 @@ Acc LaneSum(int64_t n, Term&& term) {
   return sum;
 }
 
+// LaneSum<T> of p[0, n): the same partial sums in the same order (lane l
+// holds the elements l mod kSumLanes), spelt as vectors, which GCC does not
+// always make of LaneSum's array of partial sums.
+template <typename T>
+T ArraySum(const T* p, int64_t n) {
+  typedef T Lanes __attribute__((vector_size(kSumLanes * sizeof(T))));
+  typedef T UnalignedLanes __attribute__((vector_size(kSumLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  Lanes part = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) part += *reinterpret_cast<const UnalignedLanes*>(p + i);
+  T sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (int l = 0; l < kSumLanes; ++l) sum += part[l];
+  return sum;
+}
+
 // Strides (in elements) of `in` broadcast against `out`: 0 on broadcast dims.
 // `in` is right-aligned to `out`'s rank.
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);

@@ -80,6 +80,31 @@ StatusOr<Row> TimeGraph(const std::string& name, const Graph& graph, int reps) {
   return Row{name, cost.flops / secs / 1e9, (cost.bytes_read + cost.bytes_written) / secs / 1e9, secs};
 }
 
+// `--profile`: where a row's time goes, node by node (an executor that times
+// each kernel, `reps` runs after a warm-up), with each node's own rates.
+Status PrintNodeProfile(const Graph& graph, int reps) {
+  ExecutorOptions eo;
+  eo.profile = true;
+  LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(graph, eo));
+  LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
+  std::map<std::string, Tensor> feeds = RandomFeeds(graph);
+  LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
+  for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
+  for (int i = 0; i < reps; ++i) LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
+  double total = 0;
+  for (const NodeProfile& p : exec->profile()) total += p.seconds;
+  for (size_t i = 0; i < exec->profile().size(); ++i) {
+    const NodeProfile& p = exec->profile()[i];
+    if (p.calls == 0) continue;
+    const OpCost c = NodeCost(graph, graph.nodes()[i]);
+    const double secs = p.seconds / static_cast<double>(p.calls);
+    std::printf("  %-38s %12.3f %12.1f %9.1f%% %10.1f\n", (p.op + " " + p.node).substr(0, 38).c_str(), secs * 1e3,
+                c.flops / secs / 1e9, total > 0 ? 100.0 * p.seconds / total : 0.0,
+                (c.bytes_read + c.bytes_written) / secs / 1e9);
+  }
+  return Status::Ok();
+}
+
 StatusOr<Graph> MatMulGraph(int64_t n) {
   Model m;
   Sym a = m.input("a", {n, n});
@@ -154,16 +179,20 @@ Status BenchKernels(const Flags& flags) {
                              [&](const auto& c) { return c.first.find(only) == std::string::npos; }),
               cases.end());
   if (cases.empty()) return InvalidArgument("--only '", only, "': no kernel's name contains it");
-  const double roof1_before = EigenGemmGflops(static_cast<int>(reps));
+  const bool profile = flags.Bool("profile");
+  // The roofs are bests of at most 10 runs: more moves them little, and a
+  // profile of many kernel repetitions would be mostly roof.
+  const int roof_reps = static_cast<int>(std::min<int64_t>(reps, 10));
+  const double roof1_before = EigenGemmGflops(roof_reps);
   std::vector<Row> rows;
   for (auto& [name, graph] : cases) {
     LOOM_RETURN_IF_ERROR(graph.status().WithContext(name));
     LOOM_ASSIGN_OR_RETURN(Row r, TimeGraph(name, *graph, static_cast<int>(reps)));
     rows.push_back(r);
   }
-  const double roof1 = std::max(roof1_before, EigenGemmGflops(static_cast<int>(reps)));
+  const double roof1 = std::max(roof1_before, EigenGemmGflops(roof_reps));
   const double roof = roof1 * static_cast<double>(threads);
-  const double bandwidth = StreamGbps(static_cast<int>(reps));
+  const double bandwidth = StreamGbps(roof_reps);
   // Which instructions ran: the same binary runs on AVX2 and AVX-512
   // machines, and the vector width it was built for decides its speed.
   std::printf("cpu: %s (%s); kernels: %s\n", CpuModelName().c_str(), CpuVectorFeatures().c_str(),
@@ -182,6 +211,7 @@ Status BenchKernels(const Flags& flags) {
     const Row& r = rows[i];
     std::printf("%-40s %12.3f %12.1f %9.1f%% %10.1f %9.1f%%\n", r.name.c_str(), r.seconds * 1e3, r.gflops,
                 100.0 * r.gflops / roof, r.gbps, 100.0 * r.gbps / bandwidth);
+    if (profile) LOOM_RETURN_IF_ERROR(PrintNodeProfile(*cases[i].second, static_cast<int>(reps)));
     json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name + "\", \"seconds\": " + std::to_string(r.seconds) +
             ", \"gflops\": " + std::to_string(r.gflops) + ", \"fraction_of_roof\": " + std::to_string(r.gflops / roof) +
             ", \"gbps\": " + std::to_string(r.gbps) +
@@ -612,13 +642,14 @@ Status BenchCommand(const std::vector<std::string>& args) {
     return BenchProfile(flags);
   }
   if (args.empty() || args[0] != "kernels")
-    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--only TEXT] [--json FILE]\n"
+    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--only TEXT] [--profile] [--json FILE]\n"
                            "       loom bench profile --config FILE [--steps N]\n"
                            "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]\n"
                            "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model,FILE]");
   Flags flags({{"threads", "threads for loom and for the roof (default: all cores)"},
-               {"reps", "timed repetitions per case; the fastest is reported (default 5)"},
+               {"reps", "timed repetitions per case; the fastest is reported (default 5; the roofs take at most 10)"},
                {"only", "only the kernels whose name contains this text (\"depthwise\", \"matmul 256\")"},
+               {"profile?", "after each row, its nodes: ms per run, GFLOP/s, share of the row, GB/s"},
                {"json", "also write the results as JSON to this file"}});
   LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));
   if (flags.help_requested()) {
