@@ -305,7 +305,10 @@ void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* xp, Thre
 // reads xp[oy * SH + ki * DH][ox * SW + kj * DW], which is element
 // oy * WQ + ox of its phase shifted by (ki * DH / SH) * WQ + kj * DW / SW: each
 // tap is then one unit-stride stream over a "wide" output [OH, WQ] whose
-// columns past OW are scratch.
+// columns past OW are scratch. The products walk each row's OW real
+// columns only, and skip the taps that would read padding rows (a 5x5
+// kernel on an 8x8 plane computes 34 of 40 row products, on 8 of 12
+// columns).
 //
 // The channels (one per group) go kLanes at a time, interleaved element by
 // element ([position][lane], a "blocked" layout): a tap is then a
@@ -327,15 +330,20 @@ struct PhasePlan {
   std::vector<int64_t> taps;  // tap ki * KW + kj's stream offset in the phases
   // The pixels of a plane [H, W] as runs contiguous in a phase: pixels
   // image + j * SW, j < count, of one image row land at phase + j.
+  // [tap_lo, tap_hi): the entries of its phase's PhaseTaps::taps that reach
+  // an output row inside the plane (the input gradient skips the rest).
   struct Run {
     int64_t image, phase, count;
+    int64_t tap_lo = 0, tap_hi = 0;
   };
   std::vector<Run> runs;
+  // Output row oy's taps that read an image row, not padding: [first, last)
+  // (taps go row by row, so they are one range).
+  std::vector<std::pair<int64_t, int64_t>> row_taps;
   // The input gradient gathers into each phase from the taps that read it:
   // position q of phase p is the sum over its taps of weight times the
-  // wide plane at q - shift, for q in [lo, hi) (the phase's pixels).
+  // wide plane at q - shift, for q in the phase's runs.
   struct PhaseTaps {
-    int64_t lo, hi;
     std::vector<std::pair<int64_t, int64_t>> taps;  // (tap, shift)
   };
   std::vector<PhaseTaps> by_phase;
@@ -367,16 +375,30 @@ PhasePlan PlanPhases(const ConvGeom& g) {
         l.runs.push_back({iy * g.w + ix0, row + pc * l.plane + (ix0 + g.pw) / g.sw, (g.w - ix0 + g.sw - 1) / g.sw});
     }
   }
-  l.by_phase.assign(static_cast<size_t>(l.phases), PhasePlan::PhaseTaps{l.plane, 0, {}});
+  l.by_phase.assign(static_cast<size_t>(l.phases), PhasePlan::PhaseTaps{});
   for (size_t r = 0; r < l.taps.size(); ++r) {
     const int64_t shift = l.taps[r] % l.plane;
     l.by_phase[static_cast<size_t>(l.taps[r] / l.plane)].taps.push_back({static_cast<int64_t>(r), shift});
     l.margin = std::max(l.margin, shift);
   }
-  for (const PhasePlan::Run& r : l.runs) {
-    PhasePlan::PhaseTaps& p = l.by_phase[static_cast<size_t>(r.phase / l.plane)];
-    p.lo = std::min(p.lo, r.phase % l.plane);
-    p.hi = std::max(p.hi, r.phase % l.plane + r.count);
+  for (PhasePlan::Run& r : l.runs) {
+    const PhasePlan::PhaseTaps& p = l.by_phase[static_cast<size_t>(r.phase / l.plane)];
+    // The run's image row reaches output row (py - ki * DH) / SH through
+    // row ki of the kernel, exactly (the phase has the taps whose offsets
+    // divide); the taps of rows out of [0, OH) read zeros.
+    const int64_t py = r.image / g.w + g.ph;
+    auto reaches = [&](int64_t tap) { return (py - (tap / g.kw) * g.dh) / g.sh; };
+    r.tap_lo = 0;
+    r.tap_hi = static_cast<int64_t>(p.taps.size());
+    while (r.tap_lo < r.tap_hi && reaches(p.taps[r.tap_lo].first) >= g.oh) ++r.tap_lo;
+    while (r.tap_hi > r.tap_lo && reaches(p.taps[r.tap_hi - 1].first) < 0) --r.tap_hi;
+  }
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    auto inside = [&](int64_t ki) { return oy * g.sh + ki * g.dh - g.ph >= 0 && oy * g.sh + ki * g.dh - g.ph < g.h; };
+    int64_t lo = 0, hi = g.kh;
+    while (lo < hi && !inside(lo)) ++lo;
+    while (hi > lo && !inside(hi - 1)) --hi;
+    l.row_taps.push_back({lo * g.kw, hi * g.kw});
   }
   return l;
 }
@@ -391,11 +413,14 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
 }
 
 // The copies into and out of the blocked layout are transposes: channel v
-// of a block is a row of positions, and the layout is its columns.
+// of a block is a row of positions, and the layout is its columns. They run
+// once per row of a small plane, so they are inlined: a call costs as much
+// as a 4-position transpose.
+#define LOOM_INLINE inline __attribute__((always_inline))
 #if defined(__AVX__)
 // dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8: eight
 // rows in, eight rows out, in 24 shuffles instead of 64 scattered stores.
-inline void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
+LOOM_INLINE void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
   __m256 r[8], t[8], u[8];
   for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
   for (int k = 0; k < 8; k += 2) {
@@ -421,23 +446,23 @@ inline void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t d
 
 // Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
 // (the rows of a small plane, 4 wide, or what is left of a longer one).
-inline void Interleave8x4(const float* src, int64_t ld, float* blocked) {
+LOOM_INLINE void Interleave8x4(const float* src, int64_t ld, float* blocked) {
   __m128 r[8];
   for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_ps(src + k * ld);
   _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
   _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
-  for (int i = 0; i < 4; ++i) {
-    _mm_storeu_ps(blocked + i * 8, r[i]);
-    _mm_storeu_ps(blocked + i * 8 + 4, r[i + 4]);
-  }
+  // Whole 8-lane stores: the taps read each position as one 32-byte load,
+  // which two 16-byte stores in flight could not forward to.
+  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(blocked + i * 8, _mm256_set_m128(r[i + 4], r[i]));
 }
 
 // Its adjoint: dst[k * ld + i] = (add[k] +) blocked[i * 8 + k].
-inline void Deinterleave4x8(const float* blocked, const float* add, float* dst, int64_t ld) {
+LOOM_INLINE void Deinterleave4x8(const float* blocked, const float* add, float* dst, int64_t ld) {
   __m128 r[8];
   for (int i = 0; i < 4; ++i) {
-    r[i] = _mm_loadu_ps(blocked + i * 8);
-    r[i + 4] = _mm_loadu_ps(blocked + i * 8 + 4);
+    const __m256 position = _mm256_loadu_ps(blocked + i * 8);
+    r[i] = _mm256_castps256_ps128(position);
+    r[i + 4] = _mm256_extractf128_ps(position, 1);
   }
   _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
   _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
@@ -448,7 +473,7 @@ inline void Deinterleave4x8(const float* blocked, const float* add, float* dst, 
 // blocked[j * kLanes + v] = src[v * ld + j * step] for positions j < count
 // and lanes v < lanes.
 template <typename T>
-void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked) {
+LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
@@ -464,7 +489,7 @@ void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t l
 // dst[v * ld + j * step] = (add[v] +) blocked[j * kLanes + v]: the adjoint
 // of Interleave (a bias added on the way).
 template <typename T>
-void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, T* dst, int64_t ld, int64_t step) {
+LOOM_INLINE void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, T* dst, int64_t ld, int64_t step) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
@@ -518,26 +543,37 @@ void FromWide(const ConvGeom& g, const PhasePlan& l, const T* wide, int64_t stri
 
 // A position's kLanes channels as one vector (GCC/Clang vector extensions):
 // a tap is one multiply-add of whole vectors, its weights loaded once.
+// Loads and stores go through an unaligned, aliasing twin of the type, so
+// each is one vector move: a memcpy is split into 16-byte pieces under
+// .bazelrc's -mmove-max=128, and the sums then round-trip through the stack.
 template <typename T>
 struct LaneVector {
   typedef T Type __attribute__((vector_size(kLanes * sizeof(T))));
-  static Type Load(const T* p) {
-    Type v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void Store(T* p, const Type& v) { std::memcpy(p, &v, sizeof v); }
+  typedef T Unaligned __attribute__((vector_size(kLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  static Type Load(const T* p) { return *reinterpret_cast<const Unaligned*>(p); }
+  static void Store(T* p, const Type& v) { *reinterpret_cast<Unaligned*>(p) = v; }
 };
 
-// wide[i0, i0 + kCount) = bias + the taps' weights times their streams,
-// lane by lane, the positions' sums held in registers over all taps (each
-// stream read once, each sum written once) in the taps' order.
+// Calls fn(std::integral_constant<int64_t, n>, i) over [begin, end) in
+// blocks of 8, then of 4, 2 and 1: the tap loops below hold a block's sums
+// in registers, so its size is a compile-time constant.
+template <int64_t kMax = 8, typename Fn>
+void ForEachBlock(int64_t begin, int64_t end, Fn&& fn) {
+  int64_t i = begin;
+  for (; i + kMax <= end; i += kMax) fn(std::integral_constant<int64_t, kMax>(), i);
+  if constexpr (kMax > 1) ForEachBlock<kMax / 2>(i, end, fn);
+}
+
+// wide[i0, i0 + kCount) = bias + taps [r0, r1)'s weights times their
+// streams, lane by lane, the positions' sums held in registers over the
+// taps (each stream read once, each sum written once) in the taps' order.
 template <int64_t kCount, typename T>
-void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T* bias, int64_t i0, T* wide) {
+void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T* bias, int64_t r0, int64_t r1,
+                  int64_t i0, T* wide) {
   using V = LaneVector<T>;
   typename V::Type acc[kCount];
   for (int64_t p = 0; p < kCount; ++p) acc[p] = V::Load(bias);
-  for (size_t r = 0; r < l.taps.size(); ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const T* in = phases + (l.taps[r] + i0) * kLanes;
     const typename V::Type w = V::Load(weights + r * kLanes);
     for (int64_t p = 0; p < kCount; ++p) acc[p] += w * V::Load(in + p * kLanes);
@@ -545,26 +581,31 @@ void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T
   for (int64_t p = 0; p < kCount; ++p) V::Store(wide + (i0 + p) * kLanes, acc[p]);
 }
 
-// The whole wide plane: eight positions at a time, then one by one.
+// The wide plane's OW real columns of each row, from the taps that read
+// image rows (the others would add products with padding zeros; the
+// scratch columns past OW are never read).
 template <typename T>
-void SumTaps(const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
-  constexpr int64_t kPositions = 8;
-  int64_t i = 0;
-  for (; i + kPositions <= l.wide; i += kPositions) SumTapsBlock<kPositions>(l, phases, weights, bias, i, wide);
-  for (; i < l.wide; ++i) SumTapsBlock<1>(l, phases, weights, bias, i, wide);
+void SumTaps(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const auto [r0, r1] = l.row_taps[oy];
+    ForEachBlock(oy * l.wq, oy * l.wq + g.ow, [&](auto count, int64_t i) {
+      SumTapsBlock<decltype(count)::value>(l, phases, weights, bias, r0, r1, i, wide);
+    });
+  }
 }
 
-// The input gradient's gather into phase p, positions [q0, q0 + kCount):
-// out (+)= the sum over the phase's taps of their weights times the wide
-// plane at q - shift (`wide` points at the plane's position 0, with `margin`
-// zero positions before it and zeros past its end).
+// The input gradient's gather into phase positions [q0, q0 + kCount):
+// out (+)= the sum over taps [t0, t1) of the phase's list of their weights
+// times the wide plane at q - shift (`wide` points at the plane's position
+// 0, with `margin` zero positions before it and zeros past its end).
 template <int64_t kCount, typename T>
-void GatherTapsBlock(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, bool accumulate, int64_t q0,
-                     T* out) {
+void GatherTapsBlock(const PhasePlan::PhaseTaps& p, int64_t t0, int64_t t1, const T* wide, const T* weights,
+                     bool accumulate, int64_t q0, T* out) {
   using V = LaneVector<T>;
   typename V::Type acc[kCount];
   for (int64_t j = 0; j < kCount; ++j) acc[j] = accumulate ? V::Load(out + (q0 + j) * kLanes) : typename V::Type{};
-  for (const auto& [r, shift] : p.taps) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto [r, shift] = p.taps[t];
     const T* in = wide + (q0 - shift) * kLanes;
     const typename V::Type w = V::Load(weights + r * kLanes);
     for (int64_t j = 0; j < kCount; ++j) acc[j] += w * V::Load(in + j * kLanes);
@@ -572,28 +613,42 @@ void GatherTapsBlock(const PhasePlan::PhaseTaps& p, const T* wide, const T* weig
   for (int64_t j = 0; j < kCount; ++j) V::Store(out + (q0 + j) * kLanes, acc[j]);
 }
 
+// The image pixels of the phases (their runs, not the padding between
+// them, which FromPhases never reads), each from the taps that reach an
+// output row.
 template <typename T>
-void GatherTaps(const PhasePlan::PhaseTaps& p, const T* wide, const T* weights, bool accumulate, T* out) {
-  constexpr int64_t kPositions = 8;
-  int64_t q = p.lo;
-  for (; q + kPositions <= p.hi; q += kPositions) GatherTapsBlock<kPositions>(p, wide, weights, accumulate, q, out);
-  for (; q < p.hi; ++q) GatherTapsBlock<1>(p, wide, weights, accumulate, q, out);
+void GatherTaps(const PhasePlan& l, const T* wide, const T* weights, bool accumulate, T* phases) {
+  for (const PhasePlan::Run& run : l.runs) {
+    const PhasePlan::PhaseTaps& p = l.by_phase[static_cast<size_t>(run.phase / l.plane)];
+    T* out = phases + (run.phase / l.plane) * l.plane * kLanes;
+    const int64_t q = run.phase % l.plane;
+    ForEachBlock(q, q + run.count, [&](auto count, int64_t q0) {
+      GatherTapsBlock<decltype(count)::value>(p, run.tap_lo, run.tap_hi, wide, weights, accumulate, q0, out);
+    });
+  }
 }
 
 // The weight gradient's products of taps [r0, r0 + kGroup): per tap and
-// lane, the sum over the wide plane of dy times the tap's stream, each a
-// running sum in registers (the group's taps are independent chains; dy is
-// read once for all of them), added to sums [kGroup, kLanes].
+// lane, the sum over the wide plane's real columns of dy times the tap's
+// stream, each a running sum in registers (the group's taps are
+// independent chains; dy is read once for all of them), added to sums
+// [kGroup, kLanes]. Rows where every tap of the group reads padding add
+// nothing and are skipped.
 template <int64_t kGroup, typename T>
-void TapDotsGroup(const PhasePlan& l, const T* phases, const T* dyw, int64_t r0, T* sums) {
+void TapDotsGroup(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* dyw, int64_t r0, T* sums) {
   using V = LaneVector<T>;
   typename V::Type acc[kGroup] = {};
   const T* in[kGroup];
   for (int64_t t = 0; t < kGroup; ++t) in[t] = phases + l.taps[r0 + t] * kLanes;
-  for (int64_t i = 0; i < l.wide; ++i) {
-    const typename V::Type d = V::Load(dyw + i * kLanes);
-    for (int64_t t = 0; t < kGroup; ++t) acc[t] += d * V::Load(in[t] + i * kLanes);
-  }
+  auto add = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const typename V::Type d = V::Load(dyw + i * kLanes);
+      for (int64_t t = 0; t < kGroup; ++t) acc[t] += d * V::Load(in[t] + i * kLanes);
+    }
+  };
+  auto reads_image = [&](int64_t oy) { return l.row_taps[oy].second > r0 && l.row_taps[oy].first < r0 + kGroup; };
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    if (reads_image(oy)) add(oy * l.wq, oy * l.wq + g.ow);
   for (int64_t t = 0; t < kGroup; ++t) V::Store(sums + t * kLanes, V::Load(sums + t * kLanes) + acc[t]);
 }
 
@@ -601,21 +656,21 @@ void TapDotsGroup(const PhasePlan& l, const T* phases, const T* dyw, int64_t r0,
 // eight taps (enough chains to hide the multiply-add latency, few enough
 // registers), as even as the tap count allows.
 template <typename T>
-void TapDots(const PhasePlan& l, const T* phases, const T* dyw, T* sums) {
+void TapDots(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* dyw, T* sums) {
   const int64_t taps = static_cast<int64_t>(l.taps.size());
   const int64_t groups = (taps + 7) / 8;
   for (int64_t gi = 0, r0 = 0; gi < groups; ++gi) {
     const int64_t size = (taps - r0) / (groups - gi) + ((taps - r0) % (groups - gi) ? 1 : 0);
     T* out = sums + r0 * kLanes;
     switch (size) {
-      case 1: TapDotsGroup<1>(l, phases, dyw, r0, out); break;
-      case 2: TapDotsGroup<2>(l, phases, dyw, r0, out); break;
-      case 3: TapDotsGroup<3>(l, phases, dyw, r0, out); break;
-      case 4: TapDotsGroup<4>(l, phases, dyw, r0, out); break;
-      case 5: TapDotsGroup<5>(l, phases, dyw, r0, out); break;
-      case 6: TapDotsGroup<6>(l, phases, dyw, r0, out); break;
-      case 7: TapDotsGroup<7>(l, phases, dyw, r0, out); break;
-      default: TapDotsGroup<8>(l, phases, dyw, r0, out); break;
+      case 1: TapDotsGroup<1>(g, l, phases, dyw, r0, out); break;
+      case 2: TapDotsGroup<2>(g, l, phases, dyw, r0, out); break;
+      case 3: TapDotsGroup<3>(g, l, phases, dyw, r0, out); break;
+      case 4: TapDotsGroup<4>(g, l, phases, dyw, r0, out); break;
+      case 5: TapDotsGroup<5>(g, l, phases, dyw, r0, out); break;
+      case 6: TapDotsGroup<6>(g, l, phases, dyw, r0, out); break;
+      case 7: TapDotsGroup<7>(g, l, phases, dyw, r0, out); break;
+      default: TapDotsGroup<8>(g, l, phases, dyw, r0, out); break;
     }
     r0 += size;
   }
@@ -797,7 +852,7 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
         T lane_bias[kLanes] = {};
         if (bias)
           for (int64_t v = 0; v < b.lanes; ++v) lane_bias[v] = bias[(b.c0 + v) * og + oc];
-        SumTaps(l, ws.phases, TapWeights(g, weights, b, oc), lane_bias, ws.wide);
+        SumTaps(g, l, ws.phases, TapWeights(g, weights, b, oc), lane_bias, ws.wide);
         FromWide(g, l, ws.wide, og * ohw, b.lanes, cols + (n * g.o + b.c0 * og + oc) * ohw);
       }
     });
@@ -851,8 +906,7 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
       for (int64_t oc = 0; oc < og; ++oc) {
         // Zero past OW and in missing lanes: those positions add nothing.
         ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, dyw, &ws.wide_zeroed);
-        for (int64_t p = 0; p < l.phases; ++p)
-          GatherTaps(l.by_phase[p], dyw, TapWeights(g, weights, b, oc), oc > 0, ws.phases + p * l.plane * kLanes);
+        GatherTaps(l, dyw, TapWeights(g, weights, b, oc), oc > 0, ws.phases);
       }
       FromPhases(g, l, ws.phases, bias ? bias + b.c0 : nullptr, b.lanes, image + (n * g.c + b.c0) * g.hw());
     });
@@ -907,7 +961,7 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
       for (int64_t oc = 0; oc < og; ++oc) {
         // Zero past OW and in missing lanes: those positions add nothing.
         ToWide(g, l, cols + (n * g.o + b.c0 * og + oc) * ohw, og * ohw, b.lanes, ws.wide, &ws.wide_zeroed);
-        TapDots(l, ws.phases, ws.wide, sums + oc * k * kLanes);
+        TapDots(g, l, ws.phases, ws.wide, sums + oc * k * kLanes);
       }
     }
     for (int64_t v = 0; v < b.lanes; ++v)

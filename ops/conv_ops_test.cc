@@ -156,6 +156,14 @@ std::vector<OpCase> Conv2dCases() {
       {"conv2d depthwise strides 2 x 3, dilation 2 x 3, multiplier 2", "Conv2d",
        {{"stride", Ints{2, 3}}, {"padding", Ints{2, 1}}, {"dilation", Ints{2, 3}}, {"groups", int64_t{2}}},
        {U({2, 2, 7, 8}), U({4, 1, 3, 2}), U({4})}, ConvRef},
+      // Each output row sums only the taps that read image rows, and each
+      // image row gathers only from the output rows it reaches: rows of
+      // bias alone where the padding is past the kernel's reach, and image
+      // rows no output reads (the last of a stride-2 walk).
+      {"conv2d depthwise padding past the kernel's reach", "Conv2d",
+       {{"padding", Ints{3, 1}}, {"groups", int64_t{3}}}, {U({2, 3, 3, 4}), U({3, 1, 3, 3}), U({3})}, ConvRef},
+      {"conv2d depthwise stride 2 leaves the last image row unread", "Conv2d",
+       {{"stride", int64_t{2}}, {"groups", int64_t{3}}}, {U({2, 3, 6, 6}), U({3, 1, 3, 3}), U({3})}, ConvRef},
       {"conv2d 1x1 stride 2 (not pointwise)", "Conv2d", {{"stride", Ints{2, 2}}}, {U({1, 3, 5, 5}), U({2, 3, 1, 1})},
        ConvRef},
       {"conv2d kernel as large as the padded input", "Conv2d", {{"padding", Ints{1, 0}}},
