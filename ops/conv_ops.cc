@@ -820,10 +820,20 @@ void ForEachBatch(ThreadPool* pool, const ConvGeom& g, Fn&& fn) {
 
 // Runs fn(image, channel_block, workspace) for each image and block of
 // kLanes channels of a Direct() convolution, as tasks of RunTasks.
+// A task takes several consecutive (image, block) pairs when planes are
+// small: handing out one costs about as much as a 4x4 plane's arithmetic.
+// (The pairs are independent: how they group never changes a result.)
+constexpr int64_t kTaskPositions = 256;
+int64_t ImagesPerTask(const ConvGeom& g) {
+  return std::max<int64_t>(1, kTaskPositions / std::max<int64_t>(1, std::max(g.hw(), g.ohw())));
+}
 template <typename T, typename Fn>
 void ForEachChannelBlock(ThreadPool* pool, const ConvGeom& g, const PhasePlan& l, Fn&& fn) {
-  RunTasks<T>(pool, g, l, g.n * ChannelBlocks(g), [&](int64_t task, ThreadPool*, Workspace<T>& ws) {
-    fn(task / ChannelBlocks(g), BlockOf(g, task % ChannelBlocks(g)), ws);
+  const int64_t pairs = g.n * ChannelBlocks(g);
+  const int64_t per_task = ImagesPerTask(g);
+  RunTasks<T>(pool, g, l, (pairs + per_task - 1) / per_task, [&](int64_t task, ThreadPool*, Workspace<T>& ws) {
+    for (int64_t pair = task * per_task; pair < std::min(pairs, (task + 1) * per_task); ++pair)
+      fn(pair / ChannelBlocks(g), BlockOf(g, pair % ChannelBlocks(g)), ws);
   });
 }
 
@@ -1004,7 +1014,11 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
   const int64_t size = g.o * k;
   // Batched() blocks hold whole batches: a block of fewer images would
   // throw away the point of gathering them.
-  const int64_t images = Batched(g) ? (g.n + BatchImages(g) - 1) / BatchImages(g) : g.n;
+  // Direct() blocks of small planes take several images, as its forward
+  // tasks take several pairs (ImagesPerTask).
+  const int64_t images = Batched(g)  ? (g.n + BatchImages(g) - 1) / BatchImages(g)
+                         : Direct(g) ? (g.n + ImagesPerTask(g) - 1) / ImagesPerTask(g)
+                                     : g.n;
   const int64_t blocks = std::clamp<int64_t>(std::min(kMaxPartialElems / std::max<int64_t>(1, size), images), 1,
                                              kMaxBatchBlocks);
   // [blocks, O, K], every element written by its block before it is read.
