@@ -420,9 +420,9 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
 #if defined(__AVX__)
 // dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8: eight
 // rows in, eight rows out, in 24 shuffles instead of 64 scattered stores.
-LOOM_INLINE void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
-  __m256 r[8], t[8], u[8];
-  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
+// TransposeRows: the same with rows r[k] already loaded.
+LOOM_INLINE void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld, const float* add) {
+  __m256 t[8], u[8];
   for (int k = 0; k < 8; k += 2) {
     t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);      // k0 k+1,0 k1 k+1,1 | k4 k+1,4 k5 k+1,5
     t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);  // k2 k+1,2 k3 k+1,3 | k6 ...
@@ -443,6 +443,18 @@ LOOM_INLINE void Transpose8x8(const float* src, int64_t src_ld, float* dst, int6
     _mm256_storeu_ps(dst + (i + 4) * dst_ld, hi);
   }
 }
+LOOM_INLINE void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
+  __m256 r[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
+  TransposeRows(r, dst, dst_ld, add);
+}
+#if defined(__AVX2__)
+// p[0], p[2], ..., p[14]: eight positions of a stride-2 convolution's phase.
+LOOM_INLINE __m256 LoadEvens(const float* p) {
+  const __m256 pairs = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+#endif
 
 // Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
 // (the rows of a small plane, 4 wide, or what is left of a longer one).
@@ -471,9 +483,10 @@ LOOM_INLINE void Deinterleave4x8(const float* blocked, const float* add, float* 
 #endif
 
 // blocked[j * kLanes + v] = src[v * ld + j * step] for positions j < count
-// and lanes v < lanes.
+// and lanes v < lanes; src[v * ld + i] is readable for i < span.
 template <typename T>
-LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked) {
+LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked,
+                            int64_t span) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
@@ -481,6 +494,16 @@ LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t coun
       for (; j + 8 <= count; j += 8) Transpose8x8(src + j, ld, blocked + j * kLanes, kLanes, nullptr);
       for (; j + 4 <= count; j += 4) Interleave8x4(src + j, ld, blocked + j * kLanes);
     }
+#if defined(__AVX2__)
+  // Stride 2: each channel's 16 elements from position j, evens kept.
+  if constexpr (std::is_same_v<T, float> && kLanes == 8)
+    if (step == 2 && lanes == kLanes)
+      for (; j + 8 <= count && 2 * j + 16 <= span; j += 8) {
+        __m256 r[8];
+        for (int v = 0; v < 8; ++v) r[v] = LoadEvens(src + v * ld + 2 * j);
+        TransposeRows(r, blocked + j * kLanes, kLanes, nullptr);
+      }
+#endif
 #endif
   for (; j < count; ++j)
     for (int64_t v = 0; v < lanes; ++v) blocked[j * kLanes + v] = src[v * ld + j * step];
@@ -515,7 +538,7 @@ void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, 
   if (!*zeroed || lanes < kLanes) std::fill(phases, phases + l.numel() * kLanes, T(0));
   *zeroed = true;
   for (const PhasePlan::Run& r : l.runs)
-    Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes);
+    Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes, g.w - r.image % g.w);
 }
 
 // x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
@@ -532,7 +555,7 @@ template <typename T>
 void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, int64_t lanes, T* wide, bool* zeroed) {
   if (!*zeroed || lanes < kLanes) std::fill(wide, wide + l.wide * kLanes, T(0));
   *zeroed = true;
-  for (int64_t oy = 0; oy < g.oh; ++oy) Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes);
+  for (int64_t oy = 0; oy < g.oh; ++oy) Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes, g.ow);
 }
 
 template <typename T>
@@ -717,12 +740,25 @@ struct PlaneBlock {
   int64_t cols() const { return (n1 - n0) * size; }
 };
 
+// dst[0, n) = src[0, n) for the planes below kBatchedPlaneBelow: whole
+// vectors, then a tail of fixed bound (a plane of 16 or 4 elements costs
+// memmove, which GCC makes of any plain copy loop, more in the call than
+// in the copy).
+template <typename T>
+void CopyPlane(const T* src, int64_t n, T* dst) {
+  using V = LaneVector<T>;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) V::Store(dst + j, V::Load(src + j));
+  for (int64_t t = 0; t < kLanes - 1; ++t)
+    if (j + t < n) dst[j + t] = src[j + t];
+}
+
 // dst [planes, cols] = the block's planes, its images side by side.
 template <typename T>
 void GatherPlanes(const T* src, const PlaneBlock& b, T* dst) {
   for (int64_t n = b.n0; n < b.n1; ++n)
     for (int64_t i = 0; i < b.planes; ++i)
-      std::copy_n(src + (n * b.p + b.p0 + i) * b.size, b.size, dst + i * b.cols() + (n - b.n0) * b.size);
+      CopyPlane(src + (n * b.p + b.p0 + i) * b.size, b.size, dst + i * b.cols() + (n - b.n0) * b.size);
 }
 
 // The block's planes = src [planes, cols] (+ bias[i] on plane i).

@@ -164,6 +164,11 @@ std::vector<OpCase> Conv2dCases() {
        {{"padding", Ints{3, 1}}, {"groups", int64_t{3}}}, {U({2, 3, 3, 4}), U({3, 1, 3, 3}), U({3})}, ConvRef},
       {"conv2d depthwise stride 2 leaves the last image row unread", "Conv2d",
        {{"stride", int64_t{2}}, {"groups", int64_t{3}}}, {U({2, 3, 6, 6}), U({3, 1, 3, 3}), U({3})}, ConvRef},
+      // Stride-2 rows of whole blocks go into the blocked layout as even
+      // elements and 8 x 8 transposes, the row's last elements one by one.
+      {"conv2d depthwise 16 channels, stride 2, rows of 31", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"groups", int64_t{16}}},
+       {U({2, 16, 5, 31}), U({16, 1, 3, 3}), U({16})}, ConvRef},
       {"conv2d 1x1 stride 2 (not pointwise)", "Conv2d", {{"stride", Ints{2, 2}}}, {U({1, 3, 5, 5}), U({2, 3, 1, 1})},
        ConvRef},
       {"conv2d kernel as large as the padded input", "Conv2d", {{"padding", Ints{1, 0}}},
