@@ -413,15 +413,12 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
 }
 
 // The copies into and out of the blocked layout are transposes: channel v
-// of a block is a row of positions, and the layout is its columns. They run
-// once per row of a small plane, so they are inlined: a call costs as much
-// as a 4-position transpose.
-#define LOOM_INLINE inline __attribute__((always_inline))
+// of a block is a row of positions, and the layout is its columns.
 #if defined(__AVX__)
 // dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8: eight
 // rows in, eight rows out, in 24 shuffles instead of 64 scattered stores.
 // TransposeRows: the same with rows r[k] already loaded.
-LOOM_INLINE void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld, const float* add) {
+inline void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld, const float* add) {
   __m256 t[8], u[8];
   for (int k = 0; k < 8; k += 2) {
     t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);      // k0 k+1,0 k1 k+1,1 | k4 k+1,4 k5 k+1,5
@@ -443,14 +440,14 @@ LOOM_INLINE void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld,
     _mm256_storeu_ps(dst + (i + 4) * dst_ld, hi);
   }
 }
-LOOM_INLINE void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
+inline void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
   __m256 r[8];
   for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
   TransposeRows(r, dst, dst_ld, add);
 }
 #if defined(__AVX2__)
 // p[0], p[2], ..., p[14]: eight positions of a stride-2 convolution's phase.
-LOOM_INLINE __m256 LoadEvens(const float* p) {
+inline __m256 LoadEvens(const float* p) {
   const __m256 pairs = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
 }
@@ -458,7 +455,7 @@ LOOM_INLINE __m256 LoadEvens(const float* p) {
 
 // Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
 // (the rows of a small plane, 4 wide, or what is left of a longer one).
-LOOM_INLINE void Interleave8x4(const float* src, int64_t ld, float* blocked) {
+inline void Interleave8x4(const float* src, int64_t ld, float* blocked) {
   __m128 r[8];
   for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_ps(src + k * ld);
   _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
@@ -469,7 +466,7 @@ LOOM_INLINE void Interleave8x4(const float* src, int64_t ld, float* blocked) {
 }
 
 // Its adjoint: dst[k * ld + i] = (add[k] +) blocked[i * 8 + k].
-LOOM_INLINE void Deinterleave4x8(const float* blocked, const float* add, float* dst, int64_t ld) {
+inline void Deinterleave4x8(const float* blocked, const float* add, float* dst, int64_t ld) {
   __m128 r[8];
   for (int i = 0; i < 4; ++i) {
     const __m256 position = _mm256_loadu_ps(blocked + i * 8);
@@ -485,8 +482,7 @@ LOOM_INLINE void Deinterleave4x8(const float* blocked, const float* add, float* 
 // blocked[j * kLanes + v] = src[v * ld + j * step] for positions j < count
 // and lanes v < lanes; src[v * ld + i] is readable for i < span.
 template <typename T>
-LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked,
-                            int64_t span) {
+void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked, int64_t span) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
@@ -512,7 +508,7 @@ LOOM_INLINE void Interleave(const T* src, int64_t ld, int64_t step, int64_t coun
 // dst[v * ld + j * step] = (add[v] +) blocked[j * kLanes + v]: the adjoint
 // of Interleave (a bias added on the way).
 template <typename T>
-LOOM_INLINE void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, T* dst, int64_t ld, int64_t step) {
+void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, T* dst, int64_t ld, int64_t step) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
@@ -555,7 +551,8 @@ template <typename T>
 void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, int64_t lanes, T* wide, bool* zeroed) {
   if (!*zeroed || lanes < kLanes) std::fill(wide, wide + l.wide * kLanes, T(0));
   *zeroed = true;
-  for (int64_t oy = 0; oy < g.oh; ++oy) Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes, g.ow);
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes, g.ow);
 }
 
 template <typename T>
@@ -610,7 +607,7 @@ void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T
 template <typename T>
 void SumTaps(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
   for (int64_t oy = 0; oy < g.oh; ++oy) {
-    const auto [r0, r1] = l.row_taps[oy];
+    const int64_t r0 = l.row_taps[oy].first, r1 = l.row_taps[oy].second;  // (a lambda cannot capture a binding)
     ForEachBlock(oy * l.wq, oy * l.wq + g.ow, [&](auto count, int64_t i) {
       SumTapsBlock<decltype(count)::value>(l, phases, weights, bias, r0, r1, i, wide);
     });

@@ -642,7 +642,8 @@ Status BenchCommand(const std::vector<std::string>& args) {
     return BenchProfile(flags);
   }
   if (args.empty() || args[0] != "kernels")
-    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--only TEXT] [--profile] [--json FILE]\n"
+    return InvalidArgument("usage: loom bench kernels [--threads T] [--reps N] [--only TEXT] [--profile]\n"
+                           "                          [--json FILE]\n"
                            "       loom bench profile --config FILE [--steps N]\n"
                            "       loom bench fusion --config FILE [--replicas 1,2,4,8,16] [--json FILE]\n"
                            "       loom bench parallel --config FILE [--devices 2] [--strategies dp,owt,model,FILE]");
