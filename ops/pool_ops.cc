@@ -332,8 +332,7 @@ void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadP
           if (c.first == 0 && c.count == w) {
             // Whole rows (a global pool: an SE block's squeeze) are one span,
             // summed in independent lanes rather than one chain of adds.
-            const T* span = plane + r.first * w;
-            sum = LaneSum<T>(r.count * w, [&](int64_t j) { return span[j]; });
+            sum = ArraySum(plane + r.first * w, r.count * w);
           } else {
             for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
               for (int64_t ix = c.first; ix < c.first + c.count; ++ix) sum += plane[iy * w + ix];

@@ -68,6 +68,10 @@ class Executor : public StepRunner {
   size_t PeakStepBytes() const;
   // Per node, in execution order (empty unless options.profile).
   const std::vector<NodeProfile>& profile() const { return profile_; }
+  // Zeroes the profile's times and calls (after a warm-up run).
+  void ResetProfile() {
+    for (NodeProfile& p : profile_) p.seconds = 0, p.calls = 0;
+  }
 
  private:
   Executor(Graph graph, ExecutorOptions options) : graph_(std::move(graph)), options_(options) {}

@@ -89,7 +89,7 @@ Status PrintNodeProfile(const Graph& graph, int reps) {
   LOOM_RETURN_IF_ERROR(exec->InitializeState(1));
   std::map<std::string, Tensor> feeds = RandomFeeds(graph);
   LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
-  for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
+  exec->ResetProfile();
   for (int i = 0; i < reps; ++i) LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
   double total = 0;
   for (const NodeProfile& p : exec->profile()) total += p.seconds;
@@ -281,7 +281,7 @@ Status BenchProfile(const Flags& flags) {
   std::map<std::string, Tensor> feeds = RandomFeeds(train, data.feeds);
   if (feeds.count(kReplicaMaskInput)) feeds[kReplicaMaskInput].Fill(1);
   LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());  // warm-up, not profiled below
-  for (auto& p : const_cast<std::vector<NodeProfile>&>(exec->profile())) p = {p.node, p.op, 0.0, 0};
+  exec->ResetProfile();
   auto start = Clock::now();
   for (int64_t i = 0; i < steps; ++i) LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
   const double total = std::chrono::duration<double>(Clock::now() - start).count();
