@@ -203,9 +203,15 @@ class LinearOp : public OpDef {
   // [R*out, in]; on a replicated x, a batched GEMM [R, rows, in] x
   // [R, out, in]^T.
   Status Fuse(FusionBuilder& f) const override {
-    const FusedValue& x = f.input(0);
+    FusedValue x = f.input(0);
     const Shape ws = f.SingleShape(f.input(1));
     const int64_t r = f.replicas(), out_f = ws[0], in_f = ws[1];
+    // One replica's x is as good as shared: one Linear with its bias and
+    // MatMul gradients, not a batched GEMM of one plus an Add (fused at
+    // R = 1 ran 0.94x of serial on the MLP).
+    if (x.replicated() && r == 1) {
+      LOOM_ASSIGN_OR_RETURN(x, f.Reshape(x, f.SingleShape(x), ReplicaLayout::Shared(), f.name() + "/one_replica"));
+    }
     std::vector<FusedValue> params;  // [R, out, in] and [R, out]
     for (int i = 1; i < f.num_inputs(); ++i) {
       LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, f.name() + "/param" + std::to_string(i)));

@@ -441,6 +441,16 @@ TEST_CASE("SquaredNorm and ClipScale compute clip_grad_norm_'s norm and factor")
     auto big = RunOp("SquaredNorm", {MakeTensor(dt, {n}, std::vector<double>(n, 0.5))}, {});
     REQUIRE(big.ok());
     CHECK(big->ScalarAt(0) == 0.25 * n);
+    // Distinct values, so that every lane and the tail of each block count.
+    std::vector<double> ramp(static_cast<size_t>(n));
+    long double want = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ramp[static_cast<size_t>(i)] = static_cast<double>(i % 97) / 8 - 6;  // exact in f32
+      want += static_cast<long double>(ramp[static_cast<size_t>(i)]) * ramp[static_cast<size_t>(i)];
+    }
+    auto varied = RunOp("SquaredNorm", {MakeTensor(dt, {n}, ramp)}, {});
+    REQUIRE(varied.ok());
+    CHECK(varied->ScalarAt(0) == Approx(static_cast<double>(want)).epsilon(dt == DType::kF64 ? 1e-14 : 1e-7));
 
     auto clip = RunOp("ClipScale", {MakeTensor(dt, {}, {13})}, {{"max_norm", 6.5}});
     REQUIRE(clip.ok());
