@@ -2,8 +2,12 @@
 
 #include <algorithm>
 
+#include "core/hash.h"
+
 namespace loom {
 namespace {
+
+constexpr size_t kRememberedCosts = size_t{1} << 20;
 
 SimulateOptions WithoutPeakMemory() {
   SimulateOptions o;
@@ -31,6 +35,15 @@ StatusOr<TaskGraph> StrategyEvaluator::Lower(const Choice& choice) const {
 StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool peak_memory) {
   if (choice.size() != space_.layers().size())
     return InvalidArgument("a choice of ", choice.size(), " configurations for ", space_.layers().size(), " layers");
+  ++evaluations_;
+  Hash64 key;
+  key.AddAll(choice);
+  if (!peak_memory) {
+    if (auto known = costs_.find(key.value()); known != costs_.end()) {
+      ++remembered_;
+      return known->second;
+    }
+  }
   if (splits_choice_.size() != choice.size()) {
     splits_ = space_.Splits(choice);
   } else {
@@ -41,8 +54,11 @@ StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool pe
   splits_choice_ = choice;
   LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(splits_));
   LOOM_ASSIGN_OR_RETURN(const SimulationResult* r, delta_.Simulate(*tasks));
-  ++evaluations_;
-  if (!peak_memory) return StrategyCost{r->iteration_seconds, r->fits, tasks->TransferBytes(), 0};
+  StrategyCost cost{r->iteration_seconds, r->fits, tasks->TransferBytes(), 0};
+  // (A bound on the memory it takes: some hundred bytes an entry.)
+  if (costs_.size() >= kRememberedCosts) costs_.clear();
+  costs_.emplace(key.value(), cost);
+  if (!peak_memory) return cost;
   return CostWithPeak(*tasks);
 }
 

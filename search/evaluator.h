@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 
 #include "core/status.h"
 #include "graph/ir.h"
@@ -34,13 +35,16 @@ class StrategyEvaluator {
   StrategyEvaluator(const Graph& step, const SearchSpace& space, const Machine& machine, const CostModel& cost);
 
   // The predicted step of `choice`; the peak memory only when asked for
-  // (`fits` is exact without it).
+  // (`fits` is exact without it). Without it, a choice evaluated before is
+  // answered from memory: its cost is a function of the choice alone.
   StatusOr<StrategyCost> Evaluate(const Choice& choice, bool peak_memory = false);
   // The same with the peak memory, lowered from scratch (for reports).
   StatusOr<StrategyCost> Report(const Choice& choice) const;
   StatusOr<TaskGraph> Lower(const Choice& choice) const;
 
   int64_t evaluations() const { return evaluations_; }
+  // Of those, the ones answered from memory (lowered and simulated before).
+  int64_t remembered() const { return remembered_; }
 
  private:
   // A full simulation of `tasks` with the peak memory.
@@ -56,7 +60,12 @@ class StrategyEvaluator {
   std::map<std::string, LayerSplit> splits_;
   Choice splits_choice_;
   DeltaSimulator delta_;
-  int64_t evaluations_ = 0;
+  // Costs by a 64-bit hash of the choice (the odds a task fingerprint
+  // takes, graph/task_graph.h). A chain at a point no neighbour improves
+  // proposes the same neighbours again and again, and returning to a point
+  // is a proposal too.
+  std::unordered_map<uint64_t, StrategyCost> costs_;
+  int64_t evaluations_ = 0, remembered_ = 0;
 };
 
 }  // namespace loom

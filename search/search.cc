@@ -273,6 +273,7 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
     result.rejected_memory += c.rejected_memory;
     result.improvements += c.improvements;
   }
+  for (const auto& e : evaluators) result.remembered += e->remembered();
   result.best.name = "searched";
   result.best.strategy = space.ToStrategy(result.best.choice);
   result.seconds = SecondsSince(began);
@@ -399,6 +400,7 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
   result.accepted = chain.accepted;
   result.rejected_memory = chain.rejected_memory;
   result.improvements = chain.improvements;
+  result.remembered = chain.remembered;
   if (!Better(result.best.cost, start->cost)) {  // nothing better found: the starting point itself
     result.best = *start;
     result.best.name = "searched";

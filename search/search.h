@@ -83,6 +83,7 @@ struct SearchResult {
   int64_t layers = 0;              // of the space searched
   double log10_strategies = 0;     // its size (SearchSpace::Log10Size)
   int64_t proposals = 0, accepted = 0, rejected_memory = 0, improvements = 0;
+  int64_t remembered = 0;  // proposals whose choice was evaluated before (StrategyEvaluator::Evaluate)
   double seconds = 0;  // of the whole search (the peak memories after it)
 };
 

@@ -91,11 +91,13 @@ Status SearchCommand(const std::vector<std::string>& args) {
               result.log10_strategies, cost->Describe().c_str());
   std::printf("exact layer-wise solver: %s\n", result.exact.c_str());
   if (!result.kept.empty()) std::printf("kept %s\n", result.kept.c_str());
-  std::printf("%lld proposals in %.1f s (%.0f/s), %lld accepted, %lld rejected for memory, %lld improvements\n",
-              static_cast<long long>(result.proposals), result.seconds,
-              result.seconds > 0 ? static_cast<double>(result.proposals) / result.seconds : 0.0,
-              static_cast<long long>(result.accepted), static_cast<long long>(result.rejected_memory),
-              static_cast<long long>(result.improvements));
+  std::printf(
+      "%lld proposals in %.1f s (%.0f/s), %lld accepted, %lld rejected for memory, %lld improvements, %lld "
+      "evaluated before\n",
+      static_cast<long long>(result.proposals), result.seconds,
+      result.seconds > 0 ? static_cast<double>(result.proposals) / result.seconds : 0.0,
+      static_cast<long long>(result.accepted), static_cast<long long>(result.rejected_memory),
+      static_cast<long long>(result.improvements), static_cast<long long>(result.remembered));
   std::printf("%-12s %14s %12s %16s %14s\n", "strategy", "predicted ms", "vs searched", "bytes moved", "peak MiB");
   std::vector<Candidate> rows = result.initial;
   rows.push_back(result.best);
