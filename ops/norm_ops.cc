@@ -61,22 +61,64 @@ void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
   }, GrainFor(l.s));
 }
 
+// Channel sums of one term over channels [c0, c1) (into out[c - c0]) when
+// planes are shorter than kSumLanes (late layers' 2x2 and 1x1 maps; [N, C]
+// inputs), in the order ChannelSums promises, walking rows x[n, c0:c1, :]
+// so that neighbouring channels are summed side by side: a plane at a
+// time, each LaneSum of 1-4 elements ended in a chain of kSumLanes adds.
+template <typename Term>
+void SmallPlaneSums(const ChannelLayout& l, int64_t c0, int64_t c1, const Term& term, double* out) {
+  const int64_t w = c1 - c0;
+  if (l.s == 1) {  // LaneSum over the batch: sample i in lane i mod kSumLanes, then the tail, then the lanes
+    const int64_t full = l.n - l.n % kSumLanes;
+    std::vector<double> lanes(static_cast<size_t>(kSumLanes * w), 0.0);
+    for (int64_t i = 0; i < full; ++i) {
+      double* lane = lanes.data() + (i % kSumLanes) * w;
+      const int64_t row = i * l.c;
+      for (int64_t c = c0; c < c1; ++c) lane[c - c0] += term(row + c, c);
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      double sum = 0;
+      for (int64_t i = full; i < l.n; ++i) sum += term(i * l.c + c, c);
+      for (int lane = 0; lane < kSumLanes; ++lane) sum += lanes[static_cast<size_t>(lane * w + c - c0)];
+      out[c - c0] = sum;
+    }
+    return;
+  }
+  // Each plane summed from its first element (what LaneSum does with fewer
+  // than kSumLanes), its sum added to its channel's in batch order.
+  std::fill(out, out + w, 0.0);
+  for (int64_t i = 0; i < l.n; ++i)
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t o = (i * l.c + c) * l.s;
+      double plane = 0;
+      for (int64_t j = 0; j < l.s; ++j) plane += term(o + j, c);
+      out[c - c0] += plane;
+    }
+}
+
 // Per channel c, the sums over its elements of each term(offset, c), in
-// double. Planes are summed in memory order (a channel's planes lie a whole
-// batch item apart: walking them channel by channel defeats the prefetcher)
-// and their sums added per channel in batch order, so the result does not
-// depend on threads. [N, C] input (planes of one element) sums each channel
-// as one strided sequence instead.
+// double: each plane's LaneSum, added per channel in batch order; [N, C]
+// input (planes of one element) sums each channel as one LaneSum over the
+// batch instead. So the result does not depend on threads. Planes are
+// summed in memory order (a channel's planes lie a whole batch item apart:
+// walking them channel by channel defeats the prefetcher).
 template <typename... Terms>
 std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayout& l, ThreadPool* pool,
                                                               const Terms&... terms) {
   using Sums = std::array<double, sizeof...(Terms)>;
   std::vector<Sums> channel(l.c, Sums{});
-  if (l.s == 1) {
+  if (l.s < kSumLanes) {
     ParallelRange(pool, l.c, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        channel[c] = {LaneSum<double>(l.n, [&](int64_t i) { return terms(i * l.c + c, c); })...};
-    }, GrainFor(l.n));
+      std::vector<double> sums(static_cast<size_t>(c1 - c0));
+      size_t k = 0;
+      auto one_term = [&](const auto& term) {
+        SmallPlaneSums(l, c0, c1, term, sums.data());
+        for (int64_t c = c0; c < c1; ++c) channel[c][k] = sums[static_cast<size_t>(c - c0)];
+        ++k;
+      };
+      (one_term(terms), ...);
+    }, GrainFor(l.per_channel()));
     return channel;
   }
   std::vector<Sums> plane(l.n * l.c);
@@ -87,6 +129,26 @@ std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayou
     for (int64_t c = 0; c < l.c; ++c)
       for (size_t k = 0; k < channel[c].size(); ++k) channel[c][k] += plane[i * l.c + c][k];
   return channel;
+}
+
+// Per-channel constants repeated for each element of a row x[n, :, :]:
+// element-wise passes over small planes run along whole rows with them.
+template <typename T>
+std::vector<T> PerRowElement(const std::vector<T>& per_channel, int64_t s) {
+  std::vector<T> row;
+  row.reserve(per_channel.size() * static_cast<size_t>(s));
+  for (const T& v : per_channel) row.insert(row.end(), static_cast<size_t>(s), v);
+  return row;
+}
+
+// Calls fn(offset, length) for the rows x[n, :, :] of C * S elements, in
+// parallel.
+template <typename Fn>
+void ForEachRow(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
+  const int64_t row = l.c * l.s;
+  ParallelRange(pool, l.n, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = n0; i < n1; ++i) fn(i * row, row);
+  }, GrainFor(row));
 }
 
 const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
@@ -248,6 +310,13 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     scale[c] = static_cast<T>(gamma[c] * invstd);
     shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
+  if (l.s < kSumLanes) {  // small planes: along rows (a plane's loop of 1-4 elements does not vectorise)
+    const std::vector<T> a = PerRowElement(scale, l.s), b = PerRowElement(shift, l.s);
+    ForEachRow(l, ctx.pool, [&](int64_t o, int64_t len) {
+      for (int64_t k = 0; k < len; ++k) y[o + k] = px[o + k] * a[k] + b[k];
+    });
+    return;
+  }
   ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
     const T a = scale[c], b = shift[c];
     for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
@@ -363,6 +432,19 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
     k[c] = static_cast<T>(gamma[c] * is);
     a[c] = static_cast<T>(sum_dy / m);
     b[c] = static_cast<T>(sum_dy_xhat / m);
+  }
+  if (l.s < kSumLanes) {  // small planes: along rows, as in FinishBatchNorm
+    const std::vector<T> kr = PerRowElement(k, l.s), ar = PerRowElement(a, l.s), br = PerRowElement(b, l.s),
+                         mur = PerRowElement(std::vector<T>(mean, mean + l.c), l.s),
+                         isr = PerRowElement(std::vector<T>(invstd, invstd + l.c), l.s);
+    ForEachRow(l, ctx.pool, [&](int64_t o, int64_t len) {
+      if (training) {
+        for (int64_t j = 0; j < len; ++j) dx[o + j] = kr[j] * (dy[o + j] - ar[j] - (x[o + j] - mur[j]) * isr[j] * br[j]);
+      } else {
+        for (int64_t j = 0; j < len; ++j) dx[o + j] = kr[j] * dy[o + j];
+      }
+    });
+    return;
   }
   ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
     const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];

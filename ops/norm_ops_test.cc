@@ -82,6 +82,12 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm1d train [N, C] long batch", {3000, 4}, true),
       BatchNormCase("batchnorm1d train [N, C, L] short L, many channels", {4, 40, 3}, true),
       BatchNormCase("batchnorm2d eval many channels", {2, 70, 2, 3}, false),
+      // Planes of fewer than 8 elements go along rows, channels split over
+      // threads (docs/benchmarks.md: MobileNetV3's 2x2 and 1x1 maps); a
+      // batch that leaves a tail past the sums' 8 lanes.
+      BatchNormCase("batchnorm2d train 2x2 planes, threaded channels", {64, 300, 2, 2}, true),
+      BatchNormCase("batchnorm1d train [N, C], threaded channels, tail", {250, 300}, true),
+      BatchNormCase("batchnorm2d eval 1x1 planes, threaded channels", {250, 300, 1, 1}, false),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }

@@ -310,6 +310,27 @@ Status BenchProfile(const Flags& flags) {
   }
   std::printf("%-34s %10.3f %7.1f%%\n", "(executor outside kernels)", 1e3 * (total - kernel_total) / steps,
               100 * (total - kernel_total) / total);
+  LOOM_ASSIGN_OR_RETURN(const int64_t top, flags.Int("nodes", 0));
+  if (top > 0) {
+    // The costliest nodes, with the rate their op's cost model gives them:
+    // bytes read and written per second, against the bandwidth roof.
+    std::vector<size_t> order(exec->profile().size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return exec->profile()[a].seconds > exec->profile()[b].seconds;
+    });
+    std::printf("\n%-44s %-20s %10s %8s %10s %8s\n", "node", "output", "ms/step", "share", "GFLOP/s", "GB/s");
+    for (size_t k = 0; k < order.size() && k < static_cast<size_t>(top); ++k) {
+      const NodeProfile& p = exec->profile()[order[k]];
+      const Node& n = train.nodes()[order[k]];
+      const OpCost c = NodeCost(train, n);
+      const std::string shape = n.outputs.empty() ? "" : train.type(n.outputs[0]).shape.ToString();
+      std::printf("%-44s %-20s %10.3f %7.1f%% %10.1f %8.1f\n", (p.op + " " + p.node).substr(0, 44).c_str(),
+                  shape.substr(0, 20).c_str(), 1e3 * p.seconds / steps, 100 * p.seconds / total,
+                  p.seconds > 0 ? c.flops * steps / p.seconds / 1e9 : 0.0,
+                  p.seconds > 0 ? (c.bytes_read + c.bytes_written) * steps / p.seconds / 1e9 : 0.0);
+    }
+  }
   return Status::Ok();
 }
 
@@ -630,6 +651,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "profile") {
     Flags flags({{"config", "the training config whose model and batch to profile"},
                  {"steps", "profiled steps (default 20)"},
+                 {"nodes", "also list this many of the costliest nodes, each with its GFLOP/s and GB/s"},
                  {"replicas", "profile the fused step of this many replicas (batch = replicas x the config's)"},
                  {"threads", "CPU threads (default: the config's)"},
                  {"device", "cpu (default) or cuda[:i]; on a GPU each kernel is timed to completion"},
