@@ -439,7 +439,8 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
                          isr = PerRowElement(std::vector<T>(invstd, invstd + l.c), l.s);
     ForEachRow(l, ctx.pool, [&](int64_t o, int64_t len) {
       if (training) {
-        for (int64_t j = 0; j < len; ++j) dx[o + j] = kr[j] * (dy[o + j] - ar[j] - (x[o + j] - mur[j]) * isr[j] * br[j]);
+        for (int64_t j = 0; j < len; ++j)
+          dx[o + j] = kr[j] * (dy[o + j] - ar[j] - (x[o + j] - mur[j]) * isr[j] * br[j]);
       } else {
         for (int64_t j = 0; j < len; ++j) dx[o + j] = kr[j] * dy[o + j];
       }
