@@ -748,8 +748,10 @@ LOOM_REGISTER_KERNEL("SquaredNorm", DeviceType::kCpu, [](KernelContext& ctx) {
     ParallelRange(
         ctx.pool, static_cast<int64_t>(blocks.size()),
         [&](int64_t s, int64_t e) {
-          for (int64_t b = s; b < e; ++b)
-            partial[static_cast<size_t>(b)] = SquaresSum(blocks[static_cast<size_t>(b)].x, blocks[static_cast<size_t>(b)].n);
+          for (int64_t b = s; b < e; ++b) {
+            const Block& block = blocks[static_cast<size_t>(b)];
+            partial[static_cast<size_t>(b)] = SquaresSum(block.x, block.n);
+          }
         },
         /*min_chunk=*/2);
     size_t first = 0, chunk = 0;
