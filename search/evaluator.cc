@@ -7,7 +7,7 @@
 namespace loom {
 namespace {
 
-constexpr size_t kRememberedCosts = size_t{1} << 20;
+constexpr size_t kRememberedCosts = size_t{1} << 18;  // about 20 MB at most
 
 SimulateOptions WithoutPeakMemory() {
   SimulateOptions o;
@@ -55,7 +55,6 @@ StatusOr<StrategyCost> StrategyEvaluator::Evaluate(const Choice& choice, bool pe
   LOOM_ASSIGN_OR_RETURN(const TaskGraph* tasks, lowering_.Lower(splits_));
   LOOM_ASSIGN_OR_RETURN(const SimulationResult* r, delta_.Simulate(*tasks));
   StrategyCost cost{r->iteration_seconds, r->fits, tasks->TransferBytes(), 0};
-  // (A bound on the memory it takes: some hundred bytes an entry.)
   if (costs_.size() >= kRememberedCosts) costs_.clear();
   costs_.emplace(key.value(), cost);
   if (!peak_memory) return cost;
