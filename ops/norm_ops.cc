@@ -131,24 +131,32 @@ std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayou
   return channel;
 }
 
-// Per-channel constants repeated for each element of a row x[n, :, :]:
-// element-wise passes over small planes run along whole rows with them.
-template <typename T>
-std::vector<T> PerRowElement(const std::vector<T>& per_channel, int64_t s) {
-  std::vector<T> row;
-  row.reserve(per_channel.size() * static_cast<size_t>(s));
-  for (const T& v : per_channel) row.insert(row.end(), static_cast<size_t>(s), v);
-  return row;
-}
-
-// Calls fn(offset, length) for the rows x[n, :, :] of C * S elements, in
-// parallel.
-template <typename Fn>
-void ForEachRow(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
-  const int64_t row = l.c * l.s;
-  ParallelRange(pool, l.n, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = n0; i < n1; ++i) fn(i * row, row);
-  }, GrainFor(row));
+// An element-wise pass whose constants are per channel (`consts`, each
+// [C]): fn(o, len, at) computes the elements [o, o + len), with at(i, j)
+// the i-th constant of element o + j. Planes of kSumLanes or more elements
+// are runs of one channel; smaller planes (2x2, 1x1 maps) go along whole
+// rows x[n, :, :] with each constant repeated per element, since a loop of
+// 1-4 elements per plane does not vectorise.
+template <typename T, size_t K, typename Fn>
+void ChannelPass(const ChannelLayout& l, ThreadPool* pool, const std::array<const T*, K>& consts, Fn&& fn) {
+  if (l.s < kSumLanes) {
+    std::array<std::vector<T>, K> rows;
+    for (size_t i = 0; i < K; ++i) {
+      rows[i].reserve(static_cast<size_t>(l.c * l.s));
+      for (int64_t c = 0; c < l.c; ++c) rows[i].insert(rows[i].end(), static_cast<size_t>(l.s), consts[i][c]);
+    }
+    const int64_t row = l.c * l.s;
+    ParallelRange(pool, l.n, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        fn(n * row, row, [&](size_t i, int64_t j) { return rows[i][static_cast<size_t>(j)]; });
+    }, GrainFor(row));
+    return;
+  }
+  ForEachPlane(l, pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
+    std::array<T, K> v;
+    for (size_t i = 0; i < K; ++i) v[i] = consts[i][c];
+    fn(o, len, [&](size_t i, int64_t) { return v[i]; });
+  });
 }
 
 const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
@@ -310,16 +318,8 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     scale[c] = static_cast<T>(gamma[c] * invstd);
     shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
-  if (l.s < kSumLanes) {  // small planes: along rows (a plane's loop of 1-4 elements does not vectorise)
-    const std::vector<T> a = PerRowElement(scale, l.s), b = PerRowElement(shift, l.s);
-    ForEachRow(l, ctx.pool, [&](int64_t o, int64_t len) {
-      for (int64_t k = 0; k < len; ++k) y[o + k] = px[o + k] * a[k] + b[k];
-    });
-    return;
-  }
-  ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
-    const T a = scale[c], b = shift[c];
-    for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * a + b;
+  ChannelPass<T, 2>(l, ctx.pool, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
+    for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
   });
 }
 
@@ -433,28 +433,16 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
     a[c] = static_cast<T>(sum_dy / m);
     b[c] = static_cast<T>(sum_dy_xhat / m);
   }
-  if (l.s < kSumLanes) {  // small planes: along rows, as in FinishBatchNorm
-    const std::vector<T> kr = PerRowElement(k, l.s), ar = PerRowElement(a, l.s), br = PerRowElement(b, l.s),
-                         mur = PerRowElement(std::vector<T>(mean, mean + l.c), l.s),
-                         isr = PerRowElement(std::vector<T>(invstd, invstd + l.c), l.s);
-    ForEachRow(l, ctx.pool, [&](int64_t o, int64_t len) {
-      if (training) {
-        for (int64_t j = 0; j < len; ++j)
-          dx[o + j] = kr[j] * (dy[o + j] - ar[j] - (x[o + j] - mur[j]) * isr[j] * br[j]);
-      } else {
-        for (int64_t j = 0; j < len; ++j) dx[o + j] = kr[j] * dy[o + j];
-      }
-    });
-    return;
-  }
-  ForEachPlane(l, ctx.pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
-    const T kc = k[c], ac = a[c], bc = b[c], mu = mean[c], is = invstd[c];
-    if (training) {
-      for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * (dy[o + j] - ac - (x[o + j] - mu) * is * bc);
-    } else {
-      for (int64_t j = 0; j < len; ++j) dx[o + j] = kc * dy[o + j];
-    }
-  });
+  // at(i, j): element o + j's k, a, b, mean and invstd (i = 0 .. 4).
+  ChannelPass<T, 5>(l, ctx.pool, {k.data(), a.data(), b.data(), mean, invstd},
+                    [&](int64_t o, int64_t len, const auto& at) {
+                      if (training) {
+                        for (int64_t j = 0; j < len; ++j)
+                          dx[o + j] = at(0, j) * (dy[o + j] - at(1, j) - (x[o + j] - at(3, j)) * at(4, j) * at(2, j));
+                      } else {
+                        for (int64_t j = 0; j < len; ++j) dx[o + j] = at(0, j) * dy[o + j];
+                      }
+                    });
 }
 
 // Per channel, {sum of dy, sum of dy * (x - mean)}.
