@@ -178,6 +178,29 @@ int64_t ChannelChunk(int64_t per_channel) { return std::max<int64_t>(1, 32768 / 
 constexpr int64_t kDirectMaxGroupOutputs = 2;
 bool Direct(const ConvGeom& g) { return g.cg() == 1 && g.og() <= kDirectMaxGroupOutputs; }
 
+// Convolutions on small planes (the late stages of a ResNet or a
+// MobileNet) put a batch of images side by side in one GEMM: alone, an
+// image gives the product only OH * OW columns, and each of its GEMMs reads
+// the whole weight for them (a 3x3 convolution on 512 channels of 4x4
+// planes: 9.4 MB for 16 columns); side by side, the image block [K, images
+// * OH * OW] (the images' planes for a 1x1 convolution, their im2col blocks
+// otherwise) is as wide as a large plane.
+constexpr int64_t kBatchedPlaneBelow = 256;
+constexpr int64_t kBatchColumns = 1024;
+constexpr int64_t kBatchBlockElems = int64_t{1} << 21;  // a task's image and column blocks: 8 MiB of f32
+bool Batched(const ConvGeom& g) { return g.ohw() < kBatchedPlaneBelow && (g.pointwise() || !Direct(g)); }
+// Images per batch: up to kBatchColumns columns in blocks of at most
+// kBatchBlockElems, the batches as equal as they can be. A function of the
+// geometry alone: the weight gradient sums over a batch's columns.
+int64_t BatchImages(const ConvGeom& g) {
+  const int64_t n = std::max<int64_t>(1, g.n);
+  const int64_t columns = std::min(kBatchColumns, kBatchBlockElems / std::max<int64_t>(1, g.k() + g.og()));
+  const int64_t most = std::clamp<int64_t>(columns / std::max<int64_t>(1, g.ohw()), 1, n);
+  const int64_t batches = (n + most - 1) / most;
+  return (n + batches - 1) / batches;
+}
+int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.k() + g.og()) * BatchImages(g) * g.ohw() : 0; }
+
 // Otherwise the column side is processed in tiles of output rows [y0, y1):
 // a tile's im2col block [K, (y1 - y0) * OW] is sized to stay in cache
 // between being written and being read by the GEMM (a whole image's block
@@ -194,7 +217,7 @@ int64_t TileRows(const ConvGeom& g, ThreadPool* inner) {
 // Scratch elements a task needs for its im2col block, whether it runs alone
 // with the pool or on one worker.
 int64_t TileScratch(const ConvGeom& g, ThreadPool* pool) {
-  return g.pointwise() || Direct(g) ? 0 : g.k() * TileRows(g, pool) * g.ow;
+  return g.pointwise() || Direct(g) || Batched(g) ? 0 : g.k() * TileRows(g, pool) * g.ow;
 }
 
 // Scratch elements for one group's padded planes (PadPlanes).
@@ -265,16 +288,16 @@ void ForEachTapLine(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& f
     }
 }
 
-// col [C/g * KH * KW, (y1 - y0) * OW] from one group's planes xp (padded, or
-// the image when the convolution does not pad).
+// col [C/g * KH * KW, (y1 - y0) * OW], rows ld apart, from one group's
+// planes xp (padded, or the image when the convolution does not pad).
 template <typename T>
-void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, ThreadPool* pool) {
+void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, int64_t ld, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
   WithStride(g.sw, [&](auto sw) {
     ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
         ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
-          T* out = col + r * len + cols;
+          T* out = col + r * ld + cols;
           const T* in = xp + at;
           for (int64_t ox = 0; ox < g.ow; ++ox) out[ox] = in[ox * sw];
         });
@@ -282,16 +305,17 @@ void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, Thre
   });
 }
 
-// xp += col2im(col [C/g * KH * KW, (y1 - y0) * OW]), the adjoint of Im2Col.
-// Channels own disjoint rows and planes, so they split freely.
+// xp += col2im(col [C/g * KH * KW, (y1 - y0) * OW], rows ld apart), the
+// adjoint of Im2Col. Channels own disjoint rows and planes, so they split
+// freely.
 template <typename T>
-void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, T* xp, ThreadPool* pool) {
+void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, int64_t ld, T* xp, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
   WithStride(g.sw, [&](auto sw) {
     ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
         ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
-          const T* in = col + r * len + cols;
+          const T* in = col + r * ld + cols;
           T* out = xp + at;
           for (int64_t ox = 0; ox < g.ow; ++ox) out[ox * sw] += in[ox];
         });
@@ -718,19 +742,6 @@ const T* TapWeights(const ConvGeom& g, const std::vector<T>& blocked, ChannelBlo
   return blocked.data() + ((b.c0 / kLanes) * g.og() + oc) * g.k() * kLanes;
 }
 
-// 1x1 convolutions on small planes (a MobileNet's late stages) gather a
-// batch of images into one GEMM: alone, an image gives the product only
-// OH * OW columns, too few for the micro-kernel's tiles to pay for packing
-// the weight; side by side, [C/g, images * OH * OW] is as wide as a large
-// plane.
-constexpr int64_t kBatchedPlaneBelow = 256;
-constexpr int64_t kBatchColumns = 1024;
-bool Batched(const ConvGeom& g) { return g.pointwise() && g.ohw() < kBatchedPlaneBelow; }
-int64_t BatchImages(const ConvGeom& g) {
-  return std::clamp<int64_t>(kBatchColumns / std::max<int64_t>(1, g.ohw()), 1, std::max<int64_t>(1, g.n));
-}
-int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.cg() + g.og()) * BatchImages(g) * g.ohw() : 0; }
-
 // Planes [p0, p0 + planes) of images [n0, n1) of a tensor [N, P, size].
 struct PlaneBlock {
   int64_t p, p0, planes, size, n0, n1;
@@ -803,7 +814,7 @@ struct Workspace {
         wide(phases + plan.numel() * kLanes),
         tap_sums(wide + plan.wide_span() * kLanes),
         gathered_image(tap_sums + TapScratch(g, plan) * kLanes),
-        gathered_cols(gathered_image + (Batched(g) ? g.cg() * BatchImages(g) * g.ohw() : 0)) {}
+        gathered_cols(gathered_image + (Batched(g) ? g.k() * BatchImages(g) * g.ohw() : 0)) {}
   // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
   const T* Planes(const ConvGeom& g, const T* x) {
     if (!g.padded()) return x;
@@ -817,9 +828,48 @@ struct Workspace {
   T* wide;            // Direct(): [margin + plane, kLanes], the wide plane first or after the margin
   T* tap_sums;        // Direct(): the weight gradient's sums [O/g, taps, kLanes]
   bool phases_zeroed = false, wide_zeroed = false;  // Direct(): see ToPhases, ToWide
-  T* gathered_image;  // Batched(): [C/g, images * OH * OW]
+  T* gathered_image;  // Batched(): [K, images * OH * OW]
   T* gathered_cols;   // Batched(): [O/g, images * OH * OW]
 };
+
+// ws.gathered_image [K, (n1 - n0) * OH * OW] = the image side of images
+// [n0, n1) of group grp: their planes side by side for a 1x1 convolution,
+// their im2col blocks otherwise.
+template <typename T>
+void GatherImages(const ConvGeom& g, const T* image, int64_t grp, int64_t n0, int64_t n1, Workspace<T>& ws,
+                  ThreadPool* inner) {
+  if (g.pointwise()) {
+    GatherPlanes(image, PlaneBlock{g.c, grp * g.cg(), g.cg(), g.ohw(), n0, n1}, ws.gathered_image);
+    return;
+  }
+  const int64_t ld = (n1 - n0) * g.ohw();
+  for (int64_t n = n0; n < n1; ++n)
+    Im2Col(g, ws.Planes(g, image + (n * g.c + grp * g.cg()) * g.hw()), 0, g.oh,
+           ws.gathered_image + (n - n0) * g.ohw(), ld, inner);
+}
+
+// The adjoint of GatherImages: images [n0, n1) of group grp = col2im of
+// ws.gathered_image (+ bias [C/g], that group's).
+template <typename T>
+void ScatterImages(const ConvGeom& g, Workspace<T>& ws, const T* bias, int64_t grp, int64_t n0, int64_t n1, T* image,
+                   ThreadPool* inner) {
+  if (g.pointwise()) {
+    ScatterPlanes(ws.gathered_image, bias, PlaneBlock{g.c, grp * g.cg(), g.cg(), g.ohw(), n0, n1}, image);
+    return;
+  }
+  const int64_t ld = (n1 - n0) * g.ohw();
+  for (int64_t n = n0; n < n1; ++n) {
+    T* x = image + (n * g.c + grp * g.cg()) * g.hw();  // [C/g, H, W]
+    T* xp = g.padded() ? ws.pad : x;                   // what col2im accumulates into
+    if (g.padded()) {
+      std::fill(xp, xp + PadScratch(g), T(0));
+    } else {
+      InitPlanes(x, g.cg(), g.hw(), bias);
+    }
+    Col2Im(g, ws.gathered_image + (n - n0) * g.ohw(), 0, g.oh, ld, xp, inner);
+    if (g.padded()) UnpadPlanes(g, xp, bias, x);
+  }
+}
 
 // Runs fn(task, inner_pool, workspace) for each task in [0, tasks). With at
 // least as many tasks as threads, workers take whole tasks as they finish
@@ -841,10 +891,19 @@ void RunTasks(ThreadPool* pool, const ConvGeom& g, const PhasePlan& plan, int64_
 }
 
 // Runs fn(grp, n0, n1, inner_pool, workspace) for each group and batch of
-// BatchImages() images, as tasks of RunTasks.
+// at most BatchImages() images, as tasks of RunTasks: for the forward and
+// adjoint products, whose results do not depend on how images share a
+// GEMM, with the batches of a single group split further to give every
+// thread its share.
 template <typename T, typename Fn>
 void ForEachBatch(ThreadPool* pool, const ConvGeom& g, Fn&& fn) {
-  const int64_t per = BatchImages(g), batches = (g.n + per - 1) / per;
+  int64_t per = BatchImages(g), batches = (g.n + per - 1) / per;
+  const int64_t threads = pool ? pool->num_threads() : 1;
+  if (g.groups == 1 && batches % threads != 0) {
+    batches = std::min(g.n, (batches + threads - 1) / threads * threads);
+    per = (g.n + batches - 1) / batches;
+    batches = (g.n + per - 1) / per;
+  }
   RunTasks<T>(pool, g, PhasePlan{}, batches * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t b = task / g.groups, grp = task % g.groups;
     fn(grp, b * per, std::min(g.n, (b + 1) * per), inner, ws);
@@ -878,10 +937,10 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
   if (Batched(g)) {
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
-      const PlaneBlock in{g.c, grp * cg, cg, ohw, n0, n1}, out{g.o, grp * og, og, ohw, n0, n1};
-      GatherPlanes(image, in, ws.gathered_image);
-      Gemm<T>(false, false, og, in.cols(), k, T(1), w + grp * og * k, k, ws.gathered_image, in.cols(), T(0),
-              ws.gathered_cols, in.cols(), inner);
+      const PlaneBlock out{g.o, grp * og, og, ohw, n0, n1};
+      GatherImages(g, image, grp, n0, n1, ws, inner);
+      Gemm<T>(false, false, og, out.cols(), k, T(1), w + grp * og * k, k, ws.gathered_image, out.cols(), T(0),
+              ws.gathered_cols, out.cols(), inner);
       ScatterPlanes(ws.gathered_cols, bias ? bias + grp * og : nullptr, out, cols);
     });
     return;
@@ -915,7 +974,7 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
     }
     const T* xp = ws.Planes(g, x);
     ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-      Im2Col(g, xp, y0, y1, ws.col, inner);  // [K, len]
+      Im2Col(g, xp, y0, y1, ws.col, len, inner);  // [K, len]
       Gemm<T>(false, false, og, len, k, T(1), wg, k, ws.col, len, beta, y + y0 * g.ow, ohw, inner);
     });
   });
@@ -927,11 +986,11 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
   if (Batched(g)) {
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
-      const PlaneBlock in{g.o, grp * og, og, ohw, n0, n1}, out{g.c, grp * cg, cg, ohw, n0, n1};
+      const PlaneBlock in{g.o, grp * og, og, ohw, n0, n1};
       GatherPlanes(cols, in, ws.gathered_cols);
       Gemm<T>(true, false, k, in.cols(), og, T(1), w + grp * og * k, k, ws.gathered_cols, in.cols(), T(0),
               ws.gathered_image, in.cols(), inner);
-      ScatterPlanes(ws.gathered_image, bias ? bias + grp * cg : nullptr, out, image);
+      ScatterImages(g, ws, bias ? bias + grp * cg : nullptr, grp, n0, n1, image, inner);
     });
     return;
   }
@@ -975,7 +1034,7 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
     }
     ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
       Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), ws.col, len, inner);  // [K, len]
-      Col2Im(g, ws.col, y0, y1, xp, inner);
+      Col2Im(g, ws.col, y0, y1, len, xp, inner);
     });
     if (g.padded()) UnpadPlanes(g, xp, bg, x);
   });
@@ -1022,10 +1081,10 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
     if (Batched(g)) {
       for (int64_t b0 = n0; b0 < n1; b0 += BatchImages(g)) {
         const int64_t b1 = std::min(n1, b0 + BatchImages(g));
-        const PlaneBlock x_block{g.c, grp * cg, cg, ohw, b0, b1}, dy_block{g.o, grp * og, og, ohw, b0, b1};
-        GatherPlanes(image, x_block, ws.gathered_image);
+        const PlaneBlock dy_block{g.o, grp * og, og, ohw, b0, b1};
+        GatherImages(g, image, grp, b0, b1, ws, inner);
         GatherPlanes(cols, dy_block, ws.gathered_cols);
-        product(ws.gathered_cols, x_block.cols(), ws.gathered_image, x_block.cols());
+        product(ws.gathered_cols, dy_block.cols(), ws.gathered_image, dy_block.cols());
       }
       n1 = n0;  // done
     }
@@ -1038,7 +1097,7 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
       }
       const T* xp = ws.Planes(g, x);
       ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-        Im2Col(g, xp, y0, y1, ws.col, inner);
+        Im2Col(g, xp, y0, y1, ws.col, len, inner);
         product(dy + y0 * g.ow, ohw, ws.col, len);
       });
     }

@@ -132,9 +132,17 @@ std::vector<OpCase> Conv2dCases() {
       {"conv2d pointwise 1x1 groups 2", "Conv2d", {{"groups", int64_t{2}}}, {U({2, 4, 3, 3}), U({6, 2, 1, 1}), U({6})},
        ConvRef},
       // Small planes: the images of a batch side by side in one GEMM, here
-      // in two batches (4 images of 240 columns, then 2).
+      // in two batches of 3 images (720 columns each).
       {"conv2d pointwise on small planes, images gathered in batches", "Conv2d", {},
        {U({6, 4, 16, 15}), U({5, 4, 1, 1}), U({5})}, ConvRef},
+      // The same for a 3x3 convolution: the images' im2col blocks side by
+      // side (batches of 3 and 2 images of 225 columns), and col2im out of
+      // them, padded; then stride, dilation and groups, unpadded.
+      {"conv2d 3x3 on small planes, im2col blocks gathered in batches", "Conv2d", {{"padding", int64_t{1}}},
+       {U({5, 3, 15, 15}), U({4, 3, 3, 3}), U({4})}, ConvRef},
+      {"conv2d small planes gathered, stride 2, dilation 2, groups 2", "Conv2d",
+       {{"stride", Ints{2, 1}}, {"dilation", int64_t{2}}, {"groups", int64_t{2}}},
+       {U({3, 4, 9, 7}), U({6, 2, 3, 2}), U({6})}, ConvRef},
       // The direct walk over stride phases: strides 2 and 3, dilation,
       // kernels as large as the padded plane.
       {"conv2d depthwise 5x5 stride 2 on a 3x3 plane", "Conv2d",
@@ -316,6 +324,10 @@ TEST_CASE("conv kernels agree across thread counts") {
       {"depthwise 19 channels batch 5", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{19}}},
        {U({5, 19, 4, 4}), U({19, 1, 5, 5}), U({19})}, ConvRef},
       {"pointwise small planes in 3 batches", "Conv2d", {}, {U({9, 3, 16, 15}), U({4, 3, 1, 1}), U({4})}, ConvRef},
+      // Forward and adjoint split a batch further to give each thread one;
+      // the weight gradient keeps it.
+      {"3x3 small planes in batches", "Conv2d", {{"padding", int64_t{1}}}, {U({5, 3, 9, 9}), U({4, 3, 3, 3}), U({4})},
+       ConvRef},
       {"row tiles stride 2 dilation 2", "Conv2d",
        {{"stride", int64_t{2}}, {"padding", int64_t{2}}, {"dilation", int64_t{2}}},
        {U({2, 16, 48, 48}), U({3, 16, 3, 3})}, ConvRef},
