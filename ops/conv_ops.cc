@@ -190,13 +190,17 @@ constexpr int64_t kBatchColumns = 1024;
 constexpr int64_t kBatchBlockElems = int64_t{1} << 21;  // a task's image and column blocks: 8 MiB of f32
 bool Batched(const ConvGeom& g) { return g.ohw() < kBatchedPlaneBelow && (g.pointwise() || !Direct(g)); }
 // Images per batch: up to kBatchColumns columns in blocks of at most
-// kBatchBlockElems, the batches as equal as they can be. A function of the
-// geometry alone: the weight gradient sums over a batch's columns.
+// kBatchBlockElems, the batches as equal as they can be and as many as a
+// power of two (so that they share out evenly over the usual thread
+// counts). A function of the geometry alone: the weight gradient sums over
+// a batch's columns.
 int64_t BatchImages(const ConvGeom& g) {
   const int64_t n = std::max<int64_t>(1, g.n);
   const int64_t columns = std::min(kBatchColumns, kBatchBlockElems / std::max<int64_t>(1, g.k() + g.og()));
   const int64_t most = std::clamp<int64_t>(columns / std::max<int64_t>(1, g.ohw()), 1, n);
-  const int64_t batches = (n + most - 1) / most;
+  int64_t batches = 1;
+  while (batches * most < n) batches *= 2;
+  batches = std::min(batches, n);
   return (n + batches - 1) / batches;
 }
 int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.k() + g.og()) * BatchImages(g) * g.ohw() : 0; }
