@@ -488,6 +488,7 @@ class Lowering {
     last_cost_keys_.swap(tg_.cost_keys);
     tg_.tasks.clear();
     tg_.pieces.clear();
+    piece_producers_.clear();
     tg_.homes.clear();
     tg_.writebacks.clear();
     tg_.outputs.clear();
@@ -765,6 +766,7 @@ class Lowering {
     record_.piece_slot.push_back(slot);
     record_.piece_content.push_back(content);
     s.created.push_back(id);
+    piece_producers_.push_back(p.producer);
     tg_.pieces.push_back(std::move(p));
     Journal(Effect::kPiece, id);
     return id;
@@ -837,8 +839,8 @@ class Lowering {
     IdList& deps = t.deps;
     deps.clear();
     for (const Operand& op : t.inputs)
-      for (int p : op.pieces) deps.push_back(piece(p).producer);
-    for (int p : t.sources) deps.push_back(piece(p).producer);
+      for (int p : op.pieces) deps.push_back(piece_producers_[static_cast<size_t>(p)]);
+    for (int p : t.sources) deps.push_back(piece_producers_[static_cast<size_t>(p)]);
     deps.erase(std::remove(deps.begin(), deps.end(), -1), deps.end());
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
@@ -1729,6 +1731,9 @@ class Lowering {
   };
   std::vector<Owner> owners_;  // by node
   std::vector<ValueState> values_;  // by value
+  // By piece: its producer, apart from the 128-byte pieces (SetDeps reads
+  // one per operand piece of every task, a cache miss each in the Piece).
+  std::vector<int> piece_producers_;
   // Expansions made (by node), and, in a one-time lowering, the expanded
   // nodes (and their names) still in the graph.
   std::map<NodeId, ExpansionOf> expansion_of_;

@@ -329,12 +329,9 @@ void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, Simulatio
   r.fits = true;
   if (!any) return;
 
-  std::vector<double> held_from(g.pieces.size(), 0.0), held_until(g.pieces.size(), 0.0);
-  for (size_t p = 0; p < g.pieces.size(); ++p) {
-    const int producer = g.pieces[p].producer;
-    held_from[p] = producer < 0 ? 0.0 : r.tasks[static_cast<size_t>(producer)].start;
-    held_until[p] = producer < 0 ? r.iteration_seconds : r.tasks[static_cast<size_t>(producer)].end;
-  }
+  // A piece is held from its producer's start (a home piece: all step) to
+  // the end of its last reader, or of its producer when none reads it.
+  std::vector<double> held_until(g.pieces.size(), 0.0);  // its readers' last end
   auto read_by = [&](int p, double until) {
     held_until[static_cast<size_t>(p)] = std::max(held_until[static_cast<size_t>(p)], until);
   };
@@ -350,10 +347,12 @@ void AddMemory(const TaskGraph& g, const Machine& m, bool peak_wanted, Simulatio
   // Per device: +bytes at the start, -bytes at the end; frees first at ties.
   std::vector<std::vector<std::pair<double, double>>> events(devices);
   for (size_t p = 0; p < g.pieces.size(); ++p) {
-    const size_t d = static_cast<size_t>(g.pieces[p].device);
+    const Piece& piece = g.pieces[p];
+    const size_t d = static_cast<size_t>(piece.device);
     if (!sweep[d]) continue;
-    events[d].push_back({held_from[p], g.pieces[p].bytes});
-    events[d].push_back({held_until[p], -g.pieces[p].bytes});
+    const SimulatedTask* producer = piece.producer < 0 ? nullptr : &r.tasks[static_cast<size_t>(piece.producer)];
+    events[d].push_back({producer ? producer->start : 0.0, piece.bytes});
+    events[d].push_back({std::max(held_until[p], producer ? producer->end : r.iteration_seconds), -piece.bytes});
   }
   if (peak_wanted) r.peak_memory_bytes.assign(devices, 0.0);
   for (size_t d = 0; d < devices; ++d) {
