@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/allocator.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "core/shape.h"
 #include "core/tensor.h"
@@ -24,6 +25,34 @@ TEST_CASE("Status carries code, message and context") {
   CHECK(*v == 5);
   StatusOr<int> e = NotFound("x");
   CHECK(e.status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("Hash64 hashes a small value as its bytes") {
+  // A value of up to 8 bytes takes a shortcut past the byte loop; both
+  // must give the same hash, or fingerprints made both ways would differ.
+  auto bytes = [](const void* p, size_t n) {
+    Hash64 h;
+    h.Add(p, n);
+    return h.value();
+  };
+  auto value = [](const auto& v) {
+    Hash64 h;
+    h.Add(v);
+    return h.value();
+  };
+  const uint64_t u64 = 0x0123456789ABCDEFull;
+  const int32_t i32 = -7;
+  const double f64 = 2.5;
+  const uint8_t u8 = 200;
+  CHECK(value(u64) == bytes(&u64, 8));
+  CHECK(value(i32) == bytes(&i32, 4));
+  CHECK(value(f64) == bytes(&f64, 8));
+  CHECK(value(u8) == bytes(&u8, 1));
+  CHECK(value(i32) != value(int64_t{-7}));  // the length is hashed
+  const std::vector<int> list = {1, 2, 3};
+  Hash64 all;
+  all.AddAll(list);
+  CHECK(all.value() != value(list.size()));
 }
 
 TEST_CASE("Shape broadcasting and axes") {
