@@ -237,6 +237,20 @@ void ForEachTile(const ConvGeom& g, ThreadPool* inner, Fn&& fn) {
   }
 }
 
+// Calls fn(width) with a compile-time width for the rows of small planes
+// (4, 8, 16 outputs): copying a known few elements is a few vector moves,
+// where a loop of a run-time count spends more on its bounds and tail than
+// on the copy (im2col and col2im of 4x4 planes copy rows of 4).
+template <typename Fn>
+void WithRowWidth(int64_t width, Fn&& fn) {
+  switch (width) {
+    case 4: fn(std::integral_constant<int64_t, 4>()); break;
+    case 8: fn(std::integral_constant<int64_t, 8>()); break;
+    case 16: fn(std::integral_constant<int64_t, 16>()); break;
+    default: fn(width);
+  }
+}
+
 // Calls fn(stride) with a compile-time 1 for unit strides, so that the
 // loops stepping by it vectorise, and with the value otherwise.
 template <typename Fn>
@@ -298,14 +312,16 @@ template <typename T>
 void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, int64_t ld, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
   WithStride(g.sw, [&](auto sw) {
-    ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
-          T* out = col + r * ld + cols;
-          const T* in = xp + at;
-          for (int64_t ox = 0; ox < g.ow; ++ox) out[ox] = in[ox * sw];
-        });
-    }, ChannelChunk(g.kh * g.kw * len));
+    WithRowWidth(g.ow, [&](auto ow) {
+      ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c)
+          ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
+            T* out = col + r * ld + cols;
+            const T* in = xp + at;
+            for (int64_t ox = 0; ox < ow; ++ox) out[ox] = in[ox * sw];
+          });
+      }, ChannelChunk(g.kh * g.kw * len));
+    });
   });
 }
 
@@ -316,14 +332,16 @@ template <typename T>
 void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, int64_t ld, T* xp, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
   WithStride(g.sw, [&](auto sw) {
-    ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
-          const T* in = col + r * ld + cols;
-          T* out = xp + at;
-          for (int64_t ox = 0; ox < g.ow; ++ox) out[ox * sw] += in[ox];
-        });
-    }, ChannelChunk(g.kh * g.kw * len));
+    WithRowWidth(g.ow, [&](auto ow) {
+      ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c)
+          ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
+            const T* in = col + r * ld + cols;
+            T* out = xp + at;
+            for (int64_t ox = 0; ox < ow; ++ox) out[ox * sw] += in[ox];
+          });
+      }, ChannelChunk(g.kh * g.kw * len));
+    });
   });
 }
 

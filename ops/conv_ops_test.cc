@@ -143,6 +143,13 @@ std::vector<OpCase> Conv2dCases() {
       {"conv2d small planes gathered, stride 2, dilation 2, groups 2", "Conv2d",
        {{"stride", Ints{2, 1}}, {"dilation", int64_t{2}}, {"groups", int64_t{2}}},
        {U({3, 4, 9, 7}), U({6, 2, 3, 2}), U({6})}, ConvRef},
+      // im2col and col2im copy rows of 4, 8 and 16 outputs with widths
+      // known at compile time (unit stride and stride 2).
+      {"conv2d rows of 4 outputs, stride 2", "Conv2d", {{"stride", int64_t{2}}, {"padding", int64_t{1}}},
+       {U({2, 3, 8, 8}), U({4, 3, 3, 3}), U({4})}, ConvRef},
+      {"conv2d rows of 8 outputs", "Conv2d", {{"padding", int64_t{1}}}, {U({2, 3, 5, 8}), U({2, 3, 3, 3})}, ConvRef},
+      {"conv2d rows of 16 outputs, one GEMM an image", "Conv2d", {{"padding", int64_t{1}}},
+       {U({1, 2, 17, 16}), U({3, 2, 3, 3}), U({3})}, ConvRef},
       // The direct walk over stride phases: strides 2 and 3, dilation,
       // kernels as large as the padded plane.
       {"conv2d depthwise 5x5 stride 2 on a 3x3 plane", "Conv2d",
