@@ -843,6 +843,19 @@ struct Workspace {
     PadPlanes(g, x, pad);
     return pad;
   }
+  // Its adjoint: x [C/g, H, W] = bias [C/g] (or zero) + what add(planes)
+  // accumulates into them by col2im (the padded planes in `pad`, or x).
+  template <typename Fn>
+  void AccumulatePlanes(const ConvGeom& g, const T* bias, T* x, Fn&& add) {
+    if (!g.padded()) {
+      InitPlanes(x, g.cg(), g.hw(), bias);
+      add(x);
+      return;
+    }
+    std::fill(pad, pad + PadScratch(g), T(0));
+    add(pad);
+    UnpadPlanes(g, pad, bias, x);
+  }
   std::unique_ptr<T[]> buf;
   T* col;
   T* pad;
@@ -880,17 +893,10 @@ void ScatterImages(const ConvGeom& g, Workspace<T>& ws, const T* bias, int64_t g
     return;
   }
   const int64_t ld = (n1 - n0) * g.ohw();
-  for (int64_t n = n0; n < n1; ++n) {
-    T* x = image + (n * g.c + grp * g.cg()) * g.hw();  // [C/g, H, W]
-    T* xp = g.padded() ? ws.pad : x;                   // what col2im accumulates into
-    if (g.padded()) {
-      std::fill(xp, xp + PadScratch(g), T(0));
-    } else {
-      InitPlanes(x, g.cg(), g.hw(), bias);
-    }
-    Col2Im(g, ws.gathered_image + (n - n0) * g.ohw(), 0, g.oh, ld, xp, inner);
-    if (g.padded()) UnpadPlanes(g, xp, bias, x);
-  }
+  for (int64_t n = n0; n < n1; ++n)
+    ws.AccumulatePlanes(g, bias, image + (n * g.c + grp * g.cg()) * g.hw(), [&](T* xp) {
+      Col2Im(g, ws.gathered_image + (n - n0) * g.ohw(), 0, g.oh, ld, xp, inner);
+    });
 }
 
 // Runs fn(task, inner_pool, workspace) for each task in [0, tasks). With at
@@ -1047,18 +1053,12 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
       Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
       return;
     }
-    // col2im accumulates into the padded planes (then copied out) or x.
-    T* xp = g.padded() ? ws.pad : x;
-    if (g.padded()) {
-      std::fill(xp, xp + PadScratch(g), T(0));
-    } else {
-      InitPlanes(x, cg, g.hw(), bg);
-    }
-    ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
-      Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), ws.col, len, inner);  // [K, len]
-      Col2Im(g, ws.col, y0, y1, len, xp, inner);
+    ws.AccumulatePlanes(g, bg, x, [&](T* xp) {
+      ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+        Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), ws.col, len, inner);  // [K, len]
+        Col2Im(g, ws.col, y0, y1, len, xp, inner);
+      });
     });
-    if (g.padded()) UnpadPlanes(g, xp, bg, x);
   });
 }
 
