@@ -8,17 +8,18 @@
 # measured in the same process, and the median of the rounds' own ratios
 # against the first variant with their spread.
 #
-#   bench/kernels_compare.sh [ROUNDS] [--threads T] [--reps N] VARIANT...
+#   bench/kernels_compare.sh [ROUNDS] [--threads T] [--reps N] [--only TEXT] VARIANT...
 #   bench/kernels_compare.sh 21 bazel-bin/tools/loom@avx2 bazel-bin/tools/loom@avx512
 set -euo pipefail
-usage="usage: bench/kernels_compare.sh [ROUNDS] [--threads T] [--reps N] LOOM[@avx2|avx512|eigen]..."
-rounds=7 threads=2 reps=9
+usage="usage: bench/kernels_compare.sh [ROUNDS] [--threads T] [--reps N] [--only TEXT] LOOM[@avx2|avx512|eigen]..."
+rounds=7 threads=2 reps=9 only=()
 if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then rounds="$1"; shift; fi
 variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
+    --only) only=(--only "$2"); shift 2 ;;  # the rows whose name contains TEXT
     --*) echo "unknown argument $1; $usage" >&2; exit 2 ;;
     *) variants+=("$1"); shift ;;
   esac
@@ -41,7 +42,7 @@ for ((round = 0; round < rounds; ++round)); do
     if ((round % 2 == 1)); then i=$((n - 1 - j)); fi
     v="${variants[$i]}" sgemm=""
     [[ "$v" == *@* ]] && sgemm="${v##*@}"
-    LOOM_SGEMM="$sgemm" "${v%@*}" bench kernels --reps "$reps" --threads "$threads" \
+    LOOM_SGEMM="$sgemm" "${v%@*}" bench kernels --reps "$reps" --threads "$threads" "${only[@]}" \
       --json "$work/$i-$round.json" >/dev/null
   done
 done

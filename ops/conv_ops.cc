@@ -208,29 +208,39 @@ int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.k() + g.og()) *
 // Otherwise the column side is processed in tiles of output rows [y0, y1):
 // a tile's im2col block [K, (y1 - y0) * OW] is sized to stay in cache
 // between being written and being read by the GEMM (a whole image's block
-// can take megabytes). When the pool works on one tile together, the tile
-// grows with it. 1x1 convolutions need no block and take the image whole.
+// can take megabytes). 1x1 convolutions need no block and take the image
+// whole.
+//
+// The forward's tile grows with the pool that works on one tile together.
+// The adjoint's and the weight gradient's tiles decide the order of their
+// sums (col2im adds a tile's taps into the planes, the gradient adds tile
+// after tile), so they are functions of the geometry alone: results never
+// depend on the thread count.
 constexpr int64_t kTileElems = 64 * 1024;
 
-int64_t TileRows(const ConvGeom& g, ThreadPool* inner) {
+int64_t ForwardTileElems(ThreadPool* inner) { return kTileElems * (inner ? inner->num_threads() : 1); }
+
+// Output rows per tile of about `elems` im2col elements.
+int64_t TileRows(const ConvGeom& g, int64_t elems) {
   if (g.pointwise()) return std::max<int64_t>(1, g.oh);
-  const int64_t elems = kTileElems * (inner ? inner->num_threads() : 1);
   return std::clamp<int64_t>(elems / std::max<int64_t>(1, g.k() * g.ow), 1, std::max<int64_t>(1, g.oh));
 }
 
 // Scratch elements a task needs for its im2col block, whether it runs alone
 // with the pool or on one worker.
 int64_t TileScratch(const ConvGeom& g, ThreadPool* pool) {
-  return g.pointwise() || Direct(g) || Batched(g) ? 0 : g.k() * TileRows(g, pool) * g.ow;
+  if (g.pointwise() || Direct(g) || Batched(g)) return 0;
+  return g.k() * g.ow * TileRows(g, ForwardTileElems(pool));
 }
 
 // Scratch elements for one group's padded planes (PadPlanes).
 int64_t PadScratch(const ConvGeom& g) { return g.padded() && !Direct(g) ? g.cg() * g.hp() * g.wp() : 0; }
 
-// fn(y0, y1, len) for each tile of output rows; len = (y1 - y0) * OW.
+// fn(y0, y1, len) for each tile of about `elems` im2col elements; len =
+// (y1 - y0) * OW.
 template <typename Fn>
-void ForEachTile(const ConvGeom& g, ThreadPool* inner, Fn&& fn) {
-  const int64_t rows = TileRows(g, inner);
+void ForEachTile(const ConvGeom& g, int64_t elems, Fn&& fn) {
+  const int64_t rows = TileRows(g, elems);
   for (int64_t y0 = 0; y0 < g.oh; y0 += rows) {
     const int64_t y1 = std::min(g.oh, y0 + rows);
     fn(y0, y1, (y1 - y0) * g.ow);
@@ -1001,7 +1011,7 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
       return;
     }
     const T* xp = ws.Planes(g, x);
-    ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+    ForEachTile(g, ForwardTileElems(inner), [&](int64_t y0, int64_t y1, int64_t len) {
       Im2Col(g, xp, y0, y1, ws.col, len, inner);  // [K, len]
       Gemm<T>(false, false, og, len, k, T(1), wg, k, ws.col, len, beta, y + y0 * g.ow, ohw, inner);
     });
@@ -1054,7 +1064,7 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
       return;
     }
     ws.AccumulatePlanes(g, bg, x, [&](T* xp) {
-      ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+      ForEachTile(g, kTileElems, [&](int64_t y0, int64_t y1, int64_t len) {
         Gemm<T>(true, false, k, len, og, T(1), wg, k, dy + y0 * g.ow, ohw, T(0), ws.col, len, inner);  // [K, len]
         Col2Im(g, ws.col, y0, y1, len, xp, inner);
       });
@@ -1118,7 +1128,7 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         continue;
       }
       const T* xp = ws.Planes(g, x);
-      ForEachTile(g, inner, [&](int64_t y0, int64_t y1, int64_t len) {
+      ForEachTile(g, kTileElems, [&](int64_t y0, int64_t y1, int64_t len) {
         Im2Col(g, xp, y0, y1, ws.col, len, inner);
         product(dy + y0 * g.ow, ohw, ws.col, len);
       });

@@ -346,6 +346,29 @@ TEST_CASE("conv kernels agree across thread counts") {
   ThreadPool::SetDefaultThreads(0);
 }
 
+// Tolerances above cannot see the order of a sum: each product's f32 bits
+// must not depend on the thread count either. A weight gradient sums over
+// images and positions, and its blocks of images and tiles of rows decide
+// the order: they must be functions of the geometry alone.
+TEST_CASE("conv results are the same bits on any thread count") {
+  const std::vector<OpCase> cases = {
+      // One image: one block of the weight gradient, its GEMMs on the pool.
+      {"one image, row tiles", "Conv2d", {{"padding", int64_t{1}}}, {U({1, 16, 40, 40}), U({8, 16, 3, 3}), U({8})},
+       ConvRef},
+      {"batch 5, row tiles", "Conv2d", {{"padding", int64_t{1}}}, {U({5, 8, 24, 24}), U({8, 8, 3, 3})}, ConvRef},
+      {"small planes in batches", "Conv2d", {{"padding", int64_t{1}}}, {U({7, 3, 9, 9}), U({4, 3, 3, 3}), U({4})},
+       ConvRef},
+      {"pointwise", "Conv2d", {}, {U({3, 8, 20, 20}), U({6, 8, 1, 1})}, ConvRef},
+      {"depthwise", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{8}}},
+       {U({3, 8, 12, 12}), U({8, 1, 3, 3}), U({8})}, ConvRef},
+      {"grouped, strided", "Conv2d", {{"stride", int64_t{2}}, {"groups", int64_t{2}}},
+       {U({2, 8, 33, 33}), U({8, 4, 3, 3})}, ConvRef},
+      {"transposed", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({2, 8, 15, 15}), U({8, 4, 3, 3}), U({4})},
+       ConvTransposeRef},
+  };
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { CheckSameAcrossThreads(c); }
+}
+
 TensorType F32(Shape s) { return {std::move(s), DType::kF32}; }
 
 // The message of InferTypes' error, or "" when it succeeds.

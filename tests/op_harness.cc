@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
+#include "core/thread_pool.h"
 #include "runtime/executor.h"
 
 namespace loom::testing {
@@ -82,6 +83,19 @@ std::vector<Tensor> RunForward(const OpCase& c, const std::vector<Tensor>& ins, 
   std::vector<Tensor> outs;
   for (size_t i = 0; i < g.outputs.size(); ++i) outs.push_back((*result)["out" + std::to_string(i)]);
   return outs;
+}
+
+void CheckBitwiseEqual(const std::string& what, const Tensor& expected, const Tensor& actual) {
+  INFO(what);
+  REQUIRE(expected.shape() == actual.shape());
+  REQUIRE(expected.dtype() == actual.dtype());
+  const size_t bytes = static_cast<size_t>(expected.numel()) * DTypeSize(expected.dtype());
+  const auto* a = static_cast<const unsigned char*>(expected.raw_data());
+  const auto* b = static_cast<const unsigned char*>(actual.raw_data());
+  size_t first = 0;
+  while (first < bytes && a[first] == b[first]) ++first;
+  INFO("first differing element: " << first / DTypeSize(expected.dtype()) << " of " << expected.numel());
+  CHECK(first == bytes);
 }
 
 void CompareTensors(const std::string& what, const Tensor& expected, const Tensor& actual, double tolerance) {
@@ -300,6 +314,30 @@ std::string InferError(const std::string& op, const AttrMap& attrs, const std::v
   auto r = InferOpTypes(*OpRegistry::Global().GetOp(op).value(), attrs, inputs);
   REQUIRE_FALSE(r.ok());
   return r.status().message();
+}
+
+void CheckSameAcrossThreads(const OpCase& c, const std::vector<int>& threads) {
+  std::vector<Tensor> ins = MakeInputs(c);
+  std::vector<Tensor> first_outputs;
+  std::map<std::string, Tensor> first_grads;
+  for (size_t i = 0; i < threads.size(); ++i) {
+    ThreadPool::SetDefaultThreads(threads[i]);
+    std::vector<Tensor> outputs = RunForward(c, ins, DType::kF32, Device::Cpu());
+    std::map<std::string, Tensor> grads;
+    if (c.check_gradient) grads = RunBackward(c, ins, Device::Cpu());
+    if (i == 0) {
+      first_outputs = std::move(outputs);
+      first_grads = std::move(grads);
+      continue;
+    }
+    const std::string against = " on " + std::to_string(threads[i]) + " threads against " +
+                                std::to_string(threads[0]);
+    for (size_t k = 0; k < outputs.size(); ++k)
+      CheckBitwiseEqual("case '" + c.name + "' output " + std::to_string(k) + against, first_outputs[k], outputs[k]);
+    for (const auto& [name, grad] : grads)
+      CheckBitwiseEqual("case '" + c.name + "' " + name + against, first_grads.at(name), grad);
+  }
+  ThreadPool::SetDefaultThreads(0);
 }
 
 void RunOpCase(const OpCase& c) {

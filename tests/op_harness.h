@@ -77,6 +77,11 @@ struct OpCase {
 // case names itself, the output or input and the first bad element.
 void RunOpCase(const OpCase& c);
 
+// The case's f32 outputs and gradients on the CPU are the same bits on each
+// of `threads` (the default pool's size): results never depend on the
+// thread count (checkpoints resume bit for bit on another machine).
+void CheckSameAcrossThreads(const OpCase& c, const std::vector<int>& threads = {1, 2, 3, 4});
+
 // Backprop against central finite differences in f64 for a whole graph:
 // d(loss)/d(node) for each named Input (fed in `feeds`) or Parameter/Buffer
 // (initialised from `seed`). For model-level tests (several ops, the model

@@ -163,7 +163,10 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, true));
   cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, false));
   cases.emplace_back("conv2d fwd+bwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, true));
-  // ResNet-18's last stages at CIFAR sizes: small planes, wide weights.
+  // ResNet-18's stages at CIFAR sizes: 32x32 and 16x16 planes, then small
+  // planes with wide weights.
+  cases.emplace_back("conv2d fwd+bwd 32x64x32x32 k3", ConvGraph(32, 64, 64, 32, 3, 1, true));
+  cases.emplace_back("conv2d fwd+bwd 32x128x16x16 k3", ConvGraph(32, 128, 128, 16, 3, 1, true));
   cases.emplace_back("conv2d fwd+bwd 32x256x8x8 k3", ConvGraph(32, 256, 256, 8, 3, 1, true));
   cases.emplace_back("conv2d fwd+bwd 32x512x4x4 k3", ConvGraph(32, 512, 512, 4, 3, 1, true));
   // MobileNetV3-Large's layer kinds at bench/configs/mobilenet_v3_large.pbtxt's

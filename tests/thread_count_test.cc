@@ -1,0 +1,126 @@
+// Results never depend on the thread count (docs/reliability.md: a resume
+// may change `threads`; the harness checks the same for single ops, but at
+// sizes too small for most kernels to split). Zoo models at sizes where the
+// kernels do split (row tiles and batches of convolutions, blocked GEMMs,
+// parallel reductions and norms, the optimizer's chunks) take two training
+// steps from one initial state on pools of 1 to 4 threads; the losses and
+// every state tensor afterwards must be the same bits.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "graph/training.h"
+#include "models/zoo.h"
+#include "runtime/executor.h"
+#include "tests/small_zoo.h"
+
+namespace loom {
+namespace {
+
+using testing::Features;
+using testing::Tokens;
+using testing::ZooBatch;
+
+struct Case {
+  std::string model;
+  std::map<std::string, std::string> args;
+  models::DataSpec data;
+  int64_t batch;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {"mlp", {{"hidden", "256"}}, Features({1, 28, 28}), 64},
+      // A 32x32 stage in row tiles, 16x16 and smaller planes in batches of images.
+      {"resnet18", {{"stem", "cifar"}, {"width", "16"}}, Features({3, 32, 32}), 3},
+      // Depthwise and 1x1 convolutions, squeeze-excitation, hard activations.
+      {"mobilenet_v3_large", {{"width_mult", "0.5"}, {"dropout", "0"}}, Features({3, 32, 32}), 4},
+      {"transformer_lm",
+       {{"width", "64"}, {"heads", "4"}, {"layers", "2"}, {"feedforward", "128"}, {"dropout", "0"}, {"max_len", "64"}},
+       Tokens(48), 4},
+      {"rnnlm", {{"embed", "32"}, {"hidden", "64"}, {"dropout", "0"}}, Tokens(24), 8},
+      {"pointnet_cls", {{"dropout", "0"}}, Features({3, 256}), 4},
+      // Batches smaller than some of the thread counts: kernels that split
+      // images over threads split other work instead.
+      {"vgg16", {{"width_mult", "0.25"}, {"hidden", "64"}, {"dropout", "0"}}, Features({3, 32, 32}), 1},
+      {"alexnet", {{"width_mult", "0.25"}, {"hidden", "64"}, {"dropout", "0"}}, Features({3, 63, 63}), 2},
+      {"mobilenet_v2", {{"width_mult", "0.5"}, {"dropout", "0"}}, Features({3, 32, 32}), 2},
+      {"inception_v3", {{"width_mult", "0.0625"}, {"dropout", "0"}}, Features({3, 299, 299}), 2},
+      {"bert_medium",
+       {{"layers", "2"}, {"hidden", "64"}, {"heads", "4"}, {"intermediate", "128"}, {"max_positions", "64"},
+        {"dropout", "0"}},
+       Tokens(32), 3},
+      {"nmt", {{"embed", "32"}, {"hidden", "64"}, {"dropout", "0"}}, Tokens(16), 3},
+  };
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, Tensor> state;
+};
+
+Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& batch, int threads) {
+  auto pool = ThreadPool::Create(threads);
+  REQUIRE(pool.ok());
+  ExecutorOptions options;
+  options.pool = pool->get();
+  options.seed = 7;
+  auto e = Executor::Create(train, options);
+  INFO(e.status().ToString());
+  REQUIRE(e.ok());
+  REQUIRE((*e)->InitializeState(1).ok());
+  std::map<std::string, Tensor> feeds = batch;
+  const DType dtype = train.type(train.node(*train.FindNode(kLearningRateInput)).outputs[0]).dtype;
+  feeds[kLearningRateInput] = *Tensor::FromVector<double>({}, {0.05}).Cast(dtype);
+  Trained t;
+  for (int step = 1; step <= 2; ++step) {
+    feeds[kStepInput] = *Tensor::FromVector<double>({}, {double(step)}).Cast(dtype);
+    auto out = (*e)->Run(feeds);
+    INFO(out.status().ToString());
+    REQUIRE(out.ok());
+    t.losses.push_back(out->at("loss").ScalarAt(0));
+  }
+  t.state = (*e)->state();
+  return t;
+}
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * DTypeSize(a.dtype())) == 0;
+}
+
+TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
+  for (const Case& c : Cases()) {
+    DYNAMIC_SECTION(c.model) {
+      Model m;
+      const Status built = models::BuildSupervised(m, c.model, c.args, c.data, c.batch);
+      INFO(built.ToString());
+      REQUIRE(built.ok());
+      StepOptimizer opt;
+      opt.config.set_type("sgd");
+      opt.config.set_momentum(0.9);
+      auto train = BuildTrainingGraph(m.graph(), "loss", opt);
+      INFO(train.status().ToString());
+      REQUIRE(train.ok());
+      const std::map<std::string, Tensor> batch = ZooBatch(c.data, DType::kF32, c.batch);
+      const Trained one = TrainTwoSteps(*train, batch, 1);
+      for (int threads : {2, 3, 4}) {
+        const Trained other = TrainTwoSteps(*train, batch, threads);
+        INFO(c.model << " on " << threads << " threads against 1");
+        CHECK(other.losses == one.losses);
+        for (const auto& [name, value] : one.state) {
+          INFO("state " << name);
+          CHECK(SameBits(value, other.state.at(name)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
