@@ -4,7 +4,8 @@
 // kernels do split (row tiles and batches of convolutions, blocked GEMMs,
 // parallel reductions and norms, the optimizer's chunks) take two training
 // steps from one initial state on pools of 1 to 4 threads; the losses and
-// every state tensor afterwards must be the same bits.
+// every state tensor afterwards must be the same bits, for single models and
+// fused arrays of replicas.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "graph/fusion.h"
 #include "graph/training.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
@@ -31,6 +33,7 @@ struct Case {
   std::map<std::string, std::string> args;
   models::DataSpec data;
   int64_t batch;
+  int replicas = 1;  // more: the model fused as that many replicas (graph/fusion.h)
 };
 
 std::vector<Case> Cases() {
@@ -56,6 +59,14 @@ std::vector<Case> Cases() {
         {"dropout", "0"}},
        Tokens(32), 3},
       {"nmt", {{"embed", "32"}, {"hidden", "64"}, {"dropout", "0"}}, Tokens(16), 3},
+      // Fused arrays: grouped convolutions, batched GEMMs, per-replica
+      // norms, losses and updates, the divergence check.
+      {"resnet18", {{"stem", "cifar"}, {"width", "8"}}, Features({3, 32, 32}), 2, 3},
+      {"mobilenet_v3_large", {{"width_mult", "0.25"}, {"dropout", "0"}}, Features({3, 32, 32}), 3, 3},
+      {"mlp", {{"hidden", "128"}}, Features({1, 28, 28}), 32, 3},
+      {"transformer_lm",
+       {{"width", "32"}, {"heads", "2"}, {"layers", "1"}, {"feedforward", "64"}, {"dropout", "0"}, {"max_len", "32"}},
+       Tokens(24), 2, 3},
   };
 }
 
@@ -64,7 +75,7 @@ struct Trained {
   std::map<std::string, Tensor> state;
 };
 
-Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& batch, int threads) {
+Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& batch, int replicas, int threads) {
   auto pool = ThreadPool::Create(threads);
   REQUIRE(pool.ok());
   ExecutorOptions options;
@@ -76,14 +87,22 @@ Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& b
   REQUIRE((*e)->InitializeState(1).ok());
   std::map<std::string, Tensor> feeds = batch;
   const DType dtype = train.type(train.node(*train.FindNode(kLearningRateInput)).outputs[0]).dtype;
-  feeds[kLearningRateInput] = *Tensor::FromVector<double>({}, {0.05}).Cast(dtype);
+  if (replicas == 1) {
+    feeds[kLearningRateInput] = *Tensor::FromVector<double>({}, {0.05}).Cast(dtype);
+  } else {  // a learning rate per replica
+    std::vector<double> lrs;
+    for (int r = 0; r < replicas; ++r) lrs.push_back(0.02 * (r + 1));
+    feeds[kLearningRateInput] = *Tensor::FromVector<double>({replicas}, lrs).Cast(dtype);
+    feeds["replica_mask"] = *Tensor::FromVector<double>({replicas}, std::vector<double>(replicas, 1.0)).Cast(dtype);
+  }
   Trained t;
   for (int step = 1; step <= 2; ++step) {
     feeds[kStepInput] = *Tensor::FromVector<double>({}, {double(step)}).Cast(dtype);
     auto out = (*e)->Run(feeds);
     INFO(out.status().ToString());
     REQUIRE(out.ok());
-    t.losses.push_back(out->at("loss").ScalarAt(0));
+    const std::vector<double> losses = out->at("loss").ToDoubleVector();
+    t.losses.insert(t.losses.end(), losses.begin(), losses.end());
   }
   t.state = (*e)->state();
   return t;
@@ -96,7 +115,7 @@ bool SameBits(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
   for (const Case& c : Cases()) {
-    DYNAMIC_SECTION(c.model) {
+    DYNAMIC_SECTION(c.model << " x " << c.replicas) {
       Model m;
       const Status built = models::BuildSupervised(m, c.model, c.args, c.data, c.batch);
       INFO(built.ToString());
@@ -104,13 +123,21 @@ TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
       StepOptimizer opt;
       opt.config.set_type("sgd");
       opt.config.set_momentum(0.9);
-      auto train = BuildTrainingGraph(m.graph(), "loss", opt);
+      StatusOr<Graph> train = BuildTrainingGraph(m.graph(), "loss", opt);
+      if (c.replicas > 1) {
+        std::vector<uint64_t> seeds;
+        for (int r = 0; r < c.replicas; ++r) seeds.push_back(11 + r);
+        auto fused = FuseReplicas(m.graph(), FusionOptions{c.replicas, seeds, {}, {}});
+        INFO(fused.status().ToString());
+        REQUIRE(fused.ok());
+        train = BuildFusedTrainingGraph(*fused, "loss", std::vector<StepOptimizer>(c.replicas, opt), true);
+      }
       INFO(train.status().ToString());
       REQUIRE(train.ok());
       const std::map<std::string, Tensor> batch = ZooBatch(c.data, DType::kF32, c.batch);
-      const Trained one = TrainTwoSteps(*train, batch, 1);
+      const Trained one = TrainTwoSteps(*train, batch, c.replicas, 1);
       for (int threads : {2, 3, 4}) {
-        const Trained other = TrainTwoSteps(*train, batch, threads);
+        const Trained other = TrainTwoSteps(*train, batch, c.replicas, threads);
         INFO(c.model << " on " << threads << " threads against 1");
         CHECK(other.losses == one.losses);
         for (const auto& [name, value] : one.state) {
