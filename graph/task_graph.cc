@@ -489,7 +489,6 @@ class Lowering {
     tg_.tasks.clear();
     tg_.pieces.clear();
     piece_producers_.clear();
-    tg_.homes.clear();
     tg_.writebacks.clear();
     tg_.outputs.clear();
     tg_.fingerprints.clear();
@@ -537,8 +536,22 @@ class Lowering {
             return Status::Ok();
           }));
     }
-    for (size_t v = 0; v < values_.size(); ++v)
-      if (!values_[v].homes.empty()) tg_.homes.emplace_hint(tg_.homes.end(), static_cast<ValueId>(v), values_[v].homes);
+    // The homes by value, updated in place: a run mostly makes the last
+    // run's again, and rebuilding the map allocated every entry anew.
+    auto at = tg_.homes.begin();
+    for (size_t v = 0; v < values_.size(); ++v) {
+      const ValueId id = static_cast<ValueId>(v);
+      while (at != tg_.homes.end() && at->first < id) at = tg_.homes.erase(at);
+      const std::vector<int>& homes = values_[v].homes;
+      if (homes.empty()) continue;
+      if (at != tg_.homes.end() && at->first == id) {
+        at->second.assign(homes.begin(), homes.end());
+        ++at;
+      } else {
+        tg_.homes.emplace_hint(at, id, homes);
+      }
+    }
+    tg_.homes.erase(at, tg_.homes.end());
     tg_.piece_bytes.assign(static_cast<size_t>(tg_.devices), 0.0);
     for (const Piece& p : tg_.pieces) tg_.piece_bytes[static_cast<size_t>(p.device)] += p.bytes;
     tg_.fingerprints.reserve(tg_.tasks.size());
