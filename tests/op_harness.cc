@@ -7,9 +7,9 @@
 #include <cstdlib>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
-#include "core/thread_pool.h"
 #include "runtime/executor.h"
 
 namespace loom::testing {
