@@ -85,19 +85,6 @@ std::vector<Tensor> RunForward(const OpCase& c, const std::vector<Tensor>& ins, 
   return outs;
 }
 
-void CheckBitwiseEqual(const std::string& what, const Tensor& expected, const Tensor& actual) {
-  INFO(what);
-  REQUIRE(expected.shape() == actual.shape());
-  REQUIRE(expected.dtype() == actual.dtype());
-  const size_t bytes = static_cast<size_t>(expected.numel()) * DTypeSize(expected.dtype());
-  const auto* a = static_cast<const unsigned char*>(expected.raw_data());
-  const auto* b = static_cast<const unsigned char*>(actual.raw_data());
-  size_t first = 0;
-  while (first < bytes && a[first] == b[first]) ++first;
-  INFO("first differing element: " << first / DTypeSize(expected.dtype()) << " of " << expected.numel());
-  CHECK(first == bytes);
-}
-
 void CompareTensors(const std::string& what, const Tensor& expected, const Tensor& actual, double tolerance) {
   INFO(what);
   REQUIRE(expected.shape() == actual.shape());
@@ -228,6 +215,18 @@ void CheckCudaAgainstCpu(const OpCase& c, const std::vector<Tensor>& ins) {
 }
 
 }  // namespace
+
+void CheckBitwiseEqual(const std::string& what, const Tensor& expected, const Tensor& actual) {
+  INFO(what);
+  REQUIRE(expected.shape() == actual.shape());
+  REQUIRE(expected.dtype() == actual.dtype());
+  const auto* a = static_cast<const unsigned char*>(expected.raw_data());
+  const auto* b = static_cast<const unsigned char*>(actual.raw_data());
+  size_t first = 0;
+  while (first < expected.nbytes() && a[first] == b[first]) ++first;
+  INFO("first differing element: " << first / DTypeSize(expected.dtype()) << " of " << expected.numel());
+  CHECK(first == expected.nbytes());
+}
 
 bool GpuAvailable() {
   static const Status present = GetAllocator(Device::Cuda(0)).status();

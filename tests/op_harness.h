@@ -77,6 +77,10 @@ struct OpCase {
 // case names itself, the output or input and the first bad element.
 void RunOpCase(const OpCase& c);
 
+// `actual` holds the same bits as `expected` (shape and dtype too); a
+// failure names `what` and the first element that differs.
+void CheckBitwiseEqual(const std::string& what, const Tensor& expected, const Tensor& actual);
+
 // The case's f32 outputs and gradients on the CPU are the same bits on each
 // of `threads` (the default pool's size): results never depend on the
 // thread count (checkpoints resume bit for bit on another machine).

@@ -8,7 +8,6 @@
 // fused arrays of replicas.
 #include <catch2/catch.hpp>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +18,7 @@
 #include "graph/training.h"
 #include "models/zoo.h"
 #include "runtime/executor.h"
+#include "tests/op_harness.h"
 #include "tests/small_zoo.h"
 
 namespace loom {
@@ -75,6 +75,15 @@ struct Trained {
   std::map<std::string, Tensor> state;
 };
 
+// The model's training step, or that of `replicas` fused replicas.
+StatusOr<Graph> TrainingStep(const Graph& model, const StepOptimizer& opt, int replicas) {
+  if (replicas == 1) return BuildTrainingGraph(model, "loss", opt);
+  std::vector<uint64_t> seeds;
+  for (int r = 0; r < replicas; ++r) seeds.push_back(11 + r);
+  LOOM_ASSIGN_OR_RETURN(Graph fused, FuseReplicas(model, FusionOptions{replicas, seeds, {}, {}}));
+  return BuildFusedTrainingGraph(fused, "loss", std::vector<StepOptimizer>(replicas, opt), true);
+}
+
 Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& batch, int replicas, int threads) {
   auto pool = ThreadPool::Create(threads);
   REQUIRE(pool.ok());
@@ -108,11 +117,6 @@ Trained TrainTwoSteps(const Graph& train, const std::map<std::string, Tensor>& b
   return t;
 }
 
-bool SameBits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * DTypeSize(a.dtype())) == 0;
-}
-
 TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
   for (const Case& c : Cases()) {
     DYNAMIC_SECTION(c.model << " x " << c.replicas) {
@@ -123,15 +127,7 @@ TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
       StepOptimizer opt;
       opt.config.set_type("sgd");
       opt.config.set_momentum(0.9);
-      StatusOr<Graph> train = BuildTrainingGraph(m.graph(), "loss", opt);
-      if (c.replicas > 1) {
-        std::vector<uint64_t> seeds;
-        for (int r = 0; r < c.replicas; ++r) seeds.push_back(11 + r);
-        auto fused = FuseReplicas(m.graph(), FusionOptions{c.replicas, seeds, {}, {}});
-        INFO(fused.status().ToString());
-        REQUIRE(fused.ok());
-        train = BuildFusedTrainingGraph(*fused, "loss", std::vector<StepOptimizer>(c.replicas, opt), true);
-      }
+      const StatusOr<Graph> train = TrainingStep(m.graph(), opt, c.replicas);
       INFO(train.status().ToString());
       REQUIRE(train.ok());
       const std::map<std::string, Tensor> batch = ZooBatch(c.data, DType::kF32, c.batch);
@@ -140,10 +136,8 @@ TEST_CASE("zoo models train to the same bits on 1, 2, 3 and 4 threads") {
         const Trained other = TrainTwoSteps(*train, batch, c.replicas, threads);
         INFO(c.model << " on " << threads << " threads against 1");
         CHECK(other.losses == one.losses);
-        for (const auto& [name, value] : one.state) {
-          INFO("state " << name);
-          CHECK(SameBits(value, other.state.at(name)));
-        }
+        for (const auto& [name, value] : one.state)
+          testing::CheckBitwiseEqual("state " + name, value, other.state.at(name));
       }
     }
   }
