@@ -1378,8 +1378,14 @@ class ConvBackwardOp : public OpDef {
     return std::vector<TensorType>{{Shape(given), in[0].dtype}};
   }
   // Sample: the batch of x, dy and dx; the weight gradient of a batch part
-  // is a partial sum.
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  // is a partial sum. Parameter (a convolution's): the forward's output
+  // channels, dy's channels with the weight's rows, so that the backward
+  // pass of a parameter-split layer keeps its weight split as the forward
+  // reads it (with only a sample rule every part would need the whole
+  // weight, and make a partial sum of all of its gradient). With one group
+  // every part reads all of x and its input gradient is a partial sum; with
+  // groups a part is a run of groups and their input channels.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>&) const override {
     SplitRules rules;
     rules.sample = SplitAlong(0, in.size(), 1);
@@ -1389,12 +1395,40 @@ class ConvBackwardOp : public OpDef {
     } else {
       rules.sample->inputs[1].axis = -1;
     }
+    if (transpose_ || in.size() != 2) return rules;
+    auto p = ParseConvParams(attrs, name_, in[weight_ ? 1 : 0].shape.rank() - 2, transpose_);
+    if (!p.ok()) return rules;
+    const bool grouped = p->groups > 1;
+    rules.parameter = SplitAlong(-1, in.size(), 1);
+    if (weight_) {  // (x, dy) -> dw
+      rules.parameter->inputs[0].axis = grouped ? 1 : -1;
+      rules.parameter->inputs[1].axis = 1;
+      rules.parameter->outputs[0].axis = 0;
+    } else {  // (dy, w) -> dx
+      rules.parameter->inputs[0].axis = 1;
+      rules.parameter->inputs[1].axis = 0;
+      rules.parameter->outputs[0].axis = grouped ? 1 : -1;
+      rules.parameter->partial_sums = !grouped;
+    }
     return rules;
   }
-  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
-                              const std::vector<Region>&, const std::vector<Region>& out) const override {
+  // A part's shape attribute is its output's; a run of groups has its share
+  // of the groups (its x or dx channels over the whole's).
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>& out) const override {
     AttrMap part = attrs;
     part.Set(weight_ ? "weight_shape" : "input_shape", out[0].shape().dims());
+    const int64_t groups = attrs.Int("groups", 1);
+    if (groups > 1 && !transpose_) {
+      const int64_t whole = weight_ ? in[0].shape[1] : attrs.Ints("input_shape")[1];
+      const int64_t channels = weight_ ? in_regions[0].hi[1] - in_regions[0].lo[1] : out[0].hi[1] - out[0].lo[1];
+      if (channels != whole) {
+        if ((groups * channels) % whole != 0)
+          return InvalidArgument(name_, ": ", channels, " of ", whole, " input channels are not a run of its ", groups,
+                                 " groups");
+        part.Set("groups", groups * channels / whole);
+      }
+    }
     return part;
   }
 

@@ -809,24 +809,45 @@ TEST_CASE("OWT on 4 devices moves every value by collectives: gathers, scatters 
   CHECK(five->tasks.size() == plain->tasks.size());
 }
 
-// A sample x parameter split's weight gradient: partial sums over the
-// sample parts, each half read by the devices along the sample dimension.
-// The first reader of a half sums it; the others copy that sum (before,
-// every reader summed every partial sum again: 8 x 3 transfers).
+// A matmul split along its reduction writes partial sums of all of its
+// output; the next one, split sample x parameter, reads each half of the
+// rows on two devices. The first reader of a half sums it; the other
+// copies that sum (before, every reader summed every partial sum again).
+// (Convolutions and Linear layers split sample x parameter used to make
+// this case of their weight gradients; their backward ops now split the
+// parameter as the forward does.)
 TEST_CASE("devices that read the same part of a partial sum copy its sum instead of summing it again") {
-  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
-  const std::string text = "devices: 8\ndefault_split { sample: 8 }\nlayer { layer: \"stage1/conv\" sample: 4 parameter: 2 }\n";
-  auto tasks = Lower(cnn, text);
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kBatch, 12});
+  const AttrMap init{{"init", "uniform"}, {"low", -0.5}, {"high", 0.5}};
+  const Sym h = m.op1("MatMul", {x, m.parameter("w", {12, 4}, init)}, {}, "mm");
+  const Sym y = m.op1("MatMul", {h, m.parameter("w2", {4, 4}, init)}, {}, "mm2");
+  m.set_output("loss", m.cross_entropy(y, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(7);
+  Tensor xs = Tensor::Zeros({kBatch, 12}, DType::kF64), t = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", t}});
+  REQUIRE(c.status().ToString() == "OK");
+  const std::string text = "devices: 4\nlayer { layer: \"mm\" parameter: 2 parameter_split: \"reduction\" }\n"
+                           "layer { layer: \"mm2\" sample: 2 parameter: 2 }\n";
+  auto tasks = Lower(*c, text);
   REQUIRE(tasks.status().ToString() == "OK");
-  int transfers = 0, sums = 0;
-  for (const Task& t : tasks->tasks) {
-    if (t.name.rfind("stage1/conv/grad/ConvBackwardWeight ", 0) != 0) continue;
-    if (t.kind == TaskKind::kTransfer) ++transfers;
-    if (t.kind == TaskKind::kAllReduce) ++sums;
+  INFO(tasks->ToString());
+  int transfers = 0;
+  std::multiset<int64_t> sums;  // by the first row of the half summed
+  for (const Task& task : tasks->tasks) {
+    if (task.name.rfind("mm ", 0) != 0 && task.name.rfind("mm:", 0) != 0) continue;
+    if (task.kind == TaskKind::kTransfer) ++transfers;
+    if (task.kind == TaskKind::kAllReduce)
+      sums.insert(tasks->pieces[static_cast<size_t>(task.outputs[0])].region.lo[0]);
   }
-  CHECK(sums == 2);                // one per half
-  CHECK(transfers == 2 * (3 + 3));  // per half: 3 partial sums to the first reader, its sum to 3 others
-  ExpectSame(cnn, OneDevice(cnn), text);
+  CHECK(sums == std::multiset<int64_t>{0, kBatch / 2});  // one sum per half
+  // Half 0: device 1's partial sum to device 0, the sum to device 1; half 1:
+  // both partial sums to device 2, the sum to device 3.
+  CHECK(transfers == 2 + 3);
+  ExpectSame(*c, OneDevice(*c), text);
 }
 
 // A small MLP's step lowered data parallel on 2 devices.
@@ -919,6 +940,42 @@ TEST_CASE("a parameter-split layer's weight stays split: no copies of it move") 
     REQUIRE(split.ok());
     CHECK(testing::FirstMismatch(*one, *split, 1e-12) == "");
   }
+}
+
+// The same for convolutions: their backward ops split the output channels
+// as the forward does (a part's weight gradient is its own rows, its input
+// gradient a partial sum, or with groups its own run of groups), so the
+// weight neither moves to every device after the update nor comes back
+// from them as partial sums of the whole. They only split the batch before.
+TEST_CASE("a parameter-split convolution's weight stays split: no copies of it move") {
+  const auto check = [](const StepCase& c, const std::string& strategy, const std::string& weight_name) {
+    INFO(strategy);
+    auto tg = Lower(c, strategy);
+    REQUIRE(tg.ok());
+    INFO(tg->ToString());
+    const auto weight = tg->graph.FindNode(weight_name);
+    REQUIRE(weight);
+    const ValueId w = tg->graph.node(*weight).outputs[0];
+    const int64_t half = tg->graph.type(w).shape.numel() / 2;
+    for (const Task& t : tg->tasks) {
+      for (int p : t.sources) {
+        const Piece& piece = tg->pieces[static_cast<size_t>(p)];
+        const std::string& value = tg->graph.value(piece.value).name;
+        // Neither the weight nor its update's result moves; its gradient
+        // is summed over its own rows only (an all-reduce of a half).
+        CHECK((t.kind == TaskKind::kTransfer && value.rfind(weight_name, 0) == 0) == false);
+        if (tg->graph.type(piece.value).shape == tg->graph.type(w).shape && value.find("/grad/") != std::string::npos)
+          CHECK(piece.region.numel() == half);
+      }
+    }
+    for (int h : tg->homes.at(w)) CHECK(tg->pieces[static_cast<size_t>(h)].region.numel() == half);
+    ExpectSame(c, OneDevice(c), strategy);
+  };
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  check(cnn, "devices: 2\ndefault_split { sample: 2 }\nlayer { layer: \"stage2/conv\" parameter: 2 }\n",
+        "stage2/conv/weight");
+  check(cnn, "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"stage2/conv\" sample: 2 parameter: 2 }\n",
+        "stage2/conv/weight");
 }
 
 // One weird trick on the MLP: fc2 split along its outputs between
