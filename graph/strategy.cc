@@ -214,9 +214,22 @@ bool HoldsBatch(const Node& node, const std::vector<int>& batch_axes) {
   return false;
 }
 
+// Whether `node` reads parameters and state alone (ReadsNoSamples).
+bool ReadsOnlyParameters(const Node& node, const std::vector<int>& batch_axes) {
+  for (ValueId v : node.inputs)
+    if (static_cast<size_t>(v) >= batch_axes.size() || batch_axes[static_cast<size_t>(v)] != kNoSamples) return false;
+  return !node.inputs.empty();
+}
+
 }  // namespace
 
 SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
+  const OpDef* def = OpRegistry::Global().FindOp(node.op);
+  if (ReadsOnlyParameters(node, batch_axes) && def && !def->IsRandom()) {
+    if (rules.sample) rules.other.push_back(std::move(*rules.sample));
+    rules.sample = SplitAlong(-1, node.inputs.size(), node.outputs.size());
+    return rules;
+  }
   if (!HoldsBatch(node, batch_axes)) return rules;
   if (rules.sample && SplitsBatch(*rules.sample, graph, node, batch_axes)) return rules;
   for (size_t i = 0; i < rules.other.size(); ++i) {
@@ -244,7 +257,11 @@ std::vector<int> BatchAxes(const Graph& graph) {
         if (graph.type(v).shape.rank() >= 1 && !graph.value(v).replica_layout.replicated()) set(v, 0);
       continue;
     }
-    if (IsSourceOp(n.op) || !HoldsBatch(n, axes)) continue;
+    if (IsSourceOp(n.op) || ReadsOnlyParameters(n, axes)) {
+      for (ValueId v : n.outputs) set(v, kNoSamples);
+      continue;
+    }
+    if (!HoldsBatch(n, axes)) continue;
     StatusOr<SplitRules> rules = NodeSplitRules(graph, n, axes);
     if (!rules.ok() || !rules->sample || !SplitsBatch(*rules->sample, graph, n, axes)) continue;
     for (size_t i = 0; i < n.outputs.size(); ++i)
@@ -316,7 +333,7 @@ StatusOr<std::vector<std::pair<NodeId, LayerSplit>>> Strategy::Resolve(const Gra
     bool reduced = false;  // the default dropped a dimension the layer cannot split
     for (SplitDim d : kAllSplitDims) {
       const int64_t degree = split.degree_of(d);
-      if (degree == 1) continue;
+      if (degree == 1 || (d == SplitDim::kSample && rules.sample && rules.sample->Replicates())) continue;
       std::string why;
       const int64_t extent = SplitExtent(graph, n, rules, d, &why, split.parameter_split);
       if (extent > 0 && extent % degree != 0)

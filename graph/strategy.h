@@ -14,7 +14,9 @@
 // splits, or a device out of range is an error naming the file, line, layer
 // and dimension. `default_split` applies to each layer along the dimensions
 // the layer can split; the others stay 1, and its parts take the first
-// devices of the default's list. An entry that matches no layer is an
+// devices of the default's list. A layer that reads only parameters (a
+// fused array's weight reshapes) has no samples: its sample split runs it
+// whole on every part's device (FollowBatch). An entry that matches no layer is an
 // error too (a typo would otherwise go unnoticed).
 #pragma once
 
@@ -65,8 +67,11 @@ std::optional<DimSplit> ReplicaSplit(const Graph& graph, const Node& node, const
 
 // By value id: the axis that holds the step's samples, followed from the
 // graph's inputs (axis 0; a fused array's per-replica inputs excepted)
-// through each node's sample rule (FollowBatch); -1 where none is known (a
-// parameter, a sum over the batch, a value no rule follows it into).
+// through each node's sample rule (FollowBatch); kNoSamples for parameters,
+// state and what is computed from them alone (no Input reaches it: a fused
+// array's stacked weights); -1 where none is known (a sum over the batch, a
+// value no rule follows it into, a node that reads nothing).
+inline constexpr int kNoSamples = -2;
 std::vector<int> BatchAxes(const Graph& graph);
 
 // `rules` with `sample` the rule that splits the batch where the node's
@@ -75,7 +80,10 @@ std::vector<int> BatchAxes(const Graph& graph);
 // H], what an LSTM reads): there the rule that splits along the batch
 // instead (another of the op's rules) becomes the sample rule, and the
 // labelled one joins `other`. Unchanged where the labelled rule follows the
-// batch, where no rule does, or where no input holds a known batch.
+// batch, where no rule does, or where no input holds a known batch. A node
+// that reads only values with kNoSamples (not a random one) has no samples
+// to split: its sample rule replicates it (DimSplit::Replicates), as data parallelism
+// keeps every parameter on every device; a labelled one joins `other`.
 SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes);
 
 // The split rules of `node`'s op for its types (OpDef::Splits), the sample

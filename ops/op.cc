@@ -52,6 +52,14 @@ bool DimSplit::HasOwnedInputs() const {
   return false;
 }
 
+bool DimSplit::Replicates() const {
+  if (partial_sums || expands) return false;
+  for (const auto* list : {&inputs, &outputs})
+    for (const AxisSplit& a : *list)
+      if (a.axis >= 0 || a.part >= 0) return false;
+  return true;
+}
+
 bool DimSplit::SameAxes(const DimSplit& o) const {
   if (inputs.size() != o.inputs.size() || outputs.size() != o.outputs.size()) return false;
   for (size_t i = 0; i < inputs.size(); ++i)

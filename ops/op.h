@@ -138,6 +138,9 @@ struct DimSplit {
   bool HasWindow() const;
   // Whether some input is read by one part only (AxisSplit::part).
   bool HasOwnedInputs() const;
+  // Whether it divides nothing: every part computes all of the node (no
+  // axis split, no partial sums).
+  bool Replicates() const;
   // Whether both split the same axes of every input and output.
   bool SameAxes(const DimSplit& o) const;
 };

@@ -110,6 +110,29 @@ TEST_CASE("fused cnn: replicas of grouped convolutions over 2 devices match one 
   }
 }
 
+// A fused array's weights reach its layers through reshapes that read
+// parameters alone ("stage2/conv/param1/stacked"). Data parallelism runs
+// them on every device, as it keeps every parameter there; they ran whole
+// on device 0 before, so every step sent the stacked weights from device 0
+// to the others and their gradients back.
+TEST_CASE("data parallelism runs a fused array's weight reshapes on every device: no weight moves") {
+  const StepCase c = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 4);
+  const std::string strategy = "devices: 2\ndefault_split { sample: 2 }\n";
+  auto tg = Lower(c, strategy);
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  int stacked = 0;
+  for (const Task& t : tg->tasks) {
+    if (t.kind == TaskKind::kCompute && tg->graph.node(t.node).name.find("/stacked") != std::string::npos) ++stacked;
+    if (t.kind != TaskKind::kTransfer) continue;
+    const std::string& value = tg->graph.value(tg->pieces[static_cast<size_t>(t.sources[0])].value).name;
+    CHECK(value.find("/param") == std::string::npos);
+    CHECK(value.find("/weight") == std::string::npos);
+  }
+  CHECK(stacked > 0);
+  ExpectSame(c, OneDevice(c), strategy);
+}
+
 // Sample splits of a training BatchNorm expand (statistics summed across
 // the parts, then applied by each) and Dropout's parts draw the whole's
 // mask: no task of either runs whole, and the results are one device's.
