@@ -214,7 +214,7 @@ bool HoldsBatch(const Node& node, const std::vector<int>& batch_axes) {
   return false;
 }
 
-// Whether `node` reads parameters and state alone (ReadsNoSamples).
+// Whether `node` reads parameters and state alone (inputs all kNoSamples).
 bool ReadsOnlyParameters(const Node& node, const std::vector<int>& batch_axes) {
   for (ValueId v : node.inputs)
     if (static_cast<size_t>(v) >= batch_axes.size() || batch_axes[static_cast<size_t>(v)] != kNoSamples) return false;

@@ -16,8 +16,8 @@
 // the layer can split; the others stay 1, and its parts take the first
 // devices of the default's list. A layer that reads only parameters (a
 // fused array's weight reshapes) has no samples: its sample split runs it
-// whole on every part's device (FollowBatch). An entry that matches no layer is an
-// error too (a typo would otherwise go unnoticed).
+// whole on every part's device (FollowBatch). An entry that matches no
+// layer is an error too (a typo would otherwise go unnoticed).
 #pragma once
 
 #include <array>
@@ -82,8 +82,9 @@ std::vector<int> BatchAxes(const Graph& graph);
 // labelled one joins `other`. Unchanged where the labelled rule follows the
 // batch, where no rule does, or where no input holds a known batch. A node
 // that reads only values with kNoSamples (not a random one) has no samples
-// to split: its sample rule replicates it (DimSplit::Replicates), as data parallelism
-// keeps every parameter on every device; a labelled one joins `other`.
+// to split: its sample rule replicates it (DimSplit::Replicates), as data
+// parallelism keeps every parameter on every device; a labelled one joins
+// `other`.
 SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes);
 
 // The split rules of `node`'s op for its types (OpDef::Splits), the sample

@@ -220,6 +220,31 @@ TEST_CASE("the sample split follows the batch through a swap to time-major and b
   }
 }
 
+// A reshape of a weight (what a fused array's stacked weights are) reads no
+// samples: the default sample split replicates it on its devices instead of
+// running it whole on device 0.
+TEST_CASE("a layer that reads only parameters replicates under the default sample split") {
+  Model m;
+  const Sym x = m.input("x", {4, 6});
+  const Sym w = m.parameter("w", {2, 3, 5}, AttrMap{{"init", "uniform"}, {"low", -0.5}, {"high", 0.5}});
+  const Sym flat = m.op1("Reshape", {w}, AttrMap{{"shape", std::vector<int64_t>{6, 5}}}, "w_flat");
+  m.set_output("y", m.op1("MatMul", {x, flat}, {}, "mm"));
+  REQUIRE(m.status().ok());
+  const std::vector<int> axes = BatchAxes(m.graph());
+  CHECK(axes.at(static_cast<size_t>(w.id)) == kNoSamples);
+  CHECK(axes.at(static_cast<size_t>(flat.id)) == kNoSamples);
+  CHECK(axes.at(static_cast<size_t>(x.id)) == 0);
+  auto s = Strategy::Parse("devices: 4\ndefault_split { sample: 4 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  const auto splits = ByName(m.graph(), *s);
+  CHECK(splits.at("w_flat").ToString() == "sample 4 on devices 0,1,2,3");
+  CHECK(splits.at("mm").ToString() == "sample 4 on devices 0,1,2,3");
+  auto rules = NodeSplitRules(m.graph(), m.graph().node(*m.graph().FindNode("w_flat")), axes);
+  REQUIRE(rules.ok());
+  REQUIRE(rules->sample);
+  CHECK(rules->sample->Replicates());
+}
+
 TEST_CASE("replica splits follow the fused array's replica axis") {
   auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
   REQUIRE(fused.ok());
