@@ -193,9 +193,12 @@ std::string Strategy::Where(const std::string& path) const {
 namespace {
 
 // Whether `rule` splits every input that holds a known batch along it, and
-// no output along its replica axis.
-bool SplitsBatch(const DimSplit& rule, const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
-  if (rule.HasWindow() || rule.expands || rule.alone || rule.HasOwnedInputs()) return false;
+// no output along its replica axis. A rule the op realises by its expansion
+// (a training BatchNorm's) says where the batch goes as well as any, but
+// cannot stand for another as the sample rule (`expands_ok`: BatchAxes).
+bool SplitsBatch(const DimSplit& rule, const Graph& graph, const Node& node, const std::vector<int>& batch_axes,
+                 bool expands_ok = false) {
+  if (rule.HasWindow() || (rule.expands && !expands_ok) || rule.alone || rule.HasOwnedInputs()) return false;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const size_t v = static_cast<size_t>(node.inputs[i]);
     const int batch = v < batch_axes.size() ? batch_axes[v] : -1;
@@ -263,7 +266,7 @@ std::vector<int> BatchAxes(const Graph& graph) {
     }
     if (!HoldsBatch(n, axes)) continue;
     StatusOr<SplitRules> rules = NodeSplitRules(graph, n, axes);
-    if (!rules.ok() || !rules->sample || !SplitsBatch(*rules->sample, graph, n, axes)) continue;
+    if (!rules.ok() || !rules->sample || !SplitsBatch(*rules->sample, graph, n, axes, /*expands_ok=*/true)) continue;
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (rules->sample->outputs[i].axis >= 0) set(n.outputs[i], rules->sample->outputs[i].axis);
   }

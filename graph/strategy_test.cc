@@ -245,6 +245,22 @@ TEST_CASE("a layer that reads only parameters replicates under the default sampl
   CHECK(rules->sample->Replicates());
 }
 
+// A training BatchNorm realises its sample split by its expansion; the
+// batch still follows it. It did not: past the first BatchNorm no axis held
+// a known batch, and a fused Linear's input transpose ([B, R, F] to
+// [R, B, F], whose labelled sample rule would split the replicas) ran whole
+// on device 0 under data parallelism.
+TEST_CASE("the sample split follows the batch through a training BatchNorm into a fused Linear") {
+  auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
+  REQUIRE(fused.ok());
+  const std::vector<int> axes = BatchAxes(*fused);
+  const Node& bn = fused->node(*fused->FindNode("stage1/bn"));
+  CHECK(axes.at(static_cast<size_t>(bn.outputs[0])) == 0);
+  auto s = Strategy::Parse("devices: 2\ndefault_split { sample: 2 }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(ByName(*fused, *s).at("fc/x/move_replica_axis").ToString() == "sample 2 on devices 0,1");
+}
+
 TEST_CASE("replica splits follow the fused array's replica axis") {
   auto fused = FuseReplicas(Cnn(), FusionOptions{4, {1, 2, 3, 4}, {}, {}});
   REQUIRE(fused.ok());
