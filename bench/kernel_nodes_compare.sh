@@ -24,7 +24,8 @@ done
 [ ${#binaries[@]} -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-grep -m1 "model name" /proc/cpuinfo || true
+source "$(dirname "$0")/lib.sh"
+cpu_line
 for r in $(seq "$rounds"); do
   order=("${binaries[@]}")
   if [ $((r % 2)) -eq 0 ]; then

@@ -1,4 +1,4 @@
-# Shared by bench/'s PyTorch comparisons (sourced): the Python that runs
+# Shared by bench/'s scripts (sourced): the Python that runs
 # PyTorch, made when none is given, and the line naming the CPU that every
 # table starts with (its vector width decides the kernels' speed).
 

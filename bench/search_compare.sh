@@ -34,7 +34,8 @@ for b in "${binaries[@]}"; do
 done
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-grep -m1 'model name' /proc/cpuinfo || true
+source "$root/bench/lib.sh"
+cpu_line
 echo "$(basename "$config") on $devices devices of $(basename "$machine"), $proposals proposals, one chain, $rounds rounds"
 declare -A rates
 for ((r = 1; r <= rounds; ++r)); do

@@ -227,11 +227,13 @@ bool ReadsOnlyParameters(const Node& node, const std::vector<int>& batch_axes) {
 }  // namespace
 
 SplitRules FollowBatch(SplitRules rules, const Graph& graph, const Node& node, const std::vector<int>& batch_axes) {
-  const OpDef* def = OpRegistry::Global().FindOp(node.op);
-  if (ReadsOnlyParameters(node, batch_axes) && def && !def->IsRandom()) {
-    if (rules.sample) rules.other.push_back(std::move(*rules.sample));
-    rules.sample = SplitAlong(-1, node.inputs.size(), node.outputs.size());
-    return rules;
+  if (ReadsOnlyParameters(node, batch_axes)) {
+    const OpDef* def = OpRegistry::Global().FindOp(node.op);
+    if (def && !def->IsRandom()) {
+      if (rules.sample) rules.other.push_back(std::move(*rules.sample));
+      rules.sample = SplitAlong(-1, node.inputs.size(), node.outputs.size());
+      return rules;
+    }
   }
   if (!HoldsBatch(node, batch_axes)) return rules;
   if (rules.sample && SplitsBatch(*rules.sample, graph, node, batch_axes)) return rules;

@@ -57,6 +57,17 @@ using conv::ConvParams;
 using conv::Pair;
 using conv::PairString;
 using conv::ParseConvParams;
+
+// Sets a part's `groups` when it holds `channels` of the op's `whole` input
+// channels: a run of its `groups` groups gets its share of them.
+Status SetGroupsOfRun(const std::string& op, int64_t groups, int64_t channels, int64_t whole, AttrMap* part) {
+  if (channels == whole) return Status::Ok();
+  if ((groups * channels) % whole != 0)
+    return InvalidArgument(op, ": ", channels, " of ", whole, " input channels are not a run of its ", groups,
+                           " groups");
+  part->Set("groups", groups * channels / whole);
+  return Status::Ok();
+}
 using conv::Product;
 using conv::SpatialOf;
 using conv::WithSpatial;
@@ -1298,13 +1309,7 @@ class ConvOp : public OpDef {
       p.padding[sd_ == 2 ? 0 : 1] = 0;
       part.Set("padding", sd_ == 2 ? std::vector<int64_t>{p.padding[0], p.padding[1]} : std::vector<int64_t>{p.padding[1]});
     }
-    const int64_t channels = x.hi[1] - x.lo[1];
-    if (channels != in[0].shape[1]) {
-      if ((p.groups * channels) % in[0].shape[1] != 0)
-        return InvalidArgument(name_, ": ", channels, " of ", in[0].shape[1], " input channels are not a run of its ",
-                               p.groups, " groups");
-      part.Set("groups", p.groups * channels / in[0].shape[1]);
-    }
+    LOOM_RETURN_IF_ERROR(SetGroupsOfRun(name_, p.groups, x.hi[1] - x.lo[1], in[0].shape[1], &part));
     return part;
   }
 
@@ -1418,17 +1423,10 @@ class ConvBackwardOp : public OpDef {
                               const std::vector<Region>& in_regions, const std::vector<Region>& out) const override {
     AttrMap part = attrs;
     part.Set(weight_ ? "weight_shape" : "input_shape", out[0].shape().dims());
-    const int64_t groups = attrs.Int("groups", 1);
-    if (groups > 1 && !transpose_) {
-      const int64_t whole = weight_ ? in[0].shape[1] : attrs.Ints("input_shape")[1];
-      const int64_t channels = weight_ ? in_regions[0].hi[1] - in_regions[0].lo[1] : out[0].hi[1] - out[0].lo[1];
-      if (channels != whole) {
-        if ((groups * channels) % whole != 0)
-          return InvalidArgument(name_, ": ", channels, " of ", whole, " input channels are not a run of its ", groups,
-                                 " groups");
-        part.Set("groups", groups * channels / whole);
-      }
-    }
+    if (transpose_) return part;
+    const Region& image = weight_ ? in_regions[0] : out[0];  // x, or dx
+    const int64_t whole = weight_ ? in[0].shape[1] : attrs.Ints("input_shape")[1];
+    LOOM_RETURN_IF_ERROR(SetGroupsOfRun(name_, attrs.Int("groups", 1), image.hi[1] - image.lo[1], whole, &part));
     return part;
   }
 

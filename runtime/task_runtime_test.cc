@@ -843,9 +843,9 @@ TEST_CASE("OWT on 4 devices moves every value by collectives: gathers, scatters 
 // output; the next one, split sample x parameter, reads each half of the
 // rows on two devices. The first reader of a half sums it; the other
 // copies that sum (before, every reader summed every partial sum again).
-// (Convolutions and Linear layers split sample x parameter used to make
-// this case of their weight gradients; their backward ops now split the
-// parameter as the forward does.)
+// (Convolutions split sample x parameter used to make this case of their
+// weight gradients; their backward ops now split the parameter as the
+// forward does.)
 TEST_CASE("devices that read the same part of a partial sum copy its sum instead of summing it again") {
   const StepCase c = MatMulCase(true);
   const std::string text = "devices: 4\nlayer { layer: \"mm\" parameter: 2 parameter_split: \"reduction\" }\n"
@@ -981,7 +981,7 @@ TEST_CASE("a parameter-split convolution's weight stays split: no copies of it m
         const std::string& value = tg->graph.value(piece.value).name;
         // Neither the weight nor its update's result moves; its gradient
         // is summed over its own rows only (an all-reduce of a half).
-        CHECK((t.kind == TaskKind::kTransfer && value.rfind(weight_name, 0) == 0) == false);
+        if (t.kind == TaskKind::kTransfer) CHECK(value.rfind(weight_name, 0) != 0);
         if (tg->graph.type(piece.value).shape == tg->graph.type(w).shape && value.find("/grad/") != std::string::npos)
           CHECK(piece.region.numel() == half);
       }
