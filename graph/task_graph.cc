@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "core/hash.h"
 #include "core/parse.h"
@@ -54,6 +55,26 @@ using DimRules = std::array<std::optional<DimSplit>, kSplitDims>;
 
 // Every tensor whole, every part computing all of it (a replicated op).
 DimSplit Replicated(size_t inputs, size_t outputs) { return SplitAlong(-1, inputs, outputs); }
+
+// Which of its op's labelled rules a node split by along a dimension:
+// sample, attribute, or a parameter rule (with its variant's name).
+struct RuleLabel {
+  SplitDim dim = SplitDim::kSample;
+  std::string parameter_split;
+};
+using DimLabels = std::array<std::optional<RuleLabel>, kSplitDims>;
+
+std::optional<RuleLabel> LabelOf(const SplitRules& rules, const DimSplit& chosen) {
+  auto same = [&](const std::optional<DimSplit>& r) {
+    return r && r->SameAxes(chosen) && r->partial_sums == chosen.partial_sums && r->expands == chosen.expands;
+  };
+  if (same(rules.sample)) return RuleLabel{SplitDim::kSample, ""};
+  if (same(rules.attribute)) return RuleLabel{SplitDim::kAttribute, ""};
+  if (same(rules.parameter)) return RuleLabel{SplitDim::kParameter, ""};
+  for (const auto& [name, rule] : rules.parameter_variants)
+    if (same(rule)) return RuleLabel{SplitDim::kParameter, name};
+  return std::nullopt;
+}
 
 // Whether each region has the shape of the type at its index, as
 // regions[i].shape() == types[i].shape says (without making the shapes).
@@ -1409,7 +1430,7 @@ class Lowering {
   // outputs, state updates and gradients go to the expansion once, at the
   // end (ReplaceExpanded): doing so per expansion costs the whole graph. An
   // incremental lowering makes each node's expansion once and keeps it.
-  Status Expand(NodeId id, const Node& planned, const OpDef& def, int dim, int64_t degree) {
+  Status Expand(NodeId id, const Node& planned, const OpDef& def, const DimLabels& labels, int dim, int64_t degree) {
     auto cached = expansion_of_.find(id);
     if (cached == expansion_of_.end()) {
       // Expanded nodes leave the graph at the end, but their names are free
@@ -1438,8 +1459,18 @@ class Lowering {
       expanded_.push_back(id);
       expanded_names_.insert(node.name);
     }
-    for (NodeId node : std::vector<NodeId>(e.nodes)) LOOM_RETURN_IF_ERROR(PlanNode(node));
-    return Status::Ok();
+    // Along its other dimensions the expansion's nodes split by the rules
+    // of the labels the node split by (a BatchNorm's channels, for its
+    // statistics' ops too), not by how their inputs arrive: a part then
+    // reads x as the node's would.
+    DimLabels others = labels;
+    others[static_cast<size_t>(dim)].reset();
+    const DimLabels outer = std::exchange(expansion_labels_, others);
+    Status status;
+    for (NodeId node : std::vector<NodeId>(e.nodes))
+      if (status = PlanNode(node); !status.ok()) break;
+    expansion_labels_ = outer;
+    return status;
   }
 
   // What stands for v: v, or the value of the expansion that replaced its
@@ -1490,6 +1521,7 @@ class Lowering {
     LayerSplit split;
     DimRules dims;
     int expand_dim = -1;  // >= 0: the split expands the node along this dimension (no parts)
+    DimLabels labels;     // when it expands: the labels of its rules
     std::vector<PartRegions> parts;
     std::vector<std::shared_ptr<const AttrMap>> attrs;  // per part
     std::vector<bool> alike;                            // per part: its cost is the last part's
@@ -1538,13 +1570,20 @@ class Lowering {
       if (plan->forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
-        for (int d = 0; d < kSplitDims; ++d)
-          if (split.degree[static_cast<size_t>(d)] > 1)
+        for (int d = 0; d < kSplitDims; ++d) {
+          if (split.degree[static_cast<size_t>(d)] == 1) continue;
+          const std::optional<RuleLabel>& label = expansion_labels_[static_cast<size_t>(d)];
+          std::string why;
+          if (label) dims[static_cast<size_t>(d)] = LabelledRule(rules, label->dim, label->parameter_split, &why);
+          if (!dims[static_cast<size_t>(d)])
             dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
+        }
       }
       for (int d = 0; d < kSplitDims; ++d)
         if (dims[static_cast<size_t>(d)] && dims[static_cast<size_t>(d)]->expands) {
           plan->expand_dim = d;
+          for (size_t e = 0; e < dims.size(); ++e)
+            if (dims[e]) plan->labels[e] = LabelOf(rules, *dims[e]);
           return Status::Ok();
         }
     }
@@ -1658,7 +1697,7 @@ class Lowering {
     const LayerSplit& split = plan.split;
     const DimRules& dims = plan.dims;
     if (plan.expand_dim >= 0)
-      return Expand(id, n, def, plan.expand_dim, split.degree[static_cast<size_t>(plan.expand_dim)]);
+      return Expand(id, n, def, plan.labels, plan.expand_dim, split.degree[static_cast<size_t>(plan.expand_dim)]);
     const std::vector<TensorType>& in = plan.in;
     const std::vector<TensorType>& out = plan.out;
     std::vector<std::shared_ptr<const AttrMap>>& attrs = plan.attrs;
@@ -1751,6 +1790,7 @@ class Lowering {
   // nodes (and their names) still in the graph.
   std::map<NodeId, ExpansionOf> expansion_of_;
   std::map<NodeId, PinnedTo> pins_;  // expansions' nodes pinned to a coordinate of their layer's split
+  DimLabels expansion_labels_;       // while an expansion's nodes are planned: the rules they split by
   std::vector<NodeId> expanded_;
   std::set<std::string> expanded_names_;
   // Replay: this run's record and the last one's, with the last run's tasks

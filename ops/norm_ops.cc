@@ -161,6 +161,16 @@ void ChannelPass(const ChannelLayout& l, ThreadPool* pool, const std::array<cons
 
 const char* const kBatchNormInputs[] = {"x", "gamma", "beta", "running_mean", "running_var"};
 
+// BatchNorm's ops split along the channels: axis 1 of x, dy and the [2, C]
+// sums, axis 0 of every per-channel [C] tensor. Each channel's statistics
+// are its own, so the parts are exact.
+DimSplit ChannelsOf(const std::vector<TensorType>& in, const std::vector<TensorType>& out) {
+  DimSplit d = SplitAlong(0, in.size(), out.size());
+  for (size_t i = 0; i < in.size(); ++i) d.inputs[i].axis = in[i].shape.rank() == 1 ? 0 : 1;
+  for (size_t i = 0; i < out.size(); ++i) d.outputs[i].axis = out[i].shape.rank() == 1 ? 0 : 1;
+  return d;
+}
+
 class BatchNormOp : public OpDef {
  public:
   BatchNormOp() {
@@ -179,9 +189,7 @@ class BatchNormOp : public OpDef {
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    rules.parameter = SplitAlong(0, in.size(), out.size());
-    rules.parameter->inputs[0].axis = 1;
-    rules.parameter->outputs[0].axis = 1;
+    rules.parameter = ChannelsOf(in, out);
     rules.sample = SplitAlong(-1, in.size(), out.size());
     rules.sample->inputs[0].axis = 0;
     rules.sample->outputs[0].axis = 0;
@@ -364,8 +372,7 @@ class BatchNormBackwardOp : public OpDef {
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    rules.parameter = SplitAlong(0, in.size(), out.size());
-    rules.parameter->inputs[0].axis = rules.parameter->inputs[1].axis = rules.parameter->outputs[0].axis = 1;
+    rules.parameter = ChannelsOf(in, out);
     rules.sample = SplitAlong(-1, in.size(), out.size());
     rules.sample->inputs[0].axis = rules.sample->inputs[1].axis = rules.sample->outputs[0].axis = 0;
     rules.sample->partial_sums = true;
@@ -512,6 +519,7 @@ class BatchNormPivotOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0}, true);
+    rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>&, const std::vector<TensorType>&,
@@ -555,6 +563,7 @@ class BatchNormStatsOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0}, true);
+    rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
@@ -606,6 +615,7 @@ class BatchNormApplyOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0}, false);
+    rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -645,6 +655,7 @@ class BatchNormBackwardStatsOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, true);
+    rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
@@ -685,6 +696,7 @@ class BatchNormBackwardApplyOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, false);
+    rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {

@@ -170,6 +170,43 @@ TEST_CASE("batch norm and dropout split along the batch match one device") {
   ExpectSame(fused, OneDevice(fused), "devices: 4\ndefault_split { sample: 2 replica: 2 }\n");
 }
 
+// A training BatchNorm split by batch and by channels (a parameter split,
+// or a fused array's replicas): the ops of its expansion split the channels
+// too, so each half of the channels sums its statistics among the devices
+// that hold it and reads x where it was made. They split the batch alone
+// before: the channel split became a second batch split, every part read x
+// from the devices of the other channels, and the statistics of every
+// channel were all-reduced over all four devices.
+TEST_CASE("a training BatchNorm split by batch and channels sums each half's statistics among its own devices") {
+  const StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 4);
+  for (const auto& [c, strategy] : std::vector<std::pair<const StepCase*, std::string>>{
+           {&cnn, "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"*bn\" sample: 2 parameter: 2 }\n"},
+           {&fused, "devices: 4\ndefault_split { sample: 2 replica: 2 }\n"}}) {
+    INFO(strategy);
+    auto tg = Lower(*c, strategy);
+    REQUIRE(tg.ok());
+    INFO(tg->ToString());
+    int statistics = 0;
+    for (const Task& t : tg->tasks) {
+      if (t.kind == TaskKind::kCompute) continue;
+      const Piece& source = tg->pieces[static_cast<size_t>(t.sources[0])];
+      const ValueId v = source.value;
+      const std::string& op = tg->graph.node(tg->graph.value(v).producer).op;
+      if (op == "BatchNormPivot" || op == "BatchNormStats" || op == "BatchNormBackwardStats") {
+        ++statistics;
+        CHECK(t.kind == TaskKind::kAllReduce);
+        CHECK(t.group.size() == 2);
+        CHECK(source.region.numel() * 2 == tg->graph.type(v).shape.numel());
+      }
+      // A fused BatchNorm reads x where its replicas' layer made it.
+      if (t.kind == TaskKind::kTransfer) CHECK(tg->graph.value(v).name.find("merge_replicas") == std::string::npos);
+    }
+    CHECK(statistics > 0);
+    ExpectSame(*c, OneDevice(*c), strategy);
+  }
+}
+
 // NLL, MSE and BCEWithLogits (mean and sum; BCE with a pos_weight that has
 // the batch's rows) split along the batch: the losses are partial sums, a
 // mean's divisor the whole batch's; 3 steps match one device.

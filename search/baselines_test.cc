@@ -69,9 +69,16 @@ TEST_CASE("the standard strategies: dp, owt, model and replica") {
   auto fused = FuseReplicas(g, FusionOptions{4, {1, 2, 3, 4}, {}, {}});
   REQUIRE(fused.ok());
   CHECK(Splits(*fused, StandardStrategy::kReplicaParallel, 2).at("stage1/conv") == "replica 2 on devices 0,1");
-  auto uneven = MakeStandardStrategy(*fused, StandardStrategy::kReplicaParallel, 3);
-  REQUIRE(!uneven.ok());
-  CHECK(uneven.status().message() == "replica parallelism: 4 replicas do not divide over 3 devices");
+  // More devices than replicas: each replica's batch split within a group
+  // of adjacent devices.
+  CHECK(Splits(*fused, StandardStrategy::kReplicaParallel, 8).at("stage1/conv") ==
+        "sample 2 x replica 4 on devices 0,2,4,6,1,3,5,7");
+  CHECK(Splits(*fused, StandardStrategy::kReplicaParallel, 6).at("stage1/conv") ==
+        "sample 3 x replica 2 on devices 0,3,1,4,2,5");
+  auto coprime = MakeStandardStrategy(*fused, StandardStrategy::kReplicaParallel, 3);
+  REQUIRE(!coprime.ok());
+  CHECK(coprime.status().message() ==
+        "replica parallelism: 4 replicas and 3 devices have no common divisor above 1 to split the replicas by");
 }
 
 TEST_CASE("strategy kinds parse by name") {
