@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The search tables of docs/search.md: `loom search` for FlexFlow's six
 # models and a fused ResNet-18 sweep on four simulated machines; per pair
-# the predicted step of data parallelism, OWT, the exact layer-wise
-# solver's strategy and the searched one, the most any strategy can gain
-# over data parallelism (dp / perfect scaling of one device), the bytes
-# each moves, the search's proposals and time. Each search's output stays
-# in OUT; the markdown table is made from those logs (`--table OUT`
-# remakes it alone).
+# the predicted step of data parallelism, OWT, replica parallelism (a
+# fused model), the exact layer-wise solver's strategy and the searched
+# one, the most any strategy can gain over data parallelism (dp / perfect
+# scaling of one device), the bytes each moves, the search's proposals
+# and time. Each search's output stays in OUT; the markdown table is made
+# from those logs (`--table OUT` remakes it alone).
 #   bash bench/search_tables.sh [BUDGET=30s] [OUT=/tmp/loom_search_tables] [MODELS] [MACHINES]
 #   bash bench/search_tables.sh --table OUT
 set -euo pipefail
@@ -15,8 +15,8 @@ table() {
   python3 - "$1" <<'PY'
 import glob, os, re, sys
 out = sys.argv[1]
-print("| model | machine | devices | dp ms | owt ms | exact ms | searched ms | vs dp | vs owt | most vs dp | bytes dp / searched | proposals | search s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | machine | devices | dp ms | owt ms | replica ms | exact ms | searched ms | vs dp | vs owt | most vs dp | bytes dp / searched | proposals | search s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for log in sorted(glob.glob(os.path.join(out, "*.log")), key=os.path.getmtime):
     model, machine = re.match(r"(.+?)_((?:h200|p100|dgx|k80).*)\.log$", os.path.basename(log)).groups()
     rows, devices, proposals, seconds, perfect = {}, "", "", "", 0.0
@@ -39,8 +39,8 @@ for log in sorted(glob.glob(os.path.join(out, "*.log")), key=os.path.getmtime):
     owt = rows.get("owt", dp)
     moved = "%.1fx" % (dp[1] / s[1]) if s[1] > 0 else ("-" if dp[1] == 0 else "all local")
     most = "%.2fx" % (dp[0] / perfect) if perfect > 0 else "-"
-    print("| %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %s | %s | %s | %s |" % (
-        model, machine, devices, cell("dp"), cell("owt"), cell("exact"), cell("searched"),
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx | %s | %s | %s | %s |" % (
+        model, machine, devices, cell("dp"), cell("owt"), cell("replica"), cell("exact"), cell("searched"),
         dp[0] / s[0], owt[0] / s[0], most, moved, proposals, seconds))
 PY
 }

@@ -357,6 +357,24 @@ TEST_CASE("fused replicas are a dimension of the space: replica parallelism is a
   for (const auto& l : space->layers())
     for (const LayerSplit& s : l.configs) has_replica_split = has_replica_split || s.degree_of(SplitDim::kReplica) > 1;
   CHECK(has_replica_split);
+  // On more devices than replicas the start splits each replica's batch
+  // within a pair of devices.
+  const Machine eight = TestMachine(8);
+  auto wide = SearchStrategy(fused.forward, fused.step, eight, AnalyticalCostModel(eight), 8, {}, options);
+  REQUIRE(wide.status().ToString() == "OK");
+  bool replica_pairs = false;
+  for (const Candidate& start : wide->initial)
+    if (start.name == "replica") {
+      const Strategy s = *Strategy::FromProto(start.strategy, "start");
+      const auto resolved = s.Resolve(fused.forward);
+      REQUIRE(resolved.ok());
+      for (const auto& [id, split] : *resolved)
+        if (fused.forward.node(id).name == "fc1") {
+          replica_pairs = true;
+          CHECK(split.ToString() == "sample 2 x replica 4 on devices 0,2,4,6,1,3,5,7");
+        }
+    }
+  CHECK(replica_pairs);
 }
 
 }  // namespace
