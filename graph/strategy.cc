@@ -104,6 +104,18 @@ std::string LayerSplit::ToString() const {
   return StrCat(dims, " on devices ", devs);
 }
 
+void LayerSplit::PlaceGroupedByReplica(int64_t first) {
+  const int64_t replicas = degree_of(SplitDim::kReplica), per_group = parts() / replicas;
+  // A part's coordinates: its sample, its replica group, and its index
+  // among the attribute x parameter parts inside them.
+  const int64_t inner = per_group / degree_of(SplitDim::kSample);
+  devices.resize(static_cast<size_t>(parts()));
+  for (int64_t p = 0; p < parts(); ++p) {
+    const int64_t in = p % inner, replica = p / inner % replicas, sample = p / (inner * replicas);
+    devices[static_cast<size_t>(p)] = first + replica * per_group + sample * inner + in;
+  }
+}
+
 bool GlobMatch(const std::string& pattern, const std::string& name) {
   // Iterative matching with backtracking to the last '*'.
   size_t p = 0, n = 0, star = std::string::npos, mark = 0;

@@ -54,6 +54,12 @@ struct LayerSplit {
   bool SameForm(const LayerSplit& o) const { return degree == o.degree && parameter_split == o.parameter_split; }
   // "sample 2 x parameter 2 (vocabulary) on devices 0,1,2,3", "whole on device 1".
   std::string ToString() const;
+  // Places the parts on devices first, first + 1, ...: in the parts' order,
+  // except that the parts of one replica group go to adjacent devices (no
+  // value moves between replica groups; a group's parts exchange
+  // activations and all-reduce gradients, best over the nearest links:
+  // search/baselines.cc has a measure).
+  void PlaceGroupedByReplica(int64_t first);
 };
 
 // The replica count of a value's layout (graph/fusion.h), 0 when it has no

@@ -54,6 +54,19 @@ TEST_CASE("layer patterns: '*' any run, '?' one character") {
   CHECK(!GlobMatch("a*b*c", "aXbYbZ"));
 }
 
+TEST_CASE("parts placed grouped by replica: a replica group's parts on adjacent devices") {
+  LayerSplit s;
+  s.degree = {2, 4, 1, 1};  // sample 2 x replica 4
+  s.PlaceGroupedByReplica(0);
+  CHECK(s.devices == std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
+  s.degree = {2, 2, 1, 2};  // sample 2 x replica 2 x parameter 2, from device 8
+  s.PlaceGroupedByReplica(8);
+  CHECK(s.devices == std::vector<int64_t>{8, 9, 12, 13, 10, 11, 14, 15});
+  s.degree = {2, 1, 2, 1};  // no replicas: the parts' order
+  s.PlaceGroupedByReplica(4);
+  CHECK(s.devices == std::vector<int64_t>{4, 5, 6, 7});
+}
+
 TEST_CASE("a strategy file's own errors name the file, the line and the field") {
   CHECK_THAT(ErrorOf("devices: 2\nlayer { layer: \"fc\" sample: 2\n"), Contains("s.pbtxt:3:1:"));
   CHECK(ErrorOf("devices: 0\n") == "s.pbtxt:1: field devices: must be >= 1, got 0");

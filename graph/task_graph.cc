@@ -1363,6 +1363,29 @@ class Lowering {
     return owner.layer == Owner::kNone ? nullptr : layer_splits_[static_cast<size_t>(owner.layer)];
   }
 
+  // What a node of no layer (the gradient norm, the divergence checks)
+  // follows: the split that wrote most of its inputs' elements (the first
+  // such on ties), or null when none is split. The first input's split
+  // could be a small layer's: a fused sweep's gradient norm then ran whole
+  // on device 0, every replica's gradients sent there each step.
+  const LayerSplit* SplitOfMostInputs(const Node& n) const {
+    std::vector<std::pair<const LayerSplit*, int64_t>> written;  // a split, the elements it wrote
+    for (ValueId v : n.inputs) {
+      const ValueSplit* s = SplitOf(v);
+      if (!s || s->split.parts() == 1) continue;
+      auto same = std::find_if(written.begin(), written.end(), [&](const auto& w) {
+        return w.first->SameForm(s->split) && w.first->devices == s->split.devices;
+      });
+      if (same == written.end()) same = written.insert(written.end(), {&s->split, 0});
+      same->second += g_.type(v).shape.numel();
+    }
+    const LayerSplit* most = nullptr;
+    int64_t elements = -1;
+    for (const auto& [split, count] : written)
+      if (count > elements) most = split, elements = count;
+    return most;
+  }
+
   int64_t DeviceOfInputs(const Node& n) const {
     for (ValueId v : n.inputs)
       if (!State(v).origin.empty()) return piece(State(v).origin[0]).device;
@@ -1551,10 +1574,7 @@ class Lowering {
     for (ValueId v : n.inputs) in.push_back(g_.type(v));
     for (ValueId v : n.outputs) out.push_back(g_.type(v));
     const LayerSplit* owner = OwnerOf(id, &plan->forward);
-    // A node of no layer (the gradient norm, the divergence checks) follows
-    // the first of its inputs that a split node wrote.
-    for (size_t i = 0; !owner && i < n.inputs.size(); ++i)
-      if (const ValueSplit* s = SplitOf(n.inputs[i]); s && s->split.parts() > 1) owner = &s->split;
+    if (!owner) owner = SplitOfMostInputs(n);
     if (const auto pin = pins_.find(id); pin != pins_.end()) plan->pin = pin->second;
     LayerSplit pinned;
     if (owner && plan->pin) {

@@ -133,6 +133,37 @@ TEST_CASE("data parallelism runs a fused array's weight reshapes on every device
   ExpectSame(c, OneDevice(c), strategy);
 }
 
+// A node of no layer follows the split that wrote most of its inputs. The
+// gradient norm of a fused array (its divergence check) reads every
+// gradient; it followed the first split one, the classifier's here (a
+// split the others do not share), so the gradients of every other layer
+// moved to the norm's parts each step. (A fused ResNet-18 sweep's exact
+// strategy ran its norm whole on device 0 this way.)
+TEST_CASE("the gradient norm follows the split that wrote most of the gradients") {
+  const StepCase c = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8}, 4);
+  const std::string strategy =
+      "devices: 4\ndefault_split { sample: 2 replica: 2 }\n"
+      "layer { layer: \"classifier/bias_rows\" devices: 0 }\n"
+      "layer { layer: \"classifier\" replica: 2 parameter: 2 parameter_split: \"reduction\" }\n";
+  auto tg = Lower(c, strategy);
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  const auto norm = tg->graph.FindNode("grad_clip/squared_norm");
+  REQUIRE(norm);
+  const std::vector<ValueId>& gradients = tg->graph.node(*norm).inputs;
+  int moved = 0;
+  for (const Task& t : tg->tasks) {
+    if (t.kind != TaskKind::kTransfer) continue;
+    const ValueId v = tg->pieces[static_cast<size_t>(t.sources[0])].value;
+    if (std::find(gradients.begin(), gradients.end(), v) == gradients.end()) continue;
+    ++moved;
+    // Of the gradients, only the classifier's move (to the norm's parts).
+    CHECK(tg->graph.node(tg->graph.value(v).producer).name.rfind("classifier/", 0) == 0);
+  }
+  CHECK(moved > 0);
+  ExpectSame(c, OneDevice(c), strategy);
+}
+
 // Sample splits of a training BatchNorm expand (statistics summed across
 // the parts, then applied by each) and Dropout's parts draw the whole's
 // mask: no task of either runs whole, and the results are one device's.

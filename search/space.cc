@@ -83,7 +83,7 @@ StatusOr<SearchSpace> SearchSpace::Build(const Graph& forward, int64_t devices) 
       // would read past a part): checked once, on the first block.
       if (parts > 1 && !LayerParts(forward, n, rules, split).ok()) continue;
       for (int64_t first = 0; first < devices; first += parts) {
-        for (int64_t p = 0; p < parts; ++p) split.devices[static_cast<size_t>(p)] = first + p;
+        split.PlaceGroupedByReplica(first);
         layer.configs.push_back(split);
       }
     }
