@@ -176,13 +176,24 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
                                     : LayerOf(tasks.graph.value(p.value).name, layer_index);
       if (l >= 0) layer_bytes[static_cast<size_t>(l)][static_cast<size_t>(p.device)] += p.bytes;
     }
+    // A layer's tasks' longest chain through their dependencies on each
+    // other: a split whose parts wait for each other (an LSTM's sequence
+    // chunks, each handed the last one's state) takes that long, though
+    // each device is busy a fraction of it.
+    std::vector<int> task_layer(tasks.tasks.size());
+    std::vector<double> chain(tasks.tasks.size(), 0.0), layer_chain(layers.size(), 0.0);
     for (const Task& t : tasks.tasks) {
-      if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter ||
-          t.kind == TaskKind::kAllToAll)
-        continue;  // moves between layers: t_move's
-      const int l = TaskLayer(tasks, t, layer_index);
+      const int l = task_layer[static_cast<size_t>(t.id)] = TaskLayer(tasks, t, layer_index);
       if (l < 0) continue;
       const double seconds = r.tasks[static_cast<size_t>(t.id)].end - r.tasks[static_cast<size_t>(t.id)].start;
+      double before = 0;
+      for (int d : t.deps)
+        if (task_layer[static_cast<size_t>(d)] == l) before = std::max(before, chain[static_cast<size_t>(d)]);
+      chain[static_cast<size_t>(t.id)] = before + seconds;
+      layer_chain[static_cast<size_t>(l)] = std::max(layer_chain[static_cast<size_t>(l)], before + seconds);
+      if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter ||
+          t.kind == TaskKind::kAllToAll)
+        continue;  // moves between layers: t_move's (a chain's hand-offs count above)
       if (t.kind == TaskKind::kCompute) layer_busy[static_cast<size_t>(l)][static_cast<size_t>(t.device)] += seconds;
       else
         for (int64_t d : t.group) layer_busy[static_cast<size_t>(l)][static_cast<size_t>(d)] += seconds;
@@ -191,7 +202,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       if (first[static_cast<size_t>(l)] < 0) continue;
       const std::vector<double>& b = layer_busy[static_cast<size_t>(l)];
       const std::vector<double>& m = layer_bytes[static_cast<size_t>(l)];
-      const double t_layer = *std::max_element(b.begin(), b.end());
+      const double t_layer = std::max(*std::max_element(b.begin(), b.end()), layer_chain[static_cast<size_t>(l)]);
       const double bytes = *std::max_element(m.begin(), m.end());
       const std::vector<int>& kept = out.configs[static_cast<size_t>(l)];
       for (size_t k = 0; k < kept.size(); ++k)

@@ -8,6 +8,7 @@
 #include <map>
 #include <limits>
 
+#include "graph/model.h"
 #include "search/elimination.h"
 #include "search/layerwise.h"
 #include "tests/parallel_check.h"
@@ -154,6 +155,42 @@ void CheckFindsOptimum(const testing::StepCase& c, int64_t devices, int64_t prop
   auto solved = SolveByElimination(layerwise->graph);
   REQUIRE(solved.status().ToString() == "OK");
   CHECK(solved->cost == Approx(BruteForceMinimum(layerwise->graph)).epsilon(1e-12));
+}
+
+// An LSTM split along its sequence runs its chunks one after another, each
+// handed the last one's state: the layer-wise cost of that split is its
+// chain, about the whole layer's time, not its busiest device's quarter
+// (which made the exact solver split the LSTMs of NMT along the sequence:
+// 3.4x data parallelism's step once simulated).
+TEST_CASE("the layer-wise cost of an LSTM split along its sequence is its chain of chunks") {
+  constexpr int64_t kSteps = 8, kBatch = 4;
+  Model m(DType::kF32);
+  const Sym x = m.input("input", {kSteps, kBatch, 16});
+  const Sym h = m.transpose(m.lstm(x, 64, {}, "lstm"), {1, 0, 2});
+  m.set_output("loss", m.cross_entropy(m.linear(m.mean(h, {1}), 4, {}, "fc"), m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt,
+                                 {{"input", Tensor::Zeros({kSteps, kBatch, 16}, DType::kF32)},
+                                  {"target", Tensor::Zeros({kBatch}, DType::kI64)}});
+  REQUIRE(c.ok());
+  const Machine machine = TestMachine(4);
+  const AnalyticalCostModel cost(machine);
+  auto space = SearchSpace::Build(c->forward, 4);
+  REQUIRE(space.ok());
+  auto layerwise = BuildLayerwiseCosts(*space, c->step, machine, cost);
+  REQUIRE(layerwise.status().ToString() == "OK");
+  double whole = -1, sequence = -1;
+  for (size_t l = 0; l < space->layers().size(); ++l) {
+    if (space->layers()[l].name != "lstm/l0") continue;
+    for (size_t k = 0; k < layerwise->configs[l].size(); ++k) {
+      const LayerSplit& split = space->layers()[l].configs[static_cast<size_t>(layerwise->configs[l][k])];
+      if (split.parts() == 1 && split.devices[0] == 0) whole = layerwise->graph.node_costs[l][k];
+      if (split.degree_of(SplitDim::kAttribute) == 4) sequence = layerwise->graph.node_costs[l][k];
+    }
+  }
+  REQUIRE(whole > 0);
+  REQUIRE(sequence > 0);
+  CHECK(sequence >= 0.9 * whole);
 }
 
 TEST_CASE("exhaustive: the search finds the optimum of an MLP on 2 devices") {
