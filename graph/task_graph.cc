@@ -1344,10 +1344,22 @@ class Lowering {
     NewPiece(state, 0, Region::Whole(g_.type(state).shape), false, 0, -1, Slot::kHome);
   }
 
+  struct Owner {
+    static constexpr int kUnknown = -2, kNone = -1;
+    int layer = kUnknown;  // index into layer_splits_
+    bool forward = false;
+    NodeId forward_node = -1;  // the layer's forward node
+  };
+
   // The forward layer node `id` belongs to: itself (`forward`), or the
   // longest layer name L with the node named "L/...". Found by name once per
   // set of layer names.
   const LayerSplit* OwnerOf(NodeId id, bool* forward) {
+    const Owner& owner = OwnerRecord(id);
+    *forward = owner.forward;
+    return owner.layer == Owner::kNone ? nullptr : layer_splits_[static_cast<size_t>(owner.layer)];
+  }
+  const Owner& OwnerRecord(NodeId id) {
     if (static_cast<size_t>(id) >= owners_.size()) owners_.resize(static_cast<size_t>(id) + 1);
     Owner& owner = owners_[static_cast<size_t>(id)];
     if (owner.layer == Owner::kUnknown) {
@@ -1358,9 +1370,30 @@ class Lowering {
            pos = name.rfind('/', pos - 1))
         it = layers_->find(name.substr(0, pos));
       owner.layer = it == layers_->end() ? Owner::kNone : static_cast<int>(std::distance(layers_->begin(), it));
+      if (it != layers_->end()) owner.forward_node = g_.FindNode(it->first).value_or(-1);
     }
-    *forward = owner.forward;
-    return owner.layer == Owner::kNone ? nullptr : layer_splits_[static_cast<size_t>(owner.layer)];
+    return owner;
+  }
+
+  // The forward output whose gradient input v of node `id` (a backward
+  // node of a layer) is, or kNoValue: a value that no node of the layer
+  // made, that is not one of its forward node's inputs, and is shaped as
+  // one of its outputs. Such a gradient is read as the forward node wrote
+  // that output (else an arriving layout decides the whole backward pass:
+  // a Linear split sample x parameter whose gradient arrives split by
+  // rows only split its parameter dimension as a second batch split, every
+  // part reading the whole weight and summing a whole weight gradient).
+  ValueId ForwardOutputOfGradient(NodeId id, ValueId v) {
+    const Owner owner = OwnerRecord(id);  // (a copy: OwnerRecord may grow owners_)
+    if (owner.layer == Owner::kNone || owner.forward || owner.forward_node < 0 || IsSourceValue(v)) return kNoValue;
+    const NodeId producer = g_.value(v).producer;
+    if (producer >= 0 && OwnerRecord(producer).layer == owner.layer) return kNoValue;
+    const Node& forward = g_.node(owner.forward_node);
+    for (ValueId x : forward.inputs)
+      if (x == v || Renamed(x) == v) return kNoValue;
+    for (ValueId y : forward.outputs)
+      if (g_.type(y).shape == g_.type(v).shape) return Renamed(y);
+    return kNoValue;
   }
 
   // What a node of no layer (the gradient norm, the divergence checks)
@@ -1400,8 +1433,11 @@ class Lowering {
   // parameter-split Linear); and under which a parameter's gradient is
   // written as its forward layer reads the parameter (where its update
   // runs: a vocabulary-split table's gradient by rows, not by columns).
+  // The gradient of a forward output (`forward_outputs[i]`, else kNoValue)
+  // counts where the rule reads it as the forward node wrote that output.
   // Ties go to the earlier rule, a replicated run last.
-  DimSplit BestMatch(const Node& n, const SplitRules& rules, int d, int64_t degree) const {
+  DimSplit BestMatch(const Node& n, const std::vector<ValueId>& forward_outputs, const SplitRules& rules, int d,
+                     int64_t degree) const {
     std::vector<DimSplit> candidates;
     for (DimSplit& r : rules.All())
       if (!r.HasWindow()) candidates.push_back(std::move(r));
@@ -1427,6 +1463,10 @@ class Lowering {
         if (read.part >= 0) {
           owned = owned && arrived && arrived->pin_dim == d && arrived->pin_part == read.part;
           score += g_.type(n.inputs[i]).shape.numel();
+        } else if (forward_outputs[i] != kNoValue) {
+          const ValueSplit* written = SplitOf(forward_outputs[i]);
+          const int axis = written ? written->axis[static_cast<size_t>(d)] : -1;
+          if (read.axis == std::max(axis, -1)) score += g_.type(n.inputs[i]).shape.numel();
         } else if (axis_held(arrived) == read.axis) {
           score += g_.type(n.inputs[i]).shape.numel();
         }
@@ -1590,13 +1630,15 @@ class Lowering {
       if (plan->forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
+        std::vector<ValueId> forward_outputs;  // for BestMatch
+        for (ValueId v : n.inputs) forward_outputs.push_back(ForwardOutputOfGradient(id, v));
         for (int d = 0; d < kSplitDims; ++d) {
           if (split.degree[static_cast<size_t>(d)] == 1) continue;
           const std::optional<RuleLabel>& label = expansion_labels_[static_cast<size_t>(d)];
           std::string why;
           if (label) dims[static_cast<size_t>(d)] = LabelledRule(rules, label->dim, label->parameter_split, &why);
           if (!dims[static_cast<size_t>(d)])
-            dims[static_cast<size_t>(d)] = BestMatch(n, rules, d, split.degree[static_cast<size_t>(d)]);
+            dims[static_cast<size_t>(d)] = BestMatch(n, forward_outputs, rules, d, split.degree[static_cast<size_t>(d)]);
         }
       }
       for (int d = 0; d < kSplitDims; ++d)
@@ -1796,11 +1838,6 @@ class Lowering {
   const std::map<std::string, LayerSplit>* layers_ = nullptr;
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
   uint64_t layer_names_ = 0;                     // a hash of the layers' names
-  struct Owner {
-    static constexpr int kUnknown = -2, kNone = -1;
-    int layer = kUnknown;  // index into layer_splits_
-    bool forward = false;
-  };
   std::vector<Owner> owners_;  // by node
   std::vector<ValueState> values_;  // by value
   // By piece: its producer, apart from the 128-byte pieces (SetDeps reads

@@ -1028,6 +1028,45 @@ TEST_CASE("a parameter-split layer's weight stays split: no copies of it move") 
   }
 }
 
+// A Linear on a sequence [B, T, F] (its backward starts with a Reshape of
+// the incoming gradient to rows) split sample x parameter among layers
+// split 4 ways along the batch: the gradient arrives split by rows only,
+// and the Reshape took the first rule that matched nothing, the batch, so
+// the parameter dimension ran as a second batch split (every part reading
+// the whole weight and making a partial sum of the whole weight gradient).
+// The backward reads the gradient as the forward wrote the output instead.
+TEST_CASE("a sequence Linear split sample x parameter keeps its backward split by the output features") {
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kBatch, 3, 6});
+  const Sym h = m.relu(m.linear(m.relu(m.linear(x, 8, {}, "fc1")), 8, {}, "fc2"));
+  const Sym logits = m.linear(m.flatten(h), 4, {}, "fc3");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  std::mt19937_64 rng(3);
+  Tensor xs = Tensor::Zeros({kBatch, 3, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < kBatch; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+  auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
+  REQUIRE(c.status().ToString() == "OK");
+  const std::string strategy = "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"fc2\" sample: 2 parameter: 2 }\n";
+  auto tg = Lower(*c, strategy);
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  const auto weight = tg->graph.FindNode("fc2/weight");
+  REQUIRE(weight);
+  const ValueId w = tg->graph.node(*weight).outputs[0];
+  for (const Task& t : tg->tasks) {
+    if (t.kind == TaskKind::kCompute) {
+      // Each part of the weight gradient's MatMul makes its own half of the rows.
+      if (t.outputs.size() == 1 && tg->pieces[static_cast<size_t>(t.outputs[0])].value == tg->graph.gradients().at(w))
+        CHECK(tg->pieces[static_cast<size_t>(t.outputs[0])].region.numel() * 2 == tg->graph.type(w).shape.numel());
+      continue;
+    }
+    CHECK(tg->pieces[static_cast<size_t>(t.sources[0])].value != w);
+  }
+  ExpectSame(*c, OneDevice(*c), strategy);
+}
+
 // The same for convolutions: their backward ops split the output channels
 // as the forward does (a part's weight gradient is its own rows, its input
 // gradient a partial sum, or with groups its own run of groups), so the
