@@ -1344,6 +1344,7 @@ class Lowering {
     NewPiece(state, 0, Region::Whole(g_.type(state).shape), false, 0, -1, Slot::kHome);
   }
 
+  using ForwardAxes = std::array<int, kSplitDims>;  // an axis per dimension (-1: whole)
   struct Owner {
     static constexpr int kUnknown = -2, kNone = -1;
     int layer = kUnknown;  // index into layer_splits_
@@ -1375,25 +1376,36 @@ class Lowering {
     return owner;
   }
 
-  // The forward output whose gradient input v of node `id` (a backward
-  // node of a layer) is, or kNoValue: a value that no node of the layer
-  // made, that is not one of its forward node's inputs, and is shaped as
-  // one of its outputs. Such a gradient is read as the forward node wrote
-  // that output (else an arriving layout decides the whole backward pass:
-  // a Linear split sample x parameter whose gradient arrives split by
-  // rows only split its parameter dimension as a second batch split, every
-  // part reading the whole weight and summing a whole weight gradient).
-  ValueId ForwardOutputOfGradient(NodeId id, ValueId v) {
+  // How the forward node of the layer of node `id` (a backward node) holds
+  // its input v along each dimension, or nullopt: an input of the forward
+  // node as that node read it; a value that no node of the layer made and
+  // that is shaped as one of the forward node's outputs (that output's
+  // gradient) as the forward node wrote that output. The backward pass then
+  // mirrors the forward one, as the layer-wise model prices it, instead of
+  // following how the gradient arrives: a Linear split sample x parameter
+  // whose gradient arrived split by rows only split its parameter
+  // dimension as a second batch split, every part reading the whole weight
+  // and summing a whole weight gradient.
+  std::optional<ForwardAxes> ForwardHeld(NodeId id, ValueId v) {
     const Owner owner = OwnerRecord(id);  // (a copy: OwnerRecord may grow owners_)
-    if (owner.layer == Owner::kNone || owner.forward || owner.forward_node < 0 || IsSourceValue(v)) return kNoValue;
-    const NodeId producer = g_.value(v).producer;
-    if (producer >= 0 && OwnerRecord(producer).layer == owner.layer) return kNoValue;
+    if (owner.layer == Owner::kNone || owner.forward || owner.forward_node < 0 || IsSourceValue(v)) return std::nullopt;
     const Node& forward = g_.node(owner.forward_node);
-    for (ValueId x : forward.inputs)
-      if (x == v || Renamed(x) == v) return kNoValue;
-    for (ValueId y : forward.outputs)
-      if (g_.type(y).shape == g_.type(v).shape) return Renamed(y);
-    return kNoValue;
+    for (size_t i = 0; i < forward.inputs.size(); ++i) {
+      if (forward.inputs[i] != v && Renamed(forward.inputs[i]) != v) continue;
+      const auto reads = forward_reads_.find(owner.forward_node);
+      if (reads == forward_reads_.end()) return std::nullopt;
+      return reads->second[i];
+    }
+    const NodeId producer = g_.value(v).producer;
+    if (producer >= 0 && OwnerRecord(producer).layer == owner.layer) return std::nullopt;
+    for (ValueId y : forward.outputs) {
+      if (g_.type(y).shape != g_.type(v).shape) continue;
+      const ValueSplit* written = SplitOf(Renamed(y));
+      ForwardAxes axes;
+      for (size_t d = 0; d < kSplitDims; ++d) axes[d] = written ? std::max(written->axis[d], -1) : -1;
+      return axes;
+    }
+    return std::nullopt;
   }
 
   // What a node of no layer (the gradient norm, the divergence checks)
@@ -1433,11 +1445,11 @@ class Lowering {
   // parameter-split Linear); and under which a parameter's gradient is
   // written as its forward layer reads the parameter (where its update
   // runs: a vocabulary-split table's gradient by rows, not by columns).
-  // The gradient of a forward output (`forward_outputs[i]`, else kNoValue)
-  // counts where the rule reads it as the forward node wrote that output.
+  // An input the layer's forward node held (`forward_held`, ForwardHeld)
+  // counts where the rule reads it as the forward node held it instead.
   // Ties go to the earlier rule, a replicated run last.
-  DimSplit BestMatch(const Node& n, const std::vector<ValueId>& forward_outputs, const SplitRules& rules, int d,
-                     int64_t degree) const {
+  DimSplit BestMatch(const Node& n, const std::vector<std::optional<ForwardAxes>>& forward_held,
+                     const SplitRules& rules, int d, int64_t degree) const {
     std::vector<DimSplit> candidates;
     for (DimSplit& r : rules.All())
       if (!r.HasWindow()) candidates.push_back(std::move(r));
@@ -1448,13 +1460,17 @@ class Lowering {
       if (!s) return kNoAxis;
       const int64_t held = s->split.degree[static_cast<size_t>(d)];
       if (held == 1 || (held % degree != 0 && degree % held != 0)) return kNoAxis;
-      const int axis = s->axis[static_cast<size_t>(d)];
-      return axis == kPartialAxis ? -1 : axis;
+      return s->axis[static_cast<size_t>(d)];
     };
+    // The share of an input's elements in place when read along `read`:
+    // partial sums read split are half (each part sums its own share where
+    // it reads it, a reduce-scatter: half an all-reduce's bytes); read
+    // whole, none (an all-reduce, and every part computing all of the node).
+    auto in_place = [](int held, int read) { return held == read ? 1.0 : held == kPartialAxis && read >= 0 ? 0.5 : 0.0; };
     int best = -1;
-    int64_t best_score = -1;
+    double best_score = -1;
     for (size_t c = 0; c < candidates.size(); ++c) {
-      int64_t score = 0;
+      double score = 0;
       bool owned = true;  // every input a single part reads was made there (else the rule is not taken)
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const ValueSplit* arrived = SplitOf(n.inputs[i]);
@@ -1462,20 +1478,20 @@ class Lowering {
         const AxisSplit& read = candidates[c].inputs[i];
         if (read.part >= 0) {
           owned = owned && arrived && arrived->pin_dim == d && arrived->pin_part == read.part;
-          score += g_.type(n.inputs[i]).shape.numel();
-        } else if (forward_outputs[i] != kNoValue) {
-          const ValueSplit* written = SplitOf(forward_outputs[i]);
-          const int axis = written ? written->axis[static_cast<size_t>(d)] : -1;
-          if (read.axis == std::max(axis, -1)) score += g_.type(n.inputs[i]).shape.numel();
-        } else if (axis_held(arrived) == read.axis) {
-          score += g_.type(n.inputs[i]).shape.numel();
+          score += static_cast<double>(g_.type(n.inputs[i]).shape.numel());
+        } else if (forward_held[i]) {
+          if (read.axis == (*forward_held[i])[static_cast<size_t>(d)])
+            score += static_cast<double>(g_.type(n.inputs[i]).shape.numel());
+        } else {
+          score += in_place(axis_held(arrived), read.axis) * static_cast<double>(g_.type(n.inputs[i]).shape.numel());
         }
       }
       if (!owned) continue;
       for (size_t i = 0; i < n.outputs.size(); ++i) {
         const ValueId param = ParameterOf(n.outputs[i]);
-        if (param != kNoValue && axis_held(SourceReadOf(param)) == candidates[c].outputs[i].axis)
-          score += g_.type(n.outputs[i]).shape.numel();
+        if (param != kNoValue)
+          score += in_place(axis_held(SourceReadOf(param)), candidates[c].outputs[i].axis) *
+                   static_cast<double>(g_.type(n.outputs[i]).shape.numel());
       }
       if (score > best_score) best = static_cast<int>(c), best_score = score;
     }
@@ -1630,15 +1646,15 @@ class Lowering {
       if (plan->forward) {
         LOOM_ASSIGN_OR_RETURN(dims, ForwardDims(g_, n, rules, split));
       } else {
-        std::vector<ValueId> forward_outputs;  // for BestMatch
-        for (ValueId v : n.inputs) forward_outputs.push_back(ForwardOutputOfGradient(id, v));
+        std::vector<std::optional<ForwardAxes>> forward_held;  // for BestMatch
+        for (ValueId v : n.inputs) forward_held.push_back(ForwardHeld(id, v));
         for (int d = 0; d < kSplitDims; ++d) {
           if (split.degree[static_cast<size_t>(d)] == 1) continue;
           const std::optional<RuleLabel>& label = expansion_labels_[static_cast<size_t>(d)];
           std::string why;
           if (label) dims[static_cast<size_t>(d)] = LabelledRule(rules, label->dim, label->parameter_split, &why);
           if (!dims[static_cast<size_t>(d)])
-            dims[static_cast<size_t>(d)] = BestMatch(n, forward_outputs, rules, d, split.degree[static_cast<size_t>(d)]);
+            dims[static_cast<size_t>(d)] = BestMatch(n, forward_held, rules, d, split.degree[static_cast<size_t>(d)]);
         }
       }
       for (int d = 0; d < kSplitDims; ++d)
@@ -1752,6 +1768,7 @@ class Lowering {
   }
 
   Status PlanNode(NodeId id) {
+    forward_reads_.erase(id);  // (an expanded forward node reads nothing itself)
     NodeParts plan;
     LOOM_RETURN_IF_ERROR(DecideParts(id, &plan));
     const Node& n = plan.node(g_);  // valid until an expansion adds nodes
@@ -1801,6 +1818,13 @@ class Lowering {
         if (part.partial[i]) MarkUnreduced(n.outputs[i]);
       }
     }
+    if (forward) {
+      std::vector<ForwardAxes>& reads = forward_reads_[id];
+      reads.assign(n.inputs.size(), ForwardAxes{-1, -1, -1, -1});
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        for (size_t d = 0; d < kSplitDims; ++d)
+          if (dims[d]) reads[i][d] = dims[d]->inputs[i].axis;
+    }
     if (forward)
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         if (!IsSourceValue(n.inputs[i]) || SourceReadOf(n.inputs[i])) continue;
@@ -1839,6 +1863,9 @@ class Lowering {
   std::vector<const LayerSplit*> layer_splits_;  // the layers' splits, in name order
   uint64_t layer_names_ = 0;                     // a hash of the layers' names
   std::vector<Owner> owners_;  // by node
+  // By forward node: the axis along which it read each input, per
+  // dimension (-1: whole), as last planned (ForwardHeld).
+  std::unordered_map<NodeId, std::vector<ForwardAxes>> forward_reads_;
   std::vector<ValueState> values_;  // by value
   // By piece: its producer, apart from the 128-byte pieces (SetDeps reads
   // one per operand piece of every task, a cache miss each in the Piece).

@@ -1028,28 +1028,35 @@ TEST_CASE("a parameter-split layer's weight stays split: no copies of it move") 
   }
 }
 
-// A Linear on a sequence [B, T, F] (its backward starts with a Reshape of
-// the incoming gradient to rows) split sample x parameter among layers
-// split 4 ways along the batch: the gradient arrives split by rows only,
-// and the Reshape took the first rule that matched nothing, the batch, so
-// the parameter dimension ran as a second batch split (every part reading
-// the whole weight and making a partial sum of the whole weight gradient).
-// The backward reads the gradient as the forward wrote the output instead.
-TEST_CASE("a sequence Linear split sample x parameter keeps its backward split by the output features") {
+// fc1 -> ReLU -> fc2 -> ReLU -> flatten -> fc3 -> cross entropy, fc1 and
+// fc2 on sequences [kBatch, 3, 6] (their backward starts with a Reshape of
+// the incoming gradient to rows).
+StepCase SequenceLinearCase() {
   Model m(DType::kF64);
   const Sym x = m.input("input", {kBatch, 3, 6});
   const Sym h = m.relu(m.linear(m.relu(m.linear(x, 8, {}, "fc1")), 8, {}, "fc2"));
   const Sym logits = m.linear(m.flatten(h), 4, {}, "fc3");
   m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
-  REQUIRE(m.status().ok());
+  if (!m.status().ok()) FAIL(m.status().ToString());
   std::mt19937_64 rng(3);
   Tensor xs = Tensor::Zeros({kBatch, 3, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
   for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
   for (int64_t i = 0; i < kBatch; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
   auto c = testing::MakeStepCase(m.graph(), std::nullopt, {{"input", xs}, {"target", y}});
-  REQUIRE(c.status().ToString() == "OK");
+  if (!c.ok()) FAIL(c.status().ToString());
+  return *c;
+}
+
+// fc2 split sample x parameter among layers split 4 ways along the batch:
+// the gradient arrives split by rows only, and the backward's first
+// Reshape took the first rule that matched nothing, the batch, so the
+// parameter dimension ran as a second batch split (every part reading the
+// whole weight and making a partial sum of the whole weight gradient).
+// The backward reads the gradient as the forward wrote the output instead.
+TEST_CASE("a sequence Linear split sample x parameter keeps its backward split by the output features") {
+  const StepCase c = SequenceLinearCase();
   const std::string strategy = "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"fc2\" sample: 2 parameter: 2 }\n";
-  auto tg = Lower(*c, strategy);
+  auto tg = Lower(c, strategy);
   REQUIRE(tg.ok());
   INFO(tg->ToString());
   const auto weight = tg->graph.FindNode("fc2/weight");
@@ -1064,7 +1071,36 @@ TEST_CASE("a sequence Linear split sample x parameter keeps its backward split b
     }
     CHECK(tg->pieces[static_cast<size_t>(t.sources[0])].value != w);
   }
-  ExpectSame(*c, OneDevice(*c), strategy);
+  ExpectSame(c, OneDevice(c), strategy);
+}
+
+// fc2 split by its output features among layers split 4 ways along the
+// batch: its weight gradient reads the input whole, as the forward did,
+// from the copies the forward gathered (its Reshape ran split along the
+// batch, as the input arrived, and every part gathered the reshaped
+// input again), and the input gradient's partial sums are summed where
+// the parts of its Reshape read them, by rows (they were all-reduced
+// whole on every device, every part then reshaping all of it).
+TEST_CASE("a parameter-split sequence Linear reads its input once and sums its input gradient by rows") {
+  const StepCase c = SequenceLinearCase();
+  const std::string strategy = "devices: 4\ndefault_split { sample: 4 }\nlayer { layer: \"fc2\" parameter: 4 }\n";
+  auto tg = Lower(c, strategy);
+  REQUIRE(tg.ok());
+  INFO(tg->ToString());
+  int sums = 0;
+  for (const Task& t : tg->tasks) {
+    if (t.kind == TaskKind::kCompute) continue;
+    const Piece& source = tg->pieces[static_cast<size_t>(t.sources[0])];
+    const Node& producer = tg->graph.node(tg->graph.value(source.value).producer);
+    CHECK(!(producer.op == "Reshape" && producer.name.rfind("fc2/grad/", 0) == 0));
+    if (t.kind == TaskKind::kAllReduce && producer.name.rfind("fc2/grad/MatMul", 0) == 0 && source.partial) {
+      ++sums;  // a quarter of the input gradient, summed where a part reads it
+      CHECK(tg->pieces[static_cast<size_t>(t.outputs[0])].region.numel() * 4 ==
+            tg->graph.type(source.value).shape.numel());
+    }
+  }
+  CHECK(sums > 0);
+  ExpectSame(c, OneDevice(c), strategy);
 }
 
 // The same for convolutions: their backward ops split the output channels
