@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/dtype.h"
@@ -51,19 +52,28 @@ std::vector<Held> Holdings(const std::vector<PartRegions>& parts, const std::vec
 }
 
 // Bytes per (source, destination) pair, dense for speed, with the pairs
-// touched listed so that a mostly empty matrix costs only what it holds.
+// touched listed so that a mostly empty matrix costs only what it holds;
+// and per link resource.
 struct Messages {
-  explicit Messages(int64_t devices)
-      : devices(devices), bytes(static_cast<size_t>(devices * devices)), seconds(static_cast<size_t>(devices)) {}
+  explicit Messages(const Machine& machine)
+      : devices(machine.devices()),
+        bytes(static_cast<size_t>(devices * devices)),
+        seconds(static_cast<size_t>(devices)),
+        load(static_cast<size_t>(machine.resources())) {}
   int64_t devices;
   std::vector<double> bytes;    // [src * devices + dst]
   std::vector<double> seconds;  // per destination
   std::vector<int64_t> touched;
+  std::vector<double> load;  // bytes per link resource
+  std::vector<int64_t> loaded;
 };
 
 // Seconds until every reader holds its region: what its device lacks comes
 // from the first holder of each region, one message per (source, reader);
-// the busiest reader's messages, one after another.
+// the busiest reader's messages one after another, or the busiest link
+// resource's bytes where that is longer (the messages of readers that
+// share a link, a node's PCIe switch or its network link, take turns on
+// it: the P100 and K80 clusters' nodes).
 double MoveSeconds(const std::vector<Held>& holders, const std::vector<Held>& readers, double element_bytes,
                    const Machine& machine, Messages* m) {
   for (const Held& r : readers)
@@ -80,9 +90,21 @@ double MoveSeconds(const std::vector<Held>& holders, const std::vector<Held>& re
   for (int64_t pair : m->touched) {
     const int64_t src = pair / m->devices, dst = pair % m->devices;
     double& s = m->seconds[static_cast<size_t>(dst)];
-    s += Machine::MessageSeconds(machine.RouteOf(src, dst), m->bytes[static_cast<size_t>(pair)]);
+    const Machine::Route route = machine.RouteOf(src, dst);
+    s += Machine::MessageSeconds(route, m->bytes[static_cast<size_t>(pair)]);
     slowest = std::max(slowest, s);
+    for (int64_t r : route) {
+      double& load = m->load[static_cast<size_t>(r)];
+      if (load == 0) m->loaded.push_back(r);
+      load += m->bytes[static_cast<size_t>(pair)];
+    }
   }
+  for (int64_t r : m->loaded) {
+    const proto::LinkSpec& link = machine.LinkOf(r);
+    slowest = std::max(slowest, link.latency_s() + m->load[static_cast<size_t>(r)] / link.bandwidth());
+    m->load[static_cast<size_t>(r)] = 0;
+  }
+  m->loaded.clear();
   for (int64_t pair : m->touched) {
     m->bytes[static_cast<size_t>(pair)] = 0;
     m->seconds[static_cast<size_t>(pair % m->devices)] = 0;
@@ -154,7 +176,8 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
   SimulateOptions no_peak;
   no_peak.peak_memory = false;
   std::vector<std::vector<double>> layer_busy(layers.size(), std::vector<double>(static_cast<size_t>(devices)));
-  std::vector<std::vector<double>> layer_bytes = layer_busy;
+  std::vector<std::vector<double>> layer_bytes = layer_busy, layer_sync = layer_busy;
+  const bool sync_overlaps = !machine.device().copies_on_device();
   for (const auto& [form, with] : layers_with) {
     std::map<std::string, LayerSplit> splits;
     std::vector<int> first(layers.size(), -1);  // the config each layer takes in this lowering
@@ -182,6 +205,9 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     // each device is busy a fraction of it.
     std::vector<int> task_layer(tasks.tasks.size());
     std::vector<double> chain(tasks.tasks.size(), 0.0), layer_chain(layers.size(), 0.0);
+    for (std::vector<double>& b : layer_sync) std::fill(b.begin(), b.end(), 0.0);
+    std::set<ValueId> gradient_values;  // the parameters' gradients (as the lowering's expansions renamed them)
+    for (const auto& [param, gradient] : tasks.graph.gradients()) gradient_values.insert(gradient);
     for (const Task& t : tasks.tasks) {
       const int l = task_layer[static_cast<size_t>(t.id)] = TaskLayer(tasks, t, layer_index);
       if (l < 0) continue;
@@ -189,6 +215,20 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       double before = 0;
       for (int d : t.deps)
         if (task_layer[static_cast<size_t>(d)] == l) before = std::max(before, chain[static_cast<size_t>(d)]);
+      // Moving a parameter's gradient on links while the devices compute
+      // (copy engines; groups of one device sum on it): the backward pass
+      // of the layers before goes on meanwhile, as the simulator schedules
+      // it. Its time is the layer's links' own, beside its compute, not
+      // added to it (data parallelism's all-reduces were added, so the
+      // solver ran from strategies that only saved all-reduces).
+      if (sync_overlaps && t.kind != TaskKind::kCompute && (t.kind == TaskKind::kTransfer || t.group.size() > 1) &&
+          gradient_values.count(tasks.pieces[static_cast<size_t>(t.sources[0])].value)) {
+        chain[static_cast<size_t>(t.id)] = before;
+        if (t.kind == TaskKind::kTransfer) layer_sync[static_cast<size_t>(l)][static_cast<size_t>(t.device)] += seconds;
+        else
+          for (int64_t d : t.group) layer_sync[static_cast<size_t>(l)][static_cast<size_t>(d)] += seconds;
+        continue;
+      }
       chain[static_cast<size_t>(t.id)] = before + seconds;
       layer_chain[static_cast<size_t>(l)] = std::max(layer_chain[static_cast<size_t>(l)], before + seconds);
       if (t.kind == TaskKind::kTransfer || t.kind == TaskKind::kAllGather || t.kind == TaskKind::kReduceScatter ||
@@ -202,7 +242,9 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       if (first[static_cast<size_t>(l)] < 0) continue;
       const std::vector<double>& b = layer_busy[static_cast<size_t>(l)];
       const std::vector<double>& m = layer_bytes[static_cast<size_t>(l)];
-      const double t_layer = std::max(*std::max_element(b.begin(), b.end()), layer_chain[static_cast<size_t>(l)]);
+      const std::vector<double>& sync = layer_sync[static_cast<size_t>(l)];
+      const double t_layer = std::max({*std::max_element(b.begin(), b.end()), *std::max_element(sync.begin(), sync.end()),
+                                       layer_chain[static_cast<size_t>(l)]});
       const double bytes = *std::max_element(m.begin(), m.end());
       const std::vector<int>& kept = out.configs[static_cast<size_t>(l)];
       for (size_t k = 0; k < kept.size(); ++k)
@@ -227,7 +269,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
     }
     return &it->second;
   };
-  Messages messages(devices);
+  Messages messages(machine);
   for (const SearchSpace::Edge& e : space.edges()) {
     const Graph& forward = space.forward();
     const Shape& shape = forward.type(e.value).shape;

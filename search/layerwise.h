@@ -6,14 +6,19 @@
 //
 // t_layer: the layer's simulated tasks under the config's degrees (its
 // forward, backward and update parts, and their all-reduces), the busiest
-// device's sum; measured by lowering the whole step once per degree vector
-// with every layer that can take it split so, and the same on any block of
-// devices (the machine's devices are alike). t_move: the seconds the
-// value's bytes that a consumer part needs from other devices take on the
-// machine's links, forward and (its gradient) backward, the busiest
-// receiver's. It ignores overlap between layers and contention between
-// messages of different edges: the solver's optimum seeds the simulated
-// search, which decides.
+// device's sum, or the longest chain through the layer's own tasks where
+// that is longer; on devices with copy engines its parameters' gradient
+// all-reduces count on the links beside the compute, not added to it (the
+// backward pass goes on meanwhile). Measured by lowering the whole step
+// once per degree vector with every layer that can take it split so, and
+// the same on any block of devices (the machine's devices are alike).
+// t_move: the seconds the value's bytes that a consumer part needs from
+// other devices take on the machine's links, forward and (its gradient)
+// backward: the busiest receiver's messages one after another, or the
+// busiest link resource's bytes (readers sharing a link take turns). It
+// ignores overlap between layers and contention between messages of
+// different edges: the solver's optimum seeds the simulated search, which
+// decides.
 #pragma once
 
 #include <cstdint>

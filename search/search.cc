@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -30,6 +31,20 @@ double SecondsSince(Clock::time_point start) {
 bool Better(const StrategyCost& a, const StrategyCost& b) {
   if (a.fits != b.fits) return a.fits;
   return a.seconds < b.seconds;
+}
+
+// A choice's cost in the layer-wise model, or nullopt when a layer's
+// config is not among those the model kept.
+std::optional<double> LayerwiseCostOf(const LayerwiseCosts& layerwise, const Choice& choice) {
+  std::vector<int> solution(choice.size());
+  for (size_t l = 0; l < choice.size(); ++l) {
+    const std::vector<int>& kept = layerwise.configs[l];
+    const auto it = std::find(kept.begin(), kept.end(), choice[l]);
+    if (it == kept.end()) return std::nullopt;
+    solution[l] = static_cast<int>(it - kept.begin());
+  }
+  StatusOr<double> cost = CostOf(layerwise.graph, solution);
+  return cost.ok() ? std::optional<double>(*cost) : std::nullopt;
 }
 
 // The layer-wise optimum with memory priced in (OptCNN's model has none):
@@ -360,6 +375,11 @@ StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, c
       result.exact = StrCat("solved: ", solved->nodes_eliminated, " layers eliminated, ", solved->enumerated,
                             " enumerated (costs from ", layerwise.lowerings, " lowerings); layer-wise cost ",
                             solved->cost * 1e3, " ms, simulated ", c.seconds * 1e3, " ms");
+      // The same two of the first start, to tell the model's error from
+      // the optimum's: "dp: layer-wise 290.1 ms, simulated 269.8 ms".
+      if (const std::optional<double> first = LayerwiseCostOf(layerwise, choices[0]))
+        result.exact += StrCat(" (", starts[0].first, ": layer-wise ", *first * 1e3, " ms, simulated ",
+                               start_costs[0].seconds * 1e3, " ms)");
       if (!c.fits) {
         LOOM_ASSIGN_OR_RETURN(const PricedSolution priced,
                               SolveWithMemoryPriced(layerwise, *solved, evaluator, options.exact_max_enumeration));
