@@ -1820,12 +1820,9 @@ class Lowering {
     }
     if (forward) {
       std::vector<ForwardAxes>& reads = forward_reads_[id];
-      reads.assign(n.inputs.size(), ForwardAxes{-1, -1, -1, -1});
+      reads.resize(n.inputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i)
-        for (size_t d = 0; d < kSplitDims; ++d)
-          if (dims[d]) reads[i][d] = dims[d]->inputs[i].axis;
-    }
-    if (forward)
+        for (size_t d = 0; d < kSplitDims; ++d) reads[i][d] = dims[d] ? dims[d]->inputs[i].axis : -1;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         if (!IsSourceValue(n.inputs[i]) || SourceReadOf(n.inputs[i])) continue;
         ValueSplit s;
@@ -1834,6 +1831,7 @@ class Lowering {
           if (dims[d]) s.axis[d] = dims[d]->inputs[i].axis;
         SetSplit(n.inputs[i], std::move(s), true);
       }
+    }
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       ValueSplit s;
       s.split = split;
