@@ -307,4 +307,16 @@ Choice ChoiceOfSolution(const LayerwiseCosts& costs, const std::vector<int>& sol
   return choice;
 }
 
+std::optional<double> LayerwiseCostOf(const LayerwiseCosts& costs, const Choice& choice) {
+  std::vector<int> solution(choice.size());
+  for (size_t l = 0; l < choice.size(); ++l) {
+    const std::vector<int>& kept = costs.configs[l];
+    const auto it = std::find(kept.begin(), kept.end(), choice[l]);
+    if (it == kept.end()) return std::nullopt;
+    solution[l] = static_cast<int>(it - kept.begin());
+  }
+  StatusOr<double> cost = CostOf(costs.graph, solution);
+  return cost.ok() ? std::optional<double>(*cost) : std::nullopt;
+}
+
 }  // namespace loom

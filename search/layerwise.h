@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/status.h"
@@ -58,5 +59,9 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
 
 // The space's choice that a solution of `costs.graph` stands for.
 Choice ChoiceOfSolution(const LayerwiseCosts& costs, const std::vector<int>& solution);
+
+// A choice's cost in the layer-wise model, or nullopt when a layer's
+// config is not among those the model kept.
+std::optional<double> LayerwiseCostOf(const LayerwiseCosts& costs, const Choice& choice);
 
 }  // namespace loom

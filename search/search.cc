@@ -33,20 +33,6 @@ bool Better(const StrategyCost& a, const StrategyCost& b) {
   return a.seconds < b.seconds;
 }
 
-// A choice's cost in the layer-wise model, or nullopt when a layer's
-// config is not among those the model kept.
-std::optional<double> LayerwiseCostOf(const LayerwiseCosts& layerwise, const Choice& choice) {
-  std::vector<int> solution(choice.size());
-  for (size_t l = 0; l < choice.size(); ++l) {
-    const std::vector<int>& kept = layerwise.configs[l];
-    const auto it = std::find(kept.begin(), kept.end(), choice[l]);
-    if (it == kept.end()) return std::nullopt;
-    solution[l] = static_cast<int>(it - kept.begin());
-  }
-  StatusOr<double> cost = CostOf(layerwise.graph, solution);
-  return cost.ok() ? std::optional<double>(*cost) : std::nullopt;
-}
-
 // The layer-wise optimum with memory priced in (OptCNN's model has none):
 // node costs t_layer + price * bytes, the price raised fourfold from one
 // at which the unpriced optimum's bytes cost a tenth of its time until the

@@ -194,21 +194,6 @@ TEST_CASE("the layer-wise cost of an LSTM split along its sequence is its chain 
   CHECK(sequence >= 0.9 * whole);
 }
 
-// The layer-wise cost of a choice (`CostOf` at the model's indices of the
-// space's configs; every config of these small spaces is kept).
-double LayerwiseCost(const LayerwiseCosts& layerwise, const Choice& choice) {
-  std::vector<int> solution(choice.size());
-  for (size_t l = 0; l < choice.size(); ++l) {
-    const std::vector<int>& kept = layerwise.configs[l];
-    const auto it = std::find(kept.begin(), kept.end(), choice[l]);
-    REQUIRE(it != kept.end());
-    solution[l] = static_cast<int>(it - kept.begin());
-  }
-  auto cost = CostOf(layerwise.graph, solution);
-  REQUIRE(cost.ok());
-  return *cost;
-}
-
 // Data parallelism's gradient all-reduces run on the links while the
 // backward pass goes on (devices with copy engines, as the simulator
 // schedules them): a layer's cost holds its all-reduce beside its compute,
@@ -232,7 +217,9 @@ TEST_CASE("the layer-wise cost of data parallelism overlaps its gradients' all-r
   StrategyEvaluator evaluator(c.step, *space, machine, cost);
   auto simulated = evaluator.Evaluate(*choice);
   REQUIRE(simulated.ok());
-  const double model = LayerwiseCost(*layerwise, *choice);
+  const std::optional<double> cost_of_dp = LayerwiseCostOf(*layerwise, *choice);
+  REQUIRE(cost_of_dp);
+  const double model = *cost_of_dp;
   INFO("layer-wise " << model << " s, simulated " << simulated->seconds << " s");
   CHECK(model < 1.15 * simulated->seconds);  // 1.30x before
   CHECK(model > 0.7 * simulated->seconds);   // 0.81x: the first layer's all-reduce cannot hide
