@@ -1827,8 +1827,7 @@ class Lowering {
         if (!IsSourceValue(n.inputs[i]) || SourceReadOf(n.inputs[i])) continue;
         ValueSplit s;
         s.split = split;
-        for (size_t d = 0; d < kSplitDims; ++d)
-          if (dims[d]) s.axis[d] = dims[d]->inputs[i].axis;
+        s.axis = reads[i];
         SetSplit(n.inputs[i], std::move(s), true);
       }
     }

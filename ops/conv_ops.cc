@@ -57,6 +57,9 @@ using conv::ConvParams;
 using conv::Pair;
 using conv::PairString;
 using conv::ParseConvParams;
+using conv::Product;
+using conv::SpatialOf;
+using conv::WithSpatial;
 
 // Sets a part's `groups` when it holds `channels` of the op's `whole` input
 // channels: a run of its `groups` groups gets its share of them.
@@ -68,9 +71,6 @@ Status SetGroupsOfRun(const std::string& op, int64_t groups, int64_t channels, i
   part->Set("groups", groups * channels / whole);
   return Status::Ok();
 }
-using conv::Product;
-using conv::SpatialOf;
-using conv::WithSpatial;
 
 // The attributes of every convolution op, declared once. The backward ops
 // take the forward op's plus the shape they produce.

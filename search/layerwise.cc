@@ -221,7 +221,7 @@ StatusOr<LayerwiseCosts> BuildLayerwiseCosts(const SearchSpace& space, const Gra
       // it. Its time is the layer's links' own, beside its compute, not
       // added to it (data parallelism's all-reduces were added, so the
       // solver ran from strategies that only saved all-reduces).
-      if (sync_overlaps && t.kind != TaskKind::kCompute && (t.kind == TaskKind::kTransfer || t.group.size() > 1) &&
+      if (sync_overlaps && (t.kind == TaskKind::kTransfer || t.group.size() > 1) &&
           gradient_values.count(tasks.pieces[static_cast<size_t>(t.sources[0])].value)) {
         chain[static_cast<size_t>(t.id)] = before;
         if (t.kind == TaskKind::kTransfer) layer_sync[static_cast<size_t>(l)][static_cast<size_t>(t.device)] += seconds;
