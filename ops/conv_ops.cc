@@ -35,9 +35,11 @@
 #include <immintrin.h>
 #endif
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <variant>
 
+#include "core/inline_vector.h"
 #include "ops/conv_geometry.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
@@ -216,17 +218,16 @@ int64_t BatchImages(const ConvGeom& g) {
 }
 int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.k() + g.og()) * BatchImages(g) * g.ohw() : 0; }
 
-// Otherwise the column side is processed in tiles of output rows [y0, y1):
-// a tile's im2col block [K, (y1 - y0) * OW] is sized to stay in cache
-// between being written and being read by the GEMM (a whole image's block
-// can take megabytes). 1x1 convolutions need no block and take the image
-// whole.
-//
-// The forward's tile grows with the pool that works on one tile together.
-// The adjoint's and the weight gradient's tiles decide the order of their
-// sums (col2im adds a tile's taps into the planes, the gradient adds tile
-// after tile), so they are functions of the geometry alone: results never
-// depend on the thread count.
+// Otherwise the column side is processed in tiles of output rows [y0, y1)
+// of about kTileElems im2col elements. The forward's GEMMs pack their
+// image side straight from the planes (ImageColumns), so its tiles only
+// size the GEMMs (small enough to read the weight in place; they grow with
+// the pool that works on one tile together); the weight gradient does the
+// same with a whole image per GEMM. The adjoints that still go through
+// col2im write a tile's block [K, (y1 - y0) * OW] and add it into the
+// planes: those tiles, which decide the order of the sums, are functions
+// of the geometry alone, so results never depend on the thread count.
+// 1x1 convolutions need no block and take the image whole.
 constexpr int64_t kTileElems = 64 * 1024;
 
 int64_t ForwardTileElems(ThreadPool* inner) { return kTileElems * (inner ? inner->num_threads() : 1); }
@@ -237,15 +238,36 @@ int64_t TileRows(const ConvGeom& g, int64_t elems) {
   return std::clamp<int64_t>(elems / std::max<int64_t>(1, g.k() * g.ow), 1, std::max<int64_t>(1, g.oh));
 }
 
-// Scratch elements a task needs for its im2col block, whether it runs alone
-// with the pool or on one worker.
-int64_t TileScratch(const ConvGeom& g, ThreadPool* pool) {
-  if (g.pointwise() || Direct(g) || Batched(g)) return 0;
-  return g.k() * g.ow * TileRows(g, ForwardTileElems(pool));
+// A unit-stride convolution's adjoint is a convolution too, the forward
+// of the transposed one: of dy's planes padded by dilation * (kernel - 1)
+// - padding, by the weight with its kernel flipped and its channel axes
+// swapped (AdjointWeights). Run as the forward runs, packed straight from
+// dy's planes, it needs no col2im and no [K, len] block in between. The
+// geometry of one (image, group) of it, when it applies (the other
+// adjoints run W^T * dy and col2im).
+std::optional<ConvGeom> AdjointAsForward(const ConvGeom& g) {
+  if (Direct(g) || Batched(g) || g.pointwise() || g.sh != 1 || g.sw != 1) return std::nullopt;
+  const int64_t ph = g.dh * (g.kh - 1) - g.ph, pw = g.dw * (g.kw - 1) - g.pw;
+  // Its output must be the image exactly (a transposed convolution's
+  // output_padding adds rows that no tap reaches).
+  if (ph < 0 || pw < 0 || g.oh + 2 * ph - g.dh * (g.kh - 1) != g.h || g.ow + 2 * pw - g.dw * (g.kw - 1) != g.w)
+    return std::nullopt;
+  return ConvGeom{1, g.og(), g.oh, g.ow, g.cg(), g.h, g.w, g.kh, g.kw, 1, 1, ph, pw, g.dh, g.dw, 1};
 }
 
-// Scratch elements for one group's padded planes (PadPlanes).
-int64_t PadScratch(const ConvGeom& g) { return g.padded() && !Direct(g) ? g.cg() * g.hp() * g.wp() : 0; }
+// Scratch elements for the block of an adjoint that goes through col2im.
+int64_t TileScratch(const ConvGeom& g) {
+  if (g.pointwise() || Direct(g) || Batched(g) || AdjointAsForward(g)) return 0;
+  return g.k() * g.ow * TileRows(g, kTileElems);
+}
+
+// Scratch elements for one group's padded planes (PadPlanes), or for the
+// adjoint's padded dy.
+int64_t PlanesScratch(const ConvGeom& g) { return g.padded() ? g.cg() * g.hp() * g.wp() : 0; }
+int64_t PadScratch(const ConvGeom& g) {
+  const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
+  return std::max(Direct(g) ? 0 : PlanesScratch(g), adjoint ? PlanesScratch(*adjoint) : 0);
+}
 
 // fn(y0, y1, len) for each tile of about `elems` im2col elements; len =
 // (y1 - y0) * OW.
@@ -842,17 +864,134 @@ int64_t TapScratch(const ConvGeom& g, const PhasePlan& plan) {
   return static_cast<int64_t>(plan.taps.size()) * g.og();
 }
 
+// out[0, count) = in[0], in[stride], ...; unit strides in whole vectors.
+template <typename T, typename Stride>
+void CopyStrided(const T* in, Stride stride, int64_t count, T* out) {
+  int64_t e = 0;
+  if constexpr (std::is_same_v<Stride, std::integral_constant<int64_t, 1>>) {
+    using V = LaneVector<T>;
+    for (; e + kLanes <= count; e += kLanes) V::Store(out + e, V::Load(in + e));
+  }
+  for (; e < count; ++e) out[e] = in[e * stride];
+}
+
+// The im2col block of output rows [y0, y1) of one group's planes xp
+// (padded, or the image when the convolution does not pad), as a GEMM's B
+// that packs itself (gemm.h, BPanels) straight from the planes: the block
+// is never written out to be read back and packed. Its rows are the taps r
+// = (c, ki, kj) of K, its columns the positions q = (oy - y0) * OW + ox.
+// Forward: op(B) is the block [K, len], the product W * block. Weight
+// gradient: op(B) is its transpose [len, K], the product dy * block^T.
+template <typename T>
+class ImageColumns {
+ public:
+  ImageColumns(const ConvGeom& g, const T* xp, int64_t y0)
+      : g_(g), xp_(xp), y0_(y0), wp_(g.padded() ? g.wp() : g.w), plane_((g.padded() ? g.hp() : g.h) * wp_) {}
+  BPanels<T> Block() const { return {&PackBlock, this}; }
+  BPanels<T> Transposed() const { return {&PackTransposed, this}; }
+
+ private:
+  // Offset in xp of tap r for the output (0, 0), and of output q's taps
+  // from their tap's offset.
+  int64_t TapOffset(int64_t r) const {
+    const int64_t taps = g_.kh * g_.kw, c = r / taps, ki = r % taps / g_.kw, kj = r % g_.kw;
+    return c * plane_ + ki * g_.dh * wp_ + kj * g_.dw;
+  }
+  int64_t PositionOffset(int64_t oy, int64_t ox) const { return (y0_ + oy) * g_.sh * wp_ + ox * g_.sw; }
+
+  // Calls fn(q, at, count) for the runs of positions [q0, q0 + n) that
+  // share an output row: positions q .. q + count - 1 at xp offsets at,
+  // at + SW, ... from their tap's.
+  template <typename Fn>
+  void ForEachRun(int64_t q0, int64_t n, Fn&& fn) const {
+    for (int64_t q = q0; q < q0 + n;) {
+      const int64_t oy = q / g_.ow, ox = q % g_.ow, count = std::min(g_.ow - ox, q0 + n - q);
+      fn(q, PositionOffset(oy, ox), count);
+      q += count;
+    }
+  }
+
+  // op(B) = the block: row p is tap p's positions j0 .. j0 + nc - 1. The
+  // runs, cut where they cross from one panel into the next, are the same
+  // for every tap: they are planned once per call.
+  static void PackBlock(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) {
+    const ImageColumns& self = *static_cast<const ImageColumns*>(ctx);
+    struct Piece {
+      int64_t out, at, count;  // offset from a row's start in dst, from the tap's in xp, positions
+    };
+    InlineVector<Piece, 64> pieces;
+    self.ForEachRun(j0, nc, [&](int64_t q, int64_t at, int64_t count) {
+      for (int64_t i = 0; i < count;) {
+        const int64_t j = q - j0 + i, lane = j % nr, piece = std::min(count - i, nr - lane);
+        pieces.push_back({(j / nr) * kc * nr + lane, at + i * self.g_.sw, piece});
+        i += piece;
+      }
+    });
+    const int64_t tail = nc % nr ? (nc / nr) * kc * nr + nc % nr : -1;  // the last panel's zero columns
+    WithStride(self.g_.sw, [&](auto sw) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const T* tap = self.xp_ + self.TapOffset(p0 + p);
+        T* row = dst + p * nr;
+        for (const Piece& piece : pieces) CopyStrided(tap + piece.at, sw, piece.count, row + piece.out);
+        if (tail >= 0) std::fill(row + tail, row + tail - nc % nr + nr, T(0));
+      }
+    });
+  }
+
+  // op(B) = the block's transpose: row p is position p0 + p's taps j0 ..
+  // j0 + nc - 1, a panel's taps its lanes. Eight taps of eight positions
+  // at a time are an 8 x 8 transpose of rows read from the planes.
+  static void PackTransposed(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) {
+    const ImageColumns& self = *static_cast<const ImageColumns*>(ctx);
+    for (int64_t jp = 0; jp < nc; jp += nr) {
+      T* panel = dst + (jp / nr) * kc * nr;
+      const int64_t lanes = std::min(nr, nc - jp);
+      int64_t taps[8];
+      for (int64_t v0 = 0; v0 < nr; v0 += 8) {
+        // The group's lanes, `group` of them taps and the rest (past nc) zeros.
+        const int64_t width = std::min<int64_t>(8, nr - v0), group = std::clamp<int64_t>(lanes - v0, 0, width);
+        for (int64_t v = 0; v < group; ++v) taps[v] = self.TapOffset(j0 + jp + v0 + v);
+        self.ForEachRun(p0, kc, [&](int64_t q, int64_t at, int64_t count) {
+          T* out = panel + (q - p0) * nr + v0;
+          int64_t i = 0;
+#if defined(__AVX__)
+          if constexpr (std::is_same_v<T, float>)
+            if (group == 8 && self.g_.sw == 1) {
+              const float* rows[8];
+              for (int v = 0; v < 8; ++v) rows[v] = self.xp_ + taps[v] + at;
+              for (; i + 8 <= count; i += 8) {
+                __m256 r[8];
+                for (int v = 0; v < 8; ++v) r[v] = _mm256_loadu_ps(rows[v] + i);
+                TransposeRows(r, out + i * nr, nr, nullptr);
+              }
+            }
+#endif
+          for (; i < count; ++i) {
+            T* o = out + i * nr;
+            for (int64_t v = 0; v < group; ++v) o[v] = self.xp_[taps[v] + at + i * self.g_.sw];
+            for (int64_t v = group; v < width; ++v) o[v] = T(0);
+          }
+        });
+      }
+    }
+  }
+
+  const ConvGeom& g_;
+  const T* xp_;
+  int64_t y0_, wp_, plane_;
+};
+
 // A task's scratch: its im2col block and its group's padded planes, a
 // Direct() task's phases and wide plane, or a Batched() task's gathered
 // planes.
 template <typename T>
 struct Workspace {
-  Workspace(const ConvGeom& g, const PhasePlan& plan, ThreadPool* pool)
-      : buf(Scratch<T>(TileScratch(g, pool) + PadScratch(g) +
+  Workspace(const ConvGeom& g, const PhasePlan& plan)
+      : buf(Scratch<T>(TileScratch(g) + PadScratch(g) +
                          (plan.numel() + plan.wide_span() + TapScratch(g, plan)) * kLanes +
                          BatchScratch(g))),
         col(buf.get()),
-        pad(col + TileScratch(g, pool)),
+        pad(col + TileScratch(g)),
         phases(pad + PadScratch(g)),
         wide(phases + plan.numel() * kLanes),
         tap_sums(wide + plan.wide_span() * kLanes),
@@ -873,7 +1012,7 @@ struct Workspace {
       add(x);
       return;
     }
-    std::fill(pad, pad + PadScratch(g), T(0));
+    std::fill(pad, pad + PlanesScratch(g), T(0));
     add(pad);
     UnpadPlanes(g, pad, bias, x);
   }
@@ -930,12 +1069,12 @@ void RunTasks(ThreadPool* pool, const ConvGeom& g, const PhasePlan& plan, int64_
   const int threads = pool ? pool->num_threads() : 1;
   if (threads > 1 && tasks >= threads) {
     ParallelTasks(pool, tasks, [&](auto next) {
-      Workspace<T> ws(g, plan, pool);
+      Workspace<T> ws(g, plan);
       for (int64_t t; (t = next()) >= 0;) fn(t, nullptr, ws);
     });
     return;
   }
-  Workspace<T> ws(g, plan, pool);
+  Workspace<T> ws(g, plan);
   for (int64_t t = 0; t < tasks; ++t) fn(t, pool, ws);
 }
 
@@ -976,6 +1115,32 @@ void ForEachChannelBlock(ThreadPool* pool, const ConvGeom& g, const PhasePlan& l
     for (int64_t pair = task * per_task; pair < std::min(pairs, (task + 1) * per_task); ++pair)
       fn(pair / ChannelBlocks(g), BlockOf(g, pair % ChannelBlocks(g)), ws);
   });
+}
+
+// One (image, group) of a forward product that neither batches nor walks
+// taps directly: y [O/g, OH * OW] (+)= wg [O/g, K] * im2col(xp), xp the
+// group's planes (padded when the convolution pads), tile by tile.
+template <typename T>
+void ForwardTiles(const ConvGeom& g, const T* xp, const T* wg, T beta, T* y, ThreadPool* inner) {
+  ForEachTile(g, ForwardTileElems(inner), [&](int64_t y0, int64_t, int64_t len) {
+    const ImageColumns<T> block(g, xp, y0);  // [K, len]
+    Gemm<T>(false, g.og(), len, g.k(), T(1), wg, g.k(), block.Block(), beta, y + y0 * g.ow, g.ohw(), inner);
+  });
+}
+
+// The weight of AdjointAsForward(g), per group [C/g, O/g, KH, KW]: w [O,
+// C/g, KH, KW] with its channel axes swapped and its kernel flipped.
+template <typename T>
+std::vector<T> AdjointWeights(const ConvGeom& g, const T* w) {
+  const int64_t og = g.og(), cg = g.cg(), taps = g.kh * g.kw;
+  std::vector<T> flipped(static_cast<size_t>(g.weight_numel()));
+  for (int64_t grp = 0; grp < g.groups; ++grp)
+    for (int64_t o = 0; o < og; ++o)
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t t = 0; t < taps; ++t)
+          flipped[static_cast<size_t>(((grp * cg + c) * og + o) * taps + taps - 1 - t)] =
+              w[((grp * og + o) * cg + c) * taps + t];
+  return flipped;
 }
 
 // cols [N, O, OH, OW] = W * im2col(image [N, C, H, W]) (+ bias [O]); one
@@ -1021,11 +1186,7 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
       Gemm<T>(false, false, og, ohw, k, T(1), wg, k, x, ohw, beta, y, ohw, inner);
       return;
     }
-    const T* xp = ws.Planes(g, x);
-    ForEachTile(g, ForwardTileElems(inner), [&](int64_t y0, int64_t y1, int64_t len) {
-      Im2Col(g, xp, y0, y1, ws.col, len, inner);  // [K, len]
-      Gemm<T>(false, false, og, len, k, T(1), wg, k, ws.col, len, beta, y + y0 * g.ow, ohw, inner);
-    });
+    ForwardTiles(g, ws.Planes(g, x), wg, beta, y, inner);
   });
 }
 
@@ -1063,6 +1224,8 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
     });
     return;
   }
+  const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
+  const std::vector<T> flipped = adjoint ? AdjointWeights(g, w) : std::vector<T>();
   RunTasks<T>(pool, g, PhasePlan{}, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
@@ -1072,6 +1235,12 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
     if (g.pointwise()) {  // col2im is the identity: multiply straight into the image
       if (bg) InitPlanes(x, cg, g.hw(), bg);
       Gemm<T>(true, false, k, ohw, og, T(1), wg, k, dy, ohw, bg ? T(1) : T(0), x, ohw, inner);
+      return;
+    }
+    if (adjoint) {
+      if (bg) InitPlanes(x, cg, g.hw(), bg);
+      ForwardTiles(*adjoint, ws.Planes(*adjoint, dy), flipped.data() + grp * cg * adjoint->k(), bg ? T(1) : T(0), x,
+                   inner);
       return;
     }
     ws.AccumulatePlanes(g, bg, x, [&](T* xp) {
@@ -1138,11 +1307,9 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         product(dy, ohw, x, ohw);
         continue;
       }
-      const T* xp = ws.Planes(g, x);
-      ForEachTile(g, kTileElems, [&](int64_t y0, int64_t y1, int64_t len) {
-        Im2Col(g, xp, y0, y1, ws.col, len, inner);
-        product(dy + y0 * g.ow, ohw, ws.col, len);
-      });
+      const ImageColumns<T> block(g, ws.Planes(g, x), 0);
+      Gemm<T>(false, og, k, ohw, T(1), dy, ohw, block.Transposed(), first ? T(0) : T(1), dwg, k, inner);
+      first = false;
     }
     if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };

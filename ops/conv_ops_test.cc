@@ -194,6 +194,16 @@ std::vector<OpCase> Conv2dCases() {
        {U({2, 1, 6, 6}), U({4, 1, 3, 3}), U({4})}, ConvRef},
       {"conv2d image processed in several row tiles", "Conv2d", {{"padding", Ints{1, 1}}},
        {U({1, 16, 40, 40}), U({4, 16, 3, 3}), U({4})}, ConvRef},
+      // Unit-stride input gradients of planes too large to batch run as
+      // the forward of the transposed convolution, from dy's padded planes
+      // with the kernel flipped: one output channel of two (dy's planes
+      // padded, the image's not), dilation and a non-square kernel, and
+      // padding past the kernel's reach (then W^T * dy and col2im).
+      {"conv2d one output channel from two, unpadded", "Conv2d", {}, {U({2, 2, 18, 18}), U({1, 2, 3, 3})}, ConvRef},
+      {"conv2d unit stride, dilation 2, a 3x2 kernel", "Conv2d", {{"dilation", Ints{2, 1}}, {"padding", Ints{2, 1}}},
+       {U({2, 4, 20, 20}), U({3, 4, 3, 2}), U({3})}, ConvRef},
+      {"conv2d padding past the kernel's reach", "Conv2d", {{"padding", int64_t{3}}},
+       {U({1, 2, 16, 16}), U({2, 2, 3, 3})}, ConvRef},
       // A bias gradient of over 4096 elements per channel: reduced in slices, then added up (CUDA).
       {"conv2d long bias gradient", "Conv2d", {}, {U({4, 2, 36, 36}), U({3, 2, 3, 3}), U({3})}, ConvRef},
   };
@@ -236,6 +246,11 @@ std::vector<OpCase> ConvTransposeCases() {
       {"conv transpose 2d output_padding below dilation, padded, one axis", "ConvTranspose2d",
        {{"stride", Ints{1, 2}}, {"padding", Ints{1, 1}}, {"dilation", Ints{3, 1}}, {"output_padding", Ints{2, 1}}},
        {U({2, 2, 4, 3}), U({2, 3, 3, 3}), U({3})}, ConvTransposeRef},
+      // Planes too large to batch: its forward product (the adjoint) cannot
+      // run as a convolution's forward, whose output misses that row.
+      {"conv transpose 2d output_padding below dilation, large planes", "ConvTranspose2d",
+       {{"dilation", Ints{2, 2}}, {"output_padding", Ints{1, 1}}}, {U({1, 2, 16, 16}), U({2, 2, 2, 2}), U({2})},
+       ConvTransposeRef},
       {"conv transpose 1d output_padding below dilation, padded", "ConvTranspose1d",
        {{"dilation", int64_t{2}}, {"padding", int64_t{1}}, {"output_padding", int64_t{1}}},
        {U({2, 2, 5}), U({2, 2, 3}), U({2})}, ConvTransposeRef},

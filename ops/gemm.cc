@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/logging.h"
 #include "ops/sgemm_kernels.h"
@@ -78,6 +79,22 @@ void GemmPanel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T al
   EigenPanel(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// The same with op(B) made by `b`: the micro-kernels ask for its panels;
+// Eigen gets all of it at once, as one panel as wide as the product.
+template <typename T>
+void GemmPanel(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const BPanels<T>& b, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (const sgemm::SgemmPanelsFn run = SelectedKernel().run_panels) {
+      run(trans_a, m, n, k, alpha, a, lda, b.pack, b.ctx, beta, c, ldc);
+      return;
+    }
+  }
+  std::vector<T> whole(static_cast<size_t>(std::max<int64_t>(1, k * n)));
+  if (k > 0) b.pack(b.ctx, 0, k, 0, n, n, whole.data());
+  EigenPanel(trans_a, false, m, n, k, alpha, a, lda, whole.data(), n, beta, c, ldc);
+}
+
 // Panel granularity of the thread split (rows, columns): whole register
 // tiles of the f32 kernel, so no thread gets extra edge tiles.
 template <typename T>
@@ -138,6 +155,45 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 }
 
 template <typename T>
+void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const BPanels<T>& b,
+          T beta, T* c, int64_t ldc, ThreadPool* pool) {
+  if (m == 0 || n == 0) return;
+  const double flops = 2.0 * m * n * k;
+  const int64_t parts =
+      std::min<int64_t>(pool ? pool->num_threads() : 1, static_cast<int64_t>(flops / kMinFlopsPerThread));
+  if (parts <= 1) {
+    GemmPanel(trans_a, m, n, k, alpha, a, lda, b, beta, c, ldc);
+    return;
+  }
+  // As the other Gemm: panels of whole register tiles, rows of C (each
+  // thread packing all of B) or columns (each its own columns of B).
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n, grain = by_rows ? RowGrain<T>() : ColGrain<T>();
+  const int64_t tiles = (extent + grain - 1) / grain;
+  const int64_t panels = std::min(parts, tiles);
+  struct Shifted {  // b's columns from `first` on
+    const BPanels<T>* b;
+    int64_t first;
+    static void Pack(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) {
+      const Shifted& s = *static_cast<const Shifted*>(ctx);
+      s.b->pack(s.b->ctx, p0, kc, s.first + j0, nc, nr, dst);
+    }
+  };
+  pool->ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t lo = tiles * p / panels * grain, hi = std::min(extent, tiles * (p + 1) / panels * grain);
+      if (by_rows) {
+        const T* a_panel = trans_a ? a + lo : a + lo * lda;
+        GemmPanel(trans_a, hi - lo, n, k, alpha, a_panel, lda, b, beta, c + lo * ldc, ldc);
+      } else {
+        const Shifted shifted{&b, lo};
+        GemmPanel(trans_a, m, hi - lo, k, alpha, a, lda, BPanels<T>{&Shifted::Pack, &shifted}, beta, c + lo, ldc);
+      }
+    }
+  });
+}
+
+template <typename T>
 void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta, T* c, int64_t ldc,
                  int64_t stride_c, ThreadPool* pool) {
@@ -162,6 +218,8 @@ void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n
 #define LOOM_INSTANTIATE_GEMM(T)                                                                                   \
   template void Gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*,      \
                         int64_t, ThreadPool*);                                                                     \
+  template void Gemm<T>(bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const BPanels<T>&, T, T*, int64_t,  \
+                        ThreadPool*);                                                                              \
   template void BatchedGemm<T>(bool, bool, int64_t, int64_t, int64_t, int64_t, T, const T*, int64_t, int64_t,       \
                                const T*, int64_t, int64_t, T, T*, int64_t, int64_t, ThreadPool*);
 LOOM_INSTANTIATE_GEMM(float)

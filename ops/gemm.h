@@ -30,6 +30,25 @@ template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool);
 
+// op(B) [k, n] made by its owner as the GEMM needs it, panel by panel,
+// instead of read from a matrix in memory: a convolution's image side
+// packed straight from the image planes, where an im2col copy would be
+// written and then read again to be packed. pack(ctx, p0, kc, j0, nc, nr,
+// dst) writes op(B)(p, j) for p in [p0, p0 + kc), j in [j0, j0 + nc) at
+// dst[((j - j0) / nr) * kc * nr + (p - p0) * nr + (j - j0) % nr], and zeros
+// in the last panel's columns past nc. The results are those of the same
+// op(B) read from memory, bit for bit.
+template <typename T>
+struct BPanels {
+  void (*pack)(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) = nullptr;
+  const void* ctx = nullptr;
+};
+
+// C = alpha * op(A) * B + beta * C with B made by `b`.
+template <typename T>
+void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const BPanels<T>& b,
+          T beta, T* c, int64_t ldc, ThreadPool* pool);
+
 // Batched: `batch` independent GEMMs at fixed strides (elements) apart.
 template <typename T>
 void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, T alpha, const T* a,

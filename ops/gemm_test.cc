@@ -100,6 +100,26 @@ std::vector<T> CheckGemm(const Case& c, ThreadPool* pool, uint32_t seed = 1) {
 
 const bool kTrans[4][2] = {{false, false}, {true, false}, {false, true}, {true, true}};
 
+// op(B) of a matrix in memory, made panel by panel as BPanels asks: a
+// GEMM with it must give the memory GEMM's C bit for bit. Each call's
+// block is checked to lie inside op(B) and its panels are filled whole.
+template <typename T>
+struct MatPanels {
+  const Mat<T>* b;
+  bool tb;
+  int64_t k, n;
+  mutable bool out_of_range = false;
+  static void Pack(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) {
+    const MatPanels& s = *static_cast<const MatPanels*>(ctx);
+    if (p0 < 0 || kc < 1 || p0 + kc > s.k || j0 < 0 || nc < 1 || j0 + nc > s.n || nr < 1) s.out_of_range = true;
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t j = 0; j < (nc + nr - 1) / nr * nr; ++j)
+        dst[(j / nr) * kc * nr + p * nr + j % nr] =
+            j >= nc ? T(0) : s.tb ? s.b->at(j0 + j, p0 + p) : s.b->at(p0 + p, j0 + j);
+  }
+  BPanels<T> Panels() const { return {&Pack, this}; }
+};
+
 TEST_CASE("gemm f32 matches a naive product: odd and block-straddling shapes") {
   // MR = 6, NR = 16 (AVX2) or 32 (AVX-512), KC ~ 320, MC = 144 in the micro-kernels; the shapes
   // straddle each, including partial register tiles on both sides, and
@@ -209,12 +229,59 @@ TEST_CASE("the f32 micro-kernels agree bit for bit: AVX2, the 6x32 tiling, AVX-5
                      b.ld, static_cast<float>(c.beta), out.data(), c0.ld);
           return out;
         };
+        // The same with op(B) packed panel by panel by its owner.
+        const MatPanels<float> panels{&b, c.tb, c.k, c.n};
+        auto run_panels = [&](const sgemm::Kernel& kernel) {
+          std::vector<float> out = c0.data;
+          kernel.run_panels(c.ta, c.m, c.n, c.k, static_cast<float>(c.alpha), a.data.data(), a.ld,
+                            &MatPanels<float>::Pack, &panels, static_cast<float>(c.beta), out.data(), c0.ld);
+          return out;
+        };
         const std::vector<float> want = run(sgemm::Avx2Kernel());
+        CHECK(std::memcmp(want.data(), run_panels(sgemm::Avx2Kernel()).data(), want.size() * sizeof(float)) == 0);
         for (const sgemm::Kernel& kernel : others) {
           INFO(kernel.name << ": " << Describe(c));
           const std::vector<float> got = run(kernel);
           CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+          CHECK(std::memcmp(want.data(), run_panels(kernel).data(), want.size() * sizeof(float)) == 0);
         }
+        CHECK_FALSE(panels.out_of_range);
+      }
+}
+
+template <typename T>
+void CheckPanelsMatchMemory(const Case& c, ThreadPool* pool) {
+  INFO(Describe(c) << " threads " << (pool ? pool->num_threads() : 0));
+  std::mt19937 rng(9);
+  const Mat<T> a(c.ta ? c.k : c.m, c.ta ? c.m : c.k, c.pad_a, &rng);
+  const Mat<T> b(c.tb ? c.n : c.k, c.tb ? c.k : c.n, c.pad_b, &rng);
+  const Mat<T> c0(c.m, c.n, c.pad_c, &rng, static_cast<T>(kSentinel));
+  std::vector<T> want = c0.data, got = c0.data;
+  Gemm<T>(c.ta, c.tb, c.m, c.n, c.k, static_cast<T>(c.alpha), a.data.data(), a.ld, b.data.data(), b.ld,
+          static_cast<T>(c.beta), want.data(), c0.ld, pool);
+  const MatPanels<T> panels{&b, c.tb, c.k, c.n};
+  Gemm<T>(c.ta, c.m, c.n, c.k, static_cast<T>(c.alpha), a.data.data(), a.ld, panels.Panels(),
+          static_cast<T>(c.beta), got.data(), c0.ld, pool);
+  CHECK_FALSE(panels.out_of_range);
+  if (std::is_same_v<T, float> && CpuHasAvx2()) {
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(T)) == 0);
+  } else {  // Eigen: the panels are one matrix op(B), whose product may round as B^T's does not
+    for (size_t i = 0; i < want.size(); ++i) CHECK(std::abs(double(want[i]) - double(got[i])) <= 1e-12 * c.k);
+  }
+}
+
+TEST_CASE("a B that packs its own panels gives the product of the same B in memory, bit for bit") {
+  ThreadPool p2(2), p3(3);
+  // Panel (16, 32) and k-block (~320) edges, more columns than a column
+  // block (3072), and products big enough to split by rows and by columns.
+  const int64_t shapes[][3] = {{1, 1, 1},      {7, 13, 5},     {17, 33, 65},    {6, 32, 8},    {13, 47, 321},
+                               {64, 96, 576},  {20, 3100, 30}, {150, 200, 700}, {401, 100, 333}};
+  for (const auto& s : shapes)
+    for (const auto& t : kTrans)
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
+        const Case c{t[0], t[1], s[0], s[1], s[2], 0.5, s[0] % 2 ? 1.0 : 0.0, 2, 1, 3};
+        CheckPanelsMatchMemory<float>(c, pool);
+        if (s[0] * s[1] * s[2] < 1e6) CheckPanelsMatchMemory<double>(c, pool);
       }
 }
 

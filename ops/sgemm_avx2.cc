@@ -69,10 +69,14 @@ struct YmmPair {
 
 }  // namespace avx2
 
-Kernel Avx2Kernel() { return {avx2::Sgemm<avx2::Ymm>, avx2::kMR, 2 * avx2::Ymm::kLanes, "AVX2+FMA micro-kernel (6x16)"}; }
+Kernel Avx2Kernel() {
+  return {avx2::Sgemm<avx2::Ymm>, avx2::SgemmPanels<avx2::Ymm>, avx2::kMR, 2 * avx2::Ymm::kLanes,
+          "AVX2+FMA micro-kernel (6x16)"};
+}
 
 Kernel Avx2WideKernel() {
-  return {avx2::Sgemm<avx2::YmmPair>, avx2::kMR, 2 * avx2::YmmPair::kLanes, "AVX2+FMA, 6x32 tiles as ymm pairs"};
+  return {avx2::Sgemm<avx2::YmmPair>, avx2::SgemmPanels<avx2::YmmPair>, avx2::kMR, 2 * avx2::YmmPair::kLanes,
+          "AVX2+FMA, 6x32 tiles as ymm pairs"};
 }
 
 }  // namespace loom::sgemm

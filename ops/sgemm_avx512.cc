@@ -36,7 +36,8 @@ struct Zmm {
 }  // namespace avx512
 
 Kernel Avx512Kernel() {
-  return {avx512::Sgemm<avx512::Zmm>, avx512::kMR, 2 * avx512::Zmm::kLanes, "AVX-512F micro-kernel (6x32)"};
+  return {avx512::Sgemm<avx512::Zmm>, avx512::SgemmPanels<avx512::Zmm>, avx512::kMR, 2 * avx512::Zmm::kLanes,
+          "AVX-512F micro-kernel (6x32)"};
 }
 
 }  // namespace loom::sgemm

@@ -18,8 +18,16 @@ namespace loom::sgemm {
 using SgemmFn = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same with op(B) made by its owner, panel by panel: pack(ctx, p0, kc,
+// j0, nc, nr, dst) writes op(B)[p0, p0 + kc) x [j0, j0 + nc) as panels of
+// nr columns (gemm.h, BPanels), where the kernel would pack B from memory.
+using PackBFn = void (*)(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst);
+using SgemmPanelsFn = void (*)(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                               int64_t lda, PackBFn pack, const void* ctx, float beta, float* c, int64_t ldc);
+
 struct Kernel {
   SgemmFn run = nullptr;  // null: not compiled into this build
+  SgemmPanelsFn run_panels = nullptr;
   int rows = 0, cols = 0;  // the register tile of C
   const char* name = "";   // "AVX2+FMA micro-kernel (6x16)"
 };
