@@ -216,7 +216,6 @@ int64_t BatchImages(const ConvGeom& g) {
   batches = std::min(batches, n);
   return (n + batches - 1) / batches;
 }
-int64_t BatchScratch(const ConvGeom& g) { return Batched(g) ? (g.k() + g.og()) * BatchImages(g) * g.ohw() : 0; }
 
 // Otherwise the column side is processed in tiles of output rows [y0, y1)
 // of about kTileElems im2col elements. The forward's GEMMs pack their
@@ -244,9 +243,13 @@ int64_t TileRows(const ConvGeom& g, int64_t elems) {
 // swapped (AdjointWeights). Run as the forward runs, packed straight from
 // dy's planes, it needs no col2im and no [K, len] block in between. The
 // geometry of one (image, group) of it, when it applies (the other
-// adjoints run W^T * dy and col2im).
+// adjoints run W^T * dy and col2im). Not on images narrower than
+// kMinAdjointRow: the packing copies runs of one image row, and on 4x4
+// planes those runs of 4 cost more than col2im (ResNet-18's 4x4 stage:
+// 0.95x; 8x8 1.02x, 14x14 1.28x, 32x32 1.13x).
+constexpr int64_t kMinAdjointRow = 8;
 std::optional<ConvGeom> AdjointAsForward(const ConvGeom& g) {
-  if (Direct(g) || Batched(g) || g.pointwise() || g.sh != 1 || g.sw != 1) return std::nullopt;
+  if (Direct(g) || g.pointwise() || g.sh != 1 || g.sw != 1 || g.w < kMinAdjointRow) return std::nullopt;
   const int64_t ph = g.dh * (g.kh - 1) - g.ph, pw = g.dw * (g.kw - 1) - g.pw;
   // Its output must be the image exactly (a transposed convolution's
   // output_padding adds rows that no tap reaches).
@@ -265,8 +268,24 @@ int64_t TileScratch(const ConvGeom& g) {
 // adjoint's padded dy.
 int64_t PlanesScratch(const ConvGeom& g) { return g.padded() ? g.cg() * g.hp() * g.wp() : 0; }
 int64_t PadScratch(const ConvGeom& g) {
+  if (Direct(g)) return 0;
   const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
-  return std::max(Direct(g) ? 0 : PlanesScratch(g), adjoint ? PlanesScratch(*adjoint) : 0);
+  if (Batched(g)) return adjoint ? 0 : PlanesScratch(g);  // col2im's planes (BatchPlanes holds the rest)
+  return std::max(PlanesScratch(g), adjoint ? PlanesScratch(*adjoint) : 0);
+}
+
+// A Batched() task's scratch, per image of a batch, in two parts. Its
+// images' side: their planes (padded, or gathered for a 1x1 convolution),
+// dy's padded planes for an input gradient run as a forward, or the input
+// gradient's block [K, OH * OW] for col2im. Its GEMM's output: the column
+// side [O/g, OH * OW], or the input gradient's planes [C/g, H * W].
+int64_t BatchPlanes(const ConvGeom& g) {
+  if (!Batched(g)) return 0;
+  const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
+  return BatchImages(g) * std::max({g.k() * g.ohw(), PlanesScratch(g), adjoint ? PlanesScratch(*adjoint) : 0});
+}
+int64_t BatchOutputs(const ConvGeom& g) {
+  return Batched(g) ? BatchImages(g) * std::max(g.og() * g.ohw(), g.cg() * g.hw()) : 0;
 }
 
 // fn(y0, y1, len) for each tile of about `elems` im2col elements; len =
@@ -875,18 +894,21 @@ void CopyStrided(const T* in, Stride stride, int64_t count, T* out) {
   for (; e < count; ++e) out[e] = in[e * stride];
 }
 
-// The im2col block of output rows [y0, y1) of one group's planes xp
-// (padded, or the image when the convolution does not pad), as a GEMM's B
-// that packs itself (gemm.h, BPanels) straight from the planes: the block
-// is never written out to be read back and packed. Its rows are the taps r
-// = (c, ki, kj) of K, its columns the positions q = (oy - y0) * OW + ox.
-// Forward: op(B) is the block [K, len], the product W * block. Weight
-// gradient: op(B) is its transpose [len, K], the product dy * block^T.
+// The im2col block of one group's planes xp (padded, or the image when the
+// convolution does not pad) from output row y0 on, as a GEMM's B that
+// packs itself (gemm.h, BPanels) straight from the planes: the block is
+// never written out to be read back and packed. Its rows are the taps r =
+// (c, ki, kj) of K, its columns the positions q = (oy - y0) * OW + ox,
+// running on into the next image's planes (`image_stride` elements on)
+// when a batch of images stands side by side (Batched()). Forward: op(B)
+// is the block [K, len], the product W * block. Weight gradient: op(B) is
+// its transpose [len, K], the product dy * block^T.
 template <typename T>
 class ImageColumns {
  public:
-  ImageColumns(const ConvGeom& g, const T* xp, int64_t y0)
-      : g_(g), xp_(xp), y0_(y0), wp_(g.padded() ? g.wp() : g.w), plane_((g.padded() ? g.hp() : g.h) * wp_) {}
+  ImageColumns(const ConvGeom& g, const T* xp, int64_t y0, int64_t image_stride = 0)
+      : g_(g), xp_(xp), y0_(y0), image_stride_(image_stride), wp_(g.padded() ? g.wp() : g.w),
+        plane_((g.padded() ? g.hp() : g.h) * wp_) {}
   BPanels<T> Block() const { return {&PackBlock, this}; }
   BPanels<T> Transposed() const { return {&PackTransposed, this}; }
 
@@ -897,16 +919,15 @@ class ImageColumns {
     const int64_t taps = g_.kh * g_.kw, c = r / taps, ki = r % taps / g_.kw, kj = r % g_.kw;
     return c * plane_ + ki * g_.dh * wp_ + kj * g_.dw;
   }
-  int64_t PositionOffset(int64_t oy, int64_t ox) const { return (y0_ + oy) * g_.sh * wp_ + ox * g_.sw; }
-
   // Calls fn(q, at, count) for the runs of positions [q0, q0 + n) that
   // share an output row: positions q .. q + count - 1 at xp offsets at,
   // at + SW, ... from their tap's.
   template <typename Fn>
   void ForEachRun(int64_t q0, int64_t n, Fn&& fn) const {
     for (int64_t q = q0; q < q0 + n;) {
-      const int64_t oy = q / g_.ow, ox = q % g_.ow, count = std::min(g_.ow - ox, q0 + n - q);
-      fn(q, PositionOffset(oy, ox), count);
+      const int64_t position = y0_ * g_.ow + q, image = position / g_.ohw(), row = position % g_.ohw() / g_.ow,
+                    ox = position % g_.ow, count = std::min(g_.ow - ox, q0 + n - q);
+      fn(q, image * image_stride_ + row * g_.sh * wp_ + ox * g_.sw, count);
       q += count;
     }
   }
@@ -978,7 +999,7 @@ class ImageColumns {
 
   const ConvGeom& g_;
   const T* xp_;
-  int64_t y0_, wp_, plane_;
+  int64_t y0_, image_stride_, wp_, plane_;
 };
 
 // A task's scratch: its im2col block and its group's padded planes, a
@@ -989,14 +1010,14 @@ struct Workspace {
   Workspace(const ConvGeom& g, const PhasePlan& plan)
       : buf(Scratch<T>(TileScratch(g) + PadScratch(g) +
                          (plan.numel() + plan.wide_span() + TapScratch(g, plan)) * kLanes +
-                         BatchScratch(g))),
+                         BatchPlanes(g) + BatchOutputs(g))),
         col(buf.get()),
         pad(col + TileScratch(g)),
         phases(pad + PadScratch(g)),
         wide(phases + plan.numel() * kLanes),
         tap_sums(wide + plan.wide_span() * kLanes),
         gathered_image(tap_sums + TapScratch(g, plan) * kLanes),
-        gathered_cols(gathered_image + (Batched(g) ? g.k() * BatchImages(g) * g.ohw() : 0)) {}
+        gathered_cols(gathered_image + BatchPlanes(g)) {}
   // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
   const T* Planes(const ConvGeom& g, const T* x) {
     if (!g.padded()) return x;
@@ -1023,28 +1044,26 @@ struct Workspace {
   T* wide;            // Direct(): [margin + plane, kLanes], the wide plane first or after the margin
   T* tap_sums;        // Direct(): the weight gradient's sums [O/g, taps, kLanes]
   bool phases_zeroed = false, wide_zeroed = false;  // Direct(): see ToPhases, ToWide
-  T* gathered_image;  // Batched(): [K, images * OH * OW]
-  T* gathered_cols;   // Batched(): [O/g, images * OH * OW]
+  T* gathered_image;  // Batched(): BatchImages(): the images' planes, or the input gradient's block
+  T* gathered_cols;   // Batched(): BatchOutputs(): the GEMM's output planes
 };
 
-// ws.gathered_image [K, (n1 - n0) * OH * OW] = the image side of images
-// [n0, n1) of group grp: their planes side by side for a 1x1 convolution,
-// their im2col blocks otherwise.
+// The image side of a batch of `images` images, their im2col blocks side
+// by side [K, images * OH * OW], packed straight from their planes: one
+// group's [C/g, H, W] at `first`, the next image's `stride` elements on
+// (padded into ws.gathered_image when the convolution pads). Not for 1x1
+// convolutions, whose image side is the planes (GatherPlanes).
 template <typename T>
-void GatherImages(const ConvGeom& g, const T* image, int64_t grp, int64_t n0, int64_t n1, Workspace<T>& ws,
-                  ThreadPool* inner) {
-  if (g.pointwise()) {
-    GatherPlanes(image, PlaneBlock{g.c, grp * g.cg(), g.cg(), g.ohw(), n0, n1}, ws.gathered_image);
-    return;
-  }
-  const int64_t ld = (n1 - n0) * g.ohw();
-  for (int64_t n = n0; n < n1; ++n)
-    Im2Col(g, ws.Planes(g, image + (n * g.c + grp * g.cg()) * g.hw()), 0, g.oh,
-           ws.gathered_image + (n - n0) * g.ohw(), ld, inner);
+ImageColumns<T> BatchColumns(const ConvGeom& g, const T* first, int64_t stride, int64_t images, Workspace<T>& ws) {
+  if (!g.padded()) return ImageColumns<T>(g, first, 0, stride);
+  const int64_t padded = g.cg() * g.hp() * g.wp();
+  for (int64_t i = 0; i < images; ++i) PadPlanes(g, first + i * stride, ws.gathered_image + i * padded);
+  return ImageColumns<T>(g, ws.gathered_image, 0, padded);
 }
 
-// The adjoint of GatherImages: images [n0, n1) of group grp = col2im of
-// ws.gathered_image (+ bias [C/g], that group's).
+// Images [n0, n1) of group grp = col2im of the block [K, (n1 - n0) * OH *
+// OW] in ws.gathered_image (+ bias [C/g], that group's): the adjoint of
+// BatchColumns, or for 1x1 convolutions of GatherPlanes.
 template <typename T>
 void ScatterImages(const ConvGeom& g, Workspace<T>& ws, const T* bias, int64_t grp, int64_t n0, int64_t n1, T* image,
                    ThreadPool* inner) {
@@ -1152,9 +1171,16 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
   if (Batched(g)) {
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
       const PlaneBlock out{g.o, grp * og, og, ohw, n0, n1};
-      GatherImages(g, image, grp, n0, n1, ws, inner);
-      Gemm<T>(false, false, og, out.cols(), k, T(1), w + grp * og * k, k, ws.gathered_image, out.cols(), T(0),
-              ws.gathered_cols, out.cols(), inner);
+      const T* wg = w + grp * og * k;
+      if (g.pointwise()) {
+        GatherPlanes(image, PlaneBlock{g.c, grp * cg, cg, ohw, n0, n1}, ws.gathered_image);
+        Gemm<T>(false, false, og, out.cols(), k, T(1), wg, k, ws.gathered_image, out.cols(), T(0), ws.gathered_cols,
+                out.cols(), inner);
+      } else {
+        const ImageColumns<T> block =
+            BatchColumns(g, image + (n0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), n1 - n0, ws);
+        Gemm<T>(false, og, out.cols(), k, T(1), wg, k, block.Block(), T(0), ws.gathered_cols, out.cols(), inner);
+      }
       ScatterPlanes(ws.gathered_cols, bias ? bias + grp * og : nullptr, out, cols);
     });
     return;
@@ -1194,8 +1220,19 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
+  const std::vector<T> flipped = adjoint ? AdjointWeights(g, w) : std::vector<T>();
   if (Batched(g)) {
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
+      if (adjoint) {
+        const PlaneBlock out{g.c, grp * cg, cg, g.hw(), n0, n1};
+        const ImageColumns<T> block =
+            BatchColumns(*adjoint, cols + (n0 * g.o + grp * og) * ohw, g.o * ohw, n1 - n0, ws);
+        Gemm<T>(false, cg, out.cols(), adjoint->k(), T(1), flipped.data() + grp * cg * adjoint->k(), adjoint->k(),
+                block.Block(), T(0), ws.gathered_cols, out.cols(), inner);
+        ScatterPlanes(ws.gathered_cols, bias ? bias + grp * cg : nullptr, out, image);
+        return;
+      }
       const PlaneBlock in{g.o, grp * og, og, ohw, n0, n1};
       GatherPlanes(cols, in, ws.gathered_cols);
       Gemm<T>(true, false, k, in.cols(), og, T(1), w + grp * og * k, k, ws.gathered_cols, in.cols(), T(0),
@@ -1224,8 +1261,6 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
     });
     return;
   }
-  const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
-  const std::vector<T> flipped = adjoint ? AdjointWeights(g, w) : std::vector<T>();
   RunTasks<T>(pool, g, PhasePlan{}, g.n * g.groups, [&](int64_t task, ThreadPool* inner, Workspace<T>& ws) {
     const int64_t n = task / g.groups, grp = task % g.groups;
     const T* dy = cols + (n * g.o + grp * og) * ohw;  // [O/g, OH * OW]
@@ -1294,9 +1329,17 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
       for (int64_t b0 = n0; b0 < n1; b0 += BatchImages(g)) {
         const int64_t b1 = std::min(n1, b0 + BatchImages(g));
         const PlaneBlock dy_block{g.o, grp * og, og, ohw, b0, b1};
-        GatherImages(g, image, grp, b0, b1, ws, inner);
         GatherPlanes(cols, dy_block, ws.gathered_cols);
-        product(ws.gathered_cols, dy_block.cols(), ws.gathered_image, dy_block.cols());
+        if (g.pointwise()) {
+          GatherPlanes(image, PlaneBlock{g.c, grp * cg, cg, ohw, b0, b1}, ws.gathered_image);
+          product(ws.gathered_cols, dy_block.cols(), ws.gathered_image, dy_block.cols());
+        } else {
+          const ImageColumns<T> block =
+              BatchColumns(g, image + (b0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), b1 - b0, ws);
+          Gemm<T>(false, og, k, dy_block.cols(), T(1), ws.gathered_cols, dy_block.cols(), block.Transposed(),
+                  first ? T(0) : T(1), dwg, k, inner);
+          first = false;
+        }
       }
       n1 = n0;  // done
     }
