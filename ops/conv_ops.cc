@@ -18,7 +18,10 @@
 // A transposed convolution is the same pair seen from the other side: its
 // input is the column side and its output the image, and PyTorch's layout
 // for it, [C_in, C_out/groups, KH, KW], is exactly [O, C/groups, KH, KW] of
-// that geometry. 1-D ops are 2-D ones with H = KH = 1.
+// that geometry. 1-D ops are 2-D ones with H = KH = 1. im2col is never
+// written out: the GEMMs pack it straight from the planes (ImageColumns),
+// and a unit-stride adjoint runs as the forward of the transposed
+// convolution (AdjointAsForward) instead of through col2im.
 //
 // Backward ops (inputs -> output; attrs: the forward op's, plus the shape
 // the backward op cannot infer):
@@ -302,7 +305,7 @@ void ForEachTile(const ConvGeom& g, int64_t elems, Fn&& fn) {
 // Calls fn(width) with a compile-time width for the rows of small planes
 // (4, 8, 16 outputs): copying a known few elements is a few vector moves,
 // where a loop of a run-time count spends more on its bounds and tail than
-// on the copy (im2col and col2im of 4x4 planes copy rows of 4).
+// on the copy (col2im of 4x4 planes adds rows of 4).
 template <typename Fn>
 void WithRowWidth(int64_t width, Fn&& fn) {
   switch (width) {
@@ -326,8 +329,9 @@ void WithStride(int64_t stride, Fn&& fn) {
 
 // xp [C/g, HP, WP] = one group's planes x [C/g, H, W] inside a zero border of
 // the padding: every kernel tap of every output then lands inside xp, and
-// im2col and col2im are plain strided row copies (per-row bounds and short
-// library copies cost more than the copy itself on small planes).
+// the packing of the image side and col2im are plain strided row copies
+// (per-row bounds and short library copies cost more than the copy itself
+// on small planes).
 template <typename T>
 void PadPlanes(const ConvGeom& g, const T* x, T* xp) {
   std::fill(xp, xp + g.cg() * g.hp() * g.wp(), T(0));
@@ -368,28 +372,10 @@ void ForEachTapLine(const ConvGeom& g, int64_t c, int64_t y0, int64_t y1, Fn&& f
     }
 }
 
-// col [C/g * KH * KW, (y1 - y0) * OW], rows ld apart, from one group's
-// planes xp (padded, or the image when the convolution does not pad).
-template <typename T>
-void Im2Col(const ConvGeom& g, const T* xp, int64_t y0, int64_t y1, T* col, int64_t ld, ThreadPool* pool) {
-  const int64_t len = (y1 - y0) * g.ow;
-  WithStride(g.sw, [&](auto sw) {
-    WithRowWidth(g.ow, [&](auto ow) {
-      ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c)
-          ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
-            T* out = col + r * ld + cols;
-            const T* in = xp + at;
-            for (int64_t ox = 0; ox < ow; ++ox) out[ox] = in[ox * sw];
-          });
-      }, ChannelChunk(g.kh * g.kw * len));
-    });
-  });
-}
-
-// xp += col2im(col [C/g * KH * KW, (y1 - y0) * OW], rows ld apart), the
-// adjoint of Im2Col. Channels own disjoint rows and planes, so they split
-// freely.
+// xp += col2im(col [C/g * KH * KW, (y1 - y0) * OW], rows ld apart): each
+// tap's row of the block added into the planes where im2col would have
+// read it (the adjoint of ImageColumns). Channels own disjoint rows and
+// planes, so they split freely.
 template <typename T>
 void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, int64_t ld, T* xp, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
@@ -1002,9 +988,9 @@ class ImageColumns {
   int64_t y0_, image_stride_, wp_, plane_;
 };
 
-// A task's scratch: its im2col block and its group's padded planes, a
-// Direct() task's phases and wide plane, or a Batched() task's gathered
-// planes.
+// A task's scratch: its group's padded planes (and dy's, for an input
+// gradient run as a forward) and the block col2im adds in, a Direct()
+// task's phases and wide plane, or a Batched() task's planes and outputs.
 template <typename T>
 struct Workspace {
   Workspace(const ConvGeom& g, const PhasePlan& plan)
@@ -1018,7 +1004,7 @@ struct Workspace {
         tap_sums(wide + plan.wide_span() * kLanes),
         gathered_image(tap_sums + TapScratch(g, plan) * kLanes),
         gathered_cols(gathered_image + BatchPlanes(g)) {}
-  // The planes im2col reads: x [C/g, H, W] padded into `pad`, or x itself.
+  // The planes a product reads: x [C/g, H, W] padded into `pad`, or x itself.
   const T* Planes(const ConvGeom& g, const T* x) {
     if (!g.padded()) return x;
     PadPlanes(g, x, pad);

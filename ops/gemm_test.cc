@@ -1,7 +1,8 @@
 // Gemm / BatchedGemm against a naive triple loop in double: the four
 // transpose combinations, odd and block-straddling shapes, strided operands,
-// alpha / beta (beta = 0 must not read C), k = 0, batches, and results that
-// are bit-identical for any thread count. The hidden [.bench] case times the
+// alpha / beta (beta = 0 must not read C), k = 0, batches, results that are
+// bit-identical for any thread count, and a B that packs its own panels
+// (BPanels) bit for bit as the same B in memory. The hidden [.bench] case times the
 // MLP's GEMM shapes against Eigen.
 #include "ops/gemm.h"
 #include "ops/sgemm_kernels.h"
