@@ -121,35 +121,43 @@ std::string GemmInstructionSets() {
   return f32.run ? std::string("f32: ") + f32.name + ", chosen at run time; f64: " + eigen : "f32 and f64: " + eigen;
 }
 
-template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool) {
-  if (m == 0 || n == 0) return;
+// Splits C [m, n] of a product of depth k into panels and runs
+// panel(by_rows, lo, hi) for each: rows [lo, hi) of C, or columns. The
+// larger side splits into at most one panel per thread, of whole register
+// tiles, when the product is big enough; else panel(true, 0, m) runs here.
+// Each panel is an independent GEMM reading a slice of A (rows) or B
+// (columns), and computes each of its elements exactly as one thread would
+// (the same FMAs in the same k order), so results do not depend on the split.
+template <typename T, typename Fn>
+void ForEachPanel(int64_t m, int64_t n, int64_t k, ThreadPool* pool, Fn&& panel) {
   const double flops = 2.0 * m * n * k;
   const int64_t parts =
       std::min<int64_t>(pool ? pool->num_threads() : 1, static_cast<int64_t>(flops / kMinFlopsPerThread));
   if (parts <= 1) {
-    GemmPanel(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    panel(true, 0, m);
     return;
   }
-  // Split the larger side of C into `parts` panels of whole register tiles;
-  // each is an independent GEMM reading a slice of A (rows) or B (columns),
-  // and computes each of its elements exactly as one thread would (the same
-  // FMAs in the same k order), so results do not depend on the split.
   const bool by_rows = m >= n;
   const int64_t extent = by_rows ? m : n, grain = by_rows ? RowGrain<T>() : ColGrain<T>();
   const int64_t tiles = (extent + grain - 1) / grain;
   const int64_t panels = std::min(parts, tiles);
   pool->ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t lo = tiles * p / panels * grain, hi = std::min(extent, tiles * (p + 1) / panels * grain);
-      if (by_rows) {
-        const T* a_panel = trans_a ? a + lo : a + lo * lda;
-        GemmPanel(trans_a, trans_b, hi - lo, n, k, alpha, a_panel, lda, b, ldb, beta, c + lo * ldc, ldc);
-      } else {
-        const T* b_panel = trans_b ? b + lo * ldb : b + lo;
-        GemmPanel(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_panel, ldb, beta, c + lo, ldc);
-      }
+    for (int64_t p = p0; p < p1; ++p)
+      panel(by_rows, tiles * p / panels * grain, std::min(extent, tiles * (p + 1) / panels * grain));
+  });
+}
+
+template <typename T>
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool) {
+  if (m == 0 || n == 0) return;
+  ForEachPanel<T>(m, n, k, pool, [&](bool by_rows, int64_t lo, int64_t hi) {
+    if (by_rows) {
+      const T* a_panel = trans_a ? a + lo : a + lo * lda;
+      GemmPanel(trans_a, trans_b, hi - lo, n, k, alpha, a_panel, lda, b, ldb, beta, c + lo * ldc, ldc);
+    } else {
+      const T* b_panel = trans_b ? b + lo * ldb : b + lo;
+      GemmPanel(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_panel, ldb, beta, c + lo, ldc);
     }
   });
 }
@@ -158,20 +166,7 @@ template <typename T>
 void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const BPanels<T>& b,
           T beta, T* c, int64_t ldc, ThreadPool* pool) {
   if (m == 0 || n == 0) return;
-  const double flops = 2.0 * m * n * k;
-  const int64_t parts =
-      std::min<int64_t>(pool ? pool->num_threads() : 1, static_cast<int64_t>(flops / kMinFlopsPerThread));
-  if (parts <= 1) {
-    GemmPanel(trans_a, m, n, k, alpha, a, lda, b, beta, c, ldc);
-    return;
-  }
-  // As the other Gemm: panels of whole register tiles, rows of C (each
-  // thread packing all of B) or columns (each its own columns of B).
-  const bool by_rows = m >= n;
-  const int64_t extent = by_rows ? m : n, grain = by_rows ? RowGrain<T>() : ColGrain<T>();
-  const int64_t tiles = (extent + grain - 1) / grain;
-  const int64_t panels = std::min(parts, tiles);
-  struct Shifted {  // b's columns from `first` on
+  struct Shifted {  // b's columns from `first` on: a column panel's B
     const BPanels<T>* b;
     int64_t first;
     static void Pack(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, T* dst) {
@@ -179,16 +174,13 @@ void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, in
       s.b->pack(s.b->ctx, p0, kc, s.first + j0, nc, nr, dst);
     }
   };
-  pool->ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t lo = tiles * p / panels * grain, hi = std::min(extent, tiles * (p + 1) / panels * grain);
-      if (by_rows) {
-        const T* a_panel = trans_a ? a + lo : a + lo * lda;
-        GemmPanel(trans_a, hi - lo, n, k, alpha, a_panel, lda, b, beta, c + lo * ldc, ldc);
-      } else {
-        const Shifted shifted{&b, lo};
-        GemmPanel(trans_a, m, hi - lo, k, alpha, a, lda, BPanels<T>{&Shifted::Pack, &shifted}, beta, c + lo, ldc);
-      }
+  ForEachPanel<T>(m, n, k, pool, [&](bool by_rows, int64_t lo, int64_t hi) {
+    if (by_rows) {  // each row panel packs all of B
+      const T* a_panel = trans_a ? a + lo : a + lo * lda;
+      GemmPanel(trans_a, hi - lo, n, k, alpha, a_panel, lda, b, beta, c + lo * ldc, ldc);
+    } else {
+      const Shifted shifted{&b, lo};
+      GemmPanel(trans_a, m, hi - lo, k, alpha, a, lda, BPanels<T>{&Shifted::Pack, &shifted}, beta, c + lo, ldc);
     }
   });
 }
