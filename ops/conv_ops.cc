@@ -1380,12 +1380,8 @@ void BiasGrad(const T* dy, int64_t n, int64_t c, int64_t s, T* db, ThreadPool* p
   ParallelRange(pool, c, [&](int64_t c0, int64_t c1) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       T total = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const T* plane = dy + (i * c + ch) * s;
-        T part = 0;  // per plane first: shorter sums round less
-        for (int64_t j = 0; j < s; ++j) part += plane[j];
-        total += part;
-      }
+      // Per plane first (shorter sums round less), each in ArraySum's lanes.
+      for (int64_t i = 0; i < n; ++i) total += ArraySum(dy + (i * c + ch) * s, s);
       db[ch] = total;
     }
   }, ChannelChunk(n * s));

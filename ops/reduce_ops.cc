@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/inline_vector.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
@@ -74,7 +75,7 @@ struct ReduceLayout : ReduceGroups {
     if (r0 >= r1) return;
     const int outer_rank = static_cast<int>(red_dims.size()) - 1;
     const int64_t last = red_dims.back(), last_stride = red_strides.back();
-    std::vector<int64_t> idx(outer_rank);
+    InlineVector<int64_t, 8> idx(static_cast<size_t>(outer_rank), 0);
     int64_t q = r0 / last, k = r0 % last;
     for (int d = outer_rank - 1; d >= 0; --d) {
       idx[d] = q % red_dims[d];
@@ -97,10 +98,80 @@ struct ReduceLayout : ReduceGroups {
 
 enum class ReduceKind { kSum, kMean, kMax };
 
-// Folds reduced indices [r0, r1) of `row` into acc[0, inner) with step(acc, x).
-template <typename T, typename Acc, typename Step>
-void FoldRange(const ReduceLayout& L, const T* x, int64_t row, int64_t r0, int64_t r1, Acc* acc, Step step) {
+// NaN wins, so a NaN anywhere in the reduction shows in the result.
+template <typename T>
+T MaxStep(T a, T v) {
+  return (v > a || v != v) ? v : a;
+}
+
+// Whether v is the maximum m (NaN matches NaN).
+template <typename T>
+bool IsMax(T v, T m) {
+  return v == m || (v != v && m != m);
+}
+
+// MaxStep folded over p[0, n) from a, in 2 x kSumLanes independent lanes
+// (a running maximum is a chain of dependent compares, which neither
+// vectorises nor pipelines). The maximum of a set is the same in any
+// order; only which of equal zeros (-0, +0) and which NaN comes out can
+// differ from a fold in order, and that is a function of n alone.
+template <typename T>
+T MaxOfRun(const T* p, int64_t n, T a) {
+  typedef T Lanes __attribute__((vector_size(kSumLanes * sizeof(T))));
+  typedef T Unaligned __attribute__((vector_size(kSumLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  auto load = [](const T* q) { return Lanes(*reinterpret_cast<const Unaligned*>(q)); };
+  int64_t i = 0;
+  if (n >= 2 * kSumLanes) {
+    Lanes m0 = load(p), m1 = load(p + kSumLanes);
+    auto nan = (m0 != m0) | (m1 != m1);
+    for (i = 2 * kSumLanes; i + 2 * kSumLanes <= n; i += 2 * kSumLanes) {
+      const Lanes v0 = load(p + i), v1 = load(p + i + kSumLanes);
+      m0 = v0 > m0 ? v0 : m0;
+      m1 = v1 > m1 ? v1 : m1;
+      nan |= (v0 != v0) | (v1 != v1);
+    }
+    for (int l = 0; l < kSumLanes; ++l) {
+      a = MaxStep(MaxStep(a, m0[l]), m1[l]);
+      if (nan[l]) a = std::numeric_limits<T>::quiet_NaN();
+    }
+  }
+  for (; i < n; ++i) a = MaxStep(a, p[i]);
+  return a;
+}
+
+// The first k < n with IsMax(p[k], m), or n: kSumLanes elements compared at
+// a time, then the block that holds it one by one.
+template <typename T>
+int64_t FirstMax(const T* p, int64_t n, T m) {
+  typedef T Lanes __attribute__((vector_size(kSumLanes * sizeof(T))));
+  typedef T Unaligned __attribute__((vector_size(kSumLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  const bool nan = m != m;
+  const Lanes mv = Lanes{} + m;
+  int64_t k = 0;
+  for (; k + kSumLanes <= n; k += kSumLanes) {
+    const Lanes v = *reinterpret_cast<const Unaligned*>(p + k);
+    const auto hit = nan ? (v != v) : (v == mv);
+    bool any = false;
+    for (int l = 0; l < kSumLanes; ++l) any |= hit[l] != 0;
+    if (any) break;
+  }
+  while (k < n && !IsMax(p[k], m)) ++k;
+  return k;
+}
+
+// Folds reduced indices [r0, r1) of `row` into acc[0, inner) with step(acc,
+// x); `run(p, n, a)`, where given, folds n contiguous elements into a as
+// step would.
+template <typename T, typename Acc, typename Step, typename Run = std::nullptr_t>
+void FoldRange(const ReduceLayout& L, const T* x, int64_t row, int64_t r0, int64_t r1, Acc* acc, Step step,
+               Run run = nullptr) {
   L.ForRuns(L.RowOffset(row), r0, r1, [&](int64_t offset, int64_t n, int64_t stride) {
+    if constexpr (!std::is_same_v<Run, std::nullptr_t>) {
+      if (L.inner == 1 && stride == 1) {
+        acc[0] = run(x + offset, n, acc[0]);
+        return true;
+      }
+    }
     if (L.inner == 1) {
       Acc a = acc[0];
       for (int64_t k = 0; k < n; ++k) a = step(a, x[offset + k * stride]);
@@ -119,8 +190,9 @@ void FoldRange(const ReduceLayout& L, const T* x, int64_t row, int64_t r0, int64
 // and long reductions, each row's reduction is cut into fixed blocks whose
 // partial results are combined in order, so results do not depend on the
 // number of threads.
-template <typename T, typename Acc, typename Step, typename Finish>
-void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish finish, ThreadPool* pool) {
+template <typename T, typename Acc, typename Step, typename Finish, typename Run = std::nullptr_t>
+void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish finish, ThreadPool* pool,
+            Run run = nullptr) {
   const int64_t inner = L.inner;
   if (L.rows == 0 || inner == 0) return;
   constexpr int64_t kBlockElems = 16384;
@@ -131,7 +203,7 @@ void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish
       std::vector<Acc> acc(inner);
       for (int64_t row = r0; row < r1; ++row) {
         std::fill(acc.begin(), acc.end(), init);
-        FoldRange(L, x, row, 0, L.reduced, acc.data(), step);
+        FoldRange(L, x, row, 0, L.reduced, acc.data(), step, run);
         for (int64_t j = 0; j < inner; ++j) y[row * inner + j] = finish(acc[j]);
       }
     }, std::max<int64_t>(1, 32768 / work));
@@ -142,7 +214,7 @@ void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish
   ParallelRange(pool, L.rows * blocks, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t row = u / blocks, b = u % blocks;
-      FoldRange(L, x, row, b * block, std::min(L.reduced, (b + 1) * block), &partial[u * inner], step);
+      FoldRange(L, x, row, b * block, std::min(L.reduced, (b + 1) * block), &partial[u * inner], step, run);
     }
   }, 1);
   for (int64_t row = 0; row < L.rows; ++row)
@@ -151,18 +223,6 @@ void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish
       for (int64_t b = 0; b < blocks; ++b) acc = step(acc, partial[(row * blocks + b) * inner + j]);
       y[row * inner + j] = finish(acc);
     }
-}
-
-// NaN wins, so a NaN anywhere in the reduction shows in the result.
-template <typename T>
-T MaxStep(T a, T v) {
-  return (v > a || v != v) ? v : a;
-}
-
-// Whether v is the maximum m (NaN matches NaN).
-template <typename T>
-bool IsMax(T v, T m) {
-  return v == m || (v != v && m != m);
 }
 
 // A reduction, and ReduceMax's gradient, split along any axis it keeps
@@ -282,7 +342,7 @@ Status ReduceKernel(KernelContext& ctx) {
     T* py = ctx.out(0).data<T>();
     if constexpr (kKind == ReduceKind::kMax) {
       Reduce(layout, px, py, -std::numeric_limits<T>::infinity(), [](T a, T v) { return MaxStep(a, v); },
-             [](T a) { return a; }, ctx.pool);
+             [](T a) { return a; }, ctx.pool, [](const T* p, int64_t n, T a) { return MaxOfRun(p, n, a); });
     } else {
       // Sums accumulate in double: f32 sums over long axes lose digits otherwise.
       const double scale = kKind == ReduceKind::kMean ? 1.0 / static_cast<double>(layout.reduced) : 1.0;
@@ -329,8 +389,26 @@ LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCpu, [](KernelContext& ct
     const T* py = ctx.in(1).data<T>();
     const T* pdy = ctx.in(2).data<T>();
     T* pdx = ctx.out(0).data<T>();
-    std::fill(pdx, pdx + x.numel(), T(0));
-    if (L.rows == 0 || L.inner == 0) return;
+    if (L.rows == 0 || L.inner == 0) {
+      std::fill(pdx, pdx + x.numel(), T(0));
+      return;
+    }
+    if (L.inner == 1 && L.red_dims.size() == 1 && L.red_strides[0] == 1) {
+      // Each row's elements are one contiguous run: zeroed and searched by
+      // the thread that owns the row.
+      ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
+        for (int64_t row = r0; row < r1; ++row) {
+          const int64_t at = L.RowOffset(row);
+          const T* p = px + at;
+          const T m = py[row];
+          std::fill(pdx + at, pdx + at + L.reduced, T(0));
+          const int64_t k = FirstMax(p, L.reduced, m);
+          if (k < L.reduced) pdx[at + k] = pdy[row];
+        }
+      }, std::max<int64_t>(1, 32768 / L.reduced));
+      return;
+    }
+    ParallelRange(ctx.pool, x.numel(), [&](int64_t i0, int64_t i1) { std::fill(pdx + i0, pdx + i1, T(0)); });
     ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
       std::vector<char> found(L.inner);
       for (int64_t row = r0; row < r1; ++row) {

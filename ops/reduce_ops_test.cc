@@ -229,6 +229,38 @@ TEST_CASE("ReduceMax propagates NaN") {
   CHECK(dx.ToDoubleVector()[1] == 1);  // the gradient follows the NaN
 }
 
+// Rows of 37 run through the vector lanes (two blocks of 8, a loop, a
+// tail): ties across lanes, NaN in the first block, in the loop and in the
+// tail, and the maximum in the tail, for both float types.
+template <typename T>
+void CheckLongRowMaxima() {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const int64_t n = 37;
+  std::vector<T> x(5 * n);
+  for (int64_t i = 0; i < 5 * n; ++i) x[i] = static_cast<T>(-2.0 - (i % 7) * 0.25);
+  x[0 * n + 5] = x[0 * n + 30] = 7;  // a tie: the first one gets the gradient
+  x[1 * n + 20] = nan;               // NaN in the loop
+  x[2 * n + 35] = nan;               // NaN in the tail
+  x[3 * n + 3] = nan;                // NaN in the first block, a larger value after it
+  x[3 * n + 10] = 9;
+  x[4 * n + 36] = -1;                // the maximum in the tail
+  auto [y, dx] = ForwardAndGrad("ReduceMax", {{"axes", Ints{1}}}, Tensor::FromVector<T>({5, n}, x));
+  const std::vector<double> yv = y.ToDoubleVector(), dxv = dx.ToDoubleVector();
+  CHECK(yv[0] == 7);
+  CHECK(std::isnan(yv[1]));
+  CHECK(std::isnan(yv[2]));
+  CHECK(std::isnan(yv[3]));
+  CHECK(yv[4] == -1);
+  std::vector<double> want(5 * n, 0.0);
+  for (int64_t at : {0 * n + 5, 1 * n + 20, 2 * n + 35, 3 * n + 3, 4 * n + 36}) want[at] = 1;
+  CHECK(dxv == want);
+}
+
+TEST_CASE("ReduceMax over long rows: ties, NaN and the tail in its vector lanes") {
+  CheckLongRowMaxima<float>();
+  CheckLongRowMaxima<double>();
+}
+
 TEST_CASE("softmax is stable for large inputs") {
   // exp(1000) overflows f32 and f64; shifting by the maximum keeps it exact.
   Tensor x = Tensor::FromVector<float>({1, 3}, {1000, 1001, 1002});
