@@ -23,7 +23,6 @@
 // gradient w.r.t. weight is an "EmbeddingBackward" scatter-add; indices
 // have none.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -45,6 +44,8 @@ constexpr int64_t kDropoutBlock = 16384;
 
 using dropout_embedding::DispatchIndex;
 using dropout_embedding::DropoutActive;
+using dropout_embedding::Dropped;
+using dropout_embedding::DropThreshold;
 using dropout_embedding::DropoutKeys;
 using dropout_embedding::IndexOutOfRange;
 using dropout_embedding::MakeDropoutKeys;
@@ -195,6 +196,8 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
       return;
     }
     const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    // P(drop) = p; p = 1 drops all (DropThreshold: CounterUniform < p in integers).
+    const uint64_t threshold = DropThreshold(p);
     const int64_t per_replica = outer * inner;
     const int64_t blocks = (per_replica + kDropoutBlock - 1) / kDropoutBlock;
     ParallelRange(ctx.pool, replicas * blocks, [&](int64_t t0, int64_t t1) {
@@ -202,11 +205,26 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
         const int64_t r = t / blocks, b = t % blocks;
         const uint64_t key = stream_keys[r];
         const int64_t end = std::min(per_replica, (b + 1) * kDropoutBlock);
-        for (int64_t i = b * kDropoutBlock; i < end; ++i) {
+        // Replica r's elements i are runs of `inner` contiguous ones.
+        for (int64_t i = b * kDropoutBlock; i < end;) {
+          const int64_t count = std::min(inner - i % inner, end - i);
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
-          // P(drop) = p; p = 1 drops all.
-          mask[at] = CounterUniform(key, draw_index(i)) < p ? T(0) : scale;
-          y[at] = x[at] * mask[at];
+          if (run == 0) {  // draw indices offset + i, ...: branch-free (a branch on a random bit mispredicts)
+            const uint64_t first = offset + static_cast<uint64_t>(i);
+            for (int64_t k = 0; k < count; ++k) {
+              const bool keep = !Dropped(CounterU64(key, first + static_cast<uint64_t>(k)), threshold);
+              const T m = scale * static_cast<T>(keep);
+              mask[at + k] = m;
+              y[at + k] = x[at + k] * m;
+            }
+          } else {
+            for (int64_t k = 0; k < count; ++k) {
+              const T m = Dropped(CounterU64(key, draw_index(i + k)), threshold) ? T(0) : scale;
+              mask[at + k] = m;
+              y[at + k] = x[at + k] * m;
+            }
+          }
+          i += count;
         }
       }
     }, 1);

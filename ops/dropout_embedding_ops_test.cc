@@ -4,8 +4,10 @@
 #include <cmath>
 #include <string>
 
+#include "core/counter_rng.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
+#include "ops/dropout_embedding_util.h"
 #include "runtime/executor.h"
 #include "tests/op_harness.h"
 
@@ -132,6 +134,29 @@ TEST_CASE("a dropout part with an offset draws the whole's mask from that elemen
     DropoutRun part_run(n - offset, p, 11, DType::kF32, nullptr, device, offset);
     const std::vector<double> part = part_run.Mask(n - offset);
     CHECK(part == std::vector<double>(whole.begin() + offset, whole.end()));
+  }
+}
+
+// The kernels' integer compare is CounterUniform(key, n) < p, bit for bit:
+// on draws around every threshold (the top 53 bits just below, at and
+// above p * 2^53) and on a stream of draws, for p whose p * 2^53 is an
+// integer and for p whose is not.
+TEST_CASE("dropout's integer threshold drops exactly where CounterUniform < p") {
+  for (double p : {0.1, 0.25, 1.0 / 3, 0.5, 0.9, 1.0, 0x1.0p-53, 1 - 0x1.0p-53}) {
+    INFO("p = " << p);
+    const uint64_t t = dropout_embedding::DropThreshold(p);
+    for (uint64_t top : {t - 1, t, t + 1}) {
+      if (top >= (uint64_t{1} << 53)) continue;
+      for (uint64_t low : {uint64_t{0}, uint64_t{0x7ff}}) {
+        const uint64_t draw = (top << 11) | low;
+        const double uniform = static_cast<double>(draw >> 11) * 0x1.0p-53;
+        CHECK(dropout_embedding::Dropped(draw, t) == (uniform < p));
+      }
+    }
+    for (uint64_t n = 0; n < 20000; ++n) {
+      const uint64_t draw = CounterU64(1234567, n);
+      if (dropout_embedding::Dropped(draw, t) != (CounterUniform(1234567, n) < p)) FAIL("draw " << n);
+    }
   }
 }
 

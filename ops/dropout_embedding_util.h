@@ -5,6 +5,7 @@
 // the embedding ops.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ inline DropoutKeys MakeDropoutKeys(const KernelContext& ctx) {
   }
   return k;
 }
+
+// Dropout drops draw n of a stream iff CounterUniform(key, n) < p, that is
+// (CounterU64(key, n) >> 11) * 2^-53 < p: exactly when CounterU64(key, n)
+// >> 11 is below DropThreshold(p) = ceil(p * 2^53) (scaling by a power of
+// two rounds nothing), an integer compare with no conversion to double.
+inline uint64_t DropThreshold(double p) { return static_cast<uint64_t>(std::ceil(p * 0x1.0p53)); }
+inline bool Dropped(uint64_t draw, uint64_t threshold) { return (draw >> 11) < threshold; }
 
 // "[1, 0]": the multi-index of a flat position, for error messages.
 inline std::string PositionString(const Shape& shape, int64_t flat) {
