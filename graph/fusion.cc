@@ -220,12 +220,19 @@ class Fuser final : public FusionBuilder {
     return MapOutputs(outs);
   }
 
+  const FusedValue* FindMoved(ValueId v, int to) const override {
+    auto it = moved_.find({v, to});
+    return it == moved_.end() ? nullptr : &it->second;
+  }
+  void RememberMoved(ValueId v, int to, const FusedValue& moved) override { moved_[{v, to}] = moved; }
+
   const Graph& src_;
   const FusionOptions& opt_;
   const int64_t r_;
   Graph dst_;
   GraphBuilder b_;
-  std::map<ValueId, FusedValue> map_;  // model value -> fused value
+  std::map<ValueId, FusedValue> map_;                   // model value -> fused value
+  std::map<std::pair<ValueId, int>, FusedValue> moved_;  // (fused value, replica axis) -> its move there
   const Node* node_ = nullptr;         // the model node being fused
   bool per_replica_ = false;           // whether it ran once per replica
 };

@@ -158,12 +158,23 @@ class AttentionOp : public OpDef {
 
   // Attention is independent per (batch, head): the replicas become heads,
   // q/k/v [B, R*H, T, D]. A key padding mask [B, Tk] serves every head, so
-  // it must be shared; a per-replica mask runs once per replica.
+  // it must be shared; a per-replica mask runs once per replica. Without a
+  // mask, q/k/v that come replica-major (from fused Linears, [R, B, H, T,
+  // D]) become batch entries instead, [R*B, H, T, D]: no data moves, where
+  // heads would take a transpose of each input and of each output.
   FusionKind fusion_kind() const override { return FusionKind::kFusedOrPerReplica; }
   Status Fuse(FusionBuilder& f) const override {
     const bool has_mask = f.num_inputs() > 3;
     if (has_mask && f.input(3).replicated()) return f.PerReplica();
     std::vector<FusedValue> ins;
+    if (!has_mask && f.input(0).replicated() && f.input(0).axis() == 0 && f.input(1).replicated() &&
+        f.input(1).axis() == 0 && f.input(2).replicated() && f.input(2).axis() == 0) {
+      for (int i = 0; i < 3; ++i) {
+        LOOM_ASSIGN_OR_RETURN(FusedValue v, f.MergeIntoDim0(f.input(i), f.name() + "/in" + std::to_string(i)));
+        ins.push_back(v);
+      }
+      return f.EmitMergedAndMap(ins, /*dim=*/0);
+    }
     for (int i = 0; i < 3; ++i) {
       LOOM_ASSIGN_OR_RETURN(FusedValue v, f.MergeIntoDim1(f.input(i), f.name() + "/in" + std::to_string(i)));
       ins.push_back(v);

@@ -51,6 +51,13 @@ StatusOr<FusedValue> FusionBuilder::Reshape(const FusedValue& x, const Shape& to
 
 StatusOr<FusedValue> FusionBuilder::MoveAxis(const FusedValue& x, int to, const std::string& name) {
   if (x.axis() == to) return x;
+  if (const FusedValue* moved = FindMoved(x.v, to)) return *moved;
+  LOOM_ASSIGN_OR_RETURN(FusedValue moved, EmitMove(x, to, name));
+  RememberMoved(x.v, to, moved);
+  return moved;
+}
+
+StatusOr<FusedValue> FusionBuilder::EmitMove(const FusedValue& x, int to, const std::string& name) {
   const Shape& s = shape(x);
   std::vector<int64_t> perm(s.rank());
   std::iota(perm.begin(), perm.end(), 0);
@@ -108,6 +115,14 @@ StatusOr<FusedValue> FusionBuilder::MergeIntoDim1(const FusedValue& x, const std
   return Reshape(v, Shape(d), ReplicaLayout::Merged(1, per_replica), name + "/merge_replicas");
 }
 
+StatusOr<FusedValue> FusionBuilder::MergeIntoDim0(const FusedValue& x, const std::string& name) {
+  if (!x.replicated() || x.axis() != 0) return Internal("MergeIntoDim0 of a value whose replica axis is not 0");
+  std::vector<int64_t> d = SingleShape(x).dims();
+  const int64_t per_replica = d[0];
+  d[0] *= replicas();
+  return Reshape(x, Shape(d), ReplicaLayout::Merged(0, per_replica), name + "/merge_replicas");
+}
+
 Status FusionBuilder::Elementwise() {
   std::vector<FusedValue> ins;
   for (int i = 0; i < num_inputs(); ++i) ins.push_back(input(i));
@@ -129,16 +144,16 @@ Status FusionBuilder::AlongAxis(const char* attr) {
   return MapOutputs(outs);
 }
 
-Status FusionBuilder::EmitMergedAndMap(const std::vector<FusedValue>& merged) {
+Status FusionBuilder::EmitMergedAndMap(const std::vector<FusedValue>& merged, int dim) {
   std::vector<ReplicaLayout> layouts;
   for (size_t i = 0; i < node().outputs.size(); ++i)
-    layouts.push_back(ReplicaLayout::Merged(1, output_shape(static_cast<int>(i))[1]));
+    layouts.push_back(ReplicaLayout::Merged(dim, output_shape(static_cast<int>(i))[dim]));
   LOOM_ASSIGN_OR_RETURN(auto outs, Emit(node().op, merged, attrs(), name(), layouts));
   std::vector<FusedValue> split;
   for (size_t i = 0; i < outs.size(); ++i) {
     LOOM_ASSIGN_OR_RETURN(FusedValue v,
-                          Reshape(outs[i], WithReplicaAxis(output_shape(static_cast<int>(i)), 1),
-                                  ReplicaLayout::Axis(1), name() + "/split_replicas" + std::to_string(i)));
+                          Reshape(outs[i], WithReplicaAxis(output_shape(static_cast<int>(i)), dim),
+                                  ReplicaLayout::Axis(dim), name() + "/split_replicas" + std::to_string(i)));
     split.push_back(v);
   }
   return MapOutputs(split);

@@ -70,6 +70,12 @@ class FusionBuilder {
   // correct and forgoes the speed-up; ops that take it for some inputs say so
   // with FusionKind::kFusedOrPerReplica.
   virtual Status PerReplica() = 0;
+  // The value MoveAxis already made of fused value v with its replica axis
+  // at `to`, or null: one move per value and axis, however many consumers
+  // want it there (the q, k and v projections of one input share it, and
+  // so does its gradient's way back). RememberMoved records one.
+  virtual const FusedValue* FindMoved(ValueId v, int to) const = 0;
+  virtual void RememberMoved(ValueId v, int to, const FusedValue& moved) = 0;
 
   // ---- conveniences (ops/fusion_builder.cc), built on the above ----
 
@@ -104,6 +110,10 @@ class FusionBuilder {
   // x as [d0, R*d1, ...] (layout Merged(1, d1)): ops that work per channel,
   // plane or head then see R times as many.
   StatusOr<FusedValue> MergeIntoDim1(const FusedValue& x, const std::string& name);
+  // x, replicated with its replica axis at 0, as [R*d0, ...] (layout
+  // Merged(0, d0)): ops that work per batch entry see R times as many, and
+  // x moves no data.
+  StatusOr<FusedValue> MergeIntoDim0(const FusedValue& x, const std::string& name);
 
   // ---- rules that several ops share ----
 
@@ -119,8 +129,13 @@ class FusionBuilder {
   Status AlongAxis(const char* attr);
   // The node as it is on `merged` inputs (MergeIntoDim1, or shared), for
   // ops that work per channel, plane or head; its outputs, merged in dim 1,
-  // are mapped back as [d0, R, d1, ...].
-  Status EmitMergedAndMap(const std::vector<FusedValue>& merged);
+  // are mapped back as [d0, R, d1, ...]. With dim 0 (MergeIntoDim0 inputs),
+  // merged in dim 0 and mapped back as [R, d0, ...].
+  Status EmitMergedAndMap(const std::vector<FusedValue>& merged, int dim = 1);
+
+ private:
+  // The move of MoveAxis, emitted anew on every call.
+  StatusOr<FusedValue> EmitMove(const FusedValue& x, int to, const std::string& name);
 };
 
 }  // namespace loom

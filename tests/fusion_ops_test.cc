@@ -434,10 +434,10 @@ std::vector<FuseCase> Cases() {
       Fused({{"Embedding", 1}, {"Transpose", 1}}));
   add("Embedding per-replica indices", "Embedding", A({{"padding_idx", int64_t{1}}}),
       {ReplicaIndex({4}, 6), Rep({6, 3})}, PerReplica());
-  // Attention over R*H heads (q, k, v Parameters, as for convolutions).
+  // Replica-major q, k, v (as fused Linears make them) are R*B batch
+  // entries: nothing moves. With a shared q, the replicas become R*H heads.
   add("ScaledDotProductAttention", "ScaledDotProductAttention", {},
-      {Rep({2, 2, 3, 4}), Rep({2, 2, 5, 4}), Rep({2, 2, 5, 3})},
-      Fused({{"ScaledDotProductAttention", 1}, {"Transpose", 3}}));
+      {Rep({2, 2, 3, 4}), Rep({2, 2, 5, 4}), Rep({2, 2, 5, 3})}, Fused({{"ScaledDotProductAttention", 1}}));
   add("ScaledDotProductAttention causal, shared q", "ScaledDotProductAttention", A({{"causal", true}}),
       {Shr({1, 2, 4, 3}), Rep({1, 2, 4, 3}), Rep({1, 2, 4, 3})},
       Fused({{"ScaledDotProductAttention", 1}, {"BroadcastTo", 1}}));

@@ -182,6 +182,14 @@ std::set<std::string> CheckFusedStructure(const Graph& model, bool image_classif
     const std::string owner = testing::ModelNodeOf(fused_name, model);
     return owner.empty() ? std::string("(none)") : model.node(*model.FindNode(owner)).op;
   };
+  // A value moves to a replica axis once, however many of its consumers
+  // want it there (a transformer's q, k and v projections of one input).
+  std::set<std::pair<ValueId, std::vector<int64_t>>> moves;
+  for (const Node& n : fused->nodes()) {
+    if (n.op != "Transpose" || n.name.find("move_replica_axis") == std::string::npos) continue;
+    INFO("fusion moved the replica axis of the input of '" << n.name << "' again");
+    CHECK(moves.insert({n.inputs[0], n.attrs.Ints("perm")}).second);
+  }
   std::set<std::string> per_replica;
   for (NodeId id : testing::PerReplicaNodes(*fused)) {
     const std::string op = model_op(fused->node(id).name);
