@@ -175,6 +175,41 @@ Status TransposeKernel(KernelContext& ctx) {
   const Shape out(dims);
   const std::vector<int64_t> none(dims.size(), 0);
   const int64_t inner = dims.back(), rows = x.numel() / inner;
+  const int rank = static_cast<int>(dims.size());
+  if (strides[rank - 2] == 1) {
+    // x's contiguous dim becomes the output's second-to-last, so each output
+    // row reads its elements `step` apart, one cache line each, and the next
+    // row the same lines again: the matrices [J, A] -> [A, J] go instead in
+    // square tiles, whose lines stay in L1 between the rows that share them.
+    const int64_t a_n = dims[rank - 2], j_n = dims[rank - 1], step = strides[rank - 1];
+    const int64_t matrices = x.numel() / (a_n * j_n);
+    constexpr int64_t kTile = 16;
+    const int64_t a_tiles = (a_n + kTile - 1) / kTile, j_tiles = (j_n + kTile - 1) / kTile;
+    const int64_t tiles = a_tiles * j_tiles;
+    auto matrix_offset = [&](int64_t m) {  // matrix m's first element in x
+      int64_t offset = 0;
+      for (int d = rank - 3; d >= 0; --d) {
+        offset += (m % dims[d]) * strides[d];
+        m /= dims[d];
+      }
+      return offset;
+    };
+    return DispatchBytes(x.dtype(), [&](auto zero) {
+      using U = decltype(zero);
+      const U* px = static_cast<const U*>(x.raw_data());
+      U* py = static_cast<U*>(y.raw_data());
+      ParallelRange(ctx.pool, matrices * tiles, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t m = t / tiles, a0 = (t % tiles) / j_tiles * kTile, j0 = (t % tiles) % j_tiles * kTile;
+          const U* src = px + matrix_offset(m);
+          U* dst = py + m * a_n * j_n;
+          const int64_t a1 = std::min(a_n, a0 + kTile), j1 = std::min(j_n, j0 + kTile);
+          for (int64_t a = a0; a < a1; ++a)
+            for (int64_t j = j0; j < j1; ++j) dst[a * j_n + j] = src[j * step + a];
+        }
+      }, std::max<int64_t>(1, 32768 / (kTile * kTile)));
+    });
+  }
   return DispatchBytes(x.dtype(), [&](auto zero) {
     using U = decltype(zero);
     const U* px = static_cast<const U*>(x.raw_data());
