@@ -1306,9 +1306,15 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
   // dwg [O/g, K] = the sum over images [n0, n1) of group grp.
   auto accumulate = [&](int64_t grp, int64_t n0, int64_t n1, T* dwg, ThreadPool* inner, Workspace<T>& ws) {
     bool first = true;
-    // dwg (+)= dy [O/g, len] * src [K, len]^T, dy's rows ld apart.
+    // dwg (+)= dy [O/g, len] * src [K, len]^T, dy's rows ld apart: src
+    // the planes of a 1x1 convolution, or the im2col block packed straight
+    // from the planes (ImageColumns).
     auto product = [&](const T* dy, int64_t ld, const T* src, int64_t len) {
       Gemm<T>(false, true, og, k, len, T(1), dy, ld, src, len, first ? T(0) : T(1), dwg, k, inner);
+      first = false;
+    };
+    auto product_of_block = [&](const T* dy, int64_t ld, const ImageColumns<T>& block, int64_t len) {
+      Gemm<T>(false, og, k, len, T(1), dy, ld, block.Transposed(), first ? T(0) : T(1), dwg, k, inner);
       first = false;
     };
     if (Batched(g)) {
@@ -1322,9 +1328,7 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         } else {
           const ImageColumns<T> block =
               BatchColumns(g, image + (b0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), b1 - b0, ws);
-          Gemm<T>(false, og, k, dy_block.cols(), T(1), ws.gathered_cols, dy_block.cols(), block.Transposed(),
-                  first ? T(0) : T(1), dwg, k, inner);
-          first = false;
+          product_of_block(ws.gathered_cols, dy_block.cols(), block, dy_block.cols());
         }
       }
       n1 = n0;  // done
@@ -1336,9 +1340,7 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         product(dy, ohw, x, ohw);
         continue;
       }
-      const ImageColumns<T> block(g, ws.Planes(g, x), 0);
-      Gemm<T>(false, og, k, ohw, T(1), dy, ohw, block.Transposed(), first ? T(0) : T(1), dwg, k, inner);
-      first = false;
+      product_of_block(dy, ohw, ImageColumns<T>(g, ws.Planes(g, x), 0), ohw);
     }
     if (first) std::fill(dwg, dwg + og * k, T(0));  // no images
   };
