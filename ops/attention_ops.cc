@@ -167,8 +167,8 @@ class AttentionOp : public OpDef {
     const bool has_mask = f.num_inputs() > 3;
     if (has_mask && f.input(3).replicated()) return f.PerReplica();
     std::vector<FusedValue> ins;
-    if (!has_mask && f.input(0).replicated() && f.input(0).axis() == 0 && f.input(1).replicated() &&
-        f.input(1).axis() == 0 && f.input(2).replicated() && f.input(2).axis() == 0) {
+    auto replica_major = [&](int i) { return f.input(i).replicated() && f.input(i).axis() == 0; };
+    if (!has_mask && replica_major(0) && replica_major(1) && replica_major(2)) {
       for (int i = 0; i < 3; ++i) {
         LOOM_ASSIGN_OR_RETURN(FusedValue v, f.MergeIntoDim0(f.input(i), f.name() + "/in" + std::to_string(i)));
         ins.push_back(v);

@@ -209,20 +209,12 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
         for (int64_t i = b * kDropoutBlock; i < end;) {
           const int64_t count = std::min(inner - i % inner, end - i);
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
-          if (run == 0) {  // draw indices offset + i, ...: branch-free (a branch on a random bit mispredicts)
-            const uint64_t first = offset + static_cast<uint64_t>(i);
-            for (int64_t k = 0; k < count; ++k) {
-              const bool keep = !Dropped(CounterU64(key, first + static_cast<uint64_t>(k)), threshold);
-              const T m = scale * static_cast<T>(keep);
-              mask[at + k] = m;
-              y[at + k] = x[at + k] * m;
-            }
-          } else {
-            for (int64_t k = 0; k < count; ++k) {
-              const T m = Dropped(CounterU64(key, draw_index(i + k)), threshold) ? T(0) : scale;
-              mask[at + k] = m;
-              y[at + k] = x[at + k] * m;
-            }
+          // The keep as a multiply: a branch on a random bit mispredicts.
+          for (int64_t k = 0; k < count; ++k) {
+            const bool keep = !Dropped(CounterU64(key, draw_index(i + k)), threshold);
+            const T m = scale * static_cast<T>(keep);
+            mask[at + k] = m;
+            y[at + k] = x[at + k] * m;
           }
           i += count;
         }
