@@ -16,7 +16,10 @@
 // LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
 // attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
 // saved_mean, saved_rstd), both saved statistics shaped like x's leading
-// dims. Only y is differentiable.
+// dims. Only y is differentiable. A fused array's LayerNorm (graph/fusion.h)
+// names x's replica dim (attrs replica_dim, per_replica: the dim holds R
+// blocks of per_replica) and takes gamma and beta [R, normalized_shape],
+// each row normalized by its replica's.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -728,6 +731,12 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContex
 // ---------------------------------------------------------------------------
 // LayerNorm
 
+void DeclareLayerNormAttrs(AttrSchema& schema) {
+  schema.Required("normalized_shape", AttrType::kInts, "the trailing dims of x that are normalized")
+      .Default("replica_dim", int64_t{-1}, "x's dim that holds a fused array's replicas (-1: shared gamma and beta)")
+      .Default("per_replica", int64_t{1}, "the extent of replica_dim per replica");
+}
+
 // Checks attr normalized_shape against x; returns the shape of the saved
 // statistics (x's leading dims).
 StatusOr<Shape> StatShape(const std::string& op, const AttrMap& attrs, const TensorType& x) {
@@ -744,22 +753,46 @@ StatusOr<Shape> StatShape(const std::string& op, const AttrMap& attrs, const Ten
   return Shape(std::vector<int64_t>(x.shape.dims().begin(), x.shape.dims().end() - k));
 }
 
+// gamma's and beta's type: normalized_shape, led by the replicas when x's
+// replica dim is named (one of its leading dims, R blocks of per_replica).
+StatusOr<TensorType> AffineType(const std::string& op, const AttrMap& attrs, const TensorType& x) {
+  std::vector<int64_t> dims = attrs.Ints("normalized_shape");
+  const int64_t dim = attrs.Int("replica_dim"), per_replica = attrs.Int("per_replica");
+  if (dim >= 0) {
+    const int lead = x.shape.rank() - static_cast<int>(dims.size());
+    if (dim >= lead)
+      return InvalidArgument(op, ": replica_dim ", dim, " is not one of x ", x.shape.ToString(), "'s ", lead,
+                             " leading dims");
+    if (per_replica < 1 || x.shape[static_cast<int>(dim)] % per_replica != 0)
+      return InvalidArgument(op, ": per_replica ", per_replica, " does not divide x ", x.shape.ToString(),
+                             "'s dim ", dim);
+    dims.insert(dims.begin(), x.shape[static_cast<int>(dim)] / per_replica);
+  } else if (dim != -1) {
+    return InvalidArgument(op, ": replica_dim ", dim, " must be -1 or one of x's leading dims");
+  }
+  return TensorType{Shape(dims), x.dtype};
+}
+
 class LayerNormOp : public OpDef {
  public:
   LayerNormOp() {
-    DeclareAttrs()
-        .Required("normalized_shape", AttrType::kInts, "the trailing dims of x that are normalized")
-        .Default("eps", 1e-5, "added to the variance");
+    DeclareLayerNormAttrs(DeclareAttrs());
+    DeclareAttrs().Default("eps", 1e-5, "added to the variance");
   }
   std::string name() const override { return "LayerNorm"; }
-  // Sample: rows of x, y and the statistics, every part with the whole
-  // gamma and beta (each row is normalized on its own).
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  // Each row is normalized on its own: any of x's leading dims splits x, y
+  // and the statistics alike (sample: dim 0), every part with the whole
+  // gamma and beta, or its replicas' rows of them along the replica dim.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    if (out[1].shape.rank() == 0) return rules;  // one row: nothing to split
-    rules.sample = SplitAlong(0, in.size(), out.size());
-    for (size_t i = 1; i < in.size(); ++i) rules.sample->inputs[i].axis = -1;
+    const int64_t replica_dim = attrs.Int("replica_dim");
+    for (int a = 0; a < out[1].shape.rank(); ++a) {
+      DimSplit d = SplitAlong(a, in.size(), out.size());
+      for (size_t i = 1; i < in.size(); ++i) d.inputs[i].axis = a == replica_dim ? 0 : -1;
+      if (a == 0) rules.sample = d;
+      else rules.other.push_back(d);
+    }
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
@@ -767,12 +800,13 @@ class LayerNormOp : public OpDef {
       return InvalidArgument("LayerNorm takes (x[, gamma[, beta]]), got ", in.size(), " inputs");
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "LayerNorm x"));
     LOOM_ASSIGN_OR_RETURN(Shape stat, StatShape("LayerNorm", attrs, in[0]));
-    const TensorType affine{Shape(attrs.Ints("normalized_shape")), in[0].dtype};
+    LOOM_ASSIGN_OR_RETURN(const TensorType affine, AffineType("LayerNorm", attrs, in[0]));
     const char* const names[] = {"x", "gamma", "beta"};
     for (size_t i = 1; i < in.size(); ++i)
       if (in[i] != affine)
         return InvalidArgument("LayerNorm ", names[i], " (input ", i, ") must be ", affine.ToString(),
-                               " (normalized_shape), got ", in[i].ToString());
+                               attrs.Int("replica_dim") >= 0 ? " (replicas, normalized_shape)" : " (normalized_shape)",
+                               ", got ", in[i].ToString());
     LOOM_RETURN_IF_ERROR(ExpectEps("LayerNorm", attrs.Float("eps")));
     return std::vector<TensorType>{in[0], {stat, in[0].dtype}, {stat, in[0].dtype}};
   }
@@ -790,15 +824,20 @@ class LayerNormOp : public OpDef {
     const size_t n = g.node().inputs.size();
     std::vector<ValueId> ins = {dy, g.input(0), g.output(1), g.output(2)};
     if (n >= 2) ins.push_back(g.input(1));
-    std::vector<ValueId> grads =
-        g.Emit("LayerNormBackward", ins, AttrMap{{"normalized_shape", g.attrs().Ints("normalized_shape")}});
+    std::vector<ValueId> grads = g.Emit("LayerNormBackward", ins,
+                                        AttrMap{{"normalized_shape", g.attrs().Ints("normalized_shape")},
+                                                {"replica_dim", g.attrs().Int("replica_dim")},
+                                                {"per_replica", g.attrs().Int("per_replica")}});
     for (size_t i = 0; i < n; ++i) g.SetInputGrad(static_cast<int>(i), grads[i]);
     return Status::Ok();
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // The normalization over the last dims is per replica as long as the
-  // replica axis is not among them; the affine part is a broadcast Mul / Add
-  // with the per-replica gamma and beta (LayerNorm's own with one replica).
+  // replica axis is not among them. Per-replica gamma and beta are rows of
+  // [R, normalized_shape] that LayerNorm reads by x's replica dim: the affine
+  // part stays in its own pass (as a broadcast Mul and Add, with their
+  // gradients' reductions, transformer_lm's fused step of 2 replicas ran
+  // 0.96x of serial). One replica's are the single model's.
   Status Fuse(FusionBuilder& f) const override {
     const int k = static_cast<int>(f.attrs().Ints("normalized_shape").size());
     FusedValue x = f.input(0);
@@ -806,47 +845,50 @@ class LayerNormOp : public OpDef {
     if (x.replicated() && x.axis() > rank - k) {
       LOOM_ASSIGN_OR_RETURN(x, f.MoveAxis(x, 0, f.name() + "/x"));
     }
-    if (f.replicas() == 1) {
-      // One replica's gamma and beta are the single model's: LayerNorm's own
-      // affine, not a Mul and an Add pass each (and their gradients' passes:
-      // transformer_lm's fused R = 1 step ran 0.96x of the single model's).
+    bool per_replica_affine = false;
+    for (int i = 1; i < f.num_inputs(); ++i) per_replica_affine |= f.input(i).replicated();
+    if (f.replicas() == 1 || !per_replica_affine) {
       std::vector<FusedValue> ins = {x};
       for (int i = 1; i < f.num_inputs(); ++i) {
         FusedValue p = f.input(i);
         if (p.replicated()) {
           LOOM_ASSIGN_OR_RETURN(p, f.Reshape(p, f.SingleShape(p), ReplicaLayout::Shared(),
-                                             f.name() + (i == 1 ? "/gamma" : "/beta") + "/one_replica"));
+                                             f.name() + AffineName(i) + "/one_replica"));
         }
         ins.push_back(p);
       }
       LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("LayerNorm", ins, f.attrs(), f.name(), {x.layout}));
       return f.MapOutputs(outs);
     }
-    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("LayerNorm", {x}, f.attrs(), f.name(), {x.layout}));
-    FusedValue y = outs[0];
-    const char* const affine_ops[] = {"Mul", "Add"};
-    for (int i = 1; i < f.num_inputs(); ++i) {
-      const std::string name = f.name() + (i == 1 ? "/gamma" : "/beta");
-      const int t = y.replicated() ? y.axis() : 0;
-      LOOM_ASSIGN_OR_RETURN(FusedValue lhs, f.AlignForBroadcast(y, rank, t, name + "/y"));
-      LOOM_ASSIGN_OR_RETURN(FusedValue rhs, f.AlignForBroadcast(f.input(i), rank, t, name));
-      LOOM_ASSIGN_OR_RETURN(y, f.Emit1(affine_ops[i - 1], {lhs, rhs}, {}, name, ReplicaLayout::Axis(t)));
+    if (!x.replicated()) {
+      LOOM_ASSIGN_OR_RETURN(x, f.Replicated(x, 0, f.name() + "/x"));
     }
-    outs[0] = y;
+    std::vector<FusedValue> ins = {x};
+    for (int i = 1; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, f.name() + AffineName(i)));
+      ins.push_back(p);
+    }
+    AttrMap attrs = f.attrs();
+    attrs.Set("replica_dim", int64_t{x.axis()});
+    attrs.Set("per_replica", x.layout.per_replica);
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("LayerNorm", ins, attrs, f.name(), {x.layout}));
     return f.MapOutputs(outs);
   }
+
+ private:
+  static const char* AffineName(int input) { return input == 1 ? "/gamma" : "/beta"; }
 };
 LOOM_REGISTER_OP(LayerNormOp);
 
 LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   const double eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
-  const RowLayout l = NormRowsOf(x.shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  const RowLayout l = LayerNormRowsOf(x.shape(), *ctx.attrs);
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();                                                  // [rows, d]
-    const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;     // [d]
-    const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;      // [d]
+    const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;     // [replicas, d]
+    const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;      // [replicas, d]
     T* y = ctx.out(0).data<T>();                                                // [rows, d]
     T* save_mean = ctx.out(1).data<T>();                                        // [rows]
     T* save_rstd = ctx.out(2).data<T>();                                        // [rows]
@@ -861,10 +903,11 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
         save_mean[r] = static_cast<T>(mean);
         save_rstd[r] = static_cast<T>(rstd);
         const T tmean = static_cast<T>(mean), trstd = static_cast<T>(rstd);
+        const int64_t affine = l.ReplicaOf(r) * l.d;
         for (int64_t j = 0; j < l.d; ++j) {
           T v = (xr[j] - tmean) * trstd;
-          if (gamma) v *= gamma[j];
-          if (beta) v += beta[j];
+          if (gamma) v *= gamma[affine + j];
+          if (beta) v += beta[affine + j];
           yr[j] = v;
         }
       }
@@ -873,12 +916,11 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCpu, [](KernelContext& ctx) {
 });
 
 // LayerNormBackward: (dy, x, saved_mean, saved_rstd[, gamma]) -> dx, plus
-// (dgamma, dbeta) when gamma is given; attr normalized_shape.
+// (dgamma, dbeta) when gamma is given; the forward op's normalized_shape,
+// replica_dim and per_replica.
 class LayerNormBackwardOp : public OpDef {
  public:
-  LayerNormBackwardOp() {
-    DeclareAttrs().Required("normalized_shape", AttrType::kInts, "the forward op's normalized_shape");
-  }
+  LayerNormBackwardOp() { DeclareLayerNormAttrs(DeclareAttrs()); }
   std::string name() const override { return "LayerNormBackward"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.size() != 4 && in.size() != 5)
@@ -892,7 +934,7 @@ class LayerNormBackwardOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[3], stat_type, "LayerNormBackward saved_rstd vs x's leading dims"));
     std::vector<TensorType> out = {in[1]};
     if (in.size() == 5) {
-      const TensorType affine{Shape(attrs.Ints("normalized_shape")), in[1].dtype};
+      LOOM_ASSIGN_OR_RETURN(const TensorType affine, AffineType("LayerNormBackward", attrs, in[1]));
       LOOM_RETURN_IF_ERROR(ExpectSameType(in[4], affine, "LayerNormBackward gamma vs normalized_shape"));
       out.push_back(affine);  // dgamma
       out.push_back(affine);  // dbeta
@@ -912,14 +954,14 @@ class LayerNormBackwardOp : public OpDef {
 LOOM_REGISTER_OP(LayerNormBackwardOp);
 
 LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
-  const RowLayout l = NormRowsOf(ctx.in(1).shape(), static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+  const RowLayout l = LayerNormRowsOf(ctx.in(1).shape(), *ctx.attrs);
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* dy = ctx.in(0).data<T>();                                         // [rows, d]
     const T* x = ctx.in(1).data<T>();                                          // [rows, d]
     const T* mean = ctx.in(2).data<T>();                                       // [rows]
     const T* rstd = ctx.in(3).data<T>();                                       // [rows]
-    const T* gamma = ctx.inputs.size() == 5 ? ctx.in(4).data<T>() : nullptr;   // [d]
+    const T* gamma = ctx.inputs.size() == 5 ? ctx.in(4).data<T>() : nullptr;   // [replicas, d]
     T* dx = ctx.out(0).data<T>();                                              // [rows, d]
     // dx per row: with g = dy * gamma and xhat = (x - mean) * rstd,
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
@@ -929,7 +971,8 @@ LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ct
         const T* xr = x + r * l.d;
         T* dxr = dx + r * l.d;
         const T mu = mean[r], rs = rstd[r];
-        auto g = [&](int64_t j) { return gamma ? dyr[j] * gamma[j] : dyr[j]; };
+        const T* gr = gamma ? gamma + l.ReplicaOf(r) * l.d : nullptr;
+        auto g = [&](int64_t j) { return gr ? dyr[j] * gr[j] : dyr[j]; };
         const double sum_g = LaneSum<double>(l.d, g);
         const double sum_g_xhat = LaneSum<double>(l.d, [&](int64_t j) { return g(j) * ((xr[j] - mu) * rs); });
         const T a = static_cast<T>(sum_g / static_cast<double>(l.d));
@@ -938,26 +981,37 @@ LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ct
       }
     }, GrainFor(l.d));
     if (!gamma) return;
-    // dgamma = sum over rows of dy * xhat, dbeta = sum of dy: split over
-    // columns so each output element has one writer and a fixed order.
-    T* dgamma = ctx.out(1).data<T>();  // [d]
-    T* dbeta = ctx.out(2).data<T>();   // [d]
-    ParallelRange(ctx.pool, l.d, [&](int64_t j0, int64_t j1) {
-      std::vector<double> acc_gamma(j1 - j0, 0.0), acc_beta(j1 - j0, 0.0);
-      for (int64_t r = 0; r < l.rows; ++r) {
-        const T* dyr = dy + r * l.d;
-        const T* xr = x + r * l.d;
-        const T mu = mean[r], rs = rstd[r];
-        for (int64_t j = j0; j < j1; ++j) {
-          acc_gamma[j - j0] += dyr[j] * ((xr[j] - mu) * rs);
-          acc_beta[j - j0] += dyr[j];
+    // dgamma = sum over a replica's rows of dy * xhat, dbeta = sum of dy:
+    // split over the [replicas, d] outputs so each element has one writer,
+    // summed in row order (a fused replica's sums are its single model's).
+    T* dgamma = ctx.out(1).data<T>();  // [replicas, d]
+    T* dbeta = ctx.out(2).data<T>();   // [replicas, d]
+    const int64_t outer = l.rows == 0 ? 0 : l.rows / (l.replicas * l.block);
+    ParallelRange(ctx.pool, l.replicas * l.d, [&](int64_t i0, int64_t i1) {
+      std::vector<double> acc_gamma(i1 - i0, 0.0), acc_beta(i1 - i0, 0.0);
+      for (int64_t i = i0; i < i1;) {
+        // Columns j0..j1 of replica p, then on to the next replica's.
+        const int64_t p = i / l.d, j0 = i % l.d, j1 = std::min(l.d, j0 + (i1 - i));
+        double* sum_gamma = acc_gamma.data() + (i - i0) - j0;
+        double* sum_beta = acc_beta.data() + (i - i0) - j0;
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t r = (o * l.replicas + p) * l.block, end = r + l.block; r < end; ++r) {
+            const T* dyr = dy + r * l.d;
+            const T* xr = x + r * l.d;
+            const T mu = mean[r], rs = rstd[r];
+            for (int64_t j = j0; j < j1; ++j) {
+              sum_gamma[j] += dyr[j] * ((xr[j] - mu) * rs);
+              sum_beta[j] += dyr[j];
+            }
+          }
         }
+        i += j1 - j0;
       }
-      for (int64_t j = j0; j < j1; ++j) {
-        dgamma[j] = static_cast<T>(acc_gamma[j - j0]);
-        dbeta[j] = static_cast<T>(acc_beta[j - j0]);
+      for (int64_t i = i0; i < i1; ++i) {
+        dgamma[i] = static_cast<T>(acc_gamma[i - i0]);
+        dbeta[i] = static_cast<T>(acc_beta[i - i0]);
       }
-    }, GrainFor(l.rows));
+    }, GrainFor(l.rows / l.replicas));
   });
 });
 

@@ -270,7 +270,9 @@ TEST_CASE("a BatchNorm split along the batch matches the whole, forward and back
   }
 }
 
-// Naive LayerNorm over the last k dims; outputs y, saved mean and rstd.
+// Naive LayerNorm over the last k dims; outputs y, saved mean and rstd. With
+// attr replica_dim, row r's gamma and beta are row q of [R, d], q its index
+// along replica_dim divided by per_replica.
 std::vector<Tensor> LayerNormRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
   const Shape& xs = in[0].shape();
   const std::vector<int64_t> norm = attrs.Ints("normalized_shape");
@@ -280,6 +282,13 @@ std::vector<Tensor> LayerNormRef(const std::vector<Tensor>& in, const AttrMap& a
   int64_t d = 1;
   for (int64_t v : norm) d *= v;
   const int64_t rows = xs.numel() / d;
+  const int replica_dim = static_cast<int>(attrs.Int("replica_dim", -1));
+  auto replica_of = [&](int64_t r) -> int64_t {
+    if (replica_dim < 0) return 0;
+    int64_t index = r;  // r's index along replica_dim: strip the dims after it
+    for (int i = lead - 1; i > replica_dim; --i) index /= xs[i];
+    return index % xs[replica_dim] / attrs.Int("per_replica", 1);
+  };
   Tensor y = ZerosF64(xs), mean_t = ZerosF64(Shape(stat_dims)), rstd_t = ZerosF64(Shape(stat_dims));
   for (int64_t r = 0; r < rows; ++r) {
     double mean = 0, var = 0;
@@ -287,10 +296,11 @@ std::vector<Tensor> LayerNormRef(const std::vector<Tensor>& in, const AttrMap& a
     for (int64_t j = 0; j < d; ++j) var += std::pow(At(in[0], r * d + j) - mean, 2) / static_cast<double>(d);
     At(mean_t, r) = mean;
     At(rstd_t, r) = 1 / std::sqrt(var + eps);
+    const int64_t affine = replica_of(r) * d;
     for (int64_t j = 0; j < d; ++j) {
       double v = (At(in[0], r * d + j) - mean) / std::sqrt(var + eps);
-      if (in.size() > 1) v *= At(in[1], j);
-      if (in.size() > 2) v += At(in[2], j);
+      if (in.size() > 1) v *= At(in[1], affine + j);
+      if (in.size() > 2) v += At(in[2], affine + j);
       At(y, r * d + j) = v;
     }
   }
@@ -300,9 +310,14 @@ std::vector<Tensor> LayerNormRef(const std::vector<Tensor>& in, const AttrMap& a
 OpCase LayerNormCase(const std::string& name, Shape x, std::vector<int64_t> norm, int affine_inputs,
                      AttrMap extra = {}) {
   extra.Set("normalized_shape", norm);
+  std::vector<int64_t> affine = norm;
+  if (extra.Has("replica_dim")) {
+    const int dim = static_cast<int>(extra.Int("replica_dim"));
+    affine.insert(affine.begin(), x[dim] / (extra.Has("per_replica") ? extra.Int("per_replica") : 1));
+  }
   std::vector<InputSpec> ins = {InputSpec::Uniform(x, -1, 2)};
-  if (affine_inputs >= 1) ins.push_back(InputSpec::Uniform(Shape(norm), 0.5, 1.5));
-  if (affine_inputs >= 2) ins.push_back(InputSpec::Uniform(Shape(norm)));
+  if (affine_inputs >= 1) ins.push_back(InputSpec::Uniform(Shape(affine), 0.5, 1.5));
+  if (affine_inputs >= 2) ins.push_back(InputSpec::Uniform(Shape(affine)));
   OpCase oc{name, "LayerNorm", extra, ins, LayerNormRef};
   oc.loss_outputs = {0};
   return oc;
@@ -319,6 +334,14 @@ TEST_CASE("layer norm passes the op harness") {
       // CUDA paths: rows longer than a block, and dgamma / dbeta split over blocks.
       LayerNormCase("layernorm long rows", {5, 1000}, {1000}, 2),
       LayerNormCase("layernorm many short rows, gamma only", {3000, 8}, {8}, 1),
+      // A fused array's: each replica's gamma and beta a row of [R, d].
+      LayerNormCase("layernorm replicas leading", {3, 4, 5}, {5}, 2, {{"replica_dim", 0}}),
+      LayerNormCase("layernorm replicas between rows", {2, 3, 4, 6}, {6}, 2, {{"replica_dim", 1}}),
+      LayerNormCase("layernorm replicas merged into a dim, gamma only", {2, 6, 5}, {5}, 1,
+                    {{"replica_dim", 1}, {"per_replica", 2}}),
+      LayerNormCase("layernorm replicas, two normalized dims", {3, 2, 3, 4}, {3, 4}, 2, {{"replica_dim", 1}}),
+      LayerNormCase("layernorm replicas last before the row (time-major)", {50, 4, 3, 32}, {32}, 2,
+                    {{"replica_dim", 2}}),  // CUDA: dgamma / dbeta split over blocks
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -371,6 +394,18 @@ TEST_CASE("layer norm validates its inputs and attributes") {
   s = AddOp("LayerNorm", {x}, {{"normalized_shape", std::vector<int64_t>{3, 4}}, {"eps", -1.0}});
   CHECK_THAT(s.message(), Catch::Contains("eps"));
   CHECK(AddOp("LayerNorm", {x, {{3, 4}, DType::kF32}}, {{"normalized_shape", std::vector<int64_t>{3, 4}}}).ok());
+
+  // A fused array's: gamma and beta led by the replicas of a leading dim.
+  const AttrMap replicas = {{"normalized_shape", std::vector<int64_t>{4}}, {"replica_dim", 1}};
+  CHECK(AddOp("LayerNorm", {x, {{3, 4}, DType::kF32}, {{3, 4}, DType::kF32}}, replicas).ok());
+  s = AddOp("LayerNorm", {x, {{4}, DType::kF32}}, replicas);
+  CHECK_THAT(s.message(), Catch::Contains("gamma") && Catch::Contains("[3, 4]") && Catch::Contains("replicas"));
+  s = AddOp("LayerNorm", {x}, {{"normalized_shape", std::vector<int64_t>{4}}, {"replica_dim", 2}});
+  CHECK_THAT(s.message(), Catch::Contains("replica_dim 2") && Catch::Contains("leading dims"));
+  s = AddOp("LayerNorm", {x}, {{"normalized_shape", std::vector<int64_t>{4}}, {"replica_dim", 1}, {"per_replica", 2}});
+  CHECK_THAT(s.message(), Catch::Contains("per_replica 2") && Catch::Contains("[2, 3, 4]"));
+  s = AddOp("LayerNorm", {x}, {{"normalized_shape", std::vector<int64_t>{4}}, {"replica_dim", -3}});
+  CHECK_THAT(s.message(), Catch::Contains("replica_dim -3"));
 }
 
 TEST_CASE("norm costs scale with the input") {

@@ -385,10 +385,15 @@ std::vector<FuseCase> Cases() {
       {Shr({5, 3}), Rep({3}), Rep({3}), Rep({3}), Rep({3}, 0.5, 2)}, Fused({{"BatchNorm", 1}, {"BroadcastTo", 1}}));
   add("BatchNorm eval", "BatchNorm", A({{"training", false}}),
       {Rep({2, 3, 4}), Rep({3}), Rep({3}), Rep({3}), Rep({3}, 0.5, 2)}, Fused({{"BatchNorm", 1}, {"Transpose", 1}}));
+  // Per-replica gamma and beta: rows of [R, normalized_shape] in LayerNorm's own pass, no Mul or Add.
   add("LayerNorm affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{5}}}),
-      {Rep({2, 3, 5}), Rep({5}), Rep({5})}, Fused({{"LayerNorm", 1}, {"Mul", 1}, {"Add", 1}}));
+      {Rep({2, 3, 5}), Rep({5}), Rep({5})}, Fused({{"LayerNorm", 1}, {"Mul", 0}, {"Add", 0}}));
+  add("LayerNorm gamma only", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{5}}}),
+      {Rep({2, 3, 5}), Rep({5})}, Fused({{"LayerNorm", 1}, {"Mul", 0}}));
   add("LayerNorm shared x", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{3, 4}}}),
-      {Shr({2, 3, 4}), Rep({3, 4}), Rep({3, 4})}, Fused({{"LayerNorm", 1}, {"Mul", 1}, {"Add", 1}}));
+      {Shr({2, 3, 4}), Rep({3, 4}), Rep({3, 4})}, Fused({{"LayerNorm", 1}, {"BroadcastTo", 1}, {"Mul", 0}, {"Add", 0}}));
+  add("LayerNorm shared affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{4}}}),
+      {Rep({2, 3, 4}), Shr({4}), Shr({4})}, same("LayerNorm"));
   add("LayerNorm no affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{4}}}), {Rep({3, 4})},
       same("LayerNorm"));
   // Pooling over [N, R*C, H, W] (x a Parameter, as above).

@@ -140,20 +140,21 @@ Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCuda, BatchNormBackwardApplyKernel);
 
-RowLayout RowsOf(const KernelContext& ctx, const Shape& x) {
-  return NormRowsOf(x, static_cast<int>(ctx.attrs->Ints("normalized_shape").size()));
+RowDims RowsOf(const KernelContext& ctx, const Shape& x) {
+  const RowLayout l = LayerNormRowsOf(x, *ctx.attrs);
+  return {l.rows, l.d, l.replicas, l.block};
 }
 
 Status LayerNormKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const double eps = ctx.attrs->Float("eps");
   const Tensor& x = ctx.in(0);
-  const RowLayout l = RowsOf(ctx, x.shape());
+  const RowDims l = RowsOf(ctx, x.shape());
   return DispatchCudaFloat(x.dtype(), "LayerNorm", [&](auto zero) -> Status {
     using T = decltype(zero);
     const T* gamma = ctx.inputs.size() > 1 ? ctx.in(1).data<T>() : nullptr;
     const T* beta = ctx.inputs.size() > 2 ? ctx.in(2).data<T>() : nullptr;
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNorm(l.rows, l.d, eps, x.data<T>(), gamma, beta, ctx.out(0).data<T>(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNorm(l, eps, x.data<T>(), gamma, beta, ctx.out(0).data<T>(),
                                               ctx.out(1).data<T>(), ctx.out(2).data<T>(), stream));
     return Status::Ok();
   });
@@ -162,11 +163,11 @@ LOOM_REGISTER_KERNEL("LayerNorm", DeviceType::kCuda, LayerNormKernel);
 
 Status LayerNormBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
-  const RowLayout l = RowsOf(ctx, ctx.in(1).shape());
+  const RowDims l = RowsOf(ctx, ctx.in(1).shape());
   const bool affine = ctx.inputs.size() == 5;
   Tensor workspace;
   if (affine) {
-    LOOM_ASSIGN_OR_RETURN(workspace, Workspace(LayerNormBackwardWorkspaceSize(l.rows, l.d), ctx.device));
+    LOOM_ASSIGN_OR_RETURN(workspace, Workspace(LayerNormBackwardWorkspaceSize(l), ctx.device));
   }
   return DispatchCudaFloat(ctx.in(0).dtype(), "LayerNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
@@ -174,7 +175,7 @@ Status LayerNormBackwardKernel(KernelContext& ctx) {
     T* dgamma = affine ? ctx.out(1).data<T>() : nullptr;
     T* dbeta = affine ? ctx.out(2).data<T>() : nullptr;
     double* scratch = affine ? workspace.data<double>() : nullptr;
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNormBackward(l.rows, l.d, ctx.in(0).data<T>(), ctx.in(1).data<T>(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchLayerNormBackward(l, ctx.in(0).data<T>(), ctx.in(1).data<T>(),
                                                       ctx.in(2).data<T>(), ctx.in(3).data<T>(), gamma,
                                                       ctx.out(0).data<T>(), dgamma, dbeta, scratch, stream));
     return Status::Ok();

@@ -303,9 +303,15 @@ struct BatchNormGradApply {
 
 TilePlan PlanRows(int64_t rows, int64_t d) { return PlanTiles(rows, d, /*contiguous=*/true); }
 
+// Where row r's gamma and beta start in [replicas, d].
+__device__ inline int64_t AffineRow(const RowDims& dims, int64_t r) {
+  return dims.replicas == 1 ? 0 : r / dims.block % dims.replicas * dims.d;
+}
+
 template <typename T>
-__global__ void LayerNormKernel(int64_t rows, int64_t d, double eps, const T* x, const T* gamma, const T* beta, T* y,
+__global__ void LayerNormKernel(RowDims dims, double eps, const T* x, const T* gamma, const T* beta, T* y,
                                 T* saved_mean, T* saved_rstd, TilePlan p) {
+  const int64_t rows = dims.rows, d = dims.d;
   __shared__ double scratch[kThreads];
   int lane, part;
   LanePart(p, lane, part);
@@ -333,11 +339,12 @@ __global__ void LayerNormKernel(int64_t rows, int64_t d, double eps, const T* x,
       saved_rstd[r] = static_cast<T>(rstd);
     }
     const T tmean = static_cast<T>(mean), trstd = static_cast<T>(rstd);
+    const int64_t affine = AffineRow(dims, r);
     T* yr = y + r * d;
     for (int64_t j = part; j < d; j += p.parts) {
       T v = (xr[j] - tmean) * trstd;
-      if (gamma) v *= gamma[j];
-      if (beta) v += beta[j];
+      if (gamma) v *= gamma[affine + j];
+      if (beta) v += beta[affine + j];
       yr[j] = v;
     }
   }
@@ -346,8 +353,9 @@ __global__ void LayerNormKernel(int64_t rows, int64_t d, double eps, const T* x,
 // dx per row: with g = dy * gamma and xhat = (x - mean) * rstd,
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
 template <typename T>
-__global__ void LayerNormGradKernel(int64_t rows, int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+__global__ void LayerNormGradKernel(RowDims dims, const T* dy, const T* x, const T* mean, const T* rstd,
                                     const T* gamma, T* dx, TilePlan p) {
+  const int64_t rows = dims.rows, d = dims.d;
   __shared__ Pair scratch[kThreads];
   int lane, part;
   LanePart(p, lane, part);
@@ -358,10 +366,11 @@ __global__ void LayerNormGradKernel(int64_t rows, int64_t d, const T* dy, const 
     const T* dyr = dy + row * d;
     const T* xr = x + row * d;
     const T mu = mean[row], rs = rstd[row];
+    const T* gr = gamma ? gamma + AffineRow(dims, row) : nullptr;
     Pair acc{0, 0};
     if (valid) {
       for (int64_t j = part; j < d; j += p.parts) {
-        const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
+        const T g = gr ? dyr[j] * gr[j] : dyr[j];
         acc.s0 += static_cast<double>(g);
         acc.s1 += static_cast<double>(g * ((xr[j] - mu) * rs));
       }
@@ -372,22 +381,31 @@ __global__ void LayerNormGradKernel(int64_t rows, int64_t d, const T* dy, const 
     const T b = static_cast<T>(acc.s1 / static_cast<double>(d));
     T* dxr = dx + r * d;
     for (int64_t j = part; j < d; j += p.parts) {
-      const T g = gamma ? dyr[j] * gamma[j] : dyr[j];
+      const T g = gr ? dyr[j] * gr[j] : dyr[j];
       dxr[j] = rs * (g - a - (xr[j] - mu) * rs * b);
     }
   }
 }
 
-// dgamma = sum over rows of dy * xhat, dbeta = sum of dy: channel sums over
-// [rows, d, 1].
+// dgamma = sum over a replica's rows of dy * xhat, dbeta = sum of dy:
+// channel sums over [rows / replicas, replicas * d, 1], where channel
+// (q, j) of plane i reads the i-th of replica q's rows ([outer, replicas,
+// block] rows; with one replica, row i).
 template <typename T>
 struct LayerNormAffineGradTerm {
   const T* dy;
   const T* x;
   const T* mean;
   const T* rstd;
+  RowDims dims;
   __device__ double Channel(int64_t) const { return 0; }
-  __device__ Pair operator()(double, int64_t row, int64_t at) const {
+  __device__ Pair operator()(double, int64_t i, int64_t at) const {
+    int64_t row = i;
+    if (dims.replicas > 1) {
+      const int64_t ch = at - i * dims.replicas * dims.d, q = ch / dims.d;
+      row = (i / dims.block * dims.replicas + q) * dims.block + i % dims.block;
+      at = row * dims.d + (ch - q * dims.d);
+    }
     return {static_cast<double>(dy[at] * ((x[at] - mean[row]) * rstd[row])), static_cast<double>(dy[at])};
   }
 };
@@ -577,31 +595,37 @@ cudaError_t LaunchBatchNormBackwardApply(int64_t count, const ChannelDims& dims,
 }
 
 template <typename T>
-cudaError_t LaunchLayerNorm(int64_t rows, int64_t d, double eps, const T* x, const T* gamma, const T* beta, T* y,
+cudaError_t LaunchLayerNorm(const RowDims& dims, double eps, const T* x, const T* gamma, const T* beta, T* y,
                             T* saved_mean, T* saved_rstd, cudaStream_t stream) {
-  if (rows == 0 || d == 0) return cudaSuccess;
-  const TilePlan p = PlanRows(rows, d);
-  LayerNormKernel<<<BlocksPerItem(p.tiles), p.lanes * p.parts, 0, stream>>>(rows, d, eps, x, gamma, beta, y,
-                                                                              saved_mean, saved_rstd, p);
+  if (dims.rows == 0 || dims.d == 0) return cudaSuccess;
+  const TilePlan p = PlanRows(dims.rows, dims.d);
+  LayerNormKernel<<<BlocksPerItem(p.tiles), p.lanes * p.parts, 0, stream>>>(dims, eps, x, gamma, beta, y, saved_mean,
+                                                                              saved_rstd, p);
   return cudaGetLastError();
 }
 
-int64_t LayerNormBackwardWorkspaceSize(int64_t rows, int64_t d) { return PartialSize(rows, d, 1); }
+// The affine gradients' channel sums: planes of each replica's rows.
+int64_t AffinePlanes(const RowDims& dims) { return dims.replicas == 0 ? 0 : dims.rows / dims.replicas; }
+
+int64_t LayerNormBackwardWorkspaceSize(const RowDims& dims) {
+  return PartialSize(AffinePlanes(dims), dims.replicas * dims.d, 1);
+}
 
 template <typename T>
-cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+cudaError_t LaunchLayerNormBackward(const RowDims& dims, const T* dy, const T* x, const T* mean, const T* rstd,
                                     const T* gamma, T* dx, T* dgamma, T* dbeta, double* workspace,
                                     cudaStream_t stream) {
-  if (d == 0) return cudaSuccess;
-  if (rows > 0) {
-    const TilePlan p = PlanRows(rows, d);
-    LayerNormGradKernel<<<BlocksPerItem(p.tiles), p.lanes * p.parts, 0, stream>>>(rows, d, dy, x, mean, rstd, gamma,
-                                                                                    dx, p);
+  if (dims.d == 0) return cudaSuccess;
+  if (dims.rows > 0) {
+    const TilePlan p = PlanRows(dims.rows, dims.d);
+    LayerNormGradKernel<<<BlocksPerItem(p.tiles), p.lanes * p.parts, 0, stream>>>(dims, dy, x, mean, rstd, gamma, dx,
+                                                                                    p);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  if (!gamma) return cudaSuccess;
-  return RunChannelSums(rows, d, 1, LayerNormAffineGradTerm<T>{dy, x, mean, rstd},
+  if (!gamma || dims.replicas == 0) return cudaSuccess;
+  const LayerNormAffineGradTerm<T> term{dy, x, mean, rstd, dims};
+  return RunChannelSums(AffinePlanes(dims), dims.replicas * dims.d, 1, term,
                         LayerNormAffineGradFinish<T>{dgamma, dbeta}, workspace, stream);
 }
 
@@ -619,10 +643,10 @@ cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const 
                                                        double*, double*, cudaStream_t);                            \
   template cudaError_t LaunchBatchNormBackwardApply<T>(int64_t, const ChannelDims&, const BatchNormBackwardArgs&,  \
                                                        const double*, double*, cudaStream_t);                      \
-  template cudaError_t LaunchLayerNorm<T>(int64_t, int64_t, double, const T*, const T*, const T*, T*, T*, T*,      \
+  template cudaError_t LaunchLayerNorm<T>(const RowDims&, double, const T*, const T*, const T*, T*, T*, T*,        \
                                           cudaStream_t);                                                           \
-  template cudaError_t LaunchLayerNormBackward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*,        \
-                                                  const T*, T*, T*, T*, double*, cudaStream_t);
+  template cudaError_t LaunchLayerNormBackward<T>(const RowDims&, const T*, const T*, const T*, const T*, const T*, \
+                                                  T*, T*, T*, double*, cudaStream_t);
 
 LOOM_INSTANTIATE_NORM_KERNELS(float)
 LOOM_INSTANTIATE_NORM_KERNELS(double)

@@ -20,6 +20,12 @@ struct ChannelDims {
   int64_t n = 0, c = 0, s = 1;
 };
 
+// LayerNorm's x viewed as [rows, d]; row r reads row r / block % replicas of
+// gamma and beta [replicas, d] (ops/norm_geometry.h's RowLayout).
+struct RowDims {
+  int64_t rows = 0, d = 1, replicas = 1, block = 1;
+};
+
 // Doubles of device workspace LaunchBatchNorm and LaunchBatchNormBackward need.
 int64_t BatchNormWorkspaceSize(const ChannelDims& dims);
 // Doubles LaunchBatchNormStats and LaunchBatchNormBackwardStats need (0 when
@@ -96,15 +102,16 @@ cudaError_t LaunchBatchNormBackwardApply(int64_t count, const ChannelDims& dims,
 
 // LayerNorm over rows of d elements; gamma and beta may be null.
 template <typename T>
-cudaError_t LaunchLayerNorm(int64_t rows, int64_t d, double eps, const T* x, const T* gamma, const T* beta, T* y,
+cudaError_t LaunchLayerNorm(const RowDims& dims, double eps, const T* x, const T* gamma, const T* beta, T* y,
                             T* saved_mean, T* saved_rstd, cudaStream_t stream);
 
 // Doubles of device workspace LaunchLayerNormBackward needs with gamma.
-int64_t LayerNormBackwardWorkspaceSize(int64_t rows, int64_t d);
+int64_t LayerNormBackwardWorkspaceSize(const RowDims& dims);
 
-// dx always; dgamma and dbeta (and the workspace) only when gamma is given.
+// dx always; dgamma and dbeta [replicas, d] (and the workspace) only when
+// gamma is given.
 template <typename T>
-cudaError_t LaunchLayerNormBackward(int64_t rows, int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+cudaError_t LaunchLayerNormBackward(const RowDims& dims, const T* dy, const T* x, const T* mean, const T* rstd,
                                     const T* gamma, T* dx, T* dgamma, T* dbeta, double* workspace,
                                     cudaStream_t stream);
 
