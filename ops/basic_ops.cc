@@ -375,12 +375,12 @@ class BinaryOp : public OpDef {
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // Both operands padded to the output's rank, with the replica axis (or an
-  // extent-1 axis, for a shared operand) where the first replicated one puts it.
+  // extent-1 axis, for a shared operand) where the fewest must move it
+  // (transformer_lm's residual adds took the stream's axis, and every fused
+  // Linear after them moved it back).
   Status Fuse(FusionBuilder& f) const override {
     const int rank = f.output_shape(0).rank();
-    int t = -1;
-    for (int i = 0; i < f.num_inputs() && t < 0; ++i)
-      if (f.input(i).replicated()) t = f.input(i).axis() + (rank - f.SingleShape(f.input(i)).rank());
+    const int t = f.BroadcastReplicaAxis(rank);
     std::vector<FusedValue> ins;
     for (int i = 0; i < f.num_inputs(); ++i) {
       LOOM_ASSIGN_OR_RETURN(FusedValue a,

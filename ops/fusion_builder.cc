@@ -107,6 +107,28 @@ StatusOr<FusedValue> FusionBuilder::AlignForBroadcast(const FusedValue& x, int r
   return Reshape(moved, WithReplicaAxis(Shape(padded), t), ReplicaLayout::Axis(t), name + "/align");
 }
 
+int FusionBuilder::BroadcastReplicaAxis(int rank) const {
+  // Input i's replica axis, or where it would go, in its own dims.
+  auto own_axis = [&](int i, int t) { return std::max(0, t - (rank - SingleShape(input(i)).rank())); };
+  auto moves_to = [&](int t) {
+    int moves = 0;
+    for (int i = 0; i < num_inputs(); ++i) {
+      const FusedValue& x = input(i);
+      const int to = own_axis(i, t);
+      if (x.replicated() && x.axis() != to && FindMoved(x.v, to) == nullptr) ++moves;
+    }
+    return moves;
+  };
+  int best = -1, fewest = 0;
+  for (int i = 0; i < num_inputs(); ++i) {
+    if (!input(i).replicated()) continue;
+    const int t = input(i).axis() + (rank - SingleShape(input(i)).rank());
+    const int moves = moves_to(t);
+    if (best < 0 || moves < fewest) best = t, fewest = moves;
+  }
+  return best;
+}
+
 StatusOr<FusedValue> FusionBuilder::MergeIntoDim1(const FusedValue& x, const std::string& name) {
   LOOM_ASSIGN_OR_RETURN(FusedValue v, Replicated(x, 1, name));
   std::vector<int64_t> d = SingleShape(x).dims();

@@ -107,6 +107,11 @@ class FusionBuilder {
   // `rank` whose replica axis is at t: padded to `rank` with leading 1s, with
   // the replica axis (or an extent-1 axis, when x is shared) at t.
   StatusOr<FusedValue> AlignForBroadcast(const FusedValue& x, int rank, int t, const std::string& name);
+  // Where a broadcasting op of output rank `rank` puts the replica axis: the
+  // axis of a replicated input that the fewest others must move to (a value
+  // already moved there, for a fused Linear say, moves for free); ties to
+  // the first. -1 when no input is replicated.
+  int BroadcastReplicaAxis(int rank) const;
   // x as [d0, R*d1, ...] (layout Merged(1, d1)): ops that work per channel,
   // plane or head then see R times as many.
   StatusOr<FusedValue> MergeIntoDim1(const FusedValue& x, const std::string& name);
