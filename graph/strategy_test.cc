@@ -283,7 +283,7 @@ TEST_CASE("replica splits follow the fused array's replica axis") {
   CHECK(splits.at("stage1/conv").ToString() == "replica 2 on devices 0,1");
   CHECK(splits.at("fc").ToString() == "replica 2 on devices 0,1");
   CHECK(ResolveError(*fused, "devices: 3\nlayer { layer: \"fc\" replica: 3 }\n") ==
-        "s.pbtxt:2: layer 'fc' (BatchMatMul): replica 3: its 4 replicas are not divisible by 3");
+        "s.pbtxt:2: layer 'fc' (Linear): replica 3: its 4 replicas are not divisible by 3");
 }
 
 TEST_CASE("strategies print as the text they parse from") {

@@ -29,6 +29,13 @@ TEST_CASE("matmul ops pass the op harness") {
        {InputSpec::Uniform({2, 3, 4}), InputSpec::Uniform({2, 5, 4})}, MatMulRef},
       {"linear with bias", "Linear", {}, {InputSpec::Uniform({4, 6}), InputSpec::Uniform({3, 6}), InputSpec::Uniform({3})}, LinearRef},
       {"linear no bias rank 3", "Linear", {}, {InputSpec::Uniform({2, 3, 6}), InputSpec::Uniform({5, 6})}, LinearRef},
+      // Batched, a fused array's: each batch entry's own weight and bias.
+      {"linear batched with bias", "Linear", {},
+       {InputSpec::Uniform({3, 4, 6}), InputSpec::Uniform({3, 5, 6}), InputSpec::Uniform({3, 5})}, LinearRef},
+      {"linear batched no bias", "Linear", {}, {InputSpec::Uniform({2, 1, 6}), InputSpec::Uniform({2, 5, 6})},
+       LinearRef},
+      {"linear batched large (threaded panels)", "Linear", {},
+       {InputSpec::Uniform({2, 40, 48}), InputSpec::Uniform({2, 70, 48}), InputSpec::Uniform({2, 70})}, LinearRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -143,6 +150,22 @@ TEST_CASE("Linear in bf16 and f16 matches the f64 reference rounded once, forwar
       }
     }
   }
+}
+
+TEST_CASE("a batched Linear names the shapes it needs") {
+  const OpDef* linear = OpRegistry::Global().FindOp("Linear");
+  auto types = [](Shape x, Shape w, Shape b) {
+    return std::vector<TensorType>{{x, DType::kF32}, {w, DType::kF32}, {b, DType::kF32}};
+  };
+  auto ok = InferOpTypes(*linear, {}, types({3, 4, 6}, {3, 5, 6}, {3, 5}));
+  REQUIRE(ok.status().ToString() == "OK");
+  CHECK((*ok)[0].shape == Shape({3, 4, 5}));
+  auto batches = InferOpTypes(*linear, {}, types({2, 4, 6}, {3, 5, 6}, {3, 5}));
+  CHECK_THAT(batches.status().message(), Catch::Contains("takes x [3, rows, in], got [2, 4, 6]"));
+  auto bias = InferOpTypes(*linear, {}, types({3, 4, 6}, {3, 5, 6}, {5}));
+  CHECK_THAT(bias.status().message(), Catch::Contains("bias must be [3, 5], got [5]"));
+  auto rank = InferOpTypes(*linear, {}, types({3, 4, 6}, {1, 3, 5, 6}, {5}));
+  CHECK_THAT(rank.status().message(), Catch::Contains("[out, in] or batched [B, out, in]"));
 }
 
 TEST_CASE("the GEMMs take bf16 and f16 in type inference, one dtype per node") {

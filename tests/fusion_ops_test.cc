@@ -346,13 +346,15 @@ std::vector<FuseCase> Cases() {
   add("Div", "Div", {}, {Rep({2, 3}), Rep({3}, 0.5, 2)}, same("Div"));
   add("Add scalar param", "Add", {}, {Shr({2, 3}), Rep({})}, same("Add"));
   // Products: one Linear against the stacked weights on shared x, one
-  // batched GEMM on replicated x.
+  // batched Linear (bias in its pass) on replicated x.
   add("Linear shared x", "Linear", {}, {Shr({4, 6}), Rep({5, 6}), Rep({5})},
       Fused({{"Linear", 1}, {"BatchMatMul", 0}}));
   add("Linear shared 3-D x, no bias", "Linear", {}, {Shr({2, 3, 6}), Rep({5, 6})},
       Fused({{"Linear", 1}, {"BatchMatMul", 0}}));
   add("Linear replicated x", "Linear", {}, {Rep({4, 6}), Rep({5, 6}), Rep({5})},
-      Fused({{"BatchMatMul", 1}, {"Linear", 0}, {"Add", 1}}));
+      Fused({{"Linear", 1}, {"BatchMatMul", 0}, {"Add", 0}}));
+  add("Linear replicated 3-D x, no bias", "Linear", {}, {Rep({2, 3, 6}), Rep({5, 6})},
+      Fused({{"Linear", 1}, {"BatchMatMul", 0}}));
   add("Linear unfused", "Linear", {}, {Shr({4, 6}), Rep({5, 6}), Rep({5})}, PerReplica(), {kLayer});
   add("MatMul", "MatMul", {}, {Rep({3, 4}), Rep({4, 5})}, Fused({{"BatchMatMul", 1}, {"MatMul", 0}}));
   // A shared operand is broadcast to R copies.

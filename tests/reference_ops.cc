@@ -46,16 +46,19 @@ std::vector<Tensor> MatMulRef(const std::vector<Tensor>& in, const AttrMap& attr
 
 std::vector<Tensor> LinearRef(const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
   const Shape& x = in[0].shape();
-  const int64_t in_f = x.dim(-1), out_f = in[1].shape()[0], rows = x.numel() / in_f;
+  const Shape& w = in[1].shape();
+  const int64_t batch = w.rank() == 3 ? w[0] : 1;  // batched: x [B, rows, in], w [B, out, in], bias [B, out]
+  const int64_t in_f = x.dim(-1), out_f = w.dim(-2), rows = x.numel() / in_f / batch;
   std::vector<int64_t> out = x.dims();
   out.back() = out_f;
   Tensor y = ZerosF64(Shape(out));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out_f; ++o) {
-      double s = in.size() == 3 ? At(in[2], o) : 0.0;
-      for (int64_t i = 0; i < in_f; ++i) s += At(in[0], r * in_f + i) * At(in[1], o * in_f + i);
-      At(y, r * out_f + o) = s;
-    }
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = b * rows; r < (b + 1) * rows; ++r)
+      for (int64_t o = 0; o < out_f; ++o) {
+        double s = in.size() == 3 ? At(in[2], b * out_f + o) : 0.0;
+        for (int64_t i = 0; i < in_f; ++i) s += At(in[0], r * in_f + i) * At(in[1], (b * out_f + o) * in_f + i);
+        At(y, r * out_f + o) = s;
+      }
   return {y};
 }
 

@@ -431,6 +431,11 @@ std::vector<OpCase> MatMulCases() {
   cases.push_back({"linear 96x200 -> 70 with bias", "Linear", {},
                    {InputSpec::Uniform({96, 200}), InputSpec::Uniform({70, 200}), InputSpec::Uniform({70})},
                    LinearRef});
+  cases.push_back({"linear batched with bias", "Linear", {},
+                   {InputSpec::Uniform({3, 40, 24}), InputSpec::Uniform({3, 17, 24}), InputSpec::Uniform({3, 17})},
+                   LinearRef});
+  cases.push_back({"linear batched no bias", "Linear", {},
+                   {InputSpec::Uniform({2, 5, 8}), InputSpec::Uniform({2, 6, 8})}, LinearRef});
   return cases;
 }
 

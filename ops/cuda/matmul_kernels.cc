@@ -52,29 +52,37 @@ LOOM_REGISTER_KERNEL_SUPPORT("MatMul", DeviceType::kCuda, HalfFloatKernelSupport
 LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCuda, HalfFloatKernelSupport());
 
 // Linear: x [..., in] viewed as [rows, in], weight [out, in], optional bias
-// [out]: y = x W^T (one GEMM with B transposed). f32 / f64 add the bias
-// after; bf16 / f16 start y from the broadcast bias and accumulate onto it
-// in f32 (beta = 1), so the result rounds once, as on the CPU.
+// [out]: y = x W^T (one GEMM with B transposed); batched, x [B, rows, in],
+// weight [B, out, in], bias [B, out], one strided-batched GEMM. f32 / f64
+// add an unbatched bias after; bf16 / f16, and every batched bias, start y
+// from the broadcast bias and accumulate onto it (beta = 1), so that half
+// types round once, as on the CPU.
 LOOM_REGISTER_KERNEL("Linear", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   const Tensor& w = ctx.in(1);
   Tensor& y = ctx.out(0);
-  const int64_t out_f = w.shape()[0], in_f = w.shape()[1];
-  int64_t rows = 1;
-  for (int d = 0; d < x.shape().rank() - 1; ++d) rows *= x.shape()[d];
+  const bool batched = w.shape().rank() == 3;
+  const int64_t batch = batched ? w.shape()[0] : 1;
+  const int64_t out_f = w.shape().dim(-2), in_f = w.shape().dim(-1);
+  int64_t rows = 1;  // per batch entry
+  for (int d = batched ? 1 : 0; d < x.shape().rank() - 1; ++d) rows *= x.shape()[d];
   const bool bias = ctx.inputs.size() == 3;
   return DispatchCudaFloatOrHalf(y.dtype(), "Linear", [&](auto zero) -> Status {
     using T = decltype(zero);
     constexpr bool kWide = std::is_same_v<T, float> || std::is_same_v<T, double>;
-    if (!kWide && bias) {
-      LOOM_ASSIGN_OR_RETURN(BroadcastIndex index, MakeBroadcastIndex(y.shape(), {ctx.in(2).shape()}));
+    const bool prefill = bias && (!kWide || batched);
+    if (prefill) {
+      LOOM_ASSIGN_OR_RETURN(BroadcastIndex index,
+                            MakeBroadcastIndex(Shape({batch, rows, out_f}), {Shape({batch, 1, out_f})}));
       LOOM_CUDA_RETURN_IF_ERROR(LaunchBroadcastTo(ctx.in(2).data<T>(), y.data<T>(), index, stream));
     }
-    LOOM_RETURN_IF_ERROR(Product<T>(ctx, stream, /*ta=*/false, /*tb=*/true, /*batch=*/1, rows, out_f, in_f,
-                                    x.data<T>(), in_f, 0, w.data<T>(), in_f, 0, y.data<T>(),
-                                    /*accumulate=*/!kWide && bias));
-    if (kWide && bias) LOOM_CUDA_RETURN_IF_ERROR(LaunchBiasAdd(y.data<T>(), ctx.in(2).data<T>(), rows, out_f, stream));
+    LOOM_RETURN_IF_ERROR(Product<T>(ctx, stream, /*ta=*/false, /*tb=*/true, batch, rows, out_f, in_f, x.data<T>(),
+                                    in_f, rows * in_f, w.data<T>(), in_f, out_f * in_f, y.data<T>(),
+                                    /*accumulate=*/prefill));
+    if (bias && !prefill) {
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchBiasAdd(y.data<T>(), ctx.in(2).data<T>(), rows, out_f, stream));
+    }
     return Status::Ok();
   });
 });
