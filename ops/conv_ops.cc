@@ -44,6 +44,7 @@
 
 #include "core/inline_vector.h"
 #include "ops/conv_geometry.h"
+#include "ops/conv_winograd.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/gemm.h"
@@ -58,6 +59,7 @@ namespace {
 // Attribute parsing and the products' geometry: ops/conv_geometry.h, shared
 // with the CUDA kernels.
 using conv::ConvGeom;
+namespace winograd = conv::winograd;
 using conv::ConvParams;
 using conv::Pair;
 using conv::PairString;
@@ -251,14 +253,18 @@ int64_t TileRows(const ConvGeom& g, int64_t elems) {
 // planes those runs of 4 cost more than col2im (ResNet-18's 4x4 stage:
 // 0.95x; 8x8 1.02x, 14x14 1.28x, 32x32 1.13x).
 constexpr int64_t kMinAdjointRow = 8;
-std::optional<ConvGeom> AdjointAsForward(const ConvGeom& g) {
-  if (Direct(g) || g.pointwise() || g.sh != 1 || g.sw != 1 || g.w < kMinAdjointRow) return std::nullopt;
+std::optional<ConvGeom> TransposedForward(const ConvGeom& g) {
+  if (Direct(g) || g.pointwise() || g.sh != 1 || g.sw != 1) return std::nullopt;
   const int64_t ph = g.dh * (g.kh - 1) - g.ph, pw = g.dw * (g.kw - 1) - g.pw;
   // Its output must be the image exactly (a transposed convolution's
   // output_padding adds rows that no tap reaches).
   if (ph < 0 || pw < 0 || g.oh + 2 * ph - g.dh * (g.kh - 1) != g.h || g.ow + 2 * pw - g.dw * (g.kw - 1) != g.w)
     return std::nullopt;
   return ConvGeom{1, g.og(), g.oh, g.ow, g.cg(), g.h, g.w, g.kh, g.kw, 1, 1, ph, pw, g.dh, g.dw, 1};
+}
+std::optional<ConvGeom> AdjointAsForward(const ConvGeom& g) {
+  if (g.w < kMinAdjointRow) return std::nullopt;
+  return TransposedForward(g);
 }
 
 // Scratch elements for the block of an adjoint that goes through col2im.
@@ -1154,6 +1160,10 @@ std::vector<T> AdjointWeights(const ConvGeom& g, const T* w) {
 template <typename T>
 void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  if (winograd::Applies(g)) {
+    winograd::Conv3x3(g, g.n, image, g.c * g.hw(), w, bias, cols, g.o * ohw, pool);
+    return;
+  }
   if (Batched(g)) {
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
       const PlaneBlock out{g.o, grp * og, og, ohw, n0, n1};
@@ -1206,6 +1216,11 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  // A 3x3 unit-stride adjoint is a 3x3 forward, whatever the planes' width.
+  if (const std::optional<ConvGeom> t = TransposedForward(g); t && g.groups == 1 && winograd::Applies(*t)) {
+    winograd::Conv3x3(*t, g.n, cols, g.o * ohw, AdjointWeights(g, w).data(), bias, image, g.c * g.hw(), pool);
+    return;
+  }
   const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
   const std::vector<T> flipped = adjoint ? AdjointWeights(g, w) : std::vector<T>();
   if (Batched(g)) {

@@ -1,0 +1,240 @@
+// 3x3 unit-stride convolutions by Winograd's minimal filtering F(2x2, 3x3)
+// (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"):
+// each 2x2 block of outputs from a 4x4 tile of the input in 16 products
+// instead of 36. Per block of images:
+//   U[xi] [O, C] = (G w G^T)[xi]         the weight, transformed once a call
+//   V[xi] [C, P] = (B^T d B)[xi]         each tile d of each input plane
+//   M[xi] [O, P] = U[xi] V[xi]           16 GEMMs, one per tile position xi
+//   y             = A^T M A              each 2x2 block of each output plane
+// P is the block's tiles (images x tiles per plane). The GEMMs do 4/9 of
+// the direct product's multiply-adds; the transforms are adds and halvings
+// only (exact in binary floating point but for the rounding of the sums),
+// so f32 results differ from the direct product's by a few ulps of the
+// partial sums. Each output element is a function of the geometry alone,
+// never of the thread count: the transforms are per tile, and the GEMMs'
+// sums run in a fixed order.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/conv_geometry.h"
+#include "ops/cpu_util.h"
+#include "ops/gemm.h"
+
+namespace loom::conv::winograd {
+
+constexpr int kTile = 4;       // input tile edge
+constexpr int kOut = 2;        // output block edge
+constexpr int kPositions = 16; // kTile * kTile: one GEMM each
+// Fewer channels on either side leave the GEMMs too shallow or too narrow
+// to beat the direct product (a ResNet stem's 3 input channels).
+constexpr int64_t kMinChannels = 16;
+// A block of images holds V and M in about this many elements, so that
+// the GEMMs read V and the output transform M from L2 / L3, not memory.
+constexpr int64_t kBlockElems = 1 << 20;
+
+// Whether geometry g (a forward product) runs here: one group, a 3x3
+// kernel, unit stride and dilation, padding of at most 2 that keeps the
+// output the same "valid" extent of the padded planes.
+inline bool Applies(const ConvGeom& g) {
+  return g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph <= 2 &&
+         g.pw <= 2 && g.oh == g.h + 2 * g.ph - 2 && g.ow == g.w + 2 * g.pw - 2 && g.oh > 0 && g.ow > 0 &&
+         g.c >= kMinChannels && g.o >= kMinChannels;
+}
+
+// U [16, O, C] = G w G^T per (o, c), w [O, C, 3, 3]; G = [1 0 0; 1/2 1/2
+// 1/2; 1/2 -1/2 1/2; 0 0 1]. A run of filters at a time, each position's
+// values then stored as one contiguous run.
+// Uninitialized: every element is written before it is read (zeroing a
+// transform's megabytes each call cost more than the transform).
+template <typename T>
+std::unique_ptr<T[]> Buffer(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+}
+
+template <typename T>
+std::unique_ptr<T[]> TransformWeights(int64_t o, int64_t c, const T* w, ThreadPool* pool) {
+  constexpr int64_t kRun = 64;
+  const int64_t filters = o * c;
+  std::unique_ptr<T[]> u = Buffer<T>(kPositions * filters);
+  const T half = T(0.5);
+  ParallelRange(pool, (filters + kRun - 1) / kRun, [&](int64_t r0, int64_t r1) {
+    T run[kPositions][kRun];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t f0 = r * kRun, count = std::min(kRun, filters - f0);
+      for (int64_t f = 0; f < count; ++f) {
+        const T* g = w + (f0 + f) * 9;
+        T rows[kTile][3];  // G g: [4, 3]
+        for (int j = 0; j < 3; ++j) {
+          rows[0][j] = g[j];
+          rows[1][j] = half * (g[j] + g[3 + j] + g[6 + j]);
+          rows[2][j] = half * (g[j] - g[3 + j] + g[6 + j]);
+          rows[3][j] = g[6 + j];
+        }
+        for (int i = 0; i < kTile; ++i) {  // (G g) G^T: [4, 4]
+          const T* q = rows[i];
+          run[i * kTile + 0][f] = q[0];
+          run[i * kTile + 1][f] = half * (q[0] + q[1] + q[2]);
+          run[i * kTile + 2][f] = half * (q[0] - q[1] + q[2]);
+          run[i * kTile + 3][f] = q[2];
+        }
+      }
+      for (int xi = 0; xi < kPositions; ++xi) std::copy(run[xi], run[xi] + count, u.get() + xi * filters + f0);
+    }
+  }, 4);
+  return u;
+}
+
+// The input side of a block of `images` images: plane c of image i at
+// x + i * image_stride + c * h * w. Tile (ty, tx) of a plane reads rows
+// 2 ty - ph + [0, 4) and columns 2 tx - pw + [0, 4), zeros outside.
+template <typename T>
+struct Planes {
+  const T* x;
+  int64_t image_stride, c, h, w, ph, pw;
+  int64_t tiles_y, tiles_x;
+  int64_t tiles() const { return tiles_y * tiles_x; }
+};
+
+// V [16, C, P] = B^T d B for every tile d of every plane of the block;
+// B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. Per plane, each padded
+// row r gives the tiles' column transforms (c0 = r[2t] - r[2t+2], c1 =
+// r[2t+1] + r[2t+2], c2 = r[2t+2] - r[2t+1], c3 = r[2t+1] - r[2t+3]), then
+// four such rows the row transform, every step a loop over a row of tiles.
+template <typename T>
+void TransformInput(const Planes<T>& in, int64_t images, T* v, ThreadPool* pool) {
+  const int64_t tiles = in.tiles(), p = images * tiles, tx_n = in.tiles_x;
+  const int64_t rows = kOut * in.tiles_y + 2, span = kOut * tx_n + 2;  // padded rows and columns read
+  // The columns of a padded row that the plane fills: [first, last).
+  const int64_t first = std::min(in.pw, span), last = std::clamp<int64_t>(in.pw + in.w, first, span);
+  ParallelRange(pool, in.c * images, [&](int64_t q0, int64_t q1) {
+    std::vector<T> buffer(static_cast<size_t>(span + rows * kTile * tx_n));
+    T* row = buffer.data();   // one padded row
+    T* cols = row + span;     // [rows, 4, tiles_x]
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t ch = q % in.c, image = q / in.c;
+      const T* plane = in.x + image * in.image_stride + ch * in.h * in.w;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t yy = r - in.ph;
+        std::fill(row, row + span, T(0));
+        if (yy >= 0 && yy < in.h) std::copy(plane + yy * in.w, plane + yy * in.w + (last - first), row + first);
+        T* __restrict c0 = cols + r * kTile * tx_n;
+        T* __restrict c1 = c0 + tx_n;
+        T* __restrict c2 = c1 + tx_n;
+        T* __restrict c3 = c2 + tx_n;
+        const T* __restrict x = row;
+        for (int64_t t = 0; t < tx_n; ++t) {
+          c0[t] = x[2 * t] - x[2 * t + 2];
+          c1[t] = x[2 * t + 1] + x[2 * t + 2];
+          c2[t] = x[2 * t + 2] - x[2 * t + 1];
+          c3[t] = x[2 * t + 1] - x[2 * t + 3];
+        }
+      }
+      T* out = v + ch * p + image * tiles;
+      const int64_t step = in.c * p;  // between positions
+      for (int64_t ty = 0; ty < in.tiles_y; ++ty) {
+        const T* a = cols + (kOut * ty) * kTile * tx_n;
+        const T* b = a + kTile * tx_n;
+        const T* c = b + kTile * tx_n;
+        const T* d = c + kTile * tx_n;
+        T* at = out + ty * tx_n;
+        for (int j = 0; j < kTile; ++j) {
+          const T* __restrict aj = a + j * tx_n;
+          const T* __restrict bj = b + j * tx_n;
+          const T* __restrict cj = c + j * tx_n;
+          const T* __restrict dj = d + j * tx_n;
+          T* __restrict v0 = at + (0 * kTile + j) * step;
+          T* __restrict v1 = at + (1 * kTile + j) * step;
+          T* __restrict v2 = at + (2 * kTile + j) * step;
+          T* __restrict v3 = at + (3 * kTile + j) * step;
+          for (int64_t t = 0; t < tx_n; ++t) {
+            v0[t] = aj[t] - cj[t];
+            v1[t] = bj[t] + cj[t];
+            v2[t] = cj[t] - bj[t];
+            v3[t] = bj[t] - dj[t];
+          }
+        }
+      }
+    }
+  }, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, tiles)));
+}
+
+// y's block of images: plane k of image i at y + i * image_stride + k *
+// oh * ow (+ bias[k]) = A^T m A for each 2x2 block m of M [16, O, P];
+// A^T = [1 1 1 0; 0 1 -1 -1]. A row of tiles at a time: the row transform
+// (two rows r0, r1 of four values per tile), then the column transform
+// into the output rows' even and odd elements. Blocks past the plane's
+// edge are cut.
+template <typename T>
+void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int64_t tiles_x, const T* bias, T* y,
+                     int64_t image_stride, int64_t oh, int64_t ow, ThreadPool* pool) {
+  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p;
+  ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
+    std::vector<T> buffer(static_cast<size_t>((2 * kTile + kOut) * tiles_x));
+    T* r = buffer.data();                      // [2, 4, tiles_x]
+    T* line = r + 2 * kTile * tiles_x;         // one output row, 2 * tiles_x wide
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t k = q % o, image = q / o;
+      const T* in = m + k * p + image * tiles;
+      T* plane = y + image * image_stride + k * oh * ow;
+      const T b = bias ? bias[k] : T(0);
+      for (int64_t ty = 0; ty < tiles_y; ++ty) {
+        const T* at = in + ty * tiles_x;
+        for (int j = 0; j < kTile; ++j) {
+          const T* __restrict m0 = at + (0 * kTile + j) * step;
+          const T* __restrict m1 = at + (1 * kTile + j) * step;
+          const T* __restrict m2 = at + (2 * kTile + j) * step;
+          const T* __restrict m3 = at + (3 * kTile + j) * step;
+          T* __restrict r0 = r + j * tiles_x;
+          T* __restrict r1 = r + (kTile + j) * tiles_x;
+          for (int64_t t = 0; t < tiles_x; ++t) {
+            r0[t] = m0[t] + m1[t] + m2[t];
+            r1[t] = m1[t] - m2[t] - m3[t];
+          }
+        }
+        for (int i = 0; i < kOut; ++i) {
+          const int64_t yy = kOut * ty + i;
+          if (yy >= oh) break;
+          const T* __restrict q0r = r + (i * kTile + 0) * tiles_x;
+          const T* __restrict q1r = q0r + tiles_x;
+          const T* __restrict q2r = q1r + tiles_x;
+          const T* __restrict q3r = q2r + tiles_x;
+          for (int64_t t = 0; t < tiles_x; ++t) {
+            line[2 * t] = q0r[t] + q1r[t] + q2r[t] + b;
+            line[2 * t + 1] = q1r[t] - q2r[t] - q3r[t] + b;
+          }
+          std::copy(line, line + ow, plane + yy * ow);
+        }
+      }
+    }
+  }, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, tiles)));
+}
+
+// y [N, O, OH, OW] (+ bias [O]) = the convolution g (Applies(g)) of the
+// N images at x (image_stride apart) by w [O, C, 3, 3]; y's images
+// y_stride apart.
+template <typename T>
+void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, const T* w, const T* bias, T* y,
+             int64_t y_stride, ThreadPool* pool) {
+  const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
+  const std::unique_ptr<T[]> u = TransformWeights(g.o, g.c, w, pool);
+  const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
+  const std::unique_ptr<T[]> v = Buffer<T>(kPositions * g.c * per_block * in.tiles());
+  const std::unique_ptr<T[]> m = Buffer<T>(kPositions * g.o * per_block * in.tiles());
+  for (int64_t n0 = 0; n0 < n; n0 += per_block) {
+    const int64_t images = std::min(per_block, n - n0), p = images * in.tiles();
+    Planes<T> block = in;
+    block.x = x + n0 * image_stride;
+    TransformInput(block, images, v.get(), pool);
+    BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v.get(), p, g.c * p, T(0),
+                   m.get(), p, g.o * p, pool);
+    TransformOutput(m.get(), g.o, images, in.tiles_y, in.tiles_x, bias, y + n0 * y_stride, y_stride, g.oh, g.ow,
+                    pool);
+  }
+}
+
+}  // namespace loom::conv::winograd
