@@ -1299,6 +1299,10 @@ constexpr int64_t kMaxPartialElems = 4 << 20;
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  if (winograd::Applies(g)) {
+    winograd::WeightGrad3x3(g, g.n, image, g.c * g.hw(), cols, g.o * ohw, dw, pool);
+    return;
+  }
   const PhasePlan l = PlanPhases(g);
   // Direct(): dw's rows of block b's channels [O, K] = the sum over images
   // [n0, n1), gathered per output in [taps, kLanes] (TapDots) and written

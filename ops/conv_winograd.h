@@ -6,13 +6,15 @@
 //   V[xi] [C, P] = (B^T d B)[xi]         each tile d of each input plane
 //   M[xi] [O, P] = U[xi] V[xi]           16 GEMMs, one per tile position xi
 //   y             = A^T M A              each 2x2 block of each output plane
-// P is the block's tiles (images x tiles per plane). The GEMMs do 4/9 of
-// the direct product's multiply-adds; the transforms are adds and halvings
-// only (exact in binary floating point but for the rounding of the sums),
-// so f32 results differ from the direct product's by a few ulps of the
-// partial sums. Each output element is a function of the geometry alone,
-// never of the thread count: the transforms are per tile, and the GEMMs'
-// sums run in a fixed order.
+// P is the block's tiles (images x tiles per plane). The weight gradient is
+// the same map transposed: dM = A dy A^T per 2x2 block of dy, dU[xi] [O, C]
+// = sum over the blocks of dM[xi] V[xi]^T, dw = G^T dU G.
+// The GEMMs do 4/9 of the direct product's multiply-adds; the transforms
+// are adds and halvings only, so f32 results differ from the direct
+// product's by a few ulps of the partial sums. Each output element is a
+// function of the geometry alone, never of the thread count: the
+// transforms are per tile, and the GEMMs' sums run in a fixed order (the
+// weight gradient's over blocks of images in block order).
 #pragma once
 
 #include <algorithm>
@@ -214,6 +216,90 @@ void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int
   }, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, tiles)));
 }
 
+// dM [16, O, P] = A dy A^T for each 2x2 block of each of the block's dy
+// planes (plane k of image i at dy + i * image_stride + k * oh * ow; rows
+// and columns past the plane read as zeros); A = [1 0; 1 1; 1 -1; 0 -1].
+// A row of tiles at a time: the two dy rows' even and odd elements (e, o)
+// give A Y's four rows (e0, o0), (e0 + e1, o0 + o1), (e0 - e1, o0 - o1),
+// (-e1, -o1), and each row (a, b) the four values a, a + b, a - b, -b.
+template <typename T>
+void TransformGradOutput(const T* dy, int64_t image_stride, int64_t o, int64_t oh, int64_t ow, int64_t images,
+                         int64_t tiles_y, int64_t tiles_x, T* dm, ThreadPool* pool) {
+  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p;
+  ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
+    std::vector<T> buffer(static_cast<size_t>(kOut * tiles_x + 2 * kTile * tiles_x));
+    T* line = buffer.data();               // one dy row, zero-padded to 2 * tiles_x
+    T* rows = line + kOut * tiles_x;       // [4 rows of A Y, a / b, tiles_x]
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t k = q % o, image = q / o;
+      const T* plane = dy + image * image_stride + k * oh * ow;
+      T* out = dm + k * p + image * tiles;
+      for (int64_t ty = 0; ty < tiles_y; ++ty) {
+        T* __restrict e0 = rows;  // A Y's rows, built in place: first the dy rows' elements
+        T* __restrict o0 = rows + tiles_x;
+        T* __restrict e1 = rows + 2 * tiles_x;
+        T* __restrict o1 = rows + 3 * tiles_x;
+        for (int i = 0; i < kOut; ++i) {
+          const int64_t yy = kOut * ty + i;
+          std::fill(line, line + kOut * tiles_x, T(0));
+          if (yy < oh) std::copy(plane + yy * ow, plane + yy * ow + ow, line);
+          T* __restrict e = i == 0 ? e0 : e1;
+          T* __restrict od = i == 0 ? o0 : o1;
+          for (int64_t t = 0; t < tiles_x; ++t) {
+            e[t] = line[2 * t];
+            od[t] = line[2 * t + 1];
+          }
+        }
+        T* at = out + ty * tiles_x;
+        for (int i = 0; i < kTile; ++i) {
+          T* __restrict d0 = at + (i * kTile + 0) * step;
+          T* __restrict d1 = at + (i * kTile + 1) * step;
+          T* __restrict d2 = at + (i * kTile + 2) * step;
+          T* __restrict d3 = at + (i * kTile + 3) * step;
+          for (int64_t t = 0; t < tiles_x; ++t) {
+            T a, b;
+            switch (i) {
+              case 0: a = e0[t], b = o0[t]; break;
+              case 1: a = e0[t] + e1[t], b = o0[t] + o1[t]; break;
+              case 2: a = e0[t] - e1[t], b = o0[t] - o1[t]; break;
+              default: a = -e1[t], b = -o1[t]; break;
+            }
+            d0[t] = a;
+            d1[t] = a + b;
+            d2[t] = a - b;
+            d3[t] = -b;
+          }
+        }
+      }
+    }
+  }, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, tiles)));
+}
+
+// dw [O, C, 3, 3] = G^T dU G per (o, c), dU [16, O, C]; G^T = [1 1/2 1/2 0;
+// 0 1/2 -1/2 0; 0 1/2 1/2 1].
+template <typename T>
+void TransformWeightGrad(const T* du, int64_t o, int64_t c, T* dw) {
+  const int64_t filters = o * c;
+  const T half = T(0.5);
+  for (int64_t f = 0; f < filters; ++f) {
+    T t[3][kTile];  // G^T dU: [3, 4]
+    for (int j = 0; j < kTile; ++j) {
+      const T u0 = du[(0 * kTile + j) * filters + f], u1 = du[(1 * kTile + j) * filters + f];
+      const T u2 = du[(2 * kTile + j) * filters + f], u3 = du[(3 * kTile + j) * filters + f];
+      t[0][j] = u0 + half * (u1 + u2);
+      t[1][j] = half * (u1 - u2);
+      t[2][j] = half * (u1 + u2) + u3;
+    }
+    T* g = dw + f * 9;
+    for (int i = 0; i < 3; ++i) {  // (G^T dU) G: [3, 3]
+      const T* q = t[i];
+      g[i * 3 + 0] = q[0] + half * (q[1] + q[2]);
+      g[i * 3 + 1] = half * (q[1] - q[2]);
+      g[i * 3 + 2] = half * (q[1] + q[2]) + q[3];
+    }
+  }
+}
+
 // y [N, O, OH, OW] (+ bias [O]) = the convolution g (Applies(g)) of the
 // N images at x (image_stride apart) by w [O, C, 3, 3]; y's images
 // y_stride apart.
@@ -235,6 +321,30 @@ void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, con
     TransformOutput(m.get(), g.o, images, in.tiles_y, in.tiles_x, bias, y + n0 * y_stride, y_stride, g.oh, g.ow,
                     pool);
   }
+}
+
+// dw [O, C, 3, 3] = the weight gradient of the convolution g (Applies(g))
+// of the N images at x by dy [N, O, OH, OW] (images image_stride and
+// dy_stride apart).
+template <typename T>
+void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, const T* dy, int64_t dy_stride,
+                   T* dw, ThreadPool* pool) {
+  const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
+  const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
+  const std::unique_ptr<T[]> v = Buffer<T>(kPositions * g.c * per_block * in.tiles());
+  const std::unique_ptr<T[]> dm = Buffer<T>(kPositions * g.o * per_block * in.tiles());
+  const std::unique_ptr<T[]> du = Buffer<T>(kPositions * g.o * g.c);
+  for (int64_t n0 = 0; n0 < n; n0 += per_block) {
+    const int64_t images = std::min(per_block, n - n0), p = images * in.tiles();
+    Planes<T> block = in;
+    block.x = x + n0 * image_stride;
+    TransformInput(block, images, v.get(), pool);
+    TransformGradOutput(dy + n0 * dy_stride, dy_stride, g.o, g.oh, g.ow, images, in.tiles_y, in.tiles_x, dm.get(),
+                        pool);
+    BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm.get(), p, g.o * p, v.get(), p, g.c * p,
+                   n0 == 0 ? T(0) : T(1), du.get(), g.c, g.o * g.c, pool);
+  }
+  TransformWeightGrad(du.get(), g.o, g.c, dw);
 }
 
 }  // namespace loom::conv::winograd
