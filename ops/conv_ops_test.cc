@@ -206,19 +206,19 @@ std::vector<OpCase> Conv2dCases() {
        {U({1, 2, 16, 16}), U({2, 2, 3, 3})}, ConvRef},
       // A bias gradient of over 4096 elements per channel: reduced in slices, then added up (CUDA).
       {"conv2d long bias gradient", "Conv2d", {}, {U({4, 2, 36, 36}), U({3, 2, 3, 3}), U({3})}, ConvRef},
-      // 3x3 unit-stride convolutions of 16 or more channels each side run
-      // by Winograd's F(2x2, 3x3) (ops/conv_winograd.h), their input
-      // gradients too (the transposed convolution's forward): odd planes
-      // (cut tiles at the bottom and right), no padding, padding 2 (the
-      // input gradient of an unpadded one), 4x4 planes, and planes with more
-      // tiles than a block holds (one image a block).
+      // 3x3 unit-stride convolutions of 128 channels each side run by
+      // Winograd's F(2x2, 3x3) (ops/conv_winograd.h), their input and weight
+      // gradients too: odd planes (cut tiles at the bottom and right), no
+      // padding, padding 2 (the input gradient of an unpadded one), 4x4
+      // planes, and planes with more tiles than a block holds (one image a
+      // block).
       {"conv2d Winograd, padding 1, odd planes", "Conv2d", {{"padding", int64_t{1}}},
-       {U({2, 16, 7, 9}), U({17, 16, 3, 3}), U({17})}, ConvRef},
-      {"conv2d Winograd, unpadded", "Conv2d", {}, {U({2, 16, 6, 5}), U({20, 16, 3, 3})}, ConvRef},
+       {U({2, 128, 7, 9}), U({130, 128, 3, 3}), U({130})}, ConvRef},
+      {"conv2d Winograd, unpadded", "Conv2d", {}, {U({2, 128, 6, 5}), U({136, 128, 3, 3})}, ConvRef},
       {"conv2d Winograd, padding 2 on one axis, 4x4 planes", "Conv2d", {{"padding", Ints{2, 1}}},
-       {U({3, 18, 4, 4}), U({16, 18, 3, 3}), U({16})}, ConvRef},
+       {U({3, 132, 4, 4}), U({128, 132, 3, 3}), U({128})}, ConvRef},
       {"conv2d Winograd, more tiles than a block", "Conv2d", {{"padding", int64_t{1}}},
-       {U({3, 16, 66, 65}), U({16, 16, 3, 3}), U({16})}, ConvRef},
+       {U({2, 128, 24, 23}), U({128, 128, 3, 3}), U({128})}, ConvRef},
   };
 }
 
@@ -393,9 +393,9 @@ TEST_CASE("conv results are the same bits on any thread count") {
        {U({2, 8, 33, 33}), U({8, 4, 3, 3})}, ConvRef},
       {"transposed", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({2, 8, 15, 15}), U({8, 4, 3, 3}), U({4})},
        ConvTransposeRef},
-      // Winograd's tiles, in blocks of images: 3 blocks of 2, 2 and 1.
+      // Winograd's tiles, in blocks of images: 2 blocks of 4 and 1.
       {"Winograd in blocks of images", "Conv2d", {{"padding", int64_t{1}}},
-       {U({5, 16, 64, 64}), U({16, 16, 3, 3}), U({16})}, ConvRef},
+       {U({5, 128, 16, 16}), U({128, 128, 3, 3}), U({128})}, ConvRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { CheckSameAcrossThreads(c); }
 }
