@@ -1161,7 +1161,9 @@ template <typename T>
 void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T* cols, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
   if (winograd::Applies(g)) {
-    winograd::Conv3x3(g, g.n, image, g.c * g.hw(), w, bias, cols, g.o * ohw, pool);
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      winograd::Conv3x3(winograd::GroupOf(g), g.n, image + grp * cg * g.hw(), g.c * g.hw(), w + grp * og * k,
+                        bias ? bias + grp * og : nullptr, cols + grp * og * ohw, g.o * ohw, pool);
     return;
   }
   if (Batched(g)) {
@@ -1217,8 +1219,11 @@ template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
   // A 3x3 unit-stride adjoint is a 3x3 forward, whatever the planes' width.
-  if (const std::optional<ConvGeom> t = TransposedForward(g); t && g.groups == 1 && winograd::Applies(*t)) {
-    winograd::Conv3x3(*t, g.n, cols, g.o * ohw, AdjointWeights(g, w).data(), bias, image, g.c * g.hw(), pool);
+  if (const std::optional<ConvGeom> t = TransposedForward(g); t && winograd::Applies(*t)) {
+    const std::vector<T> flipped = AdjointWeights(g, w);  // per group [C/g, O/g, 3, 3]
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      winograd::Conv3x3(*t, g.n, cols + grp * og * ohw, g.o * ohw, flipped.data() + grp * cg * t->k(),
+                        bias ? bias + grp * cg : nullptr, image + grp * cg * g.hw(), g.c * g.hw(), pool);
     return;
   }
   const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
@@ -1300,7 +1305,9 @@ template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
   if (winograd::Applies(g)) {
-    winograd::WeightGrad3x3(g, g.n, image, g.c * g.hw(), cols, g.o * ohw, dw, pool);
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      winograd::WeightGrad3x3(winograd::GroupOf(g), g.n, image + grp * cg * g.hw(), g.c * g.hw(),
+                              cols + grp * og * ohw, g.o * ohw, dw + grp * og * k, pool);
     return;
   }
   const PhasePlan l = PlanPhases(g);

@@ -219,6 +219,9 @@ std::vector<OpCase> Conv2dCases() {
        {U({3, 132, 4, 4}), U({128, 132, 3, 3}), U({128})}, ConvRef},
       {"conv2d Winograd, more tiles than a block", "Conv2d", {{"padding", int64_t{1}}},
        {U({2, 128, 24, 23}), U({128, 128, 3, 3}), U({128})}, ConvRef},
+      // A fused array's: each replica a group, each group by Winograd.
+      {"conv2d Winograd, two groups", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{2}}},
+       {U({2, 256, 5, 6}), U({260, 128, 3, 3}), U({260})}, ConvRef},
   };
 }
 

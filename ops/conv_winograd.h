@@ -42,13 +42,23 @@ constexpr int64_t kMinChannelHarmonic = 64;
 // the GEMMs read V and the output transform M from L2 / L3, not memory.
 constexpr int64_t kBlockElems = 1 << 20;
 
-// Whether geometry g (a forward product) runs here: one group, a 3x3
+// Whether geometry g (a forward product) runs here, group by group: a 3x3
 // kernel, unit stride and dilation, padding of at most 2 that keeps the
-// output the same "valid" extent of the padded planes.
+// output the same "valid" extent of the padded planes, and enough channels
+// per group (a fused array's R replicas are R groups).
 inline bool Applies(const ConvGeom& g) {
-  return g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph <= 2 &&
-         g.pw <= 2 && g.oh == g.h + 2 * g.ph - 2 && g.ow == g.w + 2 * g.pw - 2 && g.oh > 0 && g.ow > 0 &&
-         g.c * g.o >= kMinChannelHarmonic * (g.c + g.o);
+  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph <= 2 && g.pw <= 2 &&
+         g.oh == g.h + 2 * g.ph - 2 && g.ow == g.w + 2 * g.pw - 2 && g.oh > 0 && g.ow > 0 &&
+         g.cg() * g.og() >= kMinChannelHarmonic * (g.cg() + g.og());
+}
+
+// One group of g as a convolution of its own.
+inline ConvGeom GroupOf(const ConvGeom& g) {
+  ConvGeom one = g;
+  one.c = g.cg();
+  one.o = g.og();
+  one.groups = 1;
+  return one;
 }
 
 // U [16, O, C] = G w G^T per (o, c), w [O, C, 3, 3]; G = [1 0 0; 1/2 1/2
