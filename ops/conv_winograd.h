@@ -37,7 +37,7 @@ constexpr int kPositions = 16; // kTile * kTile: one GEMM each
 // multiplies saved on two threads (ResNet-18's 64-channel 32x32 stage ran
 // 0.91-0.94x forward and 0.78-0.82x weight gradient, against 1.15-1.34x
 // from 128 channels up; on one thread it still gained 1.25x).
-constexpr int64_t kMinChannelHarmonic = 64;
+constexpr int64_t kMinProductOverSum = 64;
 // A block of images holds V and M in about this many elements, so that
 // the GEMMs read V and the output transform M from L2 / L3, not memory.
 constexpr int64_t kBlockElems = 1 << 20;
@@ -49,7 +49,7 @@ constexpr int64_t kBlockElems = 1 << 20;
 inline bool Applies(const ConvGeom& g) {
   return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph <= 2 && g.pw <= 2 &&
          g.oh == g.h + 2 * g.ph - 2 && g.ow == g.w + 2 * g.pw - 2 && g.oh > 0 && g.ow > 0 &&
-         g.cg() * g.og() >= kMinChannelHarmonic * (g.cg() + g.og());
+         g.cg() * g.og() >= kMinProductOverSum * (g.cg() + g.og());
 }
 
 // One group of g as a convolution of its own.

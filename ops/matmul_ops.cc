@@ -234,7 +234,9 @@ class LinearOp : public OpDef {
   Status Fuse(FusionBuilder& f) const override {
     FusedValue x = f.input(0);
     const Shape ws = f.SingleShape(f.input(1));
-    if (ws.rank() == 3) return f.PerReplica();  // already batched
+    if (ws.rank() == 3)
+      return InvalidArgument("Linear '", f.name(), "': a batched Linear (weight ", ws.ToString(),
+                             ") has no fused form; fuse the model whose Linears it batches");
     const int64_t r = f.replicas(), out_f = ws[0], in_f = ws[1];
     // One replica's x is as good as shared: one Linear with its bias and
     // MatMul gradients, not a batched GEMM of one plus an Add (fused at

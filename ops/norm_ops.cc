@@ -834,10 +834,10 @@ class LayerNormOp : public OpDef {
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
   // The normalization over the last dims is per replica as long as the
   // replica axis is not among them. Per-replica gamma and beta are rows of
-  // [R, normalized_shape] that LayerNorm reads by x's replica dim: the affine
-  // part stays in its own pass (as a broadcast Mul and Add, with their
-  // gradients' reductions, transformer_lm's fused step of 2 replicas ran
-  // 0.96x of serial). One replica's are the single model's.
+  // [R, normalized_shape] that LayerNorm reads by x's replica dim, so the
+  // affine part stays in its own pass (a broadcast Mul and Add of their own,
+  // with their gradients' reductions, had run transformer_lm's fused step
+  // of 2 replicas at 0.96x of serial). One replica's are the single model's.
   Status Fuse(FusionBuilder& f) const override {
     const int k = static_cast<int>(f.attrs().Ints("normalized_shape").size());
     FusedValue x = f.input(0);
