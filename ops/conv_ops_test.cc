@@ -396,9 +396,13 @@ TEST_CASE("conv results are the same bits on any thread count") {
        {U({2, 8, 33, 33}), U({8, 4, 3, 3})}, ConvRef},
       {"transposed", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({2, 8, 15, 15}), U({8, 4, 3, 3}), U({4})},
        ConvTransposeRef},
-      // Winograd's tiles, in blocks of images: 2 blocks of 4 and 1.
+      // Winograd's tiles, in blocks of images: 2 blocks of 4 and 1 (every
+      // thread count shares each block's phases); 4 blocks of 2 (two
+      // threads take whole blocks, and the weight gradient's groups).
       {"Winograd in blocks of images", "Conv2d", {{"padding", int64_t{1}}},
        {U({5, 128, 16, 16}), U({128, 128, 3, 3}), U({128})}, ConvRef},
+      {"Winograd, whole blocks per thread", "Conv2d", {{"padding", int64_t{1}}},
+       {U({8, 64, 32, 32}), U({64, 64, 3, 3}), U({64})}, ConvRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { CheckSameAcrossThreads(c); }
 }

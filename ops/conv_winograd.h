@@ -33,11 +33,12 @@ constexpr int kTile = 4;       // input tile edge
 constexpr int kOut = 2;        // output block edge
 constexpr int kPositions = 16; // kTile * kTile: one GEMM each
 // The GEMMs' work per tile grows as C * O, the transforms' as C + O: below
-// C * O / (C + O) = 64 the transforms' passes over memory cost more than the
-// multiplies saved on two threads (ResNet-18's 64-channel 32x32 stage ran
-// 0.91-0.94x forward and 0.78-0.82x weight gradient, against 1.15-1.34x
-// from 128 channels up; on one thread it still gained 1.25x).
-constexpr int64_t kMinProductOverSum = 64;
+// C * O / (C + O) = 32 (a CNN's 32-channel layers) the transforms cost
+// more than the multiplies they save. (With a block's phases shared by the
+// threads, ResNet-18's 64-channel 32x32 stage had lost on two threads:
+// 0.91-0.94x forward, 0.78-0.82x weight gradient; with whole blocks per
+// thread it gains.)
+constexpr int64_t kMinProductOverSum = 32;
 // A block of images holds V and M in about this many elements, so that
 // the GEMMs read V and the output transform M from L2 / L3, not memory.
 constexpr int64_t kBlockElems = 1 << 20;
@@ -322,42 +323,85 @@ void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, con
   const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
   const std::unique_ptr<T[]> u = TransformWeights(g.o, g.c, w, pool);
   const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
-  const std::unique_ptr<T[]> v = Buffer<T>(kPositions * g.c * per_block * in.tiles());
-  const std::unique_ptr<T[]> m = Buffer<T>(kPositions * g.o * per_block * in.tiles());
-  for (int64_t n0 = 0; n0 < n; n0 += per_block) {
-    const int64_t images = std::min(per_block, n - n0), p = images * in.tiles();
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  // A block's transforms and GEMMs on `inner` (null: this thread alone).
+  auto run_block = [&](int64_t b, T* v, T* m, ThreadPool* inner) {
+    const int64_t n0 = b * per_block, images = std::min(per_block, n - n0), p = images * in.tiles();
     Planes<T> block = in;
     block.x = x + n0 * image_stride;
-    TransformInput(block, images, v.get(), pool);
-    BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v.get(), p, g.c * p, T(0),
-                   m.get(), p, g.o * p, pool);
-    TransformOutput(m.get(), g.o, images, in.tiles_y, in.tiles_x, bias, y + n0 * y_stride, y_stride, g.oh, g.ow,
-                    pool);
+    TransformInput(block, images, v, inner);
+    BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v, p, g.c * p, T(0), m, p,
+                   g.o * p, inner);
+    TransformOutput(m, g.o, images, in.tiles_y, in.tiles_x, bias, y + n0 * y_stride, y_stride, g.oh, g.ow, inner);
+  };
+  const int64_t v_elems = kPositions * g.c * per_block * in.tiles();
+  const int64_t m_elems = kPositions * g.o * per_block * in.tiles();
+  const int threads = pool ? pool->num_threads() : 1;
+  if (blocks >= 2 * threads && threads > 1) {
+    // Enough blocks: each thread takes whole blocks, their data staying in
+    // its own cache (the phases' hand-offs between threads cost the
+    // 64-channel 32x32 stage its gain on two threads).
+    ParallelRange(pool, blocks, [&](int64_t b0, int64_t b1) {
+      const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
+      for (int64_t b = b0; b < b1; ++b) run_block(b, v.get(), m.get(), nullptr);
+    }, 1);
+    return;
   }
+  const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
+  for (int64_t b = 0; b < blocks; ++b) run_block(b, v.get(), m.get(), pool);
 }
+
+// The weight gradient's partial sums dU, one per group of blocks, hold at
+// most about this many elements in all.
+constexpr int64_t kMaxPartialElems = 4 << 20;
 
 // dw [O, C, 3, 3] = the weight gradient of the convolution g (Applies(g))
 // of the N images at x by dy [N, O, OH, OW] (images image_stride and
-// dy_stride apart).
+// dy_stride apart). The blocks of images fall into groups, a function of
+// the geometry alone: each group sums its blocks' products in order into
+// its own dU, and the groups' dU are added in group order, so the bits
+// never depend on the thread count, whether the threads take whole groups
+// or share each block's phases.
 template <typename T>
 void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, const T* dy, int64_t dy_stride,
                    T* dw, ThreadPool* pool) {
   const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
   const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
-  const std::unique_ptr<T[]> v = Buffer<T>(kPositions * g.c * per_block * in.tiles());
-  const std::unique_ptr<T[]> dm = Buffer<T>(kPositions * g.o * per_block * in.tiles());
-  const std::unique_ptr<T[]> du = Buffer<T>(kPositions * g.o * g.c);
-  for (int64_t n0 = 0; n0 < n; n0 += per_block) {
-    const int64_t images = std::min(per_block, n - n0), p = images * in.tiles();
-    Planes<T> block = in;
-    block.x = x + n0 * image_stride;
-    TransformInput(block, images, v.get(), pool);
-    TransformGradOutput(dy + n0 * dy_stride, dy_stride, g.o, g.oh, g.ow, images, in.tiles_y, in.tiles_x, dm.get(),
-                        pool);
-    BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm.get(), p, g.o * p, v.get(), p, g.c * p,
-                   n0 == 0 ? T(0) : T(1), du.get(), g.c, g.o * g.c, pool);
+  const int64_t blocks = (n + per_block - 1) / per_block, du_elems = kPositions * g.o * g.c;
+  const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, blocks);
+  const int64_t v_elems = kPositions * g.c * per_block * in.tiles();
+  const int64_t m_elems = kPositions * g.o * per_block * in.tiles();
+  const std::unique_ptr<T[]> du = Buffer<T>(groups * du_elems);
+  // Group q: blocks [q * blocks / groups, (q + 1) * blocks / groups) into du_q.
+  auto run_group = [&](int64_t q, T* v, T* dm, ThreadPool* inner) {
+    const int64_t b0 = q * blocks / groups, b1 = (q + 1) * blocks / groups;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * per_block, images = std::min(per_block, n - n0), p = images * in.tiles();
+      Planes<T> block = in;
+      block.x = x + n0 * image_stride;
+      TransformInput(block, images, v, inner);
+      TransformGradOutput(dy + n0 * dy_stride, dy_stride, g.o, g.oh, g.ow, images, in.tiles_y, in.tiles_x, dm,
+                          inner);
+      BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm, p, g.o * p, v, p, g.c * p, b == b0 ? T(0) : T(1),
+                     du.get() + q * du_elems, g.c, g.o * g.c, inner);
+    }
+  };
+  const int threads = pool ? pool->num_threads() : 1;
+  if (groups >= 2 * threads && threads > 1) {  // each thread takes whole groups (as Conv3x3 takes blocks)
+    ParallelRange(pool, groups, [&](int64_t q0, int64_t q1) {
+      const std::unique_ptr<T[]> v = Buffer<T>(v_elems), dm = Buffer<T>(m_elems);
+      for (int64_t q = q0; q < q1; ++q) run_group(q, v.get(), dm.get(), nullptr);
+    }, 1);
+  } else {
+    const std::unique_ptr<T[]> v = Buffer<T>(v_elems), dm = Buffer<T>(m_elems);
+    for (int64_t q = 0; q < groups; ++q) run_group(q, v.get(), dm.get(), pool);
   }
-  TransformWeightGrad(du.get(), g.o, g.c, dw);
+  T* total = du.get();
+  for (int64_t q = 1; q < groups; ++q) {
+    const T* part = du.get() + q * du_elems;
+    for (int64_t i = 0; i < du_elems; ++i) total[i] += part[i];
+  }
+  TransformWeightGrad(total, g.o, g.c, dw);
 }
 
 }  // namespace loom::conv::winograd
