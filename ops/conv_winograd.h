@@ -14,7 +14,7 @@
 // product's by a few ulps of the partial sums. Each output element is a
 // function of the geometry alone, never of the thread count: the
 // transforms are per tile, and the GEMMs' sums run in a fixed order (the
-// weight gradient's over blocks of images in block order).
+// weight gradient's in groups of blocks that the geometry fixes).
 #pragma once
 
 #include <algorithm>
@@ -32,12 +32,11 @@ namespace loom::conv::winograd {
 constexpr int kTile = 4;       // input tile edge
 constexpr int kOut = 2;        // output block edge
 constexpr int kPositions = 16; // kTile * kTile: one GEMM each
-// The GEMMs' work per tile grows as C * O, the transforms' as C + O: below
-// C * O / (C + O) = 32 (a CNN's 32-channel layers) the transforms cost
-// more than the multiplies they save. (With a block's phases shared by the
-// threads, ResNet-18's 64-channel 32x32 stage had lost on two threads:
-// 0.91-0.94x forward, 0.78-0.82x weight gradient; with whole blocks per
-// thread it gains.)
+// The GEMMs' work per tile grows as C * O, the transforms' as C + O. The
+// smallest C * O / (C + O) measured to gain is ResNet-18's 64-channel
+// stage (32: 1.19-1.30x on two threads with whole blocks per thread; with
+// a block's phases shared by the threads it had lost, 0.78-0.94x); smaller
+// ones (a CNN's 32 -> 64-channel layer, 21) stay direct, unmeasured.
 constexpr int64_t kMinProductOverSum = 32;
 // A block of images holds V and M in about this many elements, so that
 // the GEMMs read V and the output transform M from L2 / L3, not memory.
