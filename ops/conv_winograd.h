@@ -61,9 +61,6 @@ inline ConvGeom GroupOf(const ConvGeom& g) {
   return one;
 }
 
-// U [16, O, C] = G w G^T per (o, c), w [O, C, 3, 3]; G = [1 0 0; 1/2 1/2
-// 1/2; 1/2 -1/2 1/2; 0 0 1]. A run of filters at a time, each position's
-// values then stored as one contiguous run.
 // Uninitialized: every element is written before it is read (zeroing a
 // transform's megabytes each call cost more than the transform).
 template <typename T>
@@ -71,6 +68,9 @@ std::unique_ptr<T[]> Buffer(int64_t n) {
   return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
 }
 
+// U [16, O, C] = G w G^T per (o, c), w [O, C, 3, 3]; G = [1 0 0; 1/2 1/2
+// 1/2; 1/2 -1/2 1/2; 0 0 1]. A run of filters at a time, each position's
+// values then stored as one contiguous run.
 template <typename T>
 std::unique_ptr<T[]> TransformWeights(int64_t o, int64_t c, const T* w, ThreadPool* pool) {
   constexpr int64_t kRun = 64;
