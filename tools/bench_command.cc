@@ -207,6 +207,10 @@ Status BenchKernels(const Flags& flags) {
               static_cast<long long>(threads), roof);
   std::printf("bandwidth roof: y += a * x over 2 x 64 MiB on %lld threads, %.1f GB/s\n",
               static_cast<long long>(threads), bandwidth);
+  // The k3 rows run Winograd F(2x2, 3x3) (ops/conv_winograd.h), 4/9 of the
+  // direct product's multiplies: their rates can pass the roof.
+  std::printf("conv2d k3 rows: Winograd F(2x2, 3x3) where C * O / (C + O) >= 32; GFLOP/s count the direct "
+              "product's multiply-adds\n");
   std::printf("%-40s %12s %12s %10s %10s %10s\n", "kernel", "time (ms)", "GFLOP/s", "of roof", "GB/s", "of bw roof");
   std::string json = "{\"cpu\": " + JsonQuoted(CpuModelName()) + ", \"cpu_features\": " +
                      JsonQuoted(CpuVectorFeatures()) + ", \"kernels\": " + JsonQuoted(GemmInstructionSets()) +
