@@ -219,6 +219,12 @@ std::vector<OpCase> Conv2dCases() {
        {U({3, 132, 4, 4}), U({128, 132, 3, 3}), U({128})}, ConvRef},
       {"conv2d Winograd, more tiles than a block", "Conv2d", {{"padding", int64_t{1}}},
        {U({2, 128, 24, 23}), U({128, 128, 3, 3}), U({128})}, ConvRef},
+      // One image's tiles over a block: bands of tile rows (the second band
+      // reads from inside the plane; unpadded, its input gradient pads by 2).
+      {"conv2d Winograd, bands of tile rows", "Conv2d", {{"padding", int64_t{1}}},
+       {U({1, 64, 48, 47}), U({64, 64, 3, 3}), U({64})}, ConvRef},
+      {"conv2d Winograd, bands of tile rows, unpadded", "Conv2d", {}, {U({1, 64, 50, 49}), U({64, 64, 3, 3})},
+       ConvRef},
       // A fused array's: each replica a group, each group by Winograd.
       {"conv2d Winograd, two groups", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{2}}},
        {U({2, 256, 5, 6}), U({260, 128, 3, 3}), U({260})}, ConvRef},
@@ -403,6 +409,8 @@ TEST_CASE("conv results are the same bits on any thread count") {
        {U({5, 128, 16, 16}), U({128, 128, 3, 3}), U({128})}, ConvRef},
       {"Winograd, whole blocks per thread", "Conv2d", {{"padding", int64_t{1}}},
        {U({8, 64, 32, 32}), U({64, 64, 3, 3}), U({64})}, ConvRef},
+      {"Winograd, bands of tile rows per thread", "Conv2d", {{"padding", int64_t{1}}},
+       {U({2, 64, 48, 48}), U({64, 64, 3, 3}), U({64})}, ConvRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { CheckSameAcrossThreads(c); }
 }

@@ -105,12 +105,13 @@ std::unique_ptr<T[]> TransformWeights(int64_t o, int64_t c, const T* w, ThreadPo
 }
 
 // The input side of a block of `images` images: plane c of image i at
-// x + i * image_stride + c * h * w. Tile (ty, tx) of a plane reads rows
-// 2 ty - ph + [0, 4) and columns 2 tx - pw + [0, 4), zeros outside.
+// x + i * image_stride + c * plane_stride, h x w. Tile (ty, tx) of a plane
+// reads rows 2 ty - ph + [0, 4) and columns 2 tx - pw + [0, 4), zeros
+// outside.
 template <typename T>
 struct Planes {
   const T* x;
-  int64_t image_stride, c, h, w, ph, pw;
+  int64_t image_stride, plane_stride, c, h, w, ph, pw;
   int64_t tiles_y, tiles_x;
   int64_t tiles() const { return tiles_y * tiles_x; }
 };
@@ -132,7 +133,7 @@ void TransformInput(const Planes<T>& in, int64_t images, T* v, ThreadPool* pool)
     T* cols = row + span;     // [rows, 4, tiles_x]
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t ch = q % in.c, image = q / in.c;
-      const T* plane = in.x + image * in.image_stride + ch * in.h * in.w;
+      const T* plane = in.x + image * in.image_stride + ch * in.plane_stride;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t yy = r - in.ph;
         std::fill(row, row + span, T(0));
@@ -179,14 +180,15 @@ void TransformInput(const Planes<T>& in, int64_t images, T* v, ThreadPool* pool)
 }
 
 // y's block of images: plane k of image i at y + i * image_stride + k *
-// oh * ow (+ bias[k]) = A^T m A for each 2x2 block m of M [16, O, P];
+// plane_stride, oh x ow (+ bias[k]) = A^T m A for each 2x2 block m of M
+// [16, O, P];
 // A^T = [1 1 1 0; 0 1 -1 -1]. A row of tiles at a time: the row transform
 // (two rows r0, r1 of four values per tile), then the column transform
 // into the output rows' even and odd elements. Blocks past the plane's
 // edge are cut.
 template <typename T>
 void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int64_t tiles_x, const T* bias, T* y,
-                     int64_t image_stride, int64_t oh, int64_t ow, ThreadPool* pool) {
+                     int64_t image_stride, int64_t plane_stride, int64_t oh, int64_t ow, ThreadPool* pool) {
   const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p;
   ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
     std::vector<T> buffer(static_cast<size_t>((2 * kTile + kOut) * tiles_x));
@@ -195,7 +197,7 @@ void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t k = q % o, image = q / o;
       const T* in = m + k * p + image * tiles;
-      T* plane = y + image * image_stride + k * oh * ow;
+      T* plane = y + image * image_stride + k * plane_stride;
       const T b = bias ? bias[k] : T(0);
       for (int64_t ty = 0; ty < tiles_y; ++ty) {
         const T* at = in + ty * tiles_x;
@@ -230,14 +232,15 @@ void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int
 }
 
 // dM [16, O, P] = A dy A^T for each 2x2 block of each of the block's dy
-// planes (plane k of image i at dy + i * image_stride + k * oh * ow; rows
-// and columns past the plane read as zeros); A = [1 0; 1 1; 1 -1; 0 -1].
+// planes (plane k of image i at dy + i * image_stride + k * plane_stride,
+// oh x ow; rows and columns past the plane read as zeros); A = [1 0; 1 1;
+// 1 -1; 0 -1].
 // A row of tiles at a time: the two dy rows' even and odd elements (e, o)
 // give A Y's four rows (e0, o0), (e0 + e1, o0 + o1), (e0 - e1, o0 - o1),
 // (-e1, -o1), and each row (a, b) the four values a, a + b, a - b, -b.
 template <typename T>
-void TransformGradOutput(const T* dy, int64_t image_stride, int64_t o, int64_t oh, int64_t ow, int64_t images,
-                         int64_t tiles_y, int64_t tiles_x, T* dm, ThreadPool* pool) {
+void TransformGradOutput(const T* dy, int64_t image_stride, int64_t plane_stride, int64_t o, int64_t oh, int64_t ow,
+                         int64_t images, int64_t tiles_y, int64_t tiles_x, T* dm, ThreadPool* pool) {
   const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p;
   ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
     std::vector<T> buffer(static_cast<size_t>(kOut * tiles_x + 2 * kTile * tiles_x));
@@ -245,7 +248,7 @@ void TransformGradOutput(const T* dy, int64_t image_stride, int64_t o, int64_t o
     T* rows = line + kOut * tiles_x;       // [4 rows of A Y, a / b, tiles_x]
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t k = q % o, image = q / o;
-      const T* plane = dy + image * image_stride + k * oh * ow;
+      const T* plane = dy + image * image_stride + k * plane_stride;
       T* out = dm + k * p + image * tiles;
       for (int64_t ty = 0; ty < tiles_y; ++ty) {
         T* __restrict e0 = rows;  // A Y's rows, built in place: first the dy rows' elements
@@ -313,41 +316,93 @@ void TransformWeightGrad(const T* du, int64_t o, int64_t c, T* dw) {
   }
 }
 
+// How the N images of g split into blocks of about kBlockElems of V and M:
+// several whole images, or, where one image's tiles exceed it (a VGG's
+// 224x224 planes), one image's bands of tile rows. A function of the
+// geometry alone (the weight gradient's order of sums follows it).
+struct Blocking {
+  int64_t tiles_y = 0, tiles_x = 0;
+  int64_t images = 1;     // per block
+  int64_t band_rows = 0;  // tile rows per block
+  int64_t bands = 1;      // blocks per image (1: whole images)
+  int64_t blocks = 0;
+
+  Blocking(const ConvGeom& g, int64_t n) : tiles_y((g.oh + kOut - 1) / kOut), tiles_x((g.ow + kOut - 1) / kOut) {
+    const int64_t budget = std::max<int64_t>(1, kBlockElems / (kPositions * (g.c + g.o)));  // tiles per block
+    if (tiles_y * tiles_x <= budget) {
+      images = std::clamp<int64_t>(budget / (tiles_y * tiles_x), 1, n);
+      band_rows = tiles_y;
+      blocks = (n + images - 1) / images;
+    } else {
+      band_rows = std::max<int64_t>(1, budget / tiles_x);
+      bands = (tiles_y + band_rows - 1) / band_rows;
+      blocks = n * bands;
+    }
+  }
+  // The most tiles a block holds.
+  int64_t max_tiles() const { return images * band_rows * tiles_x; }
+};
+
+// Block b of Blocking l: its images [n0, n0 + images) and tile rows [ty0,
+// ty0 + rows); `in` as the band's planes (from its first input row, the
+// top padding only for the first band), and the first output row.
+template <typename T>
+struct Block {
+  int64_t n0, images, ty0, rows;
+  Planes<T> in;
+  int64_t out_row;  // 2 * ty0
+  int64_t tiles() const { return images * rows * in.tiles_x; }
+};
+
+template <typename T>
+Block<T> BlockOf(const Blocking& l, const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, int64_t b) {
+  Block<T> k;
+  if (l.bands == 1) {
+    k.n0 = b * l.images, k.images = std::min(l.images, n - k.n0), k.ty0 = 0, k.rows = l.tiles_y;
+  } else {
+    k.n0 = b / l.bands, k.images = 1, k.ty0 = b % l.bands * l.band_rows;
+    k.rows = std::min(l.band_rows, l.tiles_y - k.ty0);
+  }
+  k.out_row = kOut * k.ty0;
+  // The band's first input row: inside the plane past the first band (ph <= 2).
+  const int64_t first_row = k.ty0 == 0 ? 0 : k.out_row - g.ph;
+  k.in = Planes<T>{x + k.n0 * image_stride + first_row * g.w, image_stride, g.hw(), g.c, g.h - first_row, g.w,
+                   k.ty0 == 0 ? g.ph : 0, g.pw, k.rows, l.tiles_x};
+  return k;
+}
+
 // y [N, O, OH, OW] (+ bias [O]) = the convolution g (Applies(g)) of the
 // N images at x (image_stride apart) by w [O, C, 3, 3]; y's images
 // y_stride apart.
 template <typename T>
 void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, const T* w, const T* bias, T* y,
              int64_t y_stride, ThreadPool* pool) {
-  const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
   const std::unique_ptr<T[]> u = TransformWeights(g.o, g.c, w, pool);
-  const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
-  const int64_t blocks = (n + per_block - 1) / per_block;
+  const Blocking l(g, n);
   // A block's transforms and GEMMs on `inner` (null: this thread alone).
   auto run_block = [&](int64_t b, T* v, T* m, ThreadPool* inner) {
-    const int64_t n0 = b * per_block, images = std::min(per_block, n - n0), p = images * in.tiles();
-    Planes<T> block = in;
-    block.x = x + n0 * image_stride;
-    TransformInput(block, images, v, inner);
+    const Block<T> k = BlockOf(l, g, n, x, image_stride, b);
+    const int64_t p = k.tiles();
+    TransformInput(k.in, k.images, v, inner);
     BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v, p, g.c * p, T(0), m, p,
                    g.o * p, inner);
-    TransformOutput(m, g.o, images, in.tiles_y, in.tiles_x, bias, y + n0 * y_stride, y_stride, g.oh, g.ow, inner);
+    TransformOutput(m, g.o, k.images, k.rows, l.tiles_x, bias, y + k.n0 * y_stride + k.out_row * g.ow, y_stride,
+                    g.ohw(), g.oh - k.out_row, g.ow, inner);
   };
-  const int64_t v_elems = kPositions * g.c * per_block * in.tiles();
-  const int64_t m_elems = kPositions * g.o * per_block * in.tiles();
+  const int64_t v_elems = kPositions * g.c * l.max_tiles(), m_elems = kPositions * g.o * l.max_tiles();
   const int threads = pool ? pool->num_threads() : 1;
-  if (blocks >= 2 * threads && threads > 1) {
+  if (l.blocks >= 2 * threads && threads > 1) {
     // Enough blocks: each thread takes whole blocks, their data staying in
     // its own cache (the phases' hand-offs between threads cost the
     // 64-channel 32x32 stage its gain on two threads).
-    ParallelRange(pool, blocks, [&](int64_t b0, int64_t b1) {
+    ParallelRange(pool, l.blocks, [&](int64_t b0, int64_t b1) {
       const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
       for (int64_t b = b0; b < b1; ++b) run_block(b, v.get(), m.get(), nullptr);
     }, 1);
     return;
   }
   const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
-  for (int64_t b = 0; b < blocks; ++b) run_block(b, v.get(), m.get(), pool);
+  for (int64_t b = 0; b < l.blocks; ++b) run_block(b, v.get(), m.get(), pool);
 }
 
 // The weight gradient's partial sums dU, one per group of blocks, hold at
@@ -365,23 +420,20 @@ constexpr int64_t kMaxPartialElems = 1 << 20;
 template <typename T>
 void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, const T* dy, int64_t dy_stride,
                    T* dw, ThreadPool* pool) {
-  const Planes<T> in{x, image_stride, g.c, g.h, g.w, g.ph, g.pw, (g.oh + kOut - 1) / kOut, (g.ow + kOut - 1) / kOut};
-  const int64_t per_block = std::clamp<int64_t>(kBlockElems / (kPositions * (g.c + g.o) * in.tiles()), 1, n);
-  const int64_t blocks = (n + per_block - 1) / per_block, du_elems = kPositions * g.o * g.c;
-  const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, blocks);
-  const int64_t v_elems = kPositions * g.c * per_block * in.tiles();
-  const int64_t m_elems = kPositions * g.o * per_block * in.tiles();
+  const Blocking l(g, n);
+  const int64_t du_elems = kPositions * g.o * g.c;
+  const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, l.blocks);
+  const int64_t v_elems = kPositions * g.c * l.max_tiles(), m_elems = kPositions * g.o * l.max_tiles();
   const std::unique_ptr<T[]> du = Buffer<T>(groups * du_elems);
   // Group q: blocks [q * blocks / groups, (q + 1) * blocks / groups) into du_q.
   auto run_group = [&](int64_t q, T* v, T* dm, ThreadPool* inner) {
-    const int64_t b0 = q * blocks / groups, b1 = (q + 1) * blocks / groups;
+    const int64_t b0 = q * l.blocks / groups, b1 = (q + 1) * l.blocks / groups;
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * per_block, images = std::min(per_block, n - n0), p = images * in.tiles();
-      Planes<T> block = in;
-      block.x = x + n0 * image_stride;
-      TransformInput(block, images, v, inner);
-      TransformGradOutput(dy + n0 * dy_stride, dy_stride, g.o, g.oh, g.ow, images, in.tiles_y, in.tiles_x, dm,
-                          inner);
+      const Block<T> k = BlockOf(l, g, n, x, image_stride, b);
+      const int64_t p = k.tiles();
+      TransformInput(k.in, k.images, v, inner);
+      TransformGradOutput(dy + k.n0 * dy_stride + k.out_row * g.ow, dy_stride, g.ohw(), g.o, g.oh - k.out_row, g.ow,
+                          k.images, k.rows, l.tiles_x, dm, inner);
       BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm, p, g.o * p, v, p, g.c * p, b == b0 ? T(0) : T(1),
                      du.get() + q * du_elems, g.c, g.o * g.c, inner);
     }
