@@ -863,12 +863,6 @@ void InitPlanes(T* p, int64_t planes, int64_t size, const T* bias) {
   for (int64_t i = 0; i < planes; ++i) std::fill(p + i * size, p + (i + 1) * size, bias ? bias[i] : T(0));
 }
 
-// Uninitialised scratch (every use overwrites it before reading).
-template <typename T>
-std::unique_ptr<T[]> Scratch(int64_t n) {
-  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
-}
-
 // Rows of kLanes a Direct() task keeps per tap: the weight gradient's sums
 // of every output of the group.
 int64_t TapScratch(const ConvGeom& g, const PhasePlan& plan) {

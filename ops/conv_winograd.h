@@ -61,13 +61,6 @@ inline ConvGeom GroupOf(const ConvGeom& g) {
   return one;
 }
 
-// Uninitialized: every element is written before it is read (zeroing a
-// transform's megabytes each call cost more than the transform).
-template <typename T>
-std::unique_ptr<T[]> Buffer(int64_t n) {
-  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
-}
-
 // U [16, O, C] = G w G^T per (o, c), w [O, C, 3, 3]; G = [1 0 0; 1/2 1/2
 // 1/2; 1/2 -1/2 1/2; 0 0 1]. A run of filters at a time, each position's
 // values then stored as one contiguous run.
@@ -75,7 +68,7 @@ template <typename T>
 std::unique_ptr<T[]> TransformWeights(int64_t o, int64_t c, const T* w, ThreadPool* pool) {
   constexpr int64_t kRun = 64;
   const int64_t filters = o * c;
-  std::unique_ptr<T[]> u = Buffer<T>(kPositions * filters);
+  std::unique_ptr<T[]> u = Scratch<T>(kPositions * filters);
   const T half = T(0.5);
   ParallelRange(pool, (filters + kRun - 1) / kRun, [&](int64_t r0, int64_t r1) {
     T run[kPositions][kRun];
@@ -267,25 +260,24 @@ void TransformGradOutput(const T* dy, int64_t image_stride, int64_t plane_stride
           }
         }
         T* at = out + ty * tiles_x;
-        for (int i = 0; i < kTile; ++i) {
+        // Row i of A Y, (a(t), b(t)) per tile, as the four positions (i, 0..3).
+        auto emit = [&](int i, auto a, auto b) {
           T* __restrict d0 = at + (i * kTile + 0) * step;
           T* __restrict d1 = at + (i * kTile + 1) * step;
           T* __restrict d2 = at + (i * kTile + 2) * step;
           T* __restrict d3 = at + (i * kTile + 3) * step;
           for (int64_t t = 0; t < tiles_x; ++t) {
-            T a, b;
-            switch (i) {
-              case 0: a = e0[t], b = o0[t]; break;
-              case 1: a = e0[t] + e1[t], b = o0[t] + o1[t]; break;
-              case 2: a = e0[t] - e1[t], b = o0[t] - o1[t]; break;
-              default: a = -e1[t], b = -o1[t]; break;
-            }
-            d0[t] = a;
-            d1[t] = a + b;
-            d2[t] = a - b;
-            d3[t] = -b;
+            const T at_a = a(t), at_b = b(t);
+            d0[t] = at_a;
+            d1[t] = at_a + at_b;
+            d2[t] = at_a - at_b;
+            d3[t] = -at_b;
           }
-        }
+        };
+        emit(0, [&](int64_t t) { return e0[t]; }, [&](int64_t t) { return o0[t]; });
+        emit(1, [&](int64_t t) { return e0[t] + e1[t]; }, [&](int64_t t) { return o0[t] + o1[t]; });
+        emit(2, [&](int64_t t) { return e0[t] - e1[t]; }, [&](int64_t t) { return o0[t] - o1[t]; });
+        emit(3, [&](int64_t t) { return -e1[t]; }, [&](int64_t t) { return -o1[t]; });
       }
     }
   }, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, tiles)));
@@ -396,12 +388,12 @@ void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, con
     // its own cache (the phases' hand-offs between threads cost the
     // 64-channel 32x32 stage its gain on two threads).
     ParallelRange(pool, l.blocks, [&](int64_t b0, int64_t b1) {
-      const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
+      const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
       for (int64_t b = b0; b < b1; ++b) run_block(b, v.get(), m.get(), nullptr);
     }, 1);
     return;
   }
-  const std::unique_ptr<T[]> v = Buffer<T>(v_elems), m = Buffer<T>(m_elems);
+  const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
   for (int64_t b = 0; b < l.blocks; ++b) run_block(b, v.get(), m.get(), pool);
 }
 
@@ -424,7 +416,7 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
   const int64_t du_elems = kPositions * g.o * g.c;
   const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, l.blocks);
   const int64_t v_elems = kPositions * g.c * l.max_tiles(), m_elems = kPositions * g.o * l.max_tiles();
-  const std::unique_ptr<T[]> du = Buffer<T>(groups * du_elems);
+  const std::unique_ptr<T[]> du = Scratch<T>(groups * du_elems);
   // Group q: blocks [q * blocks / groups, (q + 1) * blocks / groups) into du_q.
   auto run_group = [&](int64_t q, T* v, T* dm, ThreadPool* inner) {
     const int64_t b0 = q * l.blocks / groups, b1 = (q + 1) * l.blocks / groups;
@@ -441,11 +433,11 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
   const int threads = pool ? pool->num_threads() : 1;
   if (groups >= 2 * threads && threads > 1) {  // each thread takes whole groups (as Conv3x3 takes blocks)
     ParallelRange(pool, groups, [&](int64_t q0, int64_t q1) {
-      const std::unique_ptr<T[]> v = Buffer<T>(v_elems), dm = Buffer<T>(m_elems);
+      const std::unique_ptr<T[]> v = Scratch<T>(v_elems), dm = Scratch<T>(m_elems);
       for (int64_t q = q0; q < q1; ++q) run_group(q, v.get(), dm.get(), nullptr);
     }, 1);
   } else {
-    const std::unique_ptr<T[]> v = Buffer<T>(v_elems), dm = Buffer<T>(m_elems);
+    const std::unique_ptr<T[]> v = Scratch<T>(v_elems), dm = Scratch<T>(m_elems);
     for (int64_t q = 0; q < groups; ++q) run_group(q, v.get(), dm.get(), pool);
   }
   T* total = du.get();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/shape.h"
@@ -17,6 +18,14 @@ namespace loom {
 // vectorises, and past 10 pairs (Adam's update has more) it keeps the loop
 // scalar. `ivdep` tells it no iteration depends on another.
 #define LOOM_ELEMENTWISE_LOOP _Pragma("GCC ivdep")
+
+// n elements of scratch, uninitialized (at least one, so the pointer is
+// never null): for buffers whose every element is written before it is
+// read, where zeroing megabytes each call would cost more than the work.
+template <typename T>
+std::unique_ptr<T[]> Scratch(int64_t n) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+}
 
 // Runs fn(begin, end) over [0, n) on the pool in chunks big enough to pay
 // for the hand-off (element-wise work of ~32k items per chunk).

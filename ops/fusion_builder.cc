@@ -20,6 +20,11 @@ int64_t Product(const std::vector<int64_t>& d, int begin, int end) {
   return p;
 }
 
+// Where an operand of single rank `own` holds the replica axis that a
+// broadcasting op of single rank `rank` puts at t (numpy's right alignment;
+// an operand without that many dims holds it first).
+int AxisInOperand(int t, int rank, int own) { return std::max(0, t - (rank - own)); }
+
 }  // namespace
 
 Shape FusionBuilder::SingleShape(const FusedValue& x) const {
@@ -102,19 +107,17 @@ StatusOr<FusedValue> FusionBuilder::AlignForBroadcast(const FusedValue& x, int r
   std::vector<int64_t> padded(rank - s.rank(), 1);
   padded.insert(padded.end(), s.dims().begin(), s.dims().end());
   if (!x.replicated()) return Reshape(x, WithUnitAxis(Shape(padded), t), ReplicaLayout::Shared(), name + "/align");
-  const int in_place = std::max(0, t - (rank - s.rank()));
+  const int in_place = AxisInOperand(t, rank, s.rank());
   LOOM_ASSIGN_OR_RETURN(FusedValue moved, MoveAxis(x, in_place, name));
   return Reshape(moved, WithReplicaAxis(Shape(padded), t), ReplicaLayout::Axis(t), name + "/align");
 }
 
 int FusionBuilder::BroadcastReplicaAxis(int rank) const {
-  // Input i's replica axis, or where it would go, in its own dims.
-  auto own_axis = [&](int i, int t) { return std::max(0, t - (rank - SingleShape(input(i)).rank())); };
   auto moves_to = [&](int t) {
     int moves = 0;
     for (int i = 0; i < num_inputs(); ++i) {
       const FusedValue& x = input(i);
-      const int to = own_axis(i, t);
+      const int to = AxisInOperand(t, rank, SingleShape(x).rank());
       if (x.replicated() && x.axis() != to && FindMoved(x.v, to) == nullptr) ++moves;
     }
     return moves;

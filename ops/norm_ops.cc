@@ -990,22 +990,22 @@ LOOM_REGISTER_KERNEL("LayerNormBackward", DeviceType::kCpu, [](KernelContext& ct
     ParallelRange(ctx.pool, l.replicas * l.d, [&](int64_t i0, int64_t i1) {
       std::vector<double> acc_gamma(i1 - i0, 0.0), acc_beta(i1 - i0, 0.0);
       for (int64_t i = i0; i < i1;) {
-        // Columns j0..j1 of replica p, then on to the next replica's.
-        const int64_t p = i / l.d, j0 = i % l.d, j1 = std::min(l.d, j0 + (i1 - i));
-        double* sum_gamma = acc_gamma.data() + (i - i0) - j0;
-        double* sum_beta = acc_beta.data() + (i - i0) - j0;
+        // Columns [j0, j0 + len) of replica p, then on to the next replica's.
+        const int64_t p = i / l.d, j0 = i % l.d, len = std::min(l.d - j0, i1 - i);
+        double* sum_gamma = acc_gamma.data() + (i - i0);
+        double* sum_beta = acc_beta.data() + (i - i0);
         for (int64_t o = 0; o < outer; ++o) {
           for (int64_t r = (o * l.replicas + p) * l.block, end = r + l.block; r < end; ++r) {
-            const T* dyr = dy + r * l.d;
-            const T* xr = x + r * l.d;
+            const T* dyr = dy + r * l.d + j0;
+            const T* xr = x + r * l.d + j0;
             const T mu = mean[r], rs = rstd[r];
-            for (int64_t j = j0; j < j1; ++j) {
+            for (int64_t j = 0; j < len; ++j) {
               sum_gamma[j] += dyr[j] * ((xr[j] - mu) * rs);
               sum_beta[j] += dyr[j];
             }
           }
         }
-        i += j1 - j0;
+        i += len;
       }
       for (int64_t i = i0; i < i1; ++i) {
         dgamma[i] = static_cast<T>(acc_gamma[i - i0]);

@@ -211,8 +211,7 @@ std::set<std::string> CheckFusedStructure(const Graph& model, bool image_classif
     if (n.op != "Transpose" || model_op(n.name) != "Add") continue;
     const Node& add = model.node(*model.FindNode(testing::ModelNodeOf(n.name, model)));
     if (model.type(add.inputs[0]).shape != model.type(add.inputs[1]).shape) continue;  // a broadcast
-    INFO("fusion moved the replica axis of an operand of residual add '" << add.name << "'");
-    CHECK(n.name == "");
+    FAIL_CHECK("fusion moved an operand of residual add '" << add.name << "': " << n.name);
   }
   std::set<std::string> per_replica;
   for (NodeId id : testing::PerReplicaNodes(*fused)) {
