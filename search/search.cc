@@ -124,16 +124,9 @@ struct ChainPlan {
 // passes; `after_each` (if any) runs after each.
 Status Advance(const ChainPlan& plan, Chain& c, int64_t until, Clock::time_point deadline,
                const std::function<void()>& after_each = nullptr) {
-  auto uniform = [&](size_t n) { return static_cast<size_t>(c.rng() % n); };
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   while (c.proposals < until && Clock::now() < deadline) {
-    const int layer = plan.movable[uniform(plan.movable.size())];
-    const size_t configs = plan.space.layers()[static_cast<size_t>(layer)].configs.size();
-    // Another configuration than the current one, uniformly.
-    int config = static_cast<int>(uniform(configs - 1));
-    if (config >= c.current[static_cast<size_t>(layer)]) ++config;
-    Choice next = c.current;
-    next[static_cast<size_t>(layer)] = config;
+    Choice next = Propose(plan.space, plan.movable, c.current, c.rng);
     LOOM_ASSIGN_OR_RETURN(const StrategyCost cost, c.evaluator->Evaluate(next));
     ++c.proposals;
     ++c.since_best;
@@ -282,6 +275,30 @@ StatusOr<SearchResult> RunChains(ThreadPool& pool, const SearchSpace& space,
 }
 
 }  // namespace
+
+Choice Propose(const SearchSpace& space, const std::vector<int>& movable, const Choice& current,
+               std::mt19937_64& rng) {
+  auto uniform = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<SearchSpace::Layer>& layers = space.layers();
+  const size_t at = uniform(movable.size());
+  const size_t layer = static_cast<size_t>(movable[at]);
+  // Another configuration than the current one, uniformly.
+  int config = static_cast<int>(uniform(layers[layer].configs.size() - 1));
+  if (config >= current[layer]) ++config;
+  Choice next = current;
+  next[layer] = config;
+  if (uniform(kProposalRunEvery) == 0) {  // a run: its split for the next movable layers that have it
+    const LayerSplit& split = layers[layer].configs[static_cast<size_t>(config)];
+    const size_t end = std::min(movable.size(), at + 2 + uniform(kProposalMaxRun - 1));
+    for (size_t k = at + 1; k < end; ++k) {
+      const size_t other = static_cast<size_t>(movable[k]);
+      const std::vector<LayerSplit>& configs = layers[other].configs;
+      for (size_t i = 0; i < configs.size(); ++i)
+        if (configs[i].SameForm(split) && configs[i].devices == split.devices) next[other] = static_cast<int>(i);
+    }
+  }
+  return next;
+}
 
 StatusOr<SearchResult> SearchStrategy(const Graph& forward, const Graph& step, const Machine& machine,
                                       const CostModel& cost, int64_t devices,

@@ -7,7 +7,8 @@
 // user's) only when it is predicted min_gain faster.
 //
 // A proposal gives one random layer a random other configuration of the
-// space; it is accepted with probability min(1, exp(-beta * (new - current)
+// space, and one in four also gives that split to a run of the layers
+// after it (Propose); it is accepted with probability min(1, exp(-beta * (new - current)
 // / current)) (the relative change: the same beta serves a 1 ms and a 1 s
 // step). After `restart_after` proposals that do not improve on the best
 // since the last restart the chain restarts: from the best, and every other
@@ -25,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +88,22 @@ struct SearchResult {
   int64_t remembered = 0;  // proposals whose choice was evaluated before (StrategyEvaluator::Evaluate)
   double seconds = 0;  // of the whole search (the peak memories after it)
 };
+
+// One proposal in kProposalRunEvery gives the chosen layer's new split to a
+// run of up to kProposalMaxRun movable layers from it on, in the space's
+// order (to those that have it: the same degrees, rule and devices). A
+// stack of like layers (an LSTM's, a ResNet stage's) then moves to another
+// split at once: one layer at a time, the chain passes through strategies
+// that move values between every changed layer and its neighbours, and
+// rejects them.
+constexpr size_t kProposalRunEvery = 4, kProposalMaxRun = 32;
+
+// A proposal of the chain from `current`: one random layer of `movable`
+// (layers of `space` with more than one configuration, in its order) given
+// a random other configuration, and, one time in kProposalRunEvery, a run
+// of the layers after it given the same split.
+Choice Propose(const SearchSpace& space, const std::vector<int>& movable, const Choice& current,
+               std::mt19937_64& rng);
 
 // Searches the strategies of `forward`'s layers on `devices` of `machine`
 // for `step` (its training step). `given`: strategies to start from besides

@@ -285,6 +285,57 @@ TEST_CASE("exhaustive: the search finds the optimum of an MLP on 4 devices") {
   CheckFindsOptimum(testing::ClassifierCase("mlp", {{"hidden", "none"}}, {512}), 4, 1500);
 }
 
+// A proposal changes one layer, or gives the new split of the layer it
+// chose to a run of the movable layers after it that have that split (the
+// same degrees, rule and devices).
+TEST_CASE("a proposal changes one layer, or gives its split to a run of the layers after it") {
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,16,16,16,16,16"}}, {64});
+  auto space = SearchSpace::Build(mlp.forward, 4);
+  REQUIRE(space.ok());
+  const std::vector<SearchSpace::Layer>& layers = space->layers();
+  std::vector<int> movable, position(layers.size(), -1);
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].configs.size() > 1) {
+      position[l] = static_cast<int>(movable.size());
+      movable.push_back(static_cast<int>(l));
+    }
+  REQUIRE(movable.size() >= 12);
+  std::mt19937_64 rng(3);
+  int singles = 0, runs = 0, longest = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const Choice current = i % 2 == 0 ? Choice(layers.size(), 0) : Propose(*space, movable, Choice(layers.size(), 0), rng);
+    const Choice next = Propose(*space, movable, current, rng);
+    std::vector<int> changed;  // positions in `movable`
+    for (size_t l = 0; l < layers.size(); ++l)
+      if (next[l] != current[l]) {
+        REQUIRE(position[l] >= 0);
+        changed.push_back(position[l]);
+      }
+    REQUIRE(!changed.empty());
+    const LayerSplit& split = layers[static_cast<size_t>(movable[changed[0]])].configs[next[movable[changed[0]]]];
+    for (int k : changed) {
+      const LayerSplit& s = layers[static_cast<size_t>(movable[k])].configs[next[movable[k]]];
+      CHECK(s.SameForm(split));
+      CHECK(s.devices == split.devices);
+      CHECK(k - changed[0] < static_cast<int>(kProposalMaxRun));
+    }
+    if (changed.size() == 1) {
+      ++singles;
+      continue;
+    }
+    ++runs;
+    longest = std::max(longest, changed.back() - changed[0] + 1);
+    // A sample split, which every layer of the MLP has, reaches each layer
+    // of the run that did not hold it already.
+    if (split.degree[0] == split.parts() && i % 2 == 0)
+      for (int k = changed[0]; k <= changed.back(); ++k) CHECK(std::find(changed.begin(), changed.end(), k) != changed.end());
+  }
+  INFO(singles << " single changes, " << runs << " runs, the longest over " << longest << " layers");
+  CHECK(runs > 4000 / 10);
+  CHECK(singles > runs);
+  CHECK(longest >= 8);
+}
+
 TEST_CASE("the search never returns worse than its best start, and repeats itself with a seed") {
   const testing::StepCase cnn = testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}}, {1, 8, 8});
   const Machine machine = TestMachine(2);
