@@ -109,6 +109,14 @@ struct Planes {
   int64_t tiles() const { return tiles_y * tiles_x; }
 };
 
+// The elements between two tile positions of V [16, C, P] (n = C * P), M
+// and dM [16, O, P] (n = O * P): n rounded up to 16 and 16 more. The
+// transforms write (and read) all 16 positions of a row of tiles at once;
+// at n * 4 bytes a multiple of 4 KiB (each of ResNet-18's stages: 128 KiB)
+// those 16 rows would share one set of the L1 cache, which holds 8.
+// Shifted 64 bytes a position, they take 16 sets.
+inline int64_t PositionStride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
+
 // The transforms' loops over a row of tiles are functions whose pointers
 // are restrict parameters: GCC ignores restrict on pointers a loop body
 // declares, and left those loops scalar, loading every operand again after
@@ -209,7 +217,7 @@ void TransformInput(const Planes<T>& in, int64_t images, T* v, ThreadPool* pool)
         InputRows<2>(tx_p, row, row + 1, row + 2, row + 3, c0, c0 + tx_p, c0 + 2 * tx_p, c0 + 3 * tx_p);
       }
       T* out = v + ch * p + image * tiles;
-      const int64_t step = in.c * p;  // between positions
+      const int64_t step = PositionStride(in.c * p);
       for (int64_t ty = 0; ty < in.tiles_y; ++ty) {
         const T* a = cols + (kOut * ty) * kTile * tx_p;
         const T* b = a + kTile * tx_p;
@@ -234,7 +242,8 @@ void TransformInput(const Planes<T>& in, int64_t images, T* v, ThreadPool* pool)
 template <typename T>
 void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int64_t tiles_x, const T* bias, T* y,
                      int64_t image_stride, int64_t plane_stride, int64_t oh, int64_t ow, ThreadPool* pool) {
-  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p, tx_p = VectorsOf<T>(tiles_x);
+  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = PositionStride(o * p);
+  const int64_t tx_p = VectorsOf<T>(tiles_x);
   ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
     std::vector<T> buffer(static_cast<size_t>((2 * kTile + kOut) * tx_p));
     T* r = buffer.data();              // [2, 4, tx_p]
@@ -271,7 +280,8 @@ void TransformOutput(const T* m, int64_t o, int64_t images, int64_t tiles_y, int
 template <typename T>
 void TransformGradOutput(const T* dy, int64_t image_stride, int64_t plane_stride, int64_t o, int64_t oh, int64_t ow,
                          int64_t images, int64_t tiles_y, int64_t tiles_x, T* dm, ThreadPool* pool) {
-  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = o * p, tx_p = VectorsOf<T>(tiles_x);
+  const int64_t tiles = tiles_y * tiles_x, p = images * tiles, step = PositionStride(o * p);
+  const int64_t tx_p = VectorsOf<T>(tiles_x);
   ParallelRange(pool, o * images, [&](int64_t q0, int64_t q1) {
     std::vector<T> buffer(static_cast<size_t>(3 * kOut * tx_p));
     T* line = buffer.data();        // one dy row, zero-padded to 2 * tx_p
@@ -399,12 +409,13 @@ void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, con
     const Block<T> k = BlockOf(l, g, n, x, image_stride, b);
     const int64_t p = k.tiles();
     TransformInput(k.in, k.images, v, inner);
-    BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v, p, g.c * p, T(0), m, p,
-                   g.o * p, inner);
+    BatchedGemm<T>(false, false, kPositions, g.o, p, g.c, T(1), u.get(), g.c, g.o * g.c, v, p,
+                   PositionStride(g.c * p), T(0), m, p, PositionStride(g.o * p), inner);
     TransformOutput(m, g.o, k.images, k.rows, l.tiles_x, bias, y + k.n0 * y_stride + k.out_row * g.ow, y_stride,
                     g.ohw(), g.oh - k.out_row, g.ow, inner);
   };
-  const int64_t v_elems = kPositions * g.c * l.max_tiles(), m_elems = kPositions * g.o * l.max_tiles();
+  const int64_t v_elems = kPositions * PositionStride(g.c * l.max_tiles());
+  const int64_t m_elems = kPositions * PositionStride(g.o * l.max_tiles());
   const int threads = pool ? pool->num_threads() : 1;
   if (l.blocks >= 2 * threads && threads > 1) {
     // Enough blocks: each thread takes whole blocks, their data staying in
@@ -438,7 +449,8 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
   const Blocking l(g, n);
   const int64_t du_elems = kPositions * g.o * g.c;
   const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, l.blocks);
-  const int64_t v_elems = kPositions * g.c * l.max_tiles(), m_elems = kPositions * g.o * l.max_tiles();
+  const int64_t v_elems = kPositions * PositionStride(g.c * l.max_tiles());
+  const int64_t m_elems = kPositions * PositionStride(g.o * l.max_tiles());
   const std::unique_ptr<T[]> du = Scratch<T>(groups * du_elems);
   // Group q: blocks [q * blocks / groups, (q + 1) * blocks / groups) into du_q.
   auto run_group = [&](int64_t q, T* v, T* dm, ThreadPool* inner) {
@@ -449,8 +461,8 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
       TransformInput(k.in, k.images, v, inner);
       TransformGradOutput(dy + k.n0 * dy_stride + k.out_row * g.ow, dy_stride, g.ohw(), g.o, g.oh - k.out_row, g.ow,
                           k.images, k.rows, l.tiles_x, dm, inner);
-      BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm, p, g.o * p, v, p, g.c * p, b == b0 ? T(0) : T(1),
-                     du.get() + q * du_elems, g.c, g.o * g.c, inner);
+      BatchedGemm<T>(false, true, kPositions, g.o, g.c, p, T(1), dm, p, PositionStride(g.o * p), v, p,
+                     PositionStride(g.c * p), b == b0 ? T(0) : T(1), du.get() + q * du_elems, g.c, g.o * g.c, inner);
     }
   };
   const int threads = pool ? pool->num_threads() : 1;
