@@ -6,7 +6,9 @@
 //   V[xi] [C, P] = (B^T d B)[xi]         each tile d of each input plane
 //   M[xi] [O, P] = U[xi] V[xi]           16 GEMMs, one per tile position xi
 //   y             = A^T M A              each 2x2 block of each output plane
-// P is the block's tiles (images x tiles per plane). The weight gradient is
+// P is the block's tiles (images x tiles per plane); V's and M's positions
+// lie PositionStride(C * P) and PositionStride(O * P) apart, the GEMMs'
+// batch strides. The weight gradient is
 // the same map transposed: dM = A dy A^T per 2x2 block of dy, dU[xi] [O, C]
 // = sum over the blocks of dM[xi] V[xi]^T, dw = G^T dU G.
 // The GEMMs do 4/9 of the direct product's multiply-adds; the transforms
@@ -368,6 +370,8 @@ struct Blocking {
   }
   // The most tiles a block holds.
   int64_t max_tiles() const { return images * band_rows * tiles_x; }
+  // The elements of a block's V (channels C) or M and dM (channels O).
+  int64_t ScratchElems(int64_t channels) const { return kPositions * PositionStride(channels * max_tiles()); }
 };
 
 // Block b of Blocking l: its images [n0, n0 + images) and tile rows [ty0,
@@ -398,6 +402,26 @@ Block<T> BlockOf(const Blocking& l, const ConvGeom& g, int64_t n, const T* x, in
   return k;
 }
 
+// fn(i, v, m, inner) for each unit i in [0, units) (a block, or a group of
+// blocks), with scratch v and m of v_elems and m_elems. Where there are at
+// least two units a thread, each thread takes whole units (inner null),
+// their data staying in its own cache: the phases' hand-offs between
+// threads cost the 64-channel 32x32 stage its gain on two threads. Else the
+// units run in order, the threads sharing each one's phases (inner: pool).
+template <typename T, typename Fn>
+void ForEachUnit(ThreadPool* pool, int64_t units, int64_t v_elems, int64_t m_elems, const Fn& fn) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (units >= 2 * threads && threads > 1) {
+    ParallelRange(pool, units, [&](int64_t i0, int64_t i1) {
+      const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
+      for (int64_t i = i0; i < i1; ++i) fn(i, v.get(), m.get(), nullptr);
+    }, 1);
+    return;
+  }
+  const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
+  for (int64_t i = 0; i < units; ++i) fn(i, v.get(), m.get(), pool);
+}
+
 // y [N, O, OH, OW] (+ bias [O]) = the convolution g (Applies(g)) of the
 // N images at x (image_stride apart) by w [O, C, 3, 3]; y's images
 // y_stride apart.
@@ -416,21 +440,7 @@ void Conv3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_stride, con
     TransformOutput(m, g.o, k.images, k.rows, l.tiles_x, bias, y + k.n0 * y_stride + k.out_row * g.ow, y_stride,
                     g.ohw(), g.oh - k.out_row, g.ow, inner);
   };
-  const int64_t v_elems = kPositions * PositionStride(g.c * l.max_tiles());
-  const int64_t m_elems = kPositions * PositionStride(g.o * l.max_tiles());
-  const int threads = pool ? pool->num_threads() : 1;
-  if (l.blocks >= 2 * threads && threads > 1) {
-    // Enough blocks: each thread takes whole blocks, their data staying in
-    // its own cache (the phases' hand-offs between threads cost the
-    // 64-channel 32x32 stage its gain on two threads).
-    ParallelRange(pool, l.blocks, [&](int64_t b0, int64_t b1) {
-      const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
-      for (int64_t b = b0; b < b1; ++b) run_block(b, v.get(), m.get(), nullptr);
-    }, 1);
-    return;
-  }
-  const std::unique_ptr<T[]> v = Scratch<T>(v_elems), m = Scratch<T>(m_elems);
-  for (int64_t b = 0; b < l.blocks; ++b) run_block(b, v.get(), m.get(), pool);
+  ForEachUnit<T>(pool, l.blocks, l.ScratchElems(g.c), l.ScratchElems(g.o), run_block);
 }
 
 // The weight gradient's partial sums dU, one per group of blocks, hold at
@@ -451,8 +461,6 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
   const Blocking l(g, n);
   const int64_t du_elems = kPositions * g.o * g.c;
   const int64_t groups = std::clamp<int64_t>(kMaxPartialElems / du_elems, 1, l.blocks);
-  const int64_t v_elems = kPositions * PositionStride(g.c * l.max_tiles());
-  const int64_t m_elems = kPositions * PositionStride(g.o * l.max_tiles());
   const std::unique_ptr<T[]> du = Scratch<T>(groups * du_elems);
   // Group q: blocks [q * blocks / groups, (q + 1) * blocks / groups) into du_q.
   auto run_group = [&](int64_t q, T* v, T* dm, ThreadPool* inner) {
@@ -467,16 +475,7 @@ void WeightGrad3x3(const ConvGeom& g, int64_t n, const T* x, int64_t image_strid
                      PositionStride(g.c * p), b == b0 ? T(0) : T(1), du.get() + q * du_elems, g.c, g.o * g.c, inner);
     }
   };
-  const int threads = pool ? pool->num_threads() : 1;
-  if (groups >= 2 * threads && threads > 1) {  // each thread takes whole groups (as Conv3x3 takes blocks)
-    ParallelRange(pool, groups, [&](int64_t q0, int64_t q1) {
-      const std::unique_ptr<T[]> v = Scratch<T>(v_elems), dm = Scratch<T>(m_elems);
-      for (int64_t q = q0; q < q1; ++q) run_group(q, v.get(), dm.get(), nullptr);
-    }, 1);
-  } else {
-    const std::unique_ptr<T[]> v = Scratch<T>(v_elems), dm = Scratch<T>(m_elems);
-    for (int64_t q = 0; q < groups; ++q) run_group(q, v.get(), dm.get(), pool);
-  }
+  ForEachUnit<T>(pool, groups, l.ScratchElems(g.c), l.ScratchElems(g.o), run_group);
   T* total = du.get();
   if (groups > 1) {
     ParallelRange(pool, du_elems, [&](int64_t i0, int64_t i1) {
