@@ -207,6 +207,19 @@ void OpRegistry::RegisterKernel(const std::string& op, DeviceType device, Kernel
   kernels_[key] = std::move(fn);
 }
 
+KernelFn KernelOfGroup(GroupKernelFn group) {
+  return [group = std::move(group)](KernelContext& ctx) {
+    std::vector<KernelContext> one = {ctx};
+    return group(one);
+  };
+}
+
+void OpRegistry::RegisterGroupKernel(const std::string& op, DeviceType device, GroupKernelFn fn) {
+  auto key = std::make_pair(op, device);
+  LOOM_CHECK(!group_kernels_.count(key), "group kernel for ", op, " registered twice");
+  group_kernels_[key] = std::move(fn);
+}
+
 void OpRegistry::RegisterKernelSupport(const std::string& op, DeviceType device, KernelSupportFn fn) {
   auto key = std::make_pair(op, device);
   LOOM_CHECK(!support_.count(key), "kernel support of ", op, " registered twice");
@@ -315,6 +328,11 @@ StatusOr<const OpDef*> OpRegistry::GetOp(const std::string& name) const {
 const KernelFn* OpRegistry::FindKernel(const std::string& op, DeviceType device) const {
   auto it = kernels_.find(std::make_pair(op, device));
   return it == kernels_.end() ? nullptr : &it->second;
+}
+
+const GroupKernelFn* OpRegistry::FindGroupKernel(const std::string& op, DeviceType device) const {
+  auto it = group_kernels_.find(std::make_pair(op, device));
+  return it == group_kernels_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> OpRegistry::OpNames() const {

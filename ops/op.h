@@ -315,6 +315,14 @@ struct KernelContext {
 
 using KernelFn = std::function<Status(KernelContext&)>;
 
+// A kernel that runs several nodes of one op in one pass (one launch on a
+// GPU): the optimizer updates of a model's parameters. The executor hands it
+// a run of consecutive nodes with equal attributes and input and output
+// dtypes, where no node reads what another writes (runtime/executor.h).
+using GroupKernelFn = std::function<Status(std::vector<KernelContext>& group)>;
+// The kernel of one node, from a group kernel: a group of one.
+KernelFn KernelOfGroup(GroupKernelFn group);
+
 // Whether a kernel handles a node with these input and output types: Ok, or
 // the reason it does not ("dtype bf16; the kernel covers f32, f64").
 using KernelSupportFn =
@@ -342,6 +350,9 @@ class OpRegistry {
   const OpDef* FindOp(const std::string& name) const;
   StatusOr<const OpDef*> GetOp(const std::string& name) const;  // error lists close names
   const KernelFn* FindKernel(const std::string& op, DeviceType device) const;
+  // A group kernel of (op, device), alongside its kernel; null if none.
+  void RegisterGroupKernel(const std::string& op, DeviceType device, GroupKernelFn fn);
+  const GroupKernelFn* FindGroupKernel(const std::string& op, DeviceType device) const;
   // Whether `device` has a kernel for the op at all (any dtype).
   bool SupportsOp(const std::string& op, DeviceType device) const { return FindKernel(op, device) != nullptr; }
   // Restricts the kernel of (op, device) to the nodes `fn` accepts; kernels
@@ -356,6 +367,7 @@ class OpRegistry {
  private:
   std::map<std::string, std::unique_ptr<OpDef>> ops_;
   std::map<std::pair<std::string, DeviceType>, KernelFn> kernels_;
+  std::map<std::pair<std::string, DeviceType>, GroupKernelFn> group_kernels_;
   std::map<std::pair<std::string, DeviceType>, KernelSupportFn> support_;
 };
 
@@ -366,6 +378,11 @@ struct OpRegistration {
 struct KernelRegistration {
   KernelRegistration(const std::string& op, DeviceType device, KernelFn fn) {
     OpRegistry::Global().RegisterKernel(op, device, std::move(fn));
+  }
+};
+struct GroupKernelRegistration {
+  GroupKernelRegistration(const std::string& op, DeviceType device, GroupKernelFn fn) {
+    OpRegistry::Global().RegisterGroupKernel(op, device, std::move(fn));
   }
 };
 struct KernelSupportRegistration {
@@ -379,6 +396,8 @@ struct KernelSupportRegistration {
   static ::loom::OpRegistration LOOM_OP_REG_NAME(__LINE__)(std::make_unique<OpClass>(__VA_ARGS__))
 #define LOOM_REGISTER_KERNEL(op_name, device_type, ...) \
   static ::loom::KernelRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)
+#define LOOM_REGISTER_GROUP_KERNEL(op_name, device_type, ...) \
+  static ::loom::GroupKernelRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)
 // LOOM_REGISTER_KERNEL_SUPPORT("Transpose", DeviceType::kCpu, AnyDTypeSupport());
 #define LOOM_REGISTER_KERNEL_SUPPORT(op_name, device_type, ...) \
   static ::loom::KernelSupportRegistration LOOM_OP_REG_NAME(__LINE__)(op_name, device_type, __VA_ARGS__)

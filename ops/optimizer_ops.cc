@@ -239,54 +239,90 @@ void CopyChunk(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
 
-// Runs update(chunk, r) on the whole tensors when unfused (r = 0), or once
-// per active replica r on its chunk; a frozen replica (active[r] == 0), or
-// an unfused op whose scalar active is 0, gets a bit-exact copy of its param
-// and slot chunks.
-template <typename T, typename Update>
-void ForEachReplica(KernelContext& ctx, Update&& update) {
+// One piece of an update kernel's work: a node's whole tensors (unfused) or
+// one replica's chunk of them, with the node and replica it belongs to. A
+// frozen piece (active[r] == 0, or an unfused op's scalar active == 0) gets a
+// bit-exact copy of its param and slots.
+template <typename T>
+struct UpdatePiece {
+  UpdateChunk<T> chunk;
+  const KernelContext* ctx = nullptr;
+  int64_t r = 0;
+  bool frozen = false;
+};
+
+template <typename T>
+void AppendPieces(const KernelContext& ctx, std::vector<UpdatePiece<T>>* pieces) {
   const size_t slots = ctx.outputs.size() - 1;
-  UpdateChunk<T> all;
-  all.n = ctx.in(0).numel();
-  all.p = ctx.in(0).data<T>();
-  all.g = ctx.in(1).data<T>();
-  all.new_p = ctx.out(0).data<T>();
-  for (size_t k = 0; k < slots; ++k) {
-    all.slot.push_back(ctx.in(static_cast<int>(2 + k)).data<T>());
-    all.new_slot.push_back(ctx.out(static_cast<int>(1 + k)).data<T>());
-  }
   const T* lr = ctx.in(static_cast<int>(2 + slots)).data<T>();
-  all.step = static_cast<double>(ctx.in(static_cast<int>(3 + slots)).data<T>()[0]);
-  const int64_t replicas = Replicas(*ctx.attrs);
+  const double step = static_cast<double>(ctx.in(static_cast<int>(3 + slots)).data<T>()[0]);
   const T* active = ctx.inputs.size() > 4 + slots ? ctx.in(static_cast<int>(4 + slots)).data<T>() : nullptr;
-  if (replicas == 0 && active == nullptr) {
-    all.lr = lr[0];
-    update(all, int64_t{0});
-    return;
-  }
-  const int64_t chunks = std::max<int64_t>(replicas, 1);
-  const int64_t n = all.n / chunks;
+  const int64_t chunks = ReplicaCount(*ctx.attrs);
+  const int64_t n = ctx.in(0).numel() / chunks;
   for (int64_t r = 0; r < chunks; ++r) {
     const int64_t at = r * n;
-    UpdateChunk<T> c;
+    UpdatePiece<T> piece;
+    UpdateChunk<T>& c = piece.chunk;
     c.n = n;
-    c.p = all.p + at;
-    c.g = all.g + at;
-    c.new_p = all.new_p + at;
+    c.p = ctx.in(0).data<T>() + at;
+    c.g = ctx.in(1).data<T>() + at;
+    c.new_p = ctx.out(0).data<T>() + at;
     for (size_t k = 0; k < slots; ++k) {
-      c.slot.push_back(all.slot[k] + at);
-      c.new_slot.push_back(all.new_slot[k] + at);
+      c.slot.push_back(ctx.in(static_cast<int>(2 + k)).data<T>() + at);
+      c.new_slot.push_back(ctx.out(static_cast<int>(1 + k)).data<T>() + at);
     }
     c.lr = lr[r];
-    c.step = all.step;
-    if (active[r] != T(0)) {
-      update(c, r);
-    } else {
-      const size_t bytes = static_cast<size_t>(n) * sizeof(T);
-      CopyChunk(c.new_p, c.p, bytes);
-      for (size_t k = 0; k < slots; ++k) CopyChunk(c.new_slot[k], c.slot[k], bytes);
-    }
+    c.step = step;
+    piece.ctx = &ctx;
+    piece.r = r;
+    piece.frozen = active != nullptr && !(active[r] != T(0));  // a NaN flag updates, as `active[r] != 0`
+    pieces->push_back(std::move(piece));
   }
+}
+
+// Elements [lo, hi) of a chunk.
+template <typename T>
+UpdateChunk<T> SliceChunk(const UpdateChunk<T>& c, int64_t lo, int64_t hi) {
+  UpdateChunk<T> part = c;
+  part.n = hi - lo;
+  part.p += lo;
+  part.g += lo;
+  part.new_p += lo;
+  for (size_t k = 0; k < c.slot.size(); ++k) {
+    part.slot[k] += lo;
+    part.new_slot[k] += lo;
+  }
+  return part;
+}
+
+// Runs update(chunk, ctx, r) over every piece of every node of the group,
+// with the pieces laid end to end and split across the pool by one
+// ParallelRange: a model's many small updates, each below ParallelRange's
+// threshold on its own, share the threads in one hand-off instead of running
+// one after another on the calling thread. update runs its slice inline (no
+// pool). Every rule is element-wise, so the results do not depend on where
+// the splits fall (nor on the thread count).
+template <typename T, typename Update>
+void ForEachPiece(std::vector<KernelContext>& group, Update&& update) {
+  std::vector<UpdatePiece<T>> pieces;
+  for (const KernelContext& ctx : group) AppendPieces(ctx, &pieces);
+  std::vector<int64_t> begin(pieces.size() + 1, 0);
+  for (size_t k = 0; k < pieces.size(); ++k) begin[k + 1] = begin[k] + pieces[k].chunk.n;
+  ParallelRange(group[0].pool, begin.back(), [&](int64_t s, int64_t e) {
+    size_t k = static_cast<size_t>(std::upper_bound(begin.begin(), begin.end(), s) - begin.begin()) - 1;
+    for (; k < pieces.size() && begin[k] < e; ++k) {
+      const int64_t lo = std::max(s, begin[k]) - begin[k], hi = std::min(e, begin[k + 1]) - begin[k];
+      if (hi <= lo) continue;
+      const UpdateChunk<T> part = SliceChunk(pieces[k].chunk, lo, hi);
+      if (!pieces[k].frozen) {
+        update(part, *pieces[k].ctx, pieces[k].r);
+        continue;
+      }
+      const size_t bytes = static_cast<size_t>(part.n) * sizeof(T);
+      CopyChunk(part.new_p, part.p, bytes);
+      for (size_t j = 0; j < part.slot.size(); ++j) CopyChunk(part.new_slot[j], part.slot[j], bytes);
+    }
+  });
 }
 
 // ---- SGD ----
@@ -339,7 +375,7 @@ LOOM_REGISTER_OP(SgdUpdateOp);
 
 // One piece of an SGD update; the momentum buffer is slot 0 when has_buf.
 template <typename T>
-void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf, ThreadPool* pool) {
+void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf) {
   const T momentum = static_cast<T>(a.momentum), dampening = static_cast<T>(a.dampening);
   const T wd = static_cast<T>(a.weight_decay), lr = u.lr;
   const bool first_step = u.step <= 1, nesterov = a.nesterov;
@@ -349,7 +385,7 @@ void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf, ThreadPo
   const T* buf = has_buf ? u.slot[0] : nullptr;
   T* new_buf = has_buf ? u.new_slot[0] : nullptr;
   Branch(has_buf, [&](auto with_buf) {
-    ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
+    const auto loop = [=](int64_t s, int64_t e) {
       LOOM_ELEMENTWISE_LOOP
       for (int64_t i = s; i < e; ++i) {
         const T d = g[i] + wd * p[i];
@@ -361,23 +397,26 @@ void SgdChunk(const UpdateChunk<T>& u, const SgdAttrs& a, bool has_buf, ThreadPo
           new_p[i] = p[i] - lr * d;
         }
       }
-    });
+    };
+    loop(0, u.n);
   });
 }
 
-LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
-  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+Status SgdGroup(std::vector<KernelContext>& group) {
+  return DispatchFloat(group[0].in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ForEachReplica<T>(ctx, [&](const UpdateChunk<T>& u, int64_t r) {
+    ForEachPiece<T>(group, [&](const UpdateChunk<T>& u, const KernelContext& ctx, int64_t r) {
       const SgdAttrs a(*ctx.attrs, r);
       // A fused replica without momentum is plain SGD; its buffer chunk stays.
       const bool has_buf = Replicas(*ctx.attrs) == 0 ? !u.slot.empty() : a.momentum != 0;
       if (!has_buf && !u.slot.empty())
         CopyChunk(u.new_slot[0], u.slot[0], static_cast<size_t>(u.n) * sizeof(T));
-      SgdChunk(u, a, has_buf, ctx.pool);
+      SgdChunk(u, a, has_buf);
     });
   });
-});
+}
+LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCpu, KernelOfGroup(SgdGroup));
+LOOM_REGISTER_GROUP_KERNEL("SgdUpdate", DeviceType::kCpu, SgdGroup);
 
 // ---- Adam, AdamW ----
 
@@ -424,7 +463,7 @@ class AdamUpdateOp : public UpdateOpDef {
 LOOM_REGISTER_OP(AdamUpdateOp);
 
 template <typename T>
-void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a, ThreadPool* pool) {
+void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a) {
   const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay), lr = u.lr;
   // Bias corrections in double: beta^step underflows gracefully there.
   const T bc1 = static_cast<T>(1.0 - std::pow(a.beta1, u.step));
@@ -436,7 +475,7 @@ void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a, ThreadPool* pool) {
   const T *m = u.slot[0], *v = u.slot[1], *v_max = a.amsgrad ? u.slot[2] : nullptr;
   T *new_m = u.new_slot[0], *new_v = u.new_slot[1], *new_v_max = a.amsgrad ? u.new_slot[2] : nullptr;
   auto update = [&](auto decoupled, auto amsgrad) {
-    ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
+    const auto loop = [=](int64_t s, int64_t e) {
       LOOM_ELEMENTWISE_LOOP
       for (int64_t i = s; i < e; ++i) {
         T pi = p[i];
@@ -451,19 +490,23 @@ void AdamChunk(const UpdateChunk<T>& u, const AdamAttrs& a, ThreadPool* pool) {
         if constexpr (amsgrad) v_used = new_v_max[i] = std::max(v_max[i], vi);
         new_p[i] = pi - (lr / bc1) * mi / (std::sqrt(v_used) / sqrt_bc2 + eps);
       }
-    });
+    };
+    loop(0, u.n);
   };
   Branch(a.decoupled,
          [&](auto decoupled) { Branch(a.amsgrad, [&](auto amsgrad) { update(decoupled, amsgrad); }); });
 }
 
-LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
-  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+Status AdamGroup(std::vector<KernelContext>& group) {
+  return DispatchFloat(group[0].in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ForEachReplica<T>(ctx,
-                      [&](const UpdateChunk<T>& u, int64_t r) { AdamChunk(u, AdamAttrs(*ctx.attrs, r), ctx.pool); });
+    ForEachPiece<T>(group, [&](const UpdateChunk<T>& u, const KernelContext& ctx, int64_t r) {
+      AdamChunk(u, AdamAttrs(*ctx.attrs, r));
+    });
   });
-});
+}
+LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, KernelOfGroup(AdamGroup));
+LOOM_REGISTER_GROUP_KERNEL("AdamUpdate", DeviceType::kCpu, AdamGroup);
 
 // ---- Adadelta ----
 
@@ -498,14 +541,14 @@ class AdadeltaUpdateOp : public UpdateOpDef {
 LOOM_REGISTER_OP(AdadeltaUpdateOp);
 
 template <typename T>
-void AdadeltaChunk(const UpdateChunk<T>& u, const AdadeltaAttrs& a, ThreadPool* pool) {
+void AdadeltaChunk(const UpdateChunk<T>& u, const AdadeltaAttrs& a) {
   const T rho = static_cast<T>(a.rho), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay), lr = u.lr;
   const T* p = u.p;
   const T* g = u.g;
   T* new_p = u.new_p;
   const T *square_avg = u.slot[0], *acc_delta = u.slot[1];
   T *new_square_avg = u.new_slot[0], *new_acc_delta = u.new_slot[1];
-  ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
+  const auto loop = [=](int64_t s, int64_t e) {
     LOOM_ELEMENTWISE_LOOP
     for (int64_t i = s; i < e; ++i) {
       const T gi = g[i] + wd * p[i];
@@ -515,16 +558,20 @@ void AdadeltaChunk(const UpdateChunk<T>& u, const AdadeltaAttrs& a, ThreadPool* 
       new_acc_delta[i] = rho * acc_delta[i] + (T(1) - rho) * delta * delta;
       new_p[i] = p[i] - lr * delta;
     }
-  });
+  };
+  loop(0, u.n);
 }
 
-LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
-  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+Status AdadeltaGroup(std::vector<KernelContext>& group) {
+  return DispatchFloat(group[0].in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ForEachReplica<T>(
-        ctx, [&](const UpdateChunk<T>& u, int64_t r) { AdadeltaChunk(u, AdadeltaAttrs(*ctx.attrs, r), ctx.pool); });
+    ForEachPiece<T>(group, [&](const UpdateChunk<T>& u, const KernelContext& ctx, int64_t r) {
+      AdadeltaChunk(u, AdadeltaAttrs(*ctx.attrs, r));
+    });
   });
-});
+}
+LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCpu, KernelOfGroup(AdadeltaGroup));
+LOOM_REGISTER_GROUP_KERNEL("AdadeltaUpdate", DeviceType::kCpu, AdadeltaGroup);
 
 // ---- RMSprop ----
 
@@ -582,8 +629,7 @@ LOOM_REGISTER_OP(RmspropUpdateOp);
 // slot buf_slot (when has_buf), the gradient average slot avg_slot (when
 // centered).
 template <typename T>
-void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, size_t buf_slot, size_t avg_slot,
-                  ThreadPool* pool) {
+void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, size_t buf_slot, size_t avg_slot) {
   const T alpha = static_cast<T>(a.alpha), eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
   const T momentum = static_cast<T>(a.momentum), lr = u.lr;
   const T* p = u.p;
@@ -596,7 +642,7 @@ void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, 
   const T* buf = has_buf ? u.slot[buf_slot] : nullptr;
   T* new_buf = has_buf ? u.new_slot[buf_slot] : nullptr;
   auto update = [&](auto centered, auto with_buf) {
-    ParallelRange(pool, u.n, [=](int64_t s, int64_t e) {
+    const auto loop = [=](int64_t s, int64_t e) {
       LOOM_ELEMENTWISE_LOOP
       for (int64_t i = s; i < e; ++i) {
         const T gi = g[i] + wd * p[i];
@@ -619,26 +665,30 @@ void RmspropChunk(const UpdateChunk<T>& u, const RmspropAttrs& a, bool has_buf, 
           new_p[i] = p[i] - lr * step_dir;
         }
       }
-    });
+    };
+    loop(0, u.n);
   };
   Branch(a.centered, [&](auto centered) { Branch(has_buf, [&](auto with_buf) { update(centered, with_buf); }); });
 }
 
-LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, [](KernelContext& ctx) {
-  return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
+Status RmspropGroup(std::vector<KernelContext>& group) {
+  return DispatchFloat(group[0].in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const bool op_has_buf = RmspropHasBuffer(*ctx.attrs);
+    // The group's nodes have equal attributes, so one slot layout.
+    const bool op_has_buf = RmspropHasBuffer(*group[0].attrs);
     const size_t buf_slot = 1, avg_slot = op_has_buf ? 2 : 1;
-    ForEachReplica<T>(ctx, [&](const UpdateChunk<T>& u, int64_t r) {
+    ForEachPiece<T>(group, [&](const UpdateChunk<T>& u, const KernelContext& ctx, int64_t r) {
       const RmspropAttrs a(*ctx.attrs, r);
       // A fused replica without momentum leaves its buffer chunk as it is.
       const bool has_buf = a.momentum > 0;
       if (op_has_buf && !has_buf)
         CopyChunk(u.new_slot[buf_slot], u.slot[buf_slot], static_cast<size_t>(u.n) * sizeof(T));
-      RmspropChunk(u, a, has_buf, buf_slot, avg_slot, ctx.pool);
+      RmspropChunk(u, a, has_buf, buf_slot, avg_slot);
     });
   });
-});
+}
+LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, KernelOfGroup(RmspropGroup));
+LOOM_REGISTER_GROUP_KERNEL("RmspropUpdate", DeviceType::kCpu, RmspropGroup);
 
 // ---- Gradient clipping by global norm ----
 

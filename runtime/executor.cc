@@ -1,8 +1,11 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <set>
 
 #include "core/logging.h"
 #include "core/rng.h"
@@ -118,6 +121,7 @@ Status Executor::Prepare() {
     const OpDef* def = registry.FindOp(producer.op);
     if (def && def->IsView()) kernels_[node_index_.at(producer.id)] = nullptr;
   }
+  PlanGroups();
   arena_ = std::make_shared<Buffer>(allocator, std::max<size_t>(plan_.arena_bytes, 1));
   if (!arena_->data())
     return ResourceExhausted("cannot allocate the ", plan_.arena_bytes, "-byte activation arena on ",
@@ -139,6 +143,111 @@ Status Executor::Prepare() {
     values_[n.outputs[0]] = s;
   }
   return Status::Ok();
+}
+
+// A group is a run of nodes of one op that has a group kernel on the device,
+// with equal attributes and dtypes, consecutive but for nodes that run no
+// kernel (sources and views, whose values exist before the step's kernels
+// run). Its members must not see
+// each other's writes, since the group kernel runs them in any order:
+//  - every output is written in place over its input (memory plan aliases),
+//    so no member writes arena bytes that the plan had freed after an
+//    earlier member read them;
+//  - no member reads a value that another member writes.
+// Random ops never group (their streams are per node).
+void Executor::PlanGroups() {
+  const auto& nodes = graph_.nodes();
+  groups_.assign(nodes.size(), {});
+  in_earlier_group_.assign(nodes.size(), false);
+  group_kernels_.assign(nodes.size(), nullptr);
+  if (!options_.group_kernels || options_.profile) return;
+  const OpRegistry& registry = OpRegistry::Global();
+  std::map<ValueId, ValueId> root(plan_.aliases.begin(), plan_.aliases.end());
+  auto root_of = [&](ValueId v) {
+    auto it = root.find(v);
+    return it == root.end() ? v : it->second;
+  };
+  // The roots a node writes, or nullopt when an output is not in place.
+  auto in_place_writes = [&](const Node& n) -> std::optional<std::set<ValueId>> {
+    const OpDef* def = registry.FindOp(n.op);
+    std::set<ValueId> writes;
+    for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) {
+      const int k = def ? def->InPlaceInput(n.attrs, o) : -1;
+      if (k < 0 || k >= static_cast<int>(n.inputs.size())) return std::nullopt;
+      auto it = root.find(n.outputs[o]);
+      if (it == root.end() || it->second != root_of(n.inputs[k])) return std::nullopt;
+      writes.insert(it->second);
+    }
+    return writes;
+  };
+  auto same_kind = [&](const Node& a, const Node& b) {
+    if (a.op != b.op || !(a.attrs == b.attrs) || a.inputs.size() != b.inputs.size() ||
+        a.outputs.size() != b.outputs.size())
+      return false;
+    for (size_t k = 0; k < a.inputs.size(); ++k)
+      if (graph_.type(a.inputs[k]).dtype != graph_.type(b.inputs[k]).dtype) return false;
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      if (graph_.type(a.outputs[k]).dtype != graph_.type(b.outputs[k]).dtype) return false;
+    return true;
+  };
+  for (size_t i = 0; i < nodes.size();) {
+    const Node& head = nodes[i];
+    const GroupKernelFn* group = kernels_[i] ? registry.FindGroupKernel(head.op, options_.device.type) : nullptr;
+    const OpDef* def = registry.FindOp(head.op);
+    std::optional<std::set<ValueId>> written = group && def && !def->IsRandom() ? in_place_writes(head) : std::nullopt;
+    if (!written) {
+      ++i;
+      continue;
+    }
+    std::set<ValueId> read;
+    for (ValueId v : head.inputs) read.insert(root_of(v));
+    std::vector<size_t> members = {i};
+    size_t end = i + 1;
+    for (; end < nodes.size(); ++end) {
+      if (!kernels_[end]) continue;
+      if (!same_kind(head, nodes[end])) break;
+      const std::optional<std::set<ValueId>> writes = in_place_writes(nodes[end]);
+      if (!writes) break;
+      std::set<ValueId> reads;
+      for (ValueId v : nodes[end].inputs) reads.insert(root_of(v));
+      auto meets = [](const std::set<ValueId>& a, const std::set<ValueId>& b) {
+        return std::any_of(a.begin(), a.end(), [&](ValueId v) { return b.count(v) > 0; });
+      };
+      // Against the members before it (its own state is in both of its sets).
+      if (meets(reads, *written) || meets(*writes, read)) break;
+      written->insert(writes->begin(), writes->end());
+      read.insert(reads.begin(), reads.end());
+      members.push_back(end);
+    }
+    if (members.size() > 1) {
+      for (size_t j = 1; j < members.size(); ++j) in_earlier_group_[members[j]] = true;
+      groups_[i] = std::move(members);
+      group_kernels_[i] = group;
+    }
+    i = end;
+  }
+}
+
+int Executor::kernel_calls_per_step() const {
+  int calls = 0;
+  for (size_t i = 0; i < kernels_.size(); ++i) calls += kernels_[i] && !in_earlier_group_[i] ? 1 : 0;
+  return calls;
+}
+
+KernelContext Executor::ContextFor(size_t i) {
+  const Node& n = graph_.nodes()[i];
+  KernelContext ctx;
+  ctx.node = &n;
+  ctx.attrs = &n.attrs;
+  ctx.device = options_.device;
+  ctx.pool = options_.pool;
+  for (ValueId v : n.inputs) ctx.inputs.push_back(&values_[v]);
+  for (ValueId v : n.outputs) ctx.outputs.push_back(&values_[v]);
+  // Keyed by node name, not id: ids change when a graph is rebuilt or
+  // reloaded, names do not, so a dropout mask is a function of the model.
+  ctx.rng_key = node_keys_[i];
+  ctx.step = static_cast<uint64_t>(step_);
+  return ctx;
 }
 
 Status Executor::InitializeState(uint64_t seed) {
@@ -200,19 +309,20 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
 
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!kernels_[i]) continue;
+    if (!kernels_[i] || in_earlier_group_[i]) continue;
     const Node& n = nodes[i];
-    KernelContext ctx;
-    ctx.node = &n;
-    ctx.attrs = &n.attrs;
-    ctx.device = options_.device;
-    ctx.pool = options_.pool;
-    for (ValueId v : n.inputs) ctx.inputs.push_back(&values_[v]);
-    for (ValueId v : n.outputs) ctx.outputs.push_back(&values_[v]);
-    // Keyed by node name, not id: ids change when a graph is rebuilt or
-    // reloaded, names do not, so a dropout mask is a function of the model.
-    ctx.rng_key = node_keys_[i];
-    ctx.step = static_cast<uint64_t>(step_);
+    if (!groups_[i].empty()) {
+      std::vector<KernelContext> group;
+      for (size_t j : groups_[i]) group.push_back(ContextFor(j));
+      AttrTypeErrors attr_errors;
+      Status s = (*group_kernels_[i])(group);
+      if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
+      if (!s.ok())
+        return s.WithContext("nodes '" + n.name + "' to '" + nodes[groups_[i].back()].name + "' (" + n.op +
+                             ", run as one group of " + std::to_string(groups_[i].size()) + ")");
+      continue;
+    }
+    KernelContext ctx = ContextFor(i);
     Rng rng = ctx.StreamFor(options_.seed);
     ctx.rng = &rng;
     // Type inference normally catches mistyped attributes; this scope covers

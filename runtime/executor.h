@@ -22,6 +22,11 @@ struct ExecutorOptions {
   ThreadPool* pool = nullptr;  // CPU kernels; default: ThreadPool::Default()
   uint64_t seed = 0;           // random ops draw from streams keyed by (seed, node name, step)
   bool profile = false;        // time every kernel (see Executor::profile())
+  // Runs of like nodes (a model's optimizer updates) as one call of their
+  // op's group kernel where the device has one: one launch on a GPU, one
+  // hand-off to the pool on the CPU. Off while profiling, which times each
+  // node on its own.
+  bool group_kernels = true;
 };
 
 // Time spent per node, summed over the steps run with profiling on.
@@ -66,6 +71,8 @@ class Executor : public StepRunner {
   void SetStep(int64_t step) override { step_ = step; }
   // Bytes the step needs on the device: the arena plus the state tensors.
   size_t PeakStepBytes() const;
+  // Kernel calls a step makes: nodes with a kernel, a group counted once.
+  int kernel_calls_per_step() const;
   // Per node, in execution order (empty unless options.profile).
   const std::vector<NodeProfile>& profile() const { return profile_; }
   // Zeroes the profile's times and calls (after a warm-up run).
@@ -76,6 +83,8 @@ class Executor : public StepRunner {
  private:
   Executor(Graph graph, ExecutorOptions options) : graph_(std::move(graph)), options_(options) {}
   Status Prepare();
+  void PlanGroups();
+  KernelContext ContextFor(size_t i);
 
   Graph graph_;
   ExecutorOptions options_;
@@ -84,6 +93,11 @@ class Executor : public StepRunner {
   std::map<std::string, Tensor> state_;
   std::vector<Tensor> values_;  // by ValueId: arena views, state or feeds
   std::vector<const KernelFn*> kernels_;  // by node index
+  // By node index: the nodes a group kernel runs from this one (empty: the
+  // node's own kernel, if any), and whether an earlier node's group ran it.
+  std::vector<std::vector<size_t>> groups_;
+  std::vector<bool> in_earlier_group_;
+  std::vector<const GroupKernelFn*> group_kernels_;  // by node index, for group heads
   std::vector<uint64_t> node_keys_;       // by node index: the RNG stream key
   std::map<NodeId, int> node_index_;      // node id -> index in execution order
   std::vector<NodeProfile> profile_;      // by node index, when profiling

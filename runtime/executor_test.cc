@@ -276,5 +276,59 @@ TEST_CASE("a parameter that is also read as an output is not updated in place") 
   CHECK((*exec)->GetState("w").value().data<float>()[0] == 0.75f);
 }
 
+// SGD updates of parameters w_k (init ones) by grad inputs, lr 0.5, step 1.
+TEST_CASE("runs of like in-place updates run as one group, and only those") {
+  Graph g;
+  GraphBuilder b(&g);
+  const TensorType t{Shape{3}, DType::kF32};
+  const ValueId lr = b.Input("lr", {Shape{}, DType::kF32});
+  const ValueId step = b.Input("step", {Shape{}, DType::kF32});
+  std::map<std::string, Tensor> feeds = {{"lr", Tensor::FromVector<float>({}, {0.5f})},
+                                         {"step", Tensor::FromVector<float>({}, {1})}};
+  auto param = [&](const std::string& w) { return g.node(*g.FindNode(w)).outputs[0]; };
+  auto update = [&](const std::string& w, ValueId grad, double weight_decay) {
+    const ValueId p = param(w);
+    auto outs = b.Add("SgdUpdate", {p, grad, lr, step}, {{"weight_decay", weight_decay}}, w + "/update");
+    REQUIRE(outs.ok());
+    g.state_updates().push_back({p, (*outs)[0]});
+  };
+  auto grad = [&](const std::string& name, float v) {
+    feeds[name] = Tensor::FromVector<float>({3}, {v, 2 * v, 3 * v});
+    return b.Input(name, t);
+  };
+  for (int k = 0; k < 8; ++k) b.Parameter("w" + std::to_string(k), t, {{"init", "ones"}});
+  update("w0", grad("g0", 1), 0);
+  update("w1", grad("g1", 2), 0);  // w0, w1: one group
+  g.outputs()["neg"] = b.Add1("Neg", {grad("g2", 3)}, {}, "neg").value();
+  update("w2", grad("g3", 4), 0);
+  // w3 is also an output, so its update is not in place: alone.
+  g.outputs()["w3"] = b.Add1("Identity", {param("w3")}, {}, "w3_out").value();
+  update("w3", grad("g4", 5), 0);
+  update("w4", grad("g5", 6), 0.2);  // other attributes than w5's
+  // w5's update reads w6 as its gradient and w6's update writes it: apart.
+  update("w5", param("w6"), 0.1);
+  update("w6", grad("g6", 7), 0.1);
+  update("w7", grad("g7", 8), 0.1);  // with w6
+
+  std::map<std::string, std::vector<double>> state[2];
+  int calls[2] = {0, 0};
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    ExecutorOptions opts;
+    opts.group_kernels = grouped == 1;
+    auto exec = Executor::Create(g, opts);
+    REQUIRE(exec.ok());
+    calls[grouped] = (*exec)->kernel_calls_per_step();
+    REQUIRE((*exec)->InitializeState(0).ok());
+    REQUIRE((*exec)->Run(feeds).ok());
+    for (const std::string& name : (*exec)->StateNames()) state[grouped][name] = (*exec)->GetState(name)->ToDoubleVector();
+  }
+  CHECK(calls[0] == 9);  // eight updates and the Neg (the Identity is a view)
+  // {w0, w1}, neg, w2, w3, w4, w5, {w6, w7}
+  CHECK(calls[1] == 7);
+  CHECK(state[1] == state[0]);
+  // w5 read w6 before w6's update: 1 - 0.5 * (1 + 0.1 * 1).
+  CHECK(state[1]["w5"][0] == static_cast<double>(1.0f - 0.5f * (1.0f + 0.1f * 1.0f)));
+}
+
 }  // namespace
 }  // namespace loom

@@ -1287,6 +1287,119 @@ TEST_CASE("the CUDA update kernels match the CPU kernels, unfused and fused") {
   }
 }
 
+// Five update nodes of one op and attributes, with sizes that give vector
+// bodies, scalar tails and splits across threads, every output in place over
+// the state (so the executor may run them as one group); grads, lr, step and
+// active are fed.
+struct UpdateGroupGraph {
+  Graph graph;
+  std::vector<std::pair<std::string, Tensor>> feeds;
+};
+
+UpdateGroupGraph MakeUpdateGroup(const UpdateCudaCase& c, DType dt, bool fused) {
+  UpdateGroupGraph u;
+  GraphBuilder b(&u.graph);
+  const TensorType scalar{Shape{}, dt};
+  const ValueId lr = b.Input("lr", fused ? TensorType{Shape{kR}, dt} : scalar);
+  const ValueId step = b.Input("step", scalar);
+  const ValueId active = fused ? b.Input("active", {Shape{kR}, dt}) : ValueId{-1};
+  u.feeds.push_back({"lr", fused ? MakeTensor(dt, {kR}, {0.01, 0.02, 0.03}) : MakeTensor(dt, {}, {0.01})});
+  u.feeds.push_back({"step", MakeTensor(dt, {}, {1})});
+  if (fused) u.feeds.push_back({"active", MakeTensor(dt, {kR}, {1, 1, 0})});
+  const int64_t sizes[] = {4099, 7, 70001, 33, 1};
+  for (int k = 0; k < 5; ++k) {
+    const std::string name = "w" + std::to_string(k);
+    const Shape shape = fused ? Shape{kR, sizes[k]} : Shape{sizes[k]};
+    const ValueId p = b.Parameter(name, {shape, dt}, {{"init", "uniform"}});
+    const ValueId g = b.Input(name + "/grad", {shape, dt});
+    u.feeds.push_back({name + "/grad", Uniform(dt, shape, -1, 1, 10 + static_cast<uint64_t>(k))});
+    std::vector<ValueId> in = {p, g};
+    for (int j = 0; j < c.slots; ++j)
+      in.push_back(b.Buffer(name + "/slot" + std::to_string(j), {shape, dt},
+                            {{"init", "uniform"}, {"low", 0.0}, {"high", 1.0}}));
+    in.push_back(lr);
+    in.push_back(step);
+    if (fused) in.push_back(active);
+    auto outs = b.Add(c.op, in, c.attrs, name + "/update");
+    REQUIRE(outs.status().ToString() == "OK");
+    for (size_t j = 0; j < outs->size(); ++j) u.graph.state_updates().push_back({in[j == 0 ? 0 : j + 1], (*outs)[j]});
+  }
+  return u;
+}
+
+// Two steps (step 1, then 2) of the group on `device`; the state after them.
+std::map<std::string, Tensor> RunUpdateGroup(const UpdateGroupGraph& u, Device device, bool group_kernels,
+                                             ThreadPool* pool, int* calls) {
+  ExecutorOptions opts;
+  opts.device = device;
+  opts.pool = pool;
+  opts.group_kernels = group_kernels;
+  auto exec = Executor::Create(u.graph, opts);
+  REQUIRE(exec.status().ToString() == "OK");
+  *calls = (*exec)->kernel_calls_per_step();
+  REQUIRE((*exec)->InitializeState(7).ToString() == "OK");
+  std::map<std::string, Tensor> feeds(u.feeds.begin(), u.feeds.end());
+  for (double step : {1.0, 2.0}) {
+    feeds["step"] = MakeTensor(feeds["step"].dtype(), {}, {step});
+    REQUIRE((*exec)->Run(feeds).status().ToString() == "OK");
+  }
+  std::map<std::string, Tensor> state;
+  for (const std::string& name : (*exec)->StateNames())
+    state[name] = (*exec)->GetState(name).value().To(Device::Cpu()).value();
+  return state;
+}
+
+// The CPU's group kernels lay every node's pieces end to end and split them
+// across the pool in one pass; each element is updated as the node's own
+// kernel updates it, bit for bit. On a GPU the group is one multi-tensor
+// launch, held to the CPU's results.
+TEST_CASE("a group of update nodes run as one matches each node run alone, on every device") {
+  const std::vector<std::pair<UpdateCudaCase, bool>> cases = {
+      {{"SgdUpdate", {{"momentum", 0.9}, {"dampening", 0.1}, {"weight_decay", 0.01}}, 1}, false},
+      {{"SgdUpdate", {}, 0}, false},
+      {{"AdamUpdate", {{"amsgrad", true}, {"weight_decay", 0.1}}, 3}, false},
+      {{"AdadeltaUpdate", {{"weight_decay", 0.1}}, 2}, false},
+      {{"RmspropUpdate", {{"centered", true}, {"momentum", 0.9}}, 3}, false},
+      {{"SgdUpdate", {{"replicas", kR}, {"momentum", Floats{0.9, 0, 0.5}}, {"weight_decay", Floats{0, 0.1, 0.2}}}, 1},
+       true},
+      {{"AdamUpdate", {{"replicas", kR}, {"beta1", Floats{0.9, 0.8, 0.5}}, {"decoupled", true}}, 2}, true},
+      {{"RmspropUpdate", {{"replicas", kR}, {"momentum", Floats{0.9, 0, 0.5}}, {"centered", true}}, 3}, true},
+  };
+  // Two threads wherever the test runs, so that the pieces are split.
+  auto pool = ThreadPool::Create(2);
+  REQUIRE(pool.status().ToString() == "OK");
+  for (const auto& [c, fused] : cases) {
+    for (DType dt : {DType::kF32, DType::kF64}) {
+      INFO(c.op << (fused ? " fused " : " ") << DTypeName(dt));
+      const UpdateGroupGraph u = MakeUpdateGroup(c, dt, fused);
+      int alone_calls = 0, group_calls = 0;
+      const auto alone = RunUpdateGroup(u, Device::Cpu(), false, pool->get(), &alone_calls);
+      const auto grouped = RunUpdateGroup(u, Device::Cpu(), true, pool->get(), &group_calls);
+      CHECK(alone_calls == 5);
+      CHECK(group_calls == 1);
+      REQUIRE(alone.size() == grouped.size());
+      for (const auto& [name, t] : alone) {
+        INFO(name);
+        CHECK(grouped.at(name).ToDoubleVector() == t.ToDoubleVector());
+      }
+      if (!HaveCuda()) continue;
+      int gpu_calls = 0;
+      const auto gpu = RunUpdateGroup(u, Device::Cuda(0), true, nullptr, &gpu_calls);
+      CHECK(gpu_calls == 1);
+      const double tol = dt == DType::kF64 ? 1e-12 : 1e-6;
+      for (const auto& [name, t] : alone) {
+        INFO(name << " on CUDA");
+        const std::vector<double> want = t.ToDoubleVector(), got = gpu.at(name).ToDoubleVector();
+        REQUIRE(got.size() == want.size());
+        int64_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i)
+          if (!(std::abs(got[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])))) ++bad;
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("the CUDA clipping and divergence kernels match the CPU kernels") {
   if (!HaveCuda()) return;  // no GPU here
   for (DType dt : {DType::kF32, DType::kF64}) {

@@ -25,13 +25,18 @@ std::vector<UpdateHyper> Hyper(const AttrMap& attrs, const std::vector<std::stri
   return hyper;
 }
 
+// The state slots of an update node: its outputs but the new param.
+StatusOr<int> Slots(const KernelContext& ctx) {
+  const int slots = static_cast<int>(ctx.outputs.size()) - 1;
+  if (slots < 0 || slots > kMaxOptimizerSlots) return Internal("an update op with ", slots, " state slots");
+  return slots;
+}
+
 // (param, grad, slots..., lr, step[, active]) -> (new_param, new_slots...).
 template <typename T>
 StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
   UpdateTensors<T> t;
-  const int slots = static_cast<int>(ctx.outputs.size()) - 1;
-  if (slots < 0 || slots > kMaxOptimizerSlots) return Internal("an update op with ", slots, " state slots");
-  t.slots = slots;
+  LOOM_ASSIGN_OR_RETURN(const int slots, Slots(ctx));
   t.n = ctx.in(0).numel() / ReplicaCount(*ctx.attrs);
   t.p = ctx.in(0).data<T>();
   t.g = ctx.in(1).data<T>();
@@ -47,10 +52,14 @@ StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
   return t;
 }
 
+// A group of update nodes (runtime/executor.h: equal attributes, none
+// reading what another writes) as multi-tensor launches; one node is a group
+// of one.
 template <UpdateRule kRule>
-Status UpdateKernel(KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
-  const AttrMap& attrs = *ctx.attrs;
+Status UpdateGroupKernel(std::vector<KernelContext>& group) {
+  KernelContext& first = group[0];
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(first));
+  const AttrMap& attrs = *first.attrs;
   UpdateFlags flags;
   std::vector<UpdateHyper> hyper;
   switch (kRule) {
@@ -68,19 +77,31 @@ Status UpdateKernel(KernelContext& ctx) {
       hyper = Hyper(attrs, {"alpha", "eps", "weight_decay", "momentum"});
       break;
   }
-  const char* op = ctx.node ? ctx.node->op.c_str() : "an update op";
-  return DispatchCudaFloat(ctx.in(0).dtype(), op, [&](auto zero) -> Status {
+  const char* op = first.node ? first.node->op.c_str() : "an update op";
+  LOOM_ASSIGN_OR_RETURN(const int slots, Slots(first));
+  return DispatchCudaFloat(first.in(0).dtype(), op, [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_ASSIGN_OR_RETURN(UpdateTensors<T> t, Tensors<T>(ctx));
-    LOOM_CUDA_RETURN_IF_ERROR(
-        LaunchUpdate(kRule, flags, t, hyper.data(), static_cast<int64_t>(hyper.size()), stream));
+    std::vector<UpdateTensors<T>> nodes;
+    for (KernelContext& ctx : group) {
+      // Every kernel of a group runs on the first one's stream.
+      if (ctx.stream != first.stream || ctx.device != first.device)
+        return Internal(op, ": a group's nodes run on different streams or devices");
+      LOOM_ASSIGN_OR_RETURN(UpdateTensors<T> t, Tensors<T>(ctx));
+      nodes.push_back(t);
+    }
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchUpdate(kRule, flags, slots, nodes.data(), static_cast<int>(nodes.size()),
+                                           hyper.data(), static_cast<int64_t>(hyper.size()), stream));
     return Status::Ok();
   });
 }
-LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kSgd>);
-LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kAdam>);
-LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kAdadelta>);
-LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCuda, UpdateKernel<UpdateRule::kRmsprop>);
+LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kSgd>));
+LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kAdam>));
+LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kAdadelta>));
+LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kRmsprop>));
+LOOM_REGISTER_GROUP_KERNEL("SgdUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kSgd>);
+LOOM_REGISTER_GROUP_KERNEL("AdamUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kAdam>);
+LOOM_REGISTER_GROUP_KERNEL("AdadeltaUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kAdadelta>);
+LOOM_REGISTER_GROUP_KERNEL("RmspropUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kRmsprop>);
 
 // Unfused: one sum over every element of every input; fused: one per
 // replica over its chunks of every input.

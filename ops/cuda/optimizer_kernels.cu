@@ -166,13 +166,20 @@ struct KeepRule {
   __device__ void operator()(T&, T, T*) const {}
 };
 
+// Up to kMaxNodesPerLaunch nodes and kMaxReplicasPerLaunch replicas. Node k
+// takes blocks [block_begin[k], block_begin[k + 1]) of the grid's x, each
+// replica a row of y.
 template <typename T>
 struct UpdateLaunch {
-  UpdateTensors<T> t;
+  UpdateTensors<T> node[kMaxNodesPerLaunch];
+  int block_begin[kMaxNodesPerLaunch + 1];
+  int count = 0;
   UpdateFlags flags;
   int64_t replica_begin = 0;  // replica of blockIdx.y == 0
   double hyper[kMaxReplicasPerLaunch][kMaxUpdateHyper];
 };
+// The parameter space every CUDA version and GPU accepts.
+static_assert(sizeof(UpdateLaunch<double>) <= 4096, "an update launch's parameters exceed 4 KiB");
 
 template <typename T, int kSlots>
 struct ChunkPointers {
@@ -195,14 +202,15 @@ struct ChunkPointers {
 };
 
 // Applies rule to elements [0, n) of the chunk, 16 bytes per load where every
-// pointer allows it. Each thread reads element i of every input before it
+// pointer allows it; this thread takes the vectors (and elements) first,
+// first + stride, ... Each thread reads element i of every input before it
 // writes element i of any output and touches no other, so outputs may alias
 // their inputs.
 template <typename T, int kSlots, typename Rule>
-__device__ void UpdateChunkOnDevice(const ChunkPointers<T, kSlots>& c, int64_t n, const Rule& rule) {
+__device__ void UpdateChunkOnDevice(const ChunkPointers<T, kSlots>& c, int64_t n, const Rule& rule, int64_t first,
+                                    int64_t stride) {
   constexpr int kLanes = Pack<T>::kLanes;
   constexpr int kS = kSlots > 0 ? kSlots : 1;
-  const int64_t first = FirstIndex(), stride = GridStride();
   int64_t scalar_begin = 0;
   if (c.Aligned()) {
     const int64_t vectors = n / kLanes;
@@ -239,30 +247,39 @@ __device__ void UpdateChunkOnDevice(const ChunkPointers<T, kSlots>& c, int64_t n
   }
 }
 
-// blockIdx.y picks the replica (within this launch's group), blockIdx.x
-// strides over its chunk.
+// blockIdx.x picks the node and strides over its chunk with the node's other
+// blocks; blockIdx.y picks the replica (within this launch's group).
+// __grid_constant__: the node is picked at run time, and indexing a by value
+// would copy all of it to each thread's local memory.
 template <typename T, typename Rule>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 4 : 3) UpdateKernel(UpdateLaunch<T> a) {
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 4 : 3)
+    UpdateKernel(const __grid_constant__ UpdateLaunch<T> a) {
   constexpr int kSlots = Rule::kSlots;
+  int k = 0;
+  while (static_cast<int>(blockIdx.x) >= a.block_begin[k + 1]) ++k;
+  const UpdateTensors<T>& t = a.node[k];
+  const int64_t block = static_cast<int64_t>(blockIdx.x) - a.block_begin[k];
+  const int64_t blocks = a.block_begin[k + 1] - a.block_begin[k];
+  const int64_t first = block * blockDim.x + threadIdx.x, stride = blocks * blockDim.x;
   const int64_t r = a.replica_begin + blockIdx.y;
-  const int64_t base = r * a.t.n;
+  const int64_t base = r * t.n;
   ChunkPointers<T, kSlots> c;
-  c.p = a.t.p + base;
-  c.g = a.t.g + base;
-  c.new_p = a.t.new_p + base;
+  c.p = t.p + base;
+  c.g = t.g + base;
+  c.new_p = t.new_p + base;
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    c.slot[k] = a.t.slot[k] + base;
-    c.new_slot[k] = a.t.new_slot[k] + base;
+  for (int j = 0; j < kSlots; ++j) {
+    c.slot[j] = t.slot[j] + base;
+    c.new_slot[j] = t.new_slot[j] + base;
   }
   // The CPU updates when active[r] != 0 (a NaN flag too).
-  if (a.t.active != nullptr && !(a.t.active[r] != T(0))) {
+  if (t.active != nullptr && !(t.active[r] != T(0))) {
     if (c.InPlace()) return;
-    UpdateChunkOnDevice(c, a.t.n, KeepRule<kSlots>{});
+    UpdateChunkOnDevice(c, t.n, KeepRule<kSlots>{}, first, stride);
     return;
   }
-  const Rule rule(a.flags, a.hyper[blockIdx.y], a.t.lr[r], static_cast<double>(a.t.step[0]));
-  UpdateChunkOnDevice(c, a.t.n, rule);
+  const Rule rule(a.flags, a.hyper[blockIdx.y], t.lr[r], static_cast<double>(t.step[0]));
+  UpdateChunkOnDevice(c, t.n, rule, first, stride);
 }
 
 cudaError_t MultiprocessorCount(int* sms) {
@@ -272,26 +289,37 @@ cudaError_t MultiprocessorCount(int* sms) {
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
 }
 
+// Each node gets blocks for its vectors, at most enough to fill the GPU once
+// per replica row on its own; nodes without elements get none.
 template <typename T, typename Rule>
-cudaError_t LaunchRule(const UpdateFlags& flags, const UpdateTensors<T>& t, const UpdateHyper* hyper,
+cudaError_t LaunchRule(const UpdateFlags& flags, const UpdateTensors<T>* nodes, int count, const UpdateHyper* hyper,
                        int64_t replicas, cudaStream_t stream) {
   int sms = 0;
   cudaError_t err = MultiprocessorCount(&sms);
   if (err != cudaSuccess) return err;
-  const int64_t vectors = (t.n + Pack<T>::kLanes - 1) / Pack<T>::kLanes;
-  for (int64_t r0 = 0; r0 < replicas; r0 += kMaxReplicasPerLaunch) {
-    const int64_t group = std::min<int64_t>(kMaxReplicasPerLaunch, replicas - r0);
-    UpdateLaunch<T> a;
-    a.t = t;
-    a.flags = flags;
-    a.replica_begin = r0;
-    for (int64_t r = 0; r < group; ++r)
-      for (int h = 0; h < kMaxUpdateHyper; ++h) a.hyper[r][h] = hyper[r0 + r].v[h];
-    const int64_t cap = std::max<int64_t>(1, int64_t{sms} * kBlocksPerSm / group);
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(Blocks(vectors), cap)), static_cast<unsigned>(group));
-    UpdateKernel<T, Rule><<<grid, kThreads, 0, stream>>>(a);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
+  for (int k0 = 0; k0 < count; k0 += kMaxNodesPerLaunch) {
+    for (int64_t r0 = 0; r0 < replicas; r0 += kMaxReplicasPerLaunch) {
+      const int64_t group = std::min<int64_t>(kMaxReplicasPerLaunch, replicas - r0);
+      const int64_t cap = std::max<int64_t>(1, int64_t{sms} * kBlocksPerSm / group);
+      UpdateLaunch<T> a;
+      a.count = std::min(kMaxNodesPerLaunch, count - k0);
+      a.block_begin[0] = 0;
+      for (int k = 0; k < a.count; ++k) {
+        a.node[k] = nodes[k0 + k];
+        const int64_t vectors = (a.node[k].n + Pack<T>::kLanes - 1) / Pack<T>::kLanes;
+        const int64_t blocks = vectors == 0 ? 0 : std::min<int64_t>(Blocks(vectors), cap);
+        a.block_begin[k + 1] = a.block_begin[k] + static_cast<int>(blocks);
+      }
+      if (a.block_begin[a.count] == 0) continue;
+      a.flags = flags;
+      a.replica_begin = r0;
+      for (int64_t r = 0; r < group; ++r)
+        for (int h = 0; h < kMaxUpdateHyper; ++h) a.hyper[r][h] = hyper[r0 + r].v[h];
+      const dim3 grid(static_cast<unsigned>(a.block_begin[a.count]), static_cast<unsigned>(group));
+      UpdateKernel<T, Rule><<<grid, kThreads, 0, stream>>>(a);
+      err = cudaGetLastError();
+      if (err != cudaSuccess) return err;
+    }
   }
   return cudaSuccess;
 }
@@ -393,28 +421,28 @@ __global__ void IsFiniteKernel(const T* x, T* y, int64_t n) {
 }  // namespace
 
 template <typename T>
-cudaError_t LaunchUpdate(UpdateRule rule, const UpdateFlags& flags, const UpdateTensors<T>& t,
-                         const UpdateHyper* hyper, int64_t replicas, cudaStream_t stream) {
-  if (t.n == 0 || replicas <= 0) return cudaSuccess;
+cudaError_t LaunchUpdate(UpdateRule rule, const UpdateFlags& flags, int slots, const UpdateTensors<T>* nodes,
+                         int count, const UpdateHyper* hyper, int64_t replicas, cudaStream_t stream) {
+  if (count <= 0 || replicas <= 0) return cudaSuccess;
   switch (rule) {
     case UpdateRule::kSgd:
-      if (t.slots == 0) return LaunchRule<T, SgdRule<T, 0>>(flags, t, hyper, replicas, stream);
-      if (t.slots == 1) return LaunchRule<T, SgdRule<T, 1>>(flags, t, hyper, replicas, stream);
+      if (slots == 0) return LaunchRule<T, SgdRule<T, 0>>(flags, nodes, count, hyper, replicas, stream);
+      if (slots == 1) return LaunchRule<T, SgdRule<T, 1>>(flags, nodes, count, hyper, replicas, stream);
       break;
     case UpdateRule::kAdam:
-      if (t.slots == 2) return LaunchRule<T, AdamRule<T, 2>>(flags, t, hyper, replicas, stream);
-      if (t.slots == 3) return LaunchRule<T, AdamRule<T, 3>>(flags, t, hyper, replicas, stream);
+      if (slots == 2) return LaunchRule<T, AdamRule<T, 2>>(flags, nodes, count, hyper, replicas, stream);
+      if (slots == 3) return LaunchRule<T, AdamRule<T, 3>>(flags, nodes, count, hyper, replicas, stream);
       break;
     case UpdateRule::kAdadelta:
-      if (t.slots == 2) return LaunchRule<T, AdadeltaRule<T>>(flags, t, hyper, replicas, stream);
+      if (slots == 2) return LaunchRule<T, AdadeltaRule<T>>(flags, nodes, count, hyper, replicas, stream);
       break;
     case UpdateRule::kRmsprop:
       if (flags.centered) {
-        if (t.slots == 2) return LaunchRule<T, RmspropRule<T, 2, true>>(flags, t, hyper, replicas, stream);
-        if (t.slots == 3) return LaunchRule<T, RmspropRule<T, 3, true>>(flags, t, hyper, replicas, stream);
+        if (slots == 2) return LaunchRule<T, RmspropRule<T, 2, true>>(flags, nodes, count, hyper, replicas, stream);
+        if (slots == 3) return LaunchRule<T, RmspropRule<T, 3, true>>(flags, nodes, count, hyper, replicas, stream);
       } else {
-        if (t.slots == 1) return LaunchRule<T, RmspropRule<T, 1, false>>(flags, t, hyper, replicas, stream);
-        if (t.slots == 2) return LaunchRule<T, RmspropRule<T, 2, false>>(flags, t, hyper, replicas, stream);
+        if (slots == 1) return LaunchRule<T, RmspropRule<T, 1, false>>(flags, nodes, count, hyper, replicas, stream);
+        if (slots == 2) return LaunchRule<T, RmspropRule<T, 2, false>>(flags, nodes, count, hyper, replicas, stream);
       }
       break;
   }
@@ -474,8 +502,8 @@ cudaError_t LaunchIsFinite(const T* x, T* y, int64_t n, cudaStream_t stream) {
 }
 
 #define LOOM_INSTANTIATE_OPTIMIZER_KERNELS(T)                                                                      \
-  template cudaError_t LaunchUpdate<T>(UpdateRule, const UpdateFlags&, const UpdateTensors<T>&, const UpdateHyper*, \
-                                       int64_t, cudaStream_t);                                                      \
+  template cudaError_t LaunchUpdate<T>(UpdateRule, const UpdateFlags&, int, const UpdateTensors<T>*, int,          \
+                                       const UpdateHyper*, int64_t, cudaStream_t);                                  \
   template cudaError_t LaunchSquaredNorm<T>(const T* const*, const int64_t*, int, int64_t, double*, T*,            \
                                             cudaStream_t);                                                          \
   template cudaError_t LaunchClipScale<T>(const T*, T*, const double*, int64_t, cudaStream_t);                     \

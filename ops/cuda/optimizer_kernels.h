@@ -12,9 +12,11 @@ namespace loom::cuda {
 constexpr int kMaxOptimizerSlots = 3;
 // Float attributes of an update op, in the order the op declares them.
 constexpr int kMaxUpdateHyper = 4;
-// Per-replica scalars travel in the kernel's parameters (no host-to-device
-// copy); more replicas than this take one launch per group.
-constexpr int kMaxReplicasPerLaunch = 64;
+// Per-replica scalars and the nodes' pointers travel in the kernel's
+// parameters (no host-to-device copy, under 4 KiB); more replicas or nodes
+// than these take more launches.
+constexpr int kMaxReplicasPerLaunch = 32;
+constexpr int kMaxNodesPerLaunch = 24;
 
 enum class UpdateRule { kSgd, kAdam, kAdadelta, kRmsprop };
 
@@ -41,7 +43,6 @@ struct UpdateHyper {
 template <typename T>
 struct UpdateTensors {
   int64_t n = 0;
-  int slots = 0;
   const T* p = nullptr;
   const T* g = nullptr;
   T* new_p = nullptr;
@@ -52,11 +53,15 @@ struct UpdateTensors {
   const T* active = nullptr;
 };
 
-// One grid-stride launch per group of kMaxReplicasPerLaunch replicas; lr,
-// step and active are read on the device. hyper holds `replicas` entries.
+// Updates `count` nodes of one rule with equal attributes (flags, `slots`
+// state slots, `replicas` and their hyper-parameters) in one launch per
+// kMaxNodesPerLaunch nodes and kMaxReplicasPerLaunch replicas: a model's
+// optimizer step as a few multi-tensor launches instead of one per
+// parameter. lr, step and active are read on the device. No node may write
+// what another reads.
 template <typename T>
-cudaError_t LaunchUpdate(UpdateRule rule, const UpdateFlags& flags, const UpdateTensors<T>& t,
-                         const UpdateHyper* hyper, int64_t replicas, cudaStream_t stream);
+cudaError_t LaunchUpdate(UpdateRule rule, const UpdateFlags& flags, int slots, const UpdateTensors<T>* nodes,
+                         int count, const UpdateHyper* hyper, int64_t replicas, cudaStream_t stream);
 
 // SquaredNorm: elements per tile, each tile's sum is one partial.
 constexpr int64_t kSquaredNormTile = 16384;
