@@ -82,6 +82,9 @@ class GanTrainer {
   Status SaveCheckpoint();
   // --trace: the last iteration's two steps, one after the other.
   Status WriteTrace() const;
+  // fp16: a step's loss scale that has backed off to kMinLossScale means its
+  // network's gradients overflow at any scale: the run diverged.
+  Status CheckLossScales(std::map<std::string, Tensor>& out, const char* network) const;
   // SIGINT/SIGTERM received; under processes, by any rank, so that every
   // rank stops after the same iteration.
   StatusOr<int> StopRequest() const;
@@ -106,12 +109,17 @@ class GanTrainer {
   Clock::time_point start_ = Clock::now();
 };
 
+// A step's own fp16 loss scaler, named alike in both steps' graphs.
+bool IsLossScalerState(const std::string& name) { return name == kLossScaleState || name == kLossScaleGoodSteps; }
+
 // The state both runners hold (the networks' parameters and BatchNorm
-// statistics; optimizer slots belong to one step), sorted.
+// statistics; optimizer slots and loss scalers belong to one step), sorted.
 std::vector<std::string> SharedState(const StepRunner& a, const StepRunner& b) {
   const std::vector<std::string> x = a.StateNames(), y = b.StateNames();
-  std::vector<std::string> shared;
-  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(shared));
+  std::vector<std::string> both, shared;
+  std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(both));
+  std::copy_if(both.begin(), both.end(), std::back_inserter(shared),
+               [](const std::string& name) { return !IsLossScalerState(name); });
   return shared;
 }
 
@@ -141,6 +149,10 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
   co.name = discriminator ? "d_step" : "g_step";
   co.dump_dir = opt_.dump_graphs_dir;
   co.isolate_divergence = false;
+  // bf16 / fp16: each step has its own loss scaler (fp16), so an overflow in
+  // one network's gradients skips that network's update only.
+  co.precision = RunPrecision(c_);
+  co.loss_scaling = RunLossScaling(c_);
   if (fused()) co.fusion = Fusion();
   for (const Member& mem : members_) {
     co.optimizers.push_back(StepOptimizer{(discriminator ? mem.discriminator : mem.generator).optimizer()});
@@ -226,6 +238,7 @@ Status GanTrainer::Prepare() {
   CompileOptions sample_options;
   sample_options.name = "sampler";
   sample_options.dump_dir = opt_.dump_graphs_dir;
+  sample_options.precision = RunPrecision(c_);  // sampled as trained
   if (fused()) sample_options.fusion = Fusion();
   LOOM_ASSIGN_OR_RETURN(Graph sample_graph, Compile(sample_model.graph(), Program::kForward, sample_options));
   LOOM_ASSIGN_OR_RETURN(sampler_, Executor::Create(sample_graph, eo));
@@ -301,12 +314,15 @@ Status GanTrainer::WriteSamples(int64_t epoch) {
   return Status::Ok();
 }
 
-// Both steps' state (their shared tensors are equal after each step).
+// Both steps' state (their shared tensors are equal after each step); each
+// step's loss scaler under the step's name ("d_step/loss_scale/scale").
 Status GanTrainer::SaveCheckpoint() {
   Checkpoint ckpt;
   for (const StepRunner* runner : {d_step_.get(), g_step_.get()})
     for (const std::string& name : runner->StateNames()) {
-      LOOM_ASSIGN_OR_RETURN(ckpt.tensors[name], runner->GetState(name));
+      const std::string key = IsLossScalerState(name) ? StrCat(runner == d_step_.get() ? "d_step/" : "g_step/", name)
+                                                       : name;
+      LOOM_ASSIGN_OR_RETURN(ckpt.tensors[key], runner->GetState(name));
     }
   ckpt.position.global_step = step_;
   ckpt.position.epoch = epoch_;
@@ -315,6 +331,17 @@ Status GanTrainer::SaveCheckpoint() {
   ckpt.config_text = TrainConfigToText(c_);
   if (!writer()) return Status::Ok();
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
+}
+
+Status GanTrainer::CheckLossScales(std::map<std::string, Tensor>& out, const char* network) const {
+  if (!out.count(kLossScaleOutput)) return Status::Ok();
+  const std::vector<double> scales = out[kLossScaleOutput].ToDoubleVector();
+  for (size_t r = 0; r < scales.size(); ++r)
+    if (scales[r] < kMinLossScale)
+      return FailedPrecondition("GAN ", members_[r].label, ": the ", network,
+                                "'s fp16 gradients overflowed at every step until its loss scale fell to ", scales[r],
+                                " at iteration ", step_, "; lower the learning rates or use precision: bf16");
+  return Status::Ok();
 }
 
 Status GanTrainer::WriteTrace() const {
@@ -356,6 +383,8 @@ StatusOr<RunResult> GanTrainer::Run() {
   const int64_t n = replicas();
   struct Window {
     double loss_d = 0, loss_g = 0, d_real = 0, d_fake = 0;
+    int64_t skipped_d = 0, skipped_g = 0;  // fp16: updates skipped after an overflow
+    double scale_d = 0, scale_g = 0;       // fp16: the loss scales after the last step
   };
   std::vector<Window> window(n), last(n);
   int64_t window_steps = 0;
@@ -382,7 +411,17 @@ StatusOr<RunResult> GanTrainer::Run() {
       LOOM_ASSIGN_OR_RETURN(auto g_out, g_step_->Run(feeds));
       LOOM_RETURN_IF_ERROR(CopyState(*g_step_, d_step_.get(), shared_state_));
       ++step_;
+      LOOM_RETURN_IF_ERROR(CheckLossScales(d_out, "discriminator"));
+      LOOM_RETURN_IF_ERROR(CheckLossScales(g_out, "generator"));
+      const bool loss_scaled = d_out.count(kLossScaleOutput) > 0;
       const std::vector<double> loss_d = d_out["loss"].ToDoubleVector(), loss_g = g_out["loss"].ToDoubleVector();
+      std::vector<double> finite_d(n, 1), finite_g(n, 1), scale_d(n, 0), scale_g(n, 0);
+      if (loss_scaled) {
+        finite_d = d_out[kGradsFiniteOutput].ToDoubleVector();
+        finite_g = g_out[kGradsFiniteOutput].ToDoubleVector();
+        scale_d = d_out[kLossScaleOutput].ToDoubleVector();
+        scale_g = g_out[kLossScaleOutput].ToDoubleVector();
+      }
       const std::vector<double> d_real = d_out["d_real"].ToDoubleVector(), d_fake = g_out["d_fake"].ToDoubleVector();
       for (int64_t r = 0; r < n; ++r) {
         if (!std::isfinite(loss_d[r]) || !std::isfinite(loss_g[r]))
@@ -394,6 +433,10 @@ StatusOr<RunResult> GanTrainer::Run() {
         window[r].loss_g += loss_g[r];
         window[r].d_real += d_real[r];
         window[r].d_fake += d_fake[r];
+        window[r].skipped_d += finite_d[r] == 0 ? 1 : 0;
+        window[r].skipped_g += finite_g[r] == 0 ? 1 : 0;
+        window[r].scale_d = scale_d[r];
+        window[r].scale_g = scale_g[r];
       }
       ++window_steps;
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -413,6 +456,12 @@ StatusOr<RunResult> GanTrainer::Run() {
                        {"d_real", window[r].d_real / k},
                        {"d_fake", window[r].d_fake / k},
                        {"lr", g_schedules_[r]->LearningRate(step_ - 1)}};
+          if (loss_scaled) {
+            rec.extra.push_back({"loss_scale_d", window[r].scale_d});
+            rec.extra.push_back({"loss_scale_g", window[r].scale_g});
+            rec.extra.push_back({"skipped_steps_d", static_cast<double>(window[r].skipped_d)});
+            rec.extra.push_back({"skipped_steps_g", static_cast<double>(window[r].skipped_g)});
+          }
           if (logger) LOOM_RETURN_IF_ERROR(logger->Log(rec));
           window[r] = {};
         }

@@ -36,11 +36,6 @@ namespace {
 
 constexpr char kRetiredPrefix[] = "retired/";
 
-// fp16: a scale backed off this far (80 overflows in a row from 65536)
-// leaves no gradient representable: the run (or replica) diverged. The
-// scale is checkpointed state, so a resumed run decides the same.
-constexpr double kMinLossScale = 0x1p-64;
-
 std::string ReplicaKey(size_t r) { return "replica_" + std::to_string(r); }
 
 }  // namespace

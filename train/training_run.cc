@@ -46,9 +46,6 @@ StatusOr<RunResult> RunTraining(const RunOptions& options) {
   if (!run.trace_path.empty() && run.config.devices().empty())
     return InvalidArgument("--trace FILE needs --devices cpu:N: it traces the task runtime's devices and links");
   if (entry->gan) {
-    if (RunPrecision(run.config) != DType::kF32)
-      return Unimplemented("field precision: ", run.config.precision(), " is not supported for GAN models (",
-                           run.config.model().name(), ") yet; use f32");
     // GAN runs always write their config (they do not resume yet); under
     // processes rank 0 checks the folder and writes it.
     if (run.processes == nullptr || run.processes->rank() == 0) {

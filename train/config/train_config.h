@@ -64,6 +64,10 @@ DType RunPrecision(const proto::TrainConfig& c);
 // fp16's loss scaler: LossScaling's defaults with the fields of
 // `loss_scale` that the config sets.
 LossScaling RunLossScaling(const proto::TrainConfig& c);
+// fp16: a scale backed off this far (80 overflows in a row from 65536)
+// leaves no gradient representable: the run (or replica) diverged. The
+// scale is checkpointed state, so a resumed run decides the same.
+inline constexpr double kMinLossScale = 0x1p-64;
 
 
 }  // namespace loom
