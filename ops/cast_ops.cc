@@ -5,9 +5,11 @@
 // dtype (what autocast's casts do in PyTorch). The mixed-precision pass
 // (graph/mixed_precision.h) puts these around the FLOP-heavy ops.
 #include <cstring>
+#include <type_traits>
 #include <string>
 
 #include "core/half.h"
+#include "core/half_convert.h"
 #include "ops/cpu_util.h"
 #include "ops/op.h"
 
@@ -54,7 +56,13 @@ void CastElements(ThreadPool* pool, const void* src, void* dst, int64_t n) {
   const From* x = static_cast<const From*>(src);
   To* y = static_cast<To*>(dst);
   ParallelRange(pool, n, [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) y[i] = ConvertFloat<To>(x[i]);
+    if constexpr (std::is_same_v<From, Float16> && std::is_same_v<To, float>) {
+      WidenF16(x + s, y + s, e - s);
+    } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Float16>) {
+      NarrowToF16(x + s, y + s, e - s);
+    } else {
+      for (int64_t i = s; i < e; ++i) y[i] = ConvertFloat<To>(x[i]);
+    }
   });
 }
 

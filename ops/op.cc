@@ -1,8 +1,10 @@
 #include "ops/op.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/half.h"
+#include "core/half_convert.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 
@@ -347,7 +349,11 @@ void WidenInto(const Tensor& from, Tensor* to, ThreadPool* pool) {
   const Half* in = from.data<Half>();
   float* out = to->data<float>();
   ParallelRange(pool, from.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) out[i] = ToFloat(in[i]);
+    if constexpr (std::is_same_v<Half, Float16>) {
+      WidenF16(in + s, out + s, e - s);
+    } else {
+      for (int64_t i = s; i < e; ++i) out[i] = ToFloat(in[i]);
+    }
   });
 }
 template <typename Half>
@@ -355,7 +361,11 @@ void NarrowInto(const Tensor& from, Tensor* to, ThreadPool* pool) {
   const float* in = from.data<float>();
   Half* out = to->data<Half>();
   ParallelRange(pool, from.numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) out[i] = NarrowFloat<Half>::From(in[i]);
+    if constexpr (std::is_same_v<Half, Float16>) {
+      NarrowToF16(in + s, out + s, e - s);
+    } else {
+      for (int64_t i = s; i < e; ++i) out[i] = NarrowFloat<Half>::From(in[i]);
+    }
   });
 }
 }  // namespace
