@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -11,7 +13,21 @@ namespace loom {
 namespace {
 
 constexpr size_t kCpuAlign = 64;
+// Blocks of at least this many bytes start on a 2 MiB boundary and ask the
+// kernel for transparent huge pages (where THP is "madvise", as on Debian):
+// a step streams through activations of tens of MB, and with 4 KiB pages
+// every 4 KiB of them is another TLB miss.
+constexpr size_t kHugePage = size_t{2} << 20;
 size_t CpuBlockBytes(size_t bytes) { return bytes == 0 ? kCpuAlign : (bytes + kCpuAlign - 1) / kCpuAlign * kCpuAlign; }
+
+// A block of `block` bytes (CpuBlockBytes), or null.
+void* AllocateCpuBlock(size_t block) {
+  if (block < kHugePage) return std::aligned_alloc(kCpuAlign, block);
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, block) != 0) return nullptr;
+  madvise(p, block, MADV_HUGEPAGE);  // advice: without THP the pages stay small, the block as good
+  return p;
+}
 
 }  // namespace
 
@@ -30,7 +46,7 @@ void Allocator::RecordAllocate(size_t bytes) {
 void Allocator::RecordDeallocate(size_t bytes) { current_.fetch_sub(static_cast<int64_t>(bytes)); }
 
 void* CpuAllocator::Allocate(size_t bytes) {
-  void* p = std::aligned_alloc(kCpuAlign, CpuBlockBytes(bytes));
+  void* p = AllocateCpuBlock(CpuBlockBytes(bytes));
   if (p) RecordAllocate(bytes);
   return p;
 }
@@ -65,10 +81,10 @@ void* CachingCpuAllocator::Allocate(size_t bytes) {
     }
   }
   if (p == nullptr) {
-    p = std::aligned_alloc(kCpuAlign, block);
+    p = AllocateCpuBlock(block);
     if (p == nullptr) {  // out of memory: give the cache back and try once more
       ReleaseCached();
-      p = std::aligned_alloc(kCpuAlign, block);
+      p = AllocateCpuBlock(block);
     }
   }
   if (p) RecordAllocate(bytes);
