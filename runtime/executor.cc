@@ -148,8 +148,8 @@ Status Executor::Prepare() {
 // A group is a run of nodes of one op that has a group kernel on the device,
 // with equal attributes and dtypes, consecutive but for nodes that run no
 // kernel (sources and views, whose values exist before the step's kernels
-// run). Its members must not see
-// each other's writes, since the group kernel runs them in any order:
+// run). Its members must not see each other's writes, since the group
+// kernel runs them in any order:
 //  - every output is written in place over its input (memory plan aliases),
 //    so no member writes arena bytes that the plan had freed after an
 //    earlier member read them;
@@ -179,6 +179,9 @@ void Executor::PlanGroups() {
       writes.insert(it->second);
     }
     return writes;
+  };
+  auto meets = [](const std::set<ValueId>& a, const std::set<ValueId>& b) {
+    return std::any_of(a.begin(), a.end(), [&](ValueId v) { return b.count(v) > 0; });
   };
   auto same_kind = [&](const Node& a, const Node& b) {
     if (a.op != b.op || !(a.attrs == b.attrs) || a.inputs.size() != b.inputs.size() ||
@@ -210,9 +213,6 @@ void Executor::PlanGroups() {
       if (!writes) break;
       std::set<ValueId> reads;
       for (ValueId v : nodes[end].inputs) reads.insert(root_of(v));
-      auto meets = [](const std::set<ValueId>& a, const std::set<ValueId>& b) {
-        return std::any_of(a.begin(), a.end(), [&](ValueId v) { return b.count(v) > 0; });
-      };
       // Against the members before it (its own state is in both of its sets).
       if (meets(reads, *written) || meets(*writes, read)) break;
       written->insert(writes->begin(), writes->end());

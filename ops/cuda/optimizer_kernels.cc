@@ -83,9 +83,9 @@ Status UpdateGroupKernel(std::vector<KernelContext>& group) {
     using T = decltype(zero);
     std::vector<UpdateTensors<T>> nodes;
     for (KernelContext& ctx : group) {
-      // Every kernel of a group runs on the first one's stream.
-      if (ctx.stream != first.stream || ctx.device != first.device)
-        return Internal(op, ": a group's nodes run on different streams or devices");
+      // Each node's tensors on its device, and every node on one stream.
+      LOOM_ASSIGN_OR_RETURN(cudaStream_t own, KernelStream(ctx));
+      if (own != stream) return Internal(op, ": a group's nodes run on different streams");
       LOOM_ASSIGN_OR_RETURN(UpdateTensors<T> t, Tensors<T>(ctx));
       nodes.push_back(t);
     }
