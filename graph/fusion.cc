@@ -104,7 +104,9 @@ class Fuser final : public FusionBuilder {
   }
 
   // Runs the op once per replica on its slices and stacks the results. The
-  // slices and the per-replica results belong to no fused layout.
+  // slices and the per-replica results belong to no fused layout. With one
+  // replica the slice and the stack are views (its replica axis has size 1),
+  // not copies.
   Status PerReplica() override {
     const Node& n = *node_;
     const OpDef* def = OpRegistry::Global().FindOp(n.op);
@@ -120,13 +122,18 @@ class Fuser final : public FusionBuilder {
       }
       LOOM_ASSIGN_OR_RETURN(auto outs, Emit(n.op, ins, n.attrs, name, {ReplicaLayout::Unknown()}));
       for (size_t i = 0; i < outs.size(); ++i) {
-        LOOM_ASSIGN_OR_RETURN(FusedValue one, Reshape(outs[i], AsOneOfStack(shape(outs[i])),
-                                                      ReplicaLayout::Unknown(), name + "/out" + std::to_string(i)));
+        const ReplicaLayout layout = r_ == 1 ? ReplicaLayout::Axis(0) : ReplicaLayout::Unknown();
+        LOOM_ASSIGN_OR_RETURN(FusedValue one, Reshape(outs[i], AsOneOfStack(shape(outs[i])), layout,
+                                                      name + "/out" + std::to_string(i)));
         stacked[i].push_back(one);
       }
     }
     std::vector<FusedValue> outs;
     for (size_t i = 0; i < stacked.size(); ++i) {
+      if (r_ == 1) {
+        outs.push_back(stacked[i][0]);
+        continue;
+      }
       LOOM_ASSIGN_OR_RETURN(FusedValue cat, Emit1("Concat", stacked[i], {{"axis", int64_t{0}}},
                                                   n.name + "/stack" + std::to_string(i), ReplicaLayout::Axis(0)));
       outs.push_back(cat);
@@ -142,6 +149,7 @@ class Fuser final : public FusionBuilder {
   // Replica r of x as a single-model value.
   StatusOr<FusedValue> Select(const FusedValue& x, int r, const std::string& name) {
     if (!x.replicated()) return x;
+    if (r_ == 1) return Reshape(x, SingleShape(x), ReplicaLayout::Unknown(), name + "/select");
     LOOM_ASSIGN_OR_RETURN(FusedValue s, Emit1("Slice", {x},
                                               {{"axis", static_cast<int64_t>(x.axis())},
                                                {"start", static_cast<int64_t>(r)},

@@ -86,8 +86,9 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
 // One replica is the single model with a replica axis of one: every
 // Linear stays one Linear (with its bias and MatMul gradients), where a
 // replicated input would otherwise take a batched GEMM of one and an Add
-// (the fused MLP ran 0.94x of serial at R = 1 so), and the logits are the
-// single model's.
+// (the fused MLP ran 0.94x of serial at R = 1 so), an op run once per
+// replica (the losses, LSTMs) reads and writes views of its tensors, not a
+// Slice and a Concat copy of them, and the logits are the single model's.
 TEST_CASE("each zoo model fused as 1 replica keeps its Linears and LayerNorms and computes the single model's logits") {
   for (const SmallModel& s : SmallModels()) {
     if (IsGan(s)) continue;
@@ -103,6 +104,10 @@ TEST_CASE("each zoo model fused as 1 replica keeps its Linears and LayerNorms an
       CHECK(ops.count("BatchMatMul") == 0);
       CHECK(ops.count("Mul") == 0);  // a LayerNorm's affine in its own pass
       CHECK(ops.count(n.op) == 1);
+    }
+    for (const char* copy : {"Slice", "Concat"}) {
+      INFO(copy << " nodes, single model against one fused replica");
+      CHECK(m.graph().NodesWithOp(copy).size() == fused->NodesWithOp(copy).size());
     }
     const auto feeds = ZooBatch(s.data, DType::kF64);
     auto run = models::testing::RunFusedAndSeparate(m.graph(), {7}, feeds, feeds, "logits");
