@@ -2,7 +2,7 @@
 // core/half.h's scalar conversions bit for bit (rounding to nearest even,
 // subnormals kept, NaN canonical when narrowing and its payload kept when
 // widening). Where the compiler targets F16C (-march=native on every x86
-// machine loom runs on) they convert 8 or 16 elements per instruction, with
+// machine loom runs on) they convert 8 elements per instruction, with
 // the NaN lanes patched to the scalar results; elsewhere they loop over the
 // scalar functions. The mixed-precision CPU kernels spend their time here:
 // the scalar f16 conversions took half of an fp16 MLP step.

@@ -209,16 +209,13 @@ void OpRegistry::RegisterKernel(const std::string& op, DeviceType device, Kernel
   kernels_[key] = std::move(fn);
 }
 
-KernelFn KernelOfGroup(GroupKernelFn group) {
-  return [group = std::move(group)](KernelContext& ctx) {
-    std::vector<KernelContext> one = {ctx};
-    return group(one);
-  };
-}
-
 void OpRegistry::RegisterGroupKernel(const std::string& op, DeviceType device, GroupKernelFn fn) {
   auto key = std::make_pair(op, device);
   LOOM_CHECK(!group_kernels_.count(key), "group kernel for ", op, " registered twice");
+  RegisterKernel(op, device, [fn](KernelContext& ctx) {
+    std::vector<KernelContext> one = {ctx};
+    return fn(one);
+  });
   group_kernels_[key] = std::move(fn);
 }
 

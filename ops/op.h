@@ -320,8 +320,6 @@ using KernelFn = std::function<Status(KernelContext&)>;
 // a run of consecutive nodes with equal attributes and input and output
 // dtypes, where no node reads what another writes (runtime/executor.h).
 using GroupKernelFn = std::function<Status(std::vector<KernelContext>& group)>;
-// The kernel of one node, from a group kernel: a group of one.
-KernelFn KernelOfGroup(GroupKernelFn group);
 
 // Whether a kernel handles a node with these input and output types: Ok, or
 // the reason it does not ("dtype bf16; the kernel covers f32, f64").
@@ -350,7 +348,8 @@ class OpRegistry {
   const OpDef* FindOp(const std::string& name) const;
   StatusOr<const OpDef*> GetOp(const std::string& name) const;  // error lists close names
   const KernelFn* FindKernel(const std::string& op, DeviceType device) const;
-  // A group kernel of (op, device), alongside its kernel; null if none.
+  // A group kernel of (op, device); it is the op's kernel there too (a
+  // group of one node), so both paths run the same code. Null if none.
   void RegisterGroupKernel(const std::string& op, DeviceType device, GroupKernelFn fn);
   const GroupKernelFn* FindGroupKernel(const std::string& op, DeviceType device) const;
   // Whether `device` has a kernel for the op at all (any dtype).

@@ -213,7 +213,9 @@ class UpdateOpDef : public OpDef {
 // functions below copy what their loops read into locals first: read
 // through the chunk, every store to a T could have changed `lr` (a T
 // member), so each element reloaded it and no loop vectorised (SGD's update
-// ran at a fifth of the memory bandwidth, 17% of the MLP's step).
+// ran at a fifth of the memory bandwidth, 17% of the MLP's step). For the
+// same reason each loop is a [=] lambda: inside the Branch lambdas' [&]
+// captures it would read those locals through references.
 template <typename T>
 struct UpdateChunk {
   int64_t n = 0;
@@ -415,7 +417,6 @@ Status SgdGroup(std::vector<KernelContext>& group) {
     });
   });
 }
-LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCpu, KernelOfGroup(SgdGroup));
 LOOM_REGISTER_GROUP_KERNEL("SgdUpdate", DeviceType::kCpu, SgdGroup);
 
 // ---- Adam, AdamW ----
@@ -505,7 +506,6 @@ Status AdamGroup(std::vector<KernelContext>& group) {
     });
   });
 }
-LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCpu, KernelOfGroup(AdamGroup));
 LOOM_REGISTER_GROUP_KERNEL("AdamUpdate", DeviceType::kCpu, AdamGroup);
 
 // ---- Adadelta ----
@@ -570,7 +570,6 @@ Status AdadeltaGroup(std::vector<KernelContext>& group) {
     });
   });
 }
-LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCpu, KernelOfGroup(AdadeltaGroup));
 LOOM_REGISTER_GROUP_KERNEL("AdadeltaUpdate", DeviceType::kCpu, AdadeltaGroup);
 
 // ---- RMSprop ----
@@ -687,7 +686,6 @@ Status RmspropGroup(std::vector<KernelContext>& group) {
     });
   });
 }
-LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCpu, KernelOfGroup(RmspropGroup));
 LOOM_REGISTER_GROUP_KERNEL("RmspropUpdate", DeviceType::kCpu, RmspropGroup);
 
 // ---- Gradient clipping by global norm ----

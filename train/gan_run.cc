@@ -84,7 +84,7 @@ class GanTrainer {
   Status WriteTrace() const;
   // fp16: a step's loss scale that has backed off to kMinLossScale means its
   // network's gradients overflow at any scale: the run diverged.
-  Status CheckLossScales(std::map<std::string, Tensor>& out, const char* network) const;
+  Status CheckLossScales(const std::map<std::string, Tensor>& out, const char* network) const;
   // SIGINT/SIGTERM received; under processes, by any rank, so that every
   // rank stops after the same iteration.
   StatusOr<int> StopRequest() const;
@@ -333,9 +333,10 @@ Status GanTrainer::SaveCheckpoint() {
   return SaveCheckpointToRunDir(out_dir_, ckpt, static_cast<int>(c_.keep_checkpoints())).status();
 }
 
-Status GanTrainer::CheckLossScales(std::map<std::string, Tensor>& out, const char* network) const {
-  if (!out.count(kLossScaleOutput)) return Status::Ok();
-  const std::vector<double> scales = out[kLossScaleOutput].ToDoubleVector();
+Status GanTrainer::CheckLossScales(const std::map<std::string, Tensor>& out, const char* network) const {
+  auto it = out.find(kLossScaleOutput);
+  if (it == out.end()) return Status::Ok();
+  const std::vector<double> scales = it->second.ToDoubleVector();
   for (size_t r = 0; r < scales.size(); ++r)
     if (scales[r] < kMinLossScale)
       return FailedPrecondition("GAN ", members_[r].label, ": the ", network,

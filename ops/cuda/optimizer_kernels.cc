@@ -58,7 +58,6 @@ StatusOr<UpdateTensors<T>> Tensors(KernelContext& ctx) {
 template <UpdateRule kRule>
 Status UpdateGroupKernel(std::vector<KernelContext>& group) {
   KernelContext& first = group[0];
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(first));
   const AttrMap& attrs = *first.attrs;
   UpdateFlags flags;
   std::vector<UpdateHyper> hyper;
@@ -82,10 +81,12 @@ Status UpdateGroupKernel(std::vector<KernelContext>& group) {
   return DispatchCudaFloat(first.in(0).dtype(), op, [&](auto zero) -> Status {
     using T = decltype(zero);
     std::vector<UpdateTensors<T>> nodes;
+    cudaStream_t stream = nullptr;
     for (KernelContext& ctx : group) {
-      // Each node's tensors on its device, and every node on one stream.
+      // Each node's tensors on its device, and every node on the first one's stream.
       LOOM_ASSIGN_OR_RETURN(cudaStream_t own, KernelStream(ctx));
-      if (own != stream) return Internal(op, ": a group's nodes run on different streams");
+      if (nodes.empty()) stream = own;
+      else if (own != stream) return Internal(op, ": a group's nodes run on different streams");
       LOOM_ASSIGN_OR_RETURN(UpdateTensors<T> t, Tensors<T>(ctx));
       nodes.push_back(t);
     }
@@ -94,10 +95,6 @@ Status UpdateGroupKernel(std::vector<KernelContext>& group) {
     return Status::Ok();
   });
 }
-LOOM_REGISTER_KERNEL("SgdUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kSgd>));
-LOOM_REGISTER_KERNEL("AdamUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kAdam>));
-LOOM_REGISTER_KERNEL("AdadeltaUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kAdadelta>));
-LOOM_REGISTER_KERNEL("RmspropUpdate", DeviceType::kCuda, KernelOfGroup(UpdateGroupKernel<UpdateRule::kRmsprop>));
 LOOM_REGISTER_GROUP_KERNEL("SgdUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kSgd>);
 LOOM_REGISTER_GROUP_KERNEL("AdamUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kAdam>);
 LOOM_REGISTER_GROUP_KERNEL("AdadeltaUpdate", DeviceType::kCuda, UpdateGroupKernel<UpdateRule::kAdadelta>);
