@@ -47,54 +47,76 @@ std::string Region::ToString() const {
   return s + "]";
 }
 
-Status CopyRegion(const Tensor& src, const Region& src_region, Tensor* dst, const Region& dst_region,
-                  const Region& box) {
-  if (src.dtype() != dst->dtype())
-    return InvalidArgument("CopyRegion: dtypes differ (", DTypeName(src.dtype()), " and ", DTypeName(dst->dtype()), ")");
+StatusOr<RegionCopy> PlanRegionCopy(const Tensor& src, const Region& src_region, const Tensor& dst,
+                                    const Region& dst_region, const Region& box) {
+  if (src.dtype() != dst.dtype())
+    return InvalidArgument("CopyRegion: dtypes differ (", DTypeName(src.dtype()), " and ", DTypeName(dst.dtype()), ")");
+  const Shape& src_shape = src.shape();
+  const Shape& dst_shape = dst.shape();
   if (!src_region.Contains(box) || !dst_region.Contains(box))
     return InvalidArgument("CopyRegion: box ", box.ToString(), " is not inside ", src_region.ToString(), " and ",
                            dst_region.ToString());
-  if (src.shape() != src_region.shape() || dst->shape() != dst_region.shape())
-    return InvalidArgument("CopyRegion: tensors ", src.shape().ToString(), " and ", dst->shape().ToString(),
+  if (src_shape != src_region.shape() || dst_shape != dst_region.shape())
+    return InvalidArgument("CopyRegion: tensors ", src_shape.ToString(), " and ", dst_shape.ToString(),
                            " do not hold regions ", src_region.ToString(), " and ", dst_region.ToString());
   const int rank = box.rank();
   const size_t elem = DTypeSize(src.dtype());
+  RegionCopy copy;
   if (rank == 0) {
-    std::memcpy(dst->raw_data(), src.raw_data(), elem);
-    return Status::Ok();
+    copy.row_bytes = elem;
+    copy.height = 1;
+    copy.src_offsets = copy.dst_offsets = {0};
+    return copy;
   }
-  const std::vector<int64_t> src_strides = src.shape().Strides(), dst_strides = dst->shape().Strides();
   const Shape extent = box.shape();
-  if (extent.numel() == 0) return Status::Ok();
+  if (extent.numel() == 0) return copy;
+  const std::vector<int64_t> src_strides = src_shape.Strides(), dst_strides = dst_shape.Strides();
   // A row: the box along its last dimension that the tensors do not hold
   // whole (`last`), with every dimension after it, which the box, src and
   // dst all span: contiguous in both (a 3x3 kernel's weights split by
-  // output channel copy as one block, not as rows of 3).
+  // output channel copy as one block, not as rows of 3). A block: the rows
+  // along the dimension before `last`.
   int last = rank - 1;
   auto whole_in_both = [&](int i) {
     return box.lo[i] == src_region.lo[i] && box.hi[i] == src_region.hi[i] && box.lo[i] == dst_region.lo[i] &&
            box.hi[i] == dst_region.hi[i];
   };
   while (last > 0 && whole_in_both(last)) --last;
-  const size_t row_bytes = static_cast<size_t>(extent[last] * src_strides[last]) * elem;
-  std::vector<int64_t> index(static_cast<size_t>(last + 1), 0);
-  const char* s = static_cast<const char*>(src.raw_data());
-  char* d = static_cast<char*>(dst->raw_data());
+  copy.row_bytes = static_cast<size_t>(extent[last] * src_strides[last]) * elem;
+  const int rows_dim = last - 1;  // -1: one row per block
+  copy.height = rows_dim >= 0 ? static_cast<size_t>(extent[rows_dim]) : 1;
+  copy.src_pitch = rows_dim >= 0 ? static_cast<size_t>(src_strides[rows_dim]) * elem : copy.row_bytes;
+  copy.dst_pitch = rows_dim >= 0 ? static_cast<size_t>(dst_strides[rows_dim]) * elem : copy.row_bytes;
+  // Blocks over the dimensions before rows_dim, odometer order.
+  std::vector<int64_t> index(static_cast<size_t>(std::max(rows_dim, 0)), 0);
   while (true) {
     int64_t so = 0, doff = 0;
     for (int i = 0; i <= last; ++i) {
-      const int64_t at = box.lo[i] + index[i];
+      const int64_t at = box.lo[i] + (i < rows_dim ? index[static_cast<size_t>(i)] : 0);
       so += (at - src_region.lo[i]) * src_strides[i];
       doff += (at - dst_region.lo[i]) * dst_strides[i];
     }
-    std::memcpy(d + doff * static_cast<int64_t>(elem), s + so * static_cast<int64_t>(elem), row_bytes);
-    int i = last - 1;
+    copy.src_offsets.push_back(so * static_cast<int64_t>(elem));
+    copy.dst_offsets.push_back(doff * static_cast<int64_t>(elem));
+    int i = rows_dim - 1;
     for (; i >= 0; --i) {
-      if (++index[i] < extent[i]) break;
-      index[i] = 0;
+      if (++index[static_cast<size_t>(i)] < extent[i]) break;
+      index[static_cast<size_t>(i)] = 0;
     }
     if (i < 0) break;
   }
+  return copy;
+}
+
+Status CopyRegion(const Tensor& src, const Region& src_region, Tensor* dst, const Region& dst_region,
+                  const Region& box) {
+  LOOM_ASSIGN_OR_RETURN(const RegionCopy copy, PlanRegionCopy(src, src_region, *dst, dst_region, box));
+  const char* s = static_cast<const char*>(src.raw_data());
+  char* d = static_cast<char*>(dst->raw_data());
+  for (size_t k = 0; k < copy.src_offsets.size(); ++k)
+    for (size_t row = 0; row < copy.height; ++row)
+      std::memcpy(d + copy.dst_offsets[k] + static_cast<int64_t>(row * copy.dst_pitch),
+                  s + copy.src_offsets[k] + static_cast<int64_t>(row * copy.src_pitch), copy.row_bytes);
   return Status::Ok();
 }
 

@@ -39,6 +39,21 @@ struct Region {
   std::string ToString() const;  // "[0:4, 0:8]"
 };
 
+// A box copied between two tensors as strided blocks of rows: block k is
+// `height` rows of `row_bytes`, starting `src_offsets[k]` and
+// `dst_offsets[k]` bytes into the tensors' data, rows `src_pitch` and
+// `dst_pitch` bytes apart (one cudaMemcpy2DAsync per block on a GPU).
+struct RegionCopy {
+  size_t row_bytes = 0, height = 0, src_pitch = 0, dst_pitch = 0;
+  std::vector<int64_t> src_offsets, dst_offsets;
+};
+
+// The copy of `box` (in the whole tensor's coordinates) from src, which
+// holds `src_region`, into dst, which holds `dst_region`: tensors of one
+// dtype on any devices; box must lie in both regions.
+StatusOr<RegionCopy> PlanRegionCopy(const Tensor& src, const Region& src_region, const Tensor& dst,
+                                    const Region& dst_region, const Region& box);
+
 // Copies `box` (in the whole tensor's coordinates) from src, which holds
 // region `src_region`, into dst, which holds `dst_region`. Host tensors of
 // one dtype; box must lie in both regions.

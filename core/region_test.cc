@@ -1,5 +1,7 @@
 #include "core/region.h"
 
+#include "core/work_queue.h"
+
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -46,6 +48,7 @@ TEST_CASE("CopyRegion moves a box between tensors holding different regions") {
 // rows (a 3x3 kernel's weights split by output channel: one block); every
 // box of random regions against an element-by-element copy.
 TEST_CASE("CopyRegion copies random boxes as element-by-element copies do") {
+  std::unique_ptr<WorkQueue> cpu = CreateWorkQueue(Device::Cpu(), 0).value();
   std::mt19937_64 rng(7);
   auto draw = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
   for (int trial = 0; trial < 500; ++trial) {
@@ -80,7 +83,35 @@ TEST_CASE("CopyRegion copies random boxes as element-by-element copies do") {
     }
     INFO("box " << box.ToString() << " of " << src_region.ToString() << " into " << dst_region.ToString());
     REQUIRE(std::vector<float>(dst.data<float>(), dst.data<float>() + dst.numel()) == want);
+    // The same copy queued as 2-D blocks (what a GPU's queue runs).
+    Tensor queued = Tensor::Zeros(dst_region.shape(), DType::kF32);
+    REQUIRE(CopyRegionOn(*cpu, src, src_region, &queued, dst_region, box).ok());
+    REQUIRE(std::vector<float>(queued.data<float>(), queued.data<float>() + queued.numel()) == want);
   }
+}
+
+// Rows are the box's last partial dimension with the whole ones after it;
+// a block is the rows along the dimension before.
+TEST_CASE("a region copy is planned as strided blocks of whole rows") {
+  const Tensor src = Iota({4, 6, 8});
+  const Region all = Region::Whole(src.shape());
+  const Region box{{1, 2, 1}, {3, 5, 7}};
+  const Tensor dst = Tensor::Zeros(box.shape(), DType::kF32);
+  const RegionCopy copy = PlanRegionCopy(src, all, dst, box, box).value();
+  CHECK(copy.row_bytes == 6 * 4);
+  CHECK(copy.height == 3);
+  CHECK(copy.src_pitch == 8 * 4);
+  CHECK(copy.dst_pitch == 6 * 4);
+  CHECK(copy.src_offsets == std::vector<int64_t>{(1 * 48 + 2 * 8 + 1) * 4, (2 * 48 + 2 * 8 + 1) * 4});
+  CHECK(copy.dst_offsets == std::vector<int64_t>{0, 3 * 6 * 4});
+  // Whole along the last dimension: a row spans the box's [2:5] x [0:8],
+  // a block its two rows along the first.
+  const Region wide{{1, 2, 0}, {3, 5, 8}};
+  const RegionCopy two = PlanRegionCopy(src, all, Tensor::Zeros(wide.shape(), DType::kF32), wide, wide).value();
+  CHECK(two.src_offsets.size() == 1);
+  CHECK(two.height == 2);
+  CHECK(two.row_bytes == 3 * 8 * 4);
+  CHECK(two.src_pitch == 48 * 4);
 }
 
 TEST_CASE("CopyRegion refuses boxes outside a region, dtypes and shapes that differ") {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -128,6 +129,15 @@ bool TaskRuntime::CrossesRanks(const Task& task) const {
 Status TaskRuntime::Prepare() {
   const OpRegistry& registry = OpRegistry::Global();
   const int64_t devices = tasks_.devices;
+  devices_ = options_.devices.empty() ? std::vector<Device>(static_cast<size_t>(devices), Device::Cpu())
+                                      : options_.devices;
+  if (static_cast<int64_t>(devices_.size()) != devices)
+    return InvalidArgument("the task graph has ", devices, " devices, but ", devices_.size(), " were given to run it");
+  const DeviceType kind = devices_[0].type;
+  for (const Device& d : devices_)
+    if (d.type != kind)
+      return InvalidArgument("the task runtime runs devices of one kind, got ", devices_[0].ToString(), " and ",
+                             d.ToString());
   if (comm_) {
     if (devices % comm_->size() != 0)
       return InvalidArgument("the task graph has ", devices, " devices, not a multiple of the communicator's ",
@@ -136,11 +146,21 @@ Status TaskRuntime::Prepare() {
     if (comm_->device() != Device::Cpu())
       return InvalidArgument("the task runtime runs processes on CPU communicators, got one on ",
                              comm_->device().ToString());
+    if (kind != DeviceType::kCpu)
+      return InvalidArgument("CUDA devices across processes (mpirun) are not supported yet: run them in one process");
   }
   for (int64_t d = 0; d < devices; ++d) {
+    if (kind == DeviceType::kCpu) {
+      allocators_.push_back(&CpuDeviceAllocator(static_cast<int>(d)));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(Allocator * a, GetAllocator(devices_[static_cast<size_t>(d)]));
+      allocators_.push_back(a);
+    }
     std::unique_ptr<ThreadPool> pool;
     if (Local(d)) {
-      LOOM_ASSIGN_OR_RETURN(pool, ThreadPool::Create(options_.threads_per_device));
+      if (kind == DeviceType::kCpu) {
+        LOOM_ASSIGN_OR_RETURN(pool, ThreadPool::Create(options_.threads_per_device));
+      }
       local_devices_.push_back(static_cast<size_t>(d));
     }
     pools_.push_back(std::move(pool));
@@ -149,14 +169,14 @@ Status TaskRuntime::Prepare() {
   queues_.assign(static_cast<size_t>(devices), {});
   kernels_.assign(tasks_.tasks.size(), nullptr);
   readers_.assign(tasks_.pieces.size(), 0);
-  std::vector<int64_t> queue_of;  // by task: the local device whose thread runs it, -1 none
   for (const Task& t : tasks_.tasks) {
     if (t.device < 0 || t.device >= devices) return Internal("task ", t.name, " on device ", t.device);
     // Processes: a task (or this rank's half of it) goes to one local
     // device's queue; those that cross ranks also take a message ticket.
     const int64_t runner = RunnerOf(t);
+    marker_.push_back(runner >= 0 ? static_cast<int>(queues_[static_cast<size_t>(runner)].size()) : -1);
     if (runner >= 0) queues_[static_cast<size_t>(runner)].push_back(t.id);
-    queue_of.push_back(runner);
+    runner_.push_back(runner);
     runs_here_.push_back(runner >= 0);
     message_turn_.push_back(runner >= 0 && CrossesRanks(t) ? messages_++ : -1);
     for (int p : t.sources) ++readers_[static_cast<size_t>(p)];
@@ -170,8 +190,16 @@ Status TaskRuntime::Prepare() {
       const Piece& piece = tasks_.pieces[static_cast<size_t>(p)];
       out.push_back({piece.region.shape(), tasks_.graph.type(piece.value).dtype});
     }
-    LOOM_RETURN_IF_ERROR(registry.SupportsNode(n, in, out, DeviceType::kCpu));
-    kernels_[static_cast<size_t>(t.id)] = registry.FindKernel(n.op, DeviceType::kCpu);
+    LOOM_RETURN_IF_ERROR(registry.SupportsNode(n, in, out, kind).WithContext(StrCat("task ", t.name, " on ",
+                                                                                     devices_[static_cast<size_t>(t.device)].ToString())));
+    kernels_[static_cast<size_t>(t.id)] = registry.FindKernel(n.op, kind);
+  }
+  add_kernel_ = registry.FindKernel("Add", kind);
+  cast_kernel_ = registry.FindKernel("Cast", kind);
+  if (!add_kernel_ || !cast_kernel_) return Internal("no Add or Cast kernel for the all-reduces on ", devices_[0].ToString());
+  work_.resize(static_cast<size_t>(devices));
+  for (size_t d : local_devices_) {
+    LOOM_ASSIGN_OR_RETURN(work_[d], CreateWorkQueue(devices_[d], static_cast<int>(queues_[d].size())));
   }
   for (const auto& [home, op] : tasks_.writebacks)
     for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
@@ -181,7 +209,7 @@ Status TaskRuntime::Prepare() {
   // The pieces' places in one arena per local device (runtime/task_memory_plan.h).
   std::vector<bool> local(static_cast<size_t>(devices));
   for (int64_t d = 0; d < devices; ++d) local[static_cast<size_t>(d)] = Local(d);
-  memory_plan_ = PlanTaskMemory(tasks_, queue_of, local);
+  memory_plan_ = PlanTaskMemory(tasks_, runner_, local);
   arenas_.resize(static_cast<size_t>(devices));
   for (int64_t d = 0; d < devices; ++d) {
     const size_t bytes = memory_plan_.arena_bytes[static_cast<size_t>(d)];
@@ -233,6 +261,9 @@ StatusOr<Tensor> TaskRuntime::GetState(const std::string& name) const {
     if (std::find(seen.begin(), seen.end(), r) != seen.end()) continue;
     seen.push_back(r);
     LOOM_ASSIGN_OR_RETURN(Tensor piece, PieceEverywhere(h));
+    if (!piece.device().is_cpu()) {
+      LOOM_ASSIGN_OR_RETURN(piece, piece.To(Device::Cpu()));
+    }
     LOOM_RETURN_IF_ERROR(CopyRegion(piece, r, &whole, all, r));
   }
   return whole;
@@ -263,11 +294,21 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
     const Piece& home = tasks_.pieces[static_cast<size_t>(h)];
     if (!Local(home.device)) continue;
     // A new tensor, not the old one overwritten: the old may be shared (Run).
-    LOOM_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Empty(home.region.shape(), t.dtype, AllocatorOf(home.device)));
-    LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &fresh, home.region, home.region));
-    pieces_[static_cast<size_t>(h)] = std::move(fresh);
+    LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)], PartOn(host, all, home.region, home.device));
   }
   return Status::Ok();
+}
+
+StatusOr<Tensor> TaskRuntime::PartOn(const Tensor& whole, const Region& all, const Region& region, int64_t d) const {
+  const Device device = devices_[static_cast<size_t>(d)];
+  if (device.is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(region.shape(), whole.dtype(), AllocatorOf(d)));
+    LOOM_RETURN_IF_ERROR(CopyRegion(whole, all, &part, region, region));
+    return part;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(region.shape(), whole.dtype(), Device::Cpu()));
+  LOOM_RETURN_IF_ERROR(CopyRegion(whole, all, &part, region, region));
+  return part.To(device);
 }
 
 StatusOr<Tensor> TaskRuntime::PieceTensor(int p) const {
@@ -279,54 +320,67 @@ StatusOr<Tensor> TaskRuntime::PieceTensor(int p) const {
                       dtype);
 }
 
-StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op, Allocator* allocator) const {
+StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op, Allocator* allocator, WorkQueue& queue) const {
   if (op.pieces.size() == 1 && Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(op.pieces[0])];
     const Tensor& t = pieces_[static_cast<size_t>(op.pieces[0])];
     if (p.region == op.region) return t;
     LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), t.dtype(), allocator));
-    LOOM_RETURN_IF_ERROR(CopyRegion(t, p.region, &out, op.region, op.region));
+    LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, t, p.region, &out, op.region, op.region));
     return out;
   }
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype, allocator));
   // Zeros where no piece lies: the padding rows of a window part.
-  const bool padded = !Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region);
-  Tensor out;
-  if (padded) {
-    out = Tensor::Zeros(op.region.shape(), tasks_.graph.type(op.value).dtype);
-  } else {
-    LOOM_ASSIGN_OR_RETURN(out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype, allocator));
+  if (!Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
+    if (out.device().is_cpu()) {
+      std::memset(out.raw_data(), 0, out.nbytes());
+    } else {
+      LOOM_RETURN_IF_ERROR(queue.Zero(out.raw_data(), out.nbytes()));
+    }
   }
   for (int q : op.pieces) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(q)];
     std::optional<Region> box = p.region.Intersect(op.region);
-    if (box) LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(q)], p.region, &out, op.region, *box));
+    if (box) LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, pieces_[static_cast<size_t>(q)], p.region, &out, op.region, *box));
   }
   return out;
 }
 
-Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
-  const auto piece_of = [&](int p) -> const Piece& { return tasks_.pieces[static_cast<size_t>(p)]; };
+Status TaskRuntime::RunTask(const Task& task, int64_t runner) {
+  WorkQueue& queue = *work_[static_cast<size_t>(runner)];
+  // A dependency on this queue is ahead in its order; one on another queue
+  // is waited for by marker (on a GPU the host has only queued it).
+  for (int d : task.deps) {
+    const int64_t r = runner_[static_cast<size_t>(d)];
+    if (r >= 0 && r != runner)
+      LOOM_RETURN_IF_ERROR(queue.WaitFor(*work_[static_cast<size_t>(r)], marker_[static_cast<size_t>(d)]));
+  }
+  LOOM_RETURN_IF_ERROR(QueueTask(task, queue, pools_[static_cast<size_t>(runner)].get()));
+  return queue.Mark(marker_[static_cast<size_t>(task.id)]);
+}
+
+Status TaskRuntime::QueueTask(const Task& task, WorkQueue& queue, ThreadPool* pool) {
   switch (task.kind) {
     case TaskKind::kTransfer: {
       if (Owner(task.src_device) != Owner(task.device)) return RunRemoteTransfer(task);
-      const Piece& src = piece_of(task.sources[0]);
-      const Piece& dst = piece_of(task.outputs[0]);
+      const Piece& src = tasks_.pieces[static_cast<size_t>(task.sources[0])];
+      const Piece& dst = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
       LOOM_ASSIGN_OR_RETURN(Tensor out, PieceTensor(task.outputs[0]));
-      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(task.sources[0])], src.region, &out, dst.region,
-                                      dst.region));
+      LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, pieces_[static_cast<size_t>(task.sources[0])], src.region, &out,
+                                        dst.region, dst.region));
       pieces_[static_cast<size_t>(task.outputs[0])] = out;
       return Status::Ok();
     }
-    case TaskKind::kAllReduce: return RunAllReduce(task);
+    case TaskKind::kAllReduce:
+    case TaskKind::kReduceScatter: return RunAllReduce(task, queue, pool);
     case TaskKind::kAllGather:
-    case TaskKind::kAllToAll: return RunRedistribute(task);
-    case TaskKind::kReduceScatter: return RunAllReduce(task);
+    case TaskKind::kAllToAll: return RunRedistribute(task, queue);
     case TaskKind::kCompute: break;
   }
   const Node& n = tasks_.graph.node(task.node);
   std::vector<Tensor> inputs, outputs;
   for (const Operand& op : task.inputs) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(task.device)));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(task.device), queue));
     inputs.push_back(std::move(t));
   }
   for (int p : task.outputs) {
@@ -336,8 +390,9 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   KernelContext ctx;
   ctx.node = &n;
   ctx.attrs = task.attrs.get();
-  ctx.device = Device::Cpu();
+  ctx.device = devices_[static_cast<size_t>(task.device)];
   ctx.pool = pool;
+  ctx.stream = queue.stream();
   for (const Tensor& t : inputs) ctx.inputs.push_back(&t);
   for (Tensor& t : outputs) ctx.outputs.push_back(&t);
   ctx.rng_key = NodeStreamKey(n.name);
@@ -350,6 +405,19 @@ Status TaskRuntime::RunTask(const Task& task, ThreadPool* pool) {
   LOOM_RETURN_IF_ERROR(s);
   for (size_t i = 0; i < outputs.size(); ++i) pieces_[static_cast<size_t>(task.outputs[i])] = outputs[i];
   return Status::Ok();
+}
+
+Status TaskRuntime::RunHelper(const KernelFn* kernel, const Node& node, const std::vector<const Tensor*>& inputs,
+                              Tensor* output, WorkQueue& queue, ThreadPool* pool) const {
+  KernelContext ctx;
+  ctx.node = &node;
+  ctx.attrs = &node.attrs;
+  ctx.device = output->device();
+  ctx.pool = pool;
+  ctx.stream = queue.stream();
+  ctx.inputs = inputs;
+  ctx.outputs = {output};
+  return (*kernel)(ctx);
 }
 
 // A transfer between processes: the source's rank sends the destination's
@@ -377,58 +445,74 @@ Status TaskRuntime::RunRemoteTransfer(const Task& task) {
 // ranks hold and sends them their copies; the order of the additions, and
 // so the bits, stay the same. A one-device group adds the output's region
 // of each source (some hold more: the device's own partial sum).
-Status TaskRuntime::RunAllReduce(const Task& task) {
+Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool* pool) {
   const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
   const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
   if (!Local(task.device)) return JoinCollective(task);
   const Region& summed = SummedRegion(task);
-  // Source k (its part in the summed region), received when another rank
+  Allocator* here = AllocatorOf(task.device);
+  // Source k (its part in the summed region) on the task's device: copied
+  // when it holds more or lives on another GPU, received when another rank
   // holds it.
   const auto source = [&](size_t k) -> StatusOr<Tensor> {
     const int p = task.sources[k];
     const Region& held = tasks_.pieces[static_cast<size_t>(p)].region;
-    if (Local(device_of(p)) && held != summed) {
-      LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(summed.shape(), dtype, AllocatorOf(task.device)));
-      LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(p)], held, &part, summed, summed));
-      return part;
+    const Tensor& piece = pieces_[static_cast<size_t>(p)];
+    if (Local(device_of(p)) && held == summed && piece.device() == devices_[static_cast<size_t>(task.device)])
+      return piece;
+    LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(summed.shape(), dtype, here));
+    if (Local(device_of(p))) {
+      LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, piece, held, &part, summed, summed));
+    } else {
+      LOOM_RETURN_IF_ERROR(comm_->Recv(part, Owner(device_of(p))));
     }
-    if (Local(device_of(p))) return pieces_[static_cast<size_t>(p)];
-    LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(summed.shape(), dtype, AllocatorOf(task.device)));
-    LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(device_of(p))));
-    return received;
+    return part;
   };
   // bf16 and f16 partial sums add in f32 and round once at the end.
-  const DType add_dtype = IsHalf(dtype) ? DType::kF32 : dtype;
-  const auto widened = [&](size_t k) -> StatusOr<Tensor> {
-    LOOM_ASSIGN_OR_RETURN(Tensor x, source(k));
-    if (add_dtype == dtype) return x;
-    return x.Cast(add_dtype);
+  static const Node add = [] {
+    Node n;
+    n.name = "all-reduce sum";
+    n.op = "Add";
+    return n;
+  }();
+  const auto cast_node = [](DType to) {
+    Node n;
+    n.name = "all-reduce cast";
+    n.op = "Cast";
+    n.attrs.Set("to", std::string(DTypeName(to)));
+    return n;
   };
-  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(summed.shape(), add_dtype, AllocatorOf(task.device)));
-  {
-    LOOM_ASSIGN_OR_RETURN(Tensor x0, widened(0));
-    LOOM_RETURN_IF_ERROR(sum.CopyFrom(x0));
-  }
-  for (size_t k = 1; k < task.sources.size(); ++k) {
-    LOOM_ASSIGN_OR_RETURN(Tensor xk, widened(k));
-    LOOM_RETURN_IF_ERROR(DispatchFloat(add_dtype, [&](auto zero) {
-      using T = decltype(zero);
-      T* s = sum.data<T>();
-      const T* x = xk.data<T>();
-      for (int64_t i = 0; i < sum.numel(); ++i) s[i] += x[i];
-    }));
+  const DType add_dtype = IsHalf(dtype) ? DType::kF32 : dtype;
+  const Node widen = cast_node(add_dtype), narrow = cast_node(dtype);
+  LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(summed.shape(), add_dtype, here));
+  for (size_t k = 0; k < task.sources.size(); ++k) {
+    LOOM_ASSIGN_OR_RETURN(Tensor xk, source(k));
+    if (k == 0 && add_dtype == dtype) {
+      const Region whole = Region::Whole(summed.shape());
+      LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, xk, whole, &sum, whole, whole));
+      continue;
+    }
+    if (add_dtype != dtype) {
+      LOOM_ASSIGN_OR_RETURN(Tensor wide, Tensor::Empty(summed.shape(), add_dtype, here));
+      LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, widen, {&xk}, k == 0 ? &sum : &wide, queue, pool));
+      if (k == 0) continue;
+      xk = wide;
+    }
+    LOOM_RETURN_IF_ERROR(RunHelper(add_kernel_, add, {&sum, &xk}, &sum, queue, pool));
   }
   if (add_dtype != dtype) {
-    LOOM_ASSIGN_OR_RETURN(sum, sum.Cast(dtype));
+    LOOM_ASSIGN_OR_RETURN(Tensor rounded, Tensor::Empty(summed.shape(), dtype, here));
+    LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, narrow, {&sum}, &rounded, queue, pool));
+    sum = rounded;
   }
-  return HandOut(task, {sum}, {&summed});
+  return HandOut(task, queue, {sum}, {&summed});
 }
 
 // An all-gather or all-to-all: the sources on the task's device (the first
 // member; received when another rank holds them), each output assembled
 // there from the sources it meets and handed to its member.
-Status TaskRuntime::RunRedistribute(const Task& task) {
+Status TaskRuntime::RunRedistribute(const Task& task, WorkQueue& queue) {
   if (!Local(task.device)) return JoinCollective(task);
   std::vector<Tensor> held;
   std::vector<const Region*> regions;
@@ -444,7 +528,7 @@ Status TaskRuntime::RunRedistribute(const Task& task) {
     LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(source.device)));
     held.push_back(std::move(received));
   }
-  return HandOut(task, held, regions);
+  return HandOut(task, queue, held, regions);
 }
 
 // What a sum adds of each source: the sources' region for a reduce-scatter,
@@ -485,7 +569,7 @@ Status TaskRuntime::JoinCollective(const Task& task) {
 // A collective's outputs, made on its first member from `results` (each
 // holding its region of the value): each output assembled from the results
 // it meets, kept on this rank or sent to its member's.
-Status TaskRuntime::HandOut(const Task& task, const std::vector<Tensor>& results,
+Status TaskRuntime::HandOut(const Task& task, WorkQueue& queue, const std::vector<Tensor>& results,
                             const std::vector<const Region*>& regions) {
   for (int p : task.outputs) {
     const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
@@ -502,7 +586,7 @@ Status TaskRuntime::HandOut(const Task& task, const std::vector<Tensor>& results
     }
     for (size_t k = 0; k < results.size(); ++k)
       if (std::optional<Region> box = regions[k]->Intersect(out.region))
-        LOOM_RETURN_IF_ERROR(CopyRegion(results[k], *regions[k], &assembled, out.region, *box));
+        LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, results[k], *regions[k], &assembled, out.region, *box));
     if (Local(out.device)) {
       pieces_[static_cast<size_t>(p)] = assembled;
     } else {
@@ -530,14 +614,12 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
     for (int h : homes->second) {
       if (!Local(tasks_.pieces[static_cast<size_t>(h)].device)) continue;
       const Region& r = tasks_.pieces[static_cast<size_t>(h)].region;
-      if (r == all) {
+      const int64_t d = tasks_.pieces[static_cast<size_t>(h)].device;
+      if (r == all && devices_[static_cast<size_t>(d)].is_cpu()) {
         pieces_[static_cast<size_t>(h)] = host;
         continue;
       }
-      LOOM_ASSIGN_OR_RETURN(Tensor part,
-                            Tensor::Empty(r.shape(), want.dtype, AllocatorOf(tasks_.pieces[static_cast<size_t>(h)].device)));
-      LOOM_RETURN_IF_ERROR(CopyRegion(host, all, &part, r, r));
-      pieces_[static_cast<size_t>(h)] = part;
+      LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(h)], PartOn(host, all, r, d));
     }
   }
   if (fed != feeds.size())
@@ -553,7 +635,15 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   const auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - st.start).count();
   };
+  const auto fail = [&](const Status& s, const std::string& where) {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.failed) return;
+    st.failed = true;
+    st.error = s.WithContext(where);
+  };
   auto worker = [&](size_t device) {
+    WorkQueue& queue = *work_[device];
+    if (Status bound = queue.BindThread(); !bound.ok()) fail(bound, StrCat("device ", device));
     for (int id : queues_[device]) {
       const Task& task = tasks_.tasks[static_cast<size_t>(id)];
       {
@@ -570,24 +660,29 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
             if (runs_here_[static_cast<size_t>(d)] && !st.done[static_cast<size_t>(d)]) return false;
           return true;
         });
-        if (st.failed) return;
+        if (st.failed) break;
       }
       const double start = options_.trace ? seconds() : 0;
-      Status s = RunTask(task, pools_[device].get());
+      Status s = RunTask(task, static_cast<int64_t>(device));
+      // A trace times the work, not its queueing: wait for it.
+      if (options_.trace && s.ok()) s = queue.Synchronize();
       if (options_.trace) trace_[static_cast<size_t>(id)] = {id, start, seconds()};
       if (s.ok()) Release(task);
+      if (!s.ok())
+        fail(s, StrCat("task ", task.id, " (", TaskKindName(task.kind), " ", task.name, ") on device ", task.device));
       {
         std::lock_guard<std::mutex> lock(st.mu);
-        if (!s.ok() && !st.failed) {
-          st.failed = true;
-          st.error = s.WithContext(StrCat("task ", task.id, " (", TaskKindName(task.kind), " ", task.name,
-                                          ") on device ", task.device));
-        }
         st.done[static_cast<size_t>(id)] = 1;
         if (message_turn_[static_cast<size_t>(id)] >= 0) ++st.next_message;
       }
       st.cv.notify_all();
     }
+    // On a GPU the work was only queued: the step ends when it is done (a
+    // kernel's fault shows here), and no piece may be freed before.
+    if (Status done = queue.Synchronize(); !done.ok())
+      fail(done, StrCat("device ", device, " (", devices_[device].ToString(), ")"));
+    queue.UnbindThread();
+    st.cv.notify_all();
   };
   // Readers count down in Release; a piece whose last reader ran is freed.
   step_state_ = &st;
@@ -600,6 +695,9 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
     return st.error;
   }
 
+  // After the step: outputs and writebacks assembled through the first
+  // local device's queue (every device is idle now), then waited for.
+  WorkQueue& after = *work_[local_devices_[0]];
   std::map<std::string, Tensor> results;
   LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));  // what the caller keeps
   for (const auto& [name, op] : tasks_.outputs) {
@@ -608,14 +706,15 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
         LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
       }
     }
-    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host));
-    // A home may be the result itself: a state's home, or the caller's own
-    // feed, which the caller may change; the caller gets a copy.
-    if (op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0) {
-      LOOM_ASSIGN_OR_RETURN(Tensor copy, Tensor::Empty(results[name].shape(), results[name].dtype()));
-      LOOM_RETURN_IF_ERROR(copy.CopyFrom(results[name]));
-      results[name] = copy;
+    LOOM_ASSIGN_OR_RETURN(Tensor result, Assemble(op, host, after));
+    // A piece that is the result itself: a device's (copied to the host),
+    // or a home, a state's or the caller's own feed, which the caller may
+    // change (so the caller gets a copy).
+    const bool home = op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0;
+    if (!result.device().is_cpu() || home) {
+      LOOM_ASSIGN_OR_RETURN(result, result.To(Device::Cpu()));
     }
+    results[name] = std::move(result);
   }
   // Every reader of the old state has run: the new values become the homes.
   // A home takes the new value's tensor itself (no copy: data parallelism
@@ -626,13 +725,17 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   std::vector<int> refreshed;
   for (const auto& [home, op] : tasks_.writebacks) {
     if (!Local(tasks_.pieces[static_cast<size_t>(home)].device)) continue;
-    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(tasks_.pieces[static_cast<size_t>(home)].device)));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(tasks_.pieces[static_cast<size_t>(home)].device), after));
     fresh.push_back(std::move(t));
     refreshed.push_back(home);
   }
+  LOOM_RETURN_IF_ERROR(after.Synchronize());
   for (size_t i = 0; i < fresh.size(); ++i) pieces_[static_cast<size_t>(refreshed[i])] = std::move(fresh[i]);
   for (size_t p = 0; p < pieces_.size(); ++p)
     if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
+  // Blocks freed while each device thread was bound to its queue may now
+  // go to any queue (on a GPU: after every stream is done).
+  for (size_t d : local_devices_) LOOM_RETURN_IF_ERROR(work_[d]->AllIdle());
   ++step_;
   return results;
 }

@@ -1,15 +1,25 @@
-// Runs a TaskGraph (graph/task_graph.h) on CPU devices of this process
-// (`--devices cpu:N`): one worker thread per device runs that device's
-// tasks in the task graph's order, each waiting for the tasks it depends
-// on; transfers copy regions between the devices' pieces, all-reduces sum
-// partial pieces in the group's order (so results do not depend on timing),
-// all-gathers and all-to-alls assemble each member's region from the
-// members' pieces on the first member and hand it out.
-// Each device has its own thread pool for kernels. The pieces a step makes
-// and frees live at their places in one arena per device
-// (runtime/task_memory_plan.h); sources' home pieces live between steps,
-// and the pieces that outlive a step (what writebacks and outputs read)
-// come from the device's caching allocator.
+// Runs a TaskGraph (graph/task_graph.h) on devices of this process: CPU
+// devices (`--devices cpu:N`) or CUDA devices (`--devices cuda:0,1`, or
+// `cuda:0x4`: four devices as four streams of one GPU). One worker thread
+// per device runs that device's tasks in the task graph's order, each
+// waiting for the tasks it depends on; transfers copy regions between the
+// devices' pieces, all-reduces sum partial pieces in the group's order (so
+// results do not depend on timing), all-gathers and all-to-alls assemble
+// each member's region from the members' pieces on the first member and
+// hand it out.
+// Each device's work goes on its own WorkQueue (core/work_queue.h). On the
+// CPU that work is done when queued, and each device has a thread pool for
+// its kernels. On a GPU the worker only queues it (kernels, copies, the
+// all-reduce's adds) on the device's stream: a task's work waits for its
+// dependencies on other devices through their markers (CUDA events), so
+// the host thread never waits for the GPU inside a step; each worker
+// synchronizes its stream at the step's end.
+// The pieces a step makes and frees live at their places in one arena per
+// device (runtime/task_memory_plan.h), which is safe on a GPU because the
+// plan's order (dependencies and each device's order) is the streams'
+// order too; sources' home pieces live between steps, and the pieces that
+// outlive a step (what writebacks and outputs read) come from the device's
+// caching allocator.
 //
 // The interface mirrors Executor's: state by name (assembled from and
 // scattered to the home pieces), one Run per step.
@@ -38,6 +48,7 @@
 #include "core/chrome_trace.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/work_queue.h"
 #include "graph/ir.h"
 #include "graph/task_graph.h"
 #include "ops/op.h"
@@ -48,7 +59,10 @@
 namespace loom {
 
 struct TaskRuntimeOptions {
-  int threads_per_device = 1;
+  // The device each of the task graph's devices runs on: all CPU or all
+  // CUDA; a GPU may appear more than once (a stream each). Empty: CPU.
+  std::vector<Device> devices;
+  int threads_per_device = 1;  // CPU devices' kernel pools
   uint64_t seed = 0;    // random ops draw from streams keyed by (seed, node name, step), as in Executor
   bool trace = false;   // record every task's start and end (trace(), TraceJson())
   // Not owned; when set, this runtime is rank comm.rank() of comm.size()
@@ -65,8 +79,8 @@ struct TaskSpan {
 
 class TaskRuntime : public StepRunner {
  public:
-  // Checks every compute task's kernel on the CPU for its part's types and
-  // allocates the state's home pieces.
+  // Checks every compute task's kernel on its device for its part's types
+  // and allocates the state's home pieces.
   static StatusOr<std::unique_ptr<TaskRuntime>> Create(TaskGraph tasks, const TaskRuntimeOptions& options = {});
   ~TaskRuntime();
 
@@ -102,13 +116,23 @@ class TaskRuntime : public StepRunner {
   int64_t RunnerOf(const Task& task) const;
   // Whether `task` exchanges between ranks (a message task).
   bool CrossesRanks(const Task& task) const;
-  Status RunTask(const Task& task, ThreadPool* pool);
+  // Queues `task` on its runner's queue after its dependencies on other
+  // queues, then marks it there.
+  Status RunTask(const Task& task, int64_t runner);
+  Status QueueTask(const Task& task, WorkQueue& queue, ThreadPool* pool);
   Status RunRemoteTransfer(const Task& task);
-  Status RunAllReduce(const Task& task);
-  Status RunRedistribute(const Task& task);
+  Status RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool* pool);
+  Status RunRedistribute(const Task& task, WorkQueue& queue);
   Status JoinCollective(const Task& task);
   const Region& SummedRegion(const Task& task) const;
-  Status HandOut(const Task& task, const std::vector<Tensor>& results, const std::vector<const Region*>& regions);
+  Status HandOut(const Task& task, WorkQueue& queue, const std::vector<Tensor>& results,
+                 const std::vector<const Region*>& regions);
+  // Runs one of the all-reduce's helper kernels (Add, Cast) on `queue`.
+  Status RunHelper(const KernelFn* kernel, const Node& node, const std::vector<const Tensor*>& inputs, Tensor* output,
+                   WorkQueue& queue, ThreadPool* pool) const;
+  // The part `region` of host tensor `whole` (holding `all`) as a tensor on
+  // device d.
+  StatusOr<Tensor> PartOn(const Tensor& whole, const Region& all, const Region& region, int64_t d) const;
   // Piece p on every rank: broadcast from the rank that holds it (every
   // rank calls this for the same pieces in the same order).
   StatusOr<Tensor> PieceEverywhere(int p) const;
@@ -116,17 +140,24 @@ class TaskRuntime : public StepRunner {
   // or (a piece that outlives the step) a block of the device's allocator.
   StatusOr<Tensor> PieceTensor(int p) const;
   // Op's region from its pieces: the piece itself when it is the region,
-  // else a copy from `allocator`.
-  StatusOr<Tensor> Assemble(const Operand& op, Allocator* allocator) const;
+  // else a copy from `allocator`, queued on `queue`.
+  StatusOr<Tensor> Assemble(const Operand& op, Allocator* allocator, WorkQueue& queue) const;
   // Device d's memory: its caching allocator (core/allocator.h), so a step
   // reuses the blocks of the last one.
-  static Allocator* AllocatorOf(int64_t device) { return &CpuDeviceAllocator(static_cast<int>(device)); }
+  Allocator* AllocatorOf(int64_t device) const { return allocators_[static_cast<size_t>(device)]; }
   void Release(const Task& task);
 
   TaskGraph tasks_;
   TaskRuntimeOptions options_;
-  std::vector<std::unique_ptr<ThreadPool>> pools_;  // per device
+  std::vector<Device> devices_;                      // per device: where it runs
+  std::vector<Allocator*> allocators_;               // per device
+  std::vector<std::unique_ptr<ThreadPool>> pools_;  // per local CPU device
+  std::vector<std::unique_ptr<WorkQueue>> work_;    // per local device
   std::vector<std::vector<int>> queues_;            // per device: task ids in order
+  std::vector<int64_t> runner_;                     // by task id: the local device that runs it, -1 none
+  std::vector<int> marker_;                         // by task id: its marker on its runner's queue
+  const KernelFn* add_kernel_ = nullptr;            // the all-reduce's helpers on the devices' kind
+  const KernelFn* cast_kernel_ = nullptr;
   Communicator* comm_ = nullptr;                    // options_.communicator
   std::vector<Tensor> pieces_;                      // by piece id (homes persist); this process's only
   TaskMemoryPlan memory_plan_;                      // where each piece a step makes and frees lives

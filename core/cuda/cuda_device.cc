@@ -106,6 +106,22 @@ StatusOr<cudaStream_t> DeviceStream(int index) {
   return t.streams[index];
 }
 
+namespace {
+// The stream a work queue bound this thread to, and its device (-1: none).
+thread_local int bound_device = -1;
+thread_local cudaStream_t bound_stream = nullptr;
+}  // namespace
+
+void BindThreadStream(int index, cudaStream_t stream) {
+  bound_device = index;
+  bound_stream = index < 0 ? nullptr : stream;
+}
+
+StatusOr<cudaStream_t> CurrentStream(int index) {
+  if (index == bound_device) return bound_stream;
+  return DeviceStream(index);
+}
+
 Status SynchronizeDevice(int index) {
   LOOM_RETURN_IF_ERROR(SetDevice(index));
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, DeviceStream(index));
@@ -169,7 +185,7 @@ void* CudaAllocator::DeviceMalloc(size_t bytes) {
   if (error == cudaSuccess) return ptr;
   (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
   if (!free_.empty()) {
-    ReleaseCachedLocked();
+    ReleaseCachedLocked();  // synchronizes the device first
     error = cudaMalloc(&ptr, bytes);
     if (error == cudaSuccess) return ptr;
     (void)cudaGetLastError();
@@ -186,14 +202,25 @@ void* CudaAllocator::Allocate(size_t bytes) {
     LOOM_LOG_ERROR("CUDA allocator: {}", s.ToString());
     return nullptr;
   }
+  StatusOr<cudaStream_t> stream = CurrentStream(index_);
+  if (!stream.ok()) {
+    LOOM_LOG_ERROR("CUDA allocator: {}", stream.status().ToString());
+    return nullptr;
+  }
   const size_t rounded = RoundedSize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   void* ptr = nullptr;
-  auto it = free_.find(rounded);
-  if (it != free_.end()) {
+  // The stream's own blocks first, then those any stream may take.
+  for (cudaStream_t owner : {*stream, static_cast<cudaStream_t>(nullptr)}) {
+    auto list = free_.find(owner);
+    if (list == free_.end()) continue;
+    auto it = list->second.find(rounded);
+    if (it == list->second.end()) continue;
     ptr = it->second;
-    free_.erase(it);
-  } else {
+    list->second.erase(it);
+    break;
+  }
+  if (!ptr) {
     ptr = DeviceMalloc(rounded);
     if (!ptr) return nullptr;
     reserved_ += rounded;
@@ -205,10 +232,11 @@ void* CudaAllocator::Allocate(size_t bytes) {
 void CudaAllocator::Deallocate(void* ptr, size_t bytes) {
   if (!ptr) return;
   const size_t rounded = RoundedSize(bytes);
+  StatusOr<cudaStream_t> stream = caching_ ? CurrentStream(index_) : StatusOr<cudaStream_t>(nullptr);
   std::lock_guard<std::mutex> lock(mu_);
   RecordDeallocate(bytes);
-  if (caching_) {
-    free_.emplace(rounded, ptr);
+  if (caching_ && stream.ok()) {
+    free_[*stream].emplace(rounded, ptr);
     return;
   }
   reserved_ -= rounded;
@@ -234,13 +262,27 @@ void CudaAllocator::ReleaseCachedLocked() {
   if (SetDevice(index_).ok()) {
     // Kernels queued before the frees may still use the blocks.
     CudaOkOrLog(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
-    for (const auto& [size, ptr] : free_) {
-      cudaError_t error = cudaFree(ptr);
-      if (error != cudaErrorCudartUnloading) CudaOkOrLog(error, "cudaFree(ptr)", __FILE__, __LINE__);
-      reserved_ -= size;
-    }
+    for (const auto& [stream, blocks] : free_)
+      for (const auto& [size, ptr] : blocks) {
+        cudaError_t error = cudaFree(ptr);
+        if (error != cudaErrorCudartUnloading) CudaOkOrLog(error, "cudaFree(ptr)", __FILE__, __LINE__);
+        reserved_ -= size;
+      }
   }
   free_.clear();
+}
+
+Status CudaAllocator::AllIdle() {
+  LOOM_RETURN_IF_ERROR(SetDevice(index_));
+  LOOM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  std::lock_guard<std::mutex> lock(mu_);
+  std::multimap<size_t, void*>& any = free_[nullptr];
+  for (auto& [stream, blocks] : free_) {
+    if (stream == nullptr) continue;
+    any.insert(blocks.begin(), blocks.end());
+    blocks.clear();
+  }
+  return Status::Ok();
 }
 
 namespace {

@@ -32,6 +32,12 @@ Status SetDevice(int index);
 // The stream that kernels and copies on cuda:index run on, created on first
 // use and kept for the life of the process.
 StatusOr<cudaStream_t> DeviceStream(int index);
+// The calling thread's stream on cuda:index: the stream a work queue bound
+// the thread to (core/work_queue.h, BindThread), else DeviceStream(index).
+StatusOr<cudaStream_t> CurrentStream(int index);
+// From now on CurrentStream(index) is `stream` on the calling thread;
+// index -1 unbinds the thread.
+void BindThreadStream(int index, cudaStream_t stream);
 // Waits for the work queued on cuda:index's stream.
 Status SynchronizeDevice(int index);
 
@@ -43,11 +49,15 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
 // Freed blocks go back to a free list by rounded size (512-byte steps below
 // 1 MiB, 1 MiB steps above) and are handed out again without a cudaMalloc,
 // so temporaries (kernel workspaces, per-step buffers) cost nothing after
-// the first step. Safe because every kernel and copy of a device runs on
-// its one stream (DeviceStream): a block freed on the host while a kernel
-// that uses it is still queued is only reused by work queued after it.
-// When cudaMalloc fails the cache is released and the call retried; it
-// returns nullptr only when the device is really out of memory.
+// the first step. A block freed on the host while a kernel that uses it is
+// still queued must only go to work queued after that kernel: each stream
+// has its own free list, a block joins the list of the freeing thread's
+// stream (CurrentStream) and is handed out to that stream's work only, in
+// its order. After the whole device is idle (AllIdle) every cached block
+// may go to any stream.
+// When cudaMalloc fails the device is synchronized, the cache released and
+// the call retried; it returns nullptr only when the device is really out
+// of memory.
 // stats() counts the bytes asked for (what the memory plan predicts);
 // reserved_bytes() is what the device gave, cached blocks included. LOOM_CUDA_CACHING=0 turns the cache off (every free is a
 // cudaFree), for compute-sanitizer runs.
@@ -63,6 +73,9 @@ class CudaAllocator final : public Allocator {
   size_t reserved_bytes() const;
   // Returns every cached block to the device.
   void ReleaseCached();
+  // Waits for every stream of the device; then any stream may reuse any
+  // cached block.
+  Status AllIdle();
   // The size a request of `bytes` is rounded up to.
   static size_t RoundedSize(size_t bytes);
 
@@ -73,7 +86,9 @@ class CudaAllocator final : public Allocator {
   int index_;
   bool caching_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // rounded size -> cached block
+  // By the stream that freed them (nullptr: blocks any stream may take):
+  // rounded size -> cached block.
+  std::map<cudaStream_t, std::multimap<size_t, void*>> free_;
   size_t reserved_ = 0;
 };
 

@@ -21,7 +21,7 @@ StatusOr<cudaStream_t> KernelStream(const KernelContext& ctx) {
   for (size_t i = 0; i < ctx.outputs.size(); ++i) LOOM_RETURN_IF_ERROR(check(ctx.outputs[i], "output", i));
   LOOM_RETURN_IF_ERROR(SetDevice(ctx.device.index));
   if (ctx.stream) return static_cast<cudaStream_t>(ctx.stream);
-  return DeviceStream(ctx.device.index);
+  return CurrentStream(ctx.device.index);
 }
 
 Status CopyKernel(KernelContext& ctx) {
@@ -50,14 +50,16 @@ struct HandleEntry {
   Handle handle = nullptr;  // created on first use; kept for the process
 };
 
-// The entry of `device` in a per-library table (never freed: handles outlive
-// static destruction order).
+// The entry of (`device`, `stream`) in a per-library table (never freed:
+// handles outlive static destruction order). A handle per stream: streams
+// that run at once (the task runtime's devices on one GPU) neither wait for
+// each other's lock nor share cuBLAS's workspace, which belongs to a handle.
 template <typename Handle>
-HandleEntry<Handle>* FindEntry(int device) {
+HandleEntry<Handle>* FindEntry(int device, cudaStream_t stream) {
   static std::mutex* table_mu = new std::mutex;
-  static auto* table = new std::map<int, std::unique_ptr<HandleEntry<Handle>>>;
+  static auto* table = new std::map<std::pair<int, cudaStream_t>, std::unique_ptr<HandleEntry<Handle>>>;
   std::lock_guard<std::mutex> lock(*table_mu);
-  std::unique_ptr<HandleEntry<Handle>>& slot = (*table)[device];
+  std::unique_ptr<HandleEntry<Handle>>& slot = (*table)[{device, stream}];
   if (!slot) slot = std::make_unique<HandleEntry<Handle>>();
   return slot.get();
 }
@@ -65,7 +67,7 @@ HandleEntry<Handle>* FindEntry(int device) {
 }  // namespace
 
 StatusOr<CublasLease> AcquireCublas(int device, cudaStream_t stream) {
-  HandleEntry<cublasHandle_t>* entry = FindEntry<cublasHandle_t>(device);
+  HandleEntry<cublasHandle_t>* entry = FindEntry<cublasHandle_t>(device, stream);
   std::unique_lock<std::mutex> lock(entry->mu);
   if (!entry->handle) {
     LOOM_RETURN_IF_ERROR(SetDevice(device));
@@ -79,7 +81,7 @@ StatusOr<CublasLease> AcquireCublas(int device, cudaStream_t stream) {
 }
 
 StatusOr<CudnnLease> AcquireCudnn(int device, cudaStream_t stream) {
-  HandleEntry<cudnnHandle_t>* entry = FindEntry<cudnnHandle_t>(device);
+  HandleEntry<cudnnHandle_t>* entry = FindEntry<cudnnHandle_t>(device, stream);
   std::unique_lock<std::mutex> lock(entry->mu);
   if (!entry->handle) {
     LOOM_RETURN_IF_ERROR(SetDevice(device));
