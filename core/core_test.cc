@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "core/shape.h"
@@ -232,6 +233,22 @@ TEST_CASE("WaitForDevice returns at once on the CPU and names a device it cannot
   // The CPU build has no CUDA backend; a CUDA build without a GPU has no cuda:0.
   const Status s = WaitForDevice(Device::Cuda(0));
   if (!s.ok()) CHECK_THAT(s.message(), Catch::Contains("cuda:0"));
+}
+
+TEST_CASE("device lists: cpu:N, GPUs and streams on a GPU") {
+  CHECK(ParseDevices("cpu:3").value() == std::vector<Device>(3, Device::Cpu()));
+  CHECK(ParseDevices("cuda:0,1").value() == std::vector<Device>{Device::Cuda(0), Device::Cuda(1)});
+  CHECK(ParseDevices("cuda:0x3").value() == std::vector<Device>(3, Device::Cuda(0)));
+  CHECK(ParseDevices("cuda:0x2,1").value() ==
+        std::vector<Device>{Device::Cuda(0), Device::Cuda(0), Device::Cuda(1)});
+  CHECK(ParseDevices("cuda:1").value() == std::vector<Device>{Device::Cuda(1)});
+  for (const char* bad : {"cpu:0", "cpu:65", "cpu:", "cpu:2x", "cuda:", "cuda:a", "cuda:0x0", "cuda:0,", "cuda:0x65",
+                          "cuda:-1", "gpu:0", "2"}) {
+    INFO(bad);
+    const StatusOr<std::vector<Device>> parsed = ParseDevices(bad);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK_THAT(parsed.status().message(), Catch::Contains("expected cpu:N or cuda:LIST"));
+  }
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -23,5 +24,12 @@ struct Device {
 };
 
 StatusOr<Device> ParseDevice(const std::string& name);
+
+// The devices of a parallel run, at most 64:
+//   "cpu:N"           N CPU devices of this process;
+//   "cuda:0,1"        two GPUs;
+//   "cuda:0x4"        four devices on GPU 0 (a stream each);
+//   "cuda:0x2,1x2"    two on each of two GPUs.
+StatusOr<std::vector<Device>> ParseDevices(const std::string& text);
 
 }  // namespace loom

@@ -696,8 +696,14 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   }
 
   // After the step: outputs and writebacks assembled through the first
-  // local device's queue (every device is idle now), then waited for.
+  // local device's queue (every device is idle now), then waited for; this
+  // thread's blocks are that queue's meanwhile.
   WorkQueue& after = *work_[local_devices_[0]];
+  LOOM_RETURN_IF_ERROR(after.BindThread());
+  struct Unbind {
+    WorkQueue& q;
+    ~Unbind() { q.UnbindThread(); }
+  } unbind{after};
   std::map<std::string, Tensor> results;
   LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));  // what the caller keeps
   for (const auto& [name, op] : tasks_.outputs) {

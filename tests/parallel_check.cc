@@ -78,9 +78,11 @@ StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy
 }
 
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
-                                   const LoweringOptions& lowering) {
+                                   const LoweringOptions& lowering, const std::vector<Device>& devices) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text, lowering));
-  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks)));
+  TaskRuntimeOptions o;
+  o.devices = devices;
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks), o));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
   return RunSteps(*runtime, c, steps);
 }

@@ -41,8 +41,10 @@ struct StepResults {
 StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed);
 StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text,
                                   const LoweringOptions& lowering = {});
+// `devices`: where the strategy's devices run (TaskRuntimeOptions::devices;
+// empty: CPU devices).
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
-                                   const LoweringOptions& lowering = {});
+                                   const LoweringOptions& lowering = {}, const std::vector<Device>& devices = {});
 // The same with the devices shared out among `ranks` processes (0: one
 // device each), played by threads of this one joined by local
 // communicators: every rank's results.

@@ -77,7 +77,7 @@ assert spans and all(e["dur"] >= 0 for e in spans)
 
 expect "strategy without devices" "--strategy needs --devices cpu:N" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x1" --strategy dp
-expect "zero devices" "--devices: expected cpu:N with N in [1, 64]" -- \
+expect "zero devices" "--devices: expected cpu:N or cuda:LIST" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x2" --devices cpu:0
 expect "trace without devices" "--trace FILE needs --devices cpu:N" -- \
   train --config "$work/cnn.pbtxt" --out "$work/x3" --trace "$work/t.json"

@@ -25,7 +25,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK="$ROOT/.gpu"
 # Every op family's harness cases run in //ops:all_ops_test (one binary keeps
 # the pack small: each binary carries every kernel's device code).
-TESTS=(//ops/cuda:cuda_kernels_test //ops:all_ops_test //tests:optimizer_test //runtime/comm:nccl_communicator_test)
+TESTS=(//ops/cuda:cuda_kernels_test //ops:all_ops_test //tests:optimizer_test //runtime/comm:nccl_communicator_test
+  //tests:parallel_cuda_test)
 TOOLS=(//tools:loom)
 read -r -a EXTRA_TESTS <<<"${LOOM_GPU_EXTRA_TESTS:-}"  # more cc_test labels, space-separated
 TESTS+=("${EXTRA_TESTS[@]}")
@@ -352,6 +353,24 @@ run() {
         tee -a "$summary"
     fi
   done
+  # The task runtime on two streams of the GPU (data parallelism), the same
+  # 20 steps as the CNN's run on one device above.
+  if [ -f "$configs/cnn.pbtxt" ] && [ "$(time_left)" -ge 60 ]; then
+    set +e
+    limit=90 launch "$PACK/tools/loom" train --config "$configs/cnn.pbtxt" --devices cuda:0x2 --strategy dp \
+      --max-steps 20 --out "$runs/cnn_dp_streams" >"$OUT/train_cnn_dp_streams.log" 2>&1 </dev/null
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+      passed=$((passed + 1))
+      echo "PASS train cnn on cuda:0x2 dp: $(grep -iE 'loss' "$OUT/train_cnn_dp_streams.log" | tail -1 | cut -c1-150)" |
+        tee -a "$summary"
+    else
+      failed=$((failed + 1))
+      echo "FAIL train cnn on cuda:0x2 dp (exit $rc): $(grep -iE 'error|fail' "$OUT/train_cnn_dp_streams.log" | head -1 | cut -c1-200)" |
+        tee -a "$summary"
+    fi
+  fi
   if [ -d "$runs/cnn" ] && [ "$(time_left)" -ge 30 ]; then
     set +e
     limit=90 launch "$PACK/tools/loom" train --resume "$runs/cnn" --device cpu --max-steps 25 \

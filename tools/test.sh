@@ -54,8 +54,8 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   # --config=cuda_compile_check: sm_90 code only (no GPU runs it here).
   cuda_targets="//core/cuda/... //ops/cuda/... //runtime/comm/... //tools:loom"
   cuda_config=--config=cuda_compile_check
-  step "bazel build $cuda_config $cuda_targets + bazel test $cuda_config //ops/cuda:all //runtime/comm:all (GPU checks run only where a GPU is present)" \
-    bash -c "bazel build $cuda_config $cuda_targets && bazel test $cuda_config //ops/cuda:all //runtime/comm:all"
+  step "bazel build $cuda_config $cuda_targets + bazel test $cuda_config //ops/cuda:all //runtime/comm:all //tests:parallel_cuda_test (GPU checks run only where a GPU is present)" \
+    bash -c "bazel build $cuda_config $cuda_targets && bazel test $cuda_config //ops/cuda:all //runtime/comm:all //tests:parallel_cuda_test"
 else
   echo "== no CUDA toolkit: --config=cuda build skipped"
 fi

@@ -90,6 +90,10 @@ Status TrainCommand(const std::vector<std::string>& args) {
   if (flags.Has("machine") && run.config.strategy() != "auto")
     return InvalidArgument("--machine is the machine --strategy auto searches on; the run's strategy is '",
                            run.config.strategy(), "'");
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> run_devices, RunDevices(run.config));
+  if (run.config.strategy() == "auto" && machine_path.empty() && !run_devices.empty() && run_devices[0].is_cuda())
+    return InvalidArgument("--strategy auto on CUDA devices needs --machine FILE (loom machine probe measures CPU ",
+                           "devices; e.g. --machine simulator/machines/h200_8_nvswitch.pbtxt)");
   run.search_machine = [machine_path](int64_t devices) -> StatusOr<Machine> {
     if (machine_path.empty()) return ProbeCpuMachine(3, devices);
     LOOM_ASSIGN_OR_RETURN(Machine machine, Machine::Load(machine_path));
@@ -99,7 +103,8 @@ Status TrainCommand(const std::vector<std::string>& args) {
   };
   run.trace_path = flags.Str("trace", "");
   if (processes) {  // rank 0 speaks and writes
-    LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(run.config));
+    LOOM_ASSIGN_OR_RETURN(const std::vector<Device> device_list, RunDevices(run.config));
+    const int64_t devices = static_cast<int64_t>(device_list.size());
     if (devices % world->size() != 0)
       return InvalidArgument("devices ", run.config.devices(), " under mpirun -np ", world->size(),
                              ": each process runs as many devices (cpu:N, N a multiple of ", world->size(), ")");

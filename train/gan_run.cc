@@ -159,7 +159,8 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
     co.optimizers.back().trainable_scope = discriminator ? models::kDiscriminatorScope : models::kGeneratorScope;
   }
   LOOM_ASSIGN_OR_RETURN(Graph graph, Compile(m.graph(), Program::kTrainingStep, co));
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(c_));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> device_list, RunDevices(c_));
+  const int64_t devices = static_cast<int64_t>(device_list.size());
   if (devices == 0) {
     ExecutorOptions eo;
     eo.seed = c_.seed();
@@ -188,7 +189,7 @@ StatusOr<std::unique_ptr<StepRunner>> GanTrainer::CreateStep(models::GanStep ste
     strategy = LoadOrMakeStrategy(c_.strategy().empty() ? "dp" : c_.strategy(), forward, devices, "field strategy");
   }
   if (!strategy.ok()) return strategy.status().WithContext(what);
-  auto runtime = CreateStepTaskRuntime(graph, forward, *strategy, devices, opt_.processes, c_.seed(),
+  auto runtime = CreateStepTaskRuntime(graph, forward, *strategy, device_list, opt_.processes, c_.seed(),
                                        !opt_.trace_path.empty());
   if (!runtime.ok()) return runtime.status().WithContext(what);
   return runtime;

@@ -277,11 +277,12 @@ StatusOr<std::string> AutoStrategyText(const Graph& step, const Graph& forward, 
 // standard kind named, or auto; dp when unset), resolved on the step's
 // forward graph; the run's threads are shared out among the devices.
 StatusOr<std::unique_ptr<StepRunner>> TrainingLoop::CreateTaskRuntime(const Graph& step, const Graph& forward,
-                                                                      int64_t devices) {
-  LOOM_RETURN_IF_ERROR(CheckDevicesPerProcess(devices, opt_.processes));
+                                                                      const std::vector<Device>& devices) {
+  const int64_t count = static_cast<int64_t>(devices.size());
+  LOOM_RETURN_IF_ERROR(CheckDevicesPerProcess(count, opt_.processes));
   const std::string& name = c_.strategy().empty() ? std::string("dp") : c_.strategy();
-  StatusOr<Strategy> chosen = name == "auto" ? AutoStrategy(step, forward, devices)
-                                             : LoadOrMakeStrategy(name, forward, devices, "field strategy");
+  StatusOr<Strategy> chosen = name == "auto" ? AutoStrategy(step, forward, count)
+                                             : LoadOrMakeStrategy(name, forward, count, "field strategy");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, std::move(chosen));
   return CreateStepTaskRuntime(step, forward, strategy, devices, opt_.processes, c_.seed(), !opt_.trace_path.empty());
 }
@@ -294,15 +295,17 @@ Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes) {
 }
 
 StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
-                                                            const Strategy& strategy, int64_t devices,
+                                                            const Strategy& strategy, const std::vector<Device>& devices,
                                                             Communicator* processes, uint64_t seed, bool trace) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(step, strategy, forward));
   TaskRuntimeOptions o;
+  o.devices = devices;
   o.communicator = processes;
   o.seed = seed;
   o.trace = trace;
   // Processes share the machine's cores among themselves.
-  const int local_devices = static_cast<int>(processes ? devices / processes->size() : devices);
+  const int count = static_cast<int>(devices.size());
+  const int local_devices = processes ? count / processes->size() : count;
   o.threads_per_device = std::max<int>(1, ThreadPool::Default().num_threads() / local_devices);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<TaskRuntime> runtime, TaskRuntime::Create(std::move(tasks), o));
   return std::unique_ptr<StepRunner>(std::move(runtime));
@@ -338,8 +341,8 @@ Status TrainingLoop::BuildArray(bool initialize) {
   eo.seed = c_.seed();
   LOOM_ASSIGN_OR_RETURN(eo.device, RunDevice(c_));
   std::unique_ptr<StepRunner> train;
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, RunCpuDevices(c_));
-  if (devices > 0) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> devices, RunDevices(c_));
+  if (!devices.empty()) {
     LOOM_ASSIGN_OR_RETURN(Graph forward, Compile(train_forward_, Program::kForward, step_options));
     LOOM_ASSIGN_OR_RETURN(train, CreateTaskRuntime(train_graph, forward, devices));
   } else {

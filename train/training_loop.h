@@ -80,7 +80,7 @@ Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes);
 // threads shared out among the local devices. Random ops draw from `seed`'s
 // streams; `trace` records every task.
 StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
-                                                            const Strategy& strategy, int64_t devices,
+                                                            const Strategy& strategy, const std::vector<Device>& devices,
                                                             Communicator* processes, uint64_t seed, bool trace);
 
 // `strategy: "auto"` for one step graph (its forward graph `forward`): the
@@ -160,7 +160,7 @@ class TrainingLoop {
   // replicas still in the array moves over from the previous executors.
   Status BuildArray(bool initialize);
   StatusOr<std::unique_ptr<StepRunner>> CreateTaskRuntime(const Graph& step, const Graph& forward,
-                                                          int64_t devices);
+                                                          const std::vector<Device>& devices);
   // The strategy of `strategy: "auto"`: the run folder's strategy.pbtxt when
   // it applies to `forward` (a resumed run, or the array re-fused), else
   // one searched now on the search machine (by rank 0, sent to the others).

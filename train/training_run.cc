@@ -28,7 +28,7 @@ Status ApplyOverrides(const Overrides& o, proto::TrainConfig* c) {
   if (o.devices) {
     proto::TrainConfig probe;
     probe.set_devices(*o.devices);
-    LOOM_RETURN_IF_ERROR(RunCpuDevices(probe).status().WithContext("--devices"));
+    LOOM_RETURN_IF_ERROR(RunDevices(probe).status().WithContext("--devices"));
     c->set_devices(*o.devices);
   }
   if (o.strategy) c->set_strategy(*o.strategy);

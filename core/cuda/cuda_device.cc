@@ -34,6 +34,7 @@ struct DeviceTable {
   std::vector<Status> usable;       // per device: OK or why it cannot run our kernels
   std::mutex mu;
   std::vector<cudaStream_t> streams;  // per device, created on first use; never destroyed
+  std::vector<std::vector<cudaStream_t>> pooled;  // per device: idle work queue streams; never destroyed
 };
 
 DeviceTable& Table() {
@@ -51,6 +52,7 @@ DeviceTable& Table() {
     }
     t->count = n;
     t->streams.assign(n, nullptr);
+    t->pooled.assign(n, {});
     for (int i = 0; i < n; ++i) {
       cudaDeviceProp prop;
       error = cudaGetDeviceProperties(&prop, i);
@@ -111,6 +113,28 @@ namespace {
 thread_local int bound_device = -1;
 thread_local cudaStream_t bound_stream = nullptr;
 }  // namespace
+
+StatusOr<cudaStream_t> TakePooledStream(int index) {
+  LOOM_RETURN_IF_ERROR(SetDevice(index));
+  DeviceTable& t = Table();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    if (!t.pooled[index].empty()) {
+      cudaStream_t s = t.pooled[index].back();
+      t.pooled[index].pop_back();
+      return s;
+    }
+  }
+  cudaStream_t stream = nullptr;
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
+  return stream;
+}
+
+void GiveBackPooledStream(int index, cudaStream_t stream) {
+  DeviceTable& t = Table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.pooled[index].push_back(stream);
+}
 
 void BindThreadStream(int index, cudaStream_t stream) {
   bound_device = index;

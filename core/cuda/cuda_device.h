@@ -38,6 +38,11 @@ StatusOr<cudaStream_t> CurrentStream(int index);
 // From now on CurrentStream(index) is `stream` on the calling thread;
 // index -1 unbinds the thread.
 void BindThreadStream(int index, cudaStream_t stream);
+// A stream of cuda:index besides DeviceStream (blocking, like it), from a
+// pool: streams given back are handed out again, so their library handles
+// (cuBLAS, cuDNN: one per stream) are made once. Give it back idle.
+StatusOr<cudaStream_t> TakePooledStream(int index);
+void GiveBackPooledStream(int index, cudaStream_t stream);
 // Waits for the work queued on cuda:index's stream.
 Status SynchronizeDevice(int index);
 

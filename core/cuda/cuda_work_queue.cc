@@ -16,10 +16,9 @@ class CudaWorkQueue final : public WorkQueue {
   static StatusOr<std::unique_ptr<WorkQueue>> Create(int index, int markers) {
     LOOM_RETURN_IF_ERROR(SetDevice(index));
     std::unique_ptr<CudaWorkQueue> q(new CudaWorkQueue(index));
-    // Blocking (cudaStreamDefault) like DeviceStream: ordered with the
-    // legacy default stream that libraries and cudaMemcpy may use, never
-    // with the other queues.
-    LOOM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&q->stream_, cudaStreamDefault));
+    // Blocking like DeviceStream: ordered with the legacy default stream
+    // that libraries and cudaMemcpy may use, never with the other queues.
+    LOOM_ASSIGN_OR_RETURN(q->stream_, TakePooledStream(index));
     q->events_.assign(static_cast<size_t>(markers), nullptr);
     for (cudaEvent_t& e : q->events_) LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return std::unique_ptr<WorkQueue>(std::move(q));
@@ -27,10 +26,7 @@ class CudaWorkQueue final : public WorkQueue {
 
   ~CudaWorkQueue() override {
     if (!SetDevice(index_).ok()) return;
-    if (stream_) {
-      LOOM_CUDA_OK(cudaStreamSynchronize(stream_));
-      LOOM_CUDA_OK(cudaStreamDestroy(stream_));
-    }
+    if (stream_ && LOOM_CUDA_OK(cudaStreamSynchronize(stream_))) GiveBackPooledStream(index_, stream_);
     for (cudaEvent_t e : events_)
       if (e) LOOM_CUDA_OK(cudaEventDestroy(e));
   }
@@ -51,8 +47,18 @@ class CudaWorkQueue final : public WorkQueue {
       if (d.is_cuda()) LOOM_RETURN_IF_ERROR(ProbeDevice(d.index));
     if (row_bytes == 0 || height == 0) return Status::Ok();
     LOOM_RETURN_IF_ERROR(SetDevice(index_));
-    // cudaMemcpyDefault: unified addressing finds each side's device
-    // (between two GPUs the driver copies peer to peer, or through the host).
+    if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+      // Between two GPUs: peer to peer where they can, else through the host.
+      cudaMemcpy3DPeerParms p = {};
+      p.srcPtr = cudaPitchedPtr{const_cast<void*>(src), src_pitch, row_bytes, height};
+      p.srcDevice = src_device.index;
+      p.dstPtr = cudaPitchedPtr{dst, dst_pitch, row_bytes, height};
+      p.dstDevice = dst_device.index;
+      p.extent = cudaExtent{row_bytes, height, 1};
+      LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy3DPeerAsync(&p, stream_));
+      return Status::Ok();
+    }
+    // cudaMemcpyDefault: unified addressing tells host from device.
     LOOM_CUDA_RETURN_IF_ERROR(
         cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, height, cudaMemcpyDefault, stream_));
     // Pageable host memory may be read or freed once this returns.
@@ -69,6 +75,7 @@ class CudaWorkQueue final : public WorkQueue {
 
   Status Mark(int id) override {
     LOOM_RETURN_IF_ERROR(CheckMarker(id));
+    LOOM_RETURN_IF_ERROR(SetDevice(index_));
     LOOM_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[static_cast<size_t>(id)], stream_));
     return Status::Ok();
   }
@@ -79,6 +86,7 @@ class CudaWorkQueue final : public WorkQueue {
       return InvalidArgument("a CUDA queue cannot wait for a marker of ", other.device().ToString(), "'s queue");
     const auto& o = static_cast<const CudaWorkQueue&>(other);
     LOOM_RETURN_IF_ERROR(o.CheckMarker(id));
+    LOOM_RETURN_IF_ERROR(SetDevice(index_));
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, o.events_[static_cast<size_t>(id)], 0));
     return Status::Ok();
   }

@@ -315,8 +315,8 @@ Status ValidateTrainConfig(const proto::TrainConfig& c, const std::function<std:
     k.Require(device.ok(), "device", device.status().message());
   }
   if (!c.devices().empty()) {
-    const StatusOr<int64_t> n = RunCpuDevices(c);
-    k.Require(n.ok(), "devices", n.status().message());
+    const StatusOr<std::vector<Device>> devices = RunDevices(c);
+    k.Require(devices.ok(), "devices", devices.status().message());
   }
   k.Require(c.strategy().empty() || !c.devices().empty(), "strategy", "needs devices (e.g. devices: \"cpu:2\")");
   if (!c.precision().empty()) k.OneOf(c.precision(), {"f32", "bf16", "fp16"}, "precision");
@@ -394,19 +394,16 @@ StatusOr<proto::TrainConfig> LoadTrainConfig(const std::string& path) {
   return ParseTrainConfig(text, path);
 }
 
-StatusOr<int64_t> RunCpuDevices(const proto::TrainConfig& c) {
-  if (c.devices().empty()) return 0;
-  const std::string& d = c.devices();
-  int64_t n = 0;
-  if (d.rfind("cpu:", 0) != 0 || d.size() == 4 || d.find_first_not_of("0123456789", 4) != std::string::npos ||
-      (n = std::stoll(d.substr(4))) < 1 || n > 64)
-    return InvalidArgument("expected cpu:N with N in [1, 64] CPU devices of this process, got '", d, "'");
-  return n;
+StatusOr<std::vector<Device>> RunDevices(const proto::TrainConfig& c) {
+  if (c.devices().empty()) return std::vector<Device>();
+  return ParseDevices(c.devices());
 }
 
 StatusOr<Device> RunDevice(const proto::TrainConfig& c) {
-  if (c.device().empty()) return Device::Cpu();
-  return ParseDevice(c.device());
+  if (!c.device().empty()) return ParseDevice(c.device());
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> devices, RunDevices(c));
+  if (!devices.empty() && devices[0].is_cuda()) return devices[0];
+  return Device::Cpu();
 }
 
 DType RunPrecision(const proto::TrainConfig& c) {

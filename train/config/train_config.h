@@ -53,11 +53,13 @@ std::string RunDifferences(const proto::TrainConfig& run, const proto::TrainConf
 // error's message says what is wrong: "must be <= 1024 (...), got N".
 constexpr int64_t kMaxThreads = 1024;
 Status CheckThreadCount(int64_t threads);
-// The device of the run's steps (config field `device`; cpu when unset).
+// The device of the run's steps (config field `device`), and of its
+// evaluation in a parallel run: when unset, the first of `devices` if they
+// are GPUs, else cpu.
 StatusOr<Device> RunDevice(const proto::TrainConfig& c);
-// The CPU devices of a parallel run (config field `devices`, "cpu:N"): N,
-// or 0 when unset (one device, field `device`).
-StatusOr<int64_t> RunCpuDevices(const proto::TrainConfig& c);
+// The devices of a parallel run (config field `devices`, core/device.h
+// ParseDevices), empty when unset (one device, field `device`).
+StatusOr<std::vector<Device>> RunDevices(const proto::TrainConfig& c);
 // The low precision of a mixed-precision run (config field `precision`,
 // validated): kBF16, kF16, or kF32 when unset or "f32".
 DType RunPrecision(const proto::TrainConfig& c);

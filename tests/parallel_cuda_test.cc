@@ -1,0 +1,141 @@
+// The task runtime on CUDA devices: several devices as streams of one GPU
+// (`--devices cuda:0x2`), each device's work queued on its stream and
+// ordered by events, trained under the standard and random strategies
+// against one CPU device (f64, the tolerances of parallel_zoo_test); and
+// the CUDA allocator's per-stream free lists.
+// Without a GPU everything skips; LOOM_REQUIRE_CUDA=1 (tools/gpu_check.sh)
+// makes a missing GPU a failure.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <random>
+
+#include "core/cuda/cuda_device.h"
+#include "core/logging.h"
+#include "core/work_queue.h"
+#include "graph/strategy.h"
+#include "search/baselines.h"
+#include "tests/parallel_check.h"
+#include "tests/small_zoo.h"
+
+namespace loom {
+namespace {
+
+using testing::FirstMismatch;
+using testing::StepCase;
+
+bool RunGpuChecks() {
+  static const Status usable = GetAllocator(Device::Cuda(0)).status();
+  if (usable.ok()) return true;
+  const char* required = std::getenv("LOOM_REQUIRE_CUDA");
+  if (required && std::string(required) == "1") FAIL("LOOM_REQUIRE_CUDA=1 but cuda:0 is unusable: " << usable.ToString());
+  LOOM_LOG_WARN("no GPU: task runtime CUDA tests skipped ({})", usable.ToString());
+  return false;
+}
+
+constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
+
+void CheckOnStreams(const StepCase& c, const testing::StepResults& want, const std::string& strategy, int devices) {
+  INFO(strategy << "on cuda:0x" << devices);
+  auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {},
+                                   std::vector<Device>(static_cast<size_t>(devices), Device::Cuda(0)));
+  if (!got.ok()) FAIL(got.status().ToString());
+  CHECK(FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance : kBatchNormTolerance) == "");
+}
+
+TEST_CASE("zoo models on streams of one GPU train under dp, owt, model and random strategies as on one device") {
+  if (!RunGpuChecks()) return;
+  std::mt19937_64 rng(29);
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (testing::IsGan(s)) continue;
+    INFO(s.name);
+    const StepCase c = testing::ZooStepCase(s, std::nullopt);
+    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    for (StandardStrategy kind :
+         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
+      auto strategy = MakeStandardStrategy(c.forward, kind, 2);
+      if (!strategy.ok()) FAIL(strategy.status().ToString());
+      CheckOnStreams(c, *want, StrategyToText(*strategy), 2);
+    }
+    auto four = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 4);
+    if (four.ok()) CheckOnStreams(c, *want, StrategyToText(*four), 4);
+    // One random strategy over 3 devices that fits the model's shapes.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string random = testing::RandomStrategy(c.forward, 3, rng);
+      if (!testing::LowerStrategy(c, random).ok()) continue;
+      CheckOnStreams(c, *want, random, 3);
+      break;
+    }
+  }
+}
+
+TEST_CASE("a fused array's replicas split over streams of one GPU as on one device") {
+  if (!RunGpuChecks()) return;
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (testing::IsGan(s) || (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm")) continue;
+    INFO(s.name);
+    const StepCase c = testing::ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
+    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    auto strategy = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
+    if (!strategy.ok()) FAIL(strategy.status().ToString());
+    CheckOnStreams(c, *want, StrategyToText(*strategy), 2);
+  }
+}
+
+// A block freed by a thread bound to stream A goes back to A only: B gets
+// another block of the same size until the device is idle (AllIdle).
+TEST_CASE("the CUDA allocator hands a stream's freed blocks to that stream until the device is idle") {
+  if (!RunGpuChecks()) return;
+  auto a = CreateWorkQueue(Device::Cuda(0), 0);
+  auto b = CreateWorkQueue(Device::Cuda(0), 0);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // An empty cache, so that only this test's block can be handed out.
+  static_cast<cuda::CudaAllocator*>(GetAllocator(Device::Cuda(0)).value())->ReleaseCached();
+  const Shape shape({12345});
+  REQUIRE((*a)->BindThread().ok());
+  const void* freed_on_a = nullptr;
+  {
+    Tensor t = Tensor::Empty(shape, DType::kF32, Device::Cuda(0)).value();
+    freed_on_a = t.raw_data();
+  }
+  REQUIRE((*b)->BindThread().ok());
+  Tensor on_b = Tensor::Empty(shape, DType::kF32, Device::Cuda(0)).value();
+  CHECK(on_b.raw_data() != freed_on_a);
+  REQUIRE((*a)->BindThread().ok());
+  {
+    Tensor again = Tensor::Empty(shape, DType::kF32, Device::Cuda(0)).value();
+    CHECK(again.raw_data() == freed_on_a);
+  }  // back to A's list
+  REQUIRE((*a)->AllIdle().ok());
+  REQUIRE((*b)->BindThread().ok());
+  Tensor after_idle = Tensor::Empty(shape, DType::kF32, Device::Cuda(0)).value();
+  CHECK(after_idle.raw_data() == freed_on_a);
+  (*b)->UnbindThread();
+}
+
+// Markers order two streams: B copies what A wrote only after A's marker.
+TEST_CASE("a queue's work waits for another queue's marker") {
+  if (!RunGpuChecks()) return;
+  auto a = CreateWorkQueue(Device::Cuda(0), 1).value();
+  auto b = CreateWorkQueue(Device::Cuda(0), 0).value();
+  const int64_t n = 1 << 22;
+  Tensor host = Tensor::Zeros({n}, DType::kF32);
+  for (int64_t i = 0; i < n; ++i) host.data<float>()[i] = static_cast<float>(i % 977);
+  Tensor src = host.To(Device::Cuda(0)).value();
+  Tensor mid = Tensor::Empty({n}, DType::kF32, Device::Cuda(0)).value();
+  Tensor dst = Tensor::Empty({n}, DType::kF32, Device::Cuda(0)).value();
+  const Region all = Region::Whole(src.shape());
+  REQUIRE(a->Zero(mid.raw_data(), mid.nbytes()).ok());
+  REQUIRE(CopyRegionOn(*a, src, all, &mid, all, all).ok());
+  REQUIRE(a->Mark(0).ok());
+  REQUIRE(b->WaitFor(*a, 0).ok());
+  REQUIRE(CopyRegionOn(*b, mid, all, &dst, all, all).ok());
+  REQUIRE(b->Synchronize().ok());
+  CHECK(dst.To(Device::Cpu()).value().ToDoubleVector() == host.ToDoubleVector());
+}
+
+}  // namespace
+}  // namespace loom
