@@ -65,13 +65,15 @@ StatusOr<std::unique_ptr<WorkQueue>> CreateWorkQueue(Device device, int markers)
 
 Status CopyRegionOn(WorkQueue& queue, const Tensor& src, const Region& src_region, Tensor* dst,
                     const Region& dst_region, const Region& box) {
-  LOOM_ASSIGN_OR_RETURN(const RegionCopy copy, PlanRegionCopy(src, src_region, *dst, dst_region, box));
-  const char* s = static_cast<const char*>(src.raw_data());
-  char* d = static_cast<char*>(dst->raw_data());
-  for (size_t k = 0; k < copy.src_offsets.size(); ++k)
-    LOOM_RETURN_IF_ERROR(queue.Copy2D(d + copy.dst_offsets[k], dst->device(), copy.dst_pitch, s + copy.src_offsets[k],
-                                      src.device(), copy.src_pitch, copy.row_bytes, copy.height));
-  return Status::Ok();
+  LOOM_ASSIGN_OR_RETURN(RegionCopy copy, PlanRegionCopy(src, src_region, *dst, dst_region, box));
+  return queue.Run([&queue, src, to = *dst, copy = std::move(copy)]() -> Status {
+    const char* s = static_cast<const char*>(src.raw_data());
+    char* d = static_cast<char*>(to.raw_data());
+    for (size_t k = 0; k < copy.src_offsets.size(); ++k)
+      LOOM_RETURN_IF_ERROR(queue.Copy2D(d + copy.dst_offsets[k], to.device(), copy.dst_pitch, s + copy.src_offsets[k],
+                                        src.device(), copy.src_pitch, copy.row_bytes, copy.height));
+    return Status::Ok();
+  });
 }
 
 }  // namespace loom

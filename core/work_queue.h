@@ -4,10 +4,18 @@
 // order it was queued; a marker recorded on one queue after some work lets
 // another queue's later work wait for that work (a CUDA event).
 //
-// The CPU's queue does everything at once on the calling thread (its copies
-// are memcpys, its markers need no waiting), so a runtime written against
-// WorkQueue runs the same code on both kinds of device. A backend registers
-// its queues with RegisterWorkQueueFactory (//core/cuda for CUDA).
+// A runtime hands the queue host work with Run (a kernel call, a region
+// copy): the CPU's and CUDA's queues call it at once, on the calling thread
+// (the CPU does the work there; CUDA's kernels and copies queue themselves
+// on the stream, KernelContext::stream), and the work keeps every tensor it
+// uses in its closure. Copy2D and Zero are called from such work.
+//
+// The CPU's queue does everything at once (its copies are memcpys, its
+// markers need no waiting), so a runtime written against WorkQueue runs the
+// same code on both kinds of device; a test's queue that runs its work on a
+// thread of its own, later, checks the order the markers give
+// (tests/async_work_queue.h). A backend registers its queues with
+// RegisterWorkQueueFactory (//core/cuda for CUDA).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +43,11 @@ class WorkQueue {
   virtual Status BindThread() = 0;
   virtual void UnbindThread() = 0;
 
+  // Host work queued in order with the rest: called now by the CPU's and
+  // CUDA's queues (returning its status), later by an asynchronous one
+  // (whose Synchronize returns its first error).
+  virtual Status Run(std::function<Status()> work) { return work(); }
+
   // `height` rows of `row_bytes`, `src_pitch` and `dst_pitch` bytes apart,
   // after the work queued so far; either side may be on another device.
   virtual Status Copy2D(void* dst, Device dst_device, size_t dst_pitch, const void* src, Device src_device,
@@ -61,7 +74,7 @@ using WorkQueueFactory = std::function<StatusOr<std::unique_ptr<WorkQueue>>(int 
 void RegisterWorkQueueFactory(DeviceType type, WorkQueueFactory factory);
 
 // CopyRegion (core/region.h) queued on `queue`: src and dst may be on any
-// devices the queue can copy between.
+// devices the queue can copy between. The work holds both tensors.
 Status CopyRegionOn(WorkQueue& queue, const Tensor& src, const Region& src_region, Tensor* dst,
                     const Region& dst_region, const Region& box);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/logging.h"
@@ -199,7 +200,9 @@ Status TaskRuntime::Prepare() {
   if (!add_kernel_ || !cast_kernel_) return Internal("no Add or Cast kernel for the all-reduces on ", devices_[0].ToString());
   work_.resize(static_cast<size_t>(devices));
   for (size_t d : local_devices_) {
-    LOOM_ASSIGN_OR_RETURN(work_[d], CreateWorkQueue(devices_[d], static_cast<int>(queues_[d].size())));
+    const int markers = static_cast<int>(queues_[d].size());
+    LOOM_ASSIGN_OR_RETURN(work_[d], options_.make_queue ? options_.make_queue(static_cast<int64_t>(d), markers)
+                                                        : CreateWorkQueue(devices_[d], markers));
   }
   for (const auto& [home, op] : tasks_.writebacks)
     for (int p : op.pieces) ++readers_[static_cast<size_t>(p)];
@@ -331,13 +334,8 @@ StatusOr<Tensor> TaskRuntime::Assemble(const Operand& op, Allocator* allocator, 
   }
   LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(op.region.shape(), tasks_.graph.type(op.value).dtype, allocator));
   // Zeros where no piece lies: the padding rows of a window part.
-  if (!Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region)) {
-    if (out.device().is_cpu()) {
-      std::memset(out.raw_data(), 0, out.nbytes());
-    } else {
-      LOOM_RETURN_IF_ERROR(queue.Zero(out.raw_data(), out.nbytes()));
-    }
-  }
+  if (!Region::Whole(tasks_.graph.type(op.value).shape).Contains(op.region))
+    LOOM_RETURN_IF_ERROR(queue.Run([&queue, out]() { return queue.Zero(out.raw_data(), out.nbytes()); }));
   for (int q : op.pieces) {
     const Piece& p = tasks_.pieces[static_cast<size_t>(q)];
     std::optional<Region> box = p.region.Intersect(op.region);
@@ -377,47 +375,54 @@ Status TaskRuntime::QueueTask(const Task& task, WorkQueue& queue, ThreadPool* po
     case TaskKind::kAllToAll: return RunRedistribute(task, queue);
     case TaskKind::kCompute: break;
   }
-  const Node& n = tasks_.graph.node(task.node);
-  std::vector<Tensor> inputs, outputs;
+  // The kernel's call, with the tensors it uses, as the queue's work.
+  struct Call {
+    std::vector<Tensor> inputs, outputs;
+    KernelContext ctx;
+  };
+  auto call = std::make_shared<Call>();
   for (const Operand& op : task.inputs) {
     LOOM_ASSIGN_OR_RETURN(Tensor t, Assemble(op, AllocatorOf(task.device), queue));
-    inputs.push_back(std::move(t));
+    call->inputs.push_back(std::move(t));
   }
   for (int p : task.outputs) {
     LOOM_ASSIGN_OR_RETURN(Tensor t, PieceTensor(p));
-    outputs.push_back(std::move(t));
+    call->outputs.push_back(std::move(t));
   }
-  KernelContext ctx;
-  ctx.node = &n;
+  KernelContext& ctx = call->ctx;
+  ctx.node = &tasks_.graph.node(task.node);
   ctx.attrs = task.attrs.get();
   ctx.device = devices_[static_cast<size_t>(task.device)];
   ctx.pool = pool;
   ctx.stream = queue.stream();
-  for (const Tensor& t : inputs) ctx.inputs.push_back(&t);
-  for (Tensor& t : outputs) ctx.outputs.push_back(&t);
-  ctx.rng_key = NodeStreamKey(n.name);
+  for (const Tensor& t : call->inputs) ctx.inputs.push_back(&t);
+  for (Tensor& t : call->outputs) ctx.outputs.push_back(&t);
+  ctx.rng_key = NodeStreamKey(ctx.node->name);
   ctx.step = static_cast<uint64_t>(step_);
-  Rng rng = ctx.StreamFor(options_.seed);
-  ctx.rng = &rng;
-  AttrTypeErrors attr_errors;
-  Status s = (*kernels_[static_cast<size_t>(task.id)])(ctx);
-  if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
-  LOOM_RETURN_IF_ERROR(s);
-  for (size_t i = 0; i < outputs.size(); ++i) pieces_[static_cast<size_t>(task.outputs[i])] = outputs[i];
-  return Status::Ok();
+  for (size_t i = 0; i < call->outputs.size(); ++i) pieces_[static_cast<size_t>(task.outputs[i])] = call->outputs[i];
+  return queue.Run([call, kernel = kernels_[static_cast<size_t>(task.id)], seed = options_.seed]() {
+    Rng rng = call->ctx.StreamFor(seed);
+    call->ctx.rng = &rng;
+    AttrTypeErrors attr_errors;
+    Status s = (*kernel)(call->ctx);
+    if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
+    return s;
+  });
 }
 
-Status TaskRuntime::RunHelper(const KernelFn* kernel, const Node& node, const std::vector<const Tensor*>& inputs,
-                              Tensor* output, WorkQueue& queue, ThreadPool* pool) const {
-  KernelContext ctx;
-  ctx.node = &node;
-  ctx.attrs = &node.attrs;
-  ctx.device = output->device();
-  ctx.pool = pool;
-  ctx.stream = queue.stream();
-  ctx.inputs = inputs;
-  ctx.outputs = {output};
-  return (*kernel)(ctx);
+Status TaskRuntime::RunHelper(const KernelFn* kernel, const Node& node, std::vector<Tensor> inputs, Tensor output,
+                              WorkQueue& queue, ThreadPool* pool) const {
+  return queue.Run([kernel, &node, inputs = std::move(inputs), output, stream = queue.stream(), pool]() mutable {
+    KernelContext ctx;
+    ctx.node = &node;
+    ctx.attrs = &node.attrs;
+    ctx.device = output.device();
+    ctx.pool = pool;
+    ctx.stream = stream;
+    for (const Tensor& t : inputs) ctx.inputs.push_back(&t);
+    ctx.outputs = {&output};
+    return (*kernel)(ctx);
+  });
 }
 
 // A transfer between processes: the source's rank sends the destination's
@@ -469,22 +474,20 @@ Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool*
     }
     return part;
   };
-  // bf16 and f16 partial sums add in f32 and round once at the end.
-  static const Node add = [] {
+  // bf16 and f16 partial sums add in f32 and round once at the end. The
+  // helpers' nodes outlive the work that names them.
+  const auto helper = [](const char* op, std::optional<DType> to) {
     Node n;
-    n.name = "all-reduce sum";
-    n.op = "Add";
-    return n;
-  }();
-  const auto cast_node = [](DType to) {
-    Node n;
-    n.name = "all-reduce cast";
-    n.op = "Cast";
-    n.attrs.Set("to", std::string(DTypeName(to)));
+    n.name = StrCat("all-reduce ", op);
+    n.op = op;
+    if (to) n.attrs.Set("to", std::string(DTypeName(*to)));
     return n;
   };
+  static const Node add = helper("Add", std::nullopt), to_f32 = helper("Cast", DType::kF32),
+                    to_bf16 = helper("Cast", DType::kBF16), to_f16 = helper("Cast", DType::kF16);
   const DType add_dtype = IsHalf(dtype) ? DType::kF32 : dtype;
-  const Node widen = cast_node(add_dtype), narrow = cast_node(dtype);
+  const Node& widen = to_f32;
+  const Node& narrow = dtype == DType::kBF16 ? to_bf16 : to_f16;
   LOOM_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(summed.shape(), add_dtype, here));
   for (size_t k = 0; k < task.sources.size(); ++k) {
     LOOM_ASSIGN_OR_RETURN(Tensor xk, source(k));
@@ -495,15 +498,15 @@ Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool*
     }
     if (add_dtype != dtype) {
       LOOM_ASSIGN_OR_RETURN(Tensor wide, Tensor::Empty(summed.shape(), add_dtype, here));
-      LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, widen, {&xk}, k == 0 ? &sum : &wide, queue, pool));
+      LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, widen, {xk}, k == 0 ? sum : wide, queue, pool));
       if (k == 0) continue;
       xk = wide;
     }
-    LOOM_RETURN_IF_ERROR(RunHelper(add_kernel_, add, {&sum, &xk}, &sum, queue, pool));
+    LOOM_RETURN_IF_ERROR(RunHelper(add_kernel_, add, {sum, xk}, sum, queue, pool));
   }
   if (add_dtype != dtype) {
     LOOM_ASSIGN_OR_RETURN(Tensor rounded, Tensor::Empty(summed.shape(), dtype, here));
-    LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, narrow, {&sum}, &rounded, queue, pool));
+    LOOM_RETURN_IF_ERROR(RunHelper(cast_kernel_, narrow, {sum}, rounded, queue, pool));
     sum = rounded;
   }
   return HandOut(task, queue, {sum}, {&summed});
@@ -712,15 +715,7 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
         LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
       }
     }
-    LOOM_ASSIGN_OR_RETURN(Tensor result, Assemble(op, host, after));
-    // A piece that is the result itself: a device's (copied to the host),
-    // or a home, a state's or the caller's own feed, which the caller may
-    // change (so the caller gets a copy).
-    const bool home = op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0;
-    if (!result.device().is_cpu() || home) {
-      LOOM_ASSIGN_OR_RETURN(result, result.To(Device::Cpu()));
-    }
-    results[name] = std::move(result);
+    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host, after));
   }
   // Every reader of the old state has run: the new values become the homes.
   // A home takes the new value's tensor itself (no copy: data parallelism
@@ -736,6 +731,16 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
     refreshed.push_back(home);
   }
   LOOM_RETURN_IF_ERROR(after.Synchronize());
+  for (const auto& [name, op] : tasks_.outputs) {
+    // A piece that is the result itself: a device's (copied to the host),
+    // or a home, a state's or the caller's own feed, which the caller may
+    // change (so the caller gets a copy).
+    Tensor& result = results[name];
+    const bool home = op.pieces.size() == 1 && tasks_.pieces[static_cast<size_t>(op.pieces[0])].producer < 0;
+    if (!result.device().is_cpu() || home) {
+      LOOM_ASSIGN_OR_RETURN(result, result.To(Device::Cpu()));
+    }
+  }
   for (size_t i = 0; i < fresh.size(); ++i) pieces_[static_cast<size_t>(refreshed[i])] = std::move(fresh[i]);
   for (size_t p = 0; p < pieces_.size(); ++p)
     if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();

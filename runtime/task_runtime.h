@@ -39,6 +39,7 @@
 // rank aborts the communicator, so the others fail instead of waiting.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,10 @@ struct TaskRuntimeOptions {
   int threads_per_device = 1;  // CPU devices' kernel pools
   uint64_t seed = 0;    // random ops draw from streams keyed by (seed, node name, step), as in Executor
   bool trace = false;   // record every task's start and end (trace(), TraceJson())
+  // Tests: makes device d's queue instead of CreateWorkQueue (an
+  // asynchronous CPU queue, tests/async_work_queue.h, checks on the CPU
+  // the order that a GPU's streams and events rely on).
+  std::function<StatusOr<std::unique_ptr<WorkQueue>>(int64_t device, int markers)> make_queue;
   // Not owned; when set, this runtime is rank comm.rank() of comm.size()
   // processes and runs its share of the devices (a CPU communicator; the
   // task graph's devices a multiple of comm.size()).
@@ -127,8 +132,9 @@ class TaskRuntime : public StepRunner {
   const Region& SummedRegion(const Task& task) const;
   Status HandOut(const Task& task, WorkQueue& queue, const std::vector<Tensor>& results,
                  const std::vector<const Region*>& regions);
-  // Runs one of the all-reduce's helper kernels (Add, Cast) on `queue`.
-  Status RunHelper(const KernelFn* kernel, const Node& node, const std::vector<const Tensor*>& inputs, Tensor* output,
+  // Queues one of the all-reduce's helper kernels (Add, Cast) on `queue`;
+  // `node` must outlive the work.
+  Status RunHelper(const KernelFn* kernel, const Node& node, std::vector<Tensor> inputs, Tensor output,
                    WorkQueue& queue, ThreadPool* pool) const;
   // The part `region` of host tensor `whole` (holding `all`) as a tensor on
   // device d.

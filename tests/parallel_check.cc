@@ -78,11 +78,9 @@ StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy
 }
 
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
-                                   const LoweringOptions& lowering, const std::vector<Device>& devices) {
+                                   const LoweringOptions& lowering, const TaskRuntimeOptions& options) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text, lowering));
-  TaskRuntimeOptions o;
-  o.devices = devices;
-  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks), o));
+  LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks), options));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));
   return RunSteps(*runtime, c, steps);
 }

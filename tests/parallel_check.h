@@ -14,6 +14,7 @@
 #include "graph/fusion.h"
 #include "graph/ir.h"
 #include "graph/task_graph.h"
+#include "runtime/task_runtime.h"
 #include "tests/small_zoo.h"
 
 namespace loom::testing {
@@ -41,10 +42,10 @@ struct StepResults {
 StatusOr<StepResults> RunOneDevice(const StepCase& c, int steps, uint64_t seed);
 StatusOr<TaskGraph> LowerStrategy(const StepCase& c, const std::string& strategy_text,
                                   const LoweringOptions& lowering = {});
-// `devices`: where the strategy's devices run (TaskRuntimeOptions::devices;
-// empty: CPU devices).
+// `options`: the task runtime's (its devices, its queues); CPU devices
+// by default.
 StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strategy_text, int steps, uint64_t seed,
-                                   const LoweringOptions& lowering = {}, const std::vector<Device>& devices = {});
+                                   const LoweringOptions& lowering = {}, const TaskRuntimeOptions& options = {});
 // The same with the devices shared out among `ranks` processes (0: one
 // device each), played by threads of this one joined by local
 // communicators: every rank's results.

@@ -37,8 +37,9 @@ constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
 
 void CheckOnStreams(const StepCase& c, const testing::StepResults& want, const std::string& strategy, int devices) {
   INFO(strategy << "on cuda:0x" << devices);
-  auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {},
-                                   std::vector<Device>(static_cast<size_t>(devices), Device::Cuda(0)));
+  TaskRuntimeOptions options;
+  options.devices.assign(static_cast<size_t>(devices), Device::Cuda(0));
+  auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {}, options);
   if (!got.ok()) FAIL(got.status().ToString());
   CHECK(FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance : kBatchNormTolerance) == "");
 }

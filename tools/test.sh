@@ -73,7 +73,7 @@ step "tests/consumers/run.sh (loom installed, then built and run by CMake, pkg-c
 # heavy, and the models, simulator, search and training loops, which hold
 # no buffers of their own and run on the libraries checked here.
 asan_targets="//core/... //graph/... //ops/... //runtime/... //train/data/... //train/config/... //train/checkpoint/..."
-asan_targets+=" //tests:fusion_ops_test //tests:optimizer_test"
+asan_targets+=" //tests:fusion_ops_test //tests:optimizer_test //tests:parallel_async_test"
 step "bazel test --config=asan $asan_targets (AddressSanitizer + UndefinedBehaviorSanitizer; C++ tests, those tagged heavy left out)" \
   bazel test --config=asan $asan_targets --test_lang_filters=-sh --test_tag_filters=-heavy --build_tests_only \
   --test_output=errors

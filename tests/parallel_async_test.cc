@@ -1,0 +1,108 @@
+// The task runtime with every device's work done later, on a thread of its
+// own with random pauses (tests/async_work_queue.h), as a GPU's streams do
+// it: the small zoo under dp, OWT, model and random strategies, and fused
+// arrays split by replicas, against one device (f64, the tolerances of
+// parallel_zoo_test). A missing marker wait, a piece's bytes reused before
+// queued work read them, or a tensor freed under queued work fails here
+// (or under ASan) on the CPU.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "graph/strategy.h"
+#include "search/baselines.h"
+#include "tests/async_work_queue.h"
+#include "tests/parallel_check.h"
+#include "tests/small_zoo.h"
+
+namespace loom {
+namespace {
+
+using testing::StepCase;
+
+constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
+
+TaskRuntimeOptions AsyncQueues(uint64_t seed) {
+  TaskRuntimeOptions o;
+  o.make_queue = [seed](int64_t device, int markers) -> StatusOr<std::unique_ptr<WorkQueue>> {
+    return std::unique_ptr<WorkQueue>(new testing::AsyncWorkQueue(markers, seed * 31 + static_cast<uint64_t>(device)));
+  };
+  return o;
+}
+
+void CheckAsync(const StepCase& c, const testing::StepResults& want, const std::string& strategy, uint64_t seed) {
+  INFO(strategy);
+  auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {}, AsyncQueues(seed));
+  if (!got.ok()) FAIL(got.status().ToString());
+  CHECK(testing::FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance
+                                                                                    : kBatchNormTolerance) == "");
+}
+
+TEST_CASE("zoo models on asynchronous queues train under dp, owt, model and random strategies as on one device") {
+  std::mt19937_64 rng(31);
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (testing::IsGan(s)) continue;
+    INFO(s.name);
+    const StepCase c = testing::ZooStepCase(s, std::nullopt);
+    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    for (StandardStrategy kind :
+         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
+      auto strategy = MakeStandardStrategy(c.forward, kind, 2);
+      if (!strategy.ok()) FAIL(strategy.status().ToString());
+      CheckAsync(c, *want, StrategyToText(*strategy), rng());
+    }
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string random = testing::RandomStrategy(c.forward, 3, rng);
+      if (!testing::LowerStrategy(c, random).ok()) continue;
+      CheckAsync(c, *want, random, rng());
+      break;
+    }
+  }
+}
+
+TEST_CASE("fused arrays on asynchronous queues split their replicas as on one device") {
+  for (const testing::SmallModel& s : testing::SmallModels()) {
+    if (testing::IsGan(s) || (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm")) continue;
+    INFO(s.name);
+    const StepCase c = testing::ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
+    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    auto strategy = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
+    if (!strategy.ok()) FAIL(strategy.status().ToString());
+    CheckAsync(c, *want, StrategyToText(*strategy), 3);
+  }
+}
+
+// The queue itself: a wait holds back later work until the other queue's
+// marker is done, however long that queue's earlier work takes.
+TEST_CASE("an asynchronous queue's work waits for another queue's marker") {
+  testing::AsyncWorkQueue a(1, 1), b(0, 2);
+  std::atomic<int> written{0};
+  int seen = -1;
+  REQUIRE(a.Run([&] {
+               std::this_thread::sleep_for(std::chrono::milliseconds(20));
+               written = 42;
+               return Status::Ok();
+             }).ok());
+  REQUIRE(a.Mark(0).ok());
+  REQUIRE(b.WaitFor(a, 0).ok());
+  REQUIRE(b.Run([&] {
+               seen = written;
+               return Status::Ok();
+             }).ok());
+  REQUIRE(b.Synchronize().ok());
+  CHECK(seen == 42);
+  // An error surfaces at Synchronize, and later work is skipped.
+  REQUIRE(a.Run([] { return Internal("boom"); }).ok());
+  bool ran = false;
+  REQUIRE(a.Run([&] {
+               ran = true;
+               return Status::Ok();
+             }).ok());
+  CHECK(a.Synchronize().message().find("boom") != std::string::npos);
+  CHECK_FALSE(ran);
+}
+
+}  // namespace
+}  // namespace loom
