@@ -522,7 +522,9 @@ Status BenchTaskOverhead(int reps) {
 // strategy on `devices` CPU devices (one thread each), interleaved, `reps`
 // steps each: the median step time with its spread, the speed-up, and the
 // bytes each step moves between devices; and the roof of data parallelism
-// here: `devices` independent steps of the batch's share at once.
+// here: `devices` independent steps of the batch's share at once. With a
+// device list (`--devices cuda:0x2`), the strategies run on those devices
+// and the one-device step on the first of them (no roof).
 //
 // Under `mpirun -np K`, the devices are shared out among the K processes
 // (exchanging through MPI): rank 0 also runs the one-device step, alone,
@@ -534,7 +536,15 @@ Status BenchParallel(const Flags& flags) {
   Communicator* world = ProcessCommunicator();
   if (world != nullptr && world->size() == 1) world = nullptr;
   const bool speaks = world == nullptr || world->rank() == 0;
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", world ? world->size() : 2));
+  std::vector<Device> device_list;  // empty: `devices` CPU devices
+  int64_t devices = world ? world->size() : 2;
+  if (flags.Str("devices", "").find(':') != std::string::npos) {
+    LOOM_ASSIGN_OR_RETURN(device_list, ParseDevices(flags.Str("devices", "")));
+    devices = static_cast<int64_t>(device_list.size());
+  } else {
+    LOOM_ASSIGN_OR_RETURN(devices, flags.Int("devices", devices));
+  }
+  const Device first = device_list.empty() ? Device::Cpu() : device_list[0];
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
   if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
   if (world && devices % world->size() != 0)
@@ -555,6 +565,7 @@ Status BenchParallel(const Flags& flags) {
   ThreadPool one_thread(1);
   ExecutorOptions eo;
   eo.pool = &one_thread;
+  eo.device = first;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(programs.step, eo));
   variants.push_back({"1 device", {}});
   if (speaks) variants.back().runners.push_back(std::move(exec));
@@ -563,13 +574,15 @@ Status BenchParallel(const Flags& flags) {
                           LoadOrMakeStrategy(kind_name, programs.forward, devices, "--strategies"));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     const std::string where =
-        !world ? StrCat("cpu:", devices)
-               : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
+        !device_list.empty() ? flags.Str("devices", "")
+        : !world             ? StrCat("cpu:", devices)
+                             : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
     const bool standard = ParseStandardStrategy(kind_name).ok();
     Variant v{StrCat(standard ? kind_name : std::filesystem::path(kind_name).stem().string(), " on ", where), {},
               tasks.TransferBytes(), tasks.tasks.size()};
     TaskRuntimeOptions o;
     o.communicator = world;
+    o.devices = device_list;
     LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(tasks), o));
     v.runners.push_back(std::move(runtime));
     variants.push_back(std::move(v));
@@ -578,7 +591,7 @@ Status BenchParallel(const Flags& flags) {
   // one-thread steps of batch / devices at once, nothing exchanged.
   std::vector<std::unique_ptr<ThreadPool>> roof_pools;
   std::map<std::string, Tensor> roof_feeds;
-  if (world == nullptr && config.data().batch_size() % devices == 0) {
+  if (world == nullptr && first.is_cpu() && config.data().batch_size() % devices == 0) {
     proto::TrainConfig part = config;
     part.mutable_data()->set_batch_size(static_cast<int>(config.data().batch_size() / devices));
     LOOM_ASSIGN_OR_RETURN(const ConfigPrograms part_programs, BuildConfigPrograms(part));
@@ -613,8 +626,9 @@ Status BenchParallel(const Flags& flags) {
                         InterleavedSeconds(static_cast<int>(reps), steps));
   if (!speaks) return Status::Ok();
   const double base = Spread::Of(seconds[0]).median;
-  std::printf("%s, batch %lld, %lld steps each, interleaved; 1 thread per device%s (%s)\n\n",
-              flags.Str("config", "").c_str(), static_cast<long long>(config.data().batch_size()), static_cast<long long>(reps),
+  std::printf("%s, batch %lld, %lld steps each, interleaved; %s%s (%s)\n\n", flags.Str("config", "").c_str(),
+              static_cast<long long>(config.data().batch_size()), static_cast<long long>(reps),
+              first.is_cpu() ? "1 thread per device" : StrCat("1 device: ", first.ToString()).c_str(),
               world ? ", one device per MPI process" : "", CpuModelName().c_str());
   std::printf("%-16s  %10s  %18s  %8s  %6s  %14s\n", "", "median ms", "spread (p10-p90)", "speed-up", "tasks",
               "bytes moved");
@@ -631,7 +645,7 @@ Status BenchCommand(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "simulator") return BenchSimulator(std::vector<std::string>(args.begin() + 1, args.end()));
   if (!args.empty() && args[0] == "parallel") {
     Flags flags({{"config", "the training config whose step to split"},
-                 {"devices", "CPU devices (default 2), one thread each"},
+                 {"devices", "CPU devices (default 2), one thread each; or a list: cuda:0x2, cuda:0,1"},
                  {"strategies", "standard strategies or strategy files to measure (default dp,owt,model)"},
                  {"reps", "timed steps of each variant, interleaved (default 20)"}});
     LOOM_RETURN_IF_ERROR(flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())));

@@ -371,6 +371,14 @@ run() {
         tee -a "$summary"
     fi
   fi
+  # Its speed (informational): one device against dp and OWT on two streams.
+  if [ -f "$configs/cnn.pbtxt" ] && [ "$(time_left)" -ge 90 ]; then
+    set +e
+    limit=60 launch "$PACK/tools/loom" bench parallel --config "$configs/cnn.pbtxt" --devices cuda:0x2 \
+      --strategies dp,owt --reps 10 >"$OUT/bench_parallel_streams.log" 2>&1 </dev/null
+    set -e
+    grep -E '^(1 device|dp|owt)' "$OUT/bench_parallel_streams.log" | sed 's/^/bench parallel: /' | tee -a "$summary" || true
+  fi
   if [ -d "$runs/cnn" ] && [ "$(time_left)" -ge 30 ]; then
     set +e
     limit=90 launch "$PACK/tools/loom" train --resume "$runs/cnn" --device cpu --max-steps 25 \
