@@ -536,17 +536,11 @@ Status BenchParallel(const Flags& flags) {
   Communicator* world = ProcessCommunicator();
   if (world != nullptr && world->size() == 1) world = nullptr;
   const bool speaks = world == nullptr || world->rank() == 0;
-  std::vector<Device> device_list;  // empty: `devices` CPU devices
-  int64_t devices = world ? world->size() : 2;
-  if (flags.Str("devices", "").find(':') != std::string::npos) {
-    LOOM_ASSIGN_OR_RETURN(device_list, ParseDevices(flags.Str("devices", "")));
-    devices = static_cast<int64_t>(device_list.size());
-  } else {
-    LOOM_ASSIGN_OR_RETURN(devices, flags.Int("devices", devices));
-  }
-  const Device first = device_list.empty() ? Device::Cpu() : device_list[0];
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> device_list, flags.Devices("devices", world ? world->size() : 2));
+  const int64_t devices = static_cast<int64_t>(device_list.size());
+  const Device first = device_list[0];
   LOOM_ASSIGN_OR_RETURN(const int64_t reps, flags.Int("reps", 20));
-  if (devices < 1 || reps < 1) return InvalidArgument("--devices and --reps must be >= 1");
+  if (reps < 1) return InvalidArgument("--reps must be >= 1");
   if (world && devices % world->size() != 0)
     return InvalidArgument("--devices ", devices, " under mpirun -np ", world->size(),
                            ": each process runs as many devices (a multiple of ", world->size(), ")");
@@ -574,9 +568,9 @@ Status BenchParallel(const Flags& flags) {
                           LoadOrMakeStrategy(kind_name, programs.forward, devices, "--strategies"));
     LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
     const std::string where =
-        !device_list.empty() ? flags.Str("devices", "")
-        : !world             ? StrCat("cpu:", devices)
-                             : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
+        first.is_cuda() ? flags.Str("devices", "")
+        : !world        ? StrCat("cpu:", devices)
+                        : StrCat(world->size(), " procs", devices > world->size() ? StrCat(" x ", devices / world->size()) : "");
     const bool standard = ParseStandardStrategy(kind_name).ok();
     Variant v{StrCat(standard ? kind_name : std::filesystem::path(kind_name).stem().string(), " on ", where), {},
               tasks.TransferBytes(), tasks.tasks.size()};

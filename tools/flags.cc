@@ -88,6 +88,18 @@ StatusOr<uint64_t> Flags::Unsigned(const std::string& name, uint64_t def) const 
   return static_cast<uint64_t>(v);
 }
 
+StatusOr<std::vector<Device>> Flags::Devices(const std::string& name, int64_t default_count) const {
+  const std::string text = Str(name, "");
+  if (text.find(':') != std::string::npos) {
+    StatusOr<std::vector<Device>> list = ParseDevices(text);
+    if (!list.ok()) return list.status().WithContext("--" + name);
+    return list;
+  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, Int(name, default_count));
+  if (count < 1) return InvalidArgument("--", name, " must be >= 1, got ", count);
+  return std::vector<Device>(static_cast<size_t>(count), Device::Cpu());
+}
+
 StatusOr<double> Flags::Seconds(const std::string& name, const std::string& def) const {
   const std::string text = Str(name, def);
   std::string number = text;

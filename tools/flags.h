@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/parse.h"
 #include "core/status.h"
 
@@ -31,6 +32,9 @@ class Flags {
   // A comma-separated list of positive integers ("1,2,4"); errors name the
   // flag, the text and the bad item.
   StatusOr<std::vector<int64_t>> PositiveInts(const std::string& name, const std::vector<int64_t>& def) const;
+  // The task runtime's devices: a count of CPU devices ("2") or a device
+  // list (core/device.h ParseDevices: "cpu:2", "cuda:0x2", "cuda:0,1").
+  StatusOr<std::vector<Device>> Devices(const std::string& name, int64_t default_count) const;
   // A comma-separated list of names; empty items are dropped.
   std::vector<std::string> List(const std::string& name, const std::vector<std::string>& def) const;
   bool Bool(const std::string& name) const { return values_.count(name) != 0; }

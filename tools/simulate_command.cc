@@ -213,7 +213,7 @@ double KendallTau(const std::vector<double>& a, const std::vector<double>& b) {
 // runtime, by signature, written as a profile file (simulator/profile.h).
 Status ProfileCommand(const std::vector<std::string>& args) {
   Flags flags({{"config", "the training config whose step to profile"},
-               {"devices", "CPU devices of the task runtime (default 1), one thread each"},
+               {"devices", "CPU devices of the task runtime (default 1), one thread each; or a list: cuda:0x2"},
                {"strategy", "dp (default), replica, model, owt, or a strategy file"},
                {"steps", "traced steps after a warm-up (default 10)"},
                {"out", "the profile file to write"}});
@@ -225,15 +225,17 @@ Status ProfileCommand(const std::vector<std::string>& args) {
   if (!flags.Has("config")) return InvalidArgument("loom profile needs --config FILE");
   if (!flags.Has("out")) return InvalidArgument("loom profile needs --out FILE (the profile to write)");
   LOOM_ASSIGN_OR_RETURN(const proto::TrainConfig config, LoadTrainConfig(flags.Str("config", "")));
-  LOOM_ASSIGN_OR_RETURN(const int64_t devices, flags.Int("devices", 1));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<Device> device_list, flags.Devices("devices", 1));
+  const int64_t devices = static_cast<int64_t>(device_list.size());
   LOOM_ASSIGN_OR_RETURN(const int64_t steps, flags.Int("steps", 10));
-  if (devices < 1 || steps < 1) return InvalidArgument("--devices and --steps must be >= 1");
+  if (steps < 1) return InvalidArgument("--steps must be >= 1");
   LOOM_ASSIGN_OR_RETURN(const ConfigPrograms programs, BuildConfigPrograms(config));
   const std::string name = flags.Str("strategy", "dp");
   LOOM_ASSIGN_OR_RETURN(const Strategy strategy, LoadOrMakeStrategy(name, programs.forward, devices, "--strategy"));
   LOOM_ASSIGN_OR_RETURN(const TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
   TaskRuntimeOptions o;
-  o.trace = true;
+  o.trace = true;  // on a GPU each task waits for its work, so its span is the work's time
+  o.devices = device_list;
   LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(tasks, o));
   LOOM_RETURN_IF_ERROR(runtime->InitializeState(config.seed()));
   LOOM_ASSIGN_OR_RETURN(const BenchData data, LoadBenchData(config));
@@ -248,9 +250,10 @@ Status ProfileCommand(const std::vector<std::string>& args) {
     }
   }
   LOOM_RETURN_IF_ERROR(WriteFileAtomically(flags.Str("out", ""), profile.ToText()));
-  std::printf("%zu task signatures from %lld steps of %s on cpu:%lld (%s): %s\n", profile.size(),
-              static_cast<long long>(steps), name.c_str(), static_cast<long long>(strategy.devices()),
-              CpuModelName().c_str(), flags.Str("out", "").c_str());
+  std::printf("%zu task signatures from %lld steps of %s on %s (%s): %s\n", profile.size(),
+              static_cast<long long>(steps), name.c_str(),
+              device_list[0].is_cuda() ? flags.Str("devices", "").c_str() : StrCat("cpu:", devices).c_str(),
+              device_list[0].is_cuda() ? "GPU" : CpuModelName().c_str(), flags.Str("out", "").c_str());
   return Status::Ok();
 }
 
