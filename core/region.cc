@@ -114,10 +114,14 @@ Status CopyRegion(const Tensor& src, const Region& src_region, Tensor* dst, cons
   const char* s = static_cast<const char*>(src.raw_data());
   char* d = static_cast<char*>(dst->raw_data());
   for (size_t k = 0; k < copy.src_offsets.size(); ++k)
-    for (size_t row = 0; row < copy.height; ++row)
-      std::memcpy(d + copy.dst_offsets[k] + static_cast<int64_t>(row * copy.dst_pitch),
-                  s + copy.src_offsets[k] + static_cast<int64_t>(row * copy.src_pitch), copy.row_bytes);
+    CopyRows(d + copy.dst_offsets[k], copy.dst_pitch, s + copy.src_offsets[k], copy.src_pitch, copy.row_bytes,
+             copy.height);
   return Status::Ok();
+}
+
+void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t height) {
+  for (size_t r = 0; r < height; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
 }
 
 }  // namespace loom

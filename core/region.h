@@ -54,6 +54,10 @@ struct RegionCopy {
 StatusOr<RegionCopy> PlanRegionCopy(const Tensor& src, const Region& src_region, const Tensor& dst,
                                     const Region& dst_region, const Region& box);
 
+// `height` rows of `row_bytes` on the host, `src_pitch` and `dst_pitch`
+// bytes apart: one block of a RegionCopy.
+void CopyRows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t height);
+
 // Copies `box` (in the whole tensor's coordinates) from src, which holds
 // region `src_region`, into dst, which holds `dst_region`. Host tensors of
 // one dtype; box must lie in both regions.

@@ -20,8 +20,7 @@ class CpuWorkQueue final : public WorkQueue {
     if (!dst_device.is_cpu() || !src_device.is_cpu())
       return InvalidArgument("the CPU's queue copies between host tensors, not ", src_device.ToString(), " to ",
                              dst_device.ToString());
-    for (size_t r = 0; r < height; ++r)
-      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    CopyRows(dst, dst_pitch, src, src_pitch, row_bytes, height);
     return Status::Ok();
   }
   Status Zero(void* dst, size_t bytes) override {

@@ -828,6 +828,35 @@ TEST_CASE("processes need the same number of devices each") {
   CHECK_THAT(runtime.status().message(), Catch::Contains("2 devices, not a multiple of the communicator's 3 ranks"));
 }
 
+TEST_CASE("the devices a task graph runs on: as many as it has, of one kind, CUDA ones in one process") {
+  const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const std::string dp = "devices: 2\ndefault_split { sample: 2 }\n";
+  const auto refused = [&](const TaskRuntimeOptions& o) {
+    auto tasks = Lower(c, dp);
+    REQUIRE(tasks.ok());
+    auto runtime = TaskRuntime::Create(std::move(*tasks), o);
+    REQUIRE_FALSE(runtime.ok());
+    return runtime.status().message();
+  };
+  TaskRuntimeOptions three;
+  three.devices.assign(3, Device::Cpu());
+  CHECK_THAT(refused(three), Catch::Contains("the task graph has 2 devices, but 3 were given"));
+  TaskRuntimeOptions mixed;
+  mixed.devices = {Device::Cpu(), Device::Cuda(0)};
+  CHECK_THAT(refused(mixed), Catch::Contains("devices of one kind, got cpu:0 and cuda:0"));
+  std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(2);
+  TaskRuntimeOptions gpus_in_processes;
+  gpus_in_processes.devices.assign(2, Device::Cuda(0));
+  gpus_in_processes.communicator = comms[0].get();
+  CHECK_THAT(refused(gpus_in_processes), Catch::Contains("CUDA devices across processes (mpirun) are not supported"));
+  // A device list of CPUs is the default.
+  TaskRuntimeOptions cpus;
+  cpus.devices.assign(2, Device::Cpu());
+  auto got = testing::RunOnDevices(c, dp, kSteps, kSeed, {}, cpus);
+  REQUIRE(got.ok());
+  CHECK(testing::FirstMismatch(OneDevice(c), *got, 1e-9) == "");
+}
+
 // Collectives instead of transfers (LoweringOptions): no more bytes move,
 // and the results are the transfers' bit for bit, in one process and over
 // ranks (an all-gather copies; a reduce-scatter or an all-reduce of a part

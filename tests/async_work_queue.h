@@ -48,8 +48,7 @@ class AsyncWorkQueue final : public WorkQueue {
   // Called by queued work, on the queue's thread: done at once.
   Status Copy2D(void* dst, Device, size_t dst_pitch, const void* src, Device, size_t src_pitch, size_t row_bytes,
                 size_t height) override {
-    for (size_t r = 0; r < height; ++r)
-      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    CopyRows(dst, dst_pitch, src, src_pitch, row_bytes, height);
     return Status::Ok();
   }
   Status Zero(void* dst, size_t bytes) override {

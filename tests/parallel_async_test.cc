@@ -9,8 +9,6 @@
 
 #include <random>
 
-#include "graph/strategy.h"
-#include "search/baselines.h"
 #include "tests/async_work_queue.h"
 #include "tests/parallel_check.h"
 #include "tests/small_zoo.h"
@@ -46,31 +44,20 @@ TEST_CASE("zoo models on asynchronous queues train under dp, owt, model and rand
     const StepCase c = testing::ZooStepCase(s, std::nullopt);
     auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
-    for (StandardStrategy kind :
-         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
-      auto strategy = MakeStandardStrategy(c.forward, kind, 2);
-      if (!strategy.ok()) FAIL(strategy.status().ToString());
-      CheckAsync(c, *want, StrategyToText(*strategy), rng());
-    }
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      const std::string random = testing::RandomStrategy(c.forward, 3, rng);
-      if (!testing::LowerStrategy(c, random).ok()) continue;
-      CheckAsync(c, *want, random, rng());
-      break;
-    }
+    auto strategies = testing::StandardAndRandomStrategies(c, rng);
+    if (!strategies.ok()) FAIL(strategies.status().ToString());
+    for (const std::string& strategy : *strategies) CheckAsync(c, *want, strategy, rng());
   }
 }
 
 TEST_CASE("fused arrays on asynchronous queues split their replicas as on one device") {
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s) || (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm")) continue;
-    INFO(s.name);
-    const StepCase c = testing::ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
-    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+  auto cases = testing::ReplicaSplitCases();
+  if (!cases.ok()) FAIL(cases.status().ToString());
+  for (const testing::ReplicaSplitCase& k : *cases) {
+    INFO(k.name);
+    auto want = testing::RunOneDevice(k.c, testing::ZooSteps(k.c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
-    auto strategy = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
-    if (!strategy.ok()) FAIL(strategy.status().ToString());
-    CheckAsync(c, *want, StrategyToText(*strategy), 3);
+    CheckAsync(k.c, *want, k.strategy, 3);
   }
 }
 

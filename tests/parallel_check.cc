@@ -12,6 +12,7 @@
 #include "runtime/comm/local_communicator.h"
 #include "runtime/executor.h"
 #include "runtime/task_runtime.h"
+#include "search/baselines.h"
 
 namespace loom::testing {
 
@@ -196,6 +197,34 @@ StepCase GanStepCase(const SmallModel& s, models::GanStep step, const std::optio
 }
 
 int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 3 : 1; }
+
+StatusOr<std::vector<std::string>> StandardAndRandomStrategies(const StepCase& c, std::mt19937_64& rng) {
+  std::vector<std::string> strategies;
+  for (StandardStrategy kind :
+       {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
+    LOOM_ASSIGN_OR_RETURN(const proto::Strategy s, MakeStandardStrategy(c.forward, kind, 2));
+    strategies.push_back(StrategyToText(s));
+  }
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string random = RandomStrategy(c.forward, 3, rng);
+    if (!LowerStrategy(c, random).ok()) continue;
+    strategies.push_back(std::move(random));
+    break;
+  }
+  return strategies;
+}
+
+StatusOr<std::vector<ReplicaSplitCase>> ReplicaSplitCases() {
+  std::vector<ReplicaSplitCase> cases;
+  for (const SmallModel& s : SmallModels()) {
+    if (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm") continue;
+    StepCase c = ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
+    LOOM_ASSIGN_OR_RETURN(const proto::Strategy split,
+                          MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2));
+    cases.push_back({s.name, std::move(c), StrategyToText(split)});
+  }
+  return cases;
+}
 
 std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng) {
   std::string text = StrCat("devices: ", devices, "\n");

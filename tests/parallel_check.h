@@ -80,6 +80,21 @@ void ForEachZooStepCase(const std::function<void(const std::string& name, const 
 // small batch amplify summation-order differences with every step), else 3.
 int ZooSteps(const StepCase& c);
 
+// The strategies the zoo-wide runtime checks run `c` under: dp, OWT and
+// model over 2 devices, then one random strategy over 3 (RandomStrategy)
+// that fits its shapes.
+StatusOr<std::vector<std::string>> StandardAndRandomStrategies(const StepCase& c, std::mt19937_64& rng);
+
+// The MLP, CNN and Transformer LM of the small zoo fused as 2 replicas
+// (seeds 7, 8), each with the strategy that splits the replicas over 2
+// devices.
+struct ReplicaSplitCase {
+  std::string name;
+  StepCase c;
+  std::string strategy;
+};
+StatusOr<std::vector<ReplicaSplitCase>> ReplicaSplitCases();
+
 // A strategy over `devices` devices: per forward layer, degrees of 1 or 2
 // for the dimensions its op declares (sample, attribute, parameter, and
 // replica in a fused graph), parts on random distinct devices. It may still

@@ -53,35 +53,27 @@ TEST_CASE("zoo models on streams of one GPU train under dp, owt, model and rando
     const StepCase c = testing::ZooStepCase(s, std::nullopt);
     auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
-    for (StandardStrategy kind :
-         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
-      auto strategy = MakeStandardStrategy(c.forward, kind, 2);
-      if (!strategy.ok()) FAIL(strategy.status().ToString());
-      CheckOnStreams(c, *want, StrategyToText(*strategy), 2);
+    auto strategies = testing::StandardAndRandomStrategies(c, rng);
+    if (!strategies.ok()) FAIL(strategies.status().ToString());
+    for (const std::string& strategy : *strategies) {
+      auto parsed = Strategy::Parse(strategy, "strategy.pbtxt");
+      if (!parsed.ok()) FAIL(parsed.status().ToString());
+      CheckOnStreams(c, *want, strategy, static_cast<int>(parsed->devices()));
     }
     auto four = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 4);
     if (four.ok()) CheckOnStreams(c, *want, StrategyToText(*four), 4);
-    // One random strategy over 3 devices that fits the model's shapes.
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      const std::string random = testing::RandomStrategy(c.forward, 3, rng);
-      if (!testing::LowerStrategy(c, random).ok()) continue;
-      CheckOnStreams(c, *want, random, 3);
-      break;
-    }
   }
 }
 
 TEST_CASE("a fused array's replicas split over streams of one GPU as on one device") {
   if (!RunGpuChecks()) return;
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s) || (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm")) continue;
-    INFO(s.name);
-    const StepCase c = testing::ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
-    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
+  auto cases = testing::ReplicaSplitCases();
+  if (!cases.ok()) FAIL(cases.status().ToString());
+  for (const testing::ReplicaSplitCase& k : *cases) {
+    INFO(k.name);
+    auto want = testing::RunOneDevice(k.c, testing::ZooSteps(k.c), 5);
     if (!want.ok()) FAIL(want.status().ToString());
-    auto strategy = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
-    if (!strategy.ok()) FAIL(strategy.status().ToString());
-    CheckOnStreams(c, *want, StrategyToText(*strategy), 2);
+    CheckOnStreams(k.c, *want, k.strategy, 2);
   }
 }
 
