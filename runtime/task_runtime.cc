@@ -1,5 +1,6 @@
 #include "runtime/task_runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -303,14 +304,12 @@ Status TaskRuntime::SetState(const std::string& name, const Tensor& value) {
 }
 
 StatusOr<Tensor> TaskRuntime::PartOn(const Tensor& whole, const Region& all, const Region& region, int64_t d) const {
+  // Cut on the host (a CPU device's own memory), then moved to a GPU.
   const Device device = devices_[static_cast<size_t>(d)];
-  if (device.is_cpu()) {
-    LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(region.shape(), whole.dtype(), AllocatorOf(d)));
-    LOOM_RETURN_IF_ERROR(CopyRegion(whole, all, &part, region, region));
-    return part;
-  }
-  LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(region.shape(), whole.dtype(), Device::Cpu()));
+  LOOM_ASSIGN_OR_RETURN(Allocator * host, device.is_cpu() ? AllocatorOf(d) : GetAllocator(Device::Cpu()));
+  LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(region.shape(), whole.dtype(), host));
   LOOM_RETURN_IF_ERROR(CopyRegion(whole, all, &part, region, region));
+  if (device.is_cpu()) return part;
   return part.To(device);
 }
 
@@ -745,8 +744,13 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   for (size_t p = 0; p < pieces_.size(); ++p)
     if (tasks_.pieces[p].producer >= 0) pieces_[p] = Tensor();
   // Blocks freed while each device thread was bound to its queue may now
-  // go to any queue (on a GPU: after every stream is done).
-  for (size_t d : local_devices_) LOOM_RETURN_IF_ERROR(work_[d]->AllIdle());
+  // go to any queue (on a GPU: after every stream is done); once per GPU.
+  for (size_t k = 0; k < local_devices_.size(); ++k) {
+    const size_t d = local_devices_[k];
+    const auto same_gpu = [&](size_t e) { return devices_[e] == devices_[d]; };
+    if (std::none_of(local_devices_.begin(), local_devices_.begin() + static_cast<std::ptrdiff_t>(k), same_gpu))
+      LOOM_RETURN_IF_ERROR(work_[d]->AllIdle());
+  }
   ++step_;
   return results;
 }

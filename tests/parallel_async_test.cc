@@ -18,8 +18,6 @@ namespace {
 
 using testing::StepCase;
 
-constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
-
 TaskRuntimeOptions AsyncQueues(uint64_t seed) {
   TaskRuntimeOptions o;
   o.make_queue = [seed](int64_t device, int markers) -> StatusOr<std::unique_ptr<WorkQueue>> {
@@ -32,8 +30,7 @@ void CheckAsync(const StepCase& c, const testing::StepResults& want, const std::
   INFO(strategy);
   auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {}, AsyncQueues(seed));
   if (!got.ok()) FAIL(got.status().ToString());
-  CHECK(testing::FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance
-                                                                                    : kBatchNormTolerance) == "");
+  CHECK(testing::FirstMismatch(want, *got, testing::ZooTolerance(c)) == "");
 }
 
 TEST_CASE("zoo models on asynchronous queues train under dp, owt, model and random strategies as on one device") {

@@ -198,6 +198,8 @@ StepCase GanStepCase(const SmallModel& s, models::GanStep step, const std::optio
 
 int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 3 : 1; }
 
+double ZooTolerance(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 1e-9 : 1e-4; }
+
 StatusOr<std::vector<std::string>> StandardAndRandomStrategies(const StepCase& c, std::mt19937_64& rng) {
   std::vector<std::string> strategies;
   for (StandardStrategy kind :

@@ -79,6 +79,10 @@ void ForEachZooStepCase(const std::function<void(const std::string& name, const 
 // The steps the zoo-wide checks take: 1 with BatchNorm (statistics over a
 // small batch amplify summation-order differences with every step), else 3.
 int ZooSteps(const StepCase& c);
+// The relative tolerance of those checks against one device: 1e-9 (only
+// summation orders differ), 1e-4 with BatchNorm (statistics over a small
+// batch amplify those differences; a wrong split is off by 1e-2 and more).
+double ZooTolerance(const StepCase& c);
 
 // The strategies the zoo-wide runtime checks run `c` under: dp, OWT and
 // model over 2 devices, then one random strategy over 3 (RandomStrategy)

@@ -33,15 +33,13 @@ bool RunGpuChecks() {
   return false;
 }
 
-constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
-
 void CheckOnStreams(const StepCase& c, const testing::StepResults& want, const std::string& strategy, int devices) {
-  INFO(strategy << "on cuda:0x" << devices);
+  INFO(strategy << " on cuda:0x" << devices);
   TaskRuntimeOptions options;
   options.devices.assign(static_cast<size_t>(devices), Device::Cuda(0));
   auto got = testing::RunOnDevices(c, strategy, testing::ZooSteps(c), 5, {}, options);
   if (!got.ok()) FAIL(got.status().ToString());
-  CHECK(FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance : kBatchNormTolerance) == "");
+  CHECK(FirstMismatch(want, *got, testing::ZooTolerance(c)) == "");
 }
 
 TEST_CASE("zoo models on streams of one GPU train under dp, owt, model and random strategies as on one device") {

@@ -32,13 +32,11 @@ using testing::RunOneDevice;
 using testing::StepCase;
 using testing::StepResults;
 
-constexpr double kTolerance = 1e-9, kBatchNormTolerance = 1e-4;
-
 void CheckStrategy(const StepCase& c, const StepResults& want, const std::string& strategy) {
   INFO(strategy);
   auto got = RunOnDevices(c, strategy, testing::ZooSteps(c), 5);
   if (!got.ok()) FAIL(got.status().ToString());
-  CHECK(FirstMismatch(want, *got, c.step.NodesWithOp("BatchNorm").empty() ? kTolerance : kBatchNormTolerance) == "");
+  CHECK(FirstMismatch(want, *got, testing::ZooTolerance(c)) == "");
 }
 
 // `count` random strategies that fit the model's shapes.
