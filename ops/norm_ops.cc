@@ -11,7 +11,10 @@
 // normalizes with the running statistics and passes them through. The saved
 // statistics are what the normalization used (batch or running), so the
 // backward op reads them the same way in both modes. Only y is
-// differentiable; outputs 1..4 are treated as constants by autodiff.
+// differentiable; outputs 1..4 are treated as constants by autodiff. Attr
+// activation "relu" (default "none") applies ReLU to y in the same pass: the
+// CPU executor folds a ReLU that alone reads y into it (graph/fold.h),
+// which saves the ReLU's pass over the activations.
 //
 // LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
 // attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
@@ -174,13 +177,16 @@ DimSplit ChannelsOf(const std::vector<TensorType>& in, const std::vector<TensorT
   return d;
 }
 
+bool WithRelu(const AttrMap& attrs) { return attrs.Str("activation", "none") == "relu"; }
+
 class BatchNormOp : public OpDef {
  public:
   BatchNormOp() {
     DeclareAttrs()
         .Default("training", false, "normalize with the batch's statistics and update the running ones")
         .Default("momentum", 0.1, "weight of the batch statistics in the running-statistics update")
-        .Default("eps", 1e-5, "added to the variance");
+        .Default("eps", 1e-5, "added to the variance")
+        .Default("activation", "none", "applied to y in the same pass: \"none\" or \"relu\"");
   }
   std::string name() const override { return "BatchNorm"; }
   // Parameter: the channels (axis 1 of x and y, every per-channel tensor's
@@ -212,10 +218,14 @@ class BatchNormOp : public OpDef {
                AttrMap{{"momentum", b.attrs().Float("momentum")}, {"eps", b.attrs().Float("eps")}, {"count", count}},
                "apply");
     for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
+    if (WithRelu(b.attrs())) b.SetOutput(0, b.Emit("ReLU", {outs[0]}, {}, "relu").at(0));
     return Status::Ok();
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
+    const std::string activation = attrs.Str("activation");
+    if (activation != "none" && activation != "relu")
+      return InvalidArgument("BatchNorm: attribute activation must be \"none\" or \"relu\", got \"", activation, "\"");
     const TensorType& x = in[0];
     LOOM_RETURN_IF_ERROR(ExpectFloat(x, "BatchNorm x"));
     if (x.shape.rank() < 2 || x.shape.rank() > 4)
@@ -246,11 +256,13 @@ class BatchNormOp : public OpDef {
     } else {
       c.flops = 2 * n + 6 * channels;
     }
+    if (WithRelu(a)) c.flops += n;
     return c;
   }
   Status Gradient(GradBuilder& g) const override {
     ValueId dy = g.output_grad(0);
     if (dy == kNoValue) return Status::Ok();  // only the (non-differentiable) statistics are used
+    if (WithRelu(g.attrs())) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
     std::vector<ValueId> grads =
         g.Emit("BatchNormBackward", {dy, g.input(0), g.input(1), g.output(3), g.output(4)},
                AttrMap{{"training", g.attrs().Bool("training")}});
@@ -329,8 +341,18 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     scale[c] = static_cast<T>(gamma[c] * invstd);
     shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
+  // With the ReLU epilogue, each value as the ReLU kernel would make it
+  // from the plain one (the same bits as the two ops apart).
+  const bool relu = WithRelu(*ctx.attrs);
   ChannelPass<T, 2>(l, ctx.pool, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
-    for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
+    if (relu) {
+      for (int64_t j = 0; j < len; ++j) {
+        const T v = px[o + j] * at(0, j) + at(1, j);
+        y[o + j] = v < T(0) ? T(0) : v;
+      }
+    } else {
+      for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
+    }
   });
 }
 

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -49,6 +50,7 @@ std::vector<Tensor> BatchNormRef(const std::vector<Tensor>& in, const AttrMap& a
       for (int64_t s = 0; s < spatial; ++s) {
         int64_t k = index(i, c, s);
         At(y, k) = (At(in[0], k) - mean) / std::sqrt(var + eps) * At(in[1], c) + At(in[2], c);
+        if (attrs.Str("activation", "none") == "relu") At(y, k) = std::max(At(y, k), 0.0);
       }
   }
   return {y, rm, rv, sm, sis};
@@ -88,6 +90,11 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm2d train 2x2 planes, threaded channels", {64, 300, 2, 2}, true),
       BatchNormCase("batchnorm1d train [N, C], threaded channels, tail", {250, 300}, true),
       BatchNormCase("batchnorm2d eval 1x1 planes, threaded channels", {250, 300, 1, 1}, false),
+      // The ReLU epilogue (the CPU executor folds a following ReLU into it):
+      // planes along channels and along rows, training and eval.
+      BatchNormCase("batchnorm2d train relu", {2, 3, 4, 5}, true, {{"activation", "relu"}}),
+      BatchNormCase("batchnorm2d eval relu", {2, 3, 3, 4}, false, {{"activation", "relu"}}),
+      BatchNormCase("batchnorm2d train relu 2x2 planes", {16, 40, 2, 2}, true, {{"activation", "relu"}}),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -375,6 +382,8 @@ TEST_CASE("batch norm validates its inputs and attributes") {
   CHECK_THAT(s.message(), Catch::Contains("momentum"));
   s = AddOp("BatchNorm", types({2, 3}, {3}), {{"eps", 0.0}});
   CHECK_THAT(s.message(), Catch::Contains("eps"));
+  s = AddOp("BatchNorm", types({2, 3}, {3}), {{"activation", "gelu"}});
+  CHECK_THAT(s.message(), Catch::Contains("activation") && Catch::Contains("gelu"));
 
   std::vector<TensorType> mixed = types({2, 3}, {3});
   mixed[4].dtype = DType::kF64;

@@ -9,6 +9,7 @@
 
 #include "core/logging.h"
 #include "core/rng.h"
+#include "runtime/fold_activations.h"
 
 namespace loom {
 
@@ -90,6 +91,8 @@ Status Executor::Prepare() {
   // op without a kernel there.
   LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
   const OpRegistry& registry = OpRegistry::Global();
+  // On a GPU the epilogue is a second launch: nothing to gain there.
+  if (options_.fold_activations && options_.device.is_cpu()) FoldReluIntoBatchNorm(&graph_);
   for (const Node& node : graph_.nodes()) {
     // Kernels read attributes without defaults; a graph that was not built
     // or loaded (a hand-made node) gets its defaults here.

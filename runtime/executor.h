@@ -27,6 +27,11 @@ struct ExecutorOptions {
   // hand-off to the pool on the CPU. Off while profiling, which times each
   // node on its own.
   bool group_kernels = true;
+  // On the CPU, a ReLU that alone reads a BatchNorm's output runs inside the
+  // BatchNorm's pass (runtime/fold_activations.h): the same bits, one pass
+  // over the activations fewer. The graph() of the executor is then the
+  // folded one.
+  bool fold_activations = true;
 };
 
 // Time spent per node, summed over the steps run with profiling on.

@@ -93,10 +93,11 @@ Status PrintNodeProfile(const Graph& graph, int reps) {
   for (int i = 0; i < reps; ++i) LOOM_RETURN_IF_ERROR(exec->Run(feeds).status());
   double total = 0;
   for (const NodeProfile& p : exec->profile()) total += p.seconds;
+  const Graph& ran = exec->graph();  // the executor's (folded) graph, whose nodes the profile lists
   for (size_t i = 0; i < exec->profile().size(); ++i) {
     const NodeProfile& p = exec->profile()[i];
     if (p.calls == 0) continue;
-    const OpCost c = NodeCost(graph, graph.nodes()[i]);
+    const OpCost c = NodeCost(ran, ran.nodes()[i]);
     const double secs = p.seconds / static_cast<double>(p.calls);
     std::printf("  %-38s %12.3f %12.1f %9.1f%% %10.1f\n", (p.op + " " + p.node).substr(0, 38).c_str(), secs * 1e3,
                 c.flops / secs / 1e9, total > 0 ? 100.0 * p.seconds / total : 0.0,
@@ -298,10 +299,11 @@ Status BenchProfile(const Flags& flags) {
 
   std::map<std::string, std::pair<double, double>> by_op;  // seconds, FLOPs
   double kernel_total = 0;
+  const Graph& ran = exec->graph();  // the executor's (folded) graph, whose nodes the profile lists
   for (size_t i = 0; i < exec->profile().size(); ++i) {
     const NodeProfile& p = exec->profile()[i];
     by_op[p.op].first += p.seconds;
-    by_op[p.op].second += NodeCost(train, train.nodes()[i]).flops * static_cast<double>(steps);
+    by_op[p.op].second += NodeCost(ran, ran.nodes()[i]).flops * static_cast<double>(steps);
     kernel_total += p.seconds;
   }
   std::vector<std::pair<std::string, std::pair<double, double>>> rows(by_op.begin(), by_op.end());
@@ -332,9 +334,9 @@ Status BenchProfile(const Flags& flags) {
     std::printf("\n%-44s %-20s %10s %8s %10s %8s\n", "node", "output", "ms/step", "share", "GFLOP/s", "GB/s");
     for (size_t k = 0; k < order.size() && k < static_cast<size_t>(top); ++k) {
       const NodeProfile& p = exec->profile()[order[k]];
-      const Node& n = train.nodes()[order[k]];
-      const OpCost c = NodeCost(train, n);
-      const std::string shape = n.outputs.empty() ? "" : train.type(n.outputs[0]).shape.ToString();
+      const Node& n = ran.nodes()[order[k]];
+      const OpCost c = NodeCost(ran, n);
+      const std::string shape = n.outputs.empty() ? "" : ran.type(n.outputs[0]).shape.ToString();
       std::printf("%-44s %-20s %10.3f %7.1f%% %10.1f %8.1f\n", (p.op + " " + p.node).substr(0, 44).c_str(),
                   shape.substr(0, 20).c_str(), 1e3 * p.seconds / steps, 100 * p.seconds / total,
                   p.seconds > 0 ? c.flops * steps / p.seconds / 1e9 : 0.0,

@@ -8,6 +8,7 @@
 // every layout) and run deterministically.
 #include "ops/cuda/norm_kernels.h"
 
+#include "ops/cuda/activation_kernels.h"
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/norm_geometry.h"
 
@@ -36,6 +37,14 @@ Status BatchNormKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(
         LaunchBatchNorm<T>(training, momentum, eps, dims, args, workspace.data<double>(), stream));
+    // The ReLU epilogue as a second pass over y, in place: the CPU's bits
+    // (the executor folds ReLUs into BatchNorms only on the CPU, where it
+    // saves a pass).
+    if (ctx.attrs->Str("activation") == "relu") {
+      T* y = ctx.out(0).data<T>();
+      LOOM_CUDA_RETURN_IF_ERROR(
+          LaunchActivationForward<T>(Unary::kRelu, y, y, ctx.out(0).numel(), ActivationParams{}, stream));
+    }
     return Status::Ok();
   });
 }

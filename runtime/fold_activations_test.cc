@@ -1,0 +1,131 @@
+#include "runtime/fold_activations.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "core/rng.h"
+#include "graph/compile.h"
+#include "graph/model.h"
+#include "runtime/executor.h"
+
+namespace loom {
+namespace {
+
+int Count(const Graph& g, const std::string& op) { return static_cast<int>(g.NodesWithOp(op).size()); }
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// A convolution, a BatchNorm and a ReLU, then a second BatchNorm whose
+// ReLU reads it through a view (as a fused array's do), and a loss.
+Graph ConvNet() {
+  Model m;
+  Sym x = m.input("x", {4, 3, 6, 6});
+  Sym y = m.input("y", {4}, DType::kI64);
+  Sym h = m.relu(m.batch_norm(m.conv2d(x, 5, {3, 3}, {}, "conv1"), {}, "bn1"));
+  Sym f = m.batch_norm(m.conv2d(h, 4, {3, 3}, {}, "conv2"), {}, "bn2");
+  Sym r = m.relu(m.reshape(f, {4, 4 * 2 * 2}));
+  m.set_output("loss", m.cross_entropy(m.linear(r, 3, {}, "fc"), y));
+  return m.graph();
+}
+
+Graph TrainingStep(const Graph& model, std::optional<FusionOptions> fusion = std::nullopt) {
+  StepOptimizer sgd;
+  sgd.config.set_momentum(0.9);
+  CompileOptions o;
+  o.fusion = fusion;
+  o.optimizers.assign(fusion ? static_cast<size_t>(fusion->replicas) : 1, sgd);
+  auto step = Compile(model, Program::kTrainingStep, o);
+  REQUIRE(step.status().ToString() == "OK");
+  return *step;
+}
+
+std::map<std::string, Tensor> Feeds(const Graph& g) {
+  std::map<std::string, Tensor> feeds;
+  Rng rng(3);
+  for (const Node& n : g.nodes()) {
+    if (n.op != kInputOp) continue;
+    const TensorType& t = g.type(n.outputs[0]);
+    Tensor v = Tensor::Zeros(t.shape, t.dtype);
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      if (t.dtype == DType::kF32) v.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+      if (t.dtype == DType::kI64) v.data<int64_t>()[i] = rng.UniformInt(3);
+    }
+    feeds[n.name] = v;
+  }
+  if (feeds.count("lr")) feeds["lr"].Fill(0.1);
+  if (feeds.count(kReplicaMaskInput)) feeds[kReplicaMaskInput].Fill(1);
+  return feeds;
+}
+
+// Three steps with and without folding: the same outputs and state, bit
+// for bit; the folded executor has no ReLU left.
+void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
+  const std::map<std::string, Tensor> feeds = Feeds(step);
+  ExecutorOptions plain;
+  plain.fold_activations = false;
+  auto folded = Executor::Create(step);
+  auto unfolded = Executor::Create(step, plain);
+  REQUIRE(folded.ok());
+  REQUIRE(unfolded.ok());
+  CHECK(Count((*unfolded)->graph(), "ReLU") == Count(step, "ReLU"));
+  CHECK(Count((*folded)->graph(), "ReLU") == Count(step, "ReLU") - relus_folded);
+  REQUIRE((*folded)->InitializeState(7).ok());
+  REQUIRE((*unfolded)->InitializeState(7).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto a = (*folded)->Run(feeds);
+    auto b = (*unfolded)->Run(feeds);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    for (const auto& [name, t] : *b) {
+      INFO("output " << name << ", step " << i);
+      CHECK(SameBits(a->at(name), t));
+    }
+  }
+  for (const std::string& name : (*unfolded)->StateNames()) {
+    INFO("state " << name);
+    CHECK(SameBits((*folded)->GetState(name).value(), (*unfolded)->GetState(name).value()));
+  }
+}
+
+TEST_CASE("a ReLU that alone reads a BatchNorm runs inside it, with the same bits") {
+  SECTION("one model: directly and through a view") { CheckFoldedRunsAlike(TrainingStep(ConvNet()), 2); }
+  SECTION("a fused array of three") {
+    FusionOptions f;
+    f.replicas = 3;
+    f.seeds = {1, 2, 3};
+    CheckFoldedRunsAlike(TrainingStep(ConvNet(), f), 2);
+  }
+}
+
+TEST_CASE("a BatchNorm whose output is read elsewhere, or is an output, keeps its ReLU apart") {
+  Model m;
+  Sym x = m.input("x", {4, 3});
+  Sym b = m.batch_norm(x, {}, "bn");
+  m.set_output("loss", m.mse(m.add(m.relu(b), b), m.input("t", {4, 3})));  // b read twice
+  Graph step = TrainingStep(m.graph());
+  CHECK(FoldReluIntoBatchNorm(&step) == 0);
+
+  // Outputs are what callers read: a BatchNorm's y and a ReLU's output stay as computed.
+  Model n;
+  Sym bn = n.batch_norm(n.input("x", {4, 3}), {}, "bn");
+  n.set_output("relu", n.relu(bn));
+  Graph relu_out = n.graph();
+  CHECK(FoldReluIntoBatchNorm(&relu_out) == 0);
+  Model k;
+  k.set_output("relu", k.scale(k.relu(k.batch_norm(k.input("x", {4, 3}), {}, "bn")), 2.0));
+  Graph y_out = k.graph();
+  y_out.outputs()["y"] = y_out.node(*y_out.FindNode("bn")).outputs[0];
+  CHECK(FoldReluIntoBatchNorm(&y_out) == 0);
+  // Neither: folded, and the ReLU's reader reads the BatchNorm's y.
+  Graph folded = k.graph();
+  const NodeId bn_node = *folded.FindNode("bn");
+  REQUIRE(FoldReluIntoBatchNorm(&folded) == 1);
+  CHECK(folded.node(bn_node).attrs.Str("activation") == "relu");
+  CHECK(Count(folded, "ReLU") == 0);
+  CHECK(folded.node(folded.NodesWithOp("MulScalar").at(0)).inputs[0] == folded.node(bn_node).outputs[0]);
+}
+
+}  // namespace
+}  // namespace loom
