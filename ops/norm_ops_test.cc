@@ -330,6 +330,56 @@ OpCase LayerNormCase(const std::string& name, Shape x, std::vector<int64_t> norm
   return oc;
 }
 
+// BatchNormBackward with the ReLU epilogue's mask (input 5, y: what the
+// CPU executor folds a ReLUBackward into) against the two ops apart: the
+// same bits, on every device, f32 and f64, training and eval.
+TEST_CASE("batch norm backward with the ReLU mask is ReLUBackward then BatchNormBackward, bit for bit") {
+  for (const Device& device : TestDevices())
+    for (DType dtype : {DType::kF32, DType::kF64})
+      for (bool training : {true, false}) {
+        INFO(device.ToString() << " " << DTypeName(dtype) << (training ? " training" : " eval"));
+        const Shape x_shape{4, 6, 5, 5}, c_shape{6};
+        Graph graph;
+        GraphBuilder b(&graph);
+        std::map<std::string, Tensor> feeds;
+        Rng rng(5);
+        auto input = [&](const std::string& name, const Shape& shape, double lo, double hi) {
+          Tensor t = Tensor::Zeros(shape, DType::kF64);
+          for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(lo, hi);
+          // y: a ReLU's output, a third of it zeros.
+          if (name == "y")
+            for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = std::max(0.0, t.data<double>()[i]);
+          feeds[name] = t.Cast(dtype).value();
+          return b.Input(name, {shape, dtype});
+        };
+        const ValueId dy = input("dy", x_shape, -1, 1), x = input("x", x_shape, -1, 2),
+                      gamma = input("gamma", c_shape, 0.5, 1.5), mean = input("mean", c_shape, -0.5, 0.5),
+                      invstd = input("invstd", c_shape, 0.5, 2), y = input("y", x_shape, -0.5, 1);
+        const AttrMap plain{{"training", training}};
+        AttrMap masked = plain;
+        masked.Set("activation", "relu");
+        auto fused = b.Add("BatchNormBackward", {dy, x, gamma, mean, invstd, y}, masked, "fused");
+        auto relu = b.Add1("ReLUBackward", {dy, y}, {}, "relu");
+        REQUIRE(fused.ok());
+        REQUIRE(relu.ok());
+        auto apart = b.Add("BatchNormBackward", {*relu, x, gamma, mean, invstd}, plain, "apart");
+        REQUIRE(apart.ok());
+        for (int i = 0; i < 3; ++i) {
+          graph.outputs()["fused" + std::to_string(i)] = (*fused)[i];
+          graph.outputs()["apart" + std::to_string(i)] = (*apart)[i];
+        }
+        ExecutorOptions o;
+        o.device = device;
+        auto exec = Executor::Create(graph, o);
+        REQUIRE(exec.ok());
+        auto out = (*exec)->Run(feeds);
+        REQUIRE(out.ok());
+        for (int i = 0; i < 3; ++i)
+          CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
+                            out->at("fused" + std::to_string(i)));
+      }
+}
+
 TEST_CASE("layer norm passes the op harness") {
   std::vector<OpCase> cases = {
       LayerNormCase("layernorm last dim, gamma and beta", {4, 6}, {6}, 2),
@@ -389,6 +439,15 @@ TEST_CASE("batch norm validates its inputs and attributes") {
   mixed[4].dtype = DType::kF64;
   s = AddOp("BatchNorm", mixed, {});
   CHECK_THAT(s.message(), Catch::Contains("running_var"));
+}
+
+TEST_CASE("batch norm backward with the ReLU mask needs y") {
+  const TensorType x{Shape{2, 3}, DType::kF32}, c{Shape{3}, DType::kF32};
+  Status s = AddOp("BatchNormBackward", {x, x, c, c, c}, {{"training", true}, {"activation", "relu"}});
+  CHECK_THAT(s.message(), Catch::Contains("y"));
+  s = AddOp("BatchNormBackward", {x, x, c, c, c, {Shape{2, 4}, DType::kF32}}, {{"training", true}, {"activation", "relu"}});
+  CHECK_THAT(s.message(), Catch::Contains("dy and y differ"));
+  CHECK(AddOp("BatchNormBackward", {x, x, c, c, c, x}, {{"training", true}, {"activation", "relu"}}).ok());
 }
 
 TEST_CASE("layer norm validates its inputs and attributes") {

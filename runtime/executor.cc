@@ -79,6 +79,19 @@ Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed) {
   return Status::Ok();
 }
 
+Graph ExecutedGraph(Graph graph, const ExecutorOptions& options) {
+  // On a GPU each epilogue would be a second launch: nothing to gain there.
+  if (options.fold_activations && options.device.is_cpu()) FoldReluIntoBatchNorm(&graph);
+  return graph;
+}
+
+MemoryPlan PlanStepMemory(const Graph& executed) {
+  std::set<ValueId> keep;
+  for (const auto& [name, v] : executed.outputs()) keep.insert(v);
+  for (const StateUpdate& u : executed.state_updates()) keep.insert(u.new_value);
+  return PlanMemory(executed, keep);
+}
+
 StatusOr<std::unique_ptr<Executor>> Executor::Create(const Graph& graph, const ExecutorOptions& options) {
   std::unique_ptr<Executor> e(new Executor(graph, options));
   LOOM_RETURN_IF_ERROR(e->Prepare());
@@ -91,8 +104,7 @@ Status Executor::Prepare() {
   // op without a kernel there.
   LOOM_ASSIGN_OR_RETURN(Allocator * allocator, GetAllocator(options_.device));
   const OpRegistry& registry = OpRegistry::Global();
-  // On a GPU the epilogue is a second launch: nothing to gain there.
-  if (options_.fold_activations && options_.device.is_cpu()) FoldReluIntoBatchNorm(&graph_);
+  graph_ = ExecutedGraph(std::move(graph_), options_);
   for (const Node& node : graph_.nodes()) {
     // Kernels read attributes without defaults; a graph that was not built
     // or loaded (a hand-made node) gets its defaults here.
@@ -114,10 +126,7 @@ Status Executor::Prepare() {
     kernels_.push_back(registry.FindKernel(n.op, options_.device.type));
   }
 
-  std::set<ValueId> keep;
-  for (const auto& [name, v] : graph_.outputs()) keep.insert(v);
-  for (const StateUpdate& u : graph_.state_updates()) keep.insert(u.new_value);
-  plan_ = PlanMemory(graph_, keep);
+  plan_ = PlanStepMemory(graph_);
   // A view runs no kernel (in-place results are written by their op's).
   for (const auto& [v, root] : plan_.aliases) {
     const Node& producer = graph_.node(graph_.value(v).producer);

@@ -34,6 +34,13 @@ struct ExecutorOptions {
   bool fold_activations = true;
 };
 
+// The graph an executor with `options` plans and runs: `graph`, with ReLUs
+// folded into BatchNorms on the CPU (options.fold_activations).
+Graph ExecutedGraph(Graph graph, const ExecutorOptions& options);
+// The executor's memory plan of the graph it runs: graph outputs and new
+// state values live to the end of the step.
+MemoryPlan PlanStepMemory(const Graph& executed);
+
 // Time spent per node, summed over the steps run with profiling on.
 struct NodeProfile {
   std::string node, op;

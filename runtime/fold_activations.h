@@ -14,8 +14,15 @@ namespace loom {
 // them is a value callers read (a graph output, a state update) or a
 // gradient. The ReLU's readers then read the BatchNorm's y (or the last
 // view), which holds the same values, and the ReLU node is removed: a pass
-// over the activations saved, the same bits. A ReLU whose own output is a
-// graph output or state update stays. Returns how many ReLUs were folded.
+// over the activations saved. A ReLU whose own output is a graph output or
+// state update stays.
+//
+// Likewise backward: a ReLUBackward (dy, y) whose output only a
+// BatchNormBackward reads as its dy (through views) is done by that node,
+// which reads dy and y and masks dy as it goes (attr activation "relu",
+// y its sixth input): the ReLUBackward's pass and its output saved.
+//
+// The same bits either way. Returns how many nodes were folded.
 int FoldReluIntoBatchNorm(Graph* graph);
 
 }  // namespace loom

@@ -60,7 +60,7 @@ std::map<std::string, Tensor> Feeds(const Graph& g) {
 }
 
 // Three steps with and without folding: the same outputs and state, bit
-// for bit; the folded executor has no ReLU left.
+// for bit; `relus_folded` ReLUs and as many ReLUBackwards are gone.
 void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
   const std::map<std::string, Tensor> feeds = Feeds(step);
   ExecutorOptions plain;
@@ -71,6 +71,7 @@ void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
   REQUIRE(unfolded.ok());
   CHECK(Count((*unfolded)->graph(), "ReLU") == Count(step, "ReLU"));
   CHECK(Count((*folded)->graph(), "ReLU") == Count(step, "ReLU") - relus_folded);
+  CHECK(Count((*folded)->graph(), "ReLUBackward") == Count(step, "ReLUBackward") - relus_folded);
   REQUIRE((*folded)->InitializeState(7).ok());
   REQUIRE((*unfolded)->InitializeState(7).ok());
   for (int i = 0; i < 3; ++i) {
@@ -89,7 +90,7 @@ void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
   }
 }
 
-TEST_CASE("a ReLU that alone reads a BatchNorm runs inside it, with the same bits") {
+TEST_CASE("a ReLU that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {
   SECTION("one model: directly and through a view") { CheckFoldedRunsAlike(TrainingStep(ConvNet()), 2); }
   SECTION("a fused array of three") {
     FusionOptions f;
@@ -121,7 +122,7 @@ TEST_CASE("a BatchNorm whose output is read elsewhere, or is an output, keeps it
   // Neither: folded, and the ReLU's reader reads the BatchNorm's y.
   Graph folded = k.graph();
   const NodeId bn_node = *folded.FindNode("bn");
-  REQUIRE(FoldReluIntoBatchNorm(&folded) == 1);
+  REQUIRE(FoldReluIntoBatchNorm(&folded) == 1);  // (a forward graph: no ReLUBackward)
   CHECK(folded.node(bn_node).attrs.Str("activation") == "relu");
   CHECK(Count(folded, "ReLU") == 0);
   CHECK(folded.node(folded.NodesWithOp("MulScalar").at(0)).inputs[0] == folded.node(bn_node).outputs[0]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 
 namespace loom {
@@ -14,10 +15,12 @@ namespace {
 struct ScratchRule {
   const char* op;
   int like_input;
+  bool cuda_only = false;
 };
 constexpr ScratchRule kScratch[] = {
     {"LSTMBackward", 6},                       // d_pre [T, N, 4Hd], like gates
     {"ScaledDotProductAttentionBackward", 3},  // ds [B, H, Tq, Tk], like probs
+    {"BatchNormBackward", 5, true},            // with the ReLU mask (y, input 5): the masked dy
 };
 
 StatusOr<size_t> BytesOf(const Graph& graph, const Node& node, ValueId v) {
@@ -31,7 +34,10 @@ StatusOr<size_t> BytesOf(const Graph& graph, const Node& node, ValueId v) {
 
 }  // namespace
 
-StatusOr<StepMemory> EstimateStepMemory(const Graph& graph, Device device) {
+StatusOr<StepMemory> EstimateStepMemory(const Graph& model_step, Device device) {
+  ExecutorOptions options;
+  options.device = device;
+  const Graph graph = ExecutedGraph(model_step, options);
   StepMemory m;
   size_t largest_state = 0, largest_input = 0, scratch = 0, outputs = 0;
   for (const Node& n : graph.nodes()) {
@@ -47,6 +53,7 @@ StatusOr<StepMemory> EstimateStepMemory(const Graph& graph, Device device) {
     }
     for (const ScratchRule& rule : kScratch) {
       if (n.op != rule.op || static_cast<int>(n.inputs.size()) <= rule.like_input) continue;
+      if (rule.cuda_only && !device.is_cuda()) continue;
       const TensorType& t = graph.type(n.inputs[rule.like_input]);
       scratch = std::max(scratch, static_cast<size_t>(t.shape.numel()) * DTypeSize(t.dtype));
     }
@@ -56,12 +63,7 @@ StatusOr<StepMemory> EstimateStepMemory(const Graph& graph, Device device) {
     outputs += static_cast<size_t>(t.shape.numel()) * DTypeSize(t.dtype);
   }
 
-  // The Executor's plan (runtime/executor.cc): outputs and new state values
-  // live to the end of the step.
-  std::set<ValueId> keep;
-  for (const auto& [name, v] : graph.outputs()) keep.insert(v);
-  for (const StateUpdate& u : graph.state_updates()) keep.insert(u.new_value);
-  m.arena_bytes = PlanMemory(graph, keep).arena_bytes;
+  m.arena_bytes = PlanStepMemory(graph).arena_bytes;  // the Executor's plan
 
   // On top of state + arena + inputs, one of these at a time (step_memory.h).
   m.transient_bytes = scratch;

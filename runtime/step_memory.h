@@ -4,8 +4,9 @@
 //
 // The Executor allocates, on its device:
 //   - one tensor per Parameter and Buffer (Executor::Create);
-//   - the activation arena of PlanMemory, with the same `keep` set as the
-//     Executor (graph outputs and new state values live to the end);
+//   - the activation arena of PlanStepMemory, planned as the Executor plans
+//     it, on the graph it runs (ExecutedGraph: on the CPU, ReLUs folded
+//     into BatchNorms);
 //   - the fed Inputs: the caller's tensors on a CPU device, the Executor's
 //     copies of them on another;
 //   - briefly, on top of these (transient_bytes):
@@ -17,7 +18,8 @@
 //       step's copy goes (the largest Input counts);
 //       on both: the scratch tensor of a kernel that allocates one while it
 //       runs (LstmBackward: its [T, N, 4H] pre-activation gradient;
-//       AttentionBackward: its [B, H, Tq, Tk] score gradient).
+//       AttentionBackward: its [B, H, Tq, Tk] score gradient; on CUDA,
+//       BatchNormBackward with the ReLU mask: its masked dy).
 // So total() is the allocator's peak over Executor::Create, InitializeState
 // and Runs whose feeds are alive throughout; runtime/step_memory_test.cc
 // checks it against the CPU allocator's measured peak, byte for byte.

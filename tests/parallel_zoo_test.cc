@@ -17,6 +17,7 @@
 #include "graph/model.h"
 #include "graph/strategy.h"
 #include "models/zoo.h"
+#include "runtime/fold_activations.h"
 #include "search/baselines.h"
 #include "tests/parallel_check.h"
 #include "tests/small_zoo.h"
@@ -98,32 +99,57 @@ TEST_CASE("each zoo GAN's two steps train under dp, owt, model, parameter, attri
   }
 }
 
-// A BatchNorm with its ReLU epilogue (what the CPU executor folds a
-// following ReLU into; a user's graph may hold it too) splits as the two
-// ops would: along the batch its expansion ends in a ReLU.
-TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on one device") {
+// A small convolutional step in f64 (batch 8): conv, BatchNorm, ReLU
+// unless `epilogue` makes the ReLU the BatchNorm's own, then a classifier.
+StepCase ConvBatchNormReluCase(bool epilogue) {
   Model m(DType::kF64);
   Sym x = m.input("input", {8, 2, 6, 6});
   Sym h = m.batch_norm(m.conv2d(x, 4, {3, 3}, {}, "conv"), {}, "bn");
+  if (!epilogue) h = m.relu(h);
   m.set_output("loss", m.cross_entropy(m.linear(m.flatten(h), 4, {}, "fc"), m.input("target", {8}, DType::kI64)));
   REQUIRE(m.status().ok());
   Graph model = m.graph();
-  model.mutable_node(*model.FindNode("bn")).attrs.Set("activation", "relu");
+  if (epilogue) model.mutable_node(*model.FindNode("bn")).attrs.Set("activation", "relu");
   std::mt19937_64 rng(11);
   Tensor input = Tensor::Zeros({8, 2, 6, 6}, DType::kF64), target = Tensor::Zeros({8}, DType::kI64);
   for (int64_t i = 0; i < input.numel(); ++i) input.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
   for (int64_t i = 0; i < target.numel(); ++i) target.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
   auto c = testing::MakeStepCase(model, std::nullopt, {{"input", input}, {"target", target}});
   REQUIRE(c.ok());
-  CheckStandardAndRandom(*c, rng);
-  // The epilogue is in the lowered graph: along the batch, a ReLU after the expansion.
-  auto dp = MakeStandardStrategy(c->forward, StandardStrategy::kDataParallel, 2);
+  return *c;
+}
+
+// Compute tasks of `op` when `c` is lowered under data parallelism over 2.
+int DataParallelTasksOf(const StepCase& c, const std::string& op) {
+  auto dp = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 2);
   REQUIRE(dp.ok());
-  auto tg = LowerStrategy(*c, StrategyToText(*dp));
+  auto tg = LowerStrategy(c, StrategyToText(*dp));
   REQUIRE(tg.ok());
-  int relus = 0;
-  for (const Task& t : tg->tasks) relus += t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == "ReLU";
-  CHECK(relus == 2);
+  int count = 0;
+  for (const Task& t : tg->tasks) count += t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == op;
+  return count;
+}
+
+// A BatchNorm with its ReLU epilogue (what the CPU executor folds a
+// following ReLU into; a user's graph may hold it too) splits as the two
+// ops would: along the batch its expansion ends in a ReLU.
+TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on one device") {
+  const StepCase c = ConvBatchNormReluCase(true);
+  std::mt19937_64 rng(11);
+  CheckStandardAndRandom(c, rng);
+  CHECK(DataParallelTasksOf(c, "ReLU") == 2);
+}
+
+// The executor's folded step (runtime/fold_activations.h: BatchNorm and
+// BatchNormBackward doing the ReLU's work) lowered as any graph: along the
+// batch, BatchNormBackward's expansion begins with the ReLUBackward.
+TEST_CASE("a step with its ReLUs folded into the BatchNorms trains under the strategies as on one device") {
+  StepCase c = ConvBatchNormReluCase(false);
+  REQUIRE(FoldReluIntoBatchNorm(&c.step) == 2);
+  std::mt19937_64 rng(13);
+  CheckStandardAndRandom(c, rng);
+  CHECK(DataParallelTasksOf(c, "ReLU") == 2);
+  CHECK(DataParallelTasksOf(c, "ReLUBackward") == 2);
 }
 
 // Operation parallelism: each branch of every Inception block on a device

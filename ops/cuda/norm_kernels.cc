@@ -55,11 +55,27 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
-  const BatchNormBackwardArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),
-                                   ctx.in(3).raw_data(),  ctx.in(4).raw_data(),  ctx.out(0).raw_data(),
-                                   ctx.out(1).raw_data(), ctx.out(2).raw_data()};
+  // The ReLU epilogue's mask (input 5, y) as ReLUBackward's pass into a
+  // scratch dy: the CPU's bits (the executor folds only on the CPU).
+  Tensor masked;
+  const bool relu = ctx.attrs->Str("activation") == "relu";
+  if (relu) {
+    LOOM_ASSIGN_OR_RETURN(masked, Tensor::Empty(ctx.in(0).shape(), ctx.in(0).dtype(), ctx.device));
+  }
+  const BatchNormBackwardArgs args{relu ? masked.raw_data() : ctx.in(0).raw_data(),
+                                   ctx.in(1).raw_data(),
+                                   ctx.in(2).raw_data(),
+                                   ctx.in(3).raw_data(),
+                                   ctx.in(4).raw_data(),
+                                   ctx.out(0).raw_data(),
+                                   ctx.out(1).raw_data(),
+                                   ctx.out(2).raw_data()};
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
+    if (relu)
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(Unary::kRelu, ctx.in(0).data<T>(), ctx.in(5).data<T>(),
+                                                            masked.data<T>(), masked.numel(), ActivationParams{},
+                                                            stream));
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackward<T>(training, dims, args, workspace.data<double>(), stream));
     return Status::Ok();
   });
