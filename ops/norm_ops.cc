@@ -73,8 +73,7 @@ void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
 // Channel sums of one term over channels [c0, c1) (into out[c - c0]) when
 // planes are shorter than kSumLanes (late layers' 2x2 and 1x1 maps; [N, C]
 // inputs), in the order ChannelSums promises, walking rows x[n, c0:c1, :]
-// so that neighbouring channels are summed side by side: a plane at a
-// time, each LaneSum of 1-4 elements ended in a chain of kSumLanes adds.
+// so that neighbouring channels are summed side by side.
 template <typename Term>
 void SmallPlaneSums(const ChannelLayout& l, int64_t c0, int64_t c1, const Term& term, double* out) {
   const int64_t w = c1 - c0;
@@ -95,15 +94,30 @@ void SmallPlaneSums(const ChannelLayout& l, int64_t c0, int64_t c1, const Term& 
     return;
   }
   // Each plane summed from its first element (what LaneSum does with fewer
-  // than kSumLanes), its sum added to its channel's in batch order.
-  std::fill(out, out + w, 0.0);
-  for (int64_t i = 0; i < l.n; ++i)
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t o = (i * l.c + c) * l.s;
-      double plane = 0;
-      for (int64_t j = 0; j < l.s; ++j) plane += term(o + j, c);
-      out[c - c0] += plane;
+  // than kSumLanes), its sum added to its channel's in batch order. The
+  // channels are the inner loop, each with its own running sums, so that
+  // they go side by side in vector lanes (a plane's 2-7 elements do not).
+  auto planes = [&](auto size) {
+    constexpr int64_t kS = decltype(size)::value;
+    std::fill(out, out + w, 0.0);
+    std::vector<double> plane(static_cast<size_t>(w));
+    for (int64_t i = 0; i < l.n; ++i) {
+      std::fill(plane.begin(), plane.end(), 0.0);
+      const int64_t row = (i * l.c + c0) * kS;
+      for (int64_t j = 0; j < kS; ++j)
+        for (int64_t c = 0; c < w; ++c) plane[c] += term(row + c * kS + j, c0 + c);
+      for (int64_t c = 0; c < w; ++c) out[c] += plane[c];
     }
+  };
+  switch (l.s) {
+    case 0: return std::fill(out, out + w, 0.0);  // empty planes
+    case 2: return planes(std::integral_constant<int64_t, 2>());
+    case 3: return planes(std::integral_constant<int64_t, 3>());
+    case 4: return planes(std::integral_constant<int64_t, 4>());
+    case 5: return planes(std::integral_constant<int64_t, 5>());
+    case 6: return planes(std::integral_constant<int64_t, 6>());
+    default: return planes(std::integral_constant<int64_t, 7>());  // l.s < kSumLanes
+  }
 }
 
 // Per channel c, the sums over its elements of each term(offset, c), in
