@@ -196,6 +196,26 @@ DimSplit ChannelsOf(const std::vector<TensorType>& in, const std::vector<TensorT
 
 bool WithRelu(const AttrMap& attrs) { return attrs.Str("activation", "none") == "relu"; }
 
+// Attr activation of the BatchNorm ops: "none" or "relu".
+Status ExpectActivation(const std::string& op, const AttrMap& attrs) {
+  const std::string activation = attrs.Str("activation");
+  if (activation != "none" && activation != "relu")
+    return InvalidArgument(op, ": attribute activation must be \"none\" or \"relu\", got \"", activation, "\"");
+  return Status::Ok();
+}
+
+// With the ReLU mask, input `y` (the ReLU's output) is shaped like dy.
+Status ExpectMaskInput(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in, size_t y,
+                       const std::string& signature) {
+  LOOM_RETURN_IF_ERROR(ExpectActivation(op, attrs));
+  if (!WithRelu(attrs)) return ExpectInputs(in, static_cast<int>(y), op + " (" + signature + ")");
+  LOOM_RETURN_IF_ERROR(ExpectInputs(in, static_cast<int>(y) + 1, op + " with the ReLU mask (" + signature + ", y)"));
+  return ExpectSameType(in[0], in[y], op + ": dy and y differ");
+}
+
+const char* const kActivationDoc = "\"relu\": ReLU applied to y in the same pass";
+const char* const kMaskDoc = "\"relu\": the last input is a ReLU's output y, and dy is masked by y > 0 first";
+
 class BatchNormOp : public OpDef {
  public:
   BatchNormOp() {
@@ -203,7 +223,7 @@ class BatchNormOp : public OpDef {
         .Default("training", false, "normalize with the batch's statistics and update the running ones")
         .Default("momentum", 0.1, "weight of the batch statistics in the running-statistics update")
         .Default("eps", 1e-5, "added to the variance")
-        .Default("activation", "none", "applied to y in the same pass: \"none\" or \"relu\"");
+        .Default("activation", "none", kActivationDoc);
   }
   std::string name() const override { return "BatchNorm"; }
   // Parameter: the channels (axis 1 of x and y, every per-channel tensor's
@@ -232,17 +252,17 @@ class BatchNormOp : public OpDef {
     const ValueId sums = b.Emit("BatchNormStats", {b.input(0), pivot}, {}, "stats").at(0);
     const std::vector<ValueId> outs =
         b.Emit("BatchNormApply", {b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums, pivot},
-               AttrMap{{"momentum", b.attrs().Float("momentum")}, {"eps", b.attrs().Float("eps")}, {"count", count}},
+               AttrMap{{"momentum", b.attrs().Float("momentum")},
+                       {"eps", b.attrs().Float("eps")},
+                       {"count", count},
+                       {"activation", b.attrs().Str("activation", "none")}},
                "apply");
     for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
-    if (WithRelu(b.attrs())) b.SetOutput(0, b.Emit("ReLU", {outs[0]}, {}, "relu").at(0));
     return Status::Ok();
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNorm (x, gamma, beta, running_mean, running_var)"));
-    const std::string activation = attrs.Str("activation");
-    if (activation != "none" && activation != "relu")
-      return InvalidArgument("BatchNorm: attribute activation must be \"none\" or \"relu\", got \"", activation, "\"");
+    LOOM_RETURN_IF_ERROR(ExpectActivation("BatchNorm", attrs));
     const TensorType& x = in[0];
     LOOM_RETURN_IF_ERROR(ExpectFloat(x, "BatchNorm x"));
     if (x.shape.rank() < 2 || x.shape.rank() > 4)
@@ -408,8 +428,7 @@ class BatchNormBackwardOp : public OpDef {
   BatchNormBackwardOp() {
     DeclareAttrs()
         .Required("training", AttrType::kBool, "the forward op's: whether the statistics were the batch's")
-        .Default("activation", "none",
-                 "\"relu\": input 5 is a ReLU's output y and dy is masked by y > 0 first (ReLUBackward's work)");
+        .Default("activation", "none", kMaskDoc);
   }
   std::string name() const override { return "BatchNormBackward"; }
   // As BatchNorm's. Sample in eval: dgamma and dbeta are partial sums over
@@ -426,31 +445,24 @@ class BatchNormBackwardOp : public OpDef {
     return rules;
   }
   // Training: BatchNormBackwardStats (per-part sums) and
-  // BatchNormBackwardApply (dx, dgamma and dbeta from their total), after
-  // a ReLUBackward for the ReLU epilogue's mask.
+  // BatchNormBackwardApply (dx, dgamma and dbeta from their total), each
+  // masking dy as this node does.
   Status Expand(ExpandBuilder& b) const override {
     const int64_t count = ChannelLayoutOf(b.type(b.input(1)).shape).per_channel();
-    const ValueId dy = WithRelu(b.attrs()) ? b.Emit("ReLUBackward", {b.input(0), b.input(5)}, {}, "relu").at(0)
-                                           : b.input(0);
-    const ValueId sums = b.Emit("BatchNormBackwardStats", {dy, b.input(1), b.input(3)}, {}, "stats").at(0);
-    const std::vector<ValueId> outs =
-        b.Emit("BatchNormBackwardApply", {dy, b.input(1), b.input(2), b.input(3), b.input(4), sums},
-               AttrMap{{"count", count}}, "apply");
+    const std::string activation = b.attrs().Str("activation", "none");
+    std::vector<ValueId> stats_in{b.input(0), b.input(1), b.input(3)};
+    if (WithRelu(b.attrs())) stats_in.push_back(b.input(5));
+    const ValueId sums = b.Emit("BatchNormBackwardStats", stats_in, AttrMap{{"activation", activation}}, "stats").at(0);
+    std::vector<ValueId> apply_in{b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums};
+    if (WithRelu(b.attrs())) apply_in.push_back(b.input(5));
+    const std::vector<ValueId> outs = b.Emit("BatchNormBackwardApply", apply_in,
+                                             AttrMap{{"count", count}, {"activation", activation}}, "apply");
     for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
     return Status::Ok();
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
-    const std::string activation = attrs.Str("activation");
-    if (activation != "none" && activation != "relu")
-      return InvalidArgument("BatchNormBackward: attribute activation must be \"none\" or \"relu\", got \"", activation,
-                             "\"");
-    if (activation == "relu") {
-      LOOM_RETURN_IF_ERROR(
-          ExpectInputs(in, 6, "BatchNormBackward with the ReLU (dy, x, gamma, saved_mean, saved_invstd, y)"));
-      LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[5], "BatchNormBackward: dy and y differ"));
-    } else {
-      LOOM_RETURN_IF_ERROR(ExpectInputs(in, 5, "BatchNormBackward (dy, x, gamma, saved_mean, saved_invstd)"));
-    }
+    LOOM_RETURN_IF_ERROR(
+        ExpectMaskInput("BatchNormBackward", attrs, in, 5, "dy, x, gamma, saved_mean, saved_invstd"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormBackward dy"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "BatchNormBackward: dy and x differ"));
     if (in[1].shape.rank() < 2) return InvalidArgument("BatchNormBackward: x must be [N, C, ...], got ", in[1].shape.ToString());
@@ -574,12 +586,14 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
 // of d and of d^2 over the part's values, d = x - pivot. Partial sums over
 // a sample split, all-reduced into the whole batch's.
 // BatchNormApply: (x, gamma, beta, running_mean, running_var, sums, pivot)
-// attrs momentum, eps, count (values per channel in the whole batch) ->
-// BatchNorm's training outputs, with the statistics of `sums`.
-// BatchNormBackwardStats: (dy, x, saved_mean) -> sums [2, C] f64: sum of dy,
-// of dy * (x - mean). BatchNormBackwardApply: (dy, x, gamma, saved_mean,
-// saved_invstd, sums) attr count -> (dx, dgamma, dbeta) of a training
-// BatchNorm. The lowering emits these; they have no gradient.
+// attrs momentum, eps, count (values per channel in the whole batch),
+// activation -> BatchNorm's training outputs, with the statistics of `sums`.
+// BatchNormBackwardStats: (dy, x, saved_mean[, y]) -> sums [2, C] f64: sum
+// of dy, of dy * (x - mean). BatchNormBackwardApply: (dy, x, gamma,
+// saved_mean, saved_invstd, sums[, y]) attr count -> (dx, dgamma, dbeta) of
+// a training BatchNorm. With activation "relu" they do BatchNorm's and
+// BatchNormBackward's ReLU work as those do (y: the ReLU's output, dy
+// masked by y > 0). The lowering emits these; they have no gradient.
 
 Status ExpectSums(const std::string& op, const TensorType& sums, int64_t channels) {
   if (sums.shape != Shape({2, channels}) || sums.dtype != DType::kF64)
@@ -701,7 +715,8 @@ class BatchNormApplyOp : public OpDef {
     DeclareAttrs()
         .Default("momentum", 0.1, "as BatchNorm's")
         .Default("eps", 1e-5, "as BatchNorm's")
-        .Required("count", AttrType::kInt, "values per channel in the whole batch");
+        .Required("count", AttrType::kInt, "values per channel in the whole batch")
+        .Default("activation", "none", kActivationDoc);
   }
   std::string name() const override { return "BatchNormApply"; }
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
@@ -715,6 +730,7 @@ class BatchNormApplyOp : public OpDef {
     LOOM_RETURN_IF_ERROR(
         ExpectInputs(in, 7, "BatchNormApply (x, gamma, beta, running_mean, running_var, sums, pivot)"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[6], in[3], "BatchNormApply pivot vs running_mean"));
+    LOOM_RETURN_IF_ERROR(ExpectActivation("BatchNormApply", attrs));
     AttrMap bn{{"training", true}, {"momentum", attrs.Float("momentum")}, {"eps", attrs.Float("eps")}};
     LOOM_ASSIGN_OR_RETURN(auto out, InferOpTypes(*OpRegistry::Global().FindOp("BatchNorm"), bn,
                                                  std::vector<TensorType>(in.begin(), in.begin() + 5)));
@@ -725,6 +741,7 @@ class BatchNormApplyOp : public OpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 2 * static_cast<double>(in[0].shape.numel()) + 14 * static_cast<double>(in[0].shape[1]);
+    if (WithRelu(a)) c.flops += static_cast<double>(in[0].shape.numel());
     return c;
   }
 };
@@ -742,17 +759,18 @@ LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCpu, [](KernelContext& ctx) 
 
 class BatchNormBackwardStatsOp : public OpDef {
  public:
-  BatchNormBackwardStatsOp() { DeclareAttrs(); }
+  BatchNormBackwardStatsOp() { DeclareAttrs().Default("activation", "none", kMaskDoc); }
   std::string name() const override { return "BatchNormBackwardStats"; }
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, true);
+    if (in.size() > 3) rules.sample->inputs[3].axis = 0;  // y
     rules.parameter = ChannelsOf(in, out);
     return rules;
   }
-  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
-    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "BatchNormBackwardStats (dy, x, saved_mean)"));
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
+    LOOM_RETURN_IF_ERROR(ExpectMaskInput("BatchNormBackwardStats", attrs, in, 3, "dy, x, saved_mean"));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormBackwardStats dy"));
     LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "BatchNormBackwardStats: dy and x differ"));
     if (in[1].shape.rank() < 2)
@@ -764,6 +782,7 @@ class BatchNormBackwardStatsOp : public OpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 4 * static_cast<double>(in[0].shape.numel());  // sum dy; x - mean, times dy, sum
+    if (in.size() > 3) c.flops += static_cast<double>(in[0].shape.numel());  // the mask
     return c;
   }
 };
@@ -773,7 +792,10 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const auto sums = GradientSums(l, ctx.pool, PlainDy<T>{ctx.in(0).data<T>()}, ctx.in(1).data<T>(), ctx.in(2).data<T>());
+    const auto sums = WithRelu(*ctx.attrs) ? GradientSums(l, ctx.pool, ReluMaskedDy<T>{ctx.in(0).data<T>(), ctx.in(3).data<T>()},
+                                                          ctx.in(1).data<T>(), ctx.in(2).data<T>())
+                                           : GradientSums(l, ctx.pool, PlainDy<T>{ctx.in(0).data<T>()}, ctx.in(1).data<T>(),
+                                                          ctx.in(2).data<T>());
     double* out = ctx.out(0).data<double>();  // [2, C]
     for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
   });
@@ -782,19 +804,22 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
 class BatchNormBackwardApplyOp : public OpDef {
  public:
   BatchNormBackwardApplyOp() {
-    DeclareAttrs().Required("count", AttrType::kInt, "values per channel in the whole batch");
+    DeclareAttrs()
+        .Required("count", AttrType::kInt, "values per channel in the whole batch")
+        .Default("activation", "none", kMaskDoc);
   }
   std::string name() const override { return "BatchNormBackwardApply"; }
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, false);
+    if (in.size() > 6) rules.sample->inputs[6].axis = 0;  // y
     rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
-    LOOM_RETURN_IF_ERROR(
-        ExpectInputs(in, 6, "BatchNormBackwardApply (dy, x, gamma, saved_mean, saved_invstd, sums)"));
+    LOOM_RETURN_IF_ERROR(ExpectMaskInput("BatchNormBackwardApply", attrs, in, 6,
+                                         "dy, x, gamma, saved_mean, saved_invstd, sums"));
     LOOM_ASSIGN_OR_RETURN(auto out, InferOpTypes(*OpRegistry::Global().FindOp("BatchNormBackward"),
                                                  AttrMap{{"training", true}},
                                                  std::vector<TensorType>(in.begin(), in.begin() + 5)));
@@ -805,6 +830,7 @@ class BatchNormBackwardApplyOp : public OpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 6 * static_cast<double>(in[0].shape.numel());  // xhat (2), the correction (4)
+    if (in.size() > 6) c.flops += static_cast<double>(in[0].shape.numel());  // the mask
     return c;
   }
 };
@@ -814,8 +840,13 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContex
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    FinishBatchNormBackward<T>(ctx, l, true, PlainDy<T>{ctx.in(0).data<T>()}, ReadSums(ctx.in(5)),
-                               static_cast<double>(ctx.attrs->Int("count")));
+    const double count = static_cast<double>(ctx.attrs->Int("count"));
+    if (WithRelu(*ctx.attrs)) {
+      FinishBatchNormBackward<T>(ctx, l, true, ReluMaskedDy<T>{ctx.in(0).data<T>(), ctx.in(6).data<T>()},
+                                 ReadSums(ctx.in(5)), count);
+    } else {
+      FinishBatchNormBackward<T>(ctx, l, true, PlainDy<T>{ctx.in(0).data<T>()}, ReadSums(ctx.in(5)), count);
+    }
   });
 });
 

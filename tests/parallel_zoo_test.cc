@@ -119,37 +119,47 @@ StepCase ConvBatchNormReluCase(bool epilogue) {
   return *c;
 }
 
-// Compute tasks of `op` when `c` is lowered under data parallelism over 2.
-int DataParallelTasksOf(const StepCase& c, const std::string& op) {
+// Compute tasks of `op` when `c` is lowered under data parallelism over 2,
+// with the ReLU's work (attr activation "relu") when `relu`.
+int DataParallelTasksOf(const StepCase& c, const std::string& op, bool relu = false) {
   auto dp = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 2);
   REQUIRE(dp.ok());
   auto tg = LowerStrategy(c, StrategyToText(*dp));
   REQUIRE(tg.ok());
   int count = 0;
-  for (const Task& t : tg->tasks) count += t.kind == TaskKind::kCompute && tg->graph.node(t.node).op == op;
+  for (const Task& t : tg->tasks) {
+    if (t.kind != TaskKind::kCompute) continue;
+    const Node& n = tg->graph.node(t.node);
+    count += n.op == op && relu == (n.attrs.Str("activation", "none") == "relu");
+  }
   return count;
 }
 
 // A BatchNorm with its ReLU epilogue (what the CPU executor folds a
 // following ReLU into; a user's graph may hold it too) splits as the two
-// ops would: along the batch its expansion ends in a ReLU.
+// ops would; along the batch its expansion's BatchNormApply does the ReLU.
 TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on one device") {
   const StepCase c = ConvBatchNormReluCase(true);
   std::mt19937_64 rng(11);
   CheckStandardAndRandom(c, rng);
-  CHECK(DataParallelTasksOf(c, "ReLU") == 2);
+  CHECK(DataParallelTasksOf(c, "BatchNormApply", true) == 2);
+  CHECK(DataParallelTasksOf(c, "ReLU") == 0);
 }
 
 // The executor's folded step (runtime/fold_activations.h: BatchNorm and
-// BatchNormBackward doing the ReLU's work) lowered as any graph: along the
-// batch, BatchNormBackward's expansion begins with the ReLUBackward.
+// BatchNormBackward doing the ReLU's work), as the task runtime on CPU
+// devices runs it, lowered under the strategies: along the batch the
+// expansions' parts do the ReLU's work too.
 TEST_CASE("a step with its ReLUs folded into the BatchNorms trains under the strategies as on one device") {
   StepCase c = ConvBatchNormReluCase(false);
   REQUIRE(FoldReluIntoBatchNorm(&c.step) == 2);
   std::mt19937_64 rng(13);
   CheckStandardAndRandom(c, rng);
-  CHECK(DataParallelTasksOf(c, "ReLU") == 2);
-  CHECK(DataParallelTasksOf(c, "ReLUBackward") == 2);
+  CHECK(DataParallelTasksOf(c, "BatchNormApply", true) == 2);
+  CHECK(DataParallelTasksOf(c, "BatchNormBackwardStats", true) == 2);
+  CHECK(DataParallelTasksOf(c, "BatchNormBackwardApply", true) == 2);
+  CHECK(DataParallelTasksOf(c, "ReLU") == 0);
+  CHECK(DataParallelTasksOf(c, "ReLUBackward") == 0);
 }
 
 // Operation parallelism: each branch of every Inception block on a device

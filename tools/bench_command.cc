@@ -568,7 +568,8 @@ Status BenchParallel(const Flags& flags) {
   for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy,
                           LoadOrMakeStrategy(kind_name, programs.forward, devices, "--strategies"));
-    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(programs.step, strategy, programs.forward));
+    // The step as the one-device executor above runs it (folded on CPU devices).
+    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(ExecutedGraph(programs.step, eo), strategy, programs.forward));
     const std::string where =
         first.is_cuda() ? flags.Str("devices", "")
         : !world        ? StrCat("cpu:", devices)

@@ -78,7 +78,9 @@ Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes);
 // names layers of) on `devices` CPU devices under `strategy`: all of them
 // in this process, or this rank's share under `processes`; the machine's
 // threads shared out among the local devices. Random ops draw from `seed`'s
-// streams; `trace` records every task.
+// streams; `trace` records every task. The devices run the step as an
+// executor of their kind would (ExecutedGraph: on the CPU, ReLUs folded
+// into BatchNorms), so that a step on N devices does one device's work.
 StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
                                                             const Strategy& strategy, const std::vector<Device>& devices,
                                                             Communicator* processes, uint64_t seed, bool trace);

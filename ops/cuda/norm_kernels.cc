@@ -24,6 +24,36 @@ StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
   return Tensor::Empty(Shape({doubles}), DType::kF64, device);
 }
 
+// The ReLU epilogue (attr activation "relu") as a second pass over output
+// `out`, in place: the CPU's bits (CPU executors fold ReLUs into
+// BatchNorms, where it saves a pass; CUDA executors do not fold).
+Status ReluEpilogue(const KernelContext& ctx, int out, cudaStream_t stream) {
+  if (ctx.attrs->Str("activation") != "relu") return Status::Ok();
+  Tensor& y = ctx.out(out);
+  return DispatchCudaFloat(y.dtype(), "the ReLU epilogue", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(
+        LaunchActivationForward<T>(Unary::kRelu, y.data<T>(), y.data<T>(), y.numel(), ActivationParams{}, stream));
+    return Status::Ok();
+  });
+}
+
+// dy as the backward ops read it: input 0, or with the ReLU mask (attr
+// activation "relu", the ReLU's output y at input `y`) ReLUBackward's pass
+// into a scratch tensor (held in `scratch`).
+StatusOr<const void*> MaskedDy(const KernelContext& ctx, int y, Tensor* scratch, cudaStream_t stream) {
+  if (ctx.attrs->Str("activation") != "relu") return static_cast<const void*>(ctx.in(0).raw_data());
+  LOOM_ASSIGN_OR_RETURN(*scratch, Tensor::Empty(ctx.in(0).shape(), ctx.in(0).dtype(), ctx.device));
+  LOOM_RETURN_IF_ERROR(DispatchCudaFloat(ctx.in(0).dtype(), "the ReLU mask", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(Unary::kRelu, ctx.in(0).data<T>(), ctx.in(y).data<T>(),
+                                                          scratch->data<T>(), scratch->numel(), ActivationParams{},
+                                                          stream));
+    return Status::Ok();
+  }));
+  return static_cast<const void*>(scratch->raw_data());
+}
+
 Status BatchNormKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const bool training = ctx.attrs->Bool("training");
@@ -37,15 +67,7 @@ Status BatchNormKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(
         LaunchBatchNorm<T>(training, momentum, eps, dims, args, workspace.data<double>(), stream));
-    // The ReLU epilogue as a second pass over y, in place: the CPU's bits
-    // (the executor folds ReLUs into BatchNorms only on the CPU, where it
-    // saves a pass).
-    if (ctx.attrs->Str("activation") == "relu") {
-      T* y = ctx.out(0).data<T>();
-      LOOM_CUDA_RETURN_IF_ERROR(
-          LaunchActivationForward<T>(Unary::kRelu, y, y, ctx.out(0).numel(), ActivationParams{}, stream));
-    }
-    return Status::Ok();
+    return ReluEpilogue(ctx, 0, stream);
   });
 }
 LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCuda, BatchNormKernel);
@@ -55,14 +77,9 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
-  // The ReLU epilogue's mask (input 5, y) as ReLUBackward's pass into a
-  // scratch dy: the CPU's bits (the executor folds only on the CPU).
-  Tensor masked;
-  const bool relu = ctx.attrs->Str("activation") == "relu";
-  if (relu) {
-    LOOM_ASSIGN_OR_RETURN(masked, Tensor::Empty(ctx.in(0).shape(), ctx.in(0).dtype(), ctx.device));
-  }
-  const BatchNormBackwardArgs args{relu ? masked.raw_data() : ctx.in(0).raw_data(),
+  Tensor scratch;
+  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 5, &scratch, stream));
+  const BatchNormBackwardArgs args{dy,
                                    ctx.in(1).raw_data(),
                                    ctx.in(2).raw_data(),
                                    ctx.in(3).raw_data(),
@@ -72,10 +89,6 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
                                    ctx.out(2).raw_data()};
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
-    if (relu)
-      LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(Unary::kRelu, ctx.in(0).data<T>(), ctx.in(5).data<T>(),
-                                                            masked.data<T>(), masked.numel(), ActivationParams{},
-                                                            stream));
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackward<T>(training, dims, args, workspace.data<double>(), stream));
     return Status::Ok();
   });
@@ -111,7 +124,7 @@ Status BatchNormStatsKernel(KernelContext& ctx) {
 LOOM_REGISTER_KERNEL("BatchNormStats", DeviceType::kCuda, BatchNormStatsKernel);
 
 // (x, gamma, beta, running_mean, running_var, sums, pivot) -> BatchNorm's
-// outputs; attrs momentum, eps, count.
+// outputs; attrs momentum, eps, count, activation.
 Status BatchNormApplyKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
@@ -126,19 +139,21 @@ Status BatchNormApplyKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormApply<T>(momentum, eps, count, dims, args, pivot.raw_data(),
                                                       ctx.in(5).data<double>(), workspace.data<double>(), stream));
-    return Status::Ok();
+    return ReluEpilogue(ctx, 0, stream);
   });
 }
 LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCuda, BatchNormApplyKernel);
 
-// (dy, x, saved_mean) -> sums [2, C] f64.
+// (dy, x, saved_mean[, y]) -> sums [2, C] f64; attr activation.
 Status BatchNormBackwardStatsKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormStatsWorkspaceSize(dims), ctx.device));
+  Tensor scratch;
+  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 3, &scratch, stream));
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardStats", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, dy, ctx.in(1).raw_data(),
                                                               ctx.in(2).raw_data(), ctx.out(0).data<double>(),
                                                               workspace.data<double>(), stream));
     return Status::Ok();
@@ -146,16 +161,23 @@ Status BatchNormBackwardStatsKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCuda, BatchNormBackwardStatsKernel);
 
-// (dy, x, gamma, saved_mean, saved_invstd, sums) -> (dx, dgamma, dbeta);
-// attr count.
+// (dy, x, gamma, saved_mean, saved_invstd, sums[, y]) -> (dx, dgamma,
+// dbeta); attrs count, activation.
 Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const int64_t count = ctx.attrs->Int("count");
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
-  const BatchNormBackwardArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),
-                                   ctx.in(3).raw_data(),  ctx.in(4).raw_data(),  ctx.out(0).raw_data(),
-                                   ctx.out(1).raw_data(), ctx.out(2).raw_data()};
+  Tensor scratch;
+  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 6, &scratch, stream));
+  const BatchNormBackwardArgs args{dy,
+                                   ctx.in(1).raw_data(),
+                                   ctx.in(2).raw_data(),
+                                   ctx.in(3).raw_data(),
+                                   ctx.in(4).raw_data(),
+                                   ctx.out(0).raw_data(),
+                                   ctx.out(1).raw_data(),
+                                   ctx.out(2).raw_data()};
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardApply", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardApply<T>(count, dims, args, ctx.in(5).data<double>(),
