@@ -792,10 +792,12 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const auto sums = WithRelu(*ctx.attrs) ? GradientSums(l, ctx.pool, ReluMaskedDy<T>{ctx.in(0).data<T>(), ctx.in(3).data<T>()},
-                                                          ctx.in(1).data<T>(), ctx.in(2).data<T>())
-                                           : GradientSums(l, ctx.pool, PlainDy<T>{ctx.in(0).data<T>()}, ctx.in(1).data<T>(),
-                                                          ctx.in(2).data<T>());
+    const T* dy = ctx.in(0).data<T>();
+    const T* x = ctx.in(1).data<T>();
+    const T* mean = ctx.in(2).data<T>();
+    const auto sums = WithRelu(*ctx.attrs)
+                          ? GradientSums(l, ctx.pool, ReluMaskedDy<T>{dy, ctx.in(3).data<T>()}, x, mean)
+                          : GradientSums(l, ctx.pool, PlainDy<T>{dy}, x, mean);
     double* out = ctx.out(0).data<double>();  // [2, C]
     for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
   });

@@ -443,11 +443,12 @@ TEST_CASE("batch norm validates its inputs and attributes") {
 
 TEST_CASE("batch norm backward with the ReLU mask needs y") {
   const TensorType x{Shape{2, 3}, DType::kF32}, c{Shape{3}, DType::kF32};
-  Status s = AddOp("BatchNormBackward", {x, x, c, c, c}, {{"training", true}, {"activation", "relu"}});
+  const AttrMap masked{{"training", true}, {"activation", "relu"}};
+  Status s = AddOp("BatchNormBackward", {x, x, c, c, c}, masked);
   CHECK_THAT(s.message(), Catch::Contains("y"));
-  s = AddOp("BatchNormBackward", {x, x, c, c, c, {Shape{2, 4}, DType::kF32}}, {{"training", true}, {"activation", "relu"}});
+  s = AddOp("BatchNormBackward", {x, x, c, c, c, {Shape{2, 4}, DType::kF32}}, masked);
   CHECK_THAT(s.message(), Catch::Contains("dy and y differ"));
-  CHECK(AddOp("BatchNormBackward", {x, x, c, c, c, x}, {{"training", true}, {"activation", "relu"}}).ok());
+  CHECK(AddOp("BatchNormBackward", {x, x, c, c, c, x}, masked).ok());
 }
 
 TEST_CASE("layer norm validates its inputs and attributes") {

@@ -112,7 +112,8 @@ StepCase ConvBatchNormReluCase(bool epilogue) {
   if (epilogue) model.mutable_node(*model.FindNode("bn")).attrs.Set("activation", "relu");
   std::mt19937_64 rng(11);
   Tensor input = Tensor::Zeros({8, 2, 6, 6}, DType::kF64), target = Tensor::Zeros({8}, DType::kI64);
-  for (int64_t i = 0; i < input.numel(); ++i) input.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+  for (int64_t i = 0; i < input.numel(); ++i)
+    input.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
   for (int64_t i = 0; i < target.numel(); ++i) target.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
   auto c = testing::MakeStepCase(model, std::nullopt, {{"input", input}, {"target", target}});
   REQUIRE(c.ok());

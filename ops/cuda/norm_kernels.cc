@@ -38,6 +38,19 @@ Status ReluEpilogue(const KernelContext& ctx, int out, cudaStream_t stream) {
   });
 }
 
+// A backward kernel's arguments: dy (MaskedDy's), inputs 1..4 (x, gamma,
+// saved_mean, saved_invstd) and outputs 0..2 (dx, dgamma, dbeta).
+BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, const void* dy) {
+  return {dy,
+          ctx.in(1).raw_data(),
+          ctx.in(2).raw_data(),
+          ctx.in(3).raw_data(),
+          ctx.in(4).raw_data(),
+          ctx.out(0).raw_data(),
+          ctx.out(1).raw_data(),
+          ctx.out(2).raw_data()};
+}
+
 // dy as the backward ops read it: input 0, or with the ReLU mask (attr
 // activation "relu", the ReLU's output y at input `y`) ReLUBackward's pass
 // into a scratch tensor (held in `scratch`).
@@ -79,14 +92,7 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
   Tensor scratch;
   LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 5, &scratch, stream));
-  const BatchNormBackwardArgs args{dy,
-                                   ctx.in(1).raw_data(),
-                                   ctx.in(2).raw_data(),
-                                   ctx.in(3).raw_data(),
-                                   ctx.in(4).raw_data(),
-                                   ctx.out(0).raw_data(),
-                                   ctx.out(1).raw_data(),
-                                   ctx.out(2).raw_data()};
+  const BatchNormBackwardArgs args = BackwardArgs(ctx, dy);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackward<T>(training, dims, args, workspace.data<double>(), stream));
@@ -170,14 +176,7 @@ Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
   Tensor scratch;
   LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 6, &scratch, stream));
-  const BatchNormBackwardArgs args{dy,
-                                   ctx.in(1).raw_data(),
-                                   ctx.in(2).raw_data(),
-                                   ctx.in(3).raw_data(),
-                                   ctx.in(4).raw_data(),
-                                   ctx.out(0).raw_data(),
-                                   ctx.out(1).raw_data(),
-                                   ctx.out(2).raw_data()};
+  const BatchNormBackwardArgs args = BackwardArgs(ctx, dy);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardApply", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardApply<T>(count, dims, args, ctx.in(5).data<double>(),
