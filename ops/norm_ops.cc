@@ -12,9 +12,10 @@
 // statistics are what the normalization used (batch or running), so the
 // backward op reads them the same way in both modes. Only y is
 // differentiable; outputs 1..4 are treated as constants by autodiff. Attr
-// activation "relu" (default "none") applies ReLU to y in the same pass: the
-// CPU executor folds a ReLU that alone reads y into it (graph/fold.h),
-// which saves the ReLU's pass over the activations.
+// activation "relu" or "relu6" (default "none") applies that activation to
+// y in the same pass: the CPU executor folds a ReLU or ReLU6 that alone
+// reads y into it (runtime/fold_activations.h), which saves its pass over
+// the activations.
 //
 // LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
 // attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
@@ -194,27 +195,38 @@ DimSplit ChannelsOf(const std::vector<TensorType>& in, const std::vector<TensorT
   return d;
 }
 
-bool WithRelu(const AttrMap& attrs) { return attrs.Str("activation", "none") == "relu"; }
+// Attr activation of the BatchNorm ops: an activation done in their own
+// passes (the CPU executor folds a following ReLU or ReLU6 into them).
+enum class Epilogue { kNone, kRelu, kRelu6 };
 
-// Attr activation of the BatchNorm ops: "none" or "relu".
+Epilogue EpilogueOf(const AttrMap& attrs) {
+  const std::string a = attrs.Str("activation", "none");
+  return a == "relu" ? Epilogue::kRelu : a == "relu6" ? Epilogue::kRelu6 : Epilogue::kNone;
+}
+bool HasEpilogue(const AttrMap& attrs) { return EpilogueOf(attrs) != Epilogue::kNone; }
+
 Status ExpectActivation(const std::string& op, const AttrMap& attrs) {
   const std::string activation = attrs.Str("activation");
-  if (activation != "none" && activation != "relu")
-    return InvalidArgument(op, ": attribute activation must be \"none\" or \"relu\", got \"", activation, "\"");
+  if (activation != "none" && activation != "relu" && activation != "relu6")
+    return InvalidArgument(op, ": attribute activation must be \"none\", \"relu\" or \"relu6\", got \"", activation,
+                           "\"");
   return Status::Ok();
 }
 
-// With the ReLU mask, input `y` (the ReLU's output) is shaped like dy.
+// With the activation's mask, input `y` (the activation's output) is shaped like dy.
 Status ExpectMaskInput(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in, size_t y,
                        const std::string& signature) {
   LOOM_RETURN_IF_ERROR(ExpectActivation(op, attrs));
-  if (!WithRelu(attrs)) return ExpectInputs(in, static_cast<int>(y), op + " (" + signature + ")");
-  LOOM_RETURN_IF_ERROR(ExpectInputs(in, static_cast<int>(y) + 1, op + " with the ReLU mask (" + signature + ", y)"));
+  if (!HasEpilogue(attrs)) return ExpectInputs(in, static_cast<int>(y), op + " (" + signature + ")");
+  LOOM_RETURN_IF_ERROR(
+      ExpectInputs(in, static_cast<int>(y) + 1, op + " with the activation's mask (" + signature + ", y)"));
   return ExpectSameType(in[0], in[y], op + ": dy and y differ");
 }
 
-const char* const kActivationDoc = "\"relu\": ReLU applied to y in the same pass";
-const char* const kMaskDoc = "\"relu\": the last input is a ReLU's output y, and dy is masked by y > 0 first";
+const char* const kActivationDoc = "\"relu\" or \"relu6\": that activation applied to y in the same pass";
+const char* const kMaskDoc =
+    "\"relu\" or \"relu6\": the last input is that activation's output y, and dy is masked by where its "
+    "gradient is 1 (y > 0; 0 < y < 6) first";
 
 class BatchNormOp : public OpDef {
  public:
@@ -293,13 +305,16 @@ class BatchNormOp : public OpDef {
     } else {
       c.flops = 2 * n + 6 * channels;
     }
-    if (WithRelu(a)) c.flops += n;
+    if (HasEpilogue(a)) c.flops += n;
     return c;
   }
   Status Gradient(GradBuilder& g) const override {
     ValueId dy = g.output_grad(0);
     if (dy == kNoValue) return Status::Ok();  // only the (non-differentiable) statistics are used
-    if (WithRelu(g.attrs())) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
+    // The activation's gradient from its output: ReLU6's mask from y is its
+    // mask from the input (0 < x < 6 exactly where 0 < y < 6).
+    if (EpilogueOf(g.attrs()) == Epilogue::kRelu) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
+    if (EpilogueOf(g.attrs()) == Epilogue::kRelu6) dy = g.Emit1("ReLU6Backward", {dy, g.output(0)});
     std::vector<ValueId> grads =
         g.Emit("BatchNormBackward", {dy, g.input(0), g.input(1), g.output(3), g.output(4)},
                AttrMap{{"training", g.attrs().Bool("training")}});
@@ -378,17 +393,26 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     scale[c] = static_cast<T>(gamma[c] * invstd);
     shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
-  // With the ReLU epilogue, each value as the ReLU kernel would make it
+  // With an epilogue, each value as the activation's kernel would make it
   // from the plain one (the same bits as the two ops apart).
-  const bool relu = WithRelu(*ctx.attrs);
+  const Epilogue epilogue = EpilogueOf(*ctx.attrs);
   ChannelPass<T, 2>(l, ctx.pool, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
-    if (relu) {
-      for (int64_t j = 0; j < len; ++j) {
-        const T v = px[o + j] * at(0, j) + at(1, j);
-        y[o + j] = v < T(0) ? T(0) : v;
-      }
-    } else {
-      for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
+    switch (epilogue) {
+      case Epilogue::kNone:
+        for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
+        break;
+      case Epilogue::kRelu:
+        for (int64_t j = 0; j < len; ++j) {
+          const T v = px[o + j] * at(0, j) + at(1, j);
+          y[o + j] = v < T(0) ? T(0) : v;
+        }
+        break;
+      case Epilogue::kRelu6:
+        for (int64_t j = 0; j < len; ++j) {
+          const T v = px[o + j] * at(0, j) + at(1, j);
+          y[o + j] = v < T(0) ? T(0) : (v > T(6) ? T(6) : v);
+        }
+        break;
     }
   });
 }
@@ -451,10 +475,10 @@ class BatchNormBackwardOp : public OpDef {
     const int64_t count = ChannelLayoutOf(b.type(b.input(1)).shape).per_channel();
     const std::string activation = b.attrs().Str("activation", "none");
     std::vector<ValueId> stats_in{b.input(0), b.input(1), b.input(3)};
-    if (WithRelu(b.attrs())) stats_in.push_back(b.input(5));
+    if (HasEpilogue(b.attrs())) stats_in.push_back(b.input(5));
     const ValueId sums = b.Emit("BatchNormBackwardStats", stats_in, AttrMap{{"activation", activation}}, "stats").at(0);
     std::vector<ValueId> apply_in{b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums};
-    if (WithRelu(b.attrs())) apply_in.push_back(b.input(5));
+    if (HasEpilogue(b.attrs())) apply_in.push_back(b.input(5));
     const std::vector<ValueId> outs = b.Emit("BatchNormBackwardApply", apply_in,
                                              AttrMap{{"count", count}, {"activation", activation}}, "apply");
     for (size_t i = 0; i < outs.size(); ++i) b.SetOutput(static_cast<int>(i), outs[i]);
@@ -484,31 +508,46 @@ class BatchNormBackwardOp : public OpDef {
 };
 LOOM_REGISTER_OP(BatchNormBackwardOp);
 
-// dy as the backward kernels read it: as given, or masked by a ReLU's
-// output y as ReLUBackward would mask it (the same bits).
+// dy as the backward kernels read it: as given (PlainDy), or masked by an
+// activation's output y (MaskedDy).
 template <typename T>
 struct PlainDy {
   const T* dy;
   T operator()(int64_t i) const { return dy[i]; }
 };
-template <typename T>
-struct ReluMaskedDy {
+// dy where the activation's gradient is 1, else +0: ReLU's y > 0, ReLU6's
+// 0 < y < 6, as ReLUBackward and ReLU6Backward select (the same bits). An
+// AND of dy's bits with the compare's mask: a select compiles to a branch
+// per element inside LaneSum (5x slower on the CNN); the AND vectorises.
+template <typename T, Epilogue kEpilogue>
+struct MaskedDy {
   const T* dy;
   const T* y;
-  // y > 0 ? dy : +0 as an AND of dy's bits with the compare's mask: the
-  // same bits as the select, which GCC compiles to a branch per element
-  // inside LaneSum (5x slower on the CNN); the AND vectorises.
   T operator()(int64_t i) const {
     using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
     static_assert(sizeof(T) == sizeof(Bits), "f32 or f64");
+    const T v = y[i];
+    const bool pass = kEpilogue == Epilogue::kRelu6 ? (v > T(0)) & (v < T(6)) : v > T(0);
     Bits bits;
     std::memcpy(&bits, dy + i, sizeof(T));
-    bits &= Bits{0} - static_cast<Bits>(y[i] > T(0));
+    bits &= Bits{0} - static_cast<Bits>(pass);
     T masked;
     std::memcpy(&masked, &bits, sizeof(T));
     return masked;
   }
 };
+
+// Calls run(dy) with dy input `dy_input` as PlainDy or masked by input
+// `y_input` (MaskedDy), as attr activation says.
+template <typename T, typename Run>
+void WithDy(const KernelContext& ctx, int dy_input, int y_input, Run&& run) {
+  const T* dy = ctx.in(dy_input).data<T>();
+  switch (EpilogueOf(*ctx.attrs)) {
+    case Epilogue::kNone: return run(PlainDy<T>{dy});
+    case Epilogue::kRelu: return run(MaskedDy<T, Epilogue::kRelu>{dy, ctx.in(y_input).data<T>()});
+    case Epilogue::kRelu6: return run(MaskedDy<T, Epilogue::kRelu6>{dy, ctx.in(y_input).data<T>()});
+  }
+}
 
 // The rest of BatchNormBackward once the sums are known: (dx, dgamma,
 // dbeta) from dy and inputs 1..4 (x, gamma, saved_mean, saved_invstd) and
@@ -567,11 +606,7 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    if (WithRelu(*ctx.attrs)) {
-      BatchNormBackward<T>(ctx, l, ReluMaskedDy<T>{ctx.in(0).data<T>(), ctx.in(5).data<T>()});
-    } else {
-      BatchNormBackward<T>(ctx, l, PlainDy<T>{ctx.in(0).data<T>()});
-    }
+    WithDy<T>(ctx, 0, 5, [&](const auto& dy) { BatchNormBackward<T>(ctx, l, dy); });
   });
 });
 
@@ -591,9 +626,9 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
 // BatchNormBackwardStats: (dy, x, saved_mean[, y]) -> sums [2, C] f64: sum
 // of dy, of dy * (x - mean). BatchNormBackwardApply: (dy, x, gamma,
 // saved_mean, saved_invstd, sums[, y]) attr count -> (dx, dgamma, dbeta) of
-// a training BatchNorm. With activation "relu" they do BatchNorm's and
-// BatchNormBackward's ReLU work as those do (y: the ReLU's output, dy
-// masked by y > 0). The lowering emits these; they have no gradient.
+// a training BatchNorm. With an activation they do BatchNorm's and
+// BatchNormBackward's activation work as those do (y: the activation's
+// output, dy masked by it). The lowering emits these; they have no gradient.
 
 Status ExpectSums(const std::string& op, const TensorType& sums, int64_t channels) {
   if (sums.shape != Shape({2, channels}) || sums.dtype != DType::kF64)
@@ -741,7 +776,7 @@ class BatchNormApplyOp : public OpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 2 * static_cast<double>(in[0].shape.numel()) + 14 * static_cast<double>(in[0].shape[1]);
-    if (WithRelu(a)) c.flops += static_cast<double>(in[0].shape.numel());
+    if (HasEpilogue(a)) c.flops += static_cast<double>(in[0].shape.numel());
     return c;
   }
 };
@@ -792,14 +827,11 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* dy = ctx.in(0).data<T>();
-    const T* x = ctx.in(1).data<T>();
-    const T* mean = ctx.in(2).data<T>();
-    const auto sums = WithRelu(*ctx.attrs)
-                          ? GradientSums(l, ctx.pool, ReluMaskedDy<T>{dy, ctx.in(3).data<T>()}, x, mean)
-                          : GradientSums(l, ctx.pool, PlainDy<T>{dy}, x, mean);
-    double* out = ctx.out(0).data<double>();  // [2, C]
-    for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
+    WithDy<T>(ctx, 0, 3, [&](const auto& dy) {
+      const auto sums = GradientSums(l, ctx.pool, dy, ctx.in(1).data<T>(), ctx.in(2).data<T>());
+      double* out = ctx.out(0).data<double>();  // [2, C]
+      for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
+    });
   });
 });
 
@@ -843,12 +875,7 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContex
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const double count = static_cast<double>(ctx.attrs->Int("count"));
-    if (WithRelu(*ctx.attrs)) {
-      FinishBatchNormBackward<T>(ctx, l, true, ReluMaskedDy<T>{ctx.in(0).data<T>(), ctx.in(6).data<T>()},
-                                 ReadSums(ctx.in(5)), count);
-    } else {
-      FinishBatchNormBackward<T>(ctx, l, true, PlainDy<T>{ctx.in(0).data<T>()}, ReadSums(ctx.in(5)), count);
-    }
+    WithDy<T>(ctx, 0, 6, [&](const auto& dy) { FinishBatchNormBackward<T>(ctx, l, true, dy, ReadSums(ctx.in(5)), count); });
   });
 });
 

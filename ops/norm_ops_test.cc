@@ -51,6 +51,7 @@ std::vector<Tensor> BatchNormRef(const std::vector<Tensor>& in, const AttrMap& a
         int64_t k = index(i, c, s);
         At(y, k) = (At(in[0], k) - mean) / std::sqrt(var + eps) * At(in[1], c) + At(in[2], c);
         if (attrs.Str("activation", "none") == "relu") At(y, k) = std::max(At(y, k), 0.0);
+        if (attrs.Str("activation", "none") == "relu6") At(y, k) = std::min(std::max(At(y, k), 0.0), 6.0);
       }
   }
   return {y, rm, rv, sm, sis};
@@ -95,7 +96,12 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm2d train relu", {2, 3, 4, 5}, true, {{"activation", "relu"}}),
       BatchNormCase("batchnorm2d eval relu", {2, 3, 3, 4}, false, {{"activation", "relu"}}),
       BatchNormCase("batchnorm2d train relu 2x2 planes", {16, 40, 2, 2}, true, {{"activation", "relu"}}),
+      BatchNormCase("batchnorm2d eval relu6", {2, 3, 3, 4}, false, {{"activation", "relu6"}}),
   };
+  // ReLU6 with gammas of 4-8, so that both clamps act.
+  OpCase relu6 = BatchNormCase("batchnorm2d train relu6, values past 6", {2, 3, 4, 5}, true, {{"activation", "relu6"}});
+  relu6.inputs[1] = InputSpec::Uniform({3}, 4, 8);
+  cases.push_back(relu6);
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
@@ -330,54 +336,56 @@ OpCase LayerNormCase(const std::string& name, Shape x, std::vector<int64_t> norm
   return oc;
 }
 
-// BatchNormBackward with the ReLU epilogue's mask (input 5, y: what the
-// CPU executor folds a ReLUBackward into) against the two ops apart: the
-// same bits, on every device, f32 and f64, training and eval.
-TEST_CASE("batch norm backward with the ReLU mask is ReLUBackward then BatchNormBackward, bit for bit") {
+// BatchNormBackward with an activation's mask (input 5, y: what the CPU
+// executor folds a ReLUBackward or ReLU6Backward into) against the two ops
+// apart: the same bits, on every device, f32 and f64, training and eval.
+TEST_CASE("batch norm backward with an activation's mask is its backward then BatchNormBackward, bit for bit") {
   for (const Device& device : TestDevices())
     for (DType dtype : {DType::kF32, DType::kF64})
-      for (bool training : {true, false}) {
-        INFO(device.ToString() << " " << DTypeName(dtype) << (training ? " training" : " eval"));
-        const Shape x_shape{4, 6, 5, 5}, c_shape{6};
-        Graph graph;
-        GraphBuilder b(&graph);
-        std::map<std::string, Tensor> feeds;
-        Rng rng(5);
-        auto input = [&](const std::string& name, const Shape& shape, double lo, double hi) {
-          Tensor t = Tensor::Zeros(shape, DType::kF64);
-          for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(lo, hi);
-          // y: a ReLU's output, a third of it zeros.
-          if (name == "y")
-            for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = std::max(0.0, t.data<double>()[i]);
-          feeds[name] = t.Cast(dtype).value();
-          return b.Input(name, {shape, dtype});
-        };
-        const ValueId dy = input("dy", x_shape, -1, 1), x = input("x", x_shape, -1, 2),
-                      gamma = input("gamma", c_shape, 0.5, 1.5), mean = input("mean", c_shape, -0.5, 0.5),
-                      invstd = input("invstd", c_shape, 0.5, 2), y = input("y", x_shape, -0.5, 1);
-        const AttrMap plain{{"training", training}};
-        AttrMap masked = plain;
-        masked.Set("activation", "relu");
-        auto fused = b.Add("BatchNormBackward", {dy, x, gamma, mean, invstd, y}, masked, "fused");
-        auto relu = b.Add1("ReLUBackward", {dy, y}, {}, "relu");
-        REQUIRE(fused.ok());
-        REQUIRE(relu.ok());
-        auto apart = b.Add("BatchNormBackward", {*relu, x, gamma, mean, invstd}, plain, "apart");
-        REQUIRE(apart.ok());
-        for (int i = 0; i < 3; ++i) {
-          graph.outputs()["fused" + std::to_string(i)] = (*fused)[i];
-          graph.outputs()["apart" + std::to_string(i)] = (*apart)[i];
+      for (bool training : {true, false})
+        for (const std::string activation : {"relu", "relu6"}) {
+          INFO(device.ToString() << " " << DTypeName(dtype) << (training ? " training " : " eval ") << activation);
+          const Shape x_shape{4, 6, 5, 5}, c_shape{6};
+          Graph graph;
+          GraphBuilder b(&graph);
+          std::map<std::string, Tensor> feeds;
+          Rng rng(5);
+          auto input = [&](const std::string& name, const Shape& shape, double lo, double hi) {
+            Tensor t = Tensor::Zeros(shape, DType::kF64);
+            for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(lo, hi);
+            // y: the activation's output: a third of it zeros, for ReLU6 also sixes.
+            if (name == "y")
+              for (int64_t i = 0; i < t.numel(); ++i)
+                t.data<double>()[i] = std::min(std::max(0.0, t.data<double>()[i]), activation == "relu6" ? 6.0 : 1e9);
+            feeds[name] = t.Cast(dtype).value();
+            return b.Input(name, {shape, dtype});
+          };
+          const ValueId dy = input("dy", x_shape, -1, 1), x = input("x", x_shape, -1, 2),
+                        gamma = input("gamma", c_shape, 0.5, 1.5), mean = input("mean", c_shape, -0.5, 0.5),
+                        invstd = input("invstd", c_shape, 0.5, 2), y = input("y", x_shape, -3, 9);
+          const AttrMap plain{{"training", training}};
+          AttrMap masked = plain;
+          masked.Set("activation", activation.c_str());
+          auto fused = b.Add("BatchNormBackward", {dy, x, gamma, mean, invstd, y}, masked, "fused");
+          auto relu = b.Add1(activation == "relu" ? "ReLUBackward" : "ReLU6Backward", {dy, y}, {}, "relu");
+          REQUIRE(fused.ok());
+          REQUIRE(relu.ok());
+          auto apart = b.Add("BatchNormBackward", {*relu, x, gamma, mean, invstd}, plain, "apart");
+          REQUIRE(apart.ok());
+          for (int i = 0; i < 3; ++i) {
+            graph.outputs()["fused" + std::to_string(i)] = (*fused)[i];
+            graph.outputs()["apart" + std::to_string(i)] = (*apart)[i];
+          }
+          ExecutorOptions o;
+          o.device = device;
+          auto exec = Executor::Create(graph, o);
+          REQUIRE(exec.ok());
+          auto out = (*exec)->Run(feeds);
+          REQUIRE(out.ok());
+          for (int i = 0; i < 3; ++i)
+            CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
+                              out->at("fused" + std::to_string(i)));
         }
-        ExecutorOptions o;
-        o.device = device;
-        auto exec = Executor::Create(graph, o);
-        REQUIRE(exec.ok());
-        auto out = (*exec)->Run(feeds);
-        REQUIRE(out.ok());
-        for (int i = 0; i < 3; ++i)
-          CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
-                            out->at("fused" + std::to_string(i)));
-      }
 }
 
 TEST_CASE("layer norm passes the op harness") {

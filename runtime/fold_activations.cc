@@ -16,15 +16,39 @@ bool IsViewNode(const Node& n) {
   return def && def->IsView() && !n.inputs.empty() && n.outputs.size() == 1;
 }
 
-// The BatchNorm whose y is `v`, or whose y `v` is a view of through views
-// that only the next one reads, where `v` has one reader (the ReLU) and no
+// The activations folded, by op: the BatchNorm ops' attr activation, and
+// the backward op, whose saved input (ReLU's output, ReLU6's input) gives
+// the same mask read from the output: ReLU6's 0 < x < 6 holds exactly
+// where 0 < clamp(x, 0, 6) < 6.
+struct Foldable {
+  const char* op;
+  const char* backward;
+  const char* activation;
+};
+constexpr Foldable kFoldable[] = {{"ReLU", "ReLUBackward", "relu"}, {"ReLU6", "ReLU6Backward", "relu6"}};
+
+const Foldable* FoldableOf(const std::string& op, bool backward) {
+  for (const Foldable& f : kFoldable)
+    if (op == (backward ? f.backward : f.op)) return &f;
+  return nullptr;
+}
+
+// The BatchNorm whose y is `v` (the activation's input), or whose y `v` is
+// a view of through views that only the next one reads, where `v` has one
+// reader besides the activation's backward ops (the activation) and no
 // value on the way is kept; else -1.
 NodeId FoldableBatchNorm(const Graph& g, ValueId v, const std::map<ValueId, std::vector<NodeId>>& readers,
-                         const std::set<ValueId>& keep) {
-  while (true) {
+                         const std::set<ValueId>& keep, const Foldable& activation) {
+  for (bool first = true;; first = false) {
     if (keep.count(v)) return -1;
     auto r = readers.find(v);
-    if (r == readers.end() || r->second.size() != 1) return -1;
+    if (r == readers.end()) return -1;
+    size_t others = 0;  // readers but the activation's backward (at the activation's input only)
+    for (NodeId reader : r->second) {
+      const Node& n = g.node(reader);
+      others += !(first && n.op == activation.backward && n.inputs.size() == 2 && n.inputs[1] == v);
+    }
+    if (others != 1) return -1;
     const NodeId producer = g.value(v).producer;
     if (producer < 0) return -1;
     const Node& n = g.node(producer);
@@ -35,7 +59,7 @@ NodeId FoldableBatchNorm(const Graph& g, ValueId v, const std::map<ValueId, std:
   }
 }
 
-// Where a ReLUBackward's output dt goes when it folds into a
+// Where an activation's backward output dt goes when it folds into a
 // BatchNormBackward: that node, and the views between (each value on the
 // way read once and not kept); nullopt when it does not.
 struct BackwardFold {
@@ -74,18 +98,19 @@ ValueId ViewedAs(const Graph& g, ValueId v, const TensorType& type) {
   return v;
 }
 
-// The forward half: a ReLU into the BatchNorm it reads.
+// The forward half: a ReLU or ReLU6 into the BatchNorm it reads.
 int FoldForward(Graph* graph, const std::set<ValueId>& keep) {
   const std::map<ValueId, std::vector<NodeId>> readers = graph->Consumers();
   std::map<ValueId, ValueId> replaced;  // a folded ReLU's output -> its input
   std::vector<NodeId> folded;
-  for (const Node& relu : graph->nodes()) {
-    if (relu.op != "ReLU" || relu.inputs.size() != 1 || keep.count(relu.outputs[0])) continue;
-    const NodeId bn = FoldableBatchNorm(*graph, relu.inputs[0], readers, keep);
+  for (const Node& act : graph->nodes()) {
+    const Foldable* f = FoldableOf(act.op, false);
+    if (!f || act.inputs.size() != 1 || keep.count(act.outputs[0])) continue;
+    const NodeId bn = FoldableBatchNorm(*graph, act.inputs[0], readers, keep, *f);
     if (bn < 0) continue;
-    graph->mutable_node(bn).attrs.Set("activation", "relu");
-    replaced[relu.outputs[0]] = relu.inputs[0];
-    folded.push_back(relu.id);
+    graph->mutable_node(bn).attrs.Set("activation", f->activation);
+    replaced[act.outputs[0]] = act.inputs[0];
+    folded.push_back(act.id);
   }
   if (folded.empty()) return 0;
   for (const Node& n : graph->nodes())
@@ -95,15 +120,16 @@ int FoldForward(Graph* graph, const std::set<ValueId>& keep) {
   return static_cast<int>(folded.size());
 }
 
-// The backward half: a ReLUBackward (dy, y) -> dt that only a
-// BatchNormBackward reads (through views) is done by it: it reads dy (the
-// views now view dy) and y (or the value y views with its dy's type) and
-// masks dy itself.
+// The backward half: a ReLUBackward or ReLU6Backward (dy, s) -> dt that
+// only a BatchNormBackward reads (through views) is done by it: it reads dy
+// (the views now view dy) and s (or the value s views with its dy's type)
+// and masks dy itself.
 int FoldBackward(Graph* graph, const std::set<ValueId>& keep) {
   const std::map<ValueId, std::vector<NodeId>> readers = graph->Consumers();
   std::vector<NodeId> folded;
   for (const Node& node : graph->nodes()) {
-    if (node.op != "ReLUBackward" || node.inputs.size() != 2) continue;
+    const Foldable* f = FoldableOf(node.op, true);
+    if (!f || node.inputs.size() != 2) continue;
     const std::optional<BackwardFold> fold = FoldableBatchNormBackward(*graph, node.outputs[0], readers, keep);
     if (!fold) continue;
     Node& bnb = graph->mutable_node(fold->batch_norm_backward);
@@ -116,7 +142,7 @@ int FoldBackward(Graph* graph, const std::set<ValueId>& keep) {
       graph->mutable_node(fold->views[0]).inputs[0] = dy;  // dt and dy have one type
     }
     bnb.inputs.push_back(y);
-    bnb.attrs.Set("activation", "relu");
+    bnb.attrs.Set("activation", f->activation);
     folded.push_back(node.id);
   }
   graph->RemoveNodes(folded);

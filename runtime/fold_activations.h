@@ -8,19 +8,21 @@
 
 namespace loom {
 
-// Folds each ReLU whose input is a BatchNorm's y, directly or through
-// views, into that BatchNorm as its activation epilogue (attr activation
-// "relu"), where nothing else reads y or the views between and none of
-// them is a value callers read (a graph output, a state update) or a
-// gradient. The ReLU's readers then read the BatchNorm's y (or the last
-// view), which holds the same values, and the ReLU node is removed: a pass
-// over the activations saved. A ReLU whose own output is a graph output or
+// Folds each ReLU (or ReLU6) whose input is a BatchNorm's y, directly or
+// through views, into that BatchNorm as its activation epilogue (attr
+// activation "relu" or "relu6"), where nothing else reads y or the views
+// between (but the activation's own backward, which then reads the
+// activated values: ReLU6's mask is the same from them) and none of them is
+// a value callers read (a graph output, a state update) or a gradient. The
+// activation's readers then read the BatchNorm's y (or the last view),
+// which holds the same values, and its node is removed: a pass over the
+// activations saved. An activation whose own output is a graph output or
 // state update stays.
 //
-// Likewise backward: a ReLUBackward (dy, y) whose output only a
-// BatchNormBackward reads as its dy (through views) is done by that node,
-// which reads dy and y and masks dy as it goes (attr activation "relu",
-// y its sixth input): the ReLUBackward's pass and its output saved.
+// Likewise backward: a ReLUBackward or ReLU6Backward (dy, s) whose output
+// only a BatchNormBackward reads as its dy (through views) is done by that
+// node, which reads dy and s and masks dy as it goes (attr activation, s
+// its sixth input): the backward op's pass and its output saved.
 //
 // The same bits either way. Returns how many nodes were folded.
 int FoldReluIntoBatchNorm(Graph* graph);

@@ -17,15 +17,17 @@ bool SameBits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-// A convolution, a BatchNorm and a ReLU, then a second BatchNorm whose
-// ReLU reads it through a view (as a fused array's do), and a loss.
-Graph ConvNet() {
+// A convolution, a BatchNorm and a ReLU (ReLU6 with `relu6`), then a
+// second BatchNorm whose activation reads it through a view (as a fused
+// array's do), and a loss.
+Graph ConvNet(bool relu6 = false) {
   Model m;
+  auto act = [&](Sym v) { return relu6 ? m.relu6(v) : m.relu(v); };
   Sym x = m.input("x", {4, 3, 6, 6});
   Sym y = m.input("y", {4}, DType::kI64);
-  Sym h = m.relu(m.batch_norm(m.conv2d(x, 5, {3, 3}, {}, "conv1"), {}, "bn1"));
+  Sym h = act(m.batch_norm(m.conv2d(x, 5, {3, 3}, {}, "conv1"), {}, "bn1"));
   Sym f = m.batch_norm(m.conv2d(h, 4, {3, 3}, {}, "conv2"), {}, "bn2");
-  Sym r = m.relu(m.reshape(f, {4, 4 * 2 * 2}));
+  Sym r = act(m.reshape(f, {4, 4 * 2 * 2}));
   m.set_output("loss", m.cross_entropy(m.linear(r, 3, {}, "fc"), y));
   return m.graph();
 }
@@ -60,8 +62,8 @@ std::map<std::string, Tensor> Feeds(const Graph& g) {
 }
 
 // Three steps with and without folding: the same outputs and state, bit
-// for bit; `relus_folded` ReLUs and as many ReLUBackwards are gone.
-void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
+// for bit; `folded` activations (`op`) and as many backward ops are gone.
+void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string& op = "ReLU") {
   const std::map<std::string, Tensor> feeds = Feeds(step);
   ExecutorOptions plain;
   plain.fold_activations = false;
@@ -69,9 +71,9 @@ void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
   auto unfolded = Executor::Create(step, plain);
   REQUIRE(folded.ok());
   REQUIRE(unfolded.ok());
-  CHECK(Count((*unfolded)->graph(), "ReLU") == Count(step, "ReLU"));
-  CHECK(Count((*folded)->graph(), "ReLU") == Count(step, "ReLU") - relus_folded);
-  CHECK(Count((*folded)->graph(), "ReLUBackward") == Count(step, "ReLUBackward") - relus_folded);
+  CHECK(Count((*unfolded)->graph(), op) == Count(step, op));
+  CHECK(Count((*folded)->graph(), op) == Count(step, op) - folded_count);
+  CHECK(Count((*folded)->graph(), op + "Backward") == Count(step, op + "Backward") - folded_count);
   REQUIRE((*folded)->InitializeState(7).ok());
   REQUIRE((*unfolded)->InitializeState(7).ok());
   for (int i = 0; i < 3; ++i) {
@@ -90,14 +92,16 @@ void CheckFoldedRunsAlike(const Graph& step, int relus_folded) {
   }
 }
 
-TEST_CASE("a ReLU that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {
+TEST_CASE("a ReLU or ReLU6 that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {
+  FusionOptions three;
+  three.replicas = 3;
+  three.seeds = {1, 2, 3};
   SECTION("one model: directly and through a view") { CheckFoldedRunsAlike(TrainingStep(ConvNet()), 2); }
-  SECTION("a fused array of three") {
-    FusionOptions f;
-    f.replicas = 3;
-    f.seeds = {1, 2, 3};
-    CheckFoldedRunsAlike(TrainingStep(ConvNet(), f), 2);
-  }
+  SECTION("a fused array of three") { CheckFoldedRunsAlike(TrainingStep(ConvNet(), three), 2); }
+  // ReLU6's backward reads its input, which then holds the clamped values:
+  // the same mask.
+  SECTION("ReLU6, one model") { CheckFoldedRunsAlike(TrainingStep(ConvNet(true)), 2, "ReLU6"); }
+  SECTION("ReLU6, a fused array of three") { CheckFoldedRunsAlike(TrainingStep(ConvNet(true), three), 2, "ReLU6"); }
 }
 
 TEST_CASE("a BatchNorm whose output is read elsewhere, or is an output, keeps its ReLU apart") {

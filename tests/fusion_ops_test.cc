@@ -389,6 +389,9 @@ std::vector<FuseCase> Cases() {
       {Rep({2, 3, 4}), Rep({3}), Rep({3}), Rep({3}), Rep({3}, 0.5, 2)}, Fused({{"BatchNorm", 1}, {"Transpose", 1}}));
   add("BatchNorm train with the ReLU epilogue", "BatchNorm", A({{"training", true}, {"activation", "relu"}}),
       {Rep({3, 2, 3, 3}), Rep({2}), Rep({2}), Rep({2}), Rep({2}, 0.5, 2)}, Fused({{"BatchNorm", 1}, {"Transpose", 1}}));
+  add("BatchNorm train with the ReLU6 epilogue", "BatchNorm", A({{"training", true}, {"activation", "relu6"}}),
+      {Rep({3, 2, 3, 3}), Rep({2}, 4, 8), Rep({2}), Rep({2}), Rep({2}, 0.5, 2)},
+      Fused({{"BatchNorm", 1}, {"Transpose", 1}}));
   // Per-replica gamma and beta: rows of [R, normalized_shape] in LayerNorm's own pass, no Mul or Add.
   add("LayerNorm affine", "LayerNorm", A({{"normalized_shape", std::vector<int64_t>{5}}}),
       {Rep({2, 3, 5}), Rep({5}), Rep({5})}, Fused({{"LayerNorm", 1}, {"Mul", 0}, {"Add", 0}}));

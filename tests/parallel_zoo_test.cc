@@ -99,17 +99,20 @@ TEST_CASE("each zoo GAN's two steps train under dp, owt, model, parameter, attri
   }
 }
 
-// A small convolutional step in f64 (batch 8): conv, BatchNorm, ReLU
-// unless `epilogue` makes the ReLU the BatchNorm's own, then a classifier.
-StepCase ConvBatchNormReluCase(bool epilogue) {
+// A small convolutional step in f64 (batch 8): conv, BatchNorm (gamma 3,
+// so that ReLU6 clamps at 6 too), `activation` ("relu", "relu6") unless
+// `epilogue` makes it the BatchNorm's own, then a classifier.
+StepCase ConvBatchNormReluCase(bool epilogue, const std::string& activation = "relu") {
   Model m(DType::kF64);
   Sym x = m.input("input", {8, 2, 6, 6});
-  Sym h = m.batch_norm(m.conv2d(x, 4, {3, 3}, {}, "conv"), {}, "bn");
-  if (!epilogue) h = m.relu(h);
+  BatchNormOptions bn;
+  bn.weight_init = InitConstant(3);
+  Sym h = m.batch_norm(m.conv2d(x, 4, {3, 3}, {}, "conv"), bn, "bn");
+  if (!epilogue) h = activation == "relu" ? m.relu(h) : m.relu6(h);
   m.set_output("loss", m.cross_entropy(m.linear(m.flatten(h), 4, {}, "fc"), m.input("target", {8}, DType::kI64)));
   REQUIRE(m.status().ok());
   Graph model = m.graph();
-  if (epilogue) model.mutable_node(*model.FindNode("bn")).attrs.Set("activation", "relu");
+  if (epilogue) model.mutable_node(*model.FindNode("bn")).attrs.Set("activation", activation.c_str());
   std::mt19937_64 rng(11);
   Tensor input = Tensor::Zeros({8, 2, 6, 6}, DType::kF64), target = Tensor::Zeros({8}, DType::kI64);
   for (int64_t i = 0; i < input.numel(); ++i)
@@ -120,9 +123,9 @@ StepCase ConvBatchNormReluCase(bool epilogue) {
   return *c;
 }
 
-// Compute tasks of `op` when `c` is lowered under data parallelism over 2,
-// with the ReLU's work (attr activation "relu") when `relu`.
-int DataParallelTasksOf(const StepCase& c, const std::string& op, bool relu = false) {
+// Compute tasks of `op` with attr activation `activation` when `c` is
+// lowered under data parallelism over 2.
+int DataParallelTasksOf(const StepCase& c, const std::string& op, const std::string& activation = "none") {
   auto dp = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 2);
   REQUIRE(dp.ok());
   auto tg = LowerStrategy(c, StrategyToText(*dp));
@@ -131,7 +134,7 @@ int DataParallelTasksOf(const StepCase& c, const std::string& op, bool relu = fa
   for (const Task& t : tg->tasks) {
     if (t.kind != TaskKind::kCompute) continue;
     const Node& n = tg->graph.node(t.node);
-    count += n.op == op && relu == (n.attrs.Str("activation", "none") == "relu");
+    count += n.op == op && n.attrs.Str("activation", "none") == activation;
   }
   return count;
 }
@@ -140,11 +143,14 @@ int DataParallelTasksOf(const StepCase& c, const std::string& op, bool relu = fa
 // following ReLU into; a user's graph may hold it too) splits as the two
 // ops would; along the batch its expansion's BatchNormApply does the ReLU.
 TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on one device") {
-  const StepCase c = ConvBatchNormReluCase(true);
-  std::mt19937_64 rng(11);
-  CheckStandardAndRandom(c, rng);
-  CHECK(DataParallelTasksOf(c, "BatchNormApply", true) == 2);
-  CHECK(DataParallelTasksOf(c, "ReLU") == 0);
+  for (const std::string activation : {"relu", "relu6"}) {
+    INFO(activation);
+    const StepCase c = ConvBatchNormReluCase(true, activation);
+    std::mt19937_64 rng(11);
+    CheckStandardAndRandom(c, rng);
+    CHECK(DataParallelTasksOf(c, "BatchNormApply", activation) == 2);
+    CHECK(DataParallelTasksOf(c, "ReLU") == 0);
+  }
 }
 
 // The executor's folded step (runtime/fold_activations.h: BatchNorm and
@@ -152,15 +158,20 @@ TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on 
 // devices runs it, lowered under the strategies: along the batch the
 // expansions' parts do the ReLU's work too.
 TEST_CASE("a step with its ReLUs folded into the BatchNorms trains under the strategies as on one device") {
-  StepCase c = ConvBatchNormReluCase(false);
-  REQUIRE(FoldReluIntoBatchNorm(&c.step) == 2);
-  std::mt19937_64 rng(13);
-  CheckStandardAndRandom(c, rng);
-  CHECK(DataParallelTasksOf(c, "BatchNormApply", true) == 2);
-  CHECK(DataParallelTasksOf(c, "BatchNormBackwardStats", true) == 2);
-  CHECK(DataParallelTasksOf(c, "BatchNormBackwardApply", true) == 2);
-  CHECK(DataParallelTasksOf(c, "ReLU") == 0);
-  CHECK(DataParallelTasksOf(c, "ReLUBackward") == 0);
+  for (const std::string activation : {"relu", "relu6"}) {
+    INFO(activation);
+    StepCase c = ConvBatchNormReluCase(false, activation);
+    REQUIRE(FoldReluIntoBatchNorm(&c.step) == 2);
+    std::mt19937_64 rng(13);
+    CheckStandardAndRandom(c, rng);
+    CHECK(DataParallelTasksOf(c, "BatchNormApply", activation) == 2);
+    CHECK(DataParallelTasksOf(c, "BatchNormBackwardStats", activation) == 2);
+    CHECK(DataParallelTasksOf(c, "BatchNormBackwardApply", activation) == 2);
+    CHECK(DataParallelTasksOf(c, "ReLU") == 0);
+    CHECK(DataParallelTasksOf(c, "ReLUBackward") == 0);
+    CHECK(DataParallelTasksOf(c, "ReLU6") == 0);
+    CHECK(DataParallelTasksOf(c, "ReLU6Backward") == 0);
+  }
 }
 
 // Operation parallelism: each branch of every Inception block on a device

@@ -8,6 +8,9 @@
 // every layout) and run deterministically.
 #include "ops/cuda/norm_kernels.h"
 
+#include <optional>
+#include <string>
+
 #include "ops/cuda/activation_kernels.h"
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/norm_geometry.h"
@@ -24,16 +27,25 @@ StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
   return Tensor::Empty(Shape({doubles}), DType::kF64, device);
 }
 
-// The ReLU epilogue (attr activation "relu") as a second pass over output
-// `out`, in place: the CPU's bits (CPU executors fold ReLUs into
-// BatchNorms, where it saves a pass; CUDA executors do not fold).
-Status ReluEpilogue(const KernelContext& ctx, int out, cudaStream_t stream) {
-  if (ctx.attrs->Str("activation") != "relu") return Status::Ok();
+// Attr activation's kind ("relu", "relu6"), or nullopt for "none".
+std::optional<Unary> EpilogueOf(const KernelContext& ctx) {
+  const std::string a = ctx.attrs->Str("activation");
+  if (a == "relu") return Unary::kRelu;
+  if (a == "relu6") return Unary::kRelu6;
+  return std::nullopt;
+}
+
+// The activation epilogue as a second pass over output `out`, in place:
+// the CPU's bits (CPU executors fold ReLUs into BatchNorms, where it saves
+// a pass; CUDA executors do not fold).
+Status ActivationEpilogue(const KernelContext& ctx, int out, cudaStream_t stream) {
+  const std::optional<Unary> kind = EpilogueOf(ctx);
+  if (!kind) return Status::Ok();
   Tensor& y = ctx.out(out);
-  return DispatchCudaFloat(y.dtype(), "the ReLU epilogue", [&](auto zero) -> Status {
+  return DispatchCudaFloat(y.dtype(), "the activation epilogue", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(
-        LaunchActivationForward<T>(Unary::kRelu, y.data<T>(), y.data<T>(), y.numel(), ActivationParams{}, stream));
+        LaunchActivationForward<T>(*kind, y.data<T>(), y.data<T>(), y.numel(), ActivationParams{}, stream));
     return Status::Ok();
   });
 }
@@ -51,15 +63,17 @@ BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, const void* dy) {
           ctx.out(2).raw_data()};
 }
 
-// dy as the backward ops read it: input 0, or with the ReLU mask (attr
-// activation "relu", the ReLU's output y at input `y`) ReLUBackward's pass
-// into a scratch tensor (held in `scratch`).
+// dy as the backward ops read it: input 0, or with the activation's mask
+// (its output y at input `y`: ReLU's and ReLU6's gradients from y are
+// theirs from x) the activation's backward pass into a scratch tensor
+// (held in `scratch`).
 StatusOr<const void*> MaskedDy(const KernelContext& ctx, int y, Tensor* scratch, cudaStream_t stream) {
-  if (ctx.attrs->Str("activation") != "relu") return static_cast<const void*>(ctx.in(0).raw_data());
+  const std::optional<Unary> kind = EpilogueOf(ctx);
+  if (!kind) return static_cast<const void*>(ctx.in(0).raw_data());
   LOOM_ASSIGN_OR_RETURN(*scratch, Tensor::Empty(ctx.in(0).shape(), ctx.in(0).dtype(), ctx.device));
-  LOOM_RETURN_IF_ERROR(DispatchCudaFloat(ctx.in(0).dtype(), "the ReLU mask", [&](auto zero) -> Status {
+  LOOM_RETURN_IF_ERROR(DispatchCudaFloat(ctx.in(0).dtype(), "the activation's mask", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(Unary::kRelu, ctx.in(0).data<T>(), ctx.in(y).data<T>(),
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(*kind, ctx.in(0).data<T>(), ctx.in(y).data<T>(),
                                                           scratch->data<T>(), scratch->numel(), ActivationParams{},
                                                           stream));
     return Status::Ok();
@@ -80,7 +94,7 @@ Status BatchNormKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(
         LaunchBatchNorm<T>(training, momentum, eps, dims, args, workspace.data<double>(), stream));
-    return ReluEpilogue(ctx, 0, stream);
+    return ActivationEpilogue(ctx, 0, stream);
   });
 }
 LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCuda, BatchNormKernel);
@@ -145,7 +159,7 @@ Status BatchNormApplyKernel(KernelContext& ctx) {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormApply<T>(momentum, eps, count, dims, args, pivot.raw_data(),
                                                       ctx.in(5).data<double>(), workspace.data<double>(), stream));
-    return ReluEpilogue(ctx, 0, stream);
+    return ActivationEpilogue(ctx, 0, stream);
   });
 }
 LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCuda, BatchNormApplyKernel);
