@@ -35,27 +35,16 @@ void CheckAsync(const StepCase& c, const testing::StepResults& want, const std::
 
 TEST_CASE("zoo models on asynchronous queues train under dp, owt, model and random strategies as on one device") {
   std::mt19937_64 rng(31);
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s)) continue;
-    INFO(s.name);
-    const StepCase c = testing::ZooStepCase(s, std::nullopt);
-    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
-    if (!want.ok()) FAIL(want.status().ToString());
-    auto strategies = testing::StandardAndRandomStrategies(c, rng);
-    if (!strategies.ok()) FAIL(strategies.status().ToString());
-    for (const std::string& strategy : *strategies) CheckAsync(c, *want, strategy, rng());
-  }
+  testing::ForEachZooRuntimeCase(rng, [&](const StepCase& c, const testing::StepResults& want,
+                                          const std::vector<std::string>& strategies) {
+    for (const std::string& strategy : strategies) CheckAsync(c, want, strategy, rng());
+  });
 }
 
 TEST_CASE("fused arrays on asynchronous queues split their replicas as on one device") {
-  auto cases = testing::ReplicaSplitCases();
-  if (!cases.ok()) FAIL(cases.status().ToString());
-  for (const testing::ReplicaSplitCase& k : *cases) {
-    INFO(k.name);
-    auto want = testing::RunOneDevice(k.c, testing::ZooSteps(k.c), 5);
-    if (!want.ok()) FAIL(want.status().ToString());
-    CheckAsync(k.c, *want, k.strategy, 3);
-  }
+  testing::ForEachReplicaSplitCase([](const StepCase& c, const testing::StepResults& want, const std::string& strategy) {
+    CheckAsync(c, want, strategy, 3);
+  });
 }
 
 // The queue itself: a wait holds back later work until the other queue's

@@ -200,32 +200,43 @@ int ZooSteps(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty()
 
 double ZooTolerance(const StepCase& c) { return c.step.NodesWithOp("BatchNorm").empty() ? 1e-9 : 1e-4; }
 
-StatusOr<std::vector<std::string>> StandardAndRandomStrategies(const StepCase& c, std::mt19937_64& rng) {
-  std::vector<std::string> strategies;
-  for (StandardStrategy kind :
-       {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
-    LOOM_ASSIGN_OR_RETURN(const proto::Strategy s, MakeStandardStrategy(c.forward, kind, 2));
-    strategies.push_back(StrategyToText(s));
+void ForEachZooRuntimeCase(std::mt19937_64& rng, const std::function<void(const StepCase& c, const StepResults& want,
+                                                                          const std::vector<std::string>& strategies)>& check) {
+  for (const SmallModel& s : SmallModels()) {
+    if (IsGan(s)) continue;
+    INFO(s.name);
+    const StepCase c = ZooStepCase(s, std::nullopt);
+    auto want = RunOneDevice(c, ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    std::vector<std::string> strategies;
+    for (StandardStrategy kind :
+         {StandardStrategy::kDataParallel, StandardStrategy::kOneWeirdTrick, StandardStrategy::kModelParallel}) {
+      auto standard = MakeStandardStrategy(c.forward, kind, 2);
+      if (!standard.ok()) FAIL(standard.status().ToString());
+      strategies.push_back(StrategyToText(*standard));
+    }
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string random = RandomStrategy(c.forward, 3, rng);
+      if (!LowerStrategy(c, random).ok()) continue;
+      strategies.push_back(std::move(random));
+      break;
+    }
+    check(c, *want, strategies);
   }
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string random = RandomStrategy(c.forward, 3, rng);
-    if (!LowerStrategy(c, random).ok()) continue;
-    strategies.push_back(std::move(random));
-    break;
-  }
-  return strategies;
 }
 
-StatusOr<std::vector<ReplicaSplitCase>> ReplicaSplitCases() {
-  std::vector<ReplicaSplitCase> cases;
+void ForEachReplicaSplitCase(
+    const std::function<void(const StepCase& c, const StepResults& want, const std::string& strategy)>& check) {
   for (const SmallModel& s : SmallModels()) {
     if (s.name != "mlp" && s.name != "cnn" && s.name != "transformer_lm") continue;
-    StepCase c = ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
-    LOOM_ASSIGN_OR_RETURN(const proto::Strategy split,
-                          MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2));
-    cases.push_back({s.name, std::move(c), StrategyToText(split)});
+    INFO(s.name);
+    const StepCase c = ZooStepCase(s, FusionOptions{2, {7, 8}, {}, {}});
+    auto split = MakeStandardStrategy(c.forward, StandardStrategy::kReplicaParallel, 2);
+    if (!split.ok()) FAIL(split.status().ToString());
+    auto want = RunOneDevice(c, ZooSteps(c), 5);
+    if (!want.ok()) FAIL(want.status().ToString());
+    check(c, *want, StrategyToText(*split));
   }
-  return cases;
 }
 
 std::string RandomStrategy(const Graph& forward, int64_t devices, std::mt19937_64& rng) {

@@ -84,20 +84,18 @@ int ZooSteps(const StepCase& c);
 // batch amplify those differences; a wrong split is off by 1e-2 and more).
 double ZooTolerance(const StepCase& c);
 
-// The strategies the zoo-wide runtime checks run `c` under: dp, OWT and
-// model over 2 devices, then one random strategy over 3 (RandomStrategy)
-// that fits its shapes.
-StatusOr<std::vector<std::string>> StandardAndRandomStrategies(const StepCase& c, std::mt19937_64& rng);
+// Calls `check` with every zoo model but the GANs (unfused), its results on
+// one device (ZooSteps steps from seed 5), and the strategies the zoo-wide
+// runtime checks run it under: dp, OWT and model over 2 devices, then one
+// random strategy over 3 (RandomStrategy) that fits its shapes.
+void ForEachZooRuntimeCase(std::mt19937_64& rng, const std::function<void(const StepCase& c, const StepResults& want,
+                                                                          const std::vector<std::string>& strategies)>& check);
 
-// The MLP, CNN and Transformer LM of the small zoo fused as 2 replicas
-// (seeds 7, 8), each with the strategy that splits the replicas over 2
-// devices.
-struct ReplicaSplitCase {
-  std::string name;
-  StepCase c;
-  std::string strategy;
-};
-StatusOr<std::vector<ReplicaSplitCase>> ReplicaSplitCases();
+// Calls `check` with the MLP, CNN and Transformer LM of the small zoo fused
+// as 2 replicas (seeds 7, 8), each with its results on one device and the
+// strategy that splits the replicas over 2 devices.
+void ForEachReplicaSplitCase(
+    const std::function<void(const StepCase& c, const StepResults& want, const std::string& strategy)>& check);
 
 // A strategy over `devices` devices: per forward layer, degrees of 1 or 2
 // for the dimensions its op declares (sample, attribute, parameter, and

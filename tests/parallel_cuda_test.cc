@@ -45,34 +45,23 @@ void CheckOnStreams(const StepCase& c, const testing::StepResults& want, const s
 TEST_CASE("zoo models on streams of one GPU train under dp, owt, model and random strategies as on one device") {
   if (!RunGpuChecks()) return;
   std::mt19937_64 rng(29);
-  for (const testing::SmallModel& s : testing::SmallModels()) {
-    if (testing::IsGan(s)) continue;
-    INFO(s.name);
-    const StepCase c = testing::ZooStepCase(s, std::nullopt);
-    auto want = testing::RunOneDevice(c, testing::ZooSteps(c), 5);
-    if (!want.ok()) FAIL(want.status().ToString());
-    auto strategies = testing::StandardAndRandomStrategies(c, rng);
-    if (!strategies.ok()) FAIL(strategies.status().ToString());
-    for (const std::string& strategy : *strategies) {
+  testing::ForEachZooRuntimeCase(rng, [](const StepCase& c, const testing::StepResults& want,
+                                         const std::vector<std::string>& strategies) {
+    for (const std::string& strategy : strategies) {
       auto parsed = Strategy::Parse(strategy, "strategy.pbtxt");
       if (!parsed.ok()) FAIL(parsed.status().ToString());
-      CheckOnStreams(c, *want, strategy, static_cast<int>(parsed->devices()));
+      CheckOnStreams(c, want, strategy, static_cast<int>(parsed->devices()));
     }
     auto four = MakeStandardStrategy(c.forward, StandardStrategy::kDataParallel, 4);
-    if (four.ok()) CheckOnStreams(c, *want, StrategyToText(*four), 4);
-  }
+    if (four.ok()) CheckOnStreams(c, want, StrategyToText(*four), 4);
+  });
 }
 
 TEST_CASE("a fused array's replicas split over streams of one GPU as on one device") {
   if (!RunGpuChecks()) return;
-  auto cases = testing::ReplicaSplitCases();
-  if (!cases.ok()) FAIL(cases.status().ToString());
-  for (const testing::ReplicaSplitCase& k : *cases) {
-    INFO(k.name);
-    auto want = testing::RunOneDevice(k.c, testing::ZooSteps(k.c), 5);
-    if (!want.ok()) FAIL(want.status().ToString());
-    CheckOnStreams(k.c, *want, k.strategy, 2);
-  }
+  testing::ForEachReplicaSplitCase([](const StepCase& c, const testing::StepResults& want, const std::string& strategy) {
+    CheckOnStreams(c, want, strategy, 2);
+  });
 }
 
 // A block freed by a thread bound to stream A goes back to A only: B gets

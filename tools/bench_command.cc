@@ -563,13 +563,14 @@ Status BenchParallel(const Flags& flags) {
   eo.pool = &one_thread;
   eo.device = first;
   LOOM_ASSIGN_OR_RETURN(auto exec, Executor::Create(programs.step, eo));
+  // The strategies lower the step as this executor runs it (folded on CPU devices).
+  const Graph executed = exec->graph();
   variants.push_back({"1 device", {}});
   if (speaks) variants.back().runners.push_back(std::move(exec));
   for (const std::string& kind_name : SplitCommas(flags.Str("strategies", "dp,owt,model"))) {
     LOOM_ASSIGN_OR_RETURN(const Strategy strategy,
                           LoadOrMakeStrategy(kind_name, programs.forward, devices, "--strategies"));
-    // The step as the one-device executor above runs it (folded on CPU devices).
-    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(ExecutedGraph(programs.step, eo), strategy, programs.forward));
+    LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(executed, strategy, programs.forward));
     const std::string where =
         first.is_cuda() ? flags.Str("devices", "")
         : !world        ? StrCat("cpu:", devices)
