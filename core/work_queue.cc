@@ -30,6 +30,7 @@ class CpuWorkQueue final : public WorkQueue {
   Status Mark(int) override { return Status::Ok(); }
   Status WaitFor(const WorkQueue&, int) override { return Status::Ok(); }
   Status Synchronize() override { return Status::Ok(); }
+  bool done_when_queued() const override { return true; }
   Status AllIdle() override { return Status::Ok(); }
 };
 

@@ -62,6 +62,10 @@ class WorkQueue {
   virtual Status WaitFor(const WorkQueue& other, int id) = 0;
   // Returns when the queue's work is done, with its first error.
   virtual Status Synchronize() = 0;
+  // Whether work is done by the time the call that queued it returns (the
+  // CPU's queue): the host may then read what it made, and overwrite what it
+  // read, at once.
+  virtual bool done_when_queued() const { return false; }
   // Waits for all work on the queue's device (every queue's); then the
   // blocks each queue kept for itself (BindThread) may go to any queue.
   virtual Status AllIdle() = 0;

@@ -148,8 +148,6 @@ Status TaskRuntime::Prepare() {
     if (comm_->device() != Device::Cpu())
       return InvalidArgument("the task runtime runs processes on CPU communicators, got one on ",
                              comm_->device().ToString());
-    if (kind != DeviceType::kCpu)
-      return InvalidArgument("CUDA devices across processes (mpirun) are not supported yet: run them in one process");
   }
   for (int64_t d = 0; d < devices; ++d) {
     if (kind == DeviceType::kCpu) {
@@ -278,8 +276,10 @@ StatusOr<Tensor> TaskRuntime::PieceEverywhere(int p) const {
   if (comm_ == nullptr) return pieces_[static_cast<size_t>(p)];
   Tensor t = pieces_[static_cast<size_t>(p)];
   if (!Local(piece.device)) {
-    LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype,
-                                           AllocatorOf(comm_->rank() * devices_per_rank_)));
+    LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));
+    LOOM_ASSIGN_OR_RETURN(t, Tensor::Empty(piece.region.shape(), tasks_.graph.type(piece.value).dtype, host));
+  } else if (!t.device().is_cpu()) {
+    LOOM_ASSIGN_OR_RETURN(t, t.To(Device::Cpu()));
   }
   LOOM_RETURN_IF_ERROR(comm_->Broadcast(t, Owner(piece.device)));
   return t;
@@ -359,7 +359,7 @@ Status TaskRuntime::RunTask(const Task& task, int64_t runner) {
 Status TaskRuntime::QueueTask(const Task& task, WorkQueue& queue, ThreadPool* pool) {
   switch (task.kind) {
     case TaskKind::kTransfer: {
-      if (Owner(task.src_device) != Owner(task.device)) return RunRemoteTransfer(task);
+      if (Owner(task.src_device) != Owner(task.device)) return RunRemoteTransfer(task, queue);
       const Piece& src = tasks_.pieces[static_cast<size_t>(task.sources[0])];
       const Piece& dst = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
       LOOM_ASSIGN_OR_RETURN(Tensor out, PieceTensor(task.outputs[0]));
@@ -426,21 +426,37 @@ Status TaskRuntime::RunHelper(const KernelFn* kernel, const Node& node, std::vec
 
 // A transfer between processes: the source's rank sends the destination's
 // region of its piece, the destination's rank receives it.
-Status TaskRuntime::RunRemoteTransfer(const Task& task) {
+Status TaskRuntime::RunRemoteTransfer(const Task& task, WorkQueue& queue) {
   const int src_piece = task.sources[0], dst_piece = task.outputs[0];
   const Piece& src = tasks_.pieces[static_cast<size_t>(src_piece)];
   const Piece& dst = tasks_.pieces[static_cast<size_t>(dst_piece)];
   if (Local(task.src_device)) {
     LOOM_ASSIGN_OR_RETURN(Tensor region, Tensor::Empty(dst.region.shape(), tasks_.graph.type(dst.value).dtype,
                                                        AllocatorOf(task.src_device)));
-    LOOM_RETURN_IF_ERROR(CopyRegion(pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
-                                    dst.region));
-    return comm_->Send(region, Owner(task.device));
+    LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, pieces_[static_cast<size_t>(src_piece)], src.region, &region, dst.region,
+                                      dst.region));
+    return SendAfter(queue, region, Owner(task.device));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor region, PieceTensor(dst_piece));
-  LOOM_RETURN_IF_ERROR(comm_->Recv(region, Owner(task.src_device)));
+  LOOM_RETURN_IF_ERROR(ReceiveInto(queue, &region, Owner(task.src_device)));
   pieces_[static_cast<size_t>(dst_piece)] = region;
   return Status::Ok();
+}
+
+Status TaskRuntime::SendAfter(WorkQueue& queue, const Tensor& t, int rank) const {
+  if (!queue.done_when_queued()) LOOM_RETURN_IF_ERROR(queue.Synchronize());
+  if (t.device().is_cpu()) return comm_->Send(t, rank);
+  LOOM_ASSIGN_OR_RETURN(Tensor host, t.To(Device::Cpu()));
+  return comm_->Send(host, rank);
+}
+
+Status TaskRuntime::ReceiveInto(WorkQueue& queue, Tensor* dst, int rank) const {
+  if (queue.done_when_queued() && dst->device().is_cpu()) return comm_->Recv(*dst, rank);
+  LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));
+  LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(dst->shape(), dst->dtype(), host));
+  LOOM_RETURN_IF_ERROR(comm_->Recv(received, rank));
+  const Region whole = Region::Whole(dst->shape());
+  return CopyRegionOn(queue, received, whole, dst, whole, whole);
 }
 
 // The partial sums added in the group's order on the task's device (the
@@ -453,7 +469,7 @@ Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool*
   const auto device_of = [&](int p) { return tasks_.pieces[static_cast<size_t>(p)].device; };
   const Piece& first = tasks_.pieces[static_cast<size_t>(task.outputs[0])];
   const DType dtype = tasks_.graph.type(first.value).dtype;
-  if (!Local(task.device)) return JoinCollective(task);
+  if (!Local(task.device)) return JoinCollective(task, queue);
   const Region& summed = SummedRegion(task);
   Allocator* here = AllocatorOf(task.device);
   // Source k (its part in the summed region) on the task's device: copied
@@ -469,7 +485,7 @@ Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool*
     if (Local(device_of(p))) {
       LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, piece, held, &part, summed, summed));
     } else {
-      LOOM_RETURN_IF_ERROR(comm_->Recv(part, Owner(device_of(p))));
+      LOOM_RETURN_IF_ERROR(ReceiveInto(queue, &part, Owner(device_of(p))));
     }
     return part;
   };
@@ -515,7 +531,7 @@ Status TaskRuntime::RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool*
 // member; received when another rank holds them), each output assembled
 // there from the sources it meets and handed to its member.
 Status TaskRuntime::RunRedistribute(const Task& task, WorkQueue& queue) {
-  if (!Local(task.device)) return JoinCollective(task);
+  if (!Local(task.device)) return JoinCollective(task, queue);
   std::vector<Tensor> held;
   std::vector<const Region*> regions;
   for (int p : task.sources) {
@@ -527,7 +543,7 @@ Status TaskRuntime::RunRedistribute(const Task& task, WorkQueue& queue) {
     }
     LOOM_ASSIGN_OR_RETURN(Tensor received, Tensor::Empty(source.region.shape(), tasks_.graph.type(source.value).dtype,
                                                          AllocatorOf(task.device)));
-    LOOM_RETURN_IF_ERROR(comm_->Recv(received, Owner(source.device)));
+    LOOM_RETURN_IF_ERROR(ReceiveInto(queue, &received, Owner(source.device)));
     held.push_back(std::move(received));
   }
   return HandOut(task, queue, held, regions);
@@ -543,7 +559,7 @@ const Region& TaskRuntime::SummedRegion(const Task& task) const {
 // A collective's part on a rank that does not hold its first member: sends
 // this rank's sources to the first member's rank (a sum's sources cut to
 // what it adds), receives its outputs.
-Status TaskRuntime::JoinCollective(const Task& task) {
+Status TaskRuntime::JoinCollective(const Task& task, WorkQueue& queue) {
   const int root = Owner(task.device);
   const bool sums = task.kind == TaskKind::kAllReduce || task.kind == TaskKind::kReduceScatter;
   for (int p : task.sources) {
@@ -551,18 +567,18 @@ Status TaskRuntime::JoinCollective(const Task& task) {
     if (!Local(held.device)) continue;
     const Tensor& source = pieces_[static_cast<size_t>(p)];
     if (!sums || held.region == SummedRegion(task)) {
-      LOOM_RETURN_IF_ERROR(comm_->Send(source, root));
+      LOOM_RETURN_IF_ERROR(SendAfter(queue, source, root));
       continue;
     }
     const Region& summed = SummedRegion(task);
     LOOM_ASSIGN_OR_RETURN(Tensor part, Tensor::Empty(summed.shape(), source.dtype(), AllocatorOf(held.device)));
-    LOOM_RETURN_IF_ERROR(CopyRegion(source, held.region, &part, summed, summed));
-    LOOM_RETURN_IF_ERROR(comm_->Send(part, root));
+    LOOM_RETURN_IF_ERROR(CopyRegionOn(queue, source, held.region, &part, summed, summed));
+    LOOM_RETURN_IF_ERROR(SendAfter(queue, part, root));
   }
   for (int p : task.outputs) {
     if (!Local(tasks_.pieces[static_cast<size_t>(p)].device)) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor copy, PieceTensor(p));
-    LOOM_RETURN_IF_ERROR(comm_->Recv(copy, root));
+    LOOM_RETURN_IF_ERROR(ReceiveInto(queue, &copy, root));
     pieces_[static_cast<size_t>(p)] = copy;
   }
   return Status::Ok();
@@ -576,7 +592,7 @@ Status TaskRuntime::HandOut(const Task& task, WorkQueue& queue, const std::vecto
   for (int p : task.outputs) {
     const Piece& out = tasks_.pieces[static_cast<size_t>(p)];
     if (!Local(out.device) && results.size() == 1 && out.region == *regions[0]) {  // sent as it is
-      LOOM_RETURN_IF_ERROR(comm_->Send(results[0], Owner(out.device)));
+      LOOM_RETURN_IF_ERROR(SendAfter(queue, results[0], Owner(out.device)));
       continue;
     }
     Tensor assembled;
@@ -592,7 +608,7 @@ Status TaskRuntime::HandOut(const Task& task, WorkQueue& queue, const std::vecto
     if (Local(out.device)) {
       pieces_[static_cast<size_t>(p)] = assembled;
     } else {
-      LOOM_RETURN_IF_ERROR(comm_->Send(assembled, Owner(out.device)));
+      LOOM_RETURN_IF_ERROR(SendAfter(queue, assembled, Owner(out.device)));
     }
   }
   return Status::Ok();

@@ -34,6 +34,10 @@
 // member its copy. A rank's cross-rank tasks run one at a time in the graph's order,
 // whichever of its device threads runs them, so each pair of ranks sends
 // and receives in the same order and every wait is met.
+// Messages go through the host (the communicator is a CPU one): a send
+// waits for its queue's work, a receive is copied into its piece as work
+// of the queue (SendAfter, ReceiveInto), so CUDA devices cross processes
+// as CPU ones do.
 // Every rank makes the same calls in the same order (Run, GetState, ...):
 // outputs and state are broadcast from the ranks that hold them. A failing
 // rank aborts the communicator, so the others fail instead of waiting.
@@ -125,10 +129,18 @@ class TaskRuntime : public StepRunner {
   // queues, then marks it there.
   Status RunTask(const Task& task, int64_t runner);
   Status QueueTask(const Task& task, WorkQueue& queue, ThreadPool* pool);
-  Status RunRemoteTransfer(const Task& task);
+  Status RunRemoteTransfer(const Task& task, WorkQueue& queue);
   Status RunAllReduce(const Task& task, WorkQueue& queue, ThreadPool* pool);
   Status RunRedistribute(const Task& task, WorkQueue& queue);
-  Status JoinCollective(const Task& task);
+  Status JoinCollective(const Task& task, WorkQueue& queue);
+  // A message to or from another rank of a tensor that work queued on
+  // `queue` makes, or whose bytes earlier work there still reads (the memory
+  // plan reuses them in the queue's order). SendAfter sends once that work
+  // is done; ReceiveInto receives on the host and copies into *dst as work
+  // of `queue`. The communicator is a CPU one: a GPU's tensors go through
+  // the host. On the CPU's queue both are the plain call.
+  Status SendAfter(WorkQueue& queue, const Tensor& t, int rank) const;
+  Status ReceiveInto(WorkQueue& queue, Tensor* dst, int rank) const;
   const Region& SummedRegion(const Task& task) const;
   Status HandOut(const Task& task, WorkQueue& queue, const std::vector<Tensor>& results,
                  const std::vector<const Region*>& regions);
@@ -139,8 +151,9 @@ class TaskRuntime : public StepRunner {
   // The part `region` of host tensor `whole` (holding `all`) as a tensor on
   // device d.
   StatusOr<Tensor> PartOn(const Tensor& whole, const Region& all, const Region& region, int64_t d) const;
-  // Piece p on every rank: broadcast from the rank that holds it (every
-  // rank calls this for the same pieces in the same order).
+  // Piece p on every rank, on the host: broadcast from the rank that holds
+  // it (every rank calls this for the same pieces in the same order, with
+  // no step running).
   StatusOr<Tensor> PieceEverywhere(int p) const;
   // The tensor piece p is written into: its place in its device's arena,
   // or (a piece that outlives the step) a block of the device's allocator.

@@ -828,7 +828,7 @@ TEST_CASE("processes need the same number of devices each") {
   CHECK_THAT(runtime.status().message(), Catch::Contains("2 devices, not a multiple of the communicator's 3 ranks"));
 }
 
-TEST_CASE("the devices a task graph runs on: as many as it has, of one kind, CUDA ones in one process") {
+TEST_CASE("the devices a task graph runs on: as many as it has, of one kind") {
   const StepCase c = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
   const std::string dp = "devices: 2\ndefault_split { sample: 2 }\n";
   const auto refused = [&](const TaskRuntimeOptions& o) {
@@ -844,11 +844,6 @@ TEST_CASE("the devices a task graph runs on: as many as it has, of one kind, CUD
   TaskRuntimeOptions mixed;
   mixed.devices = {Device::Cpu(), Device::Cuda(0)};
   CHECK_THAT(refused(mixed), Catch::Contains("devices of one kind, got cpu:0 and cuda:0"));
-  std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(2);
-  TaskRuntimeOptions gpus_in_processes;
-  gpus_in_processes.devices.assign(2, Device::Cuda(0));
-  gpus_in_processes.communicator = comms[0].get();
-  CHECK_THAT(refused(gpus_in_processes), Catch::Contains("CUDA devices across processes (mpirun) are not supported"));
   // A device list of CPUs is the default.
   TaskRuntimeOptions cpus;
   cpus.devices.assign(2, Device::Cpu());

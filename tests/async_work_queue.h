@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -144,5 +145,13 @@ class AsyncWorkQueue final : public WorkQueue {
   std::mt19937_64 rng_;
   std::thread thread_;
 };
+
+// TaskRuntimeOptions::make_queue for these queues: device d's pauses drawn
+// from seed * 31 + d.
+inline std::function<StatusOr<std::unique_ptr<WorkQueue>>(int64_t, int)> AsyncQueueMaker(uint64_t seed) {
+  return [seed](int64_t device, int markers) -> StatusOr<std::unique_ptr<WorkQueue>> {
+    return std::unique_ptr<WorkQueue>(new AsyncWorkQueue(markers, seed * 31 + static_cast<uint64_t>(device)));
+  };
+}
 
 }  // namespace loom::testing

@@ -4,8 +4,11 @@
 // to 1e-9 (f64), for data, model, parameter and attribute parallelism and
 // fused replicas split over the ranks; and every zoo model at a reduced
 // size (a GAN: each of its two steps) under data parallelism and OWT, bit
-// for bit.
+// for bit; and the same with every device's work done later on a thread of
+// its own (tests/async_work_queue.h), as on GPUs.
 #include <catch2/catch.hpp>
+
+#include <optional>
 
 
 #include "graph/model.h"
@@ -14,6 +17,7 @@
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/task_runtime.h"
 #include "search/baselines.h"
+#include "tests/async_work_queue.h"
 #include "tests/mpi_catch_main.h"
 #include "tests/parallel_check.h"
 #include "tests/small_zoo.h"
@@ -26,12 +30,15 @@ constexpr int kSteps = 3;
 constexpr uint64_t kSeed = 3;
 
 
-// This rank's results under `strategy` (its devices: the world's size).
-testing::StepResults OnThisRank(const testing::StepCase& c, const std::string& strategy, int steps = kSteps) {
+// This rank's results under `strategy` (its devices: the world's size), on
+// asynchronous queues when `async_seed` is set.
+testing::StepResults OnThisRank(const testing::StepCase& c, const std::string& strategy, int steps = kSteps,
+                                std::optional<uint64_t> async_seed = std::nullopt) {
   auto tasks = testing::LowerStrategy(c, strategy);
   REQUIRE(tasks.status().ToString() == "OK");
   TaskRuntimeOptions o;
   o.communicator = &World();
+  if (async_seed) o.make_queue = testing::AsyncQueueMaker(*async_seed + static_cast<uint64_t>(World().rank()));
   auto runtime = TaskRuntime::Create(std::move(*tasks), o);
   REQUIRE(runtime.status().ToString() == "OK");
   REQUIRE((*runtime)->InitializeState(kSeed).ok());
@@ -85,6 +92,35 @@ TEST_CASE("processes: two devices per process") {
 
 TEST_CASE("processes: fused replicas split over the ranks") {
   ExpectSame(testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4), Devices() + "default_split { replica: 2 }\n");
+}
+
+// GPU streams across processes, checked on the CPU: every device's work is
+// done later, on a thread of its own. A message sent before the queued work
+// that makes it, or received into bytes that queued work still reads,
+// gives other bits than the in-process runtime's.
+TEST_CASE("processes: devices on asynchronous queues") {
+  const std::string one = Devices(), two = "devices: " + std::to_string(2 * World().size()) + "\n";
+  const testing::StepCase mlp = testing::ClassifierCase("mlp", {{"hidden", "16,8"}}, {64});
+  const testing::StepCase cnn =
+      testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const std::vector<std::pair<const testing::StepCase*, std::string>> cases = {
+      {&mlp, one + "default_split { sample: " + std::to_string(World().size()) + " }\n"},
+      {&cnn, one + "layer { layer: \"stage1/*\" devices: 1 }\n"},
+      {&cnn, one + "default_split { parameter: 2 }\n"},
+      {&cnn, one + "layer { layer: \"*conv\" attribute: 2 }\n"},
+      {&cnn, two + "default_split { sample: 2 parameter: 2 }\n"},
+      {&cnn, two + "default_split { sample: " + std::to_string(2 * World().size()) + " }\n"},
+  };
+  uint64_t seed = 11;
+  for (const auto& [c, strategy] : cases) {
+    INFO("rank " << World().rank() << " of " << World().size() << ", strategy:\n" << strategy);
+    auto in_process = testing::RunOnDevices(*c, strategy, kSteps, kSeed);
+    REQUIRE(in_process.status().ToString() == "OK");
+    for (int round = 0; round < 3; ++round) {
+      const testing::StepResults mine = OnThisRank(*c, strategy, kSteps, seed++);
+      CHECK(testing::FirstMismatch(*in_process, mine, 0.0) == "");
+    }
+  }
 }
 
 TEST_CASE("processes: every zoo model under data parallelism and OWT, bit for bit", "[zoo]") {

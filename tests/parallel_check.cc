@@ -87,7 +87,8 @@ StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strateg
 }
 
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed, int ranks, const LoweringOptions& lowering) {
+                                                  uint64_t seed, int ranks, const LoweringOptions& lowering,
+                                                  const TaskRuntimeOptions& options) {
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerStrategy(c, strategy_text, lowering));
   if (ranks == 0) ranks = static_cast<int>(tasks.devices);
   std::vector<std::unique_ptr<Communicator>> comms = MakeLocalCommunicators(ranks);
@@ -98,7 +99,7 @@ StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::
       // Each process lowers the strategy itself, as `mpirun ... loom train` does.
       results[static_cast<size_t>(r)] = [&]() -> StatusOr<StepResults> {
         LOOM_ASSIGN_OR_RETURN(TaskGraph own, LowerStrategy(c, strategy_text, lowering));
-        TaskRuntimeOptions o;
+        TaskRuntimeOptions o = options;
         o.communicator = comms[static_cast<size_t>(r)].get();
         LOOM_ASSIGN_OR_RETURN(auto runtime, TaskRuntime::Create(std::move(own), o));
         LOOM_RETURN_IF_ERROR(runtime->InitializeState(seed));

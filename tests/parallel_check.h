@@ -48,9 +48,11 @@ StatusOr<StepResults> RunOnDevices(const StepCase& c, const std::string& strateg
                                    const LoweringOptions& lowering = {}, const TaskRuntimeOptions& options = {});
 // The same with the devices shared out among `ranks` processes (0: one
 // device each), played by threads of this one joined by local
-// communicators: every rank's results.
+// communicators: every rank's results. `options` as RunOnDevices's (its
+// communicator is set per rank).
 StatusOr<std::vector<StepResults>> RunAsProcesses(const StepCase& c, const std::string& strategy_text, int steps,
-                                                  uint64_t seed, int ranks = 0, const LoweringOptions& lowering = {});
+                                                  uint64_t seed, int ranks = 0, const LoweringOptions& lowering = {},
+                                                  const TaskRuntimeOptions& options = {});
 
 // The first output or state whose largest relative difference exceeds
 // `tolerance` ("step 1 output loss: 3.1e-05"), or "" when none does.

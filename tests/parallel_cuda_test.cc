@@ -1,14 +1,16 @@
 // The task runtime on CUDA devices: several devices as streams of one GPU
 // (`--devices cuda:0x2`), each device's work queued on its stream and
 // ordered by events, trained under the standard and random strategies
-// against one CPU device (f64, the tolerances of parallel_zoo_test); and
-// the CUDA allocator's per-stream free lists.
+// against one CPU device (f64, the tolerances of parallel_zoo_test);
+// devices in processes (ranks as threads) against the in-process runtime;
+// and the CUDA allocator's per-stream free lists.
 // Without a GPU everything skips; LOOM_REQUIRE_CUDA=1 (tools/gpu_check.sh)
 // makes a missing GPU a failure.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <random>
+#include <tuple>
 
 #include "core/cuda/cuda_device.h"
 #include "core/logging.h"
@@ -62,6 +64,40 @@ TEST_CASE("a fused array's replicas split over streams of one GPU as on one devi
   testing::ForEachReplicaSplitCase([](const StepCase& c, const testing::StepResults& want, const std::string& strategy) {
     CheckOnStreams(c, want, strategy, 2);
   });
+}
+
+// CUDA devices in processes (mpirun; here ranks played by threads joined by
+// local communicators): messages go through the host after the streams'
+// work. Each rank's results are the in-process runtime's on the same
+// streams bit for bit, and one CPU device's within the zoo's tolerance.
+TEST_CASE("devices in processes on streams of one GPU match the in-process runtime") {
+  if (!RunGpuChecks()) return;
+  const StepCase cnn =
+      testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
+  const std::vector<std::tuple<const StepCase*, std::string, int>> cases = {
+      {&cnn, "devices: 2\ndefault_split { sample: 2 }\n", 2},
+      {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n", 2},
+      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n", 2},
+      {&fused, "devices: 4\ndefault_split { sample: 2 replica: 2 }\n", 2},
+  };
+  for (const auto& [c, strategy, ranks] : cases) {
+    INFO(strategy << "over " << ranks << " ranks");
+    TaskRuntimeOptions options;
+    options.devices.assign(static_cast<size_t>(Strategy::Parse(strategy, "strategy.pbtxt")->devices()),
+                           Device::Cuda(0));
+    auto in_process = testing::RunOnDevices(*c, strategy, 3, 5, {}, options);
+    REQUIRE(in_process.status().ToString() == "OK");
+    auto one = testing::RunOneDevice(*c, 3, 5);
+    REQUIRE(one.status().ToString() == "OK");
+    CHECK(FirstMismatch(*one, *in_process, 1e-9) == "");
+    auto got = testing::RunAsProcesses(*c, strategy, 3, 5, ranks, {}, options);
+    REQUIRE(got.status().ToString() == "OK");
+    for (size_t r = 0; r < got->size(); ++r) {
+      INFO("rank " << r);
+      CHECK(FirstMismatch(*in_process, (*got)[r], 0.0) == "");
+    }
+  }
 }
 
 // A block freed by a thread bound to stream A goes back to A only: B gets
