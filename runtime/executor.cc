@@ -80,8 +80,7 @@ Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed) {
 }
 
 Graph ExecutedGraph(Graph graph, const ExecutorOptions& options) {
-  // On a GPU each epilogue would be a second launch: nothing to gain there.
-  if (options.fold_activations && options.device.is_cpu()) FoldReluIntoBatchNorm(&graph);
+  if (options.fold_activations) FoldReluIntoBatchNorm(&graph);
   return graph;
 }
 

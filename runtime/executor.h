@@ -27,15 +27,15 @@ struct ExecutorOptions {
   // hand-off to the pool on the CPU. Off while profiling, which times each
   // node on its own.
   bool group_kernels = true;
-  // On the CPU, a ReLU that alone reads a BatchNorm's output runs inside the
-  // BatchNorm's pass (runtime/fold_activations.h): the same bits, one pass
-  // over the activations fewer. The graph() of the executor is then the
-  // folded one.
+  // A ReLU that alone reads a BatchNorm's output runs inside the
+  // BatchNorm's pass (runtime/fold_activations.h), on every device: the same
+  // bits, one pass over the activations fewer (on a GPU one launch fewer).
+  // The graph() of the executor is then the folded one.
   bool fold_activations = true;
 };
 
 // The graph an executor with `options` plans and runs: `graph`, with ReLUs
-// folded into BatchNorms on the CPU (options.fold_activations).
+// folded into BatchNorms (options.fold_activations).
 Graph ExecutedGraph(Graph graph, const ExecutorOptions& options);
 // The executor's memory plan of the graph it runs: graph outputs and new
 // state values live to the end of the step.

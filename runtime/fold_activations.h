@@ -1,7 +1,8 @@
 // The executor's rewrite of its own graph copy: ops folded into the op
 // before them where one kernel pass does the work of two. The graph keeps
 // its meaning (the folded op says what it applies, in its attributes), so
-// any executor could run it; the CPU's gains the pass it saves.
+// any executor runs it: the CPU's and the GPU's kernels do the folded op's
+// work in their own passes.
 #pragma once
 
 #include "graph/ir.h"

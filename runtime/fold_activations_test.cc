@@ -13,7 +13,8 @@ namespace {
 
 int Count(const Graph& g, const std::string& op) { return static_cast<int>(g.NodesWithOp(op).size()); }
 
-bool SameBits(const Tensor& a, const Tensor& b) {
+bool SameBits(const Tensor& a_any, const Tensor& b_any) {
+  const Tensor a = a_any.To(Device::Cpu()).value(), b = b_any.To(Device::Cpu()).value();
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
@@ -61,13 +62,24 @@ std::map<std::string, Tensor> Feeds(const Graph& g) {
   return feeds;
 }
 
-// Three steps with and without folding: the same outputs and state, bit
-// for bit; `folded` activations (`op`) and as many backward ops are gone.
-void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string& op = "ReLU") {
+// The CPU, and the GPU where one is present (its BatchNorm kernels do the
+// folded work in their own passes).
+std::vector<Device> Devices() {
+  std::vector<Device> devices = {Device::Cpu()};
+  if (GetAllocator(Device::Cuda(0)).ok()) devices.push_back(Device::Cuda(0));
+  return devices;
+}
+
+// Three steps with and without folding on `device`: the same outputs and
+// state, bit for bit; `folded` activations (`op`) and as many backward ops
+// are gone.
+void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string& op, Device device) {
+  INFO("on " << device.ToString());
   const std::map<std::string, Tensor> feeds = Feeds(step);
-  ExecutorOptions plain;
+  ExecutorOptions fold, plain;
+  fold.device = plain.device = device;
   plain.fold_activations = false;
-  auto folded = Executor::Create(step);
+  auto folded = Executor::Create(step, fold);
   auto unfolded = Executor::Create(step, plain);
   REQUIRE(folded.ok());
   REQUIRE(unfolded.ok());
@@ -90,6 +102,10 @@ void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string
     INFO("state " << name);
     CHECK(SameBits((*folded)->GetState(name).value(), (*unfolded)->GetState(name).value()));
   }
+}
+
+void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string& op = "ReLU") {
+  for (const Device& device : Devices()) CheckFoldedRunsAlike(step, folded_count, op, device);
 }
 
 TEST_CASE("a ReLU or ReLU6 that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {

@@ -15,12 +15,10 @@ namespace {
 struct ScratchRule {
   const char* op;
   int like_input;
-  bool cuda_only = false;
 };
 constexpr ScratchRule kScratch[] = {
     {"LSTMBackward", 6},                       // d_pre [T, N, 4Hd], like gates
     {"ScaledDotProductAttentionBackward", 3},  // ds [B, H, Tq, Tk], like probs
-    {"BatchNormBackward", 5, true},            // with the ReLU mask (y, input 5): the masked dy
 };
 
 StatusOr<size_t> BytesOf(const Graph& graph, const Node& node, ValueId v) {
@@ -53,7 +51,6 @@ StatusOr<StepMemory> EstimateStepMemory(const Graph& model_step, Device device) 
     }
     for (const ScratchRule& rule : kScratch) {
       if (n.op != rule.op || static_cast<int>(n.inputs.size()) <= rule.like_input) continue;
-      if (rule.cuda_only && !device.is_cuda()) continue;
       const TensorType& t = graph.type(n.inputs[rule.like_input]);
       scratch = std::max(scratch, static_cast<size_t>(t.shape.numel()) * DTypeSize(t.dtype));
     }

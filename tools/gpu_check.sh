@@ -26,7 +26,7 @@ PACK="$ROOT/.gpu"
 # Every op family's harness cases run in //ops:all_ops_test (one binary keeps
 # the pack small: each binary carries every kernel's device code).
 TESTS=(//ops/cuda:cuda_kernels_test //ops:all_ops_test //tests:optimizer_test //runtime/comm:nccl_communicator_test
-  //tests:parallel_cuda_test)
+  //tests:parallel_cuda_test //runtime:fold_activations_test)
 TOOLS=(//tools:loom)
 read -r -a EXTRA_TESTS <<<"${LOOM_GPU_EXTRA_TESTS:-}"  # more cc_test labels, space-separated
 TESTS+=("${EXTRA_TESTS[@]}")

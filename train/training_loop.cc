@@ -297,8 +297,8 @@ Status CheckDevicesPerProcess(int64_t devices, const Communicator* processes) {
 StatusOr<std::unique_ptr<StepRunner>> CreateStepTaskRuntime(const Graph& step, const Graph& forward,
                                                             const Strategy& strategy, const std::vector<Device>& devices,
                                                             Communicator* processes, uint64_t seed, bool trace) {
-  // The devices run the step as an executor of their kind runs it (on CPU
-  // devices with ReLUs folded into BatchNorms: runtime/fold_activations.h).
+  // The devices run the step as an executor of their kind runs it (with
+  // ReLUs folded into BatchNorms: runtime/fold_activations.h).
   ExecutorOptions kind;
   kind.device = devices.front();
   LOOM_ASSIGN_OR_RETURN(TaskGraph tasks, LowerToTaskGraph(ExecutedGraph(step, kind), strategy, forward));

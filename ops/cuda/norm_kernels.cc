@@ -8,10 +8,8 @@
 // every layout) and run deterministically.
 #include "ops/cuda/norm_kernels.h"
 
-#include <optional>
 #include <string>
 
-#include "ops/cuda/activation_kernels.h"
 #include "ops/cuda/cuda_kernel_util.h"
 #include "ops/norm_geometry.h"
 
@@ -27,58 +25,38 @@ StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
   return Tensor::Empty(Shape({doubles}), DType::kF64, device);
 }
 
-// Attr activation's kind ("relu", "relu6"), or nullopt for "none".
-std::optional<Unary> EpilogueOf(const KernelContext& ctx) {
+// Attr activation, done in the kernels' own passes (the executors fold a
+// ReLU or ReLU6 that alone reads a BatchNorm's y into it).
+NormActivation ActivationOf(const KernelContext& ctx) {
   const std::string a = ctx.attrs->Str("activation");
-  if (a == "relu") return Unary::kRelu;
-  if (a == "relu6") return Unary::kRelu6;
-  return std::nullopt;
+  if (a == "relu") return NormActivation::kRelu;
+  if (a == "relu6") return NormActivation::kRelu6;
+  return NormActivation::kNone;
 }
 
-// The activation epilogue as a second pass over output `out`, in place:
-// the CPU's bits (CPU executors fold ReLUs into BatchNorms, where it saves
-// a pass; CUDA executors do not fold).
-Status ActivationEpilogue(const KernelContext& ctx, int out, cudaStream_t stream) {
-  const std::optional<Unary> kind = EpilogueOf(ctx);
-  if (!kind) return Status::Ok();
-  Tensor& y = ctx.out(out);
-  return DispatchCudaFloat(y.dtype(), "the activation epilogue", [&](auto zero) -> Status {
-    using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(
-        LaunchActivationForward<T>(*kind, y.data<T>(), y.data<T>(), y.numel(), ActivationParams{}, stream));
-    return Status::Ok();
-  });
+// BatchNorm's and BatchNormApply's arguments: inputs 0..4 (x, gamma, beta,
+// running_mean, running_var), outputs 0..4, the activation.
+BatchNormArgs ForwardArgs(const KernelContext& ctx) {
+  return {ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),  ctx.in(3).raw_data(),
+          ctx.in(4).raw_data(),  ctx.out(0).raw_data(), ctx.out(1).raw_data(), ctx.out(2).raw_data(),
+          ctx.out(3).raw_data(), ctx.out(4).raw_data(), ActivationOf(ctx)};
 }
 
-// A backward kernel's arguments: dy (MaskedDy's), inputs 1..4 (x, gamma,
-// saved_mean, saved_invstd) and outputs 0..2 (dx, dgamma, dbeta).
-BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, const void* dy) {
-  return {dy,
+// A backward kernel's arguments: inputs 0..4 (dy, x, gamma, saved_mean,
+// saved_invstd), outputs 0..2 (dx, dgamma, dbeta), and with an activation
+// its output y (input `y`), which masks dy.
+BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, int y) {
+  const NormActivation activation = ActivationOf(ctx);
+  return {ctx.in(0).raw_data(),
           ctx.in(1).raw_data(),
           ctx.in(2).raw_data(),
           ctx.in(3).raw_data(),
           ctx.in(4).raw_data(),
           ctx.out(0).raw_data(),
           ctx.out(1).raw_data(),
-          ctx.out(2).raw_data()};
-}
-
-// dy as the backward ops read it: input 0, or with the activation's mask
-// (its output y at input `y`: ReLU's and ReLU6's gradients from y are
-// theirs from x) the activation's backward pass into a scratch tensor
-// (held in `scratch`).
-StatusOr<const void*> MaskedDy(const KernelContext& ctx, int y, Tensor* scratch, cudaStream_t stream) {
-  const std::optional<Unary> kind = EpilogueOf(ctx);
-  if (!kind) return static_cast<const void*>(ctx.in(0).raw_data());
-  LOOM_ASSIGN_OR_RETURN(*scratch, Tensor::Empty(ctx.in(0).shape(), ctx.in(0).dtype(), ctx.device));
-  LOOM_RETURN_IF_ERROR(DispatchCudaFloat(ctx.in(0).dtype(), "the activation's mask", [&](auto zero) -> Status {
-    using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchActivationBackward<T>(*kind, ctx.in(0).data<T>(), ctx.in(y).data<T>(),
-                                                          scratch->data<T>(), scratch->numel(), ActivationParams{},
-                                                          stream));
-    return Status::Ok();
-  }));
-  return static_cast<const void*>(scratch->raw_data());
+          ctx.out(2).raw_data(),
+          activation == NormActivation::kNone ? nullptr : ctx.in(y).raw_data(),
+          activation};
 }
 
 Status BatchNormKernel(KernelContext& ctx) {
@@ -87,14 +65,12 @@ Status BatchNormKernel(KernelContext& ctx) {
   const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
   const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
-  const BatchNormArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),  ctx.in(3).raw_data(),
-                           ctx.in(4).raw_data(),  ctx.out(0).raw_data(), ctx.out(1).raw_data(), ctx.out(2).raw_data(),
-                           ctx.out(3).raw_data(), ctx.out(4).raw_data()};
+  const BatchNormArgs args = ForwardArgs(ctx);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNorm", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(
         LaunchBatchNorm<T>(training, momentum, eps, dims, args, workspace.data<double>(), stream));
-    return ActivationEpilogue(ctx, 0, stream);
+    return Status::Ok();
   });
 }
 LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCuda, BatchNormKernel);
@@ -104,9 +80,7 @@ Status BatchNormBackwardKernel(KernelContext& ctx) {
   const bool training = ctx.attrs->Bool("training");
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormWorkspaceSize(dims), ctx.device));
-  Tensor scratch;
-  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 5, &scratch, stream));
-  const BatchNormBackwardArgs args = BackwardArgs(ctx, dy);
+  const BatchNormBackwardArgs args = BackwardArgs(ctx, 5);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackward<T>(training, dims, args, workspace.data<double>(), stream));
@@ -152,14 +126,12 @@ Status BatchNormApplyKernel(KernelContext& ctx) {
   const ChannelDims dims = ChannelDimsOf(ctx.in(0).shape());
   const Tensor& pivot = ctx.in(6);
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
-  const BatchNormArgs args{ctx.in(0).raw_data(),  ctx.in(1).raw_data(),  ctx.in(2).raw_data(),  ctx.in(3).raw_data(),
-                           ctx.in(4).raw_data(),  ctx.out(0).raw_data(), ctx.out(1).raw_data(), ctx.out(2).raw_data(),
-                           ctx.out(3).raw_data(), ctx.out(4).raw_data()};
+  const BatchNormArgs args = ForwardArgs(ctx);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormApply", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormApply<T>(momentum, eps, count, dims, args, pivot.raw_data(),
                                                       ctx.in(5).data<double>(), workspace.data<double>(), stream));
-    return ActivationEpilogue(ctx, 0, stream);
+    return Status::Ok();
   });
 }
 LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCuda, BatchNormApplyKernel);
@@ -169,13 +141,14 @@ Status BatchNormBackwardStatsKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormStatsWorkspaceSize(dims), ctx.device));
-  Tensor scratch;
-  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 3, &scratch, stream));
+  const NormActivation activation = ActivationOf(ctx);
+  const void* y = activation == NormActivation::kNone ? nullptr : ctx.in(3).raw_data();
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardStats", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, dy, ctx.in(1).raw_data(),
-                                                              ctx.in(2).raw_data(), ctx.out(0).data<double>(),
-                                                              workspace.data<double>(), stream));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                                                              ctx.in(2).raw_data(), y, activation,
+                                                              ctx.out(0).data<double>(), workspace.data<double>(),
+                                                              stream));
     return Status::Ok();
   });
 }
@@ -188,9 +161,7 @@ Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
   const int64_t count = ctx.attrs->Int("count");
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormApplyWorkspaceSize(dims), ctx.device));
-  Tensor scratch;
-  LOOM_ASSIGN_OR_RETURN(const void* dy, MaskedDy(ctx, 6, &scratch, stream));
-  const BatchNormBackwardArgs args = BackwardArgs(ctx, dy);
+  const BatchNormBackwardArgs args = BackwardArgs(ctx, 6);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardApply", [&](auto zero) -> Status {
     using T = decltype(zero);
     LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardApply<T>(count, dims, args, ctx.in(5).data<double>(),

@@ -239,24 +239,54 @@ __global__ void BatchNormEvalChannelsKernel(int64_t c, double eps, BatchNormChan
   }
 }
 
+// The activation's value, as ReLU's and ReLU6's kernels make it.
+template <typename T>
+__device__ T Activate(NormActivation activation, T v) {
+  switch (activation) {
+    case NormActivation::kRelu: return v < T(0) ? T(0) : v;
+    case NormActivation::kRelu6: return v < T(0) ? T(0) : (v > T(6) ? T(6) : v);
+    default: return v;
+  }
+}
+
 template <typename T>
 struct BatchNormNormalize {
   const T* x;
   const T* scale;
   const T* shift;
   T* y;
-  __device__ void operator()(int64_t e, int64_t ch) const { y[e] = x[e] * scale[ch] + shift[ch]; }
+  NormActivation activation;
+  __device__ void operator()(int64_t e, int64_t ch) const {
+    const T v = x[e] * scale[ch] + shift[ch];
+    y[e] = Activate(activation, v);
+  }
+};
+
+// dy as the backward ops read it: masked by the activation's output y (its
+// gradient 1 where y > 0, or 0 < y < 6; else +0), as ReLUBackward's and
+// ReLU6Backward's kernels select.
+template <typename T>
+struct MaskedGrad {
+  const T* dy;
+  const T* y;
+  NormActivation activation;
+  __device__ T operator()(int64_t at) const {
+    if (activation == NormActivation::kNone) return dy[at];
+    const T v = y[at];
+    const bool pass = activation == NormActivation::kRelu6 ? (v > T(0) && v < T(6)) : v > T(0);
+    return pass ? dy[at] : T(0);
+  }
 };
 
 // Sums of dy and dy * (x - mean).
 template <typename T>
 struct BatchNormGradTerm {
-  const T* dy;
+  MaskedGrad<T> dy;
   const T* x;
   const T* mean;
   __device__ double Channel(int64_t ch) const { return static_cast<double>(mean[ch]); }
   __device__ Pair operator()(double mu, int64_t, int64_t at) const {
-    const double g = static_cast<double>(dy[at]);
+    const double g = static_cast<double>(dy(at));
     return {g, g * (static_cast<double>(x[at]) - mu)};
   }
 };
@@ -285,7 +315,7 @@ struct BatchNormGradFinish {
 
 template <typename T, bool kTraining>
 struct BatchNormGradApply {
-  const T* dy;
+  MaskedGrad<T> dy;
   const T* x;
   const T* mean;
   const T* invstd;
@@ -294,8 +324,8 @@ struct BatchNormGradApply {
   const T* b;
   T* dx;
   __device__ void operator()(int64_t e, int64_t ch) const {
-    if constexpr (kTraining) dx[e] = k[ch] * (dy[e] - a[ch] - (x[e] - mean[ch]) * invstd[ch] * b[ch]);
-    else dx[e] = k[ch] * dy[e];
+    if constexpr (kTraining) dx[e] = k[ch] * (dy(e) - a[ch] - (x[e] - mean[ch]) * invstd[ch] * b[ch]);
+    else dx[e] = k[ch] * dy(e);
   }
 };
 
@@ -433,13 +463,13 @@ BatchNormChannel<T> BatchNormChannelOf(const BatchNormArgs& args, double* coeffi
           reinterpret_cast<T*>(coefficients), reinterpret_cast<T*>(coefficients + c)};
 }
 
-// y = x * scale + shift with the coefficients `channel` stored.
+// y = act(x * scale + shift) with the coefficients `channel` stored.
 template <typename T>
 cudaError_t NormalizeBatchNorm(const ChannelDims& dims, const BatchNormArgs& args, const BatchNormChannel<T>& channel,
                                cudaStream_t stream) {
   return RunChannelMap(dims,
                        BatchNormNormalize<T>{static_cast<const T*>(args.x), channel.scale, channel.shift,
-                                             static_cast<T*>(args.y)},
+                                             static_cast<T*>(args.y), args.activation},
                        stream);
 }
 
@@ -466,8 +496,13 @@ cudaError_t FinishBatchNormTraining(double momentum, double eps, double m, const
 }
 
 template <typename T>
-BatchNormGradTerm<T> BatchNormGradTermOf(const void* dy, const void* x, const void* mean) {
-  return {static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(mean)};
+MaskedGrad<T> MaskedGradOf(const void* dy, const void* y, NormActivation activation) {
+  return {static_cast<const T*>(dy), static_cast<const T*>(y), activation};
+}
+
+template <typename T>
+BatchNormGradTerm<T> BatchNormGradTermOf(const MaskedGrad<T>& dy, const void* x, const void* mean) {
+  return {dy, static_cast<const T*>(x), static_cast<const T*>(mean)};
 }
 
 // BatchNormBackward once the sums over m values per channel are known, as
@@ -481,7 +516,7 @@ cudaError_t FinishBatchNormBackward(bool training, double m, const ChannelDims& 
   T* k = reinterpret_cast<T*>(coefficients);
   T* a = reinterpret_cast<T*>(coefficients + c);
   T* b = reinterpret_cast<T*>(coefficients + 2 * c);
-  const T* dy = static_cast<const T*>(args.dy);
+  const MaskedGrad<T> dy = MaskedGradOf<T>(args.dy, args.y, args.activation);
   const T* x = static_cast<const T*>(args.x);
   const T* mean = static_cast<const T*>(args.saved_mean);
   const T* invstd = static_cast<const T*>(args.saved_invstd);
@@ -572,8 +607,9 @@ cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, cons
   const int64_t c = dims.c;
   if (c == 0) return cudaSuccess;
   const TilePlan plan = PlanChannels(dims.n, c, dims.s);
-  const cudaError_t err = LaunchChannelSums(dims.n, c, dims.s, BatchNormGradTermOf<T>(args.dy, args.x, args.saved_mean),
-                                            plan, workspace, stream);
+  const MaskedGrad<T> dy = MaskedGradOf<T>(args.dy, args.y, args.activation);
+  const cudaError_t err =
+      LaunchChannelSums(dims.n, c, dims.s, BatchNormGradTermOf<T>(dy, args.x, args.saved_mean), plan, workspace, stream);
   if (err != cudaSuccess) return err;
   return FinishBatchNormBackward<T>(training, static_cast<double>(dims.n * dims.s), dims, args, workspace,
                                     plan.splits, workspace + PartialSize(dims.n, c, dims.s), stream);
@@ -581,9 +617,11 @@ cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, cons
 
 template <typename T>
 cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
-                                         double* sums, double* workspace, cudaStream_t stream) {
+                                         const void* y, NormActivation activation, double* sums, double* workspace,
+                                         cudaStream_t stream) {
   if (dims.c == 0) return cudaSuccess;
-  return RunChannelTotals(dims.n, dims.c, dims.s, BatchNormGradTermOf<T>(dy, x, mean), sums, workspace, stream);
+  return RunChannelTotals(dims.n, dims.c, dims.s, BatchNormGradTermOf<T>(MaskedGradOf<T>(dy, y, activation), x, mean),
+                          sums, workspace, stream);
 }
 
 template <typename T>
@@ -640,7 +678,7 @@ cudaError_t LaunchLayerNormBackward(const RowDims& dims, const T* dy, const T* x
   template cudaError_t LaunchBatchNormApply<T>(double, double, int64_t, const ChannelDims&, const BatchNormArgs&,  \
                                                const void*, const double*, double*, cudaStream_t);                 \
   template cudaError_t LaunchBatchNormBackwardStats<T>(const ChannelDims&, const void*, const void*, const void*,  \
-                                                       double*, double*, cudaStream_t);                            \
+                                                       const void*, NormActivation, double*, double*, cudaStream_t); \
   template cudaError_t LaunchBatchNormBackwardApply<T>(int64_t, const ChannelDims&, const BatchNormBackwardArgs&,  \
                                                        const double*, double*, cudaStream_t);                      \
   template cudaError_t LaunchLayerNorm<T>(const RowDims&, double, const T*, const T*, const T*, T*, T*, T*,        \

@@ -34,6 +34,11 @@ int64_t BatchNormStatsWorkspaceSize(const ChannelDims& dims);
 // Doubles LaunchBatchNormApply and LaunchBatchNormBackwardApply need.
 int64_t BatchNormApplyWorkspaceSize(const ChannelDims& dims);
 
+// Attr activation of the BatchNorm ops, applied in their own passes: y =
+// act(x * scale + shift); backward, dy masked by where the activation's
+// gradient is 1 (y > 0; 0 < y < 6), as ReLUBackward and ReLU6Backward.
+enum class NormActivation { kNone, kRelu, kRelu6 };
+
 struct BatchNormArgs {
   const void* x;
   const void* gamma;
@@ -45,6 +50,7 @@ struct BatchNormArgs {
   void* new_running_var;
   void* saved_mean;
   void* saved_invstd;
+  NormActivation activation = NormActivation::kNone;
 };
 
 // Training: batch statistics (biased variance normalizes, unbiased variance
@@ -82,6 +88,8 @@ struct BatchNormBackwardArgs {
   void* dx;
   void* dgamma;
   void* dbeta;
+  const void* y = nullptr;  // the activation's output, with an activation
+  NormActivation activation = NormActivation::kNone;
 };
 
 template <typename T>
@@ -89,10 +97,11 @@ cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, cons
                                     double* workspace, cudaStream_t stream);
 
 // BatchNormBackwardStats: sums [2, c] = per channel, the sum of dy and of
-// dy * (x - mean[ch]).
+// dy * (x - mean[ch]), dy masked by y as `activation` says.
 template <typename T>
 cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
-                                         double* sums, double* workspace, cudaStream_t stream);
+                                         const void* y, NormActivation activation, double* sums, double* workspace,
+                                         cudaStream_t stream);
 
 // BatchNormBackwardApply: LaunchBatchNormBackward's training outputs with
 // `sums` ([2, c], as BatchNormBackwardStats) over `count` values per channel.
