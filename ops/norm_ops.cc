@@ -693,7 +693,9 @@ LOOM_REGISTER_KERNEL("BatchNormPivot", DeviceType::kCpu, [](KernelContext& ctx) 
     using T = decltype(zero);
     const T* px = ctx.in(0).data<T>();
     T* pivot = ctx.out(0).data<T>();
-    for (int64_t c = 0; c < l.c; ++c) pivot[c] = first ? px[c * l.s] : T(0);
+    // An empty batch or empty planes have no first value: 0.
+    const bool has_first = first && l.n > 0 && l.s > 0;
+    for (int64_t c = 0; c < l.c; ++c) pivot[c] = has_first ? px[c * l.s] : T(0);
   });
 });
 

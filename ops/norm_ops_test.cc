@@ -420,6 +420,31 @@ Status AddOp(const std::string& op, const std::vector<TensorType>& types, const 
   return b.Add(op, ins, attrs, "op").status();
 }
 
+// A part with no first value (an empty batch, or empty planes) gives zero
+// pivots: it read x[0, c, 0], past the end of an empty x, on the CPU.
+TEST_CASE("BatchNormPivot of an empty batch or empty planes is zeros, on every device") {
+  for (const Shape& shape : {Shape({0, 3, 4}), Shape({2, 3, 0})}) {
+    for (const Device& device : TestDevices()) {
+      INFO(shape.ToString() << " on " << device.ToString());
+      Graph graph;
+      GraphBuilder b(&graph);
+      const ValueId x = b.Input("x", {shape, DType::kF32});
+      auto pivot = b.Add("BatchNormPivot", {x}, {{"first", true}}, "pivot");
+      REQUIRE(pivot.status().ToString() == "OK");
+      graph.outputs()["pivot"] = (*pivot)[0];
+      ExecutorOptions options;
+      options.device = device;
+      auto exec = Executor::Create(graph, options);
+      REQUIRE(exec.status().ToString() == "OK");
+      auto out = (*exec)->Run({{"x", Tensor::Zeros(shape, DType::kF32)}});
+      REQUIRE(out.status().ToString() == "OK");
+      const Tensor got = out->at("pivot").To(Device::Cpu()).value();
+      REQUIRE(got.shape() == Shape({3}));
+      for (int64_t c = 0; c < 3; ++c) CHECK(got.data<float>()[c] == 0.0f);
+    }
+  }
+}
+
 TEST_CASE("batch norm validates its inputs and attributes") {
   auto types = [](Shape x, Shape gamma) {
     TensorType c{{x[1]}, DType::kF32};

@@ -148,7 +148,7 @@ StatusOr<cudaStream_t> CurrentStream(int index) {
 
 Status SynchronizeDevice(int index) {
   LOOM_RETURN_IF_ERROR(SetDevice(index));
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, DeviceStream(index));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, CurrentStream(index));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Status::Ok();
 }
@@ -166,11 +166,12 @@ Status CopyBytes(void* dst, Device dst_device, const void* src, Device src_devic
     std::memmove(dst, src, bytes);
     return Status::Ok();
   }
-  // The copy runs on the stream of the CUDA device involved (the destination
-  // when both are), so it is ordered after the kernels that wrote the source.
+  // The copy runs on the calling thread's stream of the CUDA device involved
+  // (the destination when both are; a work queue's when the thread is bound
+  // to one), so it is ordered after the kernels that wrote the source.
   const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
   LOOM_RETURN_IF_ERROR(SetDevice(index));
-  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, DeviceStream(index));
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, CurrentStream(index));
   if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
     LOOM_RETURN_IF_ERROR(SynchronizeDevice(src_device.index));  // the source's writers run on its own stream
     LOOM_RETURN_IF_ERROR(SetDevice(index));
@@ -298,14 +299,21 @@ void CudaAllocator::ReleaseCachedLocked() {
 
 Status CudaAllocator::AllIdle() {
   LOOM_RETURN_IF_ERROR(SetDevice(index_));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-  std::lock_guard<std::mutex> lock(mu_);
-  std::multimap<size_t, void*>& any = free_[nullptr];
-  for (auto& [stream, blocks] : free_) {
-    if (stream == nullptr) continue;
-    any.insert(blocks.begin(), blocks.end());
-    blocks.clear();
+  // The blocks freed so far: the work that used them was queued before, so
+  // the device is done with them once synchronized. Blocks that other
+  // threads free meanwhile (their streams' work may still be queued: ranks
+  // played by threads share this allocator) stay on their streams' lists.
+  std::map<cudaStream_t, std::multimap<size_t, void*>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [stream, blocks] : free_)
+      if (stream != nullptr) idle[stream].swap(blocks);
   }
+  const cudaError_t synced = cudaDeviceSynchronize();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [stream, blocks] : idle)  // back where they were when the device is not known idle
+    free_[synced == cudaSuccess ? nullptr : stream].insert(blocks.begin(), blocks.end());
+  LOOM_CUDA_RETURN_IF_ERROR(synced);
   return Status::Ok();
 }
 

@@ -58,9 +58,15 @@ class CudaWorkQueue final : public WorkQueue {
       LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy3DPeerAsync(&p, stream_));
       return Status::Ok();
     }
-    // cudaMemcpyDefault: unified addressing tells host from device.
-    LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, height, cudaMemcpyDefault, stream_));
+    // cudaMemcpyDefault: unified addressing tells host from device. One
+    // contiguous block as a plain copy: a 2-D copy's pitch may not pass
+    // cudaDevAttrMaxPitch (about 2 GiB).
+    if (height == 1 || (src_pitch == row_bytes && dst_pitch == row_bytes)) {
+      LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, row_bytes * height, cudaMemcpyDefault, stream_));
+    } else {
+      LOOM_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, height, cudaMemcpyDefault, stream_));
+    }
     // Pageable host memory may be read or freed once this returns.
     if (dst_device.is_cpu() || src_device.is_cpu()) LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::Ok();

@@ -73,7 +73,10 @@ StatusOr<CublasLease> AcquireCublas(int device, cudaStream_t stream) {
     LOOM_RETURN_IF_ERROR(SetDevice(device));
     cublasHandle_t handle = nullptr;
     LOOM_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
-    LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    // Split-K reductions in the accumulator's type, never in a bf16 / fp16
+    // output's: f32 accumulation rounded once, as the CPU's half GEMMs.
+    LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+        handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     entry->handle = handle;
   }
   LOOM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(entry->handle, stream));

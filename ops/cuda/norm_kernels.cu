@@ -575,7 +575,7 @@ template <typename T>
 cudaError_t LaunchBatchNormPivot(bool first, const ChannelDims& dims, const void* x, void* pivot,
                                  cudaStream_t stream) {
   if (dims.c == 0) return cudaSuccess;
-  BatchNormPivotKernel<<<Blocks(dims.c), kThreads, 0, stream>>>(dims.c, dims.s, first && dims.n > 0,
+  BatchNormPivotKernel<<<Blocks(dims.c), kThreads, 0, stream>>>(dims.c, dims.s, first && dims.n > 0 && dims.s > 0,
                                                                 static_cast<const T*>(x), static_cast<T*>(pivot));
   return cudaGetLastError();
 }
@@ -635,7 +635,7 @@ cudaError_t LaunchBatchNormBackwardApply(int64_t count, const ChannelDims& dims,
 template <typename T>
 cudaError_t LaunchLayerNorm(const RowDims& dims, double eps, const T* x, const T* gamma, const T* beta, T* y,
                             T* saved_mean, T* saved_rstd, cudaStream_t stream) {
-  if (dims.rows == 0 || dims.d == 0) return cudaSuccess;
+  if (dims.rows == 0) return cudaSuccess;  // (d == 0: NaN statistics, as the CPU's 0 / 0)
   const TilePlan p = PlanRows(dims.rows, dims.d);
   LayerNormKernel<<<BlocksPerItem(p.tiles), p.lanes * p.parts, 0, stream>>>(dims, eps, x, gamma, beta, y, saved_mean,
                                                                               saved_rstd, p);
