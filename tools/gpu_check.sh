@@ -340,7 +340,7 @@ run() {
     fi
     sed "s|@DATA@|$PACK/data|g" "$cfg" >"$configs/$name.pbtxt"
     set +e
-    limit=90 launch "$PACK/tools/loom" train --config "$configs/$name.pbtxt" --device cuda --max-steps 20 \
+    limit=90 launch "$PACK/tools/loom" train -v --config "$configs/$name.pbtxt" --device cuda --max-steps 20 \
       --out "$runs/$name" >"$OUT/train_$name.log" 2>&1 </dev/null
     rc=$?
     set -e
@@ -353,6 +353,10 @@ run() {
         tee -a "$summary"
     fi
   done
+  # The cuDNN algorithms and math types the runs chose (-v logs each new
+  # choice): FMA for f32 (no TF32), deterministic ones only.
+  grep -h "cuDNN" "$OUT"/train_*.log 2>/dev/null | sed 's/^.*cuDNN/cuDNN/' | sort -u | head -12 |
+    sed 's/^/chosen: /' | tee -a "$summary" || true
   # The task runtime on two streams of the GPU (data parallelism), the same
   # 20 steps as the CNN's run on one device above.
   if [ -f "$configs/cnn.pbtxt" ] && [ "$(time_left)" -ge 60 ]; then

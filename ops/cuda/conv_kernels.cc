@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "ops/cuda/conv_kernels.h"
+
+#include "core/logging.h"
 #include "ops/conv_geometry.h"
 #include "ops/cuda/cuda_kernel_util.h"
 
@@ -297,7 +299,12 @@ StatusOr<AlgoChoice> ChooseAlgo(cudnnHandle_t h, Direction dir, const ConvDescri
     if (WorkspaceSize(h, dir, d, c.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspaceBytes) continue;
     const AlgoChoice choice{c.algo, c.math, bytes};
     std::lock_guard<std::mutex> lock(AlgoCacheMutex());
-    AlgoCache().emplace(key, choice);  // a racing thread's equal choice may already be there
+    if (AlgoCache().emplace(key, choice).second)  // a racing thread's equal choice may already be there
+      LOOM_LOG_INFO("cuDNN {} {} image [{}, {}, {}, {}]: algorithm {}, math type {}, {} bytes of workspace",
+                    dir == Direction::kForward ? "forward" : dir == Direction::kBackwardData ? "backward data"
+                                                                                             : "backward filter",
+                    precision == ConvPrecision::kF32 ? "f32" : precision == ConvPrecision::kF64 ? "f64" : "half",
+                    key[3], key[4], key[5], key[6], c.algo, static_cast<int>(c.math), bytes);
     return choice;
   }
   const char* kind = precision == ConvPrecision::kF32 ? "FP32 (FMA)"
