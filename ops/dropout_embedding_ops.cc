@@ -165,6 +165,39 @@ class DropoutOp : public ElementwiseOpDef {
 };
 LOOM_REGISTER_OP(DropoutOp);
 
+// Dropout over elements [0, count) whose draws are first, first + 1, ...
+// of stream `key`: mask = scale where kept, else 0, and y = x * mask. Eight
+// draws at a time in vector lanes (SplitMix64's multiplies as vector
+// ones; the compiler kept the scalar loop scalar), the same bits as
+// CounterU64 and Dropped, then the rest one by one.
+template <typename T>
+void DropoutRun(uint64_t key, uint64_t first, uint64_t threshold, T scale, const T* x, T* y, T* mask,
+                int64_t count) {
+  constexpr int kLanes = 8;
+  typedef uint64_t Draws __attribute__((vector_size(kLanes * sizeof(uint64_t))));
+  typedef int64_t Keeps __attribute__((vector_size(kLanes * sizeof(int64_t))));
+  typedef T Values __attribute__((vector_size(kLanes * sizeof(T))));
+  typedef T UnalignedValues __attribute__((vector_size(kLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  const Draws lane = {1, 2, 3, 4, 5, 6, 7, 8};  // CounterU64's n + 1
+  int64_t k = 0;
+  for (; k + kLanes <= count; k += kLanes) {
+    Draws z = key + (first + static_cast<uint64_t>(k) + lane) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    const Keeps keep = -((z >> 11) >= threshold);  // 1 where kept: !Dropped
+    const Values m = scale * __builtin_convertvector(keep, Values);
+    *reinterpret_cast<UnalignedValues*>(mask + k) = m;
+    *reinterpret_cast<UnalignedValues*>(y + k) = *reinterpret_cast<const UnalignedValues*>(x + k) * m;
+  }
+  for (; k < count; ++k) {
+    const bool keep = !Dropped(CounterU64(key, first + static_cast<uint64_t>(k)), threshold);
+    const T m = scale * static_cast<T>(keep);
+    mask[k] = m;
+    y[k] = x[k] * m;
+  }
+}
+
 LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
   const double p = ctx.attrs->Float("p");
   const bool active = DropoutActive(*ctx.attrs);
@@ -209,12 +242,16 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
         for (int64_t i = b * kDropoutBlock; i < end;) {
           const int64_t count = std::min(inner - i % inner, end - i);
           const int64_t at = ((i / inner) * replicas + r) * inner + i % inner;
-          // The keep as a multiply: a branch on a random bit mispredicts.
-          for (int64_t k = 0; k < count; ++k) {
-            const bool keep = !Dropped(CounterU64(key, draw_index(i + k)), threshold);
-            const T m = scale * static_cast<T>(keep);
-            mask[at + k] = m;
-            y[at + k] = x[at + k] * m;
+          if (run == 0) {  // the draw index is the element's own
+            DropoutRun(key, offset + static_cast<uint64_t>(i), threshold, scale, x + at, y + at, mask + at, count);
+          } else {
+            // The keep as a multiply: a branch on a random bit mispredicts.
+            for (int64_t k = 0; k < count; ++k) {
+              const bool keep = !Dropped(CounterU64(key, draw_index(i + k)), threshold);
+              const T m = scale * static_cast<T>(keep);
+              mask[at + k] = m;
+              y[at + k] = x[at + k] * m;
+            }
           }
           i += count;
         }

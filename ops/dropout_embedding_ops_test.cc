@@ -51,10 +51,14 @@ struct DropoutRun {
   std::unique_ptr<Executor> exec;
 
   DropoutRun(int64_t n, double p, uint64_t seed, DType dtype = DType::kF32, ThreadPool* pool = nullptr,
-             Device device = Device::Cpu(), int64_t offset = 0) {
+             Device device = Device::Cpu(), int64_t offset = 0, const AttrMap& extra = {}) {
     GraphBuilder b(&graph);
     ValueId x = b.Input("x", {{n}, dtype});
-    auto outs = b.Add("Dropout", {x}, {{"p", p}, {"training", true}, {"offset", offset}}, "dropout");
+    AttrMap attrs = extra;
+    attrs.Set("p", p);
+    attrs.Set("training", true);
+    attrs.Set("offset", offset);
+    auto outs = b.Add("Dropout", {x}, attrs, "dropout");
     REQUIRE(outs.ok());
     graph.outputs()["y"] = (*outs)[0];
     graph.outputs()["mask"] = (*outs)[1];
@@ -134,6 +138,23 @@ TEST_CASE("a dropout part with an offset draws the whole's mask from that elemen
     DropoutRun part_run(n - offset, p, 11, DType::kF32, nullptr, device, offset);
     const std::vector<double> part = part_run.Mask(n - offset);
     CHECK(part == std::vector<double>(whole.begin() + offset, whole.end()));
+  }
+}
+
+// The kernel draws eight elements at a time in vector lanes where the
+// draw index is the element's own, and one at a time (CounterU64 itself)
+// for a part in runs of the whole. One run over every element draws the
+// same indices: the same mask, bit for bit, whatever the tail.
+TEST_CASE("dropout's vector lanes draw what one-at-a-time draws do") {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (int64_t n : {1, 7, 8, 9, 1003, 20000}) {
+      INFO(DTypeName(dtype) << ", n = " << n);
+      const std::vector<double> lanes = DropoutRun(n, 0.3, 5, dtype).Mask(n, dtype);
+      const AttrMap one_run{{"run", n}, {"run_stride", n}};
+      const std::vector<double> one_by_one =
+          DropoutRun(n, 0.3, 5, dtype, nullptr, Device::Cpu(), 0, one_run).Mask(n, dtype);
+      CHECK(lanes == one_by_one);
+    }
   }
 }
 
