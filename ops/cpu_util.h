@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -88,6 +90,52 @@ T ArraySum(const T* p, int64_t n) {
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) part += *reinterpret_cast<const UnalignedLanes*>(p + i);
   T sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (int l = 0; l < kSumLanes; ++l) sum += part[l];
+  return sum;
+}
+
+// e^x in float arithmetic that vectorises (glibc's expf is a call per
+// element): x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so r
+// is exact), Cephes' degree-6 polynomial for e^r (about 1 ulp), times 2^n
+// in two halves (so results down to the smallest subnormal come out).
+// The same operations in every lane and on every CPU: the same bits on
+// AVX2 and AVX-512 and at any thread count. e^-inf = 0, e^+inf = inf,
+// NaN stays NaN.
+inline float ExpF(float x) {
+  const float clamped = std::min(std::max(x, -104.0f), 88.75f);  // (NaN stays NaN)
+  // Round to nearest by adding 1.5 * 2^23: exact for |x / ln 2| < 2^22.
+  const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = clamped - n * 0.693359375f;  // ln 2's high part: n times it is exact
+  r = r + n * 2.12194440e-4f;            // minus its low part (-2.12e-4)
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t k = n == n ? static_cast<int32_t>(n) : 0;  // (NaN: p carries it)
+  const int32_t k1 = k / 2, k2 = k - k1;  // each in [-75, 65]: normal powers of two
+  float s1, s2;
+  const int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
+  std::memcpy(&s1, &b1, sizeof(float));
+  std::memcpy(&s2, &b2, sizeof(float));
+  const float e = p * s1 * s2;
+  return x < -104.0f ? 0.0f : (x > 88.72283905f ? std::numeric_limits<float>::infinity() : e);
+}
+
+// The sum of p[0, n) in double, in kSumLanes lanes (lane l takes the
+// elements l mod kSumLanes), then the tail, then the lanes in order: a sum
+// of floats that rounds once per add in double and vectorises.
+inline double SumAsDouble(const float* p, int64_t n) {
+  typedef double Lanes __attribute__((vector_size(kSumLanes * sizeof(double))));
+  typedef float Loaded __attribute__((vector_size(kSumLanes * sizeof(float)), aligned(alignof(float)), may_alias));
+  Lanes part = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    part += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i), Lanes);
+  double sum = 0;
   for (; i < n; ++i) sum += p[i];
   for (int l = 0; l < kSumLanes; ++l) sum += part[l];
   return sum;

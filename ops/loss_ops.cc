@@ -32,6 +32,7 @@
 //     shape).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/cpu_util.h"
 #include "ops/loss_geometry.h"
@@ -240,6 +241,41 @@ LogSumExp<T> RowLogSumExp(const T* row, int64_t classes, int64_t stride) {
   return {m, std::log(sum)};
 }
 
+// The same for an f32 row of contiguous scores ([N, C] logits: a language
+// model's vocabulary), whose exps go in vector lanes (ExpF, summed in
+// double lanes; glibc's expf per element was most of the loss's time);
+// `exps` is the caller's scratch of at least `classes` floats.
+LogSumExp<float> RowLogSumExp(const float* __restrict row, int64_t classes, float* __restrict exps) {
+  float m = row[0];
+  for (int64_t c = 1; c < classes; ++c) m = row[c] > m ? row[c] : m;
+  for (int64_t c = 0; c < classes; ++c) exps[c] = ExpF(row[c] - m);
+  return {m, std::log(SumAsDouble(exps, classes))};
+}
+
+// CrossEntropyBackward's dlogits of one f32 row of contiguous scores, with
+// its max and log-sum: ExpF in vector lanes (restrict and values, not the
+// kernel's captured references, so that the loop vectorises).
+void ContiguousCrossEntropyGrad(const float* __restrict x, float* __restrict dx, int64_t classes, int64_t target,
+                                float max, float log_sum, float scale, float smooth, float hit) {
+  for (int64_t c = 0; c < classes; ++c) {
+    const float p = ExpF((x[c] - max) - log_sum);
+    dx[c] = scale * (p - smooth - (c == target ? hit : 0.0f));
+  }
+}
+
+// RowLogSumExp of sample i's scores at `row`: the vector one where it
+// applies.
+template <typename T>
+LogSumExp<T> ScoresLogSumExp(const T* row, const ClassLayout& L, std::vector<float>& exps) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (L.inner == 1) {
+      exps.resize(static_cast<size_t>(L.classes));
+      return RowLogSumExp(row, L.classes, exps.data());
+    }
+  }
+  return RowLogSumExp(row, L.classes, L.inner);
+}
+
 // The forward losses have no fused form (yet): each reduces one replica's
 // batch to a scalar, which the kernels cannot do for R replicas at once, so
 // the fusion pass runs them once per replica (R small ops at the end of the
@@ -300,11 +336,12 @@ LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
     const I* pt = t.data<I>();
     const double total = BlockedSum(ctx.pool, L.samples(), ItemsFor(L.classes), [&](int64_t i0, int64_t i1) {
       double sum = 0;
+      std::vector<float> exps;
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t y = pt[i];
         if (y == ignore) continue;
         const T* row = px + L.ScoreOffset(i);
-        const LogSumExp<T> lse = RowLogSumExp(row, L.classes, L.inner);
+        const LogSumExp<T> lse = ScoresLogSumExp(row, L, exps);
         // -log p[c] = log_sum - (x[c] - max); shifted values keep f32 digits.
         double loss = (1.0 - eps) * (lse.log_sum - (row[y * L.inner] - lse.max));
         if (eps > 0) {
@@ -371,6 +408,7 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
     const T scale = LossScale<T>(ctx.in(2), IsMeanReduction(*ctx.attrs), count);
     const T smooth = static_cast<T>(eps / static_cast<double>(L.classes)), hit = static_cast<T>(1.0 - eps);
     ParallelRange(ctx.pool, L.samples(), [&](int64_t i0, int64_t i1) {
+      std::vector<float> exps;
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t y = pt[i];
         const int64_t at = L.ScoreOffset(i);
@@ -378,8 +416,14 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
           for (int64_t c = 0; c < L.classes; ++c) pdx[at + c * L.inner] = T(0);
           continue;
         }
-        const LogSumExp<T> lse = RowLogSumExp(px + at, L.classes, L.inner);
+        const LogSumExp<T> lse = ScoresLogSumExp(px + at, L, exps);
         const T log_sum = static_cast<T>(lse.log_sum);
+        if constexpr (std::is_same_v<T, float>) {
+          if (L.inner == 1) {  // contiguous f32 scores
+            ContiguousCrossEntropyGrad(px + at, pdx + at, L.classes, y, lse.max, log_sum, scale, smooth, hit);
+            continue;
+          }
+        }
         for (int64_t c = 0; c < L.classes; ++c) {
           const T p = std::exp((px[at + c * L.inner] - lse.max) - log_sum);
           pdx[at + c * L.inner] = scale * (p - smooth - (c == y ? hit : T(0)));

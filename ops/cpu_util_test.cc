@@ -1,0 +1,75 @@
+#include "ops/cpu_util.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace loom {
+namespace {
+
+// ExpF one element at a time, with the vectoriser off: the lanes of a
+// vectorised loop must give these bits.
+__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarExps(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ExpF(x[i]);
+}
+
+__attribute__((noinline)) void VectorExps(const float* __restrict x, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ExpF(x[i]);
+}
+
+TEST_CASE("ExpF is e^x within 2 ulp over float's range, and its special values") {
+  double worst = 0;
+  float at = 0;
+  for (double x = -87.0; x <= 88.7; x += 1.0 / 1024) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    const double error = std::abs(ExpF(xf) - want) / want;
+    if (error > worst) worst = error, at = xf;
+  }
+  INFO("worst relative error " << worst << " at x = " << at);
+  CHECK(worst < 2 * std::numeric_limits<float>::epsilon());
+  // Subnormal results: within an ulp of the subnormal spacing.
+  for (float x : {-88.0f, -95.5f, -100.0f, -103.0f}) {
+    INFO("x = " << x);
+    CHECK(std::abs(ExpF(x) - std::exp(static_cast<double>(x))) <= std::numeric_limits<float>::denorm_min());
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(ExpF(0.0f) == 1.0f);
+  CHECK(ExpF(-inf) == 0.0f);
+  CHECK(ExpF(-200.0f) == 0.0f);
+  CHECK(ExpF(inf) == inf);
+  CHECK(ExpF(89.0f) == inf);
+  CHECK(std::isnan(ExpF(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isfinite(ExpF(88.72f)));
+}
+
+TEST_CASE("ExpF gives the same bits in vector lanes as one at a time") {
+  std::vector<float> x;
+  for (int i = 0; i < 4099; ++i) x.push_back(static_cast<float>(-110.0 + 200.0 * i / 4098.0));
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::infinity());
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> scalar(x.size()), vector(x.size());
+  ScalarExps(x.data(), scalar.data(), n);
+  VectorExps(x.data(), vector.data(), n);
+  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("SumAsDouble adds in kSumLanes lanes, then the tail, then the lanes") {
+  std::vector<float> p;
+  for (int i = 0; i < 37; ++i) p.push_back(1.0f / static_cast<float>(i + 1) * (i % 3 == 0 ? -1.0f : 1.0f));
+  double lanes[kSumLanes] = {};
+  const int64_t full = 37 - 37 % kSumLanes;
+  for (int64_t i = 0; i < full; ++i) lanes[i % kSumLanes] += p[static_cast<size_t>(i)];
+  double want = 0;
+  for (int64_t i = full; i < 37; ++i) want += p[static_cast<size_t>(i)];
+  for (double l : lanes) want += l;
+  CHECK(SumAsDouble(p.data(), 37) == want);
+  CHECK(SumAsDouble(p.data(), 0) == 0.0);
+}
+
+}  // namespace
+}  // namespace loom
