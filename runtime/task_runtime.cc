@@ -725,12 +725,21 @@ StatusOr<std::map<std::string, Tensor>> TaskRuntime::Run(const std::map<std::str
   std::map<std::string, Tensor> results;
   LOOM_ASSIGN_OR_RETURN(Allocator * host, GetAllocator(Device::Cpu()));  // what the caller keeps
   for (const auto& [name, op] : tasks_.outputs) {
-    if (comm_) {  // every rank gets every output
-      for (int p : op.pieces) {
-        LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
-      }
+    if (comm_ == nullptr) {
+      LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host, after));
+      continue;
     }
-    LOOM_ASSIGN_OR_RETURN(results[name], Assemble(op, host, after));
+    // Every rank gets every output: assembled from its pieces broadcast to
+    // the host, then the pieces are put back (a home, or a piece that a
+    // writeback reads, stays the device's own tensor).
+    std::vector<std::pair<int, Tensor>> own;
+    for (int p : op.pieces) {
+      own.emplace_back(p, pieces_[static_cast<size_t>(p)]);
+      LOOM_ASSIGN_OR_RETURN(pieces_[static_cast<size_t>(p)], PieceEverywhere(p));
+    }
+    StatusOr<Tensor> assembled = Assemble(op, host, after);
+    for (auto it = own.rbegin(); it != own.rend(); ++it) pieces_[static_cast<size_t>(it->first)] = it->second;
+    LOOM_ASSIGN_OR_RETURN(results[name], std::move(assembled));
   }
   // Every reader of the old state has run: the new values become the homes.
   // A home takes the new value's tensor itself (no copy: data parallelism

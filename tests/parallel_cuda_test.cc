@@ -90,7 +90,7 @@ TEST_CASE("devices in processes on streams of one GPU match the in-process runti
     REQUIRE(in_process.status().ToString() == "OK");
     auto one = testing::RunOneDevice(*c, 3, 5);
     REQUIRE(one.status().ToString() == "OK");
-    CHECK(FirstMismatch(*one, *in_process, 1e-9) == "");
+    CHECK(FirstMismatch(*one, *in_process, testing::ZooTolerance(*c)) == "");
     auto got = testing::RunAsProcesses(*c, strategy, 3, 5, ranks, {}, options);
     REQUIRE(got.status().ToString() == "OK");
     for (size_t r = 0; r < got->size(); ++r) {

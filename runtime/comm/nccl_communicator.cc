@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/cuda/cuda_device.h"
@@ -251,23 +252,33 @@ Status NcclCommunicator::Synchronize() {
   // Polls instead of cudaStreamSynchronize: a kernel waiting for a peer that
   // failed never ends, so the wait must see NCCL's asynchronous errors and
   // the group's abort, and abort this rank's communicator to end it.
+  // Every failure marks the group too (not only ncclCommAbort here): this
+  // rank's peers in the process may wait in kernels for it, and only the
+  // group's mark makes their Synchronize() abort instead of polling forever.
+  const auto fail = [&](const std::string& what) {
+    Status failed = Internal(comm::CommContext(*this, name), ": ", what);
+    Abort(failed);
+    return failed;
+  };
+  // NCCL's asynchronous error, checked also once the stream is idle (an
+  // error it recorded for work that did complete).
+  const auto async_error = [&]() -> std::optional<Status> {
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t queried = ncclCommGetAsyncError(comm_, &async);
+    if (queried != ncclSuccess)
+      return fail(NcclErrorMessage(queried, "ncclCommGetAsyncError(comm_, &async)", __FILE__, __LINE__));
+    if (async != ncclSuccess && async != ncclInProgress)
+      return fail(NcclErrorMessage(async, "an asynchronous NCCL operation", __FILE__, __LINE__));
+    return std::nullopt;
+  };
   for (;;) {
     cudaError_t state = cudaStreamQuery(stream_);
-    if (state == cudaSuccess) return Status::Ok();
-    if (state != cudaErrorNotReady)
-      return Internal(comm::CommContext(*this, name), ": ",
-                      cuda::CudaErrorMessage(state, "cudaStreamQuery(stream_)", __FILE__, __LINE__));
-    ncclResult_t async = ncclSuccess;
-    LOOM_NCCL_IN(name, ncclCommGetAsyncError(comm_, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      Status failed = Internal(comm::CommContext(*this, name), ": ",
-                               NcclErrorMessage(async, "an asynchronous NCCL operation", __FILE__, __LINE__));
-      // Mark the group too (not only ncclCommAbort here): this rank's peers
-      // in the process may wait in kernels for it, and only the group's mark
-      // makes their Synchronize() abort instead of polling forever.
-      Abort(failed);
-      return failed;
+    if (state == cudaSuccess) {
+      if (std::optional<Status> failed = async_error()) return *failed;
+      return Status::Ok();
     }
+    if (state != cudaErrorNotReady) return fail(cuda::CudaErrorMessage(state, "cudaStreamQuery(stream_)", __FILE__, __LINE__));
+    if (std::optional<Status> failed = async_error()) return *failed;
     if (group_->aborted.load()) {
       AbortLocal();
       return Begin(name);  // the group's abort message
