@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -123,6 +124,25 @@ inline float ExpF(float x) {
   std::memcpy(&s2, &b2, sizeof(float));
   const float e = p * s1 * s2;
   return x < -104.0f ? 0.0f : (x > 88.72283905f ? std::numeric_limits<float>::infinity() : e);
+}
+
+// 1 / (1 + e^-x) for f32 in vector lanes (ExpF): 0 for x below -88.7,
+// 1 above 17.
+inline float SigmoidF(float x) { return 1.0f / (1.0f + ExpF(-x)); }
+
+// tanh(x) for f32 in vector lanes: Cephes' odd polynomial where |x| <
+// 0.625 (no cancellation near 0), 1 - 2 / (e^2|x| + 1) with x's sign
+// elsewhere; within 2 ulp; tanh(+-inf) = +-1, NaN stays NaN.
+inline float TanhF(float x) {
+  const float a = std::abs(x), z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = a == 0.0f ? x : p * z * x + x;  // (tanh(-0) = -0)
+  const float large = 1.0f - 2.0f / (ExpF(2.0f * a) + 1.0f);
+  return a < 0.625f ? small : std::copysign(large, x);
 }
 
 // The sum of p[0, n) in double, in kSumLanes lanes (lane l takes the

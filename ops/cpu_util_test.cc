@@ -1,5 +1,6 @@
 #include "ops/cpu_util.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -45,7 +46,45 @@ TEST_CASE("ExpF is e^x within 2 ulp over float's range, and its special values")
   CHECK(std::isfinite(ExpF(88.72f)));
 }
 
-TEST_CASE("ExpF gives the same bits in vector lanes as one at a time") {
+__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarTanhs(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = TanhF(x[i]);
+}
+
+__attribute__((noinline)) void VectorTanhs(const float* __restrict x, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = TanhF(x[i]);
+}
+
+// The largest relative error of f against the double reference over x.
+template <typename F, typename R>
+double WorstError(F f, R reference, const std::vector<float>& xs) {
+  double worst = 0;
+  for (float x : xs) {
+    const double want = reference(static_cast<double>(x));
+    if (want == 0) continue;
+    worst = std::max(worst, std::abs(f(x) - want) / std::abs(want));
+  }
+  return worst;
+}
+
+TEST_CASE("SigmoidF and TanhF are within 2 ulp, with their limits") {
+  std::vector<float> xs;
+  for (double x = -20; x <= 20; x += 1.0 / 512) xs.push_back(static_cast<float>(x));
+  for (double x = 1e-7; x < 1; x *= 1.01) xs.push_back(static_cast<float>(x)), xs.push_back(static_cast<float>(-x));
+  const double eps = std::numeric_limits<float>::epsilon();
+  CHECK(WorstError(TanhF, [](double x) { return std::tanh(x); }, xs) < 2 * eps);
+  CHECK(WorstError(SigmoidF, [](double x) { return 1 / (1 + std::exp(-x)); }, xs) < 2 * eps);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(TanhF(0.0f) == 0.0f);
+  CHECK(std::signbit(TanhF(-0.0f)));
+  CHECK(TanhF(inf) == 1.0f);
+  CHECK(TanhF(-inf) == -1.0f);
+  CHECK(std::isnan(TanhF(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(SigmoidF(-inf) == 0.0f);
+  CHECK(SigmoidF(inf) == 1.0f);
+  CHECK(SigmoidF(0.0f) == 0.5f);
+}
+
+TEST_CASE("ExpF and TanhF give the same bits in vector lanes as one at a time") {
   std::vector<float> x;
   for (int i = 0; i < 4099; ++i) x.push_back(static_cast<float>(-110.0 + 200.0 * i / 4098.0));
   x.push_back(std::numeric_limits<float>::quiet_NaN());
@@ -55,6 +94,9 @@ TEST_CASE("ExpF gives the same bits in vector lanes as one at a time") {
   std::vector<float> scalar(x.size()), vector(x.size());
   ScalarExps(x.data(), scalar.data(), n);
   VectorExps(x.data(), vector.data(), n);
+  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+  ScalarTanhs(x.data(), scalar.data(), n);
+  VectorTanhs(x.data(), vector.data(), n);
   CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/cpu_util.h"
 #include "ops/gemm.h"
@@ -61,9 +62,24 @@ double ProjectionFlops(const LstmDims& n) {
 // (~4k hidden units per chunk: each costs several exp/tanh).
 int64_t RowChunk(int64_t hd) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hd)); }
 
+// The gates' functions: in vector lanes for f32 (SigmoidF, TanhF: glibc's
+// expf and tanhf per element were most of the forward pass), the library's
+// for f64 (the gradient checks' reference precision).
 template <typename T>
 inline T Sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
+  if constexpr (std::is_same_v<T, float>) {
+    return SigmoidF(v);
+  } else {
+    return T(1) / (T(1) + std::exp(-v));
+  }
+}
+template <typename T>
+inline T Tanh(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return TanhF(v);
+  } else {
+    return std::tanh(v);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -234,8 +250,9 @@ Status LstmKernel(KernelContext& ctx) {
       ParallelRange(ctx.pool, n.n, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           T* gr = g + r * G;
+          LOOM_ELEMENTWISE_LOOP
           for (int64_t j = 0; j < Hd; ++j) {
-            const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = std::tanh(gr[2 * Hd + j]);
+            const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = Tanh(gr[2 * Hd + j]);
             const T og = Sigmoid(gr[3 * Hd + j]);
             gr[j] = ig;
             gr[Hd + j] = fg;
@@ -243,7 +260,7 @@ Status LstmKernel(KernelContext& ctx) {
             gr[3 * Hd + j] = og;
             const int64_t e = r * Hd + j;
             c[e] = fg * c_prev[e] + ig * gg;
-            h[e] = og * std::tanh(c[e]);
+            h[e] = og * Tanh(c[e]);
           }
         }
       }, RowChunk(Hd));
@@ -388,10 +405,11 @@ Status LstmBackwardKernel(KernelContext& ctx) {
         for (int64_t r = r0; r < r1; ++r) {
           const T* gr = g + r * G;
           T* dgr = dg + r * G;
+          LOOM_ELEMENTWISE_LOOP
           for (int64_t j = 0; j < Hd; ++j) {
             const int64_t e = r * Hd + j;
             const T ig = gr[j], fg = gr[Hd + j], gg = gr[2 * Hd + j], og = gr[3 * Hd + j];
-            const T tanh_c = std::tanh(c[e]);
+            const T tanh_c = Tanh(c[e]);
             const T dh_t = dh[e] + dy_t[e];
             const T dc_t = dc[e] + dh_t * og * (T(1) - tanh_c * tanh_c);
             dgr[j] = dc_t * gg * ig * (T(1) - ig);                 // d pre_i
