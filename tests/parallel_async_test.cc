@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 
 #include <random>
-#include <tuple>
 
 #include "tests/async_work_queue.h"
 #include "tests/parallel_check.h"
@@ -54,32 +53,19 @@ TEST_CASE("fused arrays on asynchronous queues split their replicas as on one de
 // (the memory plan reuses them). Each rank's results are the in-process
 // runtime's, bit for bit.
 TEST_CASE("devices in processes on asynchronous queues match the in-process runtime bit for bit") {
-  const StepCase cnn =
-      testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
-  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
-  const std::vector<std::tuple<const StepCase*, std::string, int>> cases = {
-      {&cnn, "devices: 2\ndefault_split { sample: 2 }\n", 2},
-      {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n", 2},
-      {&cnn, "devices: 2\nlayer { layer: \"*conv\" attribute: 2 }\n", 2},
-      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n", 2},
-      {&cnn, "devices: 6\ndefault_split { sample: 2 devices: 1 devices: 4 }\nlayer { layer: \"*conv\" sample: 2 "
-             "attribute: 2 devices: 0 devices: 2 devices: 3 devices: 5 }\n", 3},
-      {&fused, "devices: 4\ndefault_split { sample: 2 replica: 2 }\n", 2},
-  };
   uint64_t seed = 7;
-  for (const auto& [c, strategy, ranks] : cases) {
-    INFO(strategy << "over " << ranks << " ranks");
-    auto in_process = testing::RunOnDevices(*c, strategy, 3, 5);
+  testing::ForEachProcessSplitCase([&](const StepCase& c, const std::string& strategy, int ranks) {
+    auto in_process = testing::RunOnDevices(c, strategy, 3, 5);
     REQUIRE(in_process.status().ToString() == "OK");
     for (int round = 0; round < 3; ++round) {
-      auto got = testing::RunAsProcesses(*c, strategy, 3, 5, ranks, {}, AsyncQueues(seed++));
+      auto got = testing::RunAsProcesses(c, strategy, 3, 5, ranks, {}, AsyncQueues(seed++));
       REQUIRE(got.status().ToString() == "OK");
       for (size_t r = 0; r < got->size(); ++r) {
         INFO("rank " << r);
         CHECK(testing::FirstMismatch(*in_process, (*got)[r], 0.0) == "");
       }
     }
-  }
+  });
 }
 
 // The queue itself: a wait holds back later work until the other queue's

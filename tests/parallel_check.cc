@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -223,6 +224,24 @@ void ForEachZooRuntimeCase(std::mt19937_64& rng, const std::function<void(const 
       break;
     }
     check(c, *want, strategies);
+  }
+}
+
+void ForEachProcessSplitCase(const std::function<void(const StepCase& c, const std::string& strategy, int ranks)>& check) {
+  const StepCase cnn = ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
+  const StepCase fused = ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
+  const std::vector<std::tuple<const StepCase*, std::string, int>> cases = {
+      {&cnn, "devices: 2\ndefault_split { sample: 2 }\n", 2},
+      {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n", 2},
+      {&cnn, "devices: 2\nlayer { layer: \"*conv\" attribute: 2 }\n", 2},
+      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n", 2},
+      {&cnn, "devices: 6\ndefault_split { sample: 2 devices: 1 devices: 4 }\nlayer { layer: \"*conv\" sample: 2 "
+             "attribute: 2 devices: 0 devices: 2 devices: 3 devices: 5 }\n", 3},
+      {&fused, "devices: 4\ndefault_split { sample: 2 replica: 2 }\n", 2},
+  };
+  for (const auto& [c, strategy, ranks] : cases) {
+    INFO(strategy << "over " << ranks << " ranks");
+    check(*c, strategy, ranks);
   }
 }
 

@@ -93,6 +93,12 @@ double ZooTolerance(const StepCase& c);
 void ForEachZooRuntimeCase(std::mt19937_64& rng, const std::function<void(const StepCase& c, const StepResults& want,
                                                                           const std::vector<std::string>& strategies)>& check);
 
+// Strategies whose devices are shared out among processes so that every
+// kind of cross-rank exchange happens (transfers, all-reduces, attribute
+// halos, several devices per rank, replicas): check(case, strategy, ranks)
+// for each, on a CNN with dropout and a fused MLP.
+void ForEachProcessSplitCase(const std::function<void(const StepCase& c, const std::string& strategy, int ranks)>& check);
+
 // Calls `check` with the MLP, CNN and Transformer LM of the small zoo fused
 // as 2 replicas (seeds 7, 8), each with its results on one device and the
 // strategy that splits the replicas over 2 devices.

@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <random>
-#include <tuple>
 
 #include "core/cuda/cuda_device.h"
 #include "core/logging.h"
@@ -72,32 +71,22 @@ TEST_CASE("a fused array's replicas split over streams of one GPU as on one devi
 // streams bit for bit, and one CPU device's within the zoo's tolerance.
 TEST_CASE("devices in processes on streams of one GPU match the in-process runtime") {
   if (!RunGpuChecks()) return;
-  const StepCase cnn =
-      testing::ClassifierCase("cnn", {{"channels", "4,6"}, {"hidden", "8"}, {"dropout", "0.5"}}, {1, 8, 8});
-  const StepCase fused = testing::ClassifierCase("mlp", {{"hidden", "16"}}, {64}, 4);
-  const std::vector<std::tuple<const StepCase*, std::string, int>> cases = {
-      {&cnn, "devices: 2\ndefault_split { sample: 2 }\n", 2},
-      {&cnn, "devices: 2\nlayer { layer: \"stage1/*\" devices: 1 }\n", 2},
-      {&cnn, "devices: 4\ndefault_split { sample: 2 parameter: 2 }\n", 2},
-      {&fused, "devices: 4\ndefault_split { sample: 2 replica: 2 }\n", 2},
-  };
-  for (const auto& [c, strategy, ranks] : cases) {
-    INFO(strategy << "over " << ranks << " ranks");
+  testing::ForEachProcessSplitCase([](const StepCase& c, const std::string& strategy, int ranks) {
     TaskRuntimeOptions options;
     options.devices.assign(static_cast<size_t>(Strategy::Parse(strategy, "strategy.pbtxt")->devices()),
                            Device::Cuda(0));
-    auto in_process = testing::RunOnDevices(*c, strategy, 3, 5, {}, options);
+    auto in_process = testing::RunOnDevices(c, strategy, 3, 5, {}, options);
     REQUIRE(in_process.status().ToString() == "OK");
-    auto one = testing::RunOneDevice(*c, 3, 5);
+    auto one = testing::RunOneDevice(c, 3, 5);
     REQUIRE(one.status().ToString() == "OK");
-    CHECK(FirstMismatch(*one, *in_process, testing::ZooTolerance(*c)) == "");
-    auto got = testing::RunAsProcesses(*c, strategy, 3, 5, ranks, {}, options);
+    CHECK(FirstMismatch(*one, *in_process, testing::ZooTolerance(c)) == "");
+    auto got = testing::RunAsProcesses(c, strategy, 3, 5, ranks, {}, options);
     REQUIRE(got.status().ToString() == "OK");
     for (size_t r = 0; r < got->size(); ++r) {
       INFO("rank " << r);
       CHECK(FirstMismatch(*in_process, (*got)[r], 0.0) == "");
     }
-  }
+  });
 }
 
 // A block freed by a thread bound to stream A goes back to A only: B gets
