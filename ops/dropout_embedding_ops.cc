@@ -165,6 +165,14 @@ class DropoutOp : public ElementwiseOpDef {
 };
 LOOM_REGISTER_OP(DropoutOp);
 
+// One element's dropout with its draw: mask = scale where kept, else 0, as
+// a multiply (a branch on a random bit mispredicts), and y = x * mask.
+template <typename T>
+inline void DropOne(uint64_t draw, uint64_t threshold, T scale, const T& x, T& y, T& mask) {
+  mask = scale * static_cast<T>(!Dropped(draw, threshold));
+  y = x * mask;
+}
+
 // Dropout over elements [0, count) whose draws are first, first + 1, ...
 // of stream `key`: mask = scale where kept, else 0, and y = x * mask. Eight
 // draws at a time in vector lanes (SplitMix64's multiplies as vector
@@ -190,12 +198,8 @@ void DropoutRun(uint64_t key, uint64_t first, uint64_t threshold, T scale, const
     *reinterpret_cast<UnalignedValues*>(mask + k) = m;
     *reinterpret_cast<UnalignedValues*>(y + k) = *reinterpret_cast<const UnalignedValues*>(x + k) * m;
   }
-  for (; k < count; ++k) {
-    const bool keep = !Dropped(CounterU64(key, first + static_cast<uint64_t>(k)), threshold);
-    const T m = scale * static_cast<T>(keep);
-    mask[k] = m;
-    y[k] = x[k] * m;
-  }
+  for (; k < count; ++k)
+    DropOne(CounterU64(key, first + static_cast<uint64_t>(k)), threshold, scale, x[k], y[k], mask[k]);
 }
 
 LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
@@ -245,13 +249,8 @@ LOOM_REGISTER_KERNEL("Dropout", DeviceType::kCpu, [](KernelContext& ctx) {
           if (run == 0) {  // the draw index is the element's own
             DropoutRun(key, offset + static_cast<uint64_t>(i), threshold, scale, x + at, y + at, mask + at, count);
           } else {
-            // The keep as a multiply: a branch on a random bit mispredicts.
-            for (int64_t k = 0; k < count; ++k) {
-              const bool keep = !Dropped(CounterU64(key, draw_index(i + k)), threshold);
-              const T m = scale * static_cast<T>(keep);
-              mask[at + k] = m;
-              y[at + k] = x[at + k] * m;
-            }
+            for (int64_t k = 0; k < count; ++k)
+              DropOne(CounterU64(key, draw_index(i + k)), threshold, scale, x[at + k], y[at + k], mask[at + k]);
           }
           i += count;
         }

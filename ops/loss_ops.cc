@@ -252,15 +252,14 @@ LogSumExp<float> RowLogSumExp(const float* __restrict row, int64_t classes, floa
   return {m, std::log(SumAsDouble(exps, classes))};
 }
 
-// CrossEntropyBackward's dlogits of one f32 row of contiguous scores, with
-// its max and log-sum: ExpF in vector lanes (restrict and values, not the
-// kernel's captured references, so that the loop vectorises).
-void ContiguousCrossEntropyGrad(const float* __restrict x, float* __restrict dx, int64_t classes, int64_t target,
-                                float max, float log_sum, float scale, float smooth, float hit) {
-  for (int64_t c = 0; c < classes; ++c) {
-    const float p = ExpF((x[c] - max) - log_sum);
-    dx[c] = scale * (p - smooth - (c == target ? hit : 0.0f));
-  }
+// CrossEntropyBackward's dlogits of one f32 row of contiguous scores: the
+// softmax as the row's exps (RowLogSumExp's, each taken once) over their
+// sum, in vector lanes (restrict and values, not the kernel's captured
+// references, so that the loop vectorises).
+void ContiguousCrossEntropyGrad(const float* x, float* __restrict dx, int64_t classes, int64_t target, float scale,
+                                float smooth, float hit, float* __restrict exps) {
+  const float inv_sum = static_cast<float>(std::exp(-RowLogSumExp(x, classes, exps).log_sum));
+  for (int64_t c = 0; c < classes; ++c) dx[c] = scale * (exps[c] * inv_sum - smooth - (c == target ? hit : 0.0f));
 }
 
 // RowLogSumExp of sample i's scores at `row`: the vector one where it
@@ -416,14 +415,15 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
           for (int64_t c = 0; c < L.classes; ++c) pdx[at + c * L.inner] = T(0);
           continue;
         }
-        const LogSumExp<T> lse = ScoresLogSumExp(px + at, L, exps);
-        const T log_sum = static_cast<T>(lse.log_sum);
         if constexpr (std::is_same_v<T, float>) {
           if (L.inner == 1) {  // contiguous f32 scores
-            ContiguousCrossEntropyGrad(px + at, pdx + at, L.classes, y, lse.max, log_sum, scale, smooth, hit);
+            exps.resize(static_cast<size_t>(L.classes));
+            ContiguousCrossEntropyGrad(px + at, pdx + at, L.classes, y, scale, smooth, hit, exps.data());
             continue;
           }
         }
+        const LogSumExp<T> lse = RowLogSumExp(px + at, L.classes, L.inner);
+        const T log_sum = static_cast<T>(lse.log_sum);
         for (int64_t c = 0; c < L.classes; ++c) {
           const T p = std::exp((px[at + c * L.inner] - lse.max) - log_sum);
           pdx[at + c * L.inner] = scale * (p - smooth - (c == y ? hit : T(0)));
