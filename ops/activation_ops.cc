@@ -18,6 +18,7 @@
 // input).
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "ops/activation_attrs.h"
 #include "ops/activation_params.h"
@@ -41,34 +42,40 @@ constexpr double kSqrt2OverPi = M_2_SQRTPI * M_SQRT1_2;
 constexpr double kInvSqrt2Pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
 constexpr double kGeluCubic = 0.044715;
 
+// GELU's forms: each loop computes one of them. (A branch between them per
+// element kept the loop scalar, its tanh a library call in either form.)
+enum class GeluForm { kErf, kTanh };
+
+// The scalars a kernel's loop reads, as values of its own: a store through
+// y might otherwise alias a field of UnaryParams and keep the loop scalar.
 template <typename T>
-T StableSigmoid(T x) {
-  // Never exponentiates a large positive number.
-  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-  T e = std::exp(x);
-  return e / (T(1) + e);
-}
+struct Consts {
+  T negative_slope;
+};
 
 // y = f(x). Comparisons are written so that NaN propagates (x < 0 is false
-// for NaN, which then falls through to x).
-template <Unary K, typename T>
-T Forward(T x, const UnaryParams& p) {
+// for NaN, which then falls through to x). Sigmoid, Tanh, SiLU, Exp and
+// GELU take cpu_util.h's vector-lane functions in f32.
+template <Unary K, GeluForm F, typename T>
+T Forward(T x, Consts<T> c) {
   if constexpr (K == Unary::kRelu) return x < T(0) ? T(0) : x;
   if constexpr (K == Unary::kRelu6) return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
-  if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? static_cast<T>(p.negative_slope) * x : x;
-  if constexpr (K == Unary::kGelu) {
-    if (p.gelu_tanh) {
-      T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
-      return T(0.5) * x * (T(1) + std::tanh(u));
-    }
-    return T(0.5) * x * (T(1) + std::erf(x * static_cast<T>(M_SQRT1_2)));
+  if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? c.negative_slope * x : x;
+  if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
+    T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
+    return T(0.5) * x * (T(1) + Tanh(u));
   }
-  if constexpr (K == Unary::kSigmoid) return StableSigmoid(x);
-  if constexpr (K == Unary::kTanh) return std::tanh(x);
+  if constexpr (K == Unary::kGelu && F == GeluForm::kErf) {
+    // x Phi(x), Phi as erfc(-x / sqrt(2)) / 2: no cancellation for x < 0.
+    if constexpr (std::is_same_v<T, float>) return x * NormalCdfPdfF(x).cdf;
+    else return T(0.5) * x * std::erfc(-x * static_cast<T>(M_SQRT1_2));
+  }
+  if constexpr (K == Unary::kSigmoid) return Sigmoid(x);
+  if constexpr (K == Unary::kTanh) return Tanh(x);
   if constexpr (K == Unary::kHardswish) return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
   if constexpr (K == Unary::kHardsigmoid) return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
-  if constexpr (K == Unary::kSilu) return x * StableSigmoid(x);
-  if constexpr (K == Unary::kExp) return std::exp(x);
+  if constexpr (K == Unary::kSilu) return x * Sigmoid(x);
+  if constexpr (K == Unary::kExp) return Exp(x);
   if constexpr (K == Unary::kLog) return std::log(x);
   if constexpr (K == Unary::kSqrt) return std::sqrt(x);
   if constexpr (K == Unary::kRsqrt) return T(1) / std::sqrt(x);
@@ -76,29 +83,34 @@ T Forward(T x, const UnaryParams& p) {
 }
 
 // dx given dy and the saved tensor s (x or y, per the table).
-template <Unary K, typename T>
-T Backward(T dy, T s, const UnaryParams& p) {
+template <Unary K, GeluForm F, typename T>
+T Backward(T dy, T s, Consts<T> c) {
   if constexpr (K == Unary::kRelu) return s > T(0) ? dy : T(0);  // s = y
   if constexpr (K == Unary::kRelu6) return (s > T(0) && s < T(6)) ? dy : T(0);
-  if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : static_cast<T>(p.negative_slope) * dy;
-  if constexpr (K == Unary::kGelu) {
-    if (p.gelu_tanh) {
-      T x2 = s * s;
-      T t = std::tanh(static_cast<T>(kSqrt2OverPi) * s * (T(1) + static_cast<T>(kGeluCubic) * x2));
-      T du = static_cast<T>(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x2);
-      return dy * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
-    }
+  if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : c.negative_slope * dy;
+  if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
+    T x2 = s * s;
+    T t = Tanh(static_cast<T>(kSqrt2OverPi) * s * (T(1) + static_cast<T>(kGeluCubic) * x2));
+    T du = static_cast<T>(kSqrt2OverPi) * (T(1) + T(3 * kGeluCubic) * x2);
+    return dy * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
+  }
+  if constexpr (K == Unary::kGelu && F == GeluForm::kErf) {
     // Phi(x) + x phi(x)
-    T cdf = T(0.5) * (T(1) + std::erf(s * static_cast<T>(M_SQRT1_2)));
-    T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s);
-    return dy * (cdf + s * pdf);
+    if constexpr (std::is_same_v<T, float>) {
+      const NormalCdfPdf n = NormalCdfPdfF(s);
+      return dy * (n.cdf + s * n.pdf);
+    } else {
+      T cdf = T(0.5) * std::erfc(-s * static_cast<T>(M_SQRT1_2));
+      T pdf = static_cast<T>(kInvSqrt2Pi) * std::exp(T(-0.5) * s * s);
+      return dy * (cdf + s * pdf);
+    }
   }
   if constexpr (K == Unary::kSigmoid) return dy * s * (T(1) - s);  // s = y
   if constexpr (K == Unary::kTanh) return dy * (T(1) - s * s);      // s = y
   if constexpr (K == Unary::kHardswish) return s < T(-3) ? T(0) : (s <= T(3) ? dy * (s / T(3) + T(0.5)) : dy);
   if constexpr (K == Unary::kHardsigmoid) return (s > T(-3) && s < T(3)) ? dy / T(6) : T(0);
   if constexpr (K == Unary::kSilu) {
-    T sig = StableSigmoid(s);
+    T sig = Sigmoid(s);
     return dy * sig * (T(1) + s * (T(1) - sig));
   }
   if constexpr (K == Unary::kExp) return dy * s;          // s = y
@@ -153,12 +165,26 @@ double BackwardFlops(Unary k, const UnaryParams& p) {
 // Whether op K also takes i64 inputs (forward only).
 constexpr bool TakesI64(Unary k) { return k == Unary::kRelu; }
 
+// Calls body(form) with GELU's form as a type (GeluForm constants), kErf for
+// every other op.
+template <Unary K, typename Body>
+void WithGeluForm(const UnaryParams& p, Body body) {
+  if (K == Unary::kGelu && p.gelu_tanh) {
+    body(std::integral_constant<GeluForm, GeluForm::kTanh>{});
+  } else {
+    body(std::integral_constant<GeluForm, GeluForm::kErf>{});
+  }
+}
+
 template <Unary K, typename T>
 void ForwardLoop(KernelContext& ctx, const UnaryParams& p) {
   const T* x = ctx.in(0).data<T>();
   T* y = ctx.out(0).data<T>();
-  ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
-    for (int64_t i = s; i < e; ++i) y[i] = Forward<K>(x[i], p);
+  const Consts<T> c{static_cast<T>(p.negative_slope)};
+  WithGeluForm<K>(p, [&](auto form) {
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [x, y, c](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) y[i] = Forward<K, decltype(form)::value>(x[i], c);
+    });
   });
 }
 
@@ -182,8 +208,11 @@ Status BackwardKernel(KernelContext& ctx) {
     const T* dy = ctx.in(0).data<T>();
     const T* saved = ctx.in(1).data<T>();
     T* dx = ctx.out(0).data<T>();
-    ParallelRange(ctx.pool, ctx.in(0).numel(), [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) dx[i] = Backward<K>(dy[i], saved[i], p);
+    const Consts<T> c{static_cast<T>(p.negative_slope)};
+    WithGeluForm<K>(p, [&](auto form) {
+      ParallelRange(ctx.pool, ctx.in(0).numel(), [dy, saved, dx, c](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) dx[i] = Backward<K, decltype(form)::value>(dy[i], saved[i], c);
+      });
     });
   });
 }

@@ -62,26 +62,6 @@ double ProjectionFlops(const LstmDims& n) {
 // (~4k hidden units per chunk: each costs several exp/tanh).
 int64_t RowChunk(int64_t hd) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hd)); }
 
-// The gates' functions: in vector lanes for f32 (SigmoidF, TanhF: glibc's
-// expf and tanhf per element were most of the forward pass), the library's
-// for f64 (the gradient checks' reference precision).
-template <typename T>
-inline T Sigmoid(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return SigmoidF(v);
-  } else {
-    return T(1) / (T(1) + std::exp(-v));
-  }
-}
-template <typename T>
-inline T Tanh(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return TanhF(v);
-  } else {
-    return std::tanh(v);
-  }
-}
-
 // ---------------------------------------------------------------------------
 // LSTM
 //   inputs: x [T, N, I], h0 [N, Hd], c0 [N, Hd], w_ih [4*Hd, I],
