@@ -166,14 +166,13 @@ double BackwardFlops(Unary k, const UnaryParams& p) {
 constexpr bool TakesI64(Unary k) { return k == Unary::kRelu; }
 
 // Calls body(form) with GELU's form as a type (GeluForm constants), kErf for
-// every other op.
+// every other op (which then has one loop only).
 template <Unary K, typename Body>
 void WithGeluForm(const UnaryParams& p, Body body) {
-  if (K == Unary::kGelu && p.gelu_tanh) {
-    body(std::integral_constant<GeluForm, GeluForm::kTanh>{});
-  } else {
-    body(std::integral_constant<GeluForm, GeluForm::kErf>{});
+  if constexpr (K == Unary::kGelu) {
+    if (p.gelu_tanh) return body(std::integral_constant<GeluForm, GeluForm::kTanh>{});
   }
+  body(std::integral_constant<GeluForm, GeluForm::kErf>{});
 }
 
 template <Unary K, typename T>

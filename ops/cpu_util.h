@@ -154,7 +154,7 @@ inline float TanhF(float x) {
 // a = 0 and for large a), and P of degree 10 from tools/fit_normal_tail.py.
 // e^(-a^2 / 2) carries a^2's rounding error (an fma) into the tails.
 // Within 5 ulp of Phi wherever Phi is normal (x > -13.1; it is subnormal
-// below, and 0 from x = -14.4); Phi(x) = 1 from x = 5.4; Phi(+-inf) = 1, 0
+// below, and 0 from x = -14.4); Phi(x) = 1 from x = 5.42; Phi(+-inf) = 1, 0
 // with phi = 0; NaN stays NaN. Tested in ops/cpu_util_test.cc.
 struct NormalCdfPdf {
   float cdf, pdf;
