@@ -54,8 +54,8 @@ struct Consts {
 };
 
 // y = f(x). Comparisons are written so that NaN propagates (x < 0 is false
-// for NaN, which then falls through to x). Sigmoid, Tanh, SiLU, Exp and
-// GELU take cpu_util.h's vector-lane functions in f32.
+// for NaN, which then falls through to x). Sigmoid, Tanh, SiLU, Exp, Log
+// and GELU take cpu_util.h's vector-lane functions in f32.
 template <Unary K, GeluForm F, typename T>
 T Forward(T x, Consts<T> c) {
   if constexpr (K == Unary::kRelu) return x < T(0) ? T(0) : x;
@@ -76,7 +76,7 @@ T Forward(T x, Consts<T> c) {
   if constexpr (K == Unary::kHardsigmoid) return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
   if constexpr (K == Unary::kSilu) return x * Sigmoid(x);
   if constexpr (K == Unary::kExp) return Exp(x);
-  if constexpr (K == Unary::kLog) return std::log(x);
+  if constexpr (K == Unary::kLog) return Log(x);
   if constexpr (K == Unary::kSqrt) return std::sqrt(x);
   if constexpr (K == Unary::kRsqrt) return T(1) / std::sqrt(x);
   if constexpr (K == Unary::kAbs) return std::abs(x);

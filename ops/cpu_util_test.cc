@@ -90,6 +90,45 @@ double UlpError(float got, double want) {
   return std::abs(got - want) / (std::nextafter(w, std::numeric_limits<float>::infinity()) - w);
 }
 
+TEST_CASE("LogF is ln(x) within 1 ulp over positive floats, subnormals included, and its special values") {
+  double worst = 0;
+  float at = 0;
+  // One float in 4099 over all positive finite floats: about 520 thousand.
+  for (int32_t bits = 1; bits < 0x7f800000; bits += 4099) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    const double want = std::log(static_cast<double>(x));
+    if (want == 0) continue;
+    const double error = UlpError(LogF(x), want);
+    if (error > worst) worst = error, at = x;
+  }
+  for (float x : {1.0f, std::nextafter(1.0f, 2.0f), std::nextafter(1.0f, 0.0f), 0.7071067f, 0.7071068f, 2.0f}) {
+    const double want = std::log(static_cast<double>(x));
+    INFO("x = " << x);
+    CHECK(std::abs(LogF(x) - want) <= 2 * std::abs(want) * std::numeric_limits<float>::epsilon());
+  }
+  INFO("worst " << worst << " ulp at x = " << at);
+  CHECK(worst < 1);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(LogF(1.0f) == 0.0f);
+  CHECK(LogF(0.0f) == -inf);
+  CHECK(LogF(-0.0f) == -inf);
+  CHECK(LogF(inf) == inf);
+  CHECK(std::isnan(LogF(-1.0f)));
+  CHECK(std::isnan(LogF(-inf)));
+  CHECK(std::isnan(LogF(std::numeric_limits<float>::quiet_NaN())));
+  const float smallest = std::numeric_limits<float>::denorm_min();
+  CHECK(UlpError(LogF(smallest), std::log(static_cast<double>(smallest))) < 2);
+}
+
+__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarLogs(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = LogF(x[i]);
+}
+
+__attribute__((noinline)) void VectorLogs(const float* __restrict x, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = LogF(x[i]);
+}
+
 TEST_CASE("NormalCdfPdfF is within 5 ulp of Phi and phi where they are normal, with their limits") {
   double worst_cdf = 0, worst_pdf = 0;
   float cdf_at = 0, pdf_at = 0;
@@ -135,7 +174,7 @@ __attribute__((noinline)) void VectorNormals(const float* __restrict x, float* _
   for (int64_t i = 0; i < n; ++i) out[i] = NormalCdfPdfF(x[i]).cdf - NormalCdfPdfF(x[i]).pdf;
 }
 
-TEST_CASE("ExpF, TanhF and NormalCdfPdfF give the same bits in vector lanes as one at a time") {
+TEST_CASE("ExpF, TanhF, LogF and NormalCdfPdfF give the same bits in vector lanes as one at a time") {
   std::vector<float> x;
   for (int i = 0; i < 4099; ++i) x.push_back(static_cast<float>(-110.0 + 200.0 * i / 4098.0));
   x.push_back(std::numeric_limits<float>::quiet_NaN());
@@ -148,6 +187,14 @@ TEST_CASE("ExpF, TanhF and NormalCdfPdfF give the same bits in vector lanes as o
   CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
   ScalarTanhs(x.data(), scalar.data(), n);
   VectorTanhs(x.data(), vector.data(), n);
+  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+  ScalarLogs(x.data(), scalar.data(), n);
+  VectorLogs(x.data(), vector.data(), n);
+  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+  std::vector<float> positive(x.size());  // logs of |x| and of tiny values
+  for (size_t i = 0; i < x.size(); ++i) positive[i] = std::abs(x[i]) * (i % 3 == 0 ? 1e-40f : 1.0f);
+  ScalarLogs(positive.data(), scalar.data(), n);
+  VectorLogs(positive.data(), vector.data(), n);
   CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
   ScalarNormals(x.data(), scalar.data(), n);
   VectorNormals(x.data(), vector.data(), n);
