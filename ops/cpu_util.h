@@ -8,7 +8,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "core/shape.h"
@@ -97,6 +96,16 @@ T ArraySum(const T* p, int64_t n) {
   return sum;
 }
 
+// c[0] x^(N-1) + c[1] x^(N-2) + ... + c[N-1] by Horner's rule, for the
+// vector-lane functions below (a loop that unrolls: the same FMAs as
+// written out).
+template <size_t N>
+inline float Horner(float x, const float (&c)[N]) {
+  float p = c[0];
+  for (size_t i = 1; i < N; ++i) p = p * x + c[i];
+  return p;
+}
+
 // e^x in float arithmetic that vectorises (glibc's expf is a call per
 // element): x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so r
 // is exact), Cephes' degree-6 polynomial for e^r (about 1 ulp), times 2^n
@@ -110,12 +119,9 @@ inline float ExpF(float x) {
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = clamped - n * 0.693359375f;  // ln 2's high part: n times it is exact
   r = r + n * 2.12194440e-4f;            // minus its low part (-2.12e-4)
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  static constexpr float kExpTerms[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                                        1.6666665459e-1f, 5.0000001201e-1f};
+  float p = Horner(r, kExpTerms);
   p = p * (r * r) + r + 1.0f;
   const int32_t k = n == n ? static_cast<int32_t>(n) : 0;  // (NaN: p carries it)
   const int32_t k1 = k / 2, k2 = k - k1;  // each in [-75, 65]: normal powers of two
@@ -148,15 +154,10 @@ inline float LogF(float x) {
   float m;
   std::memcpy(&m, &m_bits, sizeof(float));
   const float f = m - 1.0f, z = f * f, ef = static_cast<float>(e);
-  float p = 7.0376836292e-2f;
-  p = p * f - 1.1514610310e-1f;
-  p = p * f + 1.1676998740e-1f;
-  p = p * f - 1.2420140846e-1f;
-  p = p * f + 1.4249322787e-1f;
-  p = p * f - 1.6668057665e-1f;
-  p = p * f + 2.0000714765e-1f;
-  p = p * f - 2.4999993993e-1f;
-  p = p * f + 3.3333331174e-1f;
+  static constexpr float kLogTerms[] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+                                        1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
+                                        3.3333331174e-1f};
+  float p = Horner(f, kLogTerms);
   float y = f * z * p;
   y = y + ef * -2.12194440e-4f;  // ln 2's low part
   y = y - 0.5f * z;
@@ -182,11 +183,9 @@ inline float SigmoidF(float x) { return 1.0f / (1.0f + ExpF(-x)); }
 // elsewhere; within 2 ulp; tanh(+-inf) = +-1, NaN stays NaN.
 inline float TanhF(float x) {
   const float a = std::abs(x), z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
+  static constexpr float kTanhTerms[] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
+                                         -3.33332819422e-1f};
+  float p = Horner(z, kTanhTerms);
   const float small = a == 0.0f ? x : p * z * x + x;  // (tanh(-0) = -0)
   const float large = 1.0f - 2.0f / (ExpF(2.0f * a) + 1.0f);
   return a < 0.625f ? small : std::copysign(large, x);
@@ -210,17 +209,10 @@ inline NormalCdfPdf NormalCdfPdfF(float x) {
   const float inverse = 1.0f / (a + 4.0f);
   const float s = a * inverse, t = 4.0f * inverse;
   const float u = s - 3.918918919e-01f;  // about the middle of s's range: terms of falling size
-  float p = -1.347728634e-02f;
-  p = p * u - 1.546154613e-02f;
-  p = p * u + 3.297054306e-02f;
-  p = p * u + 3.271518868e-02f;
-  p = p * u - 8.932854454e-02f;
-  p = p * u - 1.246534715e-02f;
-  p = p * u + 2.622587172e-01f;
-  p = p * u - 4.829189070e-01f;
-  p = p * u + 5.256980682e-01f;
-  p = p * u - 4.019900646e-01f;
-  p = p * u + 2.267103086e-01f;
+  static constexpr float kTailTerms[] = {-1.347728634e-02f, -1.546154613e-02f, 3.297054306e-02f, 3.271518868e-02f,
+                                         -8.932854454e-02f, -1.246534715e-02f, 2.622587172e-01f, -4.829189070e-01f,
+                                         5.256980682e-01f, -4.019900646e-01f, 2.267103086e-01f};
+  float p = Horner(u, kTailTerms);
   const float square = a * a, square_error = std::fma(a, a, -square);  // a^2 exactly, in two parts
   const float gauss = ExpF(-0.5f * square) * (1.0f - 0.5f * square_error);  // e^(-a^2 / 2)
   const float tail = gauss * (t * p);
@@ -229,40 +221,18 @@ inline NormalCdfPdf NormalCdfPdfF(float x) {
 
 // e^x, ln(x), 1 / (1 + e^-x) and tanh(x) in vector lanes for f32 (above),
 // the library's for f64 (the gradient checks' reference precision).
-template <typename T>
-inline T Exp(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return ExpF(x);
-  } else {
-    return std::exp(x);
-  }
+inline float Exp(float x) { return ExpF(x); }
+inline double Exp(double x) { return std::exp(x); }
+inline float Log(float x) { return LogF(x); }
+inline double Log(double x) { return std::log(x); }
+inline float Sigmoid(float x) { return SigmoidF(x); }
+inline double Sigmoid(double x) {
+  if (x >= 0) return 1 / (1 + std::exp(-x));
+  const double e = std::exp(x);  // never e^(large positive)
+  return e / (1 + e);
 }
-template <typename T>
-inline T Log(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return LogF(x);
-  } else {
-    return std::log(x);
-  }
-}
-template <typename T>
-inline T Sigmoid(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return SigmoidF(x);
-  } else {
-    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-    const T e = std::exp(x);  // never e^(large positive)
-    return e / (T(1) + e);
-  }
-}
-template <typename T>
-inline T Tanh(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return TanhF(x);
-  } else {
-    return std::tanh(x);
-  }
-}
+inline float Tanh(float x) { return TanhF(x); }
+inline double Tanh(double x) { return std::tanh(x); }
 
 // The sum of p[0, n) in double, in kSumLanes lanes (lane l takes the
 // elements l mod kSumLanes), then the tail, then the lanes in order: a sum
