@@ -38,7 +38,7 @@ __device__ inline T Forward(T x, const ActivationParams& p) {
       const T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
       return T(0.5) * x * (T(1) + Tanh(u));
     }
-    return T(0.5) * x * (T(1) + Erf(x * static_cast<T>(kSqrtHalf)));
+    return T(0.5) * x * Erfc(-x * static_cast<T>(kSqrtHalf));  // x Phi(x), as the CPU: no cancellation for x < 0
   }
   if constexpr (kKind == K::kSigmoid) return StableSigmoid(x);
   if constexpr (kKind == K::kTanh) return Tanh(x);
@@ -65,7 +65,7 @@ __device__ inline T Backward(T dy, T s, const ActivationParams& p) {
       const T du = static_cast<T>(kSqrt2OverPi) * (T(1) + static_cast<T>(3 * kGeluCubic) * x2);
       return dy * (T(0.5) * (T(1) + t) + T(0.5) * s * (T(1) - t * t) * du);
     }
-    const T cdf = T(0.5) * (T(1) + Erf(s * static_cast<T>(kSqrtHalf)));
+    const T cdf = T(0.5) * Erfc(-s * static_cast<T>(kSqrtHalf));
     const T pdf = static_cast<T>(kInvSqrt2Pi) * Exp(T(-0.5) * s * s);
     return dy * (cdf + s * pdf);
   }

@@ -39,8 +39,8 @@ __device__ inline float Rsqrt(float x) { return rsqrtf(x); }
 __device__ inline double Rsqrt(double x) { return rsqrt(x); }
 __device__ inline float Tanh(float x) { return tanhf(x); }
 __device__ inline double Tanh(double x) { return tanh(x); }
-__device__ inline float Erf(float x) { return erff(x); }
-__device__ inline double Erf(double x) { return erf(x); }
+__device__ inline float Erfc(float x) { return erfcf(x); }
+__device__ inline double Erfc(double x) { return erfc(x); }
 __device__ inline float Pow(float x, float y) { return powf(x, y); }
 __device__ inline double Pow(double x, double y) { return pow(x, y); }
 __device__ inline float Abs(float x) { return fabsf(x); }
