@@ -256,9 +256,33 @@ void CheckLongRowMaxima() {
   CHECK(dxv == want);
 }
 
+// Rows of 200 for the gradient's search in blocks of four vectors (three
+// blocks of 64, a tail of 8): the maximum in each vector of a block, a tie
+// across blocks, NaN in a later block than a larger value, and in the tail.
+template <typename T>
+void CheckBlockSearch() {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const int64_t n = 200, rows = 8;
+  std::vector<T> x(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i) x[i] = static_cast<T>(-2.0 - (i % 11) * 0.125);
+  const std::vector<int64_t> first = {0, 17, 47, 63, 64 + 33, 128 + 60, 195, 150};
+  for (int64_t r = 0; r < 6; ++r) x[r * n + first[r]] = 5;
+  x[6 * n + 195] = nan;  // in the tail
+  x[7 * n + 150] = nan;  // in the third block, after a larger value in the first
+  x[7 * n + 10] = 8;
+  x[2 * n + 47 + 64] = 5;  // a tie in the next block: the first gets the gradient
+  auto [y, dx] = ForwardAndGrad("ReduceMax", {{"axes", Ints{1}}}, Tensor::FromVector<T>({rows, n}, x));
+  const std::vector<double> dxv = dx.ToDoubleVector();
+  std::vector<double> want(rows * n, 0.0);
+  for (int64_t r = 0; r < rows; ++r) want[r * n + first[r]] = 1;
+  CHECK(dxv == want);
+}
+
 TEST_CASE("ReduceMax over long rows: ties, NaN and the tail in its vector lanes") {
   CheckLongRowMaxima<float>();
   CheckLongRowMaxima<double>();
+  CheckBlockSearch<float>();
+  CheckBlockSearch<double>();
 }
 
 TEST_CASE("softmax is stable for large inputs") {
