@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "ops/cpu_util.h"
@@ -201,17 +202,34 @@ struct Lanes {
 // order as MaxTap. Scalar selects on unpredictable maxima compile to
 // mispredicted branches, and pooled rows are often too short (7 or 14) for
 // auto-vectorised loops, which leave them in scalar tails.
+// The even lanes of a vector twice as wide as the result.
+template <typename Wide, size_t... kLane>
+auto EvenLanes(const Wide& wide, std::index_sequence<kLane...>) {
+  return __builtin_shufflevector(wide, wide, (2 * kLane)...);
+}
+
 template <int kBytes, typename T, typename Stride>
-void MaxPoolLanes(const T* plane, int64_t w, const Window& r, int64_t row_step, const AxisWindows& cols, int64_t ox0,
-                  Stride stride, T* y, int64_t* idx) {
+void MaxPoolLanes(const T* plane, int64_t plane_size, int64_t w, const Window& r, int64_t row_step,
+                  const AxisWindows& cols, int64_t ox0, Stride stride, T* y, int64_t* idx) {
   using L = Lanes<T, kBytes>;
+  typedef T Wide __attribute__((vector_size(2 * kBytes), aligned(alignof(T)), may_alias));
   typename L::Vec best{}, v{};
   typename L::IntVec arg{}, lane{};
   for (int64_t l = 0; l < L::kCount; ++l) lane[l] = static_cast<typename L::Int>(l * stride);
   for (int64_t a = 0; a < r.count; ++a) {
     for (int64_t b = 0; b < cols.kernel; ++b) {
       const int64_t line = (r.first + a * row_step) * w + b * cols.step - cols.padding + ox0 * stride;
-      for (int64_t l = 0; l < L::kCount; ++l) v[l] = plane[line + l * stride];
+      bool loaded = false;
+      if constexpr (std::is_same_v<Stride, std::integral_constant<int64_t, 2>>) {
+        // One load of the run and a shuffle, not a load per lane (where
+        // the run's last, unused element is still inside the plane).
+        if (line + 2 * L::kCount <= plane_size) {
+          v = EvenLanes(*reinterpret_cast<const Wide*>(plane + line), std::make_index_sequence<L::kCount>());
+          loaded = true;
+        }
+      }
+      if (!loaded)
+        for (int64_t l = 0; l < L::kCount; ++l) v[l] = plane[line + l * stride];
       const typename L::IntVec i = static_cast<typename L::Int>(line) + lane;
       const typename L::IntVec take = (a == 0 && b == 0) ? ~typename L::IntVec{} : (v > best) | (v != v);
       best = take ? v : best;
@@ -229,17 +247,17 @@ void MaxPoolLanes(const T* plane, int64_t w, const Window& r, int64_t row_step, 
 // leaving a scalar tail. Returns false (nothing done) for rows shorter than
 // a 16-byte block.
 template <typename T, typename Stride>
-bool MaxPoolWhole(const T* plane, int64_t w, const Window& r, int64_t row_step, const AxisWindows& cols, int64_t lo,
-                  int64_t hi, Stride stride, T* y, int64_t* idx) {
+bool MaxPoolWhole(const T* plane, int64_t plane_size, int64_t w, const Window& r, int64_t row_step,
+                  const AxisWindows& cols, int64_t lo, int64_t hi, Stride stride, T* y, int64_t* idx) {
   auto blocks = [&](auto lanes, auto block) {
     for (int64_t ox = lo; ox < hi; ox += lanes) block(std::min(ox, hi - lanes));
   };
   if (hi - lo >= Lanes<T, 32>::kCount) {
     blocks(Lanes<T, 32>::kCount,
-           [&](int64_t ox0) { MaxPoolLanes<32>(plane, w, r, row_step, cols, ox0, stride, y, idx); });
+           [&](int64_t ox0) { MaxPoolLanes<32>(plane, plane_size, w, r, row_step, cols, ox0, stride, y, idx); });
   } else if (hi - lo >= Lanes<T, 16>::kCount) {
     blocks(Lanes<T, 16>::kCount,
-           [&](int64_t ox0) { MaxPoolLanes<16>(plane, w, r, row_step, cols, ox0, stride, y, idx); });
+           [&](int64_t ox0) { MaxPoolLanes<16>(plane, plane_size, w, r, row_step, cols, ox0, stride, y, idx); });
   } else {
     return false;
   }
@@ -285,11 +303,13 @@ void MaxPoolForward(const PoolPlan& plan, const Shape& xs, const T* x, T* y, int
         bool done = false;
         if (r.count > 0 && lanes_fit) {
           if (cols.stride == 1) {
-            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, std::integral_constant<int64_t, 1>(), yr, ir);
+            done = MaxPoolWhole(plane, h * w, w, r, plan.rows.step, cols, lo, hi,
+                                std::integral_constant<int64_t, 1>(), yr, ir);
           } else if (cols.stride == 2) {
-            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, std::integral_constant<int64_t, 2>(), yr, ir);
+            done = MaxPoolWhole(plane, h * w, w, r, plan.rows.step, cols, lo, hi,
+                                std::integral_constant<int64_t, 2>(), yr, ir);
           } else {
-            done = MaxPoolWhole(plane, w, r, plan.rows.step, cols, lo, hi, cols.stride, yr, ir);
+            done = MaxPoolWhole(plane, h * w, w, r, plan.rows.step, cols, lo, hi, cols.stride, yr, ir);
           }
         }
         if (!done) lo = hi = ow;

@@ -129,6 +129,13 @@ InputSpec U(Shape s) { return InputSpec::Uniform(std::move(s)); }
 std::vector<OpCase> Cases() {
   return {
       {"max pool 2x2 (stride defaults to kernel)", "MaxPool2d", {{"kernel", int64_t{2}}}, {U({2, 3, 6, 6})}, MaxPoolRef},
+      // Stride-2 rows in vector lanes, loaded as runs where the run stays
+      // inside the plane: one block that ends at the plane's last element,
+      // and overlapping blocks of a 14-wide output row.
+      {"max pool 2x2 on 16x16 planes", "MaxPool2d", {{"kernel", int64_t{2}}}, {U({2, 3, 16, 16})}, MaxPoolRef},
+      {"max pool 2x2 on 28x28 planes", "MaxPool2d", {{"kernel", int64_t{2}}}, {U({1, 2, 28, 28})}, MaxPoolRef},
+      {"max pool 3x3 stride 2 on 29x29 planes", "MaxPool2d", {{"kernel", int64_t{3}}, {"stride", int64_t{2}}},
+       {U({1, 2, 29, 29})}, MaxPoolRef},
       {"max pool 3x3 stride 2 padding 1", "MaxPool2d",
        {{"kernel", Ints{3, 3}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}}, {U({2, 2, 7, 7})}, MaxPoolRef},
       {"max pool non-square kernel and stride, overlapping", "MaxPool2d",
