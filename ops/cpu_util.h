@@ -148,6 +148,7 @@ inline float LogF(float x) {
   const float scaled = tiny ? up : x;
   int32_t bits;
   std::memcpy(&bits, &scaled, sizeof(float));
+  bits &= 0x7fffffff;  // |scaled|: x < 0 gives NaN below, and no sum here leaves int32's range
   const int32_t offset = bits - 0x3f3504f3;  // from sqrt(1/2)'s bits: its exponent field is e
   const int32_t e = (offset >> 23) - (tiny ? 23 : 0);
   const int32_t m_bits = bits - (offset & static_cast<int32_t>(0xff800000u));
