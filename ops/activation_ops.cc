@@ -46,21 +46,14 @@ constexpr double kGeluCubic = 0.044715;
 // element kept the loop scalar, its tanh a library call in either form.)
 enum class GeluForm { kErf, kTanh };
 
-// The scalars a kernel's loop reads, as values of its own: a store through
-// y might otherwise alias a field of UnaryParams and keep the loop scalar.
-template <typename T>
-struct Consts {
-  T negative_slope;
-};
-
 // y = f(x). Comparisons are written so that NaN propagates (x < 0 is false
 // for NaN, which then falls through to x). Sigmoid, Tanh, SiLU, Exp, Log
 // and GELU take cpu_util.h's vector-lane functions in f32.
 template <Unary K, GeluForm F, typename T>
-T Forward(T x, Consts<T> c) {
+T Forward(T x, T negative_slope) {
   if constexpr (K == Unary::kRelu) return x < T(0) ? T(0) : x;
   if constexpr (K == Unary::kRelu6) return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
-  if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? c.negative_slope * x : x;
+  if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? negative_slope * x : x;
   if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
     T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
     return T(0.5) * x * (T(1) + Tanh(u));
@@ -84,10 +77,10 @@ T Forward(T x, Consts<T> c) {
 
 // dx given dy and the saved tensor s (x or y, per the table).
 template <Unary K, GeluForm F, typename T>
-T Backward(T dy, T s, Consts<T> c) {
+T Backward(T dy, T s, T negative_slope) {
   if constexpr (K == Unary::kRelu) return s > T(0) ? dy : T(0);  // s = y
   if constexpr (K == Unary::kRelu6) return (s > T(0) && s < T(6)) ? dy : T(0);
-  if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : c.negative_slope * dy;
+  if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : negative_slope * dy;
   if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
     T x2 = s * s;
     T t = Tanh(static_cast<T>(kSqrt2OverPi) * s * (T(1) + static_cast<T>(kGeluCubic) * x2));
@@ -179,10 +172,12 @@ template <Unary K, typename T>
 void ForwardLoop(KernelContext& ctx, const UnaryParams& p) {
   const T* x = ctx.in(0).data<T>();
   T* y = ctx.out(0).data<T>();
-  const Consts<T> c{static_cast<T>(p.negative_slope)};
+  // A value of the loop's own: a store through y could alias p's field and
+  // keep the loop scalar.
+  const T slope = static_cast<T>(p.negative_slope);
   WithGeluForm<K>(p, [&](auto form) {
-    ParallelRange(ctx.pool, ctx.in(0).numel(), [x, y, c](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) y[i] = Forward<K, decltype(form)::value>(x[i], c);
+    ParallelRange(ctx.pool, ctx.in(0).numel(), [x, y, slope](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) y[i] = Forward<K, decltype(form)::value>(x[i], slope);
     });
   });
 }
@@ -207,10 +202,10 @@ Status BackwardKernel(KernelContext& ctx) {
     const T* dy = ctx.in(0).data<T>();
     const T* saved = ctx.in(1).data<T>();
     T* dx = ctx.out(0).data<T>();
-    const Consts<T> c{static_cast<T>(p.negative_slope)};
+    const T slope = static_cast<T>(p.negative_slope);  // (see ForwardLoop)
     WithGeluForm<K>(p, [&](auto form) {
-      ParallelRange(ctx.pool, ctx.in(0).numel(), [dy, saved, dx, c](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) dx[i] = Backward<K, decltype(form)::value>(dy[i], saved[i], c);
+      ParallelRange(ctx.pool, ctx.in(0).numel(), [dy, saved, dx, slope](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) dx[i] = Backward<K, decltype(form)::value>(dy[i], saved[i], slope);
       });
     });
   });

@@ -10,14 +10,28 @@
 namespace loom {
 namespace {
 
-// ExpF one element at a time, with the vectoriser off: the lanes of a
-// vectorised loop must give these bits.
-__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarExps(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ExpF(x[i]);
+// f one element at a time with the vectoriser off, and in a loop that
+// vectorises: the lanes must give the first's bits.
+template <float (*F)(float)>
+__attribute__((noinline, optimize("no-tree-vectorize"))) void OneAtATime(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = F(x[i]);
+}
+template <float (*F)(float)>
+__attribute__((noinline)) void InLanes(const float* __restrict x, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = F(x[i]);
+}
+template <float (*F)(float)>
+bool SameBitsInLanes(const std::vector<float>& x) {
+  std::vector<float> one(x.size()), lanes(x.size());
+  OneAtATime<F>(x.data(), one.data(), static_cast<int64_t>(x.size()));
+  InLanes<F>(x.data(), lanes.data(), static_cast<int64_t>(x.size()));
+  return std::memcmp(one.data(), lanes.data(), x.size() * sizeof(float)) == 0;
 }
 
-__attribute__((noinline)) void VectorExps(const float* __restrict x, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ExpF(x[i]);
+// Both of NormalCdfPdfF's results in one float, for SameBitsInLanes.
+float NormalCdfMinusPdf(float x) {
+  const NormalCdfPdf n = NormalCdfPdfF(x);
+  return n.cdf - n.pdf;
 }
 
 TEST_CASE("ExpF is e^x within 2 ulp over float's range, and its special values") {
@@ -44,14 +58,6 @@ TEST_CASE("ExpF is e^x within 2 ulp over float's range, and its special values")
   CHECK(ExpF(89.0f) == inf);
   CHECK(std::isnan(ExpF(std::numeric_limits<float>::quiet_NaN())));
   CHECK(std::isfinite(ExpF(88.72f)));
-}
-
-__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarTanhs(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = TanhF(x[i]);
-}
-
-__attribute__((noinline)) void VectorTanhs(const float* __restrict x, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = TanhF(x[i]);
 }
 
 // The largest relative error of f against the double reference over x.
@@ -121,14 +127,6 @@ TEST_CASE("LogF is ln(x) within 1 ulp over positive floats, subnormals included,
   CHECK(UlpError(LogF(smallest), std::log(static_cast<double>(smallest))) < 2);
 }
 
-__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarLogs(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = LogF(x[i]);
-}
-
-__attribute__((noinline)) void VectorLogs(const float* __restrict x, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = LogF(x[i]);
-}
-
 TEST_CASE("NormalCdfPdfF is within 5 ulp of Phi and phi where they are normal, with their limits") {
   double worst_cdf = 0, worst_pdf = 0;
   float cdf_at = 0, pdf_at = 0;
@@ -166,39 +164,19 @@ TEST_CASE("NormalCdfPdfF is within 5 ulp of Phi and phi where they are normal, w
   CHECK(std::isnan(NormalCdfPdfF(std::numeric_limits<float>::quiet_NaN()).cdf));
 }
 
-__attribute__((noinline, optimize("no-tree-vectorize"))) void ScalarNormals(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = NormalCdfPdfF(x[i]).cdf - NormalCdfPdfF(x[i]).pdf;
-}
-
-__attribute__((noinline)) void VectorNormals(const float* __restrict x, float* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = NormalCdfPdfF(x[i]).cdf - NormalCdfPdfF(x[i]).pdf;
-}
-
 TEST_CASE("ExpF, TanhF, LogF and NormalCdfPdfF give the same bits in vector lanes as one at a time") {
   std::vector<float> x;
   for (int i = 0; i < 4099; ++i) x.push_back(static_cast<float>(-110.0 + 200.0 * i / 4098.0));
   x.push_back(std::numeric_limits<float>::quiet_NaN());
   x.push_back(-std::numeric_limits<float>::infinity());
   x.push_back(std::numeric_limits<float>::infinity());
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> scalar(x.size()), vector(x.size());
-  ScalarExps(x.data(), scalar.data(), n);
-  VectorExps(x.data(), vector.data(), n);
-  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
-  ScalarTanhs(x.data(), scalar.data(), n);
-  VectorTanhs(x.data(), vector.data(), n);
-  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
-  ScalarLogs(x.data(), scalar.data(), n);
-  VectorLogs(x.data(), vector.data(), n);
-  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+  CHECK(SameBitsInLanes<ExpF>(x));
+  CHECK(SameBitsInLanes<TanhF>(x));
+  CHECK(SameBitsInLanes<LogF>(x));
+  CHECK(SameBitsInLanes<NormalCdfMinusPdf>(x));
   std::vector<float> positive(x.size());  // logs of |x| and of tiny values
   for (size_t i = 0; i < x.size(); ++i) positive[i] = std::abs(x[i]) * (i % 3 == 0 ? 1e-40f : 1.0f);
-  ScalarLogs(positive.data(), scalar.data(), n);
-  VectorLogs(positive.data(), vector.data(), n);
-  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
-  ScalarNormals(x.data(), scalar.data(), n);
-  VectorNormals(x.data(), vector.data(), n);
-  CHECK(std::memcmp(scalar.data(), vector.data(), scalar.size() * sizeof(float)) == 0);
+  CHECK(SameBitsInLanes<LogF>(positive));
 }
 
 TEST_CASE("SumAsDouble adds in kSumLanes lanes, then the tail, then the lanes") {

@@ -241,24 +241,28 @@ LogSumExp<T> RowLogSumExp(const T* row, int64_t classes, int64_t stride) {
   return {m, std::log(sum)};
 }
 
-// The same for an f32 row of contiguous scores ([N, C] logits: a language
-// model's vocabulary), whose exps go in vector lanes (ExpF, summed in
-// double lanes; glibc's expf per element was most of the loss's time);
-// `exps` is the caller's scratch of at least `classes` floats.
-LogSumExp<float> RowLogSumExp(const float* __restrict row, int64_t classes, float* __restrict exps) {
+// An f32 row of contiguous scores ([N, C] logits: a language model's
+// vocabulary): its max, exps[c] = e^(x[c] - max) in vector lanes (ExpF;
+// glibc's expf per element was most of the loss's time) and their sum in
+// double lanes. `exps` is the caller's scratch of at least `classes` floats.
+struct RowExps {
+  float max;
+  double sum;
+};
+RowExps ContiguousRowExps(const float* __restrict row, int64_t classes, float* __restrict exps) {
   float m = row[0];
   for (int64_t c = 1; c < classes; ++c) m = row[c] > m ? row[c] : m;
   for (int64_t c = 0; c < classes; ++c) exps[c] = ExpF(row[c] - m);
-  return {m, std::log(SumAsDouble(exps, classes))};
+  return {m, SumAsDouble(exps, classes)};
 }
 
 // CrossEntropyBackward's dlogits of one f32 row of contiguous scores: the
-// softmax as the row's exps (RowLogSumExp's, each taken once) over their
-// sum, in vector lanes (restrict and values, not the kernel's captured
-// references, so that the loop vectorises).
+// softmax as the row's exps over their sum, in vector lanes (restrict and
+// values, not the kernel's captured references, so that the loop
+// vectorises).
 void ContiguousCrossEntropyGrad(const float* x, float* __restrict dx, int64_t classes, int64_t target, float scale,
                                 float smooth, float hit, float* __restrict exps) {
-  const float inv_sum = static_cast<float>(std::exp(-RowLogSumExp(x, classes, exps).log_sum));
+  const float inv_sum = static_cast<float>(1.0 / ContiguousRowExps(x, classes, exps).sum);
   for (int64_t c = 0; c < classes; ++c) dx[c] = scale * (exps[c] * inv_sum - smooth - (c == target ? hit : 0.0f));
 }
 
@@ -269,7 +273,8 @@ LogSumExp<T> ScoresLogSumExp(const T* row, const ClassLayout& L, std::vector<flo
   if constexpr (std::is_same_v<T, float>) {
     if (L.inner == 1) {
       exps.resize(static_cast<size_t>(L.classes));
-      return RowLogSumExp(row, L.classes, exps.data());
+      const RowExps r = ContiguousRowExps(row, L.classes, exps.data());
+      return {r.max, std::log(r.sum)};
     }
   }
   return RowLogSumExp(row, L.classes, L.inner);
