@@ -515,14 +515,17 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
 // The copies into and out of the blocked layout are transposes: channel v
 // of a block is a row of positions, and the layout is its columns.
 #if defined(__AVX__)
-// dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8: eight
-// rows in, eight rows out, in 24 shuffles instead of 64 scattered stores.
-// TransposeRows: the same with rows r[k] already loaded.
-inline void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld, const float* add) {
+// Transpose8(row, emit): emit(i, c) for i < 8, c[k] = row(k)[i], the eight
+// rows in 24 shuffles instead of 64 scattered stores. Rows come from and
+// go to functors, not arrays: GCC turns a loop that copies a local array of
+// vectors to or from contiguous memory into a memcpy through the stack.
+template <typename Row, typename Emit>
+inline void Transpose8(Row&& row, Emit&& emit) {
   __m256 t[8], u[8];
   for (int k = 0; k < 8; k += 2) {
-    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);      // k0 k+1,0 k1 k+1,1 | k4 k+1,4 k5 k+1,5
-    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);  // k2 k+1,2 k3 k+1,3 | k6 ...
+    const __m256 a = row(k), b = row(k + 1);
+    t[k] = _mm256_unpacklo_ps(a, b);      // k0 k+1,0 k1 k+1,1 | k4 k+1,4 k5 k+1,5
+    t[k + 1] = _mm256_unpackhi_ps(a, b);  // k2 k+1,2 k3 k+1,3 | k6 ...
   }
   for (int k = 0; k < 8; k += 4) {
     u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));      // column 0 (and 4) of rows k..k+3
@@ -531,25 +534,52 @@ inline void TransposeRows(const __m256 (&r)[8], float* dst, int64_t dst_ld, cons
     u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));  // column 3 (7)
   }
   for (int i = 0; i < 4; ++i) {
-    __m256 lo = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), hi = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-    if (add) {
-      lo = _mm256_add_ps(_mm256_set1_ps(add[i]), lo);
-      hi = _mm256_add_ps(_mm256_set1_ps(add[i + 4]), hi);
-    }
-    _mm256_storeu_ps(dst + i * dst_ld, lo);
-    _mm256_storeu_ps(dst + (i + 4) * dst_ld, hi);
+    emit(i, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    emit(i + 4, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
   }
 }
+// dst[i * dst_ld + k] = src[k * src_ld + i] (+ add[i]) for i, k < 8.
 inline void Transpose8x8(const float* src, int64_t src_ld, float* dst, int64_t dst_ld, const float* add) {
-  __m256 r[8];
-  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * src_ld);
-  TransposeRows(r, dst, dst_ld, add);
+  Transpose8([&](int k) { return _mm256_loadu_ps(src + k * src_ld); },
+             [&](int i, __m256 c) {
+               _mm256_storeu_ps(dst + i * dst_ld, add ? _mm256_add_ps(_mm256_set1_ps(add[i]), c) : c);
+             });
 }
 #if defined(__AVX2__)
-// p[0], p[2], ..., p[14]: eight positions of a stride-2 convolution's phase.
-inline __m256 LoadEvens(const float* p) {
-  const __m256 pairs = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _MM_SHUFFLE(2, 0, 2, 0));
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), _MM_SHUFFLE(3, 1, 2, 0)));
+// A stride-2 convolution's image rows in its two column phases, eight
+// channels at a time: pixel 2j of a row is position j of its even phase,
+// pixel 2j + 1 position j of its odd one. Each channel's 16 pixels are
+// loaded (or stored) whole and split (merged) in registers.
+// even / odd [j * 8 + v] = src[v * ld + 2j] / src[v * ld + 2j + 1], j < 8.
+inline void SplitColumns8x8(const float* src, int64_t ld, float* even, float* odd) {
+  // a0 a2 b0 b2 | a4 a6 b4 b6 with its middle quarters swapped: a0 a2 a4 a6 b0 b2 b4 b6.
+  auto in_order = [](__m256 x) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), _MM_SHUFFLE(3, 1, 2, 0)));
+  };
+  auto columns = [&](int v, int first) {
+    const __m256 a = _mm256_loadu_ps(src + v * ld), b = _mm256_loadu_ps(src + v * ld + 8);
+    return in_order(first == 0 ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))
+                               : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  Transpose8([&](int v) { return columns(v, 0); }, [&](int j, __m256 c) { _mm256_storeu_ps(even + j * 8, c); });
+  Transpose8([&](int v) { return columns(v, 1); }, [&](int j, __m256 c) { _mm256_storeu_ps(odd + j * 8, c); });
+}
+// Its adjoint: dst[v * ld + 2j] = (add[v] +) even[j * 8 + v], dst[v * ld +
+// 2j + 1] = (add[v] +) odd[j * 8 + v], j < 8.
+inline void MergeColumns8x8(const float* even, const float* odd, const float* add, float* dst, int64_t ld) {
+  __m256 e[8], o[8];
+  Transpose8([&](int j) { return _mm256_loadu_ps(even + j * 8); }, [&](int v, __m256 c) { e[v] = c; });
+  Transpose8([&](int j) { return _mm256_loadu_ps(odd + j * 8); }, [&](int v, __m256 c) { o[v] = c; });
+  for (int v = 0; v < 8; ++v) {
+    const __m256 lo = _mm256_unpacklo_ps(e[v], o[v]), hi = _mm256_unpackhi_ps(e[v], o[v]);  // e0 o0 e1 o1 | e4 ...
+    __m256 first = _mm256_permute2f128_ps(lo, hi, 0x20), second = _mm256_permute2f128_ps(lo, hi, 0x31);
+    if (add) {
+      first = _mm256_add_ps(_mm256_set1_ps(add[v]), first);
+      second = _mm256_add_ps(_mm256_set1_ps(add[v]), second);
+    }
+    _mm256_storeu_ps(dst + v * ld, first);
+    _mm256_storeu_ps(dst + v * ld + 8, second);
+  }
 }
 #endif
 
@@ -577,29 +607,50 @@ inline void Deinterleave4x8(const float* blocked, const float* add, float* dst, 
   _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
   for (int k = 0; k < 8; ++k) _mm_storeu_ps(dst + k * ld, add ? _mm_add_ps(_mm_set1_ps(add[k]), r[k]) : r[k]);
 }
+// Two positions of eight rows (the rows of a 2-wide plane, or what is left
+// of a longer one): blocked[i * 8 + k] = src[k * ld + i] for i < 2, k < 8.
+inline void Interleave8x2(const float* src, int64_t ld, float* blocked) {
+  __m128 half[2][2];  // [position][channels 0-3, 4-7]
+  for (int k = 0; k < 8; k += 4) {
+    auto pair = [&](int row) { return _mm_castsi128_ps(_mm_loadu_si64(src + (k + row) * ld)); };
+    const __m128 t0 = _mm_unpacklo_ps(pair(0), pair(1)), t1 = _mm_unpacklo_ps(pair(2), pair(3));  // k0 k+1,0 k1 k+1,1
+    half[0][k / 4] = _mm_movelh_ps(t0, t1);
+    half[1][k / 4] = _mm_movehl_ps(t1, t0);
+  }
+  for (int i = 0; i < 2; ++i) _mm256_storeu_ps(blocked + i * 8, _mm256_set_m128(half[i][1], half[i][0]));
+}
+
+// Its adjoint: dst[k * ld + i] = (add[k] +) blocked[i * 8 + k].
+inline void Deinterleave2x8(const float* blocked, const float* add, float* dst, int64_t ld) {
+  const __m256 first = _mm256_loadu_ps(blocked), second = _mm256_loadu_ps(blocked + 8);
+  for (int k = 0; k < 8; k += 4) {
+    const __m128 a = k ? _mm256_extractf128_ps(first, 1) : _mm256_castps256_ps128(first);
+    const __m128 b = k ? _mm256_extractf128_ps(second, 1) : _mm256_castps256_ps128(second);
+    for (int h = 0; h < 2; ++h) {  // channels k + 2h and k + 2h + 1, each a pair of positions
+      __m128 rows = h ? _mm_unpackhi_ps(a, b) : _mm_unpacklo_ps(a, b);
+      if (add) {
+        const float lo = add[k + 2 * h], hi = add[k + 2 * h + 1];
+        rows = _mm_add_ps(_mm_set_ps(hi, hi, lo, lo), rows);
+      }
+      _mm_storeu_si64(dst + (k + 2 * h) * ld, _mm_castps_si128(rows));
+      _mm_storeu_si64(dst + (k + 2 * h + 1) * ld, _mm_castps_si128(_mm_movehl_ps(rows, rows)));
+    }
+  }
+}
 #endif
 
 // blocked[j * kLanes + v] = src[v * ld + j * step] for positions j < count
-// and lanes v < lanes; src[v * ld + i] is readable for i < span.
+// and lanes v < lanes.
 template <typename T>
-void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked, int64_t span) {
+void Interleave(const T* src, int64_t ld, int64_t step, int64_t count, int64_t lanes, T* blocked) {
   int64_t j = 0;
 #if defined(__AVX__)
   if constexpr (std::is_same_v<T, float> && kLanes == 8)
     if (step == 1 && lanes == kLanes) {
       for (; j + 8 <= count; j += 8) Transpose8x8(src + j, ld, blocked + j * kLanes, kLanes, nullptr);
       for (; j + 4 <= count; j += 4) Interleave8x4(src + j, ld, blocked + j * kLanes);
+      for (; j + 2 <= count; j += 2) Interleave8x2(src + j, ld, blocked + j * kLanes);
     }
-#if defined(__AVX2__)
-  // Stride 2: each channel's 16 elements from position j, evens kept.
-  if constexpr (std::is_same_v<T, float> && kLanes == 8)
-    if (step == 2 && lanes == kLanes)
-      for (; j + 8 <= count && 2 * j + 16 <= span; j += 8) {
-        __m256 r[8];
-        for (int v = 0; v < 8; ++v) r[v] = LoadEvens(src + v * ld + 2 * j);
-        TransposeRows(r, blocked + j * kLanes, kLanes, nullptr);
-      }
-#endif
 #endif
   for (; j < count; ++j)
     for (int64_t v = 0; v < lanes; ++v) blocked[j * kLanes + v] = src[v * ld + j * step];
@@ -615,6 +666,7 @@ void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, 
     if (step == 1 && lanes == kLanes) {
       for (; j + 8 <= count; j += 8) Transpose8x8(blocked + j * kLanes, kLanes, dst + j, ld, add);
       for (; j + 4 <= count; j += 4) Deinterleave4x8(blocked + j * kLanes, add, dst + j, ld);
+      for (; j + 2 <= count; j += 2) Deinterleave2x8(blocked + j * kLanes, add, dst + j, ld);
     }
 #endif
   for (; j < count; ++j)
@@ -622,6 +674,67 @@ void Deinterleave(const T* blocked, int64_t count, int64_t lanes, const T* add, 
       const T x = blocked[j * kLanes + v];
       dst[v * ld + j * step] = add ? add[v] + x : x;
     }
+}
+
+// A stride-2 image row of kLanes channels, eight column pairs: blocked
+// even / odd [j * kLanes + v] = src[v * ld + 2j] / src[v * ld + 2j + 1],
+// j < 8, each channel's 16 pixels read once (Interleave would read them
+// once per phase, and most of them one at a time).
+template <typename T>
+void SplitColumns8(const T* src, int64_t ld, T* even, T* odd) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float> && kLanes == 8) {
+    SplitColumns8x8(src, ld, even, odd);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < 8; ++j)
+    for (int64_t v = 0; v < kLanes; ++v) {
+      even[j * kLanes + v] = src[v * ld + 2 * j];
+      odd[j * kLanes + v] = src[v * ld + 2 * j + 1];
+    }
+}
+
+// Its adjoint: dst[v * ld + 2j] = (add[v] +) even[j * kLanes + v] and
+// dst[v * ld + 2j + 1] = (add[v] +) odd[j * kLanes + v], each channel's 16
+// pixels stored whole.
+template <typename T>
+void MergeColumns8(const T* even, const T* odd, const T* add, T* dst, int64_t ld) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float> && kLanes == 8) {
+    MergeColumns8x8(even, odd, add, dst, ld);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < 8; ++j)
+    for (int64_t v = 0; v < kLanes; ++v) {
+      const T a = add ? add[v] : T(0);
+      dst[v * ld + 2 * j] = add ? a + even[j * kLanes + v] : even[j * kLanes + v];
+      dst[v * ld + 2 * j + 1] = add ? a + odd[j * kLanes + v] : odd[j * kLanes + v];
+    }
+}
+
+// Walks the runs of ToPhases and FromPhases: rest(run, j) copies a run's
+// positions from j on. A stride-2 convolution's image row has two runs,
+// its even and its odd columns; for a block of whole lanes, pair(even, odd,
+// j) first copies their column pairs j .. j + 7 together.
+template <typename Pair, typename Rest>
+void ForEachRunPiece(const ConvGeom& g, const PhasePlan& l, int64_t lanes, Pair&& pair, Rest&& rest) {
+  const bool paired = g.sw == 2 && lanes == kLanes;
+  for (size_t i = 0; i < l.runs.size(); ++i) {
+    const PhasePlan::Run& r = l.runs[i];
+    if (!paired || i + 1 == l.runs.size() || l.runs[i + 1].image / g.w != r.image / g.w) {
+      rest(r, 0);
+      continue;
+    }
+    const PhasePlan::Run& next = l.runs[++i];
+    const bool r_even = r.image % g.w == 0;
+    const PhasePlan::Run &even = r_even ? r : next, &odd = r_even ? next : r;
+    const int64_t pairs = odd.count / 8 * 8;  // odd.count = W / 2 <= even.count
+    for (int64_t j = 0; j < pairs; j += 8) pair(even, odd, j);
+    rest(r, pairs);
+    rest(next, pairs);
+  }
 }
 
 // The blocked phases of planes x [lanes, H, W] (lane v's plane at
@@ -633,15 +746,29 @@ template <typename T>
 void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases, bool* zeroed) {
   if (!*zeroed || lanes < kLanes) std::fill(phases, phases + l.numel() * kLanes, T(0));
   *zeroed = true;
-  for (const PhasePlan::Run& r : l.runs)
-    Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes, g.w - r.image % g.w);
+  ForEachRunPiece(
+      g, l, lanes,
+      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j) {
+        SplitColumns8(x + even.image + 2 * j, g.hw(), phases + (even.phase + j) * kLanes,
+                      phases + (odd.phase + j) * kLanes);
+      },
+      [&](const PhasePlan::Run& r, int64_t j) {
+        Interleave(x + r.image + j * g.sw, g.hw(), g.sw, r.count - j, lanes, phases + (r.phase + j) * kLanes);
+      });
 }
 
 // x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
 template <typename T>
 void FromPhases(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* bias, int64_t lanes, T* x) {
-  for (const PhasePlan::Run& r : l.runs)
-    Deinterleave(phases + r.phase * kLanes, r.count, lanes, bias, x + r.image, g.hw(), g.sw);
+  ForEachRunPiece(
+      g, l, lanes,
+      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j) {
+        MergeColumns8(phases + (even.phase + j) * kLanes, phases + (odd.phase + j) * kLanes, bias,
+                      x + even.image + 2 * j, g.hw());
+      },
+      [&](const PhasePlan::Run& r, int64_t j) {
+        Deinterleave(phases + (r.phase + j) * kLanes, r.count - j, lanes, bias, x + r.image + j * g.sw, g.hw(), g.sw);
+      });
 }
 
 // The blocked wide form [OH, WQ, kLanes] of output planes [OH, OW], lane v's
@@ -652,7 +779,7 @@ void ToWide(const ConvGeom& g, const PhasePlan& l, const T* y, int64_t stride, i
   if (!*zeroed || lanes < kLanes) std::fill(wide, wide + l.wide * kLanes, T(0));
   *zeroed = true;
   for (int64_t oy = 0; oy < g.oh; ++oy)
-    Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes, g.ow);
+    Interleave(y + oy * g.ow, stride, 1, g.ow, lanes, wide + oy * l.wq * kLanes);
 }
 
 template <typename T>
@@ -966,11 +1093,9 @@ class ImageColumns {
             if (group == 8 && self.g_.sw == 1) {
               const float* rows[8];
               for (int v = 0; v < 8; ++v) rows[v] = self.xp_ + taps[v] + at;
-              for (; i + 8 <= count; i += 8) {
-                __m256 r[8];
-                for (int v = 0; v < 8; ++v) r[v] = _mm256_loadu_ps(rows[v] + i);
-                TransposeRows(r, out + i * nr, nr, nullptr);
-              }
+              for (; i + 8 <= count; i += 8)
+                Transpose8([&](int v) { return _mm256_loadu_ps(rows[v] + i); },
+                           [&](int p, __m256 c) { _mm256_storeu_ps(out + (i + p) * nr, c); });
             }
 #endif
           for (; i < count; ++i) {

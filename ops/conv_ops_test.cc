@@ -166,6 +166,12 @@ std::vector<OpCase> Conv2dCases() {
       // by element.
       {"conv2d depthwise 16 channels on 13 x 12 planes", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{16}}},
        {U({2, 16, 13, 12}), U({16, 1, 3, 3}), U({16})}, ConvRef},
+      // Rows of 2 (MobileNetV3's last planes, a 5x5 kernel on 2x2) and
+      // rows of 4 + 2 go as 8 x 2 transposes.
+      {"conv2d depthwise 8 channels on 2x2 planes, 5x5", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{8}}},
+       {U({3, 8, 2, 2}), U({8, 1, 5, 5}), U({8})}, ConvRef},
+      {"conv2d depthwise 8 channels on 3x6 planes", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{8}}},
+       {U({2, 8, 3, 6}), U({8, 1, 3, 3})}, ConvRef},
       {"conv2d depthwise 9 channels, multiplier 2, rows of 17", "Conv2d",
        {{"padding", int64_t{1}}, {"groups", int64_t{9}}}, {U({1, 9, 5, 17}), U({18, 1, 3, 3}), U({18})}, ConvRef},
       {"conv2d depthwise strides 2 x 3, dilation 2 x 3, multiplier 2", "Conv2d",
@@ -179,11 +185,17 @@ std::vector<OpCase> Conv2dCases() {
        {{"padding", Ints{3, 1}}, {"groups", int64_t{3}}}, {U({2, 3, 3, 4}), U({3, 1, 3, 3}), U({3})}, ConvRef},
       {"conv2d depthwise stride 2 leaves the last image row unread", "Conv2d",
        {{"stride", int64_t{2}}, {"groups", int64_t{3}}}, {U({2, 3, 6, 6}), U({3, 1, 3, 3}), U({3})}, ConvRef},
-      // Stride-2 rows of whole blocks go into the blocked layout as even
-      // elements and 8 x 8 transposes, the row's last elements one by one.
+      // Stride-2 rows of whole blocks go into and out of the blocked layout
+      // 8 column pairs at a time, both phases together, the row's last
+      // elements one by one: the odd columns' phase first (padding 1) or
+      // the even columns' (padding 2), a row's pairs in one block and a
+      // tail, or in two whole blocks.
       {"conv2d depthwise 16 channels, stride 2, rows of 31", "Conv2d",
        {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"groups", int64_t{16}}},
        {U({2, 16, 5, 31}), U({16, 1, 3, 3}), U({16})}, ConvRef},
+      {"conv2d depthwise 8 channels, 5x5 stride 2, rows of 32", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{2}}, {"groups", int64_t{8}}},
+       {U({1, 8, 3, 32}), U({8, 1, 5, 5}), U({8})}, ConvRef},
       {"conv2d 1x1 stride 2 (not pointwise)", "Conv2d", {{"stride", Ints{2, 2}}}, {U({1, 3, 5, 5}), U({2, 3, 1, 1})},
        ConvRef},
       {"conv2d kernel as large as the padded input", "Conv2d", {{"padding", Ints{1, 0}}},
@@ -258,6 +270,14 @@ std::vector<OpCase> ConvTransposeCases() {
       {"conv transpose 2d depthwise 8 channels, rows of 12, bias", "ConvTranspose2d",
        {{"padding", int64_t{1}}, {"groups", int64_t{8}}}, {U({2, 8, 6, 12}), U({8, 1, 3, 3}), U({8})},
        ConvTransposeRef},
+      {"conv transpose 2d depthwise 8 channels, rows of 6, bias", "ConvTranspose2d",
+       {{"padding", int64_t{1}}, {"groups", int64_t{8}}}, {U({2, 8, 3, 6}), U({8, 1, 3, 3}), U({8})},
+       ConvTransposeRef},
+      // ... and with stride 2, 8 column pairs at a time (rows of 34: two
+      // blocks and a pair left).
+      {"conv transpose 2d depthwise 8 channels, stride 2, rows of 34, bias", "ConvTranspose2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"output_padding", int64_t{1}}, {"groups", int64_t{8}}},
+       {U({1, 8, 3, 17}), U({8, 1, 3, 3}), U({8})}, ConvTransposeRef},
       // output_padding >= stride is allowed when smaller than dilation: the
       // extra output row is reached by no input.
       {"conv transpose 2d output_padding below dilation", "ConvTranspose2d",
