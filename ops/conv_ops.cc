@@ -437,9 +437,16 @@ struct PhasePlan {
     int64_t tap_lo = 0, tap_hi = 0;
   };
   std::vector<Run> runs;
-  // Output row oy's taps that read an image row, not padding: [first, last)
-  // (taps go row by row, so they are one range).
+  // Output row oy's kernel rows that read an image row, not padding:
+  // [first, last).
   std::vector<std::pair<int64_t, int64_t>> row_taps;
+  // The kernel columns that read an image column for some output column,
+  // [first, last): on planes narrower than the kernel's reach (a 5x5 on 2x2
+  // planes reads 3 of its 5 columns) the others only ever read padding.
+  std::pair<int64_t, int64_t> columns;
+  // The taps that read an image pixel for some output (the weight
+  // gradient's products; the others stay zero).
+  std::vector<int64_t> live;
   // The input gradient gathers into each phase from the taps that read it:
   // position q of phase p is the sum over its taps of weight times the
   // wide plane at q - shift, for q in the phase's runs.
@@ -475,8 +482,21 @@ PhasePlan PlanPhases(const ConvGeom& g) {
         l.runs.push_back({iy * g.w + ix0, row + pc * l.plane + (ix0 + g.pw) / g.sw, (g.w - ix0 + g.sw - 1) / g.sw});
     }
   }
+  auto column_inside = [&](int64_t kj) {
+    for (int64_t ox = 0; ox < g.ow; ++ox)
+      if (const int64_t ix = ox * g.sw + kj * g.dw - g.pw; ix >= 0 && ix < g.w) return true;
+    return false;
+  };
+  l.columns = {0, g.kw};
+  while (l.columns.first < l.columns.second && !column_inside(l.columns.first)) ++l.columns.first;
+  while (l.columns.second > l.columns.first && !column_inside(l.columns.second - 1)) --l.columns.second;
+  auto live_column = [&](size_t r) {
+    const int64_t kj = static_cast<int64_t>(r) % g.kw;
+    return kj >= l.columns.first && kj < l.columns.second;
+  };
   l.by_phase.assign(static_cast<size_t>(l.phases), PhasePlan::PhaseTaps{});
   for (size_t r = 0; r < l.taps.size(); ++r) {
+    if (!live_column(r)) continue;  // every position it would gather from is padding
     const int64_t shift = l.taps[r] % l.plane;
     l.by_phase[static_cast<size_t>(l.taps[r] / l.plane)].taps.push_back({static_cast<int64_t>(r), shift});
     l.margin = std::max(l.margin, shift);
@@ -498,7 +518,12 @@ PhasePlan PlanPhases(const ConvGeom& g) {
     int64_t lo = 0, hi = g.kh;
     while (lo < hi && !inside(lo)) ++lo;
     while (hi > lo && !inside(hi - 1)) --hi;
-    l.row_taps.push_back({lo * g.kw, hi * g.kw});
+    l.row_taps.push_back({lo, hi});
+  }
+  for (int64_t ki = 0; ki < g.kh; ++ki) {
+    const bool reads = std::any_of(l.row_taps.begin(), l.row_taps.end(),
+                                   [&](const auto& rows) { return ki >= rows.first && ki < rows.second; });
+    for (int64_t kj = l.columns.first; reads && kj < l.columns.second; ++kj) l.live.push_back(ki * g.kw + kj);
   }
   return l;
 }
@@ -811,32 +836,34 @@ void ForEachBlock(int64_t begin, int64_t end, Fn&& fn) {
   if constexpr (kMax > 1) ForEachBlock<kMax / 2>(i, end, fn);
 }
 
-// wide[i0, i0 + kCount) = bias + taps [r0, r1)'s weights times their
-// streams, lane by lane, the positions' sums held in registers over the
-// taps (each stream read once, each sum written once) in the taps' order.
+// wide[i0, i0 + kCount) = bias + the weights times the streams of the
+// taps of kernel rows [ki0, ki1) and columns [kj0, kj1), lane by lane, the
+// positions' sums held in registers over the taps (each stream read once,
+// each sum written once) in the taps' order.
 template <int64_t kCount, typename T>
-void SumTapsBlock(const PhasePlan& l, const T* phases, const T* weights, const T* bias, int64_t r0, int64_t r1,
-                  int64_t i0, T* wide) {
+void SumTapsBlock(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias,
+                  int64_t ki0, int64_t ki1, int64_t i0, T* wide) {
   using V = LaneVector<T>;
   typename V::Type acc[kCount];
   for (int64_t p = 0; p < kCount; ++p) acc[p] = V::Load(bias);
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* in = phases + (l.taps[r] + i0) * kLanes;
-    const typename V::Type w = V::Load(weights + r * kLanes);
-    for (int64_t p = 0; p < kCount; ++p) acc[p] += w * V::Load(in + p * kLanes);
-  }
+  for (int64_t ki = ki0; ki < ki1; ++ki)
+    for (int64_t r = ki * g.kw + l.columns.first; r < ki * g.kw + l.columns.second; ++r) {
+      const T* in = phases + (l.taps[r] + i0) * kLanes;
+      const typename V::Type w = V::Load(weights + r * kLanes);
+      for (int64_t p = 0; p < kCount; ++p) acc[p] += w * V::Load(in + p * kLanes);
+    }
   for (int64_t p = 0; p < kCount; ++p) V::Store(wide + (i0 + p) * kLanes, acc[p]);
 }
 
 // The wide plane's OW real columns of each row, from the taps that read
-// image rows (the others would add products with padding zeros; the
-// scratch columns past OW are never read).
+// image rows and columns (the others would add products with padding
+// zeros; the scratch columns past OW are never read).
 template <typename T>
 void SumTaps(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
   for (int64_t oy = 0; oy < g.oh; ++oy) {
-    const int64_t r0 = l.row_taps[oy].first, r1 = l.row_taps[oy].second;  // (a lambda cannot capture a binding)
+    const int64_t ki0 = l.row_taps[oy].first, ki1 = l.row_taps[oy].second;  // (a lambda cannot capture a binding)
     ForEachBlock(oy * l.wq, oy * l.wq + g.ow, [&](auto count, int64_t i) {
-      SumTapsBlock<decltype(count)::value>(l, phases, weights, bias, r0, r1, i, wide);
+      SumTapsBlock<decltype(count)::value>(g, l, phases, weights, bias, ki0, ki1, i, wide);
     });
   }
 }
@@ -875,51 +902,58 @@ void GatherTaps(const PhasePlan& l, const T* wide, const T* weights, bool accumu
   }
 }
 
-// The weight gradient's products of taps [r0, r0 + kGroup): per tap and
-// lane, the sum over the wide plane's real columns of dy times the tap's
-// stream, each a running sum in registers (the group's taps are
-// independent chains; dy is read once for all of them), added to sums
-// [kGroup, kLanes]. Rows where every tap of the group reads padding add
-// nothing and are skipped.
+// The weight gradient's products of live taps live[0, kGroup): per tap
+// and lane, the sum over the wide plane's real columns of dy times the
+// tap's stream, each a running sum in registers (the group's taps are
+// independent chains; dy is read once for all of them), added to its row
+// of sums [taps, kLanes]. Rows where every tap of the group reads padding
+// add nothing and are skipped.
 template <int64_t kGroup, typename T>
-void TapDotsGroup(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* dyw, int64_t r0, T* sums) {
+void TapDotsGroup(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* dyw, const int64_t* live,
+                  T* sums) {
   using V = LaneVector<T>;
   typename V::Type acc[kGroup] = {};
   const T* in[kGroup];
-  for (int64_t t = 0; t < kGroup; ++t) in[t] = phases + l.taps[r0 + t] * kLanes;
+  for (int64_t t = 0; t < kGroup; ++t) in[t] = phases + l.taps[live[t]] * kLanes;
   auto add = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const typename V::Type d = V::Load(dyw + i * kLanes);
       for (int64_t t = 0; t < kGroup; ++t) acc[t] += d * V::Load(in[t] + i * kLanes);
     }
   };
-  auto reads_image = [&](int64_t oy) { return l.row_taps[oy].second > r0 && l.row_taps[oy].first < r0 + kGroup; };
+  // Taps go row by row: the group's kernel rows are [first, last].
+  const int64_t first = live[0] / g.kw, last = live[kGroup - 1] / g.kw;
+  auto reads_image = [&](int64_t oy) { return l.row_taps[oy].second > first && l.row_taps[oy].first <= last; };
   for (int64_t oy = 0; oy < g.oh; ++oy)
     if (reads_image(oy)) add(oy * l.wq, oy * l.wq + g.ow);
-  for (int64_t t = 0; t < kGroup; ++t) V::Store(sums + t * kLanes, V::Load(sums + t * kLanes) + acc[t]);
+  for (int64_t t = 0; t < kGroup; ++t) {
+    T* out = sums + live[t] * kLanes;
+    V::Store(out, V::Load(out) + acc[t]);
+  }
 }
 
-// sums [taps, kLanes] += every tap's product with dy, in groups of at most
-// eight taps (enough chains to hide the multiply-add latency, few enough
-// registers), as even as the tap count allows.
+// sums [taps, kLanes] += every live tap's product with dy (the others read
+// only padding), in groups of at most eight taps (enough chains to hide
+// the multiply-add latency, few enough registers), as even as the tap
+// count allows.
 template <typename T>
 void TapDots(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* dyw, T* sums) {
-  const int64_t taps = static_cast<int64_t>(l.taps.size());
+  const int64_t taps = static_cast<int64_t>(l.live.size());
   const int64_t groups = (taps + 7) / 8;
-  for (int64_t gi = 0, r0 = 0; gi < groups; ++gi) {
-    const int64_t size = (taps - r0) / (groups - gi) + ((taps - r0) % (groups - gi) ? 1 : 0);
-    T* out = sums + r0 * kLanes;
+  for (int64_t gi = 0, t0 = 0; gi < groups; ++gi) {
+    const int64_t size = (taps - t0) / (groups - gi) + ((taps - t0) % (groups - gi) ? 1 : 0);
+    const int64_t* live = l.live.data() + t0;
     switch (size) {
-      case 1: TapDotsGroup<1>(g, l, phases, dyw, r0, out); break;
-      case 2: TapDotsGroup<2>(g, l, phases, dyw, r0, out); break;
-      case 3: TapDotsGroup<3>(g, l, phases, dyw, r0, out); break;
-      case 4: TapDotsGroup<4>(g, l, phases, dyw, r0, out); break;
-      case 5: TapDotsGroup<5>(g, l, phases, dyw, r0, out); break;
-      case 6: TapDotsGroup<6>(g, l, phases, dyw, r0, out); break;
-      case 7: TapDotsGroup<7>(g, l, phases, dyw, r0, out); break;
-      default: TapDotsGroup<8>(g, l, phases, dyw, r0, out); break;
+      case 1: TapDotsGroup<1>(g, l, phases, dyw, live, sums); break;
+      case 2: TapDotsGroup<2>(g, l, phases, dyw, live, sums); break;
+      case 3: TapDotsGroup<3>(g, l, phases, dyw, live, sums); break;
+      case 4: TapDotsGroup<4>(g, l, phases, dyw, live, sums); break;
+      case 5: TapDotsGroup<5>(g, l, phases, dyw, live, sums); break;
+      case 6: TapDotsGroup<6>(g, l, phases, dyw, live, sums); break;
+      case 7: TapDotsGroup<7>(g, l, phases, dyw, live, sums); break;
+      default: TapDotsGroup<8>(g, l, phases, dyw, live, sums); break;
     }
-    r0 += size;
+    t0 += size;
   }
 }
 
@@ -1412,6 +1446,16 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
   });
 }
 
+// Asks for the cache lines of p [0, count) ahead of their use.
+constexpr int64_t kPrefetchBytes = 4096;
+template <typename T>
+void PrefetchSpan(const T* p, int64_t count) {
+  const char* begin = reinterpret_cast<const char*>(p);
+  const char* end = reinterpret_cast<const char*>(p + count);
+  for (const char* line = begin; line < end; line += 64) __builtin_prefetch(line);
+  __builtin_prefetch(end - 1);
+}
+
 // Weight gradients sum over the batch in up to kMaxBatchBlocks blocks of
 // images, each into its own partial dW (at most kMaxPartialElems elements in
 // all), added up in block order: the blocks share out over the threads, and
@@ -1436,7 +1480,16 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
   auto accumulate_direct = [&](ChannelBlock b, int64_t n0, int64_t n1, T* dwb, Workspace<T>& ws) {
     T* sums = ws.tap_sums;  // [O/g, taps, kLanes]
     std::fill(sums, sums + og * k * kLanes, T(0));
+    // A block's planes of one image are contiguous, but the next image's
+    // lie a whole image on, past where the hardware prefetches: small
+    // ones are fetched one image ahead.
+    const int64_t x_span = b.lanes * g.hw(), dy_span = b.lanes * og * ohw;
+    const bool prefetch = (x_span + dy_span) * static_cast<int64_t>(sizeof(T)) <= kPrefetchBytes;
     for (int64_t n = n0; n < n1; ++n) {
+      if (prefetch && n + 1 < n1) {
+        PrefetchSpan(image + ((n + 1) * g.c + b.c0) * g.hw(), x_span);
+        PrefetchSpan(cols + ((n + 1) * g.o + b.c0 * og) * ohw, dy_span);
+      }
       ToPhases(g, l, image + (n * g.c + b.c0) * g.hw(), b.lanes, ws.phases, &ws.phases_zeroed);
       for (int64_t oc = 0; oc < og; ++oc) {
         // Zero past OW and in missing lanes: those positions add nothing.
