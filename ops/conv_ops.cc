@@ -537,6 +537,19 @@ ChannelBlock BlockOf(const ConvGeom& g, int64_t block) {
   return {block * kLanes, std::min(kLanes, g.groups - block * kLanes)};
 }
 
+// A position's kLanes channels as one vector (GCC/Clang vector extensions):
+// a tap is one multiply-add of whole vectors, its weights loaded once.
+// Loads and stores go through an unaligned, aliasing twin of the type, so
+// each is one vector move: a memcpy is split into 16-byte pieces under
+// .bazelrc's -mmove-max=128, and the sums then round-trip through the stack.
+template <typename T>
+struct LaneVector {
+  typedef T Type __attribute__((vector_size(kLanes * sizeof(T))));
+  typedef T Unaligned __attribute__((vector_size(kLanes * sizeof(T)), aligned(alignof(T)), may_alias));
+  static Type Load(const T* p) { return *reinterpret_cast<const Unaligned*>(p); }
+  static void Store(T* p, const Type& v) { *reinterpret_cast<Unaligned*>(p) = v; }
+};
+
 // The copies into and out of the blocked layout are transposes: channel v
 // of a block is a row of positions, and the layout is its columns.
 #if defined(__AVX__)
@@ -739,26 +752,25 @@ void MergeColumns8(const T* even, const T* odd, const T* add, T* dst, int64_t ld
     }
 }
 
-// Walks the runs of ToPhases and FromPhases: rest(run, j) copies a run's
-// positions from j on. A stride-2 convolution's image row has two runs,
-// its even and its odd columns; for a block of whole lanes, pair(even, odd,
-// j) first copies their column pairs j .. j + 7 together.
-template <typename Pair, typename Rest>
-void ForEachRunPiece(const ConvGeom& g, const PhasePlan& l, int64_t lanes, Pair&& pair, Rest&& rest) {
+// Walks the runs of ToPhases and FromPhases: whole(run) copies a run. A
+// stride-2 convolution's image row has two runs, its even and its odd
+// columns; for a block of whole lanes, row(even, odd, j, pixels) instead
+// copies pixels [2j, 2j + pixels) of the row, kRowPixels at a time and
+// then what is left, both runs together.
+constexpr int64_t kRowPixels = 16;
+template <typename Row, typename Whole>
+void ForEachRunPiece(const ConvGeom& g, const PhasePlan& l, int64_t lanes, Row&& row, Whole&& whole) {
   const bool paired = g.sw == 2 && lanes == kLanes;
   for (size_t i = 0; i < l.runs.size(); ++i) {
     const PhasePlan::Run& r = l.runs[i];
     if (!paired || i + 1 == l.runs.size() || l.runs[i + 1].image / g.w != r.image / g.w) {
-      rest(r, 0);
+      whole(r);
       continue;
     }
     const PhasePlan::Run& next = l.runs[++i];
     const bool r_even = r.image % g.w == 0;
-    const PhasePlan::Run &even = r_even ? r : next, &odd = r_even ? next : r;
-    const int64_t pairs = odd.count / 8 * 8;  // odd.count = W / 2 <= even.count
-    for (int64_t j = 0; j < pairs; j += 8) pair(even, odd, j);
-    rest(r, pairs);
-    rest(next, pairs);
+    for (int64_t j = 0; 2 * j < g.w; j += kRowPixels / 2)
+      row(r_even ? r : next, r_even ? next : r, j, std::min(kRowPixels, g.w - 2 * j));
   }
 }
 
@@ -766,33 +778,54 @@ void ForEachRunPiece(const ConvGeom& g, const PhasePlan& l, int64_t lanes, Pair&
 // x + v * H * W), zero wherever padding, slack or a missing lane. `zeroed`:
 // whether `phases` holds zeros there already (an earlier call on it left
 // them: the pixels' positions are the same for every block), so only a
-// block of fewer lanes clears it again.
+// block of fewer lanes clears it again. A stride-2 row's pixels are read
+// once: 16 at a time split in registers, the rest (a row shorter than 16,
+// or its end) through a line of blocked pixels that the unit-stride
+// transposes make, whose positions go to the two phases whole.
 template <typename T>
 void ToPhases(const ConvGeom& g, const PhasePlan& l, const T* x, int64_t lanes, T* phases, bool* zeroed) {
+  using V = LaneVector<T>;
   if (!*zeroed || lanes < kLanes) std::fill(phases, phases + l.numel() * kLanes, T(0));
   *zeroed = true;
   ForEachRunPiece(
       g, l, lanes,
-      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j) {
-        SplitColumns8(x + even.image + 2 * j, g.hw(), phases + (even.phase + j) * kLanes,
-                      phases + (odd.phase + j) * kLanes);
+      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j, int64_t pixels) {
+        T* to_even = phases + (even.phase + j) * kLanes;
+        T* to_odd = phases + (odd.phase + j) * kLanes;
+        if (pixels == kRowPixels) {
+          SplitColumns8(x + even.image + 2 * j, g.hw(), to_even, to_odd);
+          return;
+        }
+        T line[kRowPixels * kLanes];
+        Interleave(x + even.image + 2 * j, g.hw(), 1, pixels, kLanes, line);
+        for (int64_t p = 0; p < pixels; ++p)
+          V::Store((p % 2 ? to_odd : to_even) + p / 2 * kLanes, V::Load(line + p * kLanes));
       },
-      [&](const PhasePlan::Run& r, int64_t j) {
-        Interleave(x + r.image + j * g.sw, g.hw(), g.sw, r.count - j, lanes, phases + (r.phase + j) * kLanes);
+      [&](const PhasePlan::Run& r) {
+        Interleave(x + r.image, g.hw(), g.sw, r.count, lanes, phases + r.phase * kLanes);
       });
 }
 
 // x [lanes, H, W] = bias[v] + the pixels of `phases` (the adjoint of ToPhases).
 template <typename T>
 void FromPhases(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* bias, int64_t lanes, T* x) {
+  using V = LaneVector<T>;
   ForEachRunPiece(
       g, l, lanes,
-      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j) {
-        MergeColumns8(phases + (even.phase + j) * kLanes, phases + (odd.phase + j) * kLanes, bias,
-                      x + even.image + 2 * j, g.hw());
+      [&](const PhasePlan::Run& even, const PhasePlan::Run& odd, int64_t j, int64_t pixels) {
+        const T* from_even = phases + (even.phase + j) * kLanes;
+        const T* from_odd = phases + (odd.phase + j) * kLanes;
+        if (pixels == kRowPixels) {
+          MergeColumns8(from_even, from_odd, bias, x + even.image + 2 * j, g.hw());
+          return;
+        }
+        T line[kRowPixels * kLanes];
+        for (int64_t p = 0; p < pixels; ++p)
+          V::Store(line + p * kLanes, V::Load((p % 2 ? from_odd : from_even) + p / 2 * kLanes));
+        Deinterleave(line, pixels, kLanes, bias, x + even.image + 2 * j, g.hw(), 1);
       },
-      [&](const PhasePlan::Run& r, int64_t j) {
-        Deinterleave(phases + (r.phase + j) * kLanes, r.count - j, lanes, bias, x + r.image + j * g.sw, g.hw(), g.sw);
+      [&](const PhasePlan::Run& r) {
+        Deinterleave(phases + r.phase * kLanes, r.count, lanes, bias, x + r.image, g.hw(), g.sw);
       });
 }
 
@@ -812,19 +845,6 @@ void FromWide(const ConvGeom& g, const PhasePlan& l, const T* wide, int64_t stri
   for (int64_t oy = 0; oy < g.oh; ++oy)
     Deinterleave(wide + oy * l.wq * kLanes, g.ow, lanes, static_cast<const T*>(nullptr), y + oy * g.ow, stride, 1);
 }
-
-// A position's kLanes channels as one vector (GCC/Clang vector extensions):
-// a tap is one multiply-add of whole vectors, its weights loaded once.
-// Loads and stores go through an unaligned, aliasing twin of the type, so
-// each is one vector move: a memcpy is split into 16-byte pieces under
-// .bazelrc's -mmove-max=128, and the sums then round-trip through the stack.
-template <typename T>
-struct LaneVector {
-  typedef T Type __attribute__((vector_size(kLanes * sizeof(T))));
-  typedef T Unaligned __attribute__((vector_size(kLanes * sizeof(T)), aligned(alignof(T)), may_alias));
-  static Type Load(const T* p) { return *reinterpret_cast<const Unaligned*>(p); }
-  static void Store(T* p, const Type& v) { *reinterpret_cast<Unaligned*>(p) = v; }
-};
 
 // Calls fn(std::integral_constant<int64_t, n>, i) over [begin, end) in
 // blocks of 8, then of 4, 2 and 1: the tap loops below hold a block's sums

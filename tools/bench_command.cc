@@ -179,9 +179,10 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("depthwise fwd+bwd 32x120x8x8 k5", ConvGraph(32, 120, 120, 8, 5, 120, true));
   cases.emplace_back("depthwise fwd+bwd 32x480x4x4 k3", ConvGraph(32, 480, 480, 4, 3, 480, true));
   cases.emplace_back("depthwise fwd+bwd 32x960x2x2 k5", ConvGraph(32, 960, 960, 2, 5, 960, true));
-  // Its stride-2 layers (features.2 and features.4): planes halved.
+  // Its stride-2 layers (features.2, .4 and .7): planes halved.
   cases.emplace_back("depthwise fwd+bwd 32x64x32x32 k3 s2", ConvGraph(32, 64, 64, 32, 3, 64, true, 2));
   cases.emplace_back("depthwise fwd+bwd 32x72x16x16 k5 s2", ConvGraph(32, 72, 72, 16, 5, 72, true, 2));
+  cases.emplace_back("depthwise fwd+bwd 32x240x8x8 k3 s2", ConvGraph(32, 240, 240, 8, 3, 240, true, 2));
   cases.emplace_back("pointwise fwd+bwd 32x40x8x8 -> 120", ConvGraph(32, 40, 120, 8, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x112x4x4 -> 672", ConvGraph(32, 112, 672, 4, 1, 1, true));
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
