@@ -56,19 +56,45 @@ Status ExpectEps(const std::string& op, double eps) {
 // ---------------------------------------------------------------------------
 // BatchNorm
 
-// Calls fn(plane, c, offset, length) for every plane n * C + c, the
-// contiguous runs of channel elements, in parallel. The channel is counted
-// along rather than divided out per plane (late layers have tens of
-// thousands of planes of a few elements each).
+// Channels [c0, c1): the BatchNorm kernels' passes work on all channels,
+// or a block of them at a time (ForEachChannelBlock).
+struct ChannelRange {
+  int64_t c0, c1;
+  int64_t size() const { return c1 - c0; }
+};
+ChannelRange AllChannels(const ChannelLayout& l) { return {0, l.c}; }
+
+// Calls fn(n, c, offset, length) for every plane n * C + c of the range's
+// channels, the contiguous runs of channel elements, in parallel. The
+// channel is counted along rather than divided out per plane (late layers
+// have tens of thousands of planes of a few elements each).
 template <typename Fn>
-void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, Fn&& fn) {
-  ParallelRange(pool, l.n * l.c, [&](int64_t p0, int64_t p1) {
-    int64_t c = p0 % l.c;
-    for (int64_t p = p0; p < p1; ++p) {
-      fn(p, c, p * l.s, l.s);
-      if (++c == l.c) c = 0;
+void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, Fn&& fn) {
+  const int64_t w = r.size();
+  ParallelRange(pool, l.n * w, [&](int64_t q0, int64_t q1) {
+    int64_t n = q0 / w, c = r.c0 + q0 % w;
+    for (int64_t q = q0; q < q1; ++q) {
+      fn(n, c, (n * l.c + c) * l.s, l.s);
+      if (++c == r.c1) c = r.c0, ++n;
     }
   }, GrainFor(l.s));
+}
+
+// Calls fn(range) for blocks of channels: all of them, or where the
+// tensors a channel's elements live in (`bytes` per element) outgrow
+// kBlockBytes, blocks of that size. A kernel's passes, the sums and then
+// the element-wise one, run over a block before the next, so that the
+// second pass reads the block from cache rather than memory. A channel's
+// results do not depend on the blocks: its planes' sums are added in
+// batch order, and each element's pass is its own. (Blocks of whole rows
+// x[n, c0:c1, :], not single channels, whose N planes lie an image apart:
+// one long contiguous run per image is what the prefetcher follows.)
+constexpr int64_t kBlockBytes = 8 << 20;
+template <typename Fn>
+void ForEachChannelBlock(const ChannelLayout& l, int64_t bytes, Fn&& fn) {
+  const int64_t per_channel = std::max<int64_t>(1, l.per_channel() * bytes);
+  const int64_t block = l.s < kSumLanes ? l.c : std::max<int64_t>(1, kBlockBytes / per_channel);
+  for (int64_t c0 = 0; c0 < l.c; c0 += block) fn(ChannelRange{c0, std::min(l.c, c0 + block)});
 }
 
 // Channel sums of one term over channels [c0, c1) (into out[c - c0]) when
@@ -121,64 +147,69 @@ void SmallPlaneSums(const ChannelLayout& l, int64_t c0, int64_t c1, const Term& 
   }
 }
 
-// Per channel c, the sums over its elements of each term(offset, c), in
-// double: each plane's LaneSum, added per channel in batch order; [N, C]
-// input (planes of one element) sums each channel as one LaneSum over the
-// batch instead. So the result does not depend on threads. Planes are
-// summed in memory order (a channel's planes lie a whole batch item apart:
-// walking them channel by channel defeats the prefetcher).
+// Per channel c of the range, the sums over its elements of each
+// term(offset, c), in double, at c - c0: each plane's LaneSum, added per
+// channel in batch order; [N, C] input (planes of one element) sums each
+// channel as one LaneSum over the batch instead. So the result does not
+// depend on threads. Planes are summed in memory order (a channel's planes
+// lie a whole batch item apart: walking them channel by channel defeats
+// the prefetcher).
 template <typename... Terms>
 std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayout& l, ThreadPool* pool,
-                                                              const Terms&... terms) {
+                                                              ChannelRange r, const Terms&... terms) {
   using Sums = std::array<double, sizeof...(Terms)>;
-  std::vector<Sums> channel(l.c, Sums{});
+  const int64_t w = r.size();
+  std::vector<Sums> channel(w, Sums{});
   if (l.s < kSumLanes) {
-    ParallelRange(pool, l.c, [&](int64_t c0, int64_t c1) {
+    ParallelRange(pool, w, [&](int64_t i0, int64_t i1) {
+      const int64_t c0 = r.c0 + i0, c1 = r.c0 + i1;
       std::vector<double> sums(static_cast<size_t>(c1 - c0));
       size_t k = 0;
       auto one_term = [&](const auto& term) {
         SmallPlaneSums(l, c0, c1, term, sums.data());
-        for (int64_t c = c0; c < c1; ++c) channel[c][k] = sums[static_cast<size_t>(c - c0)];
+        for (int64_t c = c0; c < c1; ++c) channel[c - r.c0][k] = sums[static_cast<size_t>(c - c0)];
         ++k;
       };
       (one_term(terms), ...);
     }, GrainFor(l.per_channel()));
     return channel;
   }
-  std::vector<Sums> plane(l.n * l.c);
-  ForEachPlane(l, pool, [&](int64_t p, int64_t c, int64_t o, int64_t len) {
-    plane[p] = {LaneSum<double>(len, [&](int64_t j) { return terms(o + j, c); })...};
+  std::vector<Sums> plane(l.n * w);
+  ForEachPlane(l, pool, r, [&](int64_t n, int64_t c, int64_t o, int64_t len) {
+    plane[n * w + c - r.c0] = {LaneSum<double>(len, [&](int64_t j) { return terms(o + j, c); })...};
   });
   for (int64_t i = 0; i < l.n; ++i)
-    for (int64_t c = 0; c < l.c; ++c)
-      for (size_t k = 0; k < channel[c].size(); ++k) channel[c][k] += plane[i * l.c + c][k];
+    for (int64_t c = 0; c < w; ++c)
+      for (size_t k = 0; k < channel[c].size(); ++k) channel[c][k] += plane[i * w + c][k];
   return channel;
 }
 
-// An element-wise pass whose constants are per channel (`consts`, each
-// [C]): fn(o, len, at) computes the elements [o, o + len), with at(i, j)
-// the i-th constant of element o + j. Planes of kSumLanes or more elements
-// are runs of one channel; smaller planes (2x2, 1x1 maps) go along whole
-// rows x[n, :, :] with each constant repeated per element, since a loop of
-// 1-4 elements per plane does not vectorise.
+// An element-wise pass over the range's channels whose constants are per
+// channel (`consts`, each [c1 - c0], from channel c0 on): fn(o, len, at)
+// computes the elements [o, o + len), with at(i, j) the i-th constant of
+// element o + j. Planes of kSumLanes or more elements are runs of one
+// channel; smaller planes (2x2, 1x1 maps) go along whole rows x[n, c0:c1,
+// :] with each constant repeated per element, since a loop of 1-4 elements
+// per plane does not vectorise.
 template <typename T, size_t K, typename Fn>
-void ChannelPass(const ChannelLayout& l, ThreadPool* pool, const std::array<const T*, K>& consts, Fn&& fn) {
+void ChannelPass(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, const std::array<const T*, K>& consts,
+                 Fn&& fn) {
   if (l.s < kSumLanes) {
     std::array<std::vector<T>, K> rows;
     for (size_t i = 0; i < K; ++i) {
-      rows[i].reserve(static_cast<size_t>(l.c * l.s));
-      for (int64_t c = 0; c < l.c; ++c) rows[i].insert(rows[i].end(), static_cast<size_t>(l.s), consts[i][c]);
+      rows[i].reserve(static_cast<size_t>(r.size() * l.s));
+      for (int64_t c = 0; c < r.size(); ++c) rows[i].insert(rows[i].end(), static_cast<size_t>(l.s), consts[i][c]);
     }
-    const int64_t row = l.c * l.s;
+    const int64_t row = r.size() * l.s;
     ParallelRange(pool, l.n, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n)
-        fn(n * row, row, [&](size_t i, int64_t j) { return rows[i][static_cast<size_t>(j)]; });
+        fn((n * l.c + r.c0) * l.s, row, [&](size_t i, int64_t j) { return rows[i][static_cast<size_t>(j)]; });
     }, GrainFor(row));
     return;
   }
-  ForEachPlane(l, pool, [&](int64_t, int64_t c, int64_t o, int64_t len) {
+  ForEachPlane(l, pool, r, [&](int64_t, int64_t c, int64_t o, int64_t len) {
     std::array<T, K> v;
-    for (size_t i = 0; i < K; ++i) v[i] = consts[i][c];
+    for (size_t i = 0; i < K; ++i) v[i] = consts[i][c - r.c0];
     fn(o, len, [&](size_t i, int64_t) { return v[i]; });
   });
 }
@@ -352,15 +383,15 @@ class BatchNormOp : public OpDef {
 };
 LOOM_REGISTER_OP(BatchNormOp);
 
-// The rest of BatchNorm once the batch's sums are known: outputs 1..4 and y
-// from inputs 0..4 (x, gamma, beta, running_mean, running_var). In
-// training, sums[c] = {sum of d, sum of d^2} over the m values of channel
-// c, d = x - pivot[c]: centred on a value near the mean, squares - sum^2 /
+// The rest of BatchNorm once the batch's sums are known, for the range's
+// channels: outputs 1..4 and y from inputs 0..4 (x, gamma, beta,
+// running_mean, running_var). In training, sums[c - c0] = {sum of d, sum
+// of d^2} over the m values of channel c, d = x - pivot[c]: centred on a value near the mean, squares - sum^2 /
 // m cancels as little as a second pass around the mean would, even for
 // large means, and x is read once less. Eval ignores them.
 template <typename T>
-void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool training, const std::vector<double>& pivot,
-                     const std::vector<std::array<double, 2>>& sums, double m) {
+void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, ChannelRange r, bool training,
+                     const std::vector<double>& pivot, const std::vector<std::array<double, 2>>& sums, double m) {
   const double momentum = ctx.attrs->Float("momentum"), eps = ctx.attrs->Float("eps");
   const T* px = ctx.in(0).data<T>();        // [N, C, S]
   const T* gamma = ctx.in(1).data<T>();     // [C]
@@ -372,12 +403,13 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
   T* new_var = ctx.out(2).data<T>();        // [C]
   T* save_mean = ctx.out(3).data<T>();      // [C]
   T* save_invstd = ctx.out(4).data<T>();    // [C]
-  std::vector<T> scale(l.c), shift(l.c);    // y = x * scale + shift per channel
-  for (int64_t c = 0; c < l.c; ++c) {
+  std::vector<T> scale(r.size()), shift(r.size());  // y = x * scale + shift per channel, from c0 on
+  for (int64_t c = r.c0; c < r.c1; ++c) {
     double mean, invstd;
     if (training) {
-      mean = pivot[c] + sums[c][0] / m;
-      const double squares = std::max(0.0, sums[c][1] - sums[c][0] * sums[c][0] / m);
+      const std::array<double, 2>& sum = sums[c - r.c0];
+      mean = pivot[c] + sum[0] / m;
+      const double squares = std::max(0.0, sum[1] - sum[0] * sum[0] / m);
       invstd = 1.0 / std::sqrt(squares / m + eps);
       const double unbiased = squares / (m - 1);
       new_mean[c] = static_cast<T>((1 - momentum) * run_mean[c] + momentum * mean);
@@ -390,13 +422,13 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
     }
     save_mean[c] = static_cast<T>(mean);
     save_invstd[c] = static_cast<T>(invstd);
-    scale[c] = static_cast<T>(gamma[c] * invstd);
-    shift[c] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
+    scale[c - r.c0] = static_cast<T>(gamma[c] * invstd);
+    shift[c - r.c0] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
   }
   // With an epilogue, each value as the activation's kernel would make it
   // from the plain one (the same bits as the two ops apart).
   const Epilogue epilogue = EpilogueOf(*ctx.attrs);
-  ChannelPass<T, 2>(l, ctx.pool, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
+  ChannelPass<T, 2>(l, ctx.pool, r, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
     switch (epilogue) {
       case Epilogue::kNone:
         for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
@@ -417,12 +449,12 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, bool trai
   });
 }
 
-// Per channel, {sum of d, sum of d^2} with d = x - pivot[c].
+// Per channel of the range, {sum of d, sum of d^2} with d = x - pivot[c].
 template <typename T>
-std::vector<std::array<double, 2>> PivotedSums(const ChannelLayout& l, ThreadPool* pool, const T* px,
+std::vector<std::array<double, 2>> PivotedSums(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, const T* px,
                                                const std::vector<double>& pivot) {
   return ChannelSums(
-      l, pool, [&](int64_t i, int64_t c) { return px[i] - pivot[c]; },
+      l, pool, r, [&](int64_t i, int64_t c) { return px[i] - pivot[c]; },
       [&](int64_t i, int64_t c) {
         const double d = px[i] - pivot[c];
         return d * d;
@@ -438,9 +470,12 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
     // The pivot: the channel's first value.
     std::vector<double> pivot(training ? l.c : 0);
     for (size_t c = 0; c < pivot.size(); ++c) pivot[c] = px[c * l.s];
-    std::vector<std::array<double, 2>> sums;
-    if (training) sums = PivotedSums(l, ctx.pool, px, pivot);
-    FinishBatchNorm<T>(ctx, l, training, pivot, sums, static_cast<double>(l.per_channel()));
+    // x is read by both passes.
+    ForEachChannelBlock(l, sizeof(T), [&](ChannelRange r) {
+      std::vector<std::array<double, 2>> sums;
+      if (training) sums = PivotedSums(l, ctx.pool, r, px, pivot);
+      FinishBatchNorm<T>(ctx, l, r, training, pivot, sums, static_cast<double>(l.per_channel()));
+    });
   });
 });
 
@@ -549,13 +584,13 @@ void WithDy(const KernelContext& ctx, int dy_input, int y_input, Run&& run) {
   }
 }
 
-// The rest of BatchNormBackward once the sums are known: (dx, dgamma,
-// dbeta) from dy and inputs 1..4 (x, gamma, saved_mean, saved_invstd) and
-// sums[c] = {sum of dy, sum of dy * (x - mean)} over the m values of
-// channel c.
+// The rest of BatchNormBackward once the sums are known, for the range's
+// channels: (dx, dgamma, dbeta) from dy and inputs 1..4 (x, gamma,
+// saved_mean, saved_invstd) and sums[c - c0] = {sum of dy, sum of dy * (x
+// - mean)} over the m values of channel c.
 template <typename T, typename Dy>
-void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, bool training, const Dy& dy,
-                             const std::vector<std::array<double, 2>>& sums, double m) {
+void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, ChannelRange r, bool training,
+                             const Dy& dy, const std::vector<std::array<double, 2>>& sums, double m) {
   const T* x = ctx.in(1).data<T>();       // [N, C, S]
   const T* gamma = ctx.in(2).data<T>();   // [C]
   const T* mean = ctx.in(3).data<T>();    // [C]
@@ -566,17 +601,17 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
   // Per channel: dx = k * (dy - a - (x - mean) * invstd * b) in training,
   // that is gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), and
   // k * dy in eval.
-  std::vector<T> k(l.c), a(l.c), b(l.c);
-  for (int64_t c = 0; c < l.c; ++c) {
-    const double is = invstd[c], sum_dy = sums[c][0], sum_dy_xhat = sums[c][1] * is;
+  std::vector<T> k(r.size()), a(r.size()), b(r.size());  // from c0 on
+  for (int64_t c = r.c0; c < r.c1; ++c) {
+    const double is = invstd[c], sum_dy = sums[c - r.c0][0], sum_dy_xhat = sums[c - r.c0][1] * is;
     dbeta[c] = static_cast<T>(sum_dy);
     dgamma[c] = static_cast<T>(sum_dy_xhat);
-    k[c] = static_cast<T>(gamma[c] * is);
-    a[c] = static_cast<T>(sum_dy / m);
-    b[c] = static_cast<T>(sum_dy_xhat / m);
+    k[c - r.c0] = static_cast<T>(gamma[c] * is);
+    a[c - r.c0] = static_cast<T>(sum_dy / m);
+    b[c - r.c0] = static_cast<T>(sum_dy_xhat / m);
   }
   // at(i, j): element o + j's k, a, b, mean and invstd (i = 0 .. 4).
-  ChannelPass<T, 5>(l, ctx.pool, {k.data(), a.data(), b.data(), mean, invstd},
+  ChannelPass<T, 5>(l, ctx.pool, r, {k.data(), a.data(), b.data(), mean + r.c0, invstd + r.c0},
                     [&](int64_t o, int64_t len, const auto& at) {
                       if (training) {
                         for (int64_t j = 0; j < len; ++j)
@@ -587,19 +622,23 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, b
                     });
 }
 
-// Per channel, {sum of dy, sum of dy * (x - mean)}.
+// Per channel of the range, {sum of dy, sum of dy * (x - mean)}.
 template <typename T, typename Dy>
-std::vector<std::array<double, 2>> GradientSums(const ChannelLayout& l, ThreadPool* pool, const Dy& dy, const T* x,
-                                                const T* mean) {
+std::vector<std::array<double, 2>> GradientSums(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, const Dy& dy,
+                                                const T* x, const T* mean) {
   return ChannelSums(
-      l, pool, [&](int64_t i, int64_t) { return static_cast<double>(dy(i)); },
+      l, pool, r, [&](int64_t i, int64_t) { return static_cast<double>(dy(i)); },
       [&](int64_t i, int64_t c) { return dy(i) * (x[i] - static_cast<double>(mean[c])); });
 }
 
 template <typename T, typename Dy>
 void BatchNormBackward(KernelContext& ctx, const ChannelLayout& l, const Dy& dy) {
-  const auto sums = GradientSums(l, ctx.pool, dy, ctx.in(1).data<T>(), ctx.in(3).data<T>());
-  FinishBatchNormBackward<T>(ctx, l, ctx.attrs->Bool("training"), dy, sums, static_cast<double>(l.per_channel()));
+  // dy, x and (with a mask) y are read by both passes.
+  const int64_t bytes = (ctx.inputs.size() > 5 ? 3 : 2) * static_cast<int64_t>(sizeof(T));
+  ForEachChannelBlock(l, bytes, [&](ChannelRange r) {
+    const auto sums = GradientSums(l, ctx.pool, r, dy, ctx.in(1).data<T>(), ctx.in(3).data<T>());
+    FinishBatchNormBackward<T>(ctx, l, r, ctx.attrs->Bool("training"), dy, sums, static_cast<double>(l.per_channel()));
+  });
 }
 
 LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ctx) {
@@ -731,7 +770,7 @@ LOOM_REGISTER_KERNEL("BatchNormStats", DeviceType::kCpu, [](KernelContext& ctx) 
     using T = decltype(zero);
     const T* pivot_in = ctx.in(1).data<T>();
     const std::vector<double> pivot(pivot_in, pivot_in + l.c);
-    const auto sums = PivotedSums(l, ctx.pool, ctx.in(0).data<T>(), pivot);
+    const auto sums = PivotedSums(l, ctx.pool, AllChannels(l), ctx.in(0).data<T>(), pivot);
     double* out = ctx.out(0).data<double>();  // [2, C]
     for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
   });
@@ -790,7 +829,8 @@ LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCpu, [](KernelContext& ctx) 
     using T = decltype(zero);
     const T* pivot_in = ctx.in(6).data<T>();
     const std::vector<double> pivot(pivot_in, pivot_in + l.c);
-    FinishBatchNorm<T>(ctx, l, true, pivot, ReadSums(ctx.in(5)), static_cast<double>(ctx.attrs->Int("count")));
+    FinishBatchNorm<T>(ctx, l, AllChannels(l), true, pivot, ReadSums(ctx.in(5)),
+                       static_cast<double>(ctx.attrs->Int("count")));
   });
 });
 
@@ -830,7 +870,7 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     WithDy<T>(ctx, 0, 3, [&](const auto& dy) {
-      const auto sums = GradientSums(l, ctx.pool, dy, ctx.in(1).data<T>(), ctx.in(2).data<T>());
+      const auto sums = GradientSums(l, ctx.pool, AllChannels(l), dy, ctx.in(1).data<T>(), ctx.in(2).data<T>());
       double* out = ctx.out(0).data<double>();  // [2, C]
       for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
     });
@@ -877,7 +917,9 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContex
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const double count = static_cast<double>(ctx.attrs->Int("count"));
-    WithDy<T>(ctx, 0, 6, [&](const auto& dy) { FinishBatchNormBackward<T>(ctx, l, true, dy, ReadSums(ctx.in(5)), count); });
+    WithDy<T>(ctx, 0, 6, [&](const auto& dy) {
+      FinishBatchNormBackward<T>(ctx, l, AllChannels(l), true, dy, ReadSums(ctx.in(5)), count);
+    });
   });
 });
 

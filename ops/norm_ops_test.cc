@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <string>
 
 #include "core/rng.h"
@@ -386,6 +388,74 @@ TEST_CASE("batch norm backward with an activation's mask is its backward then Ba
             CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
                               out->at("fused" + std::to_string(i)));
         }
+}
+
+// Tensors larger than the kernels' cache blocks (8 MiB) go through both
+// passes a block of channels at a time: each channel's results must be
+// what it gives alone, bit for bit (forward and backward, ReLU folded in).
+TEST_CASE("batch norm over blocks of channels gives each channel's results alone, bit for bit") {
+  const int64_t n = 2, channels = 40, s = 32768;  // 10 MiB: four blocks in the backward, two in the forward
+  auto step_graph = [](int64_t c) {
+    Graph graph;
+    GraphBuilder b(&graph);
+    const Shape x_shape{n, c, s}, c_shape{c};
+    const ValueId x = b.Input("x", {x_shape, DType::kF32}), dy = b.Input("dy", {x_shape, DType::kF32});
+    std::vector<ValueId> params;
+    for (const char* name : {"gamma", "beta", "running_mean", "running_var"})
+      params.push_back(b.Input(name, {c_shape, DType::kF32}));
+    const AttrMap attrs{{"training", true}, {"activation", "relu"}};
+    auto forward = b.Add("BatchNorm", {x, params[0], params[1], params[2], params[3]}, attrs, "bn");
+    REQUIRE(forward.ok());
+    auto backward =
+        b.Add("BatchNormBackward", {dy, x, params[0], (*forward)[3], (*forward)[4], (*forward)[0]}, attrs, "bwd");
+    REQUIRE(backward.ok());
+    for (int i = 0; i < 5; ++i) graph.outputs()["forward" + std::to_string(i)] = (*forward)[i];
+    for (int i = 0; i < 3; ++i) graph.outputs()["backward" + std::to_string(i)] = (*backward)[i];
+    auto exec = Executor::Create(graph, ExecutorOptions{});
+    REQUIRE(exec.ok());
+    return std::move(*exec);
+  };
+  Rng rng(11);
+  auto uniform = [&](int64_t count, double lo, double hi) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& e : v) e = static_cast<float>(rng.Uniform(lo, hi));
+    return v;
+  };
+  const std::vector<float> x = uniform(n * channels * s, -1, 3), dy = uniform(n * channels * s, -1, 1);
+  const std::vector<float> gamma = uniform(channels, 0.5, 1.5), beta = uniform(channels, -1, 1),
+                           mean = uniform(channels, -1, 1), var = uniform(channels, 0.5, 2);
+  auto feeds_of = [&](int64_t c0, int64_t c) {  // channels [c0, c0 + c)
+    auto planes = [&](const std::vector<float>& t) {
+      std::vector<float> part;
+      for (int64_t i = 0; i < n; ++i)
+        part.insert(part.end(), t.begin() + (i * channels + c0) * s, t.begin() + (i * channels + c0 + c) * s);
+      return Tensor::FromVector<float>({n, c, s}, part);
+    };
+    auto slice = [&](const std::vector<float>& t) {
+      return Tensor::FromVector<float>({c}, std::vector<float>(t.begin() + c0, t.begin() + c0 + c));
+    };
+    return std::map<std::string, Tensor>{{"x", planes(x)},         {"dy", planes(dy)},
+                                         {"gamma", slice(gamma)},  {"beta", slice(beta)},
+                                         {"running_mean", slice(mean)}, {"running_var", slice(var)}};
+  };
+  auto whole = step_graph(channels)->Run(feeds_of(0, channels));
+  REQUIRE(whole.ok());
+  auto alone_exec = step_graph(1);
+  for (int64_t c = 0; c < channels; ++c) {
+    INFO("channel " << c);
+    auto alone = alone_exec->Run(feeds_of(c, 1));
+    REQUIRE(alone.ok());
+    for (const auto& [name, t] : *alone) {
+      const Tensor& w = whole->at(name);
+      const bool per_element = t.shape().rank() == 3;  // y, dx; the rest are per channel
+      for (int64_t i = 0; i < (per_element ? n : 1); ++i) {
+        const int64_t count = per_element ? s : 1;
+        const float* mine = t.data<float>() + i * count;
+        const float* theirs = w.data<float>() + (per_element ? (i * channels + c) * s : c);
+        REQUIRE(std::memcmp(mine, theirs, static_cast<size_t>(count) * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("layer norm passes the op harness") {
