@@ -857,7 +857,7 @@ void ForEachBlock(int64_t begin, int64_t end, Fn&& fn) {
 }
 
 // wide[i0, i0 + kCount) = bias + the weights times the streams of the
-// taps of kernel rows [ki0, ki1) and columns [kj0, kj1), lane by lane, the
+// taps of kernel rows [ki0, ki1) and the live columns, lane by lane, the
 // positions' sums held in registers over the taps (each stream read once,
 // each sum written once) in the taps' order.
 template <int64_t kCount, typename T>
