@@ -107,11 +107,14 @@ int64_t ColGrain() {
 }
 
 // Least work (flops) worth handing to another thread. Waking a pool worker
-// costs ~5 us back to back and 20-40 us when its vCPU has gone idle on these
-// VMs, more when a neighbouring process holds it; each panel also repacks
-// the shared operand. Measured on the 2-vCPU EPYC VM, two threads beat one
-// (by 1.2-1.8x) from ~25 MFLOP up and mostly lose below ~8 MFLOP.
-constexpr double kMinFlopsPerThread = 8e6;
+// costs 20-40 us when its vCPU has gone idle on these VMs, more when a
+// neighbouring process holds it; but the workers spin for kSpin (50 us)
+// after each task, and a training step's kernels follow each other closer
+// than that, so a worker is usually there within a microsecond or two.
+// Each panel also repacks the shared operand. Measured on the 2-vCPU Zen 4
+// with the workers spinning, two halves of a product beat one thread from
+// 2 MFLOP up (1.5-2.0x at 2-15 MFLOP).
+constexpr double kMinFlopsPerThread = 2e6;
 
 }  // namespace
 

@@ -174,7 +174,7 @@ TEST_CASE("gemm f32 results are bit-identical for 1, 2 and 3 threads") {
     return;
   }
   ThreadPool p1(1), p2(2), p3(3);
-  // Large enough to split (>= 8 MFLOP per thread): both split directions (m
+  // Large enough to split (>= 2 MFLOP per thread): both split directions (m
   // >= n splits rows, else columns), sizes that are not multiples of the
   // register tile, several k blocks, strided operands.
   const Case cases[] = {
