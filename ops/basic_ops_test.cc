@@ -72,6 +72,44 @@ TEST_CASE("basic ops pass the op harness") {
   }
 }
 
+// SumToShape of x down to `target` (right-aligned, as broadcasting), in f64.
+OpCase SumToCase(const std::string& name, const Shape& x, const std::vector<int64_t>& target) {
+  return {name, "SumToShape", {{"shape", target}}, {InputSpec::Uniform(x)},
+          [x, target](const std::vector<Tensor>& in, const AttrMap&, const std::vector<Tensor>&) {
+            Tensor y = ZerosF64(Shape(target));
+            const int offset = x.rank() - static_cast<int>(target.size());
+            for (int64_t i = 0; i < x.numel(); ++i) {
+              int64_t rest = i, o = 0, scale = 1;
+              for (int d = x.rank() - 1; d >= 0; --d) {
+                const int64_t at = rest % x[d];
+                rest /= x[d];
+                const int t = d - offset;
+                if (t < 0) continue;
+                o += (target[static_cast<size_t>(t)] == 1 ? 0 : at) * scale;
+                scale *= target[static_cast<size_t>(t)];
+              }
+              At(y, o) += At(in[0], i);
+            }
+            return std::vector<Tensor>{y};
+          }};
+}
+
+// SumToShape splits rows with outputs of their own among the threads; a
+// kept inner axis, or several rows into one output, stay on one thread.
+// The same bits on 1-4 threads, and the right sums.
+TEST_CASE("SumToShape in parallel gives the same bits on any thread count") {
+  const std::vector<OpCase> cases = {
+      SumToCase("planes to [N, C, 1, 1]", {8, 32, 16, 16}, {8, 32, 1, 1}),
+      SumToCase("rows to a kept inner axis", {4096, 24}, {24}),
+      SumToCase("a kept inner axis with a summed middle one", {64, 40, 48}, {64, 1, 48}),
+      SumToCase("planes of several images to [1, C, 1, 1]", {8, 32, 16, 16}, {1, 32, 1, 1}),
+  };
+  for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) {
+      RunOpCase(c);
+      CheckSameAcrossThreads(c);
+    }
+}
+
 // Fusion broadcasts a shared half-precision operand to the replicas (a
 // mixed-precision GEMM's input): BroadcastTo copies bf16 / f16 bit for bit,
 // and its gradient sums in f32 and rounds once.
