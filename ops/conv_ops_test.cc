@@ -170,6 +170,12 @@ std::vector<OpCase> Conv2dCases() {
       // rows of 4 + 2 go as 8 x 2 transposes.
       {"conv2d depthwise 8 channels on 2x2 planes, 5x5", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{8}}},
        {U({3, 8, 2, 2}), U({8, 1, 5, 5}), U({8})}, ConvRef},
+      // No output column reads an image column (padding 1, stride 2, one
+      // column): every tap is dead, the output is the bias and the
+      // gradients of x and w are zeros.
+      {"conv2d depthwise 1x1, stride 2, padding 1 on 3x1 planes", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"groups", int64_t{3}}},
+       {U({2, 3, 3, 1}), U({3, 1, 1, 1}), U({3})}, ConvRef},
       {"conv2d depthwise 8 channels on 3x6 planes", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{8}}},
        {U({2, 8, 3, 6}), U({8, 1, 3, 3})}, ConvRef},
       {"conv2d depthwise 9 channels, multiplier 2, rows of 17", "Conv2d",
