@@ -71,6 +71,7 @@ ChannelRange AllChannels(const ChannelLayout& l) { return {0, l.c}; }
 template <typename Fn>
 void ForEachPlane(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, Fn&& fn) {
   const int64_t w = r.size();
+  if (w == 0) return;  // no channels: no planes (and no division by zero)
   ParallelRange(pool, l.n * w, [&](int64_t q0, int64_t q1) {
     int64_t n = q0 / w, c = r.c0 + q0 % w;
     for (int64_t q = q0; q < q1; ++q) {

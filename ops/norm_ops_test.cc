@@ -492,6 +492,32 @@ Status AddOp(const std::string& op, const std::vector<TensorType>& types, const 
 
 // A part with no first value (an empty batch, or empty planes) gives zero
 // pivots: it read x[0, c, 0], past the end of an empty x, on the CPU.
+// Zero channels: no planes to walk (the plane walk divides by the channel
+// count), empty outputs.
+TEST_CASE("batch norm and its batch-split statistics over zero channels give empty outputs") {
+  const Shape x_shape{2, 0, 16}, c_shape{0};
+  Graph graph;
+  GraphBuilder b(&graph);
+  const ValueId x = b.Input("x", {x_shape, DType::kF32}), pivot = b.Input("pivot", {c_shape, DType::kF32});
+  std::vector<ValueId> params;
+  for (const char* name : {"gamma", "beta", "running_mean", "running_var"})
+    params.push_back(b.Input(name, {c_shape, DType::kF32}));
+  auto forward = b.Add("BatchNorm", {x, params[0], params[1], params[2], params[3]}, {{"training", true}}, "bn");
+  auto stats = b.Add("BatchNormStats", {x, pivot}, {}, "stats");
+  REQUIRE(forward.status().ToString() == "OK");
+  REQUIRE(stats.status().ToString() == "OK");
+  graph.outputs()["y"] = (*forward)[0];
+  graph.outputs()["sums"] = (*stats)[0];
+  auto exec = Executor::Create(graph, ExecutorOptions{});
+  REQUIRE(exec.status().ToString() == "OK");
+  std::map<std::string, Tensor> feeds{{"x", Tensor::Zeros(x_shape)}, {"pivot", Tensor::Zeros(c_shape)}};
+  for (const char* name : {"gamma", "beta", "running_mean", "running_var"}) feeds[name] = Tensor::Zeros(c_shape);
+  auto out = (*exec)->Run(feeds);
+  REQUIRE(out.status().ToString() == "OK");
+  CHECK(out->at("y").numel() == 0);
+  CHECK(out->at("sums").numel() == 0);
+}
+
 TEST_CASE("BatchNormPivot of an empty batch or empty planes is zeros, on every device") {
   for (const Shape& shape : {Shape({0, 3, 4}), Shape({2, 3, 0})}) {
     for (const Device& device : TestDevices()) {
