@@ -252,8 +252,7 @@ Status SumToShapeKernel(KernelContext& ctx) {
                        });
     };
     if (inner_step == 0 && own_outputs) {
-      ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) { rows_of(r0, r1); },
-                    std::max<int64_t>(1, kSumGrain / inner));
+      ParallelRange(ctx.pool, rows, rows_of, std::max<int64_t>(1, kSumGrain / inner));
     } else {
       rows_of(0, rows);
     }

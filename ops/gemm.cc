@@ -109,11 +109,11 @@ int64_t ColGrain() {
 // Least work (flops) worth handing to another thread. Waking a pool worker
 // costs 20-40 us when its vCPU has gone idle on these VMs, more when a
 // neighbouring process holds it; but the workers spin for kSpin (50 us)
-// after each task, and a training step's kernels follow each other closer
-// than that, so a worker is usually there within a microsecond or two.
-// Each panel also repacks the shared operand. Measured on the 2-vCPU Zen 4
-// with the workers spinning, two halves of a product beat one thread from
-// 2 MFLOP up (1.5-2.0x at 2-15 MFLOP).
+// after each task, and a training step's kernels mostly follow each other
+// closer than that, so a worker is usually still awake. Each panel also repacks the shared operand. On the 2-vCPU Zen 4 with
+// the workers spinning, 2 MFLOP (8 before they spun) made the MLP step
+// 0.96 -> 0.79 ms and left transformer_lm and MobileNetV3 level
+// (docs/benchmarks.md, "CPU GEMM").
 constexpr double kMinFlopsPerThread = 2e6;
 
 }  // namespace
