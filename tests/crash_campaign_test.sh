@@ -18,10 +18,16 @@ start=$(date +%s.%N)
 run_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 final=$(latest_step "$work/straight")
 
+# Kill i waits for the run to pass step final * (i + 1) / (kills + 2), so the
+# kills spread over the whole run however fast this machine trains and
+# writes checkpoints (waiting only for the next checkpoint, a run on a fast
+# disk got far enough ahead between kills to finish after 24 of 30). The
+# random moment after it is at most 4 steps' time of the uninterrupted run.
+max_delay_ms=$(awk -v s="$run_s" -v n="$final" 'BEGIN { d = 4000 * s / n; print int(d < 20 ? (d < 1 ? 1 : d) : 20) }')
 RANDOM=42  # the same campaign every time
 done_kills=0 in_writes=0 in_startup=0
 while [ "$done_kills" -lt "$kills" ]; do
-  before=$(latest_step "$work/crashed" 2>/dev/null || true)
+  target=$((final * (done_kills + 1) / (kills + 2)))
   if [ -f "$work/crashed/config.pbtxt" ]; then
     "$loom" train --resume "$work/crashed" >>"$work/log" 2>&1 &
   else
@@ -33,14 +39,14 @@ while [ "$done_kills" -lt "$kills" ]; do
     sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", (r % 300) / 1000 }')"
     in_startup=$((in_startup + 1))
   else
-    # Otherwise once the run has made progress, at a random moment after a checkpoint.
+    # Otherwise once the run has passed its target, at a random moment after a checkpoint.
     for _ in $(seq 1 2000); do
       now=$(latest_step "$work/crashed" 2>/dev/null || true)
-      [ -n "$now" ] && [ "$now" != "$before" ] && break
+      [ -n "$now" ] && [ "$now" -ge "$target" ] && break
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.005
     done
-    sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", (r % 20) / 1000 }')"
+    sleep "$(awk -v r="$RANDOM" -v m="$max_delay_ms" 'BEGIN { printf "%.3f", (r % m) / 1000 }')"
   fi
   if ! kill -9 "$pid" 2>/dev/null; then
     wait "$pid" 2>/dev/null || { tail -5 "$work/log"; fail "a run failed on its own"; }
