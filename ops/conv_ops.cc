@@ -251,10 +251,13 @@ int64_t TileRows(const ConvGeom& g, int64_t elems) {
 // adjoints run W^T * dy and col2im). Not on images narrower than
 // kMinAdjointRow: the packing copies runs of one image row, and on 4x4
 // planes those runs of 4 cost more than col2im (ResNet-18's 4x4 stage:
-// 0.95x; 8x8 1.02x, 14x14 1.28x, 32x32 1.13x).
+// 0.95x; 8x8 1.02x, 14x14 1.28x, 32x32 1.13x). A 1x1 convolution's runs
+// are whole planes, but their copies cost the same: on 4x4 planes its
+// adjoint as a forward took 1.2x the time of W^T times gathered planes
+// (docs/benchmarks.md, "1x1 convolutions packed from their planes").
 constexpr int64_t kMinAdjointRow = 8;
 std::optional<ConvGeom> TransposedForward(const ConvGeom& g) {
-  if (Direct(g) || g.pointwise() || g.sh != 1 || g.sw != 1) return std::nullopt;
+  if (Direct(g) || g.sh != 1 || g.sw != 1) return std::nullopt;
   const int64_t ph = g.dh * (g.kh - 1) - g.ph, pw = g.dw * (g.kw - 1) - g.pw;
   // Its output must be the image exactly (a transposed convolution's
   // output_padding adds rows that no tap reaches).
@@ -284,10 +287,11 @@ int64_t PadScratch(const ConvGeom& g) {
 }
 
 // A Batched() task's scratch, per image of a batch, in two parts. Its
-// images' side: their planes (padded, or gathered for a 1x1 convolution),
-// dy's padded planes for an input gradient run as a forward, or the input
-// gradient's block [K, OH * OW] for col2im. Its GEMM's output: the column
-// side [O/g, OH * OW], or the input gradient's planes [C/g, H * W].
+// images' side: their padded planes, dy's padded planes for an input
+// gradient run as a forward, or the input gradient's block [K, OH * OW]
+// for col2im (for a 1x1 convolution, the input gradient's planes). Its
+// GEMM's output: the column side [O/g, OH * OW], or the input gradient's
+// planes [C/g, H * W].
 int64_t BatchPlanes(const ConvGeom& g) {
   if (!Batched(g)) return 0;
   const std::optional<ConvGeom> adjoint = AdjointAsForward(g);
@@ -621,16 +625,24 @@ inline void MergeColumns8x8(const float* even, const float* odd, const float* ad
 }
 #endif
 
-// Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
-// (the rows of a small plane, 4 wide, or what is left of a longer one).
-inline void Interleave8x4(const float* src, int64_t ld, float* blocked) {
+// Transpose4(row, emit): emit(i, c) for i < 4, c[k] = row(k)[i] for k < 8
+// (rows of four), as Transpose8.
+template <typename Row, typename Emit>
+inline void Transpose4(Row&& row, Emit&& emit) {
   __m128 r[8];
-  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_ps(src + k * ld);
+  for (int k = 0; k < 8; ++k) r[k] = row(k);
   _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
   _MM_TRANSPOSE4_PS(r[4], r[5], r[6], r[7]);
-  // Whole 8-lane stores: the taps read each position as one 32-byte load,
-  // which two 16-byte stores in flight could not forward to.
-  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(blocked + i * 8, _mm256_set_m128(r[i + 4], r[i]));
+  for (int i = 0; i < 4; ++i) emit(i, _mm256_set_m128(r[i + 4], r[i]));
+}
+
+// Four positions of eight rows: blocked[i * 8 + k] = src[k * ld + i] for i < 4, k < 8
+// (the rows of a small plane, 4 wide, or what is left of a longer one).
+// Whole 8-lane stores: the taps read each position as one 32-byte load,
+// which two 16-byte stores in flight could not forward to.
+inline void Interleave8x4(const float* src, int64_t ld, float* blocked) {
+  Transpose4([&](int k) { return _mm_loadu_ps(src + k * ld); },
+             [&](int i, __m256 c) { _mm256_storeu_ps(blocked + i * 8, c); });
 }
 
 // Its adjoint: dst[k * ld + i] = (add[k] +) blocked[i * 8 + k].
@@ -1075,7 +1087,7 @@ class ImageColumns {
  public:
   ImageColumns(const ConvGeom& g, const T* xp, int64_t y0, int64_t image_stride = 0)
       : g_(g), xp_(xp), y0_(y0), image_stride_(image_stride), wp_(g.padded() ? g.wp() : g.w),
-        plane_((g.padded() ? g.hp() : g.h) * wp_) {}
+        plane_((g.padded() ? g.hp() : g.h) * wp_), rows_join_(g.sw == 1 && g.sh * wp_ == g.ow) {}
   BPanels<T> Block() const { return {&PackBlock, this}; }
   BPanels<T> Transposed() const { return {&PackTransposed, this}; }
 
@@ -1093,7 +1105,8 @@ class ImageColumns {
   void ForEachRun(int64_t q0, int64_t n, Fn&& fn) const {
     for (int64_t q = q0; q < q0 + n;) {
       const int64_t position = y0_ * g_.ow + q, image = position / g_.ohw(), row = position % g_.ohw() / g_.ow,
-                    ox = position % g_.ow, count = std::min(g_.ow - ox, q0 + n - q);
+                    ox = position % g_.ow;
+      const int64_t count = std::min(rows_join_ ? g_.ohw() - position % g_.ohw() : g_.ow - ox, q0 + n - q);
       fn(q, image * image_stride_ + row * g_.sh * wp_ + ox * g_.sw, count);
       q += count;
     }
@@ -1150,6 +1163,10 @@ class ImageColumns {
               for (; i + 8 <= count; i += 8)
                 Transpose8([&](int v) { return _mm256_loadu_ps(rows[v] + i); },
                            [&](int p, __m256 c) { _mm256_storeu_ps(out + (i + p) * nr, c); });
+              // Runs of 4 (a 1x1 convolution's 2x2 planes) or a longer run's end.
+              for (; i + 4 <= count; i += 4)
+                Transpose4([&](int v) { return _mm_loadu_ps(rows[v] + i); },
+                           [&](int p, __m256 c) { _mm256_storeu_ps(out + (i + p) * nr, c); });
             }
 #endif
           for (; i < count; ++i) {
@@ -1165,6 +1182,7 @@ class ImageColumns {
   const ConvGeom& g_;
   const T* xp_;
   int64_t y0_, image_stride_, wp_, plane_;
+  bool rows_join_;  // each output row's taps continue where the last row's stop (a 1x1 convolution's planes)
 };
 
 // A task's scratch: its group's padded planes (and dy's, for an input
@@ -1216,8 +1234,8 @@ struct Workspace {
 // The image side of a batch of `images` images, their im2col blocks side
 // by side [K, images * OH * OW], packed straight from their planes: one
 // group's [C/g, H, W] at `first`, the next image's `stride` elements on
-// (padded into ws.gathered_image when the convolution pads). Not for 1x1
-// convolutions, whose image side is the planes (GatherPlanes).
+// (padded into ws.gathered_image when the convolution pads). A 1x1
+// convolution's block is its images' planes, packed in runs of whole planes.
 template <typename T>
 ImageColumns<T> BatchColumns(const ConvGeom& g, const T* first, int64_t stride, int64_t images, Workspace<T>& ws) {
   if (!g.padded()) return ImageColumns<T>(g, first, 0, stride);
@@ -1228,7 +1246,7 @@ ImageColumns<T> BatchColumns(const ConvGeom& g, const T* first, int64_t stride, 
 
 // Images [n0, n1) of group grp = col2im of the block [K, (n1 - n0) * OH *
 // OW] in ws.gathered_image (+ bias [C/g], that group's): the adjoint of
-// BatchColumns, or for 1x1 convolutions of GatherPlanes.
+// BatchColumns; for a 1x1 convolution the block is the planes.
 template <typename T>
 void ScatterImages(const ConvGeom& g, Workspace<T>& ws, const T* bias, int64_t grp, int64_t n0, int64_t n1, T* image,
                    ThreadPool* inner) {
@@ -1343,15 +1361,9 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
     ForEachBatch<T>(pool, g, [&](int64_t grp, int64_t n0, int64_t n1, ThreadPool* inner, Workspace<T>& ws) {
       const PlaneBlock out{g.o, grp * og, og, ohw, n0, n1};
       const T* wg = w + grp * og * k;
-      if (g.pointwise()) {
-        GatherPlanes(image, PlaneBlock{g.c, grp * cg, cg, ohw, n0, n1}, ws.gathered_image);
-        Gemm<T>(false, false, og, out.cols(), k, T(1), wg, k, ws.gathered_image, out.cols(), T(0), ws.gathered_cols,
-                out.cols(), inner);
-      } else {
-        const ImageColumns<T> block =
-            BatchColumns(g, image + (n0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), n1 - n0, ws);
-        Gemm<T>(false, og, out.cols(), k, T(1), wg, k, block.Block(), T(0), ws.gathered_cols, out.cols(), inner);
-      }
+      const ImageColumns<T> block =
+          BatchColumns(g, image + (n0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), n1 - n0, ws);
+      Gemm<T>(false, og, out.cols(), k, T(1), wg, k, block.Block(), T(0), ws.gathered_cols, out.cols(), inner);
       ScatterPlanes(ws.gathered_cols, bias ? bias + grp * og : nullptr, out, cols);
     });
     return;
@@ -1540,14 +1552,9 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
         const int64_t b1 = std::min(n1, b0 + BatchImages(g));
         const PlaneBlock dy_block{g.o, grp * og, og, ohw, b0, b1};
         GatherPlanes(cols, dy_block, ws.gathered_cols);
-        if (g.pointwise()) {
-          GatherPlanes(image, PlaneBlock{g.c, grp * cg, cg, ohw, b0, b1}, ws.gathered_image);
-          product(ws.gathered_cols, dy_block.cols(), ws.gathered_image, dy_block.cols());
-        } else {
-          const ImageColumns<T> block =
-              BatchColumns(g, image + (b0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), b1 - b0, ws);
-          product_of_block(ws.gathered_cols, dy_block.cols(), block, dy_block.cols());
-        }
+        const ImageColumns<T> block =
+            BatchColumns(g, image + (b0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), b1 - b0, ws);
+        product_of_block(ws.gathered_cols, dy_block.cols(), block, dy_block.cols());
       }
       n1 = n0;  // done
     }

@@ -135,6 +135,11 @@ std::vector<OpCase> Conv2dCases() {
       // in two batches of 3 images (720 columns each).
       {"conv2d pointwise on small planes, images gathered in batches", "Conv2d", {},
        {U({6, 4, 16, 15}), U({5, 4, 1, 1}), U({5})}, ConvRef},
+      // 2x2 planes (MobileNet's last stage at CIFAR size): the GEMMs pack
+      // the planes in runs of 4, and eight channels' runs at a time into
+      // the weight gradient's transposed panels.
+      {"conv2d pointwise on 2x2 planes, 12 channels", "Conv2d", {}, {U({5, 12, 2, 2}), U({9, 12, 1, 1}), U({9})},
+       ConvRef},
       // The same for a 3x3 convolution: the images' im2col blocks side by
       // side (batches of 3 and 2 images of 225 columns), and col2im out of
       // them, padded; then stride, dilation and groups, unpadded.

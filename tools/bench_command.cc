@@ -115,6 +115,17 @@ StatusOr<Graph> MatMulGraph(int64_t n) {
   return m.graph();
 }
 
+// One Linear layer without bias: x [rows, in] -> [rows, out], y = x W^T.
+StatusOr<Graph> LinearGraph(int64_t rows, int64_t in, int64_t out) {
+  Model m;
+  Sym x = m.input("x", {rows, in});
+  LinearOptions opts;
+  opts.bias = false;
+  m.set_output("y", m.linear(x, out, opts, "fc"));
+  if (!m.status().ok()) return m.status();
+  return m.graph();
+}
+
 // One conv layer of c -> o channels (groups: 1, or c for a depthwise one);
 // with_backward adds d/dx and d/dweight (a training step's work).
 StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t groups, bool with_backward,
@@ -162,6 +173,10 @@ Status BenchKernels(const Flags& flags) {
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
   cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
   cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
+  // The MLP's first layer alone and fused as 16 (one product of 16 times
+  // the columns: the fused weight leaves L2).
+  cases.emplace_back("linear fwd 128x784 -> 256", LinearGraph(128, 784, 256));
+  cases.emplace_back("linear fwd 128x784 -> 4096", LinearGraph(128, 784, 4096));
   cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, false));
   cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, true));
   cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, false));
