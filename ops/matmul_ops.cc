@@ -139,6 +139,14 @@ LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCpu, HalfFloatKernelSup
 // Batched (a fused array's Linear on per-replica x): x [B, rows, in],
 // weight [B, out, in], optional bias [B, out] -> [B, rows, out], each batch
 // entry its own Linear, so that the bias is added in the product's pass.
+// The rows of a Linear's x or y: every dimension but the features (counted,
+// not divided out: x has no elements when there are no input features).
+int64_t FeatureRows(const Shape& s) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < s.rank(); ++i) rows *= s[i];
+  return rows;
+}
+
 class LinearOp : public OpDef {
  public:
   LinearOp() { DeclareAttrs(); }
@@ -187,7 +195,7 @@ class LinearOp : public OpDef {
       }
       return Status::Ok();
     }
-    int64_t rows = xs.numel() / xs.dim(-1);
+    const int64_t rows = FeatureRows(xs);
     // Work on 2-D views [rows, features].
     ValueId dy2 = ys.rank() == 2 ? dy : g.Emit1("Reshape", {dy}, AttrMap{{"shape", std::vector<int64_t>{rows, ys.dim(-1)}}});
     if (g.NeedsInputGrad(0)) {
@@ -267,7 +275,7 @@ class LinearOp : public OpDef {
                                                       f.name() + "/split_replicas"));
       return f.MapOutputs({out});
     }
-    const int64_t rows = f.SingleShape(x).numel() / std::max<int64_t>(1, in_f);
+    const int64_t rows = FeatureRows(f.SingleShape(x));
     LOOM_ASSIGN_OR_RETURN(FusedValue x0, f.MoveAxis(x, 0, f.name() + "/x"));
     LOOM_ASSIGN_OR_RETURN(x0, f.Reshape(x0, Shape({r, rows, in_f}), ReplicaLayout::Axis(0), f.name() + "/rows"));
     std::vector<FusedValue> ins = {x0};
@@ -286,7 +294,7 @@ Status LinearKernel(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   const int64_t batch = w.shape().rank() == 3 ? w.shape()[0] : 1;
   const int64_t in_f = w.shape().dim(-1), out_f = w.shape().dim(-2);
-  const int64_t rows = x.numel() / std::max<int64_t>(1, in_f * batch);  // per batch entry
+  const int64_t rows = FeatureRows(y.shape()) / batch;  // per batch entry (with no input features, y is the bias)
   return DispatchFloat(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* py = y.data<T>();

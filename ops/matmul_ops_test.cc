@@ -34,6 +34,11 @@ TEST_CASE("matmul ops pass the op harness") {
        {InputSpec::Uniform({3, 4, 6}), InputSpec::Uniform({3, 5, 6}), InputSpec::Uniform({3, 5})}, LinearRef},
       {"linear batched no bias", "Linear", {}, {InputSpec::Uniform({2, 1, 6}), InputSpec::Uniform({2, 5, 6})},
        LinearRef},
+      // No input features: the output is the bias (it was left unwritten).
+      {"linear with no input features", "Linear", {},
+       {InputSpec::Uniform({4, 0}), InputSpec::Uniform({3, 0}), InputSpec::Uniform({3})}, LinearRef},
+      {"linear batched with no input features", "Linear", {},
+       {InputSpec::Uniform({2, 4, 0}), InputSpec::Uniform({2, 3, 0}), InputSpec::Uniform({2, 3})}, LinearRef},
       {"linear batched large (threaded panels)", "Linear", {},
        {InputSpec::Uniform({2, 40, 48}), InputSpec::Uniform({2, 70, 48}), InputSpec::Uniform({2, 70})}, LinearRef},
   };

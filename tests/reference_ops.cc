@@ -48,9 +48,9 @@ std::vector<Tensor> LinearRef(const std::vector<Tensor>& in, const AttrMap&, con
   const Shape& x = in[0].shape();
   const Shape& w = in[1].shape();
   const int64_t batch = w.rank() == 3 ? w[0] : 1;  // batched: x [B, rows, in], w [B, out, in], bias [B, out]
-  const int64_t in_f = x.dim(-1), out_f = w.dim(-2), rows = x.numel() / in_f / batch;
   std::vector<int64_t> out = x.dims();
-  out.back() = out_f;
+  out.back() = w.dim(-2);
+  const int64_t in_f = x.dim(-1), out_f = w.dim(-2), rows = Shape(out).numel() / std::max<int64_t>(1, out_f) / batch;
   Tensor y = ZerosF64(Shape(out));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = b * rows; r < (b + 1) * rows; ++r)
