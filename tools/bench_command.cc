@@ -153,6 +153,25 @@ StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k
   return g;
 }
 
+// A training BatchNorm over [n, c, hw, hw] and its gradients (input, scale
+// and shift): MobileNetV3's small late planes and its large early ones.
+StatusOr<Graph> BatchNormGraph(int64_t n, int64_t c, int64_t hw) {
+  Model m;
+  Sym x = m.input("x", {n, c, hw, hw});
+  Sym y = m.batch_norm(x, {}, "bn");
+  Sym w = m.input("w", m.shape(y));
+  Sym loss = m.op("SumToShape", {m.mul(y, w)}, AttrMap{{"shape", std::vector<int64_t>{}}})[0];
+  m.set_output("loss", loss);
+  if (!m.status().ok()) return m.status();
+  Graph g = m.graph();
+  std::vector<ValueId> wrt = {x.id};
+  for (NodeId id : g.NodesWithOp(kParameterOp)) wrt.push_back(g.node(id).outputs[0]);
+  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, loss.id, wrt));
+  int i = 0;
+  for (const auto& [v, gv] : grads) g.outputs()["grad" + std::to_string(i++)] = gv;
+  return g;
+}
+
 StatusOr<Graph> MlpStepGraph(int64_t batch) {
   Model m;
   Sym image = m.input("input", {batch, 1, 28, 28});
@@ -200,6 +219,11 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("depthwise fwd+bwd 32x240x8x8 k3 s2", ConvGraph(32, 240, 240, 8, 3, 240, true, 2));
   cases.emplace_back("pointwise fwd+bwd 32x40x8x8 -> 120", ConvGraph(32, 40, 120, 8, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x112x4x4 -> 672", ConvGraph(32, 112, 672, 4, 1, 1, true));
+  // BatchNorm in training, forward and backward: per plane sums and passes
+  // on large planes, many short planes late in MobileNetV3.
+  cases.emplace_back("batchnorm fwd+bwd 32x64x32x32", BatchNormGraph(32, 64, 32));
+  cases.emplace_back("batchnorm fwd+bwd 32x672x4x4", BatchNormGraph(32, 672, 4));
+  cases.emplace_back("batchnorm fwd+bwd 32x960x2x2", BatchNormGraph(32, 960, 2));
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
   cases.emplace_back("mlp train step b512 784-256-128-10", MlpStepGraph(512));
 
