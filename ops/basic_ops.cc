@@ -450,6 +450,35 @@ Status BinaryKernel(KernelContext& ctx) {
                                                    BroadcastStrides(b.shape(), y.shape()));
     const int64_t inner = space.shape.dim(-1);
     const int64_t rows = n / inner;
+    // Short rows against one value each ([N, C, 2, 2] * [N, C, 1, 1]: a
+    // squeeze-and-excitation scale on small maps) go with their width known
+    // at compile time: per row, ForEachBroadcast's offsets and a loop of
+    // run-time length 4 cost several times the row's work.
+    const std::vector<int64_t> along = {inner, 1}, across = {1, 0};
+    const bool b_per_row = space.sa == along && space.sb == across, a_per_row = space.sa == across && space.sb == along;
+    if ((a_per_row || b_per_row) && (inner == 2 || inner == 4 || inner == 8 || inner == 16)) {
+      auto per_row = [&](auto width, auto b_scalar) {
+        constexpr int64_t kWidth = decltype(width)::value;
+        ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t j = 0; j < kWidth; ++j) {
+              const int64_t i = r * kWidth + j;
+              py[i] = b_scalar ? Apply<kKind>(pa[i], pb[r]) : Apply<kKind>(pa[r], pb[i]);
+            }
+        }, std::max<int64_t>(1, 32768 / kWidth));
+      };
+      auto with_width = [&](auto b_scalar) {
+        using I = int64_t;
+        switch (inner) {
+          case 2: return per_row(std::integral_constant<I, 2>(), b_scalar);
+          case 4: return per_row(std::integral_constant<I, 4>(), b_scalar);
+          case 8: return per_row(std::integral_constant<I, 8>(), b_scalar);
+          default: return per_row(std::integral_constant<I, 16>(), b_scalar);
+        }
+      };
+      if (b_per_row) return with_width(std::true_type());
+      return with_width(std::false_type());
+    }
     auto row = [&](int64_t o, int64_t ia, int64_t ib, int64_t len, auto step_a, auto step_b) {
       for (int64_t j = 0; j < len; ++j) py[o + j] = Apply<kKind>(pa[ia + j * step_a], pb[ib + j * step_b]);
     };

@@ -29,6 +29,16 @@ std::vector<OpCase> Cases() {
                    {InputSpec::Uniform({2, 1, 3, 4, 1}), InputSpec::Uniform({1, 5, 3, 1, 2})}, BinaryRef(mul)});
   cases.push_back({"mul scalar tensor", "Mul", {}, {InputSpec::Uniform({}), InputSpec::Uniform({2, 3})}, BinaryRef(mul)});
   cases.push_back({"div broadcast", "Div", {}, {InputSpec::Uniform({2, 3}), InputSpec::Uniform({3}, 0.5, 2.0)}, BinaryRef(div)});
+  // Rows of 2, 4, 8 and 16 against one value each (their own loop), the
+  // value on either side of a non-commutative op.
+  cases.push_back({"mul per-row scale, 2x2 planes", "Mul", {},
+                   {InputSpec::Uniform({2, 5, 2, 2}), InputSpec::Uniform({2, 5, 1, 1})}, BinaryRef(mul)});
+  cases.push_back({"sub per-row value first, rows of 2", "Sub", {},
+                   {InputSpec::Uniform({3, 1}), InputSpec::Uniform({3, 2})}, BinaryRef(sub)});
+  cases.push_back({"div per-row divisor, rows of 8", "Div", {},
+                   {InputSpec::Uniform({4, 8}), InputSpec::Uniform({4, 1}, 0.5, 2.0)}, BinaryRef(div)});
+  cases.push_back({"div per-row value first, rows of 16", "Div", {},
+                   {InputSpec::Uniform({2, 3, 1}), InputSpec::Uniform({2, 3, 16}, 0.5, 2.0)}, BinaryRef(div)});
   cases.push_back({"neg", "Neg", {}, {InputSpec::Uniform({5})}, UnaryRef([](double x) { return -x; })});
   cases.push_back({"add scalar", "AddScalar", {{"value", 2.5}}, {InputSpec::Uniform({2, 3})}, UnaryRef([](double x) { return x + 2.5; })});
   cases.push_back({"mul scalar", "MulScalar", {{"value", -3.0}}, {InputSpec::Uniform({2, 3})}, UnaryRef([](double x) { return -3 * x; })});

@@ -23,6 +23,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -338,9 +339,39 @@ void MaxPoolBackward(const PoolPlan& plan, const Shape& xs, const T* dy, const i
 
 // y [P, OH, OW] = sum over each window of x [P, H, W] / its extents
 // (average windows have unit steps: no dilation).
+// Whether the pool is one window over each whole plane (a global pool: an
+// SE block's squeeze); its divisor then.
+std::optional<int64_t> GlobalWindow(const PoolPlan& plan, int64_t h, int64_t w) {
+  if (plan.out[2] != 1 || plan.out[3] != 1) return std::nullopt;
+  const Window& r = plan.rows.windows[0];
+  const Window& c = plan.cols.windows[0];
+  if (r.first != 0 || r.count != h || c.first != 0 || c.count != w) return std::nullopt;
+  return r.extent * c.extent;
+}
+
+// Calls fn(size) with the planes' size as a compile-time constant for the
+// small maps of late layers (2x2, 4x4), else as a run-time value: their
+// planes' loops then unroll (a loop of run-time length 4 per plane cost
+// several times its work).
+template <typename Fn>
+void WithPlaneSize(int64_t size, Fn&& fn) {
+  if (size == 4) return fn(std::integral_constant<int64_t, 4>());
+  if (size == 16) return fn(std::integral_constant<int64_t, 16>());
+  fn(size);
+}
+
 template <typename T>
 void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  if (const std::optional<int64_t> divisor = GlobalWindow(plan, h, w)) {
+    // Whole planes, each one span summed in independent lanes (ArraySum).
+    WithPlaneSize(h * w, [&](auto size) {
+      ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) y[p] = ArraySum(x + p * size, size) / static_cast<T>(*divisor);
+      }, PlaneChunk(plan));
+    });
+    return;
+  }
   ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const T* plane = x + p * h * w;
@@ -350,8 +381,8 @@ void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadP
           const Window& c = plan.cols.windows[ox];
           T sum = 0;
           if (c.first == 0 && c.count == w) {
-            // Whole rows (a global pool: an SE block's squeeze) are one span,
-            // summed in independent lanes rather than one chain of adds.
+            // Whole rows are one span, summed in independent lanes rather
+            // than one chain of adds.
             sum = ArraySum(plane + r.first * w, r.count * w);
           } else {
             for (int64_t iy = r.first; iy < r.first + r.count; ++iy)
@@ -368,15 +399,21 @@ void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadP
 template <typename T>
 void WindowMeanBackward(const PoolPlan& plan, const Shape& xs, const T* dy, T* dx, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
+  if (const std::optional<int64_t> divisor = GlobalWindow(plan, h, w)) {
+    // One window over each whole plane: every element its share.
+    WithPlaneSize(h * w, [&](auto size) {
+      ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+          const T share = dy[p] / static_cast<T>(*divisor);
+          for (int64_t i = 0; i < size; ++i) dx[p * size + i] = share;
+        }
+      }, PlaneChunk(plan));
+    });
+    return;
+  }
   ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       T* plane = dx + p * h * w;
-      if (oh == 1 && ow == 1 && plan.rows.windows[0].count == h && plan.cols.windows[0].count == w) {
-        // One window over the whole plane (a global pool): every element its share.
-        std::fill(plane, plane + h * w,
-                  dy[p] / static_cast<T>(plan.rows.windows[0].extent * plan.cols.windows[0].extent));
-        continue;
-      }
       std::fill(plane, plane + h * w, T(0));
       for (int64_t oy = 0; oy < oh; ++oy) {
         const Window& r = plan.rows.windows[oy];

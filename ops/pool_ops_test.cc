@@ -178,6 +178,12 @@ std::vector<OpCase> Cases() {
        {U({2, 2, 4, 7})}, AvgPoolRef},
       {"adaptive avg pool to 1x1", "AdaptiveAvgPool2d", {{"output_size", int64_t{1}}}, {U({2, 3, 5, 4})},
        AdaptiveAvgRef},
+      // The global pool's planes of 4 and 16, whose loops have their size
+      // at compile time.
+      {"adaptive avg pool to 1x1 from 2x2", "AdaptiveAvgPool2d", {{"output_size", int64_t{1}}}, {U({2, 3, 2, 2})},
+       AdaptiveAvgRef},
+      {"adaptive avg pool to 1x1 from 4x4", "AdaptiveAvgPool2d", {{"output_size", int64_t{1}}}, {U({2, 3, 4, 4})},
+       AdaptiveAvgRef},
       {"adaptive avg pool to a non-divisor size", "AdaptiveAvgPool2d", {{"output_size", Ints{3, 2}}},
        {U({2, 2, 7, 5})}, AdaptiveAvgRef},
       {"adaptive avg pool evenly", "AdaptiveAvgPool2d", {{"output_size", int64_t{2}}}, {U({1, 3, 4, 6})},
