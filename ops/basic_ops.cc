@@ -251,7 +251,13 @@ Status SumToShapeKernel(KernelContext& ctx) {
                          }
                        });
     };
-    if (inner_step == 0 && own_outputs) {
+    if (rank == 2 && space.sa == std::vector<int64_t>{1, 0}) {  // row r into out[r], short rows unrolled
+      WithSmallExtent(inner, [&](auto width) {
+        ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) out[r] += ArraySum(in + r * width, width);
+        }, std::max<int64_t>(1, kSumGrain / inner));
+      });
+    } else if (inner_step == 0 && own_outputs) {
       ParallelRange(ctx.pool, rows, rows_of, std::max<int64_t>(1, kSumGrain / inner));
     } else {
       rows_of(0, rows);
@@ -450,34 +456,28 @@ Status BinaryKernel(KernelContext& ctx) {
                                                    BroadcastStrides(b.shape(), y.shape()));
     const int64_t inner = space.shape.dim(-1);
     const int64_t rows = n / inner;
-    // Short rows against one value each ([N, C, 2, 2] * [N, C, 1, 1]: a
-    // squeeze-and-excitation scale on small maps) go with their width known
-    // at compile time: per row, ForEachBroadcast's offsets and a loop of
-    // run-time length 4 cost several times the row's work.
+    // Rows against one value each ([N, C, 2, 2] * [N, C, 1, 1]: a
+    // squeeze-and-excitation scale on small maps) in a loop of their own,
+    // short rows with their width known at compile time: per row,
+    // ForEachBroadcast's offsets and a loop of run-time length 4 cost
+    // several times the row's work.
     const std::vector<int64_t> along = {inner, 1}, across = {1, 0};
     const bool b_per_row = space.sa == along && space.sb == across, a_per_row = space.sa == across && space.sb == along;
-    if ((a_per_row || b_per_row) && (inner == 2 || inner == 4 || inner == 8 || inner == 16)) {
+    if (a_per_row || b_per_row) {
       auto per_row = [&](auto width, auto b_scalar) {
-        constexpr int64_t kWidth = decltype(width)::value;
         ParallelRange(ctx.pool, rows, [&](int64_t r0, int64_t r1) {
           for (int64_t r = r0; r < r1; ++r)
-            for (int64_t j = 0; j < kWidth; ++j) {
-              const int64_t i = r * kWidth + j;
+            for (int64_t j = 0; j < width; ++j) {
+              const int64_t i = r * width + j;
               py[i] = b_scalar ? Apply<kKind>(pa[i], pb[r]) : Apply<kKind>(pa[r], pb[i]);
             }
-        }, std::max<int64_t>(1, 32768 / kWidth));
+        }, std::max<int64_t>(1, 32768 / inner));
       };
-      auto with_width = [&](auto b_scalar) {
-        using I = int64_t;
-        switch (inner) {
-          case 2: return per_row(std::integral_constant<I, 2>(), b_scalar);
-          case 4: return per_row(std::integral_constant<I, 4>(), b_scalar);
-          case 8: return per_row(std::integral_constant<I, 8>(), b_scalar);
-          default: return per_row(std::integral_constant<I, 16>(), b_scalar);
-        }
-      };
-      if (b_per_row) return with_width(std::true_type());
-      return with_width(std::false_type());
+      WithSmallExtent(inner, [&](auto width) {
+        if (b_per_row) return per_row(width, std::true_type());
+        per_row(width, std::false_type());
+      });
+      return;
     }
     auto row = [&](int64_t o, int64_t ia, int64_t ib, int64_t len, auto step_a, auto step_b) {
       for (int64_t j = 0; j < len; ++j) py[o + j] = Apply<kKind>(pa[ia + j * step_a], pb[ib + j * step_b]);

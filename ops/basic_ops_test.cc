@@ -110,6 +110,8 @@ OpCase SumToCase(const std::string& name, const Shape& x, const std::vector<int6
 TEST_CASE("SumToShape in parallel gives the same bits on any thread count") {
   const std::vector<OpCase> cases = {
       SumToCase("planes to [N, C, 1, 1]", {8, 32, 16, 16}, {8, 32, 1, 1}),
+      SumToCase("2x2 planes to [N, C, 1, 1] (rows of a compile-time width)", {8, 32, 2, 2}, {8, 32, 1, 1}),
+      SumToCase("4x4 planes to [N, C, 1, 1]", {8, 32, 4, 4}, {8, 32, 1, 1}),
       SumToCase("rows to a kept inner axis", {4096, 24}, {24}),
       SumToCase("a kept inner axis with a summed middle one", {64, 40, 48}, {64, 1, 48}),
       SumToCase("planes of several images to [1, C, 1, 1]", {8, 32, 16, 16}, {1, 32, 1, 1}),

@@ -312,20 +312,6 @@ void ForEachTile(const ConvGeom& g, int64_t elems, Fn&& fn) {
   }
 }
 
-// Calls fn(width) with a compile-time width for the rows of small planes
-// (4, 8, 16 outputs): copying a known few elements is a few vector moves,
-// where a loop of a run-time count spends more on its bounds and tail than
-// on the copy (col2im of 4x4 planes adds rows of 4).
-template <typename Fn>
-void WithRowWidth(int64_t width, Fn&& fn) {
-  switch (width) {
-    case 4: fn(std::integral_constant<int64_t, 4>()); break;
-    case 8: fn(std::integral_constant<int64_t, 8>()); break;
-    case 16: fn(std::integral_constant<int64_t, 16>()); break;
-    default: fn(width);
-  }
-}
-
 // Calls fn(stride) with a compile-time 1 for unit strides, so that the
 // loops stepping by it vectorise, and with the value otherwise.
 template <typename Fn>
@@ -390,7 +376,7 @@ template <typename T>
 void Col2Im(const ConvGeom& g, const T* col, int64_t y0, int64_t y1, int64_t ld, T* xp, ThreadPool* pool) {
   const int64_t len = (y1 - y0) * g.ow;
   WithStride(g.sw, [&](auto sw) {
-    WithRowWidth(g.ow, [&](auto ow) {
+    WithSmallExtent(g.ow, [&](auto ow) {  // col2im of 4x4 planes adds rows of 4
       ParallelRange(pool, g.cg(), [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c)
           ForEachTapLine(g, c, y0, y1, [&](int64_t r, int64_t at, int64_t cols) {
@@ -1609,14 +1595,15 @@ void BiasGrad(const T* dy, int64_t n, int64_t c, int64_t s, T* db, ThreadPool* p
   // where the prefetcher does not follow (PointNet's 4 MiB). Then each
   // channel's plane sums in batch order.
   std::vector<T> planes(static_cast<size_t>(n * c));
-  ParallelRange(pool, n * c, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) planes[static_cast<size_t>(p)] = ArraySum(dy + p * s, s);
-  }, ChannelChunk(s));
-  for (int64_t ch = 0; ch < c; ++ch) {
-    T total = 0;
-    for (int64_t i = 0; i < n; ++i) total += planes[static_cast<size_t>(i * c + ch)];
-    db[ch] = total;
-  }
+  WithSmallExtent(s, [&](auto size) {  // the 1x1 planes of an SE block's convolutions
+    ParallelRange(pool, n * c, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) planes[static_cast<size_t>(p)] = ArraySum(dy + p * size, size);
+    }, ChannelChunk(s));
+  });
+  // Image by image, every channel's running sum a lane.
+  std::fill(db, db + c, T(0));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch) db[ch] += planes[static_cast<size_t>(i * c + ch)];
 }
 
 Status ConvKernel(KernelContext& ctx, Product product, bool transpose) {

@@ -140,6 +140,9 @@ std::vector<OpCase> Conv2dCases() {
       // the weight gradient's transposed panels.
       {"conv2d pointwise on 2x2 planes, 12 channels", "Conv2d", {}, {U({5, 12, 2, 2}), U({9, 12, 1, 1}), U({9})},
        ConvRef},
+      // 1x1 planes (a squeeze-and-excitation block's convolutions): the
+      // bias gradient's planes of one element.
+      {"conv2d on 1x1 planes with bias", "Conv2d", {}, {U({6, 8, 1, 1}), U({5, 8, 1, 1}), U({5})}, ConvRef},
       // The same for a 3x3 convolution: the images' im2col blocks side by
       // side (batches of 3 and 2 images of 225 columns), and col2im out of
       // them, padded; then stride, dilation and groups, unpadded.

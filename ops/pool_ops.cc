@@ -349,23 +349,12 @@ std::optional<int64_t> GlobalWindow(const PoolPlan& plan, int64_t h, int64_t w) 
   return r.extent * c.extent;
 }
 
-// Calls fn(size) with the planes' size as a compile-time constant for the
-// small maps of late layers (2x2, 4x4), else as a run-time value: their
-// planes' loops then unroll (a loop of run-time length 4 per plane cost
-// several times its work).
-template <typename Fn>
-void WithPlaneSize(int64_t size, Fn&& fn) {
-  if (size == 4) return fn(std::integral_constant<int64_t, 4>());
-  if (size == 16) return fn(std::integral_constant<int64_t, 16>());
-  fn(size);
-}
-
 template <typename T>
 void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
   if (const std::optional<int64_t> divisor = GlobalWindow(plan, h, w)) {
     // Whole planes, each one span summed in independent lanes (ArraySum).
-    WithPlaneSize(h * w, [&](auto size) {
+    WithSmallExtent(h * w, [&](auto size) {
       ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) y[p] = ArraySum(x + p * size, size) / static_cast<T>(*divisor);
       }, PlaneChunk(plan));
@@ -401,7 +390,7 @@ void WindowMeanBackward(const PoolPlan& plan, const Shape& xs, const T* dy, T* d
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
   if (const std::optional<int64_t> divisor = GlobalWindow(plan, h, w)) {
     // One window over each whole plane: every element its share.
-    WithPlaneSize(h * w, [&](auto size) {
+    WithSmallExtent(h * w, [&](auto size) {
       ParallelRange(pool, plan.planes(), [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) {
           const T share = dy[p] / static_cast<T>(*divisor);
