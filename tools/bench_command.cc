@@ -126,18 +126,10 @@ StatusOr<Graph> LinearGraph(int64_t rows, int64_t in, int64_t out) {
   return m.graph();
 }
 
-// One conv layer of c -> o channels (groups: 1, or c for a depthwise one);
-// with_backward adds d/dx and d/dweight (a training step's work).
-StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t groups, bool with_backward,
-                          int64_t stride = 1) {
-  Model m;
-  Sym x = m.input("x", {n, c, hw, hw});
-  Conv2dOptions opts;
-  opts.stride = {stride, stride};
-  opts.padding = {k / 2, k / 2};
-  opts.groups = groups;
-  opts.bias = false;
-  Sym y = m.conv2d(x, o, {k, k}, opts, "conv");
+// A layer y of input x for a kernel row: y alone, or with_backward the loss
+// sum(y * w) for an input w and its gradients with respect to x and every
+// parameter (a training step's work for the layer).
+StatusOr<Graph> LayerGraph(Model& m, Sym x, Sym y, bool with_backward) {
   Sym w = m.input("w", m.shape(y));
   Sym loss = m.op("SumToShape", {m.mul(y, w)}, AttrMap{{"shape", std::vector<int64_t>{}}})[0];
   m.set_output(with_backward ? "loss" : "y", with_backward ? loss : y);
@@ -153,23 +145,26 @@ StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k
   return g;
 }
 
+// One conv layer of c -> o channels (groups: 1, or c for a depthwise one);
+// with_backward adds d/dx and d/dweight (a training step's work).
+StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t groups, bool with_backward,
+                          int64_t stride = 1) {
+  Model m;
+  Sym x = m.input("x", {n, c, hw, hw});
+  Conv2dOptions opts;
+  opts.stride = {stride, stride};
+  opts.padding = {k / 2, k / 2};
+  opts.groups = groups;
+  opts.bias = false;
+  return LayerGraph(m, x, m.conv2d(x, o, {k, k}, opts, "conv"), with_backward);
+}
+
 // A training BatchNorm over [n, c, hw, hw] and its gradients (input, scale
 // and shift): MobileNetV3's small late planes and its large early ones.
 StatusOr<Graph> BatchNormGraph(int64_t n, int64_t c, int64_t hw) {
   Model m;
   Sym x = m.input("x", {n, c, hw, hw});
-  Sym y = m.batch_norm(x, {}, "bn");
-  Sym w = m.input("w", m.shape(y));
-  Sym loss = m.op("SumToShape", {m.mul(y, w)}, AttrMap{{"shape", std::vector<int64_t>{}}})[0];
-  m.set_output("loss", loss);
-  if (!m.status().ok()) return m.status();
-  Graph g = m.graph();
-  std::vector<ValueId> wrt = {x.id};
-  for (NodeId id : g.NodesWithOp(kParameterOp)) wrt.push_back(g.node(id).outputs[0]);
-  LOOM_ASSIGN_OR_RETURN(auto grads, BuildGradients(&g, loss.id, wrt));
-  int i = 0;
-  for (const auto& [v, gv] : grads) g.outputs()["grad" + std::to_string(i++)] = gv;
-  return g;
+  return LayerGraph(m, x, m.batch_norm(x, {}, "bn"), /*with_backward=*/true);
 }
 
 StatusOr<Graph> MlpStepGraph(int64_t batch) {
