@@ -337,8 +337,6 @@ void MaxPoolBackward(const PoolPlan& plan, const Shape& xs, const T* dy, const i
   }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, hw + ohw)));
 }
 
-// y [P, OH, OW] = sum over each window of x [P, H, W] / its extents
-// (average windows have unit steps: no dilation).
 // Whether the pool is one window over each whole plane (a global pool: an
 // SE block's squeeze); its divisor then.
 std::optional<int64_t> GlobalWindow(const PoolPlan& plan, int64_t h, int64_t w) {
@@ -349,6 +347,8 @@ std::optional<int64_t> GlobalWindow(const PoolPlan& plan, int64_t h, int64_t w) 
   return r.extent * c.extent;
 }
 
+// y [P, OH, OW] = sum over each window of x [P, H, W] / its extents
+// (average windows have unit steps: no dilation).
 template <typename T>
 void WindowMean(const PoolPlan& plan, const Shape& xs, const T* x, T* y, ThreadPool* pool) {
   const int64_t h = xs[2], w = xs[3], oh = plan.out[2], ow = plan.out[3];
