@@ -110,10 +110,11 @@ int64_t ColGrain() {
 // costs 20-40 us when its vCPU has gone idle on these VMs, more when a
 // neighbouring process holds it; but the workers spin for kSpin (50 us)
 // after each task, and a training step's kernels mostly follow each other
-// closer than that, so a worker is usually still awake. Each panel also repacks the shared operand. On the 2-vCPU Zen 4 with
-// the workers spinning, 2 MFLOP (8 before they spun) made the MLP step
-// 0.96 -> 0.79 ms and left transformer_lm and MobileNetV3 level
-// (docs/benchmarks.md, "CPU GEMM").
+// closer than that, so a worker is usually still awake. Each panel also
+// repacks the shared operand. On the 2-vCPU Zen 4 with the workers
+// spinning, 2 MFLOP (8 before they spun) made the MLP step 0.96 -> 0.79 ms
+// and left transformer_lm and MobileNetV3 level (docs/benchmarks.md, "CPU
+// GEMM").
 constexpr double kMinFlopsPerThread = 2e6;
 
 }  // namespace

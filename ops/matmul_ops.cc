@@ -135,10 +135,6 @@ LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulAnyFloatKernel);
 LOOM_REGISTER_KERNEL_SUPPORT("MatMul", DeviceType::kCpu, HalfFloatKernelSupport());
 LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCpu, HalfFloatKernelSupport());
 
-// Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
-// Batched (a fused array's Linear on per-replica x): x [B, rows, in],
-// weight [B, out, in], optional bias [B, out] -> [B, rows, out], each batch
-// entry its own Linear, so that the bias is added in the product's pass.
 // The rows of a Linear's x or y: every dimension but the features (counted,
 // not divided out: x has no elements when there are no input features).
 int64_t FeatureRows(const Shape& s) {
@@ -147,6 +143,10 @@ int64_t FeatureRows(const Shape& s) {
   return rows;
 }
 
+// Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
+// Batched (a fused array's Linear on per-replica x): x [B, rows, in],
+// weight [B, out, in], optional bias [B, out] -> [B, rows, out], each batch
+// entry its own Linear, so that the bias is added in the product's pass.
 class LinearOp : public OpDef {
  public:
   LinearOp() { DeclareAttrs(); }

@@ -387,9 +387,10 @@ LOOM_REGISTER_OP(BatchNormOp);
 // The rest of BatchNorm once the batch's sums are known, for the range's
 // channels: outputs 1..4 and y from inputs 0..4 (x, gamma, beta,
 // running_mean, running_var). In training, sums[c - c0] = {sum of d, sum
-// of d^2} over the m values of channel c, d = x - pivot[c]: centred on a value near the mean, squares - sum^2 /
-// m cancels as little as a second pass around the mean would, even for
-// large means, and x is read once less. Eval ignores them.
+// of d^2} over the m values of channel c, d = x - pivot[c]: centred on a
+// value near the mean, squares - sum^2 / m cancels as little as a second
+// pass around the mean would, even for large means, and x is read once
+// less. Eval ignores them.
 template <typename T>
 void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, ChannelRange r, bool training,
                      const std::vector<double>& pivot, const std::vector<std::array<double, 2>>& sums, double m) {

@@ -490,8 +490,6 @@ Status AddOp(const std::string& op, const std::vector<TensorType>& types, const 
   return b.Add(op, ins, attrs, "op").status();
 }
 
-// A part with no first value (an empty batch, or empty planes) gives zero
-// pivots: it read x[0, c, 0], past the end of an empty x, on the CPU.
 // Zero channels: no planes to walk (the plane walk divides by the channel
 // count), empty outputs.
 TEST_CASE("batch norm and its batch-split statistics over zero channels give empty outputs") {
@@ -518,6 +516,8 @@ TEST_CASE("batch norm and its batch-split statistics over zero channels give emp
   CHECK(out->at("sums").numel() == 0);
 }
 
+// A part with no first value (an empty batch, or empty planes) gives zero
+// pivots: it read x[0, c, 0], past the end of an empty x, on the CPU.
 TEST_CASE("BatchNormPivot of an empty batch or empty planes is zeros, on every device") {
   for (const Shape& shape : {Shape({0, 3, 4}), Shape({2, 3, 0})}) {
     for (const Device& device : TestDevices()) {
