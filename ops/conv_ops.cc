@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "core/inline_vector.h"
@@ -1305,6 +1306,180 @@ void ForEachChannelBlock(ThreadPool* pool, const ConvGeom& g, const PhasePlan& l
   });
 }
 
+// ---------------------------------------------------------------------------
+// Depthwise convolutions on planes where every output reads every input
+// (PlaneMatrix()): MobileNetV3's last stage, a 5x5 kernel on 2x2 planes,
+// or any kernel centred on 1x1 planes. Channel c's product is then a dense
+// [P, P] matrix over its plane (P = H * W = OH * OW), M_c[p][q] = w[c,
+// tap(p, q)], and an image's planes [C, P] lie back to back, kLanes / P
+// channels to a vector:
+//   forward       y[c, p]  = bias[c] + sum_q M_c[p][q] x[c, q]
+//   adjoint       dx[c, q] = bias[c] + sum_p M_c[p][q] dy[c, p]
+//   weight grad   dM_c[p][q] = sum_n dy[n, c, p] x[n, c, q],
+//                 dw[c, t] = the sum of dM_c over the pairs (p, q) of tap t
+// Each term is one vector multiply-add, the source plane's element spread
+// over its plane's lanes by one shuffle. The phase walk of Direct() spends
+// 5-8x longer on such planes in per-image bookkeeping and transposes.
+
+// The tap (ki * KW + kj) through which output p reads image element q, or
+// -1 when none does.
+int64_t TapOf(const ConvGeom& g, int64_t p, int64_t q) {
+  const int64_t dy = q / g.w + g.ph - p / g.ow * g.sh, dx = q % g.w + g.pw - p % g.ow * g.sw;
+  if (dy < 0 || dx < 0 || dy % g.dh != 0 || dx % g.dw != 0 || dy / g.dh >= g.kh || dx / g.dw >= g.kw) return -1;
+  return dy / g.dh * g.kw + dx / g.dw;
+}
+
+// TapOf for every pair, at [p * P + q] (P <= kLanes: at most 64 pairs).
+struct PlaneTaps {
+  int64_t tap[kLanes * kLanes];
+  explicit PlaneTaps(const ConvGeom& g) {
+    for (int64_t p = 0; p < g.hw(); ++p)
+      for (int64_t q = 0; q < g.hw(); ++q) tap[p * g.hw() + q] = TapOf(g, p, q);
+  }
+};
+
+// A depthwise convolution (one channel per group each side) whose output
+// planes are its image planes' size, P elements dividing kLanes, and whose
+// every output reads every element of its plane (so no pair of M is a
+// structural zero, which would turn an inf or NaN in x into a NaN the
+// convolution never reads).
+bool PlaneMatrix(const ConvGeom& g) {
+  const int64_t p = g.hw();
+  if (g.cg() != 1 || g.og() != 1 || g.oh != g.h || g.ow != g.w || p == 0 || kLanes % p != 0) return false;
+  for (int64_t i = 0; i < p; ++i)
+    for (int64_t j = 0; j < p; ++j)
+      if (TapOf(g, i, j) < 0) return false;
+  return true;
+}
+
+// Calls fn(std::integral_constant<int64_t, i>()) for i in [0, kN).
+template <typename Fn, int64_t... kI>
+void ForEachIndexOf(Fn&& fn, std::integer_sequence<int64_t, kI...>) {
+  (fn(std::integral_constant<int64_t, kI>()), ...);
+}
+template <int64_t kN, typename Fn>
+void ForEachIndex(Fn&& fn) {
+  ForEachIndexOf(fn, std::make_integer_sequence<int64_t, kN>());
+}
+
+// v's element kS of each plane of kP lanes, spread over that plane's lanes.
+template <int64_t kP, int64_t kS, typename T>
+typename LaneVector<T>::Type SpreadInPlanes(const typename LaneVector<T>::Type& v) {
+  static_assert(kLanes == 8, "one index per lane below");
+  constexpr auto lane = [](int l) { return static_cast<int>(l / kP * kP + kS); };
+  return __builtin_shufflevector(v, v, lane(0), lane(1), lane(2), lane(3), lane(4), lane(5), lane(6), lane(7));
+}
+
+// One image's planes [C, P] as whole vectors: `row` = C * P elements, then
+// zeros up to the next multiple of kLanes (a row's last vector holds whole
+// planes, since P divides kLanes).
+int64_t PaddedRow(const ConvGeom& g) { return (g.c * g.hw() + kLanes - 1) / kLanes * kLanes; }
+
+// The coefficients of the forward (adjoint = false: destination p, source
+// q) or the adjoint (destination q, source p), [P sources, PaddedRow]:
+// coef[s][c * P + d] = M_c entry of destination d and source s.
+template <typename T>
+std::vector<T> PlaneCoefficients(const ConvGeom& g, const T* w, bool adjoint) {
+  const int64_t p = g.hw(), row = PaddedRow(g), taps = g.kh * g.kw;
+  const PlaneTaps pairs(g);
+  std::vector<T> coef(static_cast<size_t>(p * row), T(0));
+  for (int64_t s = 0; s < p; ++s)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t d = 0; d < p; ++d)
+        coef[static_cast<size_t>(s * row + c * p + d)] = w[c * taps + pairs.tap[adjoint ? s * p + d : d * p + s]];
+  return coef;
+}
+
+// dst [N, C, P] = bias + the coefficients' matrices times src [N, C, P],
+// plane by plane, each sum in source order.
+template <int64_t kP, typename T>
+void ApplyPlaneMatrices(const ConvGeom& g, const std::vector<T>& coef, const T* bias, const T* src, T* dst,
+                        ThreadPool* pool) {
+  using V = LaneVector<T>;
+  const int64_t used = g.c * kP, row = PaddedRow(g);
+  std::vector<T> bias_row(static_cast<size_t>(row), T(0));
+  if (bias)
+    for (int64_t e = 0; e < used; ++e) bias_row[static_cast<size_t>(e)] = bias[e / kP];
+  auto vector_at = [&](const T* in, T* out, int64_t e) {
+    typename V::Type acc = V::Load(bias_row.data() + e);
+    const typename V::Type x = V::Load(in);
+    ForEachIndex<kP>([&](auto s) {
+      acc += V::Load(coef.data() + s * row + e) * SpreadInPlanes<kP, decltype(s)::value, T>(x);
+    });
+    V::Store(out, acc);
+  };
+  ParallelRange(pool, g.n, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const T* in = src + n * used;
+      T* out = dst + n * used;
+      int64_t e = 0;
+      for (; e + kLanes <= used; e += kLanes) vector_at(in + e, out + e, e);
+      if (e < used) {  // the last planes, through a vector of zeros
+        T tail_in[kLanes] = {}, tail_out[kLanes];
+        std::copy(in + e, in + used, tail_in);
+        vector_at(tail_in, tail_out, e);
+        std::copy(tail_out, tail_out + (used - e), out + e);
+      }
+    }
+  }, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, used)));
+}
+
+// Vectors of a row per weight gradient task: its sums [vectors, P] stay in
+// L1 while it walks the images.
+constexpr int64_t kPlaneMatrixTaskVectors = 16;
+
+// dw [C, 1, KH, KW] = per channel, the sum of dM over the pairs of each
+// tap (zero for taps no pair reads), dM summed over the images in order.
+template <int64_t kP, typename T>
+void PlaneMatrixWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
+  using V = LaneVector<T>;
+  const int64_t used = g.c * kP, taps = g.kh * g.kw;
+  const int64_t vectors = PaddedRow(g) / kLanes;
+  const PlaneTaps pairs(g);
+  std::fill(dw, dw + g.c * taps, T(0));
+  auto task = [&](int64_t v0, int64_t v1) {
+    typename V::Type sums[kPlaneMatrixTaskVectors][kP] = {};  // lane c * P + p of source s: dM_c[p][s]
+    auto add = [&](int64_t i, const T* x, const T* dy) {
+      const typename V::Type xv = V::Load(x), dyv = V::Load(dy);
+      ForEachIndex<kP>([&](auto s) { sums[i][s] += dyv * SpreadInPlanes<kP, decltype(s)::value, T>(xv); });
+    };
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* x = image + n * used;
+      const T* dy = cols + n * used;
+      for (int64_t v = v0; v < v1; ++v) {
+        const int64_t e = v * kLanes;
+        if (e + kLanes <= used) {
+          add(v - v0, x + e, dy + e);
+        } else {  // the last planes, through vectors of zeros
+          T tail_x[kLanes] = {}, tail_dy[kLanes] = {};
+          std::copy(x + e, x + used, tail_x);
+          std::copy(dy + e, dy + used, tail_dy);
+          add(v - v0, tail_x, tail_dy);
+        }
+      }
+    }
+    for (int64_t v = v0; v < v1; ++v)
+      for (int64_t lane = 0; lane < kLanes && v * kLanes + lane < used; ++lane) {
+        const int64_t c = (v * kLanes + lane) / kP, p = lane % kP;
+        for (int64_t s = 0; s < kP; ++s) dw[c * taps + pairs.tap[p * kP + s]] += sums[v - v0][s][lane];
+      }
+  };
+  ParallelRange(pool, vectors, [&](int64_t v0, int64_t v1) {
+    for (int64_t b = v0; b < v1; b += kPlaneMatrixTaskVectors) task(b, std::min(v1, b + kPlaneMatrixTaskVectors));
+  }, kPlaneMatrixTaskVectors);
+}
+
+// Calls fn(std::integral_constant<int64_t, P>()) for a PlaneMatrix() plane size.
+template <typename Fn>
+void WithPlaneSize(const ConvGeom& g, Fn&& fn) {
+  switch (g.hw()) {
+    case 1: return fn(std::integral_constant<int64_t, 1>());
+    case 2: return fn(std::integral_constant<int64_t, 2>());
+    case 4: return fn(std::integral_constant<int64_t, 4>());
+    default: return fn(std::integral_constant<int64_t, 8>());
+  }
+}
+
 // One (image, group) of a forward product that neither batches nor walks
 // taps directly: y [O/g, OH * OW] (+)= wg [O/g, K] * im2col(xp), xp the
 // group's planes (padded when the convolution pads), tile by tile.
@@ -1351,6 +1526,12 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
           BatchColumns(g, image + (n0 * g.c + grp * cg) * g.hw(), g.c * g.hw(), n1 - n0, ws);
       Gemm<T>(false, og, out.cols(), k, T(1), wg, k, block.Block(), T(0), ws.gathered_cols, out.cols(), inner);
       ScatterPlanes(ws.gathered_cols, bias ? bias + grp * og : nullptr, out, cols);
+    });
+    return;
+  }
+  if (PlaneMatrix(g)) {
+    WithPlaneSize(g, [&](auto size) {
+      ApplyPlaneMatrices<decltype(size)::value>(g, PlaneCoefficients(g, w, false), bias, image, cols, pool);
     });
     return;
   }
@@ -1415,6 +1596,12 @@ void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T*
       Gemm<T>(true, false, k, in.cols(), og, T(1), w + grp * og * k, k, ws.gathered_cols, in.cols(), T(0),
               ws.gathered_image, in.cols(), inner);
       ScatterImages(g, ws, bias ? bias + grp * cg : nullptr, grp, n0, n1, image, inner);
+    });
+    return;
+  }
+  if (PlaneMatrix(g)) {
+    WithPlaneSize(g, [&](auto size) {
+      ApplyPlaneMatrices<decltype(size)::value>(g, PlaneCoefficients(g, w, true), bias, cols, image, pool);
     });
     return;
   }
@@ -1489,6 +1676,10 @@ void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, Thr
     for (int64_t grp = 0; grp < g.groups; ++grp)
       winograd::WeightGrad3x3(winograd::GroupOf(g), g.n, image + grp * cg * g.hw(), g.c * g.hw(),
                               cols + grp * og * ohw, g.o * ohw, dw + grp * og * k, pool);
+    return;
+  }
+  if (PlaneMatrix(g)) {
+    WithPlaneSize(g, [&](auto size) { PlaneMatrixWeightGrad<decltype(size)::value>(g, image, cols, dw, pool); });
     return;
   }
   const PhasePlan l = PlanPhases(g);

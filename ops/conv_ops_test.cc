@@ -178,6 +178,19 @@ std::vector<OpCase> Conv2dCases() {
       // rows of 4 + 2 go as 8 x 2 transposes.
       {"conv2d depthwise 8 channels on 2x2 planes, 5x5", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{8}}},
        {U({3, 8, 2, 2}), U({8, 1, 5, 5}), U({8})}, ConvRef},
+      // Planes where every output reads every input: each channel's
+      // product a dense matrix over its plane, kLanes / P planes to a vector
+      // (planes of 4, 1, 2 and 8; rows of whole vectors and a last vector
+      // of fewer planes; stride and dilation on 1x1 planes).
+      {"conv2d depthwise 5 channels on 2x2 planes, 3x3", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{5}}},
+       {U({3, 5, 2, 2}), U({5, 1, 3, 3}), U({5})}, ConvRef},
+      {"conv2d depthwise 11 channels on 1x1 planes, stride 2, dilation 2", "Conv2d",
+       {{"stride", int64_t{2}}, {"padding", int64_t{2}}, {"dilation", int64_t{2}}, {"groups", int64_t{11}}},
+       {U({2, 11, 1, 1}), U({11, 1, 3, 3}), U({11})}, ConvRef},
+      {"conv2d depthwise 6 channels on 1x2 planes", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{6}}},
+       {U({2, 6, 1, 2}), U({6, 1, 3, 3})}, ConvRef},
+      {"conv2d depthwise 3 channels on 2x4 planes, a 3x7 kernel", "Conv2d",
+       {{"padding", Ints{1, 3}}, {"groups", int64_t{3}}}, {U({2, 3, 2, 4}), U({3, 1, 3, 7}), U({3})}, ConvRef},
       // No output column reads an image column (padding 1, stride 2, one
       // column): every tap is dead, the output is the bias and the
       // gradients of x and w are zeros.
@@ -280,6 +293,9 @@ std::vector<OpCase> ConvTransposeCases() {
        {U({2, 4, 3, 3}), U({4, 3, 2, 3}), U({6})}, ConvTransposeRef},
       {"conv transpose 2d depthwise stride 2", "ConvTranspose2d", {{"stride", int64_t{2}}, {"groups", int64_t{3}}},
        {U({1, 3, 3, 3}), U({3, 1, 2, 2})}, ConvTransposeRef},
+      {"conv transpose 2d depthwise on 2x2 planes, 5x5, bias", "ConvTranspose2d",
+       {{"padding", int64_t{2}}, {"groups", int64_t{6}}}, {U({2, 6, 2, 2}), U({6, 1, 5, 5}), U({6})},
+       ConvTransposeRef},
       // Its image leaves the blocked layout with the bias added, 8 + 4 positions a row.
       {"conv transpose 2d depthwise 8 channels, rows of 12, bias", "ConvTranspose2d",
        {{"padding", int64_t{1}}, {"groups", int64_t{8}}}, {U({2, 8, 6, 12}), U({8, 1, 3, 3}), U({8})},
@@ -432,6 +448,10 @@ TEST_CASE("conv results are the same bits on any thread count") {
       {"pointwise", "Conv2d", {}, {U({3, 8, 20, 20}), U({6, 8, 1, 1})}, ConvRef},
       {"depthwise", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{8}}},
        {U({3, 8, 12, 12}), U({8, 1, 3, 3}), U({8})}, ConvRef},
+      // Split over images (forward, adjoint) and over vectors of channels
+      // (weight gradient).
+      {"depthwise on 2x2 planes", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{150}}},
+       {U({48, 150, 2, 2}), U({150, 1, 5, 5}), U({150})}, ConvRef},
       {"grouped, strided", "Conv2d", {{"stride", int64_t{2}}, {"groups", int64_t{2}}},
        {U({2, 8, 33, 33}), U({8, 4, 3, 3})}, ConvRef},
       {"transposed", "ConvTranspose2d", {{"stride", int64_t{2}}}, {U({2, 8, 15, 15}), U({8, 4, 3, 3}), U({4})},
