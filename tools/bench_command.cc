@@ -212,6 +212,8 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("depthwise fwd+bwd 32x64x32x32 k3 s2", ConvGraph(32, 64, 64, 32, 3, 64, true, 2));
   cases.emplace_back("depthwise fwd+bwd 32x72x16x16 k5 s2", ConvGraph(32, 72, 72, 16, 5, 72, true, 2));
   cases.emplace_back("depthwise fwd+bwd 32x240x8x8 k3 s2", ConvGraph(32, 240, 240, 8, 3, 240, true, 2));
+  cases.emplace_back("pointwise fwd+bwd 32x16x32x32 -> 64", ConvGraph(32, 16, 64, 32, 1, 1, true));
+  cases.emplace_back("pointwise fwd+bwd 32x24x16x16 -> 72", ConvGraph(32, 24, 72, 16, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x40x8x8 -> 120", ConvGraph(32, 40, 120, 8, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x112x4x4 -> 672", ConvGraph(32, 112, 672, 4, 1, 1, true));
   // BatchNorm in training, forward and backward: per plane sums and passes
