@@ -1480,6 +1480,23 @@ void WithPlaneSize(const ConvGeom& g, Fn&& fn) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// 1x1 convolutions on 1x1 planes (a squeeze-and-excitation block's): the
+// planes [N, C] are rows of a matrix, so each group's products run on them
+// in place, images as the GEMM's rows (y = x W^T, as Linear), with none of
+// the batched path's gathers and scatters of one-element planes. Each
+// element is the same sum as there (the same products in the same order of
+// the channels), so the results are the same bits.
+bool OnePixel(const ConvGeom& g) { return g.pointwise() && g.hw() == 1; }
+
+// rows [N, width] += bias [width] (bias + sum, as ScatterPlanes adds it).
+template <typename T>
+void AddRowBias(const T* bias, int64_t n, int64_t width, T* rows) {
+  if (!bias) return;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < width; ++j) rows[i * width + j] = bias[j] + rows[i * width + j];
+}
+
 // One (image, group) of a forward product that neither batches nor walks
 // taps directly: y [O/g, OH * OW] (+)= wg [O/g, K] * im2col(xp), xp the
 // group's planes (padded when the convolution pads), tile by tile.
@@ -1516,6 +1533,13 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
     for (int64_t grp = 0; grp < g.groups; ++grp)
       winograd::Conv3x3(winograd::GroupOf(g), g.n, image + grp * cg * g.hw(), g.c * g.hw(), w + grp * og * k,
                         bias ? bias + grp * og : nullptr, cols + grp * og * ohw, g.o * ohw, pool);
+    return;
+  }
+  if (OnePixel(g)) {  // cols [N, O] = image [N, C] W^T, group by group
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      Gemm<T>(false, true, g.n, og, cg, T(1), image + grp * cg, g.c, w + grp * og * cg, cg, T(0), cols + grp * og, g.o,
+              pool);
+    AddRowBias(bias, g.n, g.o, cols);
     return;
   }
   if (Batched(g)) {
@@ -1570,6 +1594,13 @@ void ConvForward(const ConvGeom& g, const T* image, const T* w, const T* bias, T
 template <typename T>
 void ConvAdjoint(const ConvGeom& g, const T* cols, const T* w, const T* bias, T* image, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  if (OnePixel(g)) {  // image [N, C] = cols [N, O] W, group by group
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      Gemm<T>(false, false, g.n, cg, og, T(1), cols + grp * og, g.o, w + grp * og * cg, cg, T(0), image + grp * cg, g.c,
+              pool);
+    AddRowBias(bias, g.n, g.c, image);
+    return;
+  }
   // A 3x3 unit-stride adjoint is a 3x3 forward, whatever the planes' width.
   if (const std::optional<ConvGeom> t = TransposedForward(g); t && winograd::Applies(*t)) {
     const std::vector<T> flipped = AdjointWeights(g, w);  // per group [C/g, O/g, 3, 3]
@@ -1672,6 +1703,12 @@ constexpr int64_t kMaxPartialElems = 4 << 20;
 template <typename T>
 void ConvWeightGrad(const ConvGeom& g, const T* image, const T* cols, T* dw, ThreadPool* pool) {
   const int64_t k = g.k(), ohw = g.ohw(), og = g.og(), cg = g.cg();
+  if (OnePixel(g)) {  // dW_g [O/g, C/g] = cols_g^T image_g, the images as the depth
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      Gemm<T>(true, false, og, cg, g.n, T(1), cols + grp * og, g.o, image + grp * cg, g.c, T(0), dw + grp * og * cg, cg,
+              pool);
+    return;
+  }
   if (winograd::Applies(g)) {
     for (int64_t grp = 0; grp < g.groups; ++grp)
       winograd::WeightGrad3x3(winograd::GroupOf(g), g.n, image + grp * cg * g.hw(), g.c * g.hw(),

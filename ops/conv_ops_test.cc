@@ -143,6 +143,10 @@ std::vector<OpCase> Conv2dCases() {
       // 1x1 planes (a squeeze-and-excitation block's convolutions): the
       // bias gradient's planes of one element.
       {"conv2d on 1x1 planes with bias", "Conv2d", {}, {U({6, 8, 1, 1}), U({5, 8, 1, 1}), U({5})}, ConvRef},
+      // ... which run as Linear layers, images as rows: also grouped (a
+      // fused array's), and transposed.
+      {"conv2d on 1x1 planes, groups 3 (a fused squeeze-and-excitation block)", "Conv2d", {{"groups", int64_t{3}}},
+       {U({4, 6, 1, 1}), U({9, 2, 1, 1}), U({9})}, ConvRef},
       // The same for a 3x3 convolution: the images' im2col blocks side by
       // side (batches of 3 and 2 images of 225 columns), and col2im out of
       // them, padded; then stride, dilation and groups, unpadded.
@@ -293,6 +297,8 @@ std::vector<OpCase> ConvTransposeCases() {
        {U({2, 4, 3, 3}), U({4, 3, 2, 3}), U({6})}, ConvTransposeRef},
       {"conv transpose 2d depthwise stride 2", "ConvTranspose2d", {{"stride", int64_t{2}}, {"groups", int64_t{3}}},
        {U({1, 3, 3, 3}), U({3, 1, 2, 2})}, ConvTransposeRef},
+      {"conv transpose 2d 1x1 on 1x1 planes, groups 2, bias", "ConvTranspose2d", {{"groups", int64_t{2}}},
+       {U({3, 4, 1, 1}), U({4, 3, 1, 1}), U({6})}, ConvTransposeRef},
       {"conv transpose 2d depthwise on 2x2 planes, 5x5, bias", "ConvTranspose2d",
        {{"padding", int64_t{2}}, {"groups", int64_t{6}}}, {U({2, 6, 2, 2}), U({6, 1, 5, 5}), U({6})},
        ConvTransposeRef},
@@ -448,6 +454,9 @@ TEST_CASE("conv results are the same bits on any thread count") {
       {"pointwise", "Conv2d", {}, {U({3, 8, 20, 20}), U({6, 8, 1, 1})}, ConvRef},
       {"depthwise", "Conv2d", {{"padding", int64_t{1}}, {"groups", int64_t{8}}},
        {U({3, 8, 12, 12}), U({8, 1, 3, 3}), U({8})}, ConvRef},
+      // GEMMs of images by channels, split into panels by the pool.
+      {"1x1 on 1x1 planes, groups 2", "Conv2d", {{"groups", int64_t{2}}},
+       {U({40, 240, 1, 1}), U({480, 120, 1, 1}), U({480})}, ConvRef},
       // Split over images (forward, adjoint) and over vectors of channels
       // (weight gradient).
       {"depthwise on 2x2 planes", "Conv2d", {{"padding", int64_t{2}}, {"groups", int64_t{150}}},

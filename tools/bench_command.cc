@@ -216,6 +216,7 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("pointwise fwd+bwd 32x24x16x16 -> 72", ConvGraph(32, 24, 72, 16, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x40x8x8 -> 120", ConvGraph(32, 40, 120, 8, 1, 1, true));
   cases.emplace_back("pointwise fwd+bwd 32x112x4x4 -> 672", ConvGraph(32, 112, 672, 4, 1, 1, true));
+  cases.emplace_back("pointwise fwd+bwd 32x240x1x1 -> 960", ConvGraph(32, 240, 960, 1, 1, 1, true));
   // BatchNorm in training, forward and backward: per plane sums and passes
   // on large planes, many short planes late in MobileNetV3.
   cases.emplace_back("batchnorm fwd+bwd 32x64x32x32", BatchNormGraph(32, 64, 32));
