@@ -99,6 +99,8 @@ std::vector<T> CheckGemm(const Case& c, ThreadPool* pool, uint32_t seed = 1) {
   return cm.data;
 }
 
+bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
 const bool kTrans[4][2] = {{false, false}, {true, false}, {false, true}, {true, true}};
 
 // op(B) of a matrix in memory, made panel by panel as BPanels asks: a
@@ -142,7 +144,41 @@ TEST_CASE("gemm f32 strided operands and alpha / beta") {
     for (const auto& x : ab) {
       CheckGemm<float>({t[0], t[1], 19, 35, 70, x[0], x[1], 3, 5, 7}, nullptr);
       CheckGemm<float>({t[0], t[1], 40, 17, 333, x[0], x[1], 1, 9, 2}, nullptr);
+      CheckGemm<float>({t[0], t[1], 20, 300, 400, x[0], x[1], 3, 5, 7}, nullptr);  // runs transposed
     }
+}
+
+// A product of at most one micro-panel's width of rows against a wide B
+// runs as C^T = op(B)^T op(A)^T; each of its rows must be the bits of the
+// same row of a product with more rows (which runs as given).
+TEST_CASE("gemm f32 of few rows: the bits of the same rows of a taller product") {
+  if (!CpuHasAvx2()) {
+    WARN("no AVX2 + FMA: Eigen runs f32, whose blocking depends on the shape");
+    return;
+  }
+  ThreadPool pool(2);
+  const int64_t tall = 40, n = 300, k = 700;
+  for (const auto& t : kTrans)
+    for (double beta : {0.0, 0.5})
+      for (int64_t few : {1, 7, 16, 32}) {
+        INFO("ta=" << t[0] << " tb=" << t[1] << " beta=" << beta << " rows=" << few);
+        std::mt19937 rng(3);
+        const Mat<float> a(t[0] ? k : tall, t[0] ? tall : k, 2, &rng);
+        const Mat<float> b(t[1] ? n : k, t[1] ? k : n, 1, &rng);
+        const Mat<float> c0(tall, n, 3, &rng);
+        Mat<float> c_tall = c0, c_few = c0;
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          Gemm<float>(t[0], t[1], tall, n, k, 1.5f, a.data.data(), a.ld, b.data.data(), b.ld,
+                      static_cast<float>(beta), c_tall.data.data(), c_tall.ld, p);
+          Gemm<float>(t[0], t[1], few, n, k, 1.5f, a.data.data(), a.ld, b.data.data(), b.ld,
+                      static_cast<float>(beta), c_few.data.data(), c_few.ld, p);
+          CHECK(std::memcmp(c_tall.data.data(), c_few.data.data(), few * c_few.ld * sizeof(float)) == 0);
+          CHECK(std::memcmp(c0.data.data() + few * c0.ld, c_few.data.data() + few * c_few.ld,
+                            (tall - few) * c0.ld * sizeof(float)) == 0);  // rows past `few` untouched
+          c_tall = c0;
+          c_few = c0;
+        }
+      }
 }
 
 TEST_CASE("gemm f32 k = 0 scales C by beta") {
@@ -161,8 +197,6 @@ TEST_CASE("gemm f64 (Eigen path) matches a naive product") {
     CheckGemm<double>({t[0], t[1], 90, 100, 60, 1.0, 1.0}, &pool);
   }
 }
-
-bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 // The micro-kernels compute every element of C with the same FMAs in the
 // same k order whatever panel or thread it lands in. (Eigen's fallback picks

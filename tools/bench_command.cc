@@ -145,6 +145,13 @@ StatusOr<Graph> LayerGraph(Model& m, Sym x, Sym y, bool with_backward) {
   return g;
 }
 
+// A Linear layer with its bias, forward and backward.
+StatusOr<Graph> LinearStepGraph(int64_t rows, int64_t in, int64_t out) {
+  Model m;
+  Sym x = m.input("x", {rows, in});
+  return LayerGraph(m, x, m.linear(x, out, LinearOptions(), "fc"), /*with_backward=*/true);
+}
+
 // One conv layer of c -> o channels (groups: 1, or c for a depthwise one);
 // with_backward adds d/dx and d/dweight (a training step's work).
 StatusOr<Graph> ConvGraph(int64_t n, int64_t c, int64_t o, int64_t hw, int64_t k, int64_t groups, bool with_backward,
@@ -191,6 +198,8 @@ Status BenchKernels(const Flags& flags) {
   // the columns: the fused weight leaves L2).
   cases.emplace_back("linear fwd 128x784 -> 256", LinearGraph(128, 784, 256));
   cases.emplace_back("linear fwd 128x784 -> 4096", LinearGraph(128, 784, 4096));
+  // MobileNetV3's classifier: few rows against a 4.9 MB weight.
+  cases.emplace_back("linear fwd+bwd 32x960 -> 1280", LinearStepGraph(32, 960, 1280));
   cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, false));
   cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, true));
   cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, false));
