@@ -151,28 +151,30 @@ void ForEachPanel(int64_t m, int64_t n, int64_t k, ThreadPool* pool, Fn&& panel)
   });
 }
 
-// A product of at most kSwapMaxRows rows against a B of kSwapMinCols
-// columns or more runs transposed, C^T = op(B)^T op(A)^T: the micro-kernels
-// then read B in place as their A (one micro-panel of columns with
-// AVX-512's 6x32 tiles, two with AVX2's 6x16) and pack only the few rows of
-// op(A), where the product as given packs all of B for those few rows
-// (MobileNetV3's classifier, 32 x 960 -> 1280, packs a 4.9 MB weight for
-// 79 MFLOP: its forward 1.24x faster on two threads, 1.18x with the AVX2
-// kernel; docs/benchmarks.md). Every element of C is the same sum of the
-// same products in the same order, alpha and beta applied alike, so the
-// results are the same bits.
+// A product of few rows against a B of kSwapMinCols columns or more runs
+// transposed, C^T = op(B)^T op(A)^T, when the micro-kernels then read B in
+// place as their A and pack only the few rows of op(A), where the product
+// as given packs all of B for those few rows (MobileNetV3's classifier, 32
+// x 960 -> 1280, packs a 4.9 MB weight for 79 MFLOP). op(B) = B^T becomes
+// an A read row by row, in place for up to kSwapMaxRows rows (two
+// micro-panels of AVX2's 6x16 tiles, one of AVX-512's 6x32); op(B) = B
+// becomes an A^T, read in place only by one micro-panel (docs/benchmarks.md:
+// x W^T 1.47x on two threads, 1.18x with the AVX2 kernel; dy W 1.40x on
+// AVX-512). Every element of C is the same sum of the same products in the
+// same order, alpha and beta applied alike, so the results are the same bits.
 constexpr int64_t kSwapMaxRows = 32;
 constexpr int64_t kSwapMinCols = 256;
 template <typename T>
-bool RunsTransposed(int64_t m, int64_t n) {
-  return std::is_same_v<T, float> && SelectedKernel().run && m <= kSwapMaxRows && n >= kSwapMinCols;
+bool RunsTransposed(bool trans_b, int64_t m, int64_t n) {
+  return std::is_same_v<T, float> && SelectedKernel().run && m <= (trans_b ? kSwapMaxRows : ColGrain<T>()) &&
+         n >= kSwapMinCols;
 }
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool) {
   if (m == 0 || n == 0) return;
-  if (RunsTransposed<T>(m, n)) {
+  if (RunsTransposed<T>(trans_b, m, n)) {
     std::vector<T> ct(static_cast<size_t>(n * m));  // C^T [n, m]
     if (beta != T(0))  // beta == 0 never reads C
       for (int64_t i = 0; i < m; ++i)

@@ -93,6 +93,11 @@ TEST_CASE("batch norm passes the op harness") {
       BatchNormCase("batchnorm2d train 2x2 planes, threaded channels", {64, 300, 2, 2}, true),
       BatchNormCase("batchnorm1d train [N, C], threaded channels, tail", {250, 300}, true),
       BatchNormCase("batchnorm2d eval 1x1 planes, threaded channels", {250, 300, 1, 1}, false),
+      // Planes of 8 to 16 elements: sums per position over the batch, in
+      // blocks of 32 channels of 4x4 planes (the last block of 6), and of
+      // 3x3 planes (a run-time plane length).
+      BatchNormCase("batchnorm2d train 4x4 planes, blocks of channels", {5, 70, 4, 4}, true),
+      BatchNormCase("batchnorm2d train relu 3x3 planes", {6, 9, 3, 3}, true, {{"activation", "relu"}}),
       // The ReLU epilogue (the CPU executor folds a following ReLU into it):
       // planes along channels and along rows, training and eval.
       BatchNormCase("batchnorm2d train relu", {2, 3, 4, 5}, true, {{"activation", "relu"}}),

@@ -229,6 +229,7 @@ Status BenchKernels(const Flags& flags) {
   // BatchNorm in training, forward and backward: per plane sums and passes
   // on large planes, many short planes late in MobileNetV3.
   cases.emplace_back("batchnorm fwd+bwd 32x64x32x32", BatchNormGraph(32, 64, 32));
+  cases.emplace_back("batchnorm fwd+bwd 32x120x8x8", BatchNormGraph(32, 120, 8));
   cases.emplace_back("batchnorm fwd+bwd 32x672x4x4", BatchNormGraph(32, 672, 4));
   cases.emplace_back("batchnorm fwd+bwd 32x960x2x2", BatchNormGraph(32, 960, 2));
   cases.emplace_back("mlp train step b128 784-256-128-10", MlpStepGraph(128));
