@@ -10,7 +10,9 @@
 // nor B. A product big enough is split into one panel of C per thread; the
 // micro-kernels compute each element's sum in the same order whatever the
 // split or the vector width, so results are bit-identical for any thread
-// count and on AVX2 and AVX-512 machines alike.
+// count and on AVX2 and AVX-512 machines alike. A product of a few rows
+// against a wide B runs as C^T = op(B)^T op(A)^T, which reads B in place
+// instead of packing it for those rows (the same bits).
 #pragma once
 
 #include <string>
