@@ -1318,8 +1318,8 @@ void ForEachChannelBlock(ThreadPool* pool, const ConvGeom& g, const PhasePlan& l
 //   weight grad   dM_c[p][q] = sum_n dy[n, c, p] x[n, c, q],
 //                 dw[c, t] = the sum of dM_c over the pairs (p, q) of tap t
 // Each term is one vector multiply-add, the source plane's element spread
-// over its plane's lanes by one shuffle. The phase walk of Direct() spends
-// 5-8x longer on such planes in per-image bookkeeping and transposes.
+// over its plane's lanes by one shuffle. The phase walk of Direct() took
+// 3-5x longer on such planes, in per-image bookkeeping and transposes.
 
 // The tap (ki * KW + kj) through which output p reads image element q, or
 // -1 when none does.

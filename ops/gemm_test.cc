@@ -127,7 +127,8 @@ TEST_CASE("gemm f32 matches a naive product: odd and block-straddling shapes") {
   // MR = 6, NR = 16 (AVX2) or 32 (AVX-512), KC ~ 320, MC = 144 in the micro-kernels; the shapes
   // straddle each, including partial register tiles on both sides, and
   // cover both ways of reading op(A): packed, and in place (n <= 128 for A,
-  // n <= 16 for A^T).
+  // one micro-panel of n for A^T), and products of few rows against wide
+  // ones, which run transposed.
   const int64_t shapes[][3] = {
       {1, 1, 1},     {7, 13, 5},    {17, 33, 65},  {100, 3, 257}, {3, 100, 2},   {5, 15, 8},     {6, 16, 8},
       {7, 17, 9},    {12, 32, 31},  {13, 47, 7},   {1, 200, 33},  {200, 1, 33},  {31, 9, 319},   {11, 18, 320},
