@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -175,13 +176,13 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
           int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool) {
   if (m == 0 || n == 0) return;
   if (RunsTransposed<T>(trans_b, m, n)) {
-    std::vector<T> ct(static_cast<size_t>(n * m));  // C^T [n, m]
+    const std::unique_ptr<T[]> ct(new T[static_cast<size_t>(n * m)]);  // C^T [n, m], written before it is read
     if (beta != T(0))  // beta == 0 never reads C
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) ct[static_cast<size_t>(j * m + i)] = c[i * ldc + j];
-    Gemm(!trans_b, !trans_a, n, m, k, alpha, b, ldb, a, lda, beta, ct.data(), m, pool);
+        for (int64_t j = 0; j < n; ++j) ct[j * m + i] = c[i * ldc + j];
+    Gemm(!trans_b, !trans_a, n, m, k, alpha, b, ldb, a, lda, beta, ct.get(), m, pool);
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = ct[static_cast<size_t>(j * m + i)];
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = ct[j * m + i];
     return;
   }
   ForEachPanel<T>(m, n, k, pool, [&](bool by_rows, int64_t lo, int64_t hi) {

@@ -155,10 +155,11 @@ void SmallPlaneSums(const ChannelLayout& l, int64_t c0, int64_t c1, const Term& 
 // into its position's running sums (contiguous, in vector lanes); then each
 // channel's sums are its positions' sums in order. A task per plane costs
 // more than a 4x4 plane's arithmetic (a [32, 672, 4, 4] map has 21,504
-// planes): BatchNorm's nodes 1.16-1.34x faster there. On 8x8 planes the
-// per-plane sums stayed faster (0.109 against 0.174 ms), and on 2x2 ones
-// SmallPlaneSums (0.117 against 0.156 ms). The order, per position over
-// the batch, then the positions, depends on the geometry only.
+// planes): BatchNorm 1.30x and its backward 1.55x faster there. On 8x8
+// planes the per-plane sums stayed faster (0.109 against 0.174 ms), and on
+// 2x2 ones SmallPlaneSums (0.117 against 0.156 ms; docs/benchmarks.md,
+// "BatchNorm on 4x4 maps"). The order, per position over the batch, then
+// the positions, depends on the geometry only.
 constexpr int64_t kRowPlaneMax = 16;
 constexpr int64_t kRowBlockElems = 512;
 
@@ -204,10 +205,9 @@ void RowSums(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, std::vect
 // term(offset, c), in double, at c - c0: planes shorter than kSumLanes as
 // SmallPlaneSums does; planes of up to kRowPlaneMax elements as RowSums
 // does; larger ones each plane's LaneSum, added per channel in batch
-// order. So the result does not depend
-// on threads. Planes are summed in memory order (a channel's planes lie a
-// whole batch item apart: walking them channel by channel defeats the
-// prefetcher).
+// order. So the result does not depend on threads. Planes are summed in
+// memory order (a channel's planes lie a whole batch item apart: walking
+// them channel by channel defeats the prefetcher).
 template <typename... Terms>
 std::vector<std::array<double, sizeof...(Terms)>> ChannelSums(const ChannelLayout& l, ThreadPool* pool,
                                                               ChannelRange r, const Terms&... terms) {
