@@ -226,13 +226,15 @@ void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n
   const int threads = pool ? pool->num_threads() : 1;
   if (batch >= threads && threads > 1) {
     // Enough independent products: one thread per group of batch entries,
-    // each group at least kMinFlopsPerThread of work (else all on this one).
+    // each group at least kMinFlopsPerThread of work (else all on this one),
+    // each entry a Gemm on its thread alone (a fused Linear's few-row
+    // entries run transposed as a single one does).
     const double entry_flops = std::max(1.0, 2.0 * m * n * k);
     const int64_t min_chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerThread / entry_flops)));
     pool->ParallelFor(batch, min_chunk, [&](int64_t b0, int64_t b1) {
       for (int64_t i = b0; i < b1; ++i)
-        GemmPanel(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                  c + i * stride_c, ldc);
+        Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
+             ldc, static_cast<ThreadPool*>(nullptr));
     });
     return;
   }

@@ -381,6 +381,7 @@ TEST_CASE("batched gemm f32 with strides, any thread count") {
   CheckBatched(5, 23, 37, 45);      // small: runs on one thread
   CheckBatched(4, 100, 120, 400);   // ~10 MFLOP per entry: entries spread over the threads
   CheckBatched(2, 130, 150, 500);   // batch < 3 or 8 threads: each entry's Gemm splits
+  CheckBatched(4, 16, 300, 600);    // few rows, wide: entries over the threads, each run transposed
 }
 
 // Times Gemm<float> on the MLP's and a conv layer's shapes against Eigen's
