@@ -161,21 +161,31 @@ void ForEachPanel(int64_t m, int64_t n, int64_t k, ThreadPool* pool, Fn&& panel)
 // micro-panels of AVX2's 6x16 tiles, one of AVX-512's 6x32); op(B) = B
 // becomes an A^T, read in place only by one micro-panel (docs/benchmarks.md:
 // x W^T 1.47x on two threads, 1.18x with the AVX2 kernel; dy W 1.40x on
-// AVX-512). Every element of C is the same sum of the same products in the
-// same order, alpha and beta applied alike, so the results are the same bits.
+// AVX-512). Not where B's rows lie a multiple of 4 KiB apart and the few
+// rows fill at most half of that micro-panel: each of its row tiles then
+// reads a sliver of every row of B, and rows 4 KiB apart share a handful
+// of cache sets, so the slivers are evicted before the next tile reads the
+// rest of their lines (16 rows against B rows of 1024 floats: dy W 1.49x
+// slower transposed, 8 rows 2.3x; 1280 or 960 floats, or 32 rows: faster
+// transposed). Every element of C is the same sum of the same products in
+// the same order, alpha and beta applied alike, so the results are the
+// same bits.
 constexpr int64_t kSwapMaxRows = 32;
 constexpr int64_t kSwapMinCols = 256;
+constexpr int64_t kAliasingStrideBytes = 4096;
 template <typename T>
-bool RunsTransposed(bool trans_b, int64_t m, int64_t n) {
-  return std::is_same_v<T, float> && SelectedKernel().run && m <= (trans_b ? kSwapMaxRows : ColGrain<T>()) &&
-         n >= kSwapMinCols;
+bool RunsTransposed(bool trans_b, int64_t m, int64_t n, int64_t ldb) {
+  if (!std::is_same_v<T, float> || !SelectedKernel().run || n < kSwapMinCols) return false;
+  if (trans_b) return m <= kSwapMaxRows;
+  const bool aliased = ldb * static_cast<int64_t>(sizeof(T)) % kAliasingStrideBytes == 0;
+  return m <= ColGrain<T>() && !(aliased && 2 * m <= ColGrain<T>());
 }
 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc, ThreadPool* pool) {
   if (m == 0 || n == 0) return;
-  if (RunsTransposed<T>(trans_b, m, n)) {
+  if (RunsTransposed<T>(trans_b, m, n, ldb)) {
     const std::unique_ptr<T[]> ct(new T[static_cast<size_t>(n * m)]);  // C^T [n, m], written before it is read
     if (beta != T(0))  // beta == 0 never reads C
       for (int64_t i = 0; i < m; ++i)

@@ -200,6 +200,8 @@ Status BenchKernels(const Flags& flags) {
   cases.emplace_back("linear fwd 128x784 -> 4096", LinearGraph(128, 784, 4096));
   // MobileNetV3's classifier: few rows against a 4.9 MB weight.
   cases.emplace_back("linear fwd+bwd 32x960 -> 1280", LinearStepGraph(32, 960, 1280));
+  // PointNet's fc1 at its batch of 16: dy W reads the weight's rows of 4 KiB.
+  cases.emplace_back("linear fwd+bwd 16x1024 -> 512", LinearStepGraph(16, 1024, 512));
   cases.emplace_back("conv2d fwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, false));
   cases.emplace_back("conv2d fwd+bwd 32x64x28x28 k3", ConvGraph(32, 64, 64, 28, 3, 1, true));
   cases.emplace_back("conv2d fwd 32x128x14x14 k3", ConvGraph(32, 128, 128, 14, 3, 1, false));
