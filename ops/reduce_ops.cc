@@ -9,7 +9,13 @@
 //     empty reduction is NaN (0 / 0); ReduceMax rejects empty reductions.
 //     ReduceMax propagates NaN; its gradient goes to the first maximum in
 //     row-major order when there are ties.
-//   ReduceMaxBackward(x, y, dy) attrs of the ReduceMax -> dx.
+//   ReduceMax(x) -> (y, index): index (i64, y's shape) is each maximum's
+//     position among its reduction's elements, row-major over the reduced
+//     axes: the first element equal to y (the first NaN when y is NaN).
+//   ReduceMaxBackward(x, index, dy) attrs of the ReduceMax -> dx: dy at
+//     each index, zeros elsewhere. x gives dx's shape and type only (it is
+//     not read: finding each maximum again cost PointNet's backward a pass
+//     over a 64 MiB x per layer).
 //   Softmax(x), LogSoftmax(x) attr axis (default -1); computed as
 //     exp(x - max) / sum and x - max - log(sum) so large inputs do not
 //     overflow.
@@ -63,6 +69,15 @@ struct ReduceLayout : ReduceGroups {
     for (int d = static_cast<int>(kept_dims.size()) - 1; d >= 0; --d) {
       offset += (row % kept_dims[d]) * kept_strides[d];
       row /= kept_dims[d];
+    }
+    return offset;
+  }
+  // The offset of reduced index r from its row's start.
+  int64_t ReducedOffset(int64_t r) const {
+    int64_t offset = 0;
+    for (int d = static_cast<int>(red_dims.size()) - 1; d >= 0; --d) {
+      offset += (r % red_dims[d]) * red_strides[d];
+      r /= red_dims[d];
     }
     return offset;
   }
@@ -197,14 +212,21 @@ void FoldRange(const ReduceLayout& L, const T* x, int64_t row, int64_t r0, int64
 // and long reductions, each row's reduction is cut into fixed blocks whose
 // partial results are combined in order, so results do not depend on the
 // number of threads.
+constexpr int64_t kReduceBlockElems = 16384;
+int64_t ReduceBlock(const ReduceLayout& L) { return std::max<int64_t>(1, kReduceBlockElems / L.inner); }
+bool ReducesRowByRow(const ReduceLayout& L) { return L.rows >= 64 || L.reduced < 2 * ReduceBlock(L); }
+// Whether each row's reduction is one contiguous run.
+bool ContiguousRows(const ReduceLayout& L) {
+  return L.inner == 1 && L.red_dims.size() == 1 && L.red_strides[0] == 1;
+}
+
 template <typename T, typename Acc, typename Step, typename Finish, typename Run = std::nullptr_t>
 void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish finish, ThreadPool* pool,
             Run run = nullptr) {
   const int64_t inner = L.inner;
   if (L.rows == 0 || inner == 0) return;
-  constexpr int64_t kBlockElems = 16384;
-  const int64_t block = std::max<int64_t>(1, kBlockElems / inner);
-  if (L.rows >= 64 || L.reduced < 2 * block) {
+  const int64_t block = ReduceBlock(L);
+  if (ReducesRowByRow(L)) {
     const int64_t work = std::max<int64_t>(1, L.reduced * inner);
     ParallelRange(pool, L.rows, [&](int64_t r0, int64_t r1) {
       std::vector<Acc> acc(inner);
@@ -235,8 +257,9 @@ void Reduce(const ReduceLayout& L, const T* x, T* y, Acc init, Step step, Finish
 // A reduction, and ReduceMax's gradient, split along any axis it keeps
 // (sample: axis 0 when kept): x's axis a is the output's a, or a less the
 // reduced axes before it without keepdims. Inputs after x are shaped as
-// the reduction's output (ReduceMaxBackward's y and dy); the output too,
-// or as x (`output_is_x`: ReduceMaxBackward's dx).
+// the reduction's output (ReduceMaxBackward's index and dy); the outputs
+// too (ReduceMax's y and index), or as x (`output_is_x`: ReduceMaxBackward's
+// dx).
 SplitRules AlongKeptAxes(const AttrMap& attrs, const Shape& x, size_t inputs, size_t outputs, bool output_is_x) {
   SplitRules rules;
   const StatusOr<std::vector<bool>> mask = ResolveReduceAxes("Reduce", attrs, x);
@@ -270,10 +293,12 @@ class ReduceOp : public OpDef {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, name_));
     LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], std::string(name_) + " input"));
     LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes(name_, attrs, in[0].shape));
-    if (kind_ == ReduceKind::kMax && ReducedCount(in[0].shape, mask) == 0)
+    const Shape y = ReducedShape(in[0].shape, mask, attrs.Bool("keepdims"));
+    if (kind_ != ReduceKind::kMax) return std::vector<TensorType>{{y, in[0].dtype}};
+    if (ReducedCount(in[0].shape, mask) == 0)
       return InvalidArgument(name_, ": cannot take the maximum over an empty reduction (input ", in[0].shape.ToString(),
                              ", attribute 'axes' ", Shape(attrs.Ints("axes")).ToString(), ")");
-    return std::vector<TensorType>{{ReducedShape(in[0].shape, mask, attrs.Bool("keepdims")), in[0].dtype}};
+    return std::vector<TensorType>{{y, in[0].dtype}, {y, DType::kI64}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -287,7 +312,7 @@ class ReduceOp : public OpDef {
     const Shape& xs = g.type(x).shape;
     ValueId dy = g.output_grad(0);
     if (kind_ == ReduceKind::kMax) {
-      g.SetInputGrad(0, g.Emit1("ReduceMaxBackward", {x, g.output(0), dy}, g.attrs()));
+      g.SetInputGrad(0, g.Emit1("ReduceMaxBackward", {x, g.output(1), dy}, g.attrs()));
       return Status::Ok();
     }
     const std::vector<bool> mask = ResolveReduceAxes(name_, g.attrs(), xs).value();
@@ -320,13 +345,22 @@ class ReduceOp : public OpDef {
       before += axis < k ? 1 : 0;
     }
     // A reduction over no axis (of a scalar) is the identity; its empty axes
-    // list would reduce the replica axis too.
-    const bool identity = fused.empty();
+    // list would reduce the replica axis too. (ReduceMax's index is then 0,
+    // made per replica: a shared index would be broadcast to them later.)
+    if (fused.empty()) {
+      LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit("Identity", {x}, AttrMap{}, f.name(), {x.layout}));
+      if (kind_ == ReduceKind::kMax) {
+        const AttrMap zero{
+            {"shape", f.WithReplicaAxis(f.output_shape(1), 0).dims()}, {"dtype", "i64"}, {"value", 0.0}};
+        LOOM_ASSIGN_OR_RETURN(auto index, f.Emit("Fill", {}, zero, f.name() + "/index", {ReplicaLayout::Axis(0)}));
+        outs.push_back(index.at(0));
+      }
+      return f.MapOutputs(outs);
+    }
     AttrMap attrs = f.attrs();
     attrs.Set("axes", fused);
     const ReplicaLayout layout = ReplicaLayout::Axis(f.attrs().Bool("keepdims") ? k : k - before);
-    LOOM_ASSIGN_OR_RETURN(auto outs,
-                          f.Emit(identity ? "Identity" : name_, {x}, identity ? AttrMap{} : attrs, f.name(), {layout}));
+    LOOM_ASSIGN_OR_RETURN(auto outs, f.Emit(name_, {x}, attrs, f.name(), {layout}));
     return f.MapOutputs(outs);
   }
 
@@ -338,6 +372,48 @@ LOOM_REGISTER_OP(ReduceOp, "ReduceSum", ReduceKind::kSum);
 LOOM_REGISTER_OP(ReduceOp, "ReduceMean", ReduceKind::kMean);
 LOOM_REGISTER_OP(ReduceOp, "ReduceMax", ReduceKind::kMax);
 
+// ReduceMax's outputs: y as Reduce makes it, and index[o] = the reduced
+// index of output o's first element IsMax of y[o]. Contiguous rows reduced
+// row by row (PointNet's max over points) take each row's maximum and then
+// its index while the row is in cache, the same maximum as Reduce's; other
+// layouts search in a second pass.
+template <typename T>
+void ReduceMaxWithIndex(const ReduceLayout& L, const T* x, T* y, int64_t* index, ThreadPool* pool) {
+  if (L.rows == 0 || L.inner == 0) return;
+  if (ContiguousRows(L) && ReducesRowByRow(L)) {
+    ParallelRange(pool, L.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        const T* p = x + L.RowOffset(row);
+        y[row] = MaxOfRun(p, L.reduced, -std::numeric_limits<T>::infinity());
+        index[row] = FirstMax(p, L.reduced, y[row]);
+      }
+    }, std::max<int64_t>(1, 32768 / L.reduced));
+    return;
+  }
+  Reduce(L, x, y, -std::numeric_limits<T>::infinity(), [](T a, T v) { return MaxStep(a, v); }, [](T a) { return a; },
+         pool, [](const T* p, int64_t n, T a) { return MaxOfRun(p, n, a); });
+  ParallelRange(pool, L.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const T* m = y + row * L.inner;
+      int64_t* at = index + row * L.inner;
+      std::fill(at, at + L.inner, L.reduced);  // none yet (a maximum is always found)
+      int64_t left = L.inner, r = 0;
+      L.ForRuns(L.RowOffset(row), 0, L.reduced, [&](int64_t offset, int64_t n, int64_t stride) {
+        for (int64_t k = 0; k < n && left > 0; ++k) {
+          const T* p = x + offset + k * stride;
+          for (int64_t j = 0; j < L.inner; ++j)
+            if (at[j] == L.reduced && IsMax(p[j], m[j])) {
+              at[j] = r + k;
+              --left;
+            }
+        }
+        r += n;
+        return left > 0;
+      });
+    }
+  }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.reduced * L.inner)));
+}
+
 template <ReduceKind kKind>
 Status ReduceKernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
@@ -348,8 +424,7 @@ Status ReduceKernel(KernelContext& ctx) {
     const T* px = x.data<T>();
     T* py = ctx.out(0).data<T>();
     if constexpr (kKind == ReduceKind::kMax) {
-      Reduce(layout, px, py, -std::numeric_limits<T>::infinity(), [](T a, T v) { return MaxStep(a, v); },
-             [](T a) { return a; }, ctx.pool, [](const T* p, int64_t n, T a) { return MaxOfRun(p, n, a); });
+      ReduceMaxWithIndex(layout, px, py, ctx.out(1).data<int64_t>(), ctx.pool);
     } else {
       // Sums accumulate in double: f32 sums over long axes lose digits otherwise.
       const double scale = kKind == ReduceKind::kMean ? 1.0 / static_cast<double>(layout.reduced) : 1.0;
@@ -362,7 +437,7 @@ LOOM_REGISTER_KERNEL("ReduceSum", DeviceType::kCpu, ReduceKernel<ReduceKind::kSu
 LOOM_REGISTER_KERNEL("ReduceMean", DeviceType::kCpu, ReduceKernel<ReduceKind::kMean>);
 LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCpu, ReduceKernel<ReduceKind::kMax>);
 
-// dx = dy at the first maximum of each reduction, 0 elsewhere.
+// dx = dy at each reduction's maximum (ReduceMax's index), 0 elsewhere.
 class ReduceMaxBackwardOp : public OpDef {
  public:
   ReduceMaxBackwardOp() { DeclareReduceAttrs(DeclareAttrs()); }
@@ -372,15 +447,17 @@ class ReduceMaxBackwardOp : public OpDef {
     return AlongKeptAxes(attrs, in[0].shape, in.size(), out.size(), /*output_is_x=*/true);
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
-    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "ReduceMaxBackward (x, y, dy)"));
+    LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "ReduceMaxBackward (x, index, dy)"));
     LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> y, OpRegistry::Global().FindOp("ReduceMax")->InferTypes(attrs, {in[0]}));
-    LOOM_RETURN_IF_ERROR(ExpectSameType(in[1], y[0], "ReduceMaxBackward: y must be ReduceMax(x)"));
-    LOOM_RETURN_IF_ERROR(ExpectSameType(in[2], y[0], "ReduceMaxBackward: dy must match y"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[1], y[1], "ReduceMaxBackward: index must be ReduceMax(x)'s"));
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[2], y[0], "ReduceMaxBackward: dy must match ReduceMax(x)"));
     return std::vector<TensorType>{in[0]};
   }
+  // dx is written whole; x is not read.
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    c.flops = static_cast<double>(in[0].shape.numel());  // one compare per element
+    c.bytes_read -= static_cast<double>(in[0].shape.numel() * DTypeSize(in[0].dtype));
+    c.flops = 0;
     return c;
   }
 };
@@ -390,53 +467,35 @@ LOOM_REGISTER_KERNEL("ReduceMaxBackward", DeviceType::kCpu, [](KernelContext& ct
   const Tensor& x = ctx.in(0);
   const std::vector<bool> mask = ResolveReduceAxes("ReduceMaxBackward", *ctx.attrs, x.shape()).value();
   const ReduceLayout L(x.shape(), mask);
+  const int64_t* index = ctx.in(1).data<int64_t>();
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
-    const T* py = ctx.in(1).data<T>();
     const T* pdy = ctx.in(2).data<T>();
     T* pdx = ctx.out(0).data<T>();
-    if (L.rows == 0 || L.inner == 0) {
-      std::fill(pdx, pdx + x.numel(), T(0));
-      return;
-    }
-    if (L.inner == 1 && L.red_dims.size() == 1 && L.red_strides[0] == 1) {
-      // Each row's elements are one contiguous run: zeroed and searched by
-      // the thread that owns the row.
+    // An index outside the reduction (none can come from ReduceMax) sends nothing.
+    auto at = [&](int64_t o) { return index[o] >= 0 && index[o] < L.reduced; };
+    if (ContiguousRows(L)) {
+      // Each row's elements are one contiguous run, zeroed and set by the
+      // thread that owns the row.
       ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
         for (int64_t row = r0; row < r1; ++row) {
-          const int64_t at = L.RowOffset(row);
-          const T* p = px + at;
-          const T m = py[row];
-          std::fill(pdx + at, pdx + at + L.reduced, T(0));
-          const int64_t k = FirstMax(p, L.reduced, m);
-          if (k < L.reduced) pdx[at + k] = pdy[row];
+          T* dx = pdx + L.RowOffset(row);
+          std::fill(dx, dx + L.reduced, T(0));
+          if (at(row)) dx[index[row]] = pdy[row];
         }
       }, std::max<int64_t>(1, 32768 / L.reduced));
       return;
     }
     ParallelRange(ctx.pool, x.numel(), [&](int64_t i0, int64_t i1) { std::fill(pdx + i0, pdx + i1, T(0)); });
     ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
-      std::vector<char> found(L.inner);
       for (int64_t row = r0; row < r1; ++row) {
-        std::fill(found.begin(), found.end(), 0);
-        int64_t left = L.inner;
-        const T* m = py + row * L.inner;
-        const T* g = pdy + row * L.inner;
-        L.ForRuns(L.RowOffset(row), 0, L.reduced, [&](int64_t offset, int64_t n, int64_t stride) {
-          for (int64_t k = 0; k < n && left > 0; ++k) {
-            const int64_t at = offset + k * stride;
-            for (int64_t j = 0; j < L.inner; ++j)
-              if (!found[j] && IsMax(px[at + j], m[j])) {
-                pdx[at + j] = g[j];
-                found[j] = 1;
-                --left;
-              }
-          }
-          return left > 0;
-        });
+        const int64_t base = L.RowOffset(row);
+        for (int64_t j = 0; j < L.inner; ++j) {
+          const int64_t o = row * L.inner + j;
+          if (at(o)) pdx[base + L.ReducedOffset(index[o]) + j] = pdy[o];
+        }
       }
-    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.reduced * L.inner)));
+    }, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, L.inner)));
   });
 });
 

@@ -46,6 +46,10 @@ ReferenceFn ReduceRef(Kind kind) {
       }
     }
     Tensor y = ZerosF64(Shape(out_dims));
+    // ReduceMax's index: each output's elements counted in row-major order,
+    // the first largest one's count.
+    Tensor index = ZerosF64(Shape(out_dims));
+    std::vector<int64_t> count_of(static_cast<size_t>(y.numel()), 0);
     std::vector<bool> seen(y.numel(), false);
     for (int64_t i = 0; i < xs.numel(); ++i) {
       std::vector<int64_t> idx = Unravel(i, xs);
@@ -54,14 +58,19 @@ ReferenceFn ReduceRef(Kind kind) {
         if (!reduced[d]) o = o * kept_dims[k++] + idx[d];
       const double v = At(in[0], i);
       if (kind == Kind::kMax) {
-        At(y, o) = seen[o] ? std::max(At(y, o), v) : v;
+        if (!seen[o] || v > At(y, o)) {
+          At(y, o) = v;
+          At(index, o) = static_cast<double>(count_of[static_cast<size_t>(o)]);
+        }
         seen[o] = true;
+        ++count_of[static_cast<size_t>(o)];
       } else {
         At(y, o) += v;
       }
     }
     if (kind == Kind::kMean)
       for (int64_t o = 0; o < y.numel(); ++o) At(y, o) /= static_cast<double>(count);
+    if (kind == Kind::kMax) return std::vector<Tensor>{y, index};
     return std::vector<Tensor>{y};
   };
 }
@@ -159,7 +168,9 @@ TEST_CASE("reductions and softmax reject bad attributes with clear messages") {
   CHECK_THAT(InferError("Softmax", {{"axis", 3}}, {x}), Contains("'axis' = 3 is out of range for input of shape [2, 3, 4]"));
   CHECK_THAT(InferError("SoftmaxBackward", {}, {x, TensorType{{2, 3, 5}, DType::kF32}}), Contains("y and dy differ"));
   CHECK_THAT(InferError("ReduceMaxBackward", {{"axes", Ints{1}}}, {x, TensorType{{2, 4}, DType::kF32}, x}),
-             Contains("dy must match y"));
+             Contains("index must be ReduceMax(x)'s"));
+  CHECK_THAT(InferError("ReduceMaxBackward", {{"axes", Ints{1}}}, {x, TensorType{{2, 4}, DType::kI64}, x}),
+             Contains("dy must match ReduceMax(x)"));
 }
 
 // Builds x -> op -> ReduceSum (loss), returns the op output and d loss / dx.

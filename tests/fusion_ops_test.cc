@@ -431,6 +431,9 @@ std::vector<FuseCase> Cases() {
   add("ReduceMean axis keepdims", "ReduceMean", A({{"axes", std::vector<int64_t>{-1}}, {"keepdims", true}}),
       {Rep({2, 3, 4})}, same("ReduceMean"));
   add("ReduceMax axis 0", "ReduceMax", A({{"axes", std::vector<int64_t>{0}}}), {Rep({4, 3})}, same("ReduceMax"));
+  add("ReduceMax two axes", "ReduceMax", A({{"axes", std::vector<int64_t>{0, 2}}}), {Rep({3, 2, 4})}, same("ReduceMax"));
+  // Over no axis (a scalar): the identity, its index a shared 0.
+  add("ReduceMax scalar", "ReduceMax", {}, {Rep({})}, Fused({{"Identity", 1}, {"Fill", 1}}));
   add("Softmax", "Softmax", {}, {Rep({2, 5}, -3, 3)}, same("Softmax"));
   add("LogSoftmax axis 0", "LogSoftmax", A({{"axis", int64_t{0}}}), {Rep({4, 3}, -3, 3)}, same("LogSoftmax"));
   // Random: one mask per replica along the replica axis (a shared x is

@@ -63,19 +63,35 @@ Status ReduceKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("ReduceSum", DeviceType::kCuda, ReduceKernel<ReduceKind::kSum>);
 LOOM_REGISTER_KERNEL("ReduceMean", DeviceType::kCuda, ReduceKernel<ReduceKind::kMean>);
-LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCuda, ReduceKernel<ReduceKind::kMax>);
+
+// y and index (the first maximum's reduced index): the maximum, then a
+// second pass for where it is first met.
+Status ReduceMaxKernel(KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
+  const Tensor& x = ctx.in(0);
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes("ReduceMax", *ctx.attrs, x.shape()));
+  LOOM_ASSIGN_OR_RETURN(ReduceDims dims, MakeReduceDims("ReduceMax", x.shape(), mask));
+  LOOM_ASSIGN_OR_RETURN(Tensor workspace, ReduceWorkspace(dims, ctx.device));
+  return DispatchCudaFloat(x.dtype(), "ReduceMax", [&](auto zero) -> Status {
+    using T = decltype(zero);
+    T* y = ctx.out(0).data<T>();
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchReduce(ReduceKind::kMax, x.data<T>(), y, dims, WorkspacePtr(workspace), stream));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        LaunchReduceMaxIndex(x.data<T>(), y, ctx.out(1).data<int64_t>(), dims, WorkspacePtr(workspace), stream));
+    return Status::Ok();
+  });
+}
+LOOM_REGISTER_KERNEL("ReduceMax", DeviceType::kCuda, ReduceMaxKernel);
 
 Status ReduceMaxBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ResolveReduceAxes("ReduceMaxBackward", *ctx.attrs, x.shape()));
   LOOM_ASSIGN_OR_RETURN(ReduceDims dims, MakeReduceDims("ReduceMaxBackward", x.shape(), mask));
-  LOOM_ASSIGN_OR_RETURN(Tensor workspace, ReduceWorkspace(dims, ctx.device));
   return DispatchCudaFloat(x.dtype(), "ReduceMaxBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchReduceMaxBackward(x.data<T>(), ctx.in(1).data<T>(), ctx.in(2).data<T>(),
-                                                      ctx.out(0).data<T>(), x.numel(), dims, WorkspacePtr(workspace),
-                                                      stream));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchReduceMaxBackward(ctx.in(1).data<int64_t>(), ctx.in(2).data<T>(),
+                                                      ctx.out(0).data<T>(), x.numel(), dims, stream));
     return Status::Ok();
   });
 }

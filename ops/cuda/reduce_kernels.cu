@@ -87,24 +87,33 @@ struct MaxReducer {
   __device__ void Finish(int64_t o, Acc a) const { y[o] = a; }
 };
 
-// The lowest reduced index holding the maximum, then dx there = dy.
+// The lowest reduced index holding the maximum y[o] (ReduceMax's index
+// output; `reduced` if none, which a maximum of the elements never is).
 template <typename T>
 struct FirstMaxReducer {
   using Acc = int64_t;
   static constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
   const T* y;
-  const T* dy;
-  T* dx;
-  ReduceDims dims;
+  int64_t* index;
+  int64_t reduced;
   __device__ Acc Init() const { return kNone; }
   __device__ T Ref(int64_t o) const { return y[o]; }
   // Each thread walks its indices upwards, so its first hit is its lowest.
   __device__ Acc Step(Acc a, T v, T m, int64_t r) const { return a == kNone && IsMax(v, m) ? r : a; }
   __device__ Acc Combine(Acc a, Acc b) const { return a < b ? a : b; }
-  __device__ void Finish(int64_t o, Acc a) const {
-    if (a != kNone) dx[OutputBase(dims, o) + ReducedOffset(dims, a)] = dy[o];
-  }
+  __device__ void Finish(int64_t o, Acc a) const { index[o] = a == kNone ? reduced : a; }
 };
+
+// dx at each output's index = its dy (dx zeroed before); an index outside
+// the reduction sends nothing, as on the CPU.
+template <typename T>
+__global__ void ScatterMaxKernel(const int64_t* index, const T* dy, T* dx, ReduceDims d) {
+  const int64_t out_n = d.rows * d.inner;
+  for (int64_t o = FirstIndex(); o < out_n; o += GridStride()) {
+    const int64_t r = index[o];
+    if (r >= 0 && r < d.reduced) dx[OutputBase(d, o) + ReducedOffset(d, r)] = dy[o];
+  }
+}
 
 template <typename T, typename R>
 __global__ void ReduceTilesKernel(const T* x, ReduceDims d, R reducer, TilePlan p, typename R::Acc* partial) {
@@ -263,12 +272,21 @@ cudaError_t LaunchReduce(ReduceKind kind, const T* x, T* y, const ReduceDims& di
 }
 
 template <typename T>
-cudaError_t LaunchReduceMaxBackward(const T* x, const T* y, const T* dy, T* dx, int64_t x_numel, const ReduceDims& dims,
-                                    void* workspace, cudaStream_t stream) {
+cudaError_t LaunchReduceMaxIndex(const T* x, const T* y, int64_t* index, const ReduceDims& dims, void* workspace,
+                                 cudaStream_t stream) {
+  return RunReduction(x, dims, FirstMaxReducer<T>{y, index, dims.reduced}, workspace, stream);
+}
+
+template <typename T>
+cudaError_t LaunchReduceMaxBackward(const int64_t* index, const T* dy, T* dx, int64_t x_numel, const ReduceDims& dims,
+                                    cudaStream_t stream) {
   if (x_numel == 0) return cudaSuccess;
   const cudaError_t err = cudaMemsetAsync(dx, 0, static_cast<size_t>(x_numel) * sizeof(T), stream);
   if (err != cudaSuccess) return err;
-  return RunReduction(x, dims, FirstMaxReducer<T>{y, dy, dx, dims}, workspace, stream);
+  const int64_t out_n = dims.rows * dims.inner;
+  if (out_n == 0) return cudaSuccess;
+  ScatterMaxKernel<<<Blocks(out_n), kThreads, 0, stream>>>(index, dy, dx, dims);
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -294,8 +312,10 @@ cudaError_t LaunchSoftmaxBackward(bool log, const T* y, const T* dy, T* dx, cons
 
 #define LOOM_INSTANTIATE_REDUCE_KERNELS(T)                                                                       \
   template cudaError_t LaunchReduce<T>(ReduceKind, const T*, T*, const ReduceDims&, void*, cudaStream_t);       \
-  template cudaError_t LaunchReduceMaxBackward<T>(const T*, const T*, const T*, T*, int64_t, const ReduceDims&, \
-                                                  void*, cudaStream_t);                                         \
+  template cudaError_t LaunchReduceMaxIndex<T>(const T*, const T*, int64_t*, const ReduceDims&, void*,          \
+                                               cudaStream_t);                                                   \
+  template cudaError_t LaunchReduceMaxBackward<T>(const int64_t*, const T*, T*, int64_t, const ReduceDims&,       \
+                                                  cudaStream_t);                                                \
   template cudaError_t LaunchSoftmax<T>(bool, const T*, T*, const SoftmaxDims&, cudaStream_t);                  \
   template cudaError_t LaunchSoftmaxBackward<T>(bool, const T*, const T*, T*, const SoftmaxDims&, cudaStream_t);
 

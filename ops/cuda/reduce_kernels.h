@@ -40,11 +40,17 @@ template <typename T>
 cudaError_t LaunchReduce(ReduceKind kind, const T* x, T* y, const ReduceDims& dims, void* workspace,
                          cudaStream_t stream);
 
-// dx = dy at the first (lowest reduced index) element of each output equal to
-// y (NaN matches NaN), 0 elsewhere; x_numel elements of dx are written.
+// index[o] = the first (lowest) reduced index of output o's elements equal
+// to y[o] (NaN matches NaN): ReduceMax's second output.
 template <typename T>
-cudaError_t LaunchReduceMaxBackward(const T* x, const T* y, const T* dy, T* dx, int64_t x_numel, const ReduceDims& dims,
-                                    void* workspace, cudaStream_t stream);
+cudaError_t LaunchReduceMaxIndex(const T* x, const T* y, int64_t* index, const ReduceDims& dims, void* workspace,
+                                 cudaStream_t stream);
+
+// dx = dy at each output's index, 0 elsewhere; x_numel elements of dx are
+// written.
+template <typename T>
+cudaError_t LaunchReduceMaxBackward(const int64_t* index, const T* dy, T* dx, int64_t x_numel, const ReduceDims& dims,
+                                    cudaStream_t stream);
 
 // x seen as [outer, len, inner] around the softmax axis.
 struct SoftmaxDims {
