@@ -64,20 +64,15 @@ int64_t ReducedCount(const Shape& x, const std::vector<bool>& mask) {
 struct ReduceLayout : ReduceGroups {
   ReduceLayout(const Shape& x, const std::vector<bool>& mask) : ReduceGroups(ReduceGroupsOf(x, mask)) {}
 
-  int64_t RowOffset(int64_t row) const {
-    int64_t offset = 0;
-    for (int d = static_cast<int>(kept_dims.size()) - 1; d >= 0; --d) {
-      offset += (row % kept_dims[d]) * kept_strides[d];
-      row /= kept_dims[d];
-    }
-    return offset;
-  }
+  int64_t RowOffset(int64_t row) const { return StridedOffset(kept_dims, kept_strides, row); }
   // The offset of reduced index r from its row's start.
-  int64_t ReducedOffset(int64_t r) const {
+  int64_t ReducedOffset(int64_t r) const { return StridedOffset(red_dims, red_strides, r); }
+  // The offset of row-major index i over `dims` with these strides.
+  static int64_t StridedOffset(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t i) {
     int64_t offset = 0;
-    for (int d = static_cast<int>(red_dims.size()) - 1; d >= 0; --d) {
-      offset += (r % red_dims[d]) * red_strides[d];
-      r /= red_dims[d];
+    for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+      offset += (i % dims[d]) * strides[d];
+      i /= dims[d];
     }
     return offset;
   }
