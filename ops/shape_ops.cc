@@ -26,6 +26,7 @@
 #include "ops/fusion_builder.h"
 #include "ops/op.h"
 #include "ops/shape_geometry.h"
+#include "ops/transpose8.h"
 
 namespace loom {
 namespace {
@@ -186,6 +187,11 @@ Status TransposeKernel(KernelContext& ctx) {
     constexpr int64_t kTile = 16;
     const int64_t a_tiles = (a_n + kTile - 1) / kTile, j_tiles = (j_n + kTile - 1) / kTile;
     const int64_t tiles = a_tiles * j_tiles;
+    // Consecutive tiles step along the longer rows, x's (a) or the
+    // output's (j), so that those are read or written in order: stepping
+    // across rows 4 KiB or more apart instead left every line a cache and
+    // TLB miss (PointNet's [16, 64, 1024] -> [16, 1024, 64]: 0.68 -> 0.32 ms).
+    const bool along_x_rows = step > j_n;
     auto matrix_offset = [&](int64_t m) {  // matrix m's first element in x
       int64_t offset = 0;
       for (int d = rank - 3; d >= 0; --d) {
@@ -200,10 +206,25 @@ Status TransposeKernel(KernelContext& ctx) {
       U* py = static_cast<U*>(y.raw_data());
       ParallelRange(ctx.pool, matrices * tiles, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t m = t / tiles, a0 = (t % tiles) / j_tiles * kTile, j0 = (t % tiles) % j_tiles * kTile;
+          const int64_t m = t / tiles, u = t % tiles;
+          const int64_t a0 = (along_x_rows ? u % a_tiles : u / j_tiles) * kTile,
+                        j0 = (along_x_rows ? u / a_tiles : u % j_tiles) * kTile;
           const U* src = px + matrix_offset(m);
           U* dst = py + m * a_n * j_n;
           const int64_t a1 = std::min(a_n, a0 + kTile), j1 = std::min(j_n, j0 + kTile);
+#if defined(__AVX__)
+          // A whole tile of 4-byte elements: four 8 x 8 transposes in
+          // registers (its scalar loops read one element per load).
+          if constexpr (sizeof(U) == 4) {
+            if (a1 - a0 == kTile && j1 - j0 == kTile) {
+              for (int64_t a = a0; a < a1; a += 8)
+                for (int64_t j = j0; j < j1; j += 8)
+                  Transpose8x8(reinterpret_cast<const float*>(src + j * step + a), step,
+                               reinterpret_cast<float*>(dst + a * j_n + j), j_n, nullptr);
+              continue;
+            }
+          }
+#endif
           for (int64_t a = a0; a < a1; ++a)
             for (int64_t j = j0; j < j1; ++j) dst[a * j_n + j] = src[j * step + a];
         }
