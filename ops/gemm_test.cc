@@ -145,7 +145,8 @@ TEST_CASE("gemm f32 strided operands and alpha / beta") {
     for (const auto& x : ab) {
       CheckGemm<float>({t[0], t[1], 19, 35, 70, x[0], x[1], 3, 5, 7}, nullptr);
       CheckGemm<float>({t[0], t[1], 40, 17, 333, x[0], x[1], 1, 9, 2}, nullptr);
-      CheckGemm<float>({t[0], t[1], 20, 300, 400, x[0], x[1], 3, 5, 7}, nullptr);  // runs transposed
+      // Few rows against wide ones: transposed where RunsTransposed takes it.
+      CheckGemm<float>({t[0], t[1], 20, 300, 400, x[0], x[1], 3, 5, 7}, nullptr);
     }
 }
 
