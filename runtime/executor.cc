@@ -355,7 +355,7 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
 
   std::map<std::string, Tensor> results;
   for (const auto& [name, v] : graph_.outputs()) {
-    LOOM_ASSIGN_OR_RETURN(results[name], values_[v].To(Device::Cpu()));
+    LOOM_ASSIGN_OR_RETURN(results[name], ResultOf(name, values_[v]));
   }
   for (const StateUpdate& u : graph_.state_updates()) {
     if (values_[u.new_value].raw_data() == values_[u.state].raw_data()) continue;  // updated in place
@@ -363,6 +363,23 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
   }
   ++step_;
   return results;
+}
+
+// The values are views of the arena, whose bytes the next step overwrites,
+// so a result is a copy. It goes into the buffer of the last step's result
+// of that name when nothing else holds that buffer any more (the caller
+// dropped it and no view of it was kept or fed back in): large outputs then
+// cost a copy a step, not also a fresh allocation whose pages the kernel
+// zeroes on first touch.
+StatusOr<Tensor> Executor::ResultOf(const std::string& name, const Tensor& value) {
+  Tensor& kept = results_[name];
+  if (kept.defined() && kept.buffer().use_count() == 1 && kept.shape() == value.shape() &&
+      kept.dtype() == value.dtype()) {
+    LOOM_RETURN_IF_ERROR(kept.CopyFrom(value));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(kept, value.To(Device::Cpu()));
+  }
+  return kept;
 }
 
 size_t Executor::PeakStepBytes() const {

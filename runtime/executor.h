@@ -73,7 +73,9 @@ class Executor : public StepRunner {
   Status SetState(const std::string& name, const Tensor& value) override;
 
   // One step. `feeds` are keyed by Input node name; every Input must be fed
-  // with its exact shape and dtype. Returns copies of the graph's outputs.
+  // with its exact shape and dtype. Returns copies of the graph's outputs
+  // on the CPU, each the caller's alone: a result's buffer is reused for
+  // the same output of a later step only once the caller has let go of it.
   StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds) override;
 
   const Graph& graph() const override { return graph_; }
@@ -97,6 +99,7 @@ class Executor : public StepRunner {
   Status Prepare();
   void PlanGroups();
   KernelContext ContextFor(size_t i);
+  StatusOr<Tensor> ResultOf(const std::string& name, const Tensor& value);
 
   Graph graph_;
   ExecutorOptions options_;
@@ -113,6 +116,7 @@ class Executor : public StepRunner {
   std::vector<uint64_t> node_keys_;       // by node index: the RNG stream key
   std::map<NodeId, int> node_index_;      // node id -> index in execution order
   std::vector<NodeProfile> profile_;      // by node index, when profiling
+  std::map<std::string, Tensor> results_;  // by output name: the last step's result (ResultOf)
   int64_t step_ = 0;
 };
 

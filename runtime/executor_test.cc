@@ -60,6 +60,40 @@ TEST_CASE("the executor's allocations are what it reports") {
   CHECK(cpu->stats().current_bytes - before == static_cast<int64_t>((*exec)->PeakStepBytes()));
 }
 
+TEST_CASE("a result stays the caller's: a later step reuses its buffer only once it is let go") {
+  Graph g = Chain(3, 1000);
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  auto feed = [](float v) { return std::map<std::string, Tensor>{{"x", Tensor::FromVector<float>({1000}, std::vector<float>(1000, v))}}; };
+  Tensor held = (*exec)->Run(feed(1)).value().at("y");
+  const void* held_bytes = held.raw_data();
+  // Held: the next step's result is a new buffer, and the held one keeps its values.
+  Tensor second = (*exec)->Run(feed(2)).value().at("y");
+  CHECK(second.raw_data() != held_bytes);
+  CHECK(held.data<float>()[999] == -1.0f);
+  CHECK(second.data<float>()[999] == -2.0f);
+  // A view of a result holds it too.
+  const void* second_bytes = second.raw_data();
+  Tensor view = second.Reshape({10, 100}).value();
+  second = Tensor();
+  Tensor third = (*exec)->Run(feed(3)).value().at("y");
+  CHECK(third.raw_data() != second_bytes);
+  CHECK(view.data<float>()[999] == -2.0f);
+  // Let go of: the next step copies into the same buffer.
+  const void* third_bytes = third.raw_data();
+  third = Tensor();
+  Tensor fourth = (*exec)->Run(feed(4)).value().at("y");
+  CHECK(fourth.raw_data() == third_bytes);
+  CHECK(fourth.data<float>()[999] == -4.0f);
+  // A result fed back in is held by the feeds: it is not overwritten.
+  std::map<std::string, Tensor> feeds = {{"x", fourth}};
+  fourth = Tensor();
+  Tensor fifth = (*exec)->Run(feeds).value().at("y");
+  CHECK(fifth.raw_data() != feeds.at("x").raw_data());
+  CHECK(feeds.at("x").data<float>()[999] == -4.0f);
+  CHECK(fifth.data<float>()[999] == 4.0f);
+}
+
 TEST_CASE("bad feeds are rejected with the input's name and shapes") {
   Graph g = Chain(2, 4);
   auto exec = Executor::Create(g);

@@ -65,7 +65,7 @@ StatusOr<StepMemory> EstimateStepMemory(const Graph& model_step, Device device) 
   // On top of state + arena + inputs, one of these at a time (step_memory.h).
   m.transient_bytes = scratch;
   if (device.is_cpu()) {
-    m.transient_bytes = std::max({m.transient_bytes, largest_state, outputs});
+    m.transient_bytes = std::max(largest_state, outputs + scratch);
   } else {
     m.transient_bytes = std::max(m.transient_bytes, largest_input);
   }

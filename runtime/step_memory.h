@@ -9,17 +9,18 @@
 //     into BatchNorms);
 //   - the fed Inputs: the caller's tensors on a CPU device, the Executor's
 //     copies of them on another;
-//   - briefly, on top of these (transient_bytes):
+//   - on top of these (transient_bytes), the most of:
 //       on the CPU, where host tensors are device tensors: InitializeState
 //       fills each state tensor through a host tensor of its size (the
-//       largest counts), and Run returns host copies of the outputs (all of
-//       them together);
+//       largest counts); Run's host copies of the outputs (all of them,
+//       kept from the first Run on: a later step copies into them, see
+//       Executor::Run) together with a kernel's scratch;
 //       on CUDA: Run copies each feed to the device before the previous
-//       step's copy goes (the largest Input counts);
-//       on both: the scratch tensor of a kernel that allocates one while it
-//       runs (LstmBackward: its [T, N, 4H] pre-activation gradient;
-//       AttentionBackward: its [B, H, Tq, Tk] score gradient; on CUDA,
-//       BatchNormBackward with the ReLU mask: its masked dy).
+//       step's copy goes (the largest Input counts), or a kernel's scratch;
+//     a kernel's scratch being the tensor a kernel allocates while it runs
+//     (LstmBackward: its [T, N, 4H] pre-activation gradient;
+//     AttentionBackward: its [B, H, Tq, Tk] score gradient; on CUDA,
+//     BatchNormBackward with the ReLU mask: its masked dy).
 // So total() is the allocator's peak over Executor::Create, InitializeState
 // and Runs whose feeds are alive throughout; runtime/step_memory_test.cc
 // checks it against the CPU allocator's measured peak, byte for byte.
