@@ -68,6 +68,22 @@ const sgemm::Kernel& SelectedKernel() {
   return kernel;
 }
 
+// The bf16 kernel this process runs, where the CPU has AVX512_BF16 (none
+// elsewhere: the bf16 ops widen their operands to f32).
+// LOOM_BF16_GEMM=widen turns it off, to compare the two on one machine.
+const sgemm::Bf16Kernel& SelectedBf16Kernel() {
+  static const sgemm::Bf16Kernel kernel = [] {
+    __builtin_cpu_init();
+    const char* env = std::getenv("LOOM_BF16_GEMM");
+    const std::string wanted = env ? env : "";
+    if (wanted == "widen") return sgemm::Bf16Kernel{};
+    if (!wanted.empty()) LOOM_LOG_WARN("LOOM_BF16_GEMM={} is not 'widen'; choosing by the CPU", wanted);
+    if (__builtin_cpu_supports("avx512bf16")) return sgemm::Avx512Bf16Kernel();
+    return sgemm::Bf16Kernel{};
+  }();
+  return kernel;
+}
+
 template <typename T>
 void GemmPanel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -123,7 +139,9 @@ constexpr double kMinFlopsPerThread = 2e6;
 std::string GemmInstructionSets() {
   const std::string eigen = std::string("Eigen (") + Eigen::SimdInstructionSetsInUse() + ")";
   const sgemm::Kernel& f32 = SelectedKernel();
-  return f32.run ? std::string("f32: ") + f32.name + ", chosen at run time; f64: " + eigen : "f32 and f64: " + eigen;
+  const std::string bf16 = std::string("; bf16: ") + (HasBf16Gemm() ? SelectedBf16Kernel().name : "widened to f32");
+  return (f32.run ? std::string("f32: ") + f32.name + ", chosen at run time; f64: " + eigen : "f32 and f64: " + eigen) +
+         bf16;
 }
 
 // Splits C [m, n] of a product of depth k into panels and runs
@@ -229,28 +247,68 @@ void Gemm(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, in
   });
 }
 
+namespace {
+
+// Runs entry(i, pool) for `batch` independent products of entry_flops each:
+// with at least one entry per thread, one thread per group of entries,
+// each group at least kMinFlopsPerThread of work (else all on this one),
+// each entry on its thread alone (pool null; a fused Linear's few-row
+// entries then run transposed as a single one does); else one after
+// another, each split over the pool.
+template <typename Entry>
+void ForEachEntry(int64_t batch, double entry_flops, ThreadPool* pool, Entry&& entry) {
+  const int threads = pool ? pool->num_threads() : 1;
+  if (batch >= threads && threads > 1) {
+    const int64_t min_chunk =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerThread / std::max(1.0, entry_flops))));
+    pool->ParallelFor(batch, min_chunk, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) entry(i, static_cast<ThreadPool*>(nullptr));
+    });
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i) entry(i, pool);
+}
+
+// One bf16 product, split into panels of C as Gemm's.
+void GemmBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc, ThreadPool* pool) {
+  const sgemm::Bf16GemmFn run = SelectedBf16Kernel().run;
+  LOOM_CHECK(run != nullptr, "a bf16 GEMM on a CPU without AVX512_BF16 (callers check HasBf16Gemm)");
+  if (m == 0 || n == 0) return;
+  ForEachPanel<float>(m, n, k, pool, [&](bool by_rows, int64_t lo, int64_t hi) {
+    if (by_rows) {
+      run(trans_a, trans_b, hi - lo, n, k, alpha, trans_a ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc,
+          ldc);
+    } else {
+      run(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, trans_b ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+    }
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta, T* c, int64_t ldc,
                  int64_t stride_c, ThreadPool* pool) {
-  const int threads = pool ? pool->num_threads() : 1;
-  if (batch >= threads && threads > 1) {
-    // Enough independent products: one thread per group of batch entries,
-    // each group at least kMinFlopsPerThread of work (else all on this one),
-    // each entry a Gemm on its thread alone (a fused Linear's few-row
-    // entries run transposed as a single one does).
-    const double entry_flops = std::max(1.0, 2.0 * m * n * k);
-    const int64_t min_chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMinFlopsPerThread / entry_flops)));
-    pool->ParallelFor(batch, min_chunk, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i)
-        Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
-             ldc, static_cast<ThreadPool*>(nullptr));
-    });
-    return;
-  }
-  for (int64_t i = 0; i < batch; ++i)
+  ForEachEntry(batch, 2.0 * m * n * k, pool, [&](int64_t i, ThreadPool* entry_pool) {
     Gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc,
-         pool);
+         entry_pool);
+  });
+}
+
+bool HasBf16Gemm() { return SelectedBf16Kernel().run != nullptr; }
+
+void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
+                 const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b, int64_t ldb, int64_t stride_b,
+                 float beta, float* c, int64_t ldc, int64_t stride_c, ThreadPool* pool) {
+  static_assert(sizeof(BFloat16) == sizeof(uint16_t), "bf16 is its bit pattern");
+  const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+  ForEachEntry(batch, 2.0 * m * n * k, pool, [&](int64_t i, ThreadPool* entry_pool) {
+    GemmBf16(trans_a, trans_b, m, n, k, alpha, a16 + i * stride_a, lda, b16 + i * stride_b, ldb, beta,
+             c + i * stride_c, ldc, entry_pool);
+  });
 }
 
 #define LOOM_INSTANTIATE_GEMM(T)                                                                                   \

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "core/half.h"
 #include "core/thread_pool.h"
 
 namespace loom {
@@ -56,5 +57,16 @@ template <typename T>
 void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T beta, T* c, int64_t ldc,
                  int64_t stride_c, ThreadPool* pool);
+
+// bf16 A and B, f32 C, on CPUs with AVX512_BF16 (ops/sbgemm_avx512bf16.cc:
+// pairs of bf16 products added in f32 by one instruction, subnormals as
+// zero), split over threads as Gemm and with results as independent of the
+// split. HasBf16Gemm() says whether this CPU has the kernel (and
+// LOOM_BF16_GEMM=widen did not turn it off); callers widen to f32
+// otherwise.
+bool HasBf16Gemm();
+void BatchedGemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
+                 const BFloat16* a, int64_t lda, int64_t stride_a, const BFloat16* b, int64_t ldb, int64_t stride_b,
+                 float beta, float* c, int64_t ldc, int64_t stride_c, ThreadPool* pool);
 
 }  // namespace loom

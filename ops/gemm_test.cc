@@ -326,15 +326,36 @@ TEST_CASE("a B that packs its own panels gives the product of the same B in memo
 // and 8 threads (batch >= threads: whole entries per thread; batch <
 // threads: each entry's Gemm splits), beta 0 (C's entries hold NaN, which
 // must not be read) and 0.5; everything outside the entries' m x n blocks
-// stays untouched.
+// stays untouched, and the operands' padding and gaps (NaN) are never
+// read. Operands of f32, or bf16 (the bf16 GEMM, C in f32: its products
+// exact in f32, its sums rounded as f32 ones).
+template <typename TI>
 void CheckBatched(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  constexpr bool kBf16 = std::is_same_v<TI, BFloat16>;
+  auto value = [](float v) {
+    if constexpr (kBf16) return ToBFloat16(v);
+    else return v;
+  };
+  auto widen = [](TI v) {
+    if constexpr (kBf16) return static_cast<double>(ToFloat(v));
+    else return static_cast<double>(v);
+  };
   for (const auto& t : kTrans) {
     const bool ta = t[0], tb = t[1];
-    INFO("batch=" << batch << " m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
+    INFO((kBf16 ? "bf16" : "f32") << " batch=" << batch << " m=" << m << " n=" << n << " k=" << k << " ta=" << ta
+                                  << " tb=" << tb);
     std::mt19937 rng(3);
     const int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
     const int64_t sa = (ta ? k : m) * lda + 11, sb = (tb ? n : k) * ldb + 5, sc = m * ldc + 7;
-    Mat<float> a(1, batch * sa, 0, &rng), b(1, batch * sb, 0, &rng);
+    auto operand = [&](int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+      std::vector<TI> x(static_cast<size_t>(batch * stride), value(kNaN));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (int64_t e = 0; e < batch; ++e)
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) x[e * stride + i * ld + j] = value(u(rng));
+      return x;
+    };
+    const std::vector<TI> a = operand(ta ? k : m, ta ? m : k, lda, sa), b = operand(tb ? n : k, tb ? k : n, ldb, sb);
     std::vector<float> c0(static_cast<size_t>(batch * sc));
     for (float& v : c0) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<std::vector<float>> results;
@@ -346,16 +367,17 @@ void CheckBatched(int64_t batch, int64_t m, int64_t n, int64_t k) {
           for (int64_t e = 0; e < batch; ++e)
             for (int64_t i = 0; i < m; ++i)
               for (int64_t j = 0; j < n; ++j) c[e * sc + i * ldc + j] = kNaN;
-        BatchedGemm<float>(ta, tb, batch, m, n, k, 1.5f, a.data.data(), lda, sa, b.data.data(), ldb, sb,
-                           static_cast<float>(beta), c.data(), ldc, sc, pool);
+        BatchedGemm(ta, tb, batch, m, n, k, 1.5f, a.data(), lda, sa, b.data(), ldb, sb, static_cast<float>(beta),
+                    c.data(), ldc, sc, pool);
         int64_t bad = 0;
         for (int64_t e = 0; e < batch; ++e) {
-          const float *ae = a.data.data() + e * sa, *be = b.data.data() + e * sb;
+          const TI *ae = a.data() + e * sa, *be = b.data() + e * sb;
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
               double sum = 0, mag = 0;
               for (int64_t p = 0; p < k; ++p) {
-                const double x = ta ? ae[p * lda + i] : ae[i * lda + p], y = tb ? be[j * ldb + p] : be[p * ldb + j];
+                const double x = widen(ta ? ae[p * lda + i] : ae[i * lda + p]);
+                const double y = widen(tb ? be[j * ldb + p] : be[p * ldb + j]);
                 sum += x * y;
                 mag += std::abs(x * y);
               }
@@ -372,17 +394,31 @@ void CheckBatched(int64_t batch, int64_t m, int64_t n, int64_t k) {
         if (beta == 0.0) results.push_back(c);
       }
     }
-    if (CpuHasAvx2())
+    if (kBf16 || CpuHasAvx2())
       for (size_t r = 1; r < results.size(); ++r)
         CHECK(std::memcmp(results[0].data(), results[r].data(), results[0].size() * sizeof(float)) == 0);
   }
 }
 
 TEST_CASE("batched gemm f32 with strides, any thread count") {
-  CheckBatched(5, 23, 37, 45);      // small: runs on one thread
-  CheckBatched(4, 100, 120, 400);   // ~10 MFLOP per entry: entries spread over the threads
-  CheckBatched(2, 130, 150, 500);   // batch < 3 or 8 threads: each entry's Gemm splits
-  CheckBatched(4, 16, 300, 600);    // few rows, wide: entries over the threads, each run transposed
+  CheckBatched<float>(5, 23, 37, 45);      // small: runs on one thread
+  CheckBatched<float>(4, 100, 120, 400);   // ~10 MFLOP per entry: entries spread over the threads
+  CheckBatched<float>(2, 130, 150, 500);   // batch < 3 or 8 threads: each entry's Gemm splits
+  CheckBatched<float>(4, 16, 300, 600);    // few rows, wide: entries over the threads, each run transposed
+}
+
+TEST_CASE("batched gemm of bf16 operands (AVX512_BF16) with strides, any thread count") {
+  if (!HasBf16Gemm()) {
+    WARN("no AVX512_BF16 on this CPU: the bf16 ops widen to f32, checked by their op tests");
+    return;
+  }
+  CheckBatched<BFloat16>(1, 1, 1, 1);
+  CheckBatched<BFloat16>(5, 23, 37, 45);     // odd k: the last pair padded with a zero
+  CheckBatched<BFloat16>(4, 100, 120, 400);  // entries spread over the threads
+  CheckBatched<BFloat16>(2, 130, 150, 501);  // each entry's product split into panels
+  CheckBatched<BFloat16>(3, 7, 33, 1025);    // three k blocks, the last of an odd length
+  CheckBatched<BFloat16>(1, 145, 40, 16);    // row blocks past kMC, a narrow last column panel
+  CheckBatched<BFloat16>(1, 9, 3100, 24);    // column blocks past kNC
 }
 
 // Times Gemm<float> on the MLP's and a conv layer's shapes against Eigen's

@@ -1,7 +1,8 @@
 // MatMul (2-D), BatchMatMul (leading batch dims) and Linear (y = x W^T + b,
 // PyTorch's weight layout [out, in]; batched, a fused array's, with weights
-// [B, out, in]). All run on Gemm / BatchedGemm; bf16 / f16 operands are
-// widened to f32, multiplied in f32 and rounded once.
+// [B, out, in]). All run on Gemm / BatchedGemm. bf16 operands go to the
+// bf16 GEMM where the CPU has one (HasBf16Gemm: pairs of products added in
+// f32), else, as f16 ones, are widened to f32; the product is rounded once.
 #include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
@@ -121,14 +122,26 @@ Status MatMulKernel(KernelContext& ctx) {
   const Shape& sb = b.shape();
   int64_t m = y.shape().dim(-2), n = y.shape().dim(-1), k = ta ? sa.dim(-2) : sa.dim(-1);
   int64_t batch = y.numel() / std::max<int64_t>(1, m * n);
+  if (a.dtype() == DType::kBF16) {  // the bf16 GEMM, into an f32 y (HalfGemm)
+    BatchedGemm(ta, tb, batch, m, n, k, 1.0f, a.data<BFloat16>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2),
+                b.data<BFloat16>(), sb.dim(-1), sb.dim(-1) * sb.dim(-2), 0.0f, y.data<float>(), n, m * n, ctx.pool);
+    return Status::Ok();
+  }
   return DispatchFloat(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     BatchedGemm<T>(ta, tb, batch, m, n, k, T(1), a.data<T>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2), b.data<T>(),
                    sb.dim(-1), sb.dim(-1) * sb.dim(-2), T(0), y.data<T>(), n, m * n, ctx.pool);
   });
 }
+// A GEMM op's kernel for half outputs: bf16 operands read by the bf16 GEMM
+// where there is one, else every half operand widened to f32; the result
+// in f32, rounded once.
+Status HalfGemm(KernelContext& ctx, const KernelFn& kernel) {
+  if (ctx.in(0).dtype() == DType::kBF16 && HasBf16Gemm()) return RunHalfOutputsInF32(ctx, kernel);
+  return RunHalfInF32(ctx, kernel);
+}
 Status MatMulAnyFloatKernel(KernelContext& ctx) {
-  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, MatMulKernel) : MatMulKernel(ctx);
+  return IsHalf(ctx.out(0).dtype()) ? HalfGemm(ctx, MatMulKernel) : MatMulKernel(ctx);
 }
 LOOM_REGISTER_KERNEL("MatMul", DeviceType::kCpu, MatMulAnyFloatKernel);
 LOOM_REGISTER_KERNEL("BatchMatMul", DeviceType::kCpu, MatMulAnyFloatKernel);
@@ -299,13 +312,26 @@ Status LinearKernel(KernelContext& ctx) {
     using T = decltype(zero);
     T* py = y.data<T>();
     T beta = 0;
+    const bool bf16 = x.dtype() == DType::kBF16;  // the bf16 GEMM, into an f32 y (HalfGemm)
     if (ctx.inputs.size() == 3) {  // start from the broadcast bias, then accumulate x W^T
-      const T* b = ctx.in(2).data<T>();  // [batch, out]
       for (int64_t r = 0; r < batch * rows; ++r) {
-        const T* entry = b + (r / rows) * out_f;
-        std::copy(entry, entry + out_f, py + r * out_f);
+        const int64_t entry = (r / rows) * out_f;  // of the bias [batch, out]
+        if (bf16) {
+          const BFloat16* b = ctx.in(2).data<BFloat16>() + entry;
+          for (int64_t j = 0; j < out_f; ++j) py[r * out_f + j] = static_cast<T>(ToFloat(b[j]));
+        } else {
+          const T* b = ctx.in(2).data<T>() + entry;
+          std::copy(b, b + out_f, py + r * out_f);
+        }
       }
       beta = 1;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16) {
+        BatchedGemm(false, true, batch, rows, out_f, in_f, 1.0f, x.data<BFloat16>(), in_f, rows * in_f,
+                    w.data<BFloat16>(), in_f, out_f * in_f, beta, py, out_f, rows * out_f, ctx.pool);
+        return;
+      }
     }
     if (batch == 1) {
       Gemm<T>(false, true, rows, out_f, in_f, T(1), x.data<T>(), in_f, w.data<T>(), in_f, beta, py, out_f, ctx.pool);
@@ -316,7 +342,7 @@ Status LinearKernel(KernelContext& ctx) {
   });
 }
 LOOM_REGISTER_KERNEL("Linear", DeviceType::kCpu, [](KernelContext& ctx) {
-  return IsHalf(ctx.out(0).dtype()) ? RunHalfInF32(ctx, LinearKernel) : LinearKernel(ctx);
+  return IsHalf(ctx.out(0).dtype()) ? HalfGemm(ctx, LinearKernel) : LinearKernel(ctx);
 });
 LOOM_REGISTER_KERNEL_SUPPORT("Linear", DeviceType::kCpu, HalfFloatKernelSupport());
 

@@ -367,11 +367,31 @@ void NarrowInto(const Tensor& from, Tensor* to, ThreadPool* pool) {
 }
 }  // namespace
 
+Status RunHalfOutputsInF32(KernelContext& ctx, const KernelFn& kernel) {
+  KernelContext wide = ctx;
+  std::vector<Tensor> wide_outputs;
+  wide_outputs.reserve(ctx.outputs.size());
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    const Tensor& t = *ctx.outputs[i];
+    if (!IsHalf(t.dtype())) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty(t.shape(), DType::kF32));
+    wide_outputs.push_back(std::move(w));
+    wide.outputs[i] = &wide_outputs.back();
+  }
+  LOOM_RETURN_IF_ERROR(kernel(wide));
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    Tensor* t = ctx.outputs[i];
+    if (wide.outputs[i] == t) continue;
+    if (t->dtype() == DType::kBF16) NarrowInto<BFloat16>(*wide.outputs[i], t, ctx.pool);
+    else NarrowInto<Float16>(*wide.outputs[i], t, ctx.pool);
+  }
+  return Status::Ok();
+}
+
 Status RunHalfInF32(KernelContext& ctx, const KernelFn& f32_kernel) {
   KernelContext wide = ctx;
-  std::vector<Tensor> widened_inputs, wide_outputs;
+  std::vector<Tensor> widened_inputs;
   widened_inputs.reserve(ctx.inputs.size());
-  wide_outputs.reserve(ctx.outputs.size());
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const Tensor& t = *ctx.inputs[i];
     if (!IsHalf(t.dtype())) continue;
@@ -381,21 +401,7 @@ Status RunHalfInF32(KernelContext& ctx, const KernelFn& f32_kernel) {
     widened_inputs.push_back(std::move(w));
     wide.inputs[i] = &widened_inputs.back();
   }
-  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
-    const Tensor& t = *ctx.outputs[i];
-    if (!IsHalf(t.dtype())) continue;
-    LOOM_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty(t.shape(), DType::kF32));
-    wide_outputs.push_back(std::move(w));
-    wide.outputs[i] = &wide_outputs.back();
-  }
-  LOOM_RETURN_IF_ERROR(f32_kernel(wide));
-  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
-    Tensor* t = ctx.outputs[i];
-    if (wide.outputs[i] == t) continue;
-    if (t->dtype() == DType::kBF16) NarrowInto<BFloat16>(*wide.outputs[i], t, ctx.pool);
-    else NarrowInto<Float16>(*wide.outputs[i], t, ctx.pool);
-  }
-  return Status::Ok();
+  return RunHalfOutputsInF32(wide, f32_kernel);
 }
 
 Status ExpectInputs(const std::vector<TensorType>& inputs, size_t n, const std::string& what) {

@@ -414,6 +414,10 @@ Status ExpectSameType(const TensorType& a, const TensorType& b, const std::strin
 // replaced by an f32 temporary, then rounds those outputs once into ctx's.
 // Other inputs and outputs pass through untouched. Host tensors only.
 Status RunHalfInF32(KernelContext& ctx, const KernelFn& f32_kernel);
+// The same with the inputs as they are: `kernel` reads bf16 / f16 inputs
+// itself and writes f32 temporaries for the half outputs (the GEMM ops'
+// bf16 kernel, HasBf16Gemm()).
+Status RunHalfOutputsInF32(KernelContext& ctx, const KernelFn& kernel);
 inline bool IsHalf(DType d) { return d == DType::kBF16 || d == DType::kF16; }
 
 // Calls fn(T{}) with T = float or double for the dtype:

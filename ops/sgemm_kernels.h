@@ -41,4 +41,17 @@ Kernel Avx2WideKernel();
 // AVX-512F: 6 x 32 tiles in zmm registers.
 Kernel Avx512Kernel();
 
+// The same product with A and B in bf16 (their bit patterns) and C in f32,
+// on the calling thread.
+using Bf16GemmFn = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                            const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                            int64_t ldc);
+struct Bf16Kernel {
+  Bf16GemmFn run = nullptr;
+  const char* name = "";
+};
+// AVX512_BF16: 6 x 32 tiles, a pair of k steps per VDPBF16PS
+// (sbgemm_avx512bf16.cc).
+Bf16Kernel Avx512Bf16Kernel();
+
 }  // namespace loom::sgemm

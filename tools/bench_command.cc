@@ -106,10 +106,10 @@ Status PrintNodeProfile(const Graph& graph, int reps) {
   return Status::Ok();
 }
 
-StatusOr<Graph> MatMulGraph(int64_t n) {
+StatusOr<Graph> MatMulGraph(int64_t n, DType dtype = DType::kF32) {
   Model m;
-  Sym a = m.input("a", {n, n});
-  Sym b = m.input("b", {n, n});
+  Sym a = m.input("a", {n, n}, dtype);
+  Sym b = m.input("b", {n, n}, dtype);
   m.set_output("c", m.op("MatMul", {a, b})[0]);
   if (!m.status().ok()) return m.status();
   return m.graph();
@@ -194,6 +194,10 @@ Status BenchKernels(const Flags& flags) {
   std::vector<std::pair<std::string, StatusOr<Graph>>> cases;
   cases.emplace_back("matmul 1024x1024x1024", MatMulGraph(1024));
   cases.emplace_back("matmul 256x256x256", MatMulGraph(256));
+  // bf16 operands, f32 sums (the bf16 GEMM where the CPU has AVX512_BF16,
+  // else widened to f32): against the same f32 roof.
+  cases.emplace_back("matmul bf16 1024x1024x1024", MatMulGraph(1024, DType::kBF16));
+  cases.emplace_back("matmul bf16 256x256x256", MatMulGraph(256, DType::kBF16));
   // The MLP's first layer alone and fused as 16 (one product of 16 times
   // the columns: the fused weight leaves L2).
   cases.emplace_back("linear fwd 128x784 -> 256", LinearGraph(128, 784, 256));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/half.h"
 #include "core/rng.h"
 #include "graph/model.h"
 #include "graph/task_graph.h"
@@ -51,6 +52,8 @@ std::map<std::string, Tensor> RandomFeeds(const Graph& graph, const std::map<std
     Tensor x = Tensor::Zeros(t.shape, t.dtype);
     if (t.dtype == DType::kF32) {
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.Uniform(-1, 1));
+    } else if (t.dtype == DType::kBF16) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<BFloat16>()[i] = ToBFloat16(static_cast<float>(rng.Uniform(-1, 1)));
     } else if (t.dtype == DType::kI64) {
       for (int64_t i = 0; i < x.numel(); ++i) x.data<int64_t>()[i] = rng.UniformInt(10);
     }
