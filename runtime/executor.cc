@@ -291,6 +291,28 @@ Status Executor::SetState(const std::string& name, const Tensor& value) {
 }
 
 StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string, Tensor>& feeds) {
+  LOOM_RETURN_IF_ERROR(Step(feeds));
+  std::map<std::string, Tensor> results;  // before the state updates: a state output shows the step's input
+  for (const auto& [name, v] : graph_.outputs()) {
+    LOOM_ASSIGN_OR_RETURN(results[name], ResultOf(name, values_[v]));
+  }
+  LOOM_RETURN_IF_ERROR(FinishStep());
+  return results;
+}
+
+Status Executor::RunInPlace(const std::map<std::string, Tensor>& feeds) {
+  LOOM_RETURN_IF_ERROR(Step(feeds));
+  return FinishStep();
+}
+
+StatusOr<Tensor> Executor::OutputView(const std::string& name) const {
+  auto it = graph_.outputs().find(name);
+  if (it == graph_.outputs().end()) return NotFound("'", name, "' is not an output of the graph");
+  if (!stepped_) return FailedPrecondition("output '", name, "' before the first step");
+  return values_[it->second];
+}
+
+Status Executor::Step(const std::map<std::string, Tensor>& feeds) {
   size_t fed = 0;
   for (const Node& n : graph_.nodes()) {
     if (n.op != kInputOp) continue;
@@ -352,17 +374,17 @@ StatusOr<std::map<std::string, Tensor>> Executor::Run(const std::map<std::string
     if (s.ok() && !attr_errors.first().empty()) s = InvalidArgument(attr_errors.first());
     if (!s.ok()) return s.WithContext("node '" + n.name + "' (" + n.op + ")");
   }
+  return Status::Ok();
+}
 
-  std::map<std::string, Tensor> results;
-  for (const auto& [name, v] : graph_.outputs()) {
-    LOOM_ASSIGN_OR_RETURN(results[name], ResultOf(name, values_[v]));
-  }
+Status Executor::FinishStep() {
   for (const StateUpdate& u : graph_.state_updates()) {
     if (values_[u.new_value].raw_data() == values_[u.state].raw_data()) continue;  // updated in place
     LOOM_RETURN_IF_ERROR(values_[u.state].CopyFrom(values_[u.new_value]));
   }
   ++step_;
-  return results;
+  stepped_ = true;
+  return Status::Ok();
 }
 
 // The values are views of the arena, whose bytes the next step overwrites,

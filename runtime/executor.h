@@ -77,6 +77,13 @@ class Executor : public StepRunner {
   // on the CPU, each the caller's alone: a result's buffer is reused for
   // the same output of a later step only once the caller has let go of it.
   StatusOr<std::map<std::string, Tensor>> Run(const std::map<std::string, Tensor>& feeds) override;
+  // The same step without copying the outputs out: OutputView(name) reads
+  // one in the executor's memory, valid until the next step overwrites it
+  // (an output that is a state tensor shows it after the step's updates).
+  // For callers that use a result before the next step (loom bench kernels
+  // times the kernels, not copies of their results).
+  Status RunInPlace(const std::map<std::string, Tensor>& feeds);
+  StatusOr<Tensor> OutputView(const std::string& name) const;
 
   const Graph& graph() const override { return graph_; }
   const MemoryPlan& memory_plan() const { return plan_; }
@@ -100,6 +107,8 @@ class Executor : public StepRunner {
   void PlanGroups();
   KernelContext ContextFor(size_t i);
   StatusOr<Tensor> ResultOf(const std::string& name, const Tensor& value);
+  Status Step(const std::map<std::string, Tensor>& feeds);  // feeds the inputs and runs the kernels
+  Status FinishStep();                                        // the state updates; the step counter
 
   Graph graph_;
   ExecutorOptions options_;
@@ -118,6 +127,7 @@ class Executor : public StepRunner {
   std::vector<NodeProfile> profile_;      // by node index, when profiling
   std::map<std::string, Tensor> results_;  // by output name: the last step's result (ResultOf)
   int64_t step_ = 0;
+  bool stepped_ = false;  // a step ran: the outputs hold its values
 };
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include "graph/builder.h"
 #include "graph/model.h"
@@ -92,6 +93,22 @@ TEST_CASE("a result stays the caller's: a later step reuses its buffer only once
   CHECK(fifth.raw_data() != feeds.at("x").raw_data());
   CHECK(feeds.at("x").data<float>()[999] == -4.0f);
   CHECK(fifth.data<float>()[999] == 4.0f);
+}
+
+TEST_CASE("RunInPlace leaves the outputs in the executor's memory, the values Run returns") {
+  Graph g = Chain(3, 1000);
+  auto exec = Executor::Create(g);
+  REQUIRE(exec.ok());
+  CHECK((*exec)->OutputView("y").status().code() == StatusCode::kFailedPrecondition);
+  const std::map<std::string, Tensor> feeds = {{"x", Tensor::FromVector<float>({1000}, std::vector<float>(1000, 2))}};
+  REQUIRE((*exec)->RunInPlace(feeds).ok());
+  CHECK((*exec)->step() == 1);
+  const Tensor view = (*exec)->OutputView("y").value();
+  CHECK(view.data<float>()[999] == -2.0f);
+  const Tensor copy = (*exec)->Run(feeds).value().at("y");
+  CHECK(copy.raw_data() != view.raw_data());
+  CHECK(std::memcmp(copy.raw_data(), view.raw_data(), copy.nbytes()) == 0);
+  CHECK((*exec)->OutputView("z").status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("bad feeds are rejected with the input's name and shapes") {
