@@ -841,15 +841,47 @@ void SumTapsBlock(const ConvGeom& g, const PhasePlan& l, const T* phases, const 
   for (int64_t p = 0; p < kCount; ++p) V::Store(wide + (i0 + p) * kLanes, acc[p]);
 }
 
+// The same where a kernel row's kCols live taps read consecutive positions
+// (unit stride and dilation along the rows): position j of the row's
+// window feeds the sums of positions j - c through tap c, so it is loaded
+// once for all of them (kCount + kCols - 1 loads a kernel row instead of
+// kCount * kCols). Each sum still takes its taps in order: the same bits.
+template <int64_t kCount, int64_t kCols, typename T>
+void SumTapsBlockSliding(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias,
+                         int64_t ki0, int64_t ki1, int64_t i0, T* wide) {
+  using V = LaneVector<T>;
+  typename V::Type acc[kCount];
+  for (int64_t p = 0; p < kCount; ++p) acc[p] = V::Load(bias);
+  for (int64_t ki = ki0; ki < ki1; ++ki) {
+    const int64_t r0 = ki * g.kw + l.columns.first;
+    const T* in = phases + (l.taps[r0] + i0) * kLanes;
+    typename V::Type w[kCols];
+    for (int64_t c = 0; c < kCols; ++c) w[c] = V::Load(weights + (r0 + c) * kLanes);
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < kCount + kCols - 1; ++j) {
+      const typename V::Type x = V::Load(in + j * kLanes);
+#pragma GCC unroll 8
+      for (int64_t c = 0; c < kCols; ++c)
+        if (j - c >= 0 && j - c < kCount) acc[j - c] += w[c] * x;
+    }
+  }
+  for (int64_t p = 0; p < kCount; ++p) V::Store(wide + (i0 + p) * kLanes, acc[p]);
+}
+
 // The wide plane's OW real columns of each row, from the taps that read
 // image rows and columns (the others would add products with padding
 // zeros; the scratch columns past OW are never read).
 template <typename T>
 void SumTaps(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
+  const bool consecutive = g.sw == 1 && g.dw == 1;  // a kernel row's taps read consecutive positions
+  const int64_t cols = l.columns.second - l.columns.first;
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t ki0 = l.row_taps[oy].first, ki1 = l.row_taps[oy].second;  // (a lambda cannot capture a binding)
     ForEachBlock(oy * l.wq, oy * l.wq + g.ow, [&](auto count, int64_t i) {
-      SumTapsBlock<decltype(count)::value>(g, l, phases, weights, bias, ki0, ki1, i, wide);
+      constexpr int64_t kCount = decltype(count)::value;
+      if (consecutive && cols == 3) return SumTapsBlockSliding<kCount, 3>(g, l, phases, weights, bias, ki0, ki1, i, wide);
+      if (consecutive && cols == 5) return SumTapsBlockSliding<kCount, 5>(g, l, phases, weights, bias, ki0, ki1, i, wide);
+      SumTapsBlock<kCount>(g, l, phases, weights, bias, ki0, ki1, i, wide);
     });
   }
 }
