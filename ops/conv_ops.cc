@@ -436,6 +436,10 @@ struct PhasePlan {
   // [first, last): on planes narrower than the kernel's reach (a 5x5 on 2x2
   // planes reads 3 of its 5 columns) the others only ever read padding.
   std::pair<int64_t, int64_t> columns;
+  // With unit stride and dilation along the rows, a kernel row's live taps
+  // read consecutive positions: their number (SumTaps and GatherTaps then
+  // load each position once for all of them); 0 otherwise.
+  int64_t consecutive = 0;
   // The taps that read an image pixel for some output (the weight
   // gradient's products; the others stay zero).
   std::vector<int64_t> live;
@@ -482,6 +486,7 @@ PhasePlan PlanPhases(const ConvGeom& g) {
   l.columns = {0, g.kw};
   while (l.columns.first < l.columns.second && !column_inside(l.columns.first)) ++l.columns.first;
   while (l.columns.second > l.columns.first && !column_inside(l.columns.second - 1)) --l.columns.second;
+  if (g.sw == 1 && g.dw == 1) l.consecutive = l.columns.second - l.columns.first;
   auto live_column = [&](size_t r) {
     const int64_t kj = static_cast<int64_t>(r) % g.kw;
     return kj >= l.columns.first && kj < l.columns.second;
@@ -873,14 +878,12 @@ void SumTapsBlockSliding(const ConvGeom& g, const PhasePlan& l, const T* phases,
 // zeros; the scratch columns past OW are never read).
 template <typename T>
 void SumTaps(const ConvGeom& g, const PhasePlan& l, const T* phases, const T* weights, const T* bias, T* wide) {
-  const bool consecutive = g.sw == 1 && g.dw == 1;  // a kernel row's taps read consecutive positions
-  const int64_t cols = l.columns.second - l.columns.first;
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t ki0 = l.row_taps[oy].first, ki1 = l.row_taps[oy].second;  // (a lambda cannot capture a binding)
     ForEachBlock(oy * l.wq, oy * l.wq + g.ow, [&](auto count, int64_t i) {
       constexpr int64_t kCount = decltype(count)::value;
-      if (consecutive && cols == 3) return SumTapsBlockSliding<kCount, 3>(g, l, phases, weights, bias, ki0, ki1, i, wide);
-      if (consecutive && cols == 5) return SumTapsBlockSliding<kCount, 5>(g, l, phases, weights, bias, ki0, ki1, i, wide);
+      if (l.consecutive == 3) return SumTapsBlockSliding<kCount, 3>(g, l, phases, weights, bias, ki0, ki1, i, wide);
+      if (l.consecutive == 5) return SumTapsBlockSliding<kCount, 5>(g, l, phases, weights, bias, ki0, ki1, i, wide);
       SumTapsBlock<kCount>(g, l, phases, weights, bias, ki0, ki1, i, wide);
     });
   }
@@ -905,17 +908,50 @@ void GatherTapsBlock(const PhasePlan::PhaseTaps& p, int64_t t0, int64_t t1, cons
   for (int64_t j = 0; j < kCount; ++j) V::Store(out + (q0 + j) * kLanes, acc[j]);
 }
 
+// The same where the taps [t0, t1) are whole kernel rows of kCols taps
+// each, reading consecutive positions (PhasePlan::consecutive): a row's
+// window of kCount + kCols - 1 positions is loaded once, as in
+// SumTapsBlockSliding, each sum still taking its taps in list order (the
+// same bits).
+template <int64_t kCount, int64_t kCols, typename T>
+void GatherTapsBlockSliding(const PhasePlan::PhaseTaps& p, int64_t t0, int64_t t1, const T* wide, const T* weights,
+                            bool accumulate, int64_t q0, T* out) {
+  using V = LaneVector<T>;
+  typename V::Type acc[kCount];
+  for (int64_t j = 0; j < kCount; ++j) acc[j] = accumulate ? V::Load(out + (q0 + j) * kLanes) : typename V::Type{};
+  for (int64_t t = t0; t < t1; t += kCols) {
+    // Tap c of the row reads position j - c of the window for sum j: its
+    // weight is row r0's + c, its shift shift0 + c.
+    const auto [r0, shift0] = p.taps[t];
+    const T* in = wide + (q0 - shift0) * kLanes;
+    typename V::Type w[kCols];
+    for (int64_t c = 0; c < kCols; ++c) w[c] = V::Load(weights + (r0 + c) * kLanes);
+#pragma GCC unroll 16
+    for (int64_t m = kCount - 1; m > -kCols; --m) {  // descending: each sum gets its taps in list order
+      const typename V::Type x = V::Load(in + m * kLanes);
+#pragma GCC unroll 8
+      for (int64_t c = 0; c < kCols; ++c)
+        if (m + c >= 0 && m + c < kCount) acc[m + c] += w[c] * x;
+    }
+  }
+  for (int64_t j = 0; j < kCount; ++j) V::Store(out + (q0 + j) * kLanes, acc[j]);
+}
+
 // The image pixels of the phases (their runs, not the padding between
 // them, which FromPhases never reads), each from the taps that reach an
-// output row.
+// output row. A run's taps are whole kernel rows (its row reaches an output
+// row through all of a kernel row's taps or none).
 template <typename T>
 void GatherTaps(const PhasePlan& l, const T* wide, const T* weights, bool accumulate, T* phases) {
   for (const PhasePlan::Run& run : l.runs) {
     const PhasePlan::PhaseTaps& p = l.by_phase[static_cast<size_t>(run.phase / l.plane)];
     T* out = phases + (run.phase / l.plane) * l.plane * kLanes;
-    const int64_t q = run.phase % l.plane;
+    const int64_t q = run.phase % l.plane, t0 = run.tap_lo, t1 = run.tap_hi;
     ForEachBlock(q, q + run.count, [&](auto count, int64_t q0) {
-      GatherTapsBlock<decltype(count)::value>(p, run.tap_lo, run.tap_hi, wide, weights, accumulate, q0, out);
+      constexpr int64_t kCount = decltype(count)::value;
+      if (l.consecutive == 3) return GatherTapsBlockSliding<kCount, 3>(p, t0, t1, wide, weights, accumulate, q0, out);
+      if (l.consecutive == 5) return GatherTapsBlockSliding<kCount, 5>(p, t0, t1, wide, weights, accumulate, q0, out);
+      GatherTapsBlock<kCount>(p, t0, t1, wide, weights, accumulate, q0, out);
     });
   }
 }
