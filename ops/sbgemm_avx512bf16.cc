@@ -23,6 +23,7 @@
 #include <new>
 
 #include "ops/sgemm_kernels.h"
+#include "ops/transpose8.h"
 
 namespace loom::sgemm {
 namespace avx512bf16 {
@@ -76,30 +77,12 @@ inline void InterleaveRows16(const uint16_t* r0, const uint16_t* r1, Word* out) 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-// Eight 8-word rows transposed in place (words as floats: shuffles move bits).
-inline void Transpose8x8(__m256* r) {
-  __m256 t[8], s[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-  }
-}
-
 // Packs the pairs of `lines` lines of an operand whose k runs along each
 // line (line x's k step p at src[x * ld + p]), k steps [0, kc), into
 // dst[q * width + x] for pairs q and lines x < width; lines past `lines`
 // and the high half of an odd kc's last pair are zero. Whole groups of 8
-// lines and 8 pairs go as 8 x 8 transposes of words.
+// lines and 8 pairs go as 8 x 8 transposes of words (ops/transpose8.h: its
+// shuffles move bits, so words pass through them as floats).
 void PackAlongLines(const uint16_t* src, int64_t ld, int64_t lines, int64_t kc, int width, Word* dst) {
   const int64_t pairs = (kc + 1) / 2, whole = kc / 2;
   int64_t q0 = 0;
@@ -107,21 +90,21 @@ void PackAlongLines(const uint16_t* src, int64_t ld, int64_t lines, int64_t kc, 
     for (; q0 + 8 <= whole; q0 += 8)
       for (int x0 = 0; x0 < width; x0 += 8) {
         const int rows = width - x0 < 8 ? width - x0 : 8;  // 6 for A's panels
-        __m256 r[8];
-        for (int v = 0; v < 8; ++v)
-          r[v] = v < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + (x0 + v) * ld + 2 * q0))
-                          : _mm256_setzero_ps();
-        Transpose8x8(r);
-        for (int q = 0; q < 8; ++q) {
-          Word* d = dst + (q0 + q) * width + x0;
-          if (rows == 8) {
-            _mm256_storeu_ps(reinterpret_cast<float*>(d), r[q]);
-          } else {
-            alignas(32) Word w[8];
-            _mm256_store_ps(reinterpret_cast<float*>(w), r[q]);
-            std::memcpy(d, w, static_cast<size_t>(rows) * sizeof(Word));
-          }
-        }
+        Transpose8(
+            [&](int v) {
+              return v < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(src + (x0 + v) * ld + 2 * q0))
+                              : _mm256_setzero_ps();
+            },
+            [&](int q, __m256 c) {
+              Word* d = dst + (q0 + q) * width + x0;
+              if (rows == 8) {
+                _mm256_storeu_ps(reinterpret_cast<float*>(d), c);
+              } else {
+                alignas(32) Word w[8];
+                _mm256_store_ps(reinterpret_cast<float*>(w), c);
+                std::memcpy(d, w, static_cast<size_t>(rows) * sizeof(Word));
+              }
+            });
       }
   for (int64_t q = q0; q < pairs; ++q)
     for (int x = 0; x < width; ++x) {
