@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "ops/activation_attrs.h"
+#include "ops/activation_formulas.h"
 #include "ops/activation_params.h"
 #include "ops/cpu_util.h"
 #include "ops/op.h"
@@ -51,8 +52,8 @@ enum class GeluForm { kErf, kTanh };
 // and GELU take cpu_util.h's vector-lane functions in f32.
 template <Unary K, GeluForm F, typename T>
 T Forward(T x, T negative_slope) {
-  if constexpr (K == Unary::kRelu) return x < T(0) ? T(0) : x;
-  if constexpr (K == Unary::kRelu6) return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+  if constexpr (K == Unary::kRelu) return activation::Relu(x);
+  if constexpr (K == Unary::kRelu6) return activation::Relu6(x);
   if constexpr (K == Unary::kLeakyRelu) return x < T(0) ? negative_slope * x : x;
   if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
     T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kGeluCubic) * x * x * x);
@@ -65,7 +66,7 @@ T Forward(T x, T negative_slope) {
   }
   if constexpr (K == Unary::kSigmoid) return Sigmoid(x);
   if constexpr (K == Unary::kTanh) return Tanh(x);
-  if constexpr (K == Unary::kHardswish) return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+  if constexpr (K == Unary::kHardswish) return activation::Hardswish(x);
   if constexpr (K == Unary::kHardsigmoid) return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
   if constexpr (K == Unary::kSilu) return x * Sigmoid(x);
   if constexpr (K == Unary::kExp) return Exp(x);
@@ -78,8 +79,8 @@ T Forward(T x, T negative_slope) {
 // dx given dy and the saved tensor s (x or y, per the table).
 template <Unary K, GeluForm F, typename T>
 T Backward(T dy, T s, T negative_slope) {
-  if constexpr (K == Unary::kRelu) return s > T(0) ? dy : T(0);  // s = y
-  if constexpr (K == Unary::kRelu6) return (s > T(0) && s < T(6)) ? dy : T(0);
+  if constexpr (K == Unary::kRelu) return activation::ReluGrad(dy, s);  // s = y
+  if constexpr (K == Unary::kRelu6) return activation::Relu6Grad(dy, s);
   if constexpr (K == Unary::kLeakyRelu) return s > T(0) ? dy : negative_slope * dy;
   if constexpr (K == Unary::kGelu && F == GeluForm::kTanh) {
     T x2 = s * s;
@@ -100,7 +101,7 @@ T Backward(T dy, T s, T negative_slope) {
   }
   if constexpr (K == Unary::kSigmoid) return dy * s * (T(1) - s);  // s = y
   if constexpr (K == Unary::kTanh) return dy * (T(1) - s * s);      // s = y
-  if constexpr (K == Unary::kHardswish) return s < T(-3) ? T(0) : (s <= T(3) ? dy * (s / T(3) + T(0.5)) : dy);
+  if constexpr (K == Unary::kHardswish) return activation::HardswishGrad(dy, s);
   if constexpr (K == Unary::kHardsigmoid) return (s > T(-3) && s < T(3)) ? dy / T(6) : T(0);
   if constexpr (K == Unary::kSilu) {
     T sig = Sigmoid(s);

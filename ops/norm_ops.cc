@@ -12,10 +12,14 @@
 // statistics are what the normalization used (batch or running), so the
 // backward op reads them the same way in both modes. Only y is
 // differentiable; outputs 1..4 are treated as constants by autodiff. Attr
-// activation "relu" or "relu6" (default "none") applies that activation to
-// y in the same pass: the CPU executor folds a ReLU or ReLU6 that alone
-// reads y into it (runtime/fold_activations.h), which saves its pass over
-// the activations.
+// activation "relu", "relu6" or "hardswish" (default "none") applies that
+// activation to y in the same pass: the executors fold such an activation
+// that alone reads y into it (runtime/fold_activations.h), which saves its
+// pass over the activations. y = x * scale + shift per channel, with scale and shift made
+// from the saved statistics (BatchNormAffine), so that BatchNormBackward
+// with the same activation rebuilds each pre-activation value, and so the
+// activation's gradient, from x and beta, bit for bit, instead of reading
+// y.
 //
 // LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
 // attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
@@ -33,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/activation_formulas.h"
 #include "ops/cpu_util.h"
 #include "ops/fusion_builder.h"
 #include "ops/norm_geometry.h"
@@ -285,37 +290,44 @@ DimSplit ChannelsOf(const std::vector<TensorType>& in, const std::vector<TensorT
 }
 
 // Attr activation of the BatchNorm ops: an activation done in their own
-// passes (the CPU executor folds a following ReLU or ReLU6 into them).
-enum class Epilogue { kNone, kRelu, kRelu6 };
+// passes (the executors fold a following ReLU, ReLU6 or Hardswish into
+// them).
+enum class Epilogue { kNone, kRelu, kRelu6, kHardswish };
 
 Epilogue EpilogueOf(const AttrMap& attrs) {
   const std::string a = attrs.Str("activation", "none");
-  return a == "relu" ? Epilogue::kRelu : a == "relu6" ? Epilogue::kRelu6 : Epilogue::kNone;
+  if (a == "relu") return Epilogue::kRelu;
+  if (a == "relu6") return Epilogue::kRelu6;
+  if (a == "hardswish") return Epilogue::kHardswish;
+  return Epilogue::kNone;
 }
 bool HasEpilogue(const AttrMap& attrs) { return EpilogueOf(attrs) != Epilogue::kNone; }
 
 Status ExpectActivation(const std::string& op, const AttrMap& attrs) {
   const std::string activation = attrs.Str("activation");
-  if (activation != "none" && activation != "relu" && activation != "relu6")
-    return InvalidArgument(op, ": attribute activation must be \"none\", \"relu\" or \"relu6\", got \"", activation,
-                           "\"");
+  if (activation != "none" && EpilogueOf(attrs) == Epilogue::kNone)
+    return InvalidArgument(op, ": attribute activation must be \"none\", \"relu\", \"relu6\" or \"hardswish\", got \"",
+                           activation, "\"");
   return Status::Ok();
 }
 
-// With the activation's mask, input `y` (the activation's output) is shaped like dy.
-Status ExpectMaskInput(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in, size_t y,
+// With an activation, input `beta` (the BatchNorm's, which the mask is
+// rebuilt with) is shaped like gamma (input 2).
+Status ExpectMaskInput(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in, size_t beta,
                        const std::string& signature) {
   LOOM_RETURN_IF_ERROR(ExpectActivation(op, attrs));
-  if (!HasEpilogue(attrs)) return ExpectInputs(in, static_cast<int>(y), op + " (" + signature + ")");
+  if (!HasEpilogue(attrs)) return ExpectInputs(in, static_cast<int>(beta), op + " (" + signature + ")");
   LOOM_RETURN_IF_ERROR(
-      ExpectInputs(in, static_cast<int>(y) + 1, op + " with the activation's mask (" + signature + ", y)"));
-  return ExpectSameType(in[0], in[y], op + ": dy and y differ");
+      ExpectInputs(in, static_cast<int>(beta) + 1, op + " with the activation's mask (" + signature + ", beta)"));
+  return ExpectSameType(in[2], in[beta], op + ": gamma and beta differ");
 }
 
-const char* const kActivationDoc = "\"relu\" or \"relu6\": that activation applied to y in the same pass";
+const char* const kActivationDoc =
+    "\"relu\", \"relu6\" or \"hardswish\": that activation applied to y in the same pass";
 const char* const kMaskDoc =
-    "\"relu\" or \"relu6\": the last input is that activation's output y, and dy is masked by where its "
-    "gradient is 1 (y > 0; 0 < y < 6) first";
+    "\"relu\", \"relu6\" or \"hardswish\": dy is the activation's output gradient, taken first through the "
+    "activation's backward at the pre-activation value z, rebuilt from x and the last input, beta, as the forward "
+    "pass made it";
 
 class BatchNormOp : public OpDef {
  public:
@@ -401,12 +413,18 @@ class BatchNormOp : public OpDef {
     ValueId dy = g.output_grad(0);
     if (dy == kNoValue) return Status::Ok();  // only the (non-differentiable) statistics are used
     // The activation's gradient from its output: ReLU6's mask from y is its
-    // mask from the input (0 < x < 6 exactly where 0 < y < 6).
-    if (EpilogueOf(g.attrs()) == Epilogue::kRelu) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
-    if (EpilogueOf(g.attrs()) == Epilogue::kRelu6) dy = g.Emit1("ReLU6Backward", {dy, g.output(0)});
-    std::vector<ValueId> grads =
-        g.Emit("BatchNormBackward", {dy, g.input(0), g.input(1), g.output(3), g.output(4)},
-               AttrMap{{"training", g.attrs().Bool("training")}});
+    // mask from the input (0 < x < 6 exactly where 0 < y < 6). Hardswish's
+    // needs its input, which only the backward op can rebuild.
+    const Epilogue epilogue = EpilogueOf(g.attrs());
+    if (epilogue == Epilogue::kRelu) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
+    if (epilogue == Epilogue::kRelu6) dy = g.Emit1("ReLU6Backward", {dy, g.output(0)});
+    std::vector<ValueId> inputs{dy, g.input(0), g.input(1), g.output(3), g.output(4)};
+    AttrMap attrs{{"training", g.attrs().Bool("training")}};
+    if (epilogue == Epilogue::kHardswish) {
+      inputs.push_back(g.input(2));
+      attrs.Set("activation", "hardswish");
+    }
+    std::vector<ValueId> grads = g.Emit("BatchNormBackward", inputs, attrs);
     for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);
     return Status::Ok();
   }
@@ -440,6 +458,24 @@ class BatchNormOp : public OpDef {
   }
 };
 LOOM_REGISTER_OP(BatchNormOp);
+
+// y = x * scale + shift's coefficients of one channel, from its saved
+// statistics as stored (rounded to T), not the double values they were
+// rounded from: the backward ops rebuild y's pre-activation values from
+// the same four numbers by the same arithmetic (RebuiltMaskDy).
+template <typename T>
+void BatchNormAffine(T gamma, T beta, T saved_mean, T saved_invstd, T* scale, T* shift) {
+  const double g = gamma, is = saved_invstd;
+  *scale = static_cast<T>(g * is);
+  *shift = static_cast<T>(static_cast<double>(beta) - static_cast<double>(saved_mean) * g * is);
+}
+
+// The pre-activation value of one element: what BatchNorm's pass computes
+// from x (and, with an epilogue, applies the activation to).
+template <typename T>
+inline T Normalized(T x, T scale, T shift) {
+  return x * scale + shift;
+}
 
 // The rest of BatchNorm once the batch's sums are known, for the range's
 // channels: outputs 1..4 and y from inputs 0..4 (x, gamma, beta,
@@ -481,8 +517,7 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, ChannelRa
     }
     save_mean[c] = static_cast<T>(mean);
     save_invstd[c] = static_cast<T>(invstd);
-    scale[c - r.c0] = static_cast<T>(gamma[c] * invstd);
-    shift[c - r.c0] = static_cast<T>(beta[c] - mean * gamma[c] * invstd);
+    BatchNormAffine(gamma[c], beta[c], save_mean[c], save_invstd[c], &scale[c - r.c0], &shift[c - r.c0]);
   }
   // With an epilogue, each value as the activation's kernel would make it
   // from the plain one (the same bits as the two ops apart).
@@ -490,19 +525,17 @@ void FinishBatchNorm(const KernelContext& ctx, const ChannelLayout& l, ChannelRa
   ChannelPass<T, 2>(l, ctx.pool, r, {scale.data(), shift.data()}, [&](int64_t o, int64_t len, const auto& at) {
     switch (epilogue) {
       case Epilogue::kNone:
-        for (int64_t j = 0; j < len; ++j) y[o + j] = px[o + j] * at(0, j) + at(1, j);
+        for (int64_t j = 0; j < len; ++j) y[o + j] = Normalized(px[o + j], at(0, j), at(1, j));
         break;
       case Epilogue::kRelu:
-        for (int64_t j = 0; j < len; ++j) {
-          const T v = px[o + j] * at(0, j) + at(1, j);
-          y[o + j] = v < T(0) ? T(0) : v;
-        }
+        for (int64_t j = 0; j < len; ++j) y[o + j] = activation::Relu(Normalized(px[o + j], at(0, j), at(1, j)));
         break;
       case Epilogue::kRelu6:
-        for (int64_t j = 0; j < len; ++j) {
-          const T v = px[o + j] * at(0, j) + at(1, j);
-          y[o + j] = v < T(0) ? T(0) : (v > T(6) ? T(6) : v);
-        }
+        for (int64_t j = 0; j < len; ++j) y[o + j] = activation::Relu6(Normalized(px[o + j], at(0, j), at(1, j)));
+        break;
+      case Epilogue::kHardswish:
+        for (int64_t j = 0; j < len; ++j)
+          y[o + j] = activation::Hardswish(Normalized(px[o + j], at(0, j), at(1, j)));
         break;
     }
   });
@@ -538,9 +571,11 @@ LOOM_REGISTER_KERNEL("BatchNorm", DeviceType::kCpu, [](KernelContext& ctx) {
   });
 });
 
-// BatchNormBackward: (dy, x, gamma, saved_mean, saved_invstd) -> (dx, dgamma,
-// dbeta); attr training says whether the statistics were the batch's (then
-// they depend on x) or the running ones (then they are constants).
+// BatchNormBackward: (dy, x, gamma, saved_mean, saved_invstd[, beta]) ->
+// (dx, dgamma, dbeta); attr training says whether the statistics were the
+// batch's (then they depend on x) or the running ones (then they are
+// constants). With attr activation (the forward's, folded), dy is the
+// activation's output gradient, and beta rebuilds its mask.
 class BatchNormBackwardOp : public OpDef {
  public:
   BatchNormBackwardOp() {
@@ -557,7 +592,6 @@ class BatchNormBackwardOp : public OpDef {
     rules.parameter = ChannelsOf(in, out);
     rules.sample = SplitAlong(-1, in.size(), out.size());
     rules.sample->inputs[0].axis = rules.sample->inputs[1].axis = rules.sample->outputs[0].axis = 0;
-    if (in.size() > 5) rules.sample->inputs[5].axis = 0;  // y, shaped like dy
     rules.sample->partial_sums = true;
     rules.sample->expands = attrs.Bool("training");
     return rules;
@@ -568,7 +602,7 @@ class BatchNormBackwardOp : public OpDef {
   Status Expand(ExpandBuilder& b) const override {
     const int64_t count = ChannelLayoutOf(b.type(b.input(1)).shape).per_channel();
     const std::string activation = b.attrs().Str("activation", "none");
-    std::vector<ValueId> stats_in{b.input(0), b.input(1), b.input(3)};
+    std::vector<ValueId> stats_in{b.input(0), b.input(1), b.input(2), b.input(3), b.input(4)};
     if (HasEpilogue(b.attrs())) stats_in.push_back(b.input(5));
     const ValueId sums = b.Emit("BatchNormBackwardStats", stats_in, AttrMap{{"activation", activation}}, "stats").at(0);
     std::vector<ValueId> apply_in{b.input(0), b.input(1), b.input(2), b.input(3), b.input(4), sums};
@@ -596,32 +630,36 @@ class BatchNormBackwardOp : public OpDef {
     // correction (4) in training, one multiply in eval.
     c.flops = a.Bool("training") ? 11 * n : 6 * n;
     c.bytes_read += Bytes(in[0]) + Bytes(in[1]);  // dy and x are read by two passes
-    if (in.size() > 5) c.bytes_read += Bytes(in[5]), c.flops += n;  // y too, for the mask
+    if (in.size() > 5) c.flops += 4 * n;  // z for the mask, in both passes
     return c;
   }
 };
 LOOM_REGISTER_OP(BatchNormBackwardOp);
 
-// dy as the backward kernels read it: as given (PlainDy), or masked by an
-// activation's output y (MaskedDy).
+// dy as the backward kernels read it, dy(i, scale, shift) for element i of
+// a channel whose forward pass had coefficients scale and shift: as given
+// (PlainDy), or masked by the folded activation's gradient (RebuiltMaskDy).
 template <typename T>
 struct PlainDy {
   const T* dy;
-  T operator()(int64_t i) const { return dy[i]; }
+  T operator()(int64_t i, T, T) const { return dy[i]; }
 };
-// dy where the activation's gradient is 1, else +0: ReLU's y > 0, ReLU6's
-// 0 < y < 6, as ReLUBackward and ReLU6Backward select (the same bits). An
-// AND of dy's bits with the compare's mask: a select compiles to a branch
-// per element inside LaneSum (5x slower on the CNN); the AND vectorises.
+// dy where the activation's gradient is 1, else +0: ReLU's z > 0, ReLU6's
+// 0 < z < 6 at the pre-activation value z, rebuilt from x as the forward
+// pass computed it (the same bits), which is where ReLUBackward's y > 0
+// and ReLU6Backward's 0 < y < 6 select. An AND of dy's bits with the
+// compare's mask: a select compiles to a branch per element inside LaneSum
+// (5x slower on the CNN); the AND vectorises. Rebuilding z reads x, which
+// the backward reads anyway, instead of y: a tensor fewer in both passes.
 template <typename T, Epilogue kEpilogue>
-struct MaskedDy {
+struct RebuiltMaskDy {
   const T* dy;
-  const T* y;
-  T operator()(int64_t i) const {
+  const T* x;
+  T operator()(int64_t i, T scale, T shift) const {
     using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
     static_assert(sizeof(T) == sizeof(Bits), "f32 or f64");
-    const T v = y[i];
-    const bool pass = kEpilogue == Epilogue::kRelu6 ? (v > T(0)) & (v < T(6)) : v > T(0);
+    const T z = Normalized(x[i], scale, shift);
+    const bool pass = kEpilogue == Epilogue::kRelu6 ? (z > T(0)) & (z < T(6)) : z > T(0);
     Bits bits;
     std::memcpy(&bits, dy + i, sizeof(T));
     bits &= Bits{0} - static_cast<Bits>(pass);
@@ -631,15 +669,59 @@ struct MaskedDy {
   }
 };
 
-// Calls run(dy) with dy input `dy_input` as PlainDy or masked by input
-// `y_input` (MaskedDy), as attr activation says.
+// The forward pass's scale and shift for every channel, from the backward
+// op's gamma, saved_mean and saved_invstd (inputs 2..4) and input `beta`
+// with an activation; zeros (which PlainDy ignores) without one.
+template <typename T>
+struct ForwardAffine {
+  std::vector<T> scale, shift;
+  ForwardAffine(const KernelContext& ctx, int beta_input, int64_t channels)
+      : scale(static_cast<size_t>(channels)), shift(static_cast<size_t>(channels)) {
+    if (!HasEpilogue(*ctx.attrs)) return;
+    const T* gamma = ctx.in(2).data<T>();
+    const T* mean = ctx.in(3).data<T>();
+    const T* invstd = ctx.in(4).data<T>();
+    const T* beta = ctx.in(beta_input).data<T>();
+    for (int64_t c = 0; c < channels; ++c) BatchNormAffine(gamma[c], beta[c], mean[c], invstd[c], &scale[c], &shift[c]);
+  }
+};
+
+// dy through Hardswish's backward at z, rebuilt from x as in RebuiltMaskDy:
+// activation::HardswishGrad's bits (+0 below -3, dy * slope up to 3, else
+// dy, NaN z included), its pieces picked with ANDs, as RebuiltMaskDy's
+// mask: its selects compiled to branches (the MobileNetV3 step's
+// BatchNormBackward 2-3x slower).
+template <typename T>
+struct RebuiltHardswishDy {
+  const T* dy;
+  const T* x;
+  T operator()(int64_t i, T scale, T shift) const {
+    using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+    const T z = Normalized(x[i], scale, shift);
+    const T sloped = dy[i] * activation::HardswishSlope(z);
+    const bool above_low = !(z < T(-3)), up_to_high = z <= T(3);
+    Bits middle, whole;
+    std::memcpy(&middle, &sloped, sizeof(T));
+    std::memcpy(&whole, dy + i, sizeof(T));
+    const Bits bits = (middle & (Bits{0} - static_cast<Bits>(above_low & up_to_high))) |
+                      (whole & (Bits{0} - static_cast<Bits>(above_low & !up_to_high)));
+    T out;
+    std::memcpy(&out, &bits, sizeof(T));
+    return out;
+  }
+};
+
+// Calls run(dy) with dy input 0 as PlainDy, RebuiltMaskDy or
+// RebuiltHardswishDy (x input 1), as attr activation says.
 template <typename T, typename Run>
-void WithDy(const KernelContext& ctx, int dy_input, int y_input, Run&& run) {
-  const T* dy = ctx.in(dy_input).data<T>();
+void WithDy(const KernelContext& ctx, Run&& run) {
+  const T* dy = ctx.in(0).data<T>();
+  const T* x = ctx.in(1).data<T>();
   switch (EpilogueOf(*ctx.attrs)) {
     case Epilogue::kNone: return run(PlainDy<T>{dy});
-    case Epilogue::kRelu: return run(MaskedDy<T, Epilogue::kRelu>{dy, ctx.in(y_input).data<T>()});
-    case Epilogue::kRelu6: return run(MaskedDy<T, Epilogue::kRelu6>{dy, ctx.in(y_input).data<T>()});
+    case Epilogue::kRelu: return run(RebuiltMaskDy<T, Epilogue::kRelu>{dy, x});
+    case Epilogue::kRelu6: return run(RebuiltMaskDy<T, Epilogue::kRelu6>{dy, x});
+    case Epilogue::kHardswish: return run(RebuiltHardswishDy<T>{dy, x});
   }
 }
 
@@ -649,7 +731,8 @@ void WithDy(const KernelContext& ctx, int dy_input, int y_input, Run&& run) {
 // - mean)} over the m values of channel c.
 template <typename T, typename Dy>
 void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, ChannelRange r, bool training,
-                             const Dy& dy, const std::vector<std::array<double, 2>>& sums, double m) {
+                             const Dy& dy, const ForwardAffine<T>& affine,
+                             const std::vector<std::array<double, 2>>& sums, double m) {
   const T* x = ctx.in(1).data<T>();       // [N, C, S]
   const T* gamma = ctx.in(2).data<T>();   // [C]
   const T* mean = ctx.in(3).data<T>();    // [C]
@@ -669,14 +752,18 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, C
     a[c - r.c0] = static_cast<T>(sum_dy / m);
     b[c - r.c0] = static_cast<T>(sum_dy_xhat / m);
   }
-  // at(i, j): element o + j's k, a, b, mean and invstd (i = 0 .. 4).
-  ChannelPass<T, 5>(l, ctx.pool, r, {k.data(), a.data(), b.data(), mean + r.c0, invstd + r.c0},
+  // at(i, j): element o + j's k, a, b, mean, invstd, and forward scale and
+  // shift (i = 0 .. 6).
+  ChannelPass<T, 7>(l, ctx.pool, r,
+                    {k.data(), a.data(), b.data(), mean + r.c0, invstd + r.c0, affine.scale.data() + r.c0,
+                     affine.shift.data() + r.c0},
                     [&](int64_t o, int64_t len, const auto& at) {
                       if (training) {
                         for (int64_t j = 0; j < len; ++j)
-                          dx[o + j] = at(0, j) * (dy(o + j) - at(1, j) - (x[o + j] - at(3, j)) * at(4, j) * at(2, j));
+                          dx[o + j] = at(0, j) * (dy(o + j, at(5, j), at(6, j)) - at(1, j) -
+                                                  (x[o + j] - at(3, j)) * at(4, j) * at(2, j));
                       } else {
-                        for (int64_t j = 0; j < len; ++j) dx[o + j] = at(0, j) * dy(o + j);
+                        for (int64_t j = 0; j < len; ++j) dx[o + j] = at(0, j) * dy(o + j, at(5, j), at(6, j));
                       }
                     });
 }
@@ -684,19 +771,22 @@ void FinishBatchNormBackward(const KernelContext& ctx, const ChannelLayout& l, C
 // Per channel of the range, {sum of dy, sum of dy * (x - mean)}.
 template <typename T, typename Dy>
 std::vector<std::array<double, 2>> GradientSums(const ChannelLayout& l, ThreadPool* pool, ChannelRange r, const Dy& dy,
-                                                const T* x, const T* mean) {
+                                                const ForwardAffine<T>& affine, const T* x, const T* mean) {
+  const T* scale = affine.scale.data();
+  const T* shift = affine.shift.data();
   return ChannelSums(
-      l, pool, r, [&](int64_t i, int64_t) { return static_cast<double>(dy(i)); },
-      [&](int64_t i, int64_t c) { return dy(i) * (x[i] - static_cast<double>(mean[c])); });
+      l, pool, r, [&](int64_t i, int64_t c) { return static_cast<double>(dy(i, scale[c], shift[c])); },
+      [&](int64_t i, int64_t c) { return dy(i, scale[c], shift[c]) * (x[i] - static_cast<double>(mean[c])); });
 }
 
 template <typename T, typename Dy>
 void BatchNormBackward(KernelContext& ctx, const ChannelLayout& l, const Dy& dy) {
-  // dy, x and (with a mask) y are read by both passes.
-  const int64_t bytes = (ctx.inputs.size() > 5 ? 3 : 2) * static_cast<int64_t>(sizeof(T));
-  ForEachChannelBlock(l, bytes, [&](ChannelRange r) {
-    const auto sums = GradientSums(l, ctx.pool, r, dy, ctx.in(1).data<T>(), ctx.in(3).data<T>());
-    FinishBatchNormBackward<T>(ctx, l, r, ctx.attrs->Bool("training"), dy, sums, static_cast<double>(l.per_channel()));
+  const ForwardAffine<T> affine(ctx, 5, l.c);
+  // dy and x are read by both passes.
+  ForEachChannelBlock(l, 2 * static_cast<int64_t>(sizeof(T)), [&](ChannelRange r) {
+    const auto sums = GradientSums(l, ctx.pool, r, dy, affine, ctx.in(1).data<T>(), ctx.in(3).data<T>());
+    FinishBatchNormBackward<T>(ctx, l, r, ctx.attrs->Bool("training"), dy, affine, sums,
+                               static_cast<double>(l.per_channel()));
   });
 }
 
@@ -704,7 +794,7 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    WithDy<T>(ctx, 0, 5, [&](const auto& dy) { BatchNormBackward<T>(ctx, l, dy); });
+    WithDy<T>(ctx, [&](const auto& dy) { BatchNormBackward<T>(ctx, l, dy); });
   });
 });
 
@@ -721,12 +811,14 @@ LOOM_REGISTER_KERNEL("BatchNormBackward", DeviceType::kCpu, [](KernelContext& ct
 // BatchNormApply: (x, gamma, beta, running_mean, running_var, sums, pivot)
 // attrs momentum, eps, count (values per channel in the whole batch),
 // activation -> BatchNorm's training outputs, with the statistics of `sums`.
-// BatchNormBackwardStats: (dy, x, saved_mean[, y]) -> sums [2, C] f64: sum
-// of dy, of dy * (x - mean). BatchNormBackwardApply: (dy, x, gamma,
-// saved_mean, saved_invstd, sums[, y]) attr count -> (dx, dgamma, dbeta) of
-// a training BatchNorm. With an activation they do BatchNorm's and
-// BatchNormBackward's activation work as those do (y: the activation's
-// output, dy masked by it). The lowering emits these; they have no gradient.
+// BatchNormBackwardStats: BatchNormBackward's inputs (dy, x, gamma,
+// saved_mean, saved_invstd[, beta]) -> sums [2, C] f64: sum of dy, of dy *
+// (x - mean). BatchNormBackwardApply: (dy, x, gamma, saved_mean,
+// saved_invstd, sums[, beta]) attr count -> (dx, dgamma, dbeta) of a
+// training BatchNorm. With an activation they do BatchNorm's and
+// BatchNormBackward's activation work as those do (dy masked by the
+// activation's gradient, rebuilt with beta). The lowering emits these; they
+// have no gradient.
 
 Status ExpectSums(const std::string& op, const TensorType& sums, int64_t channels) {
   if (sums.shape != Shape({2, channels}) || sums.dtype != DType::kF64)
@@ -901,24 +993,21 @@ class BatchNormBackwardStatsOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, true);
-    if (in.size() > 3) rules.sample->inputs[3].axis = 0;  // y
     rules.parameter = ChannelsOf(in, out);
     return rules;
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
-    LOOM_RETURN_IF_ERROR(ExpectMaskInput("BatchNormBackwardStats", attrs, in, 3, "dy, x, saved_mean"));
-    LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], "BatchNormBackwardStats dy"));
-    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], "BatchNormBackwardStats: dy and x differ"));
-    if (in[1].shape.rank() < 2)
-      return InvalidArgument("BatchNormBackwardStats: x must be [N, C, ...], got ", in[1].shape.ToString());
     LOOM_RETURN_IF_ERROR(
-        ExpectSameType(in[2], {Shape{in[1].shape[1]}, in[1].dtype}, "BatchNormBackwardStats saved_mean vs [C]"));
+        ExpectMaskInput("BatchNormBackwardStats", attrs, in, 5, "dy, x, gamma, saved_mean, saved_invstd"));
+    LOOM_RETURN_IF_ERROR(InferOpTypes(*OpRegistry::Global().FindOp("BatchNormBackward"), AttrMap{{"training", true}},
+                                      std::vector<TensorType>(in.begin(), in.begin() + 5))
+                             .status());
     return std::vector<TensorType>{{Shape{2, in[1].shape[1]}, DType::kF64}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 4 * static_cast<double>(in[0].shape.numel());  // sum dy; x - mean, times dy, sum
-    if (in.size() > 3) c.flops += static_cast<double>(in[0].shape.numel());  // the mask
+    if (in.size() > 5) c.flops += 2 * static_cast<double>(in[0].shape.numel());  // z for the mask
     return c;
   }
 };
@@ -928,8 +1017,10 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCpu, [](KernelContex
   const ChannelLayout l = ChannelLayoutOf(ctx.in(1).shape());
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    WithDy<T>(ctx, 0, 3, [&](const auto& dy) {
-      const auto sums = GradientSums(l, ctx.pool, AllChannels(l), dy, ctx.in(1).data<T>(), ctx.in(2).data<T>());
+    const ForwardAffine<T> affine(ctx, 5, l.c);
+    WithDy<T>(ctx, [&](const auto& dy) {
+      const auto sums =
+          GradientSums(l, ctx.pool, AllChannels(l), dy, affine, ctx.in(1).data<T>(), ctx.in(3).data<T>());
       double* out = ctx.out(0).data<double>();  // [2, C]
       for (int64_t c = 0; c < l.c; ++c) out[c] = sums[c][0], out[l.c + c] = sums[c][1];
     });
@@ -948,7 +1039,6 @@ class BatchNormBackwardApplyOp : public OpDef {
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     rules.sample = BatchOf(in.size(), out.size(), {0, 1}, false);
-    if (in.size() > 6) rules.sample->inputs[6].axis = 0;  // y
     rules.parameter = ChannelsOf(in, out);
     return rules;
   }
@@ -965,7 +1055,7 @@ class BatchNormBackwardApplyOp : public OpDef {
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
     c.flops = 6 * static_cast<double>(in[0].shape.numel());  // xhat (2), the correction (4)
-    if (in.size() > 6) c.flops += static_cast<double>(in[0].shape.numel());  // the mask
+    if (in.size() > 6) c.flops += 2 * static_cast<double>(in[0].shape.numel());  // z for the mask
     return c;
   }
 };
@@ -976,8 +1066,9 @@ LOOM_REGISTER_KERNEL("BatchNormBackwardApply", DeviceType::kCpu, [](KernelContex
   return DispatchFloat(ctx.in(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
     const double count = static_cast<double>(ctx.attrs->Int("count"));
-    WithDy<T>(ctx, 0, 6, [&](const auto& dy) {
-      FinishBatchNormBackward<T>(ctx, l, AllChannels(l), true, dy, ReadSums(ctx.in(5)), count);
+    const ForwardAffine<T> affine(ctx, 6, l.c);
+    WithDy<T>(ctx, [&](const auto& dy) {
+      FinishBatchNormBackward<T>(ctx, l, AllChannels(l), true, dy, affine, ReadSums(ctx.in(5)), count);
     });
   });
 });

@@ -54,6 +54,10 @@ std::vector<Tensor> BatchNormRef(const std::vector<Tensor>& in, const AttrMap& a
         At(y, k) = (At(in[0], k) - mean) / std::sqrt(var + eps) * At(in[1], c) + At(in[2], c);
         if (attrs.Str("activation", "none") == "relu") At(y, k) = std::max(At(y, k), 0.0);
         if (attrs.Str("activation", "none") == "relu6") At(y, k) = std::min(std::max(At(y, k), 0.0), 6.0);
+        if (attrs.Str("activation", "none") == "hardswish") {
+          const double v = At(y, k);
+          At(y, k) = v * std::min(std::max(v + 3, 0.0), 6.0) / 6;
+        }
       }
   }
   return {y, rm, rv, sm, sis};
@@ -109,6 +113,15 @@ TEST_CASE("batch norm passes the op harness") {
   OpCase relu6 = BatchNormCase("batchnorm2d train relu6, values past 6", {2, 3, 4, 5}, true, {{"activation", "relu6"}});
   relu6.inputs[1] = InputSpec::Uniform({3}, 4, 8);
   cases.push_back(relu6);
+  // Hardswish, whose gradient BatchNormBackward takes itself (autodiff emits
+  // it folded): gammas of 2-5, so that values fall past -3 and 3, away from
+  // them by the gradient check's steps.
+  for (bool training : {true, false}) {
+    OpCase hardswish = BatchNormCase(std::string("batchnorm2d ") + (training ? "train" : "eval") + " hardswish",
+                                     {2, 3, 4, 5}, training, {{"activation", "hardswish"}});
+    hardswish.inputs[1] = InputSpec::Uniform({3}, 2, 5);
+    cases.push_back(hardswish);
+  }
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
@@ -164,7 +177,8 @@ std::vector<std::vector<Tensor>> RunSplitBatchNorm(const std::vector<Tensor>& x_
   for (size_t k = 0; k < x.size(); ++k) {
     forward.push_back(add("BatchNormApply",
                           {x[k], channel[0], channel[1], channel[2], channel[3], forward_sums, pivot}, apply_attrs));
-    grad_sums.push_back(add("BatchNormBackwardStats", {dy[k], x[k], forward[k][3]}, {})[0]);
+    grad_sums.push_back(
+        add("BatchNormBackwardStats", {dy[k], x[k], channel[0], forward[k][3], forward[k][4]}, {})[0]);
   }
   const ValueId backward_total = total(grad_sums);
   for (size_t k = 0; k < x.size(); ++k) {
@@ -343,55 +357,139 @@ OpCase LayerNormCase(const std::string& name, Shape x, std::vector<int64_t> norm
   return oc;
 }
 
-// BatchNormBackward with an activation's mask (input 5, y: what the CPU
-// executor folds a ReLUBackward or ReLU6Backward into) against the two ops
-// apart: the same bits, on every device, f32 and f64, training and eval.
-TEST_CASE("batch norm backward with an activation's mask is its backward then BatchNormBackward, bit for bit") {
+// BatchNormBackward with an activation (input 5, beta: what the executors
+// fold a ReLUBackward, ReLU6Backward or HardswishBackward into) against the
+// two ops apart
+// after the same forward pass: the same bits, on every device, f32 and f64,
+// training and eval, over planes the kernels walk each way. The mask is
+// rebuilt from x, so in eval part of x sits where the pre-activation
+// value's side of 0 (or 6) depends on how it was rounded (SensitiveXs): the
+// rebuild must repeat the forward's arithmetic (the compiler contracts x *
+// scale + shift into an FMA in both, or in neither).
+
+// The value x * scale + shift rounded once (an FMA) and twice.
+template <typename T>
+std::pair<T, T> RoundedOnceAndTwice(T x, T scale, T shift) {
+  volatile T product = x * scale;  // volatile: no contraction into an FMA
+  return {std::fma(x, scale, shift), product + shift};
+}
+
+// x within 64 ulps of where x * scale + shift crosses `level` whose side
+// of it differs between one rounding and two, or with scale or shift an ulp
+// off: where a rebuilt mask that computed z otherwise than the forward pass
+// would differ from it.
+template <typename T>
+std::vector<T> SensitiveXs(T scale, T shift, double level) {
+  auto side = [&](T z) { return (z > T(level)) - (z < T(level)); };
+  std::vector<T> found;
+  T x = static_cast<T>((level - shift) / scale);
+  for (int i = 0; i < 64; ++i) x = std::nextafter(x, T(-1e30));
+  for (int i = 0; i < 128; ++i, x = std::nextafter(x, T(1e30))) {
+    const auto [once, twice] = RoundedOnceAndTwice(x, scale, shift);
+    const T up = std::nextafter(scale, T(1e30)), right = std::nextafter(shift, T(1e30));
+    if (side(once) != side(twice) || side(once) != side(std::fma(x, up, shift)) ||
+        side(once) != side(std::fma(x, scale, right)))
+      found.push_back(x);
+  }
+  return found;
+}
+
+template <typename T>
+void CheckRebuiltMask(const Device& device, bool training, const std::string& activation, int64_t side) {
+  INFO(device.ToString() << " " << DTypeName(DTypeOf<T>::value) << (training ? " training " : " eval ") << activation
+                         << " planes " << side << "x" << side);
+  const int64_t n = 4, c = 6, s = side * side, per_plane = (s + 2) / 3;
+  const Shape x_shape{n, c, side, side}, c_shape{c};
+  const double eps = 1e-5;
+  Rng rng(5);
+  auto uniform = [&](const Shape& shape, double lo, double hi) {
+    Tensor t = Tensor::Zeros(shape, DTypeOf<T>::value);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(rng.Uniform(lo, hi));
+    return t;
+  };
+  const Tensor gamma = uniform(c_shape, 0.5, 1.5), beta = uniform(c_shape, -1, 1), mean = uniform(c_shape, -1, 1),
+               var = uniform(c_shape, 0.5, 2), dy = uniform(x_shape, -1, 1);
+  Tensor x = uniform(x_shape, -3, 5);
+  int64_t sensitive = 0;
+  if (!training) {  // every third element of a plane
+    for (int64_t ch = 0; ch < c; ++ch) {
+      // The forward's coefficients in eval, from the stored statistics.
+      const double is = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var.data<T>()[ch]) + eps));
+      const double g = gamma.data<T>()[ch];
+      const T scale = static_cast<T>(g * is), shift = static_cast<T>(beta.data<T>()[ch] - mean.data<T>()[ch] * g * is);
+      std::vector<T> xs = SensitiveXs(scale, shift, 0);
+      // ReLU6's and Hardswish's other breakpoints.
+      const std::vector<double> levels = activation == "relu6"       ? std::vector<double>{6}
+                                         : activation == "hardswish" ? std::vector<double>{-3, 3}
+                                                                     : std::vector<double>{};
+      for (double level : levels) {
+        const std::vector<T> more = SensitiveXs(scale, shift, level);
+        xs.insert(xs.end(), more.begin(), more.end());
+      }
+      sensitive += static_cast<int64_t>(xs.size());
+      for (int64_t j = 0; j < static_cast<int64_t>(xs.size()) && j < n * per_plane; ++j)
+        x.data<T>()[(j / per_plane * c + ch) * s + j % per_plane * 3] = xs[static_cast<size_t>(j)];
+    }
+    CHECK(sensitive > 0);
+  }
+  Graph graph;
+  GraphBuilder b(&graph);
+  std::map<std::string, Tensor> feeds;
+  auto input = [&](const std::string& name, const Tensor& t) {
+    feeds[name] = t;
+    return b.Input(name, {t.shape(), t.dtype()});
+  };
+  const ValueId xv = input("x", x), gv = input("gamma", gamma), bv = input("beta", beta), mv = input("mean", mean),
+                vv = input("var", var), dyv = input("dy", dy);
+  auto forward = b.Add("BatchNorm", {xv, gv, bv, mv, vv}, AttrMap{{"training", training}, {"eps", eps}}, "bn");
+  REQUIRE(forward.ok());
+  const ValueId z = (*forward)[0], saved_mean = (*forward)[3], saved_invstd = (*forward)[4];
+  const std::string op = activation == "relu" ? "ReLU" : activation == "relu6" ? "ReLU6" : "Hardswish";
+  auto y = b.Add1(op, {z}, {}, "act");
+  REQUIRE(y.ok());
+  // As autodiff makes them: ReLU's backward reads its output, ReLU6's and
+  // Hardswish's their input.
+  auto act_grad = b.Add1(op + "Backward", {dyv, activation == "relu" ? *y : z}, {}, "act_grad");
+  REQUIRE(act_grad.ok());
+  const AttrMap plain{{"training", training}};
+  AttrMap masked = plain;
+  masked.Set("activation", activation.c_str());
+  auto apart = b.Add("BatchNormBackward", {*act_grad, xv, gv, saved_mean, saved_invstd}, plain, "apart");
+  auto folded = b.Add("BatchNormBackward", {dyv, xv, gv, saved_mean, saved_invstd, bv}, masked, "folded");
+  // And the forward with the activation folded in: act(z), bit for bit.
+  AttrMap forward_masked{{"training", training}, {"eps", eps}};
+  forward_masked.Set("activation", activation.c_str());
+  auto folded_forward = b.Add("BatchNorm", {xv, gv, bv, mv, vv}, forward_masked, "bn_act");
+  REQUIRE(apart.ok());
+  REQUIRE(folded.ok());
+  REQUIRE(folded_forward.ok());
+  for (int i = 0; i < 3; ++i) {
+    graph.outputs()["apart" + std::to_string(i)] = (*apart)[i];
+    graph.outputs()["folded" + std::to_string(i)] = (*folded)[i];
+  }
+  // Outputs, so that the executor folds neither the activation nor its backward.
+  graph.outputs()["y"] = *y;
+  graph.outputs()["act_grad"] = *act_grad;
+  graph.outputs()["y_folded"] = (*folded_forward)[0];
+  ExecutorOptions o;
+  o.device = device;
+  auto exec = Executor::Create(graph, o);
+  REQUIRE(exec.ok());
+  auto out = (*exec)->Run(feeds);
+  REQUIRE(out.ok());
+  for (int i = 0; i < 3; ++i)
+    CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
+                      out->at("folded" + std::to_string(i)));
+  CheckBitwiseEqual("y", out->at("y"), out->at("y_folded"));
+}
+
+TEST_CASE("batch norm backward with an activation rebuilds z: its backward then BatchNormBackward, bit for bit") {
   for (const Device& device : TestDevices())
-    for (DType dtype : {DType::kF32, DType::kF64})
-      for (bool training : {true, false})
-        for (const std::string activation : {"relu", "relu6"}) {
-          INFO(device.ToString() << " " << DTypeName(dtype) << (training ? " training " : " eval ") << activation);
-          const Shape x_shape{4, 6, 5, 5}, c_shape{6};
-          Graph graph;
-          GraphBuilder b(&graph);
-          std::map<std::string, Tensor> feeds;
-          Rng rng(5);
-          auto input = [&](const std::string& name, const Shape& shape, double lo, double hi) {
-            Tensor t = Tensor::Zeros(shape, DType::kF64);
-            for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Uniform(lo, hi);
-            // y: the activation's output: a third of it zeros, for ReLU6 also sixes.
-            if (name == "y")
-              for (int64_t i = 0; i < t.numel(); ++i)
-                t.data<double>()[i] = std::min(std::max(0.0, t.data<double>()[i]), activation == "relu6" ? 6.0 : 1e9);
-            feeds[name] = t.Cast(dtype).value();
-            return b.Input(name, {shape, dtype});
-          };
-          const ValueId dy = input("dy", x_shape, -1, 1), x = input("x", x_shape, -1, 2),
-                        gamma = input("gamma", c_shape, 0.5, 1.5), mean = input("mean", c_shape, -0.5, 0.5),
-                        invstd = input("invstd", c_shape, 0.5, 2), y = input("y", x_shape, -3, 9);
-          const AttrMap plain{{"training", training}};
-          AttrMap masked = plain;
-          masked.Set("activation", activation.c_str());
-          auto fused = b.Add("BatchNormBackward", {dy, x, gamma, mean, invstd, y}, masked, "fused");
-          auto relu = b.Add1(activation == "relu" ? "ReLUBackward" : "ReLU6Backward", {dy, y}, {}, "relu");
-          REQUIRE(fused.ok());
-          REQUIRE(relu.ok());
-          auto apart = b.Add("BatchNormBackward", {*relu, x, gamma, mean, invstd}, plain, "apart");
-          REQUIRE(apart.ok());
-          for (int i = 0; i < 3; ++i) {
-            graph.outputs()["fused" + std::to_string(i)] = (*fused)[i];
-            graph.outputs()["apart" + std::to_string(i)] = (*apart)[i];
-          }
-          ExecutorOptions o;
-          o.device = device;
-          auto exec = Executor::Create(graph, o);
-          REQUIRE(exec.ok());
-          auto out = (*exec)->Run(feeds);
-          REQUIRE(out.ok());
-          for (int i = 0; i < 3; ++i)
-            CheckBitwiseEqual("output " + std::to_string(i), out->at("apart" + std::to_string(i)),
-                              out->at("fused" + std::to_string(i)));
+    for (bool training : {true, false})
+      for (const std::string activation : {"relu", "relu6", "hardswish"})
+        for (int64_t side : {5, 4, 2, 1}) {  // planes: long, along rows (RowSums), short, one element
+          CheckRebuiltMask<float>(device, training, activation, side);
+          CheckRebuiltMask<double>(device, training, activation, side);
         }
 }
 
@@ -412,7 +510,7 @@ TEST_CASE("batch norm over blocks of channels gives each channel's results alone
     auto forward = b.Add("BatchNorm", {x, params[0], params[1], params[2], params[3]}, attrs, "bn");
     REQUIRE(forward.ok());
     auto backward =
-        b.Add("BatchNormBackward", {dy, x, params[0], (*forward)[3], (*forward)[4], (*forward)[0]}, attrs, "bwd");
+        b.Add("BatchNormBackward", {dy, x, params[0], (*forward)[3], (*forward)[4], params[1]}, attrs, "bwd");
     REQUIRE(backward.ok());
     for (int i = 0; i < 5; ++i) graph.outputs()["forward" + std::to_string(i)] = (*forward)[i];
     for (int i = 0; i < 3; ++i) graph.outputs()["backward" + std::to_string(i)] = (*backward)[i];
@@ -575,14 +673,18 @@ TEST_CASE("batch norm validates its inputs and attributes") {
   CHECK_THAT(s.message(), Catch::Contains("running_var"));
 }
 
-TEST_CASE("batch norm backward with the ReLU mask needs y") {
+TEST_CASE("batch norm backward with the ReLU mask needs beta") {
   const TensorType x{Shape{2, 3}, DType::kF32}, c{Shape{3}, DType::kF32};
   const AttrMap masked{{"training", true}, {"activation", "relu"}};
   Status s = AddOp("BatchNormBackward", {x, x, c, c, c}, masked);
-  CHECK_THAT(s.message(), Catch::Contains("y"));
-  s = AddOp("BatchNormBackward", {x, x, c, c, c, {Shape{2, 4}, DType::kF32}}, masked);
-  CHECK_THAT(s.message(), Catch::Contains("dy and y differ"));
-  CHECK(AddOp("BatchNormBackward", {x, x, c, c, c, x}, masked).ok());
+  CHECK_THAT(s.message(), Catch::Contains("beta"));
+  s = AddOp("BatchNormBackward", {x, x, c, c, c, x}, masked);
+  CHECK_THAT(s.message(), Catch::Contains("gamma and beta differ"));
+  CHECK(AddOp("BatchNormBackward", {x, x, c, c, c, c}, masked).ok());
+  const AttrMap stats_masked{{"activation", "relu"}};
+  s = AddOp("BatchNormBackwardStats", {x, x, c, c}, stats_masked);
+  CHECK_THAT(s.message(), Catch::Contains("saved_invstd"));
+  CHECK(AddOp("BatchNormBackwardStats", {x, x, c, c, c, c}, stats_masked).ok());
 }
 
 TEST_CASE("layer norm validates its inputs and attributes") {

@@ -80,7 +80,7 @@ Status InitializeStateTensor(const Node& node, Tensor* t, uint64_t seed) {
 }
 
 Graph ExecutedGraph(Graph graph, const ExecutorOptions& options) {
-  if (options.fold_activations) FoldReluIntoBatchNorm(&graph);
+  if (options.fold_activations) FoldActivationsIntoBatchNorm(&graph);
   return graph;
 }
 

@@ -17,15 +17,21 @@ bool IsViewNode(const Node& n) {
 }
 
 // The activations folded, by op: the BatchNorm ops' attr activation, and
-// the backward op, whose saved input (ReLU's output, ReLU6's input) gives
-// the same mask read from the output: ReLU6's 0 < x < 6 holds exactly
-// where 0 < clamp(x, 0, 6) < 6.
+// the backward op. A mask's backward (ReLU's, ReLU6's) gives the same
+// gradient from the activation's input or output: ReLU6's 0 < x < 6 holds
+// exactly where 0 < clamp(x, 0, 6) < 6, so an unfolded ReLU6Backward still
+// reads the right values after its forward folds. Hardswish's backward
+// needs the input itself, which the fold overwrites: it folds forward only
+// once no backward op reads the input (its own folded first).
 struct Foldable {
   const char* op;
   const char* backward;
   const char* activation;
+  bool mask;
 };
-constexpr Foldable kFoldable[] = {{"ReLU", "ReLUBackward", "relu"}, {"ReLU6", "ReLU6Backward", "relu6"}};
+constexpr Foldable kFoldable[] = {{"ReLU", "ReLUBackward", "relu", true},
+                                  {"ReLU6", "ReLU6Backward", "relu6", true},
+                                  {"Hardswish", "HardswishBackward", "hardswish", false}};
 
 const Foldable* FoldableOf(const std::string& op, bool backward) {
   for (const Foldable& f : kFoldable)
@@ -35,8 +41,8 @@ const Foldable* FoldableOf(const std::string& op, bool backward) {
 
 // The BatchNorm whose y is `v` (the activation's input), or whose y `v` is
 // a view of through views that only the next one reads, where `v` has one
-// reader besides the activation's backward ops (the activation) and no
-// value on the way is kept; else -1.
+// reader besides a mask's backward ops (the activation) and no value on
+// the way is kept; else -1.
 NodeId FoldableBatchNorm(const Graph& g, ValueId v, const std::map<ValueId, std::vector<NodeId>>& readers,
                          const std::set<ValueId>& keep, const Foldable& activation) {
   for (bool first = true;; first = false) {
@@ -46,7 +52,7 @@ NodeId FoldableBatchNorm(const Graph& g, ValueId v, const std::map<ValueId, std:
     size_t others = 0;  // readers but the activation's backward (at the activation's input only)
     for (NodeId reader : r->second) {
       const Node& n = g.node(reader);
-      others += !(first && n.op == activation.backward && n.inputs.size() == 2 && n.inputs[1] == v);
+      others += !(first && activation.mask && n.op == activation.backward && n.inputs.size() == 2 && n.inputs[1] == v);
     }
     if (others != 1) return -1;
     const NodeId producer = g.value(v).producer;
@@ -87,18 +93,43 @@ std::optional<BackwardFold> FoldableBatchNormBackward(const Graph& g, ValueId dt
   }
 }
 
-// `v`, or the value it is a view of through views, whose type is `type`;
-// kNoValue when there is none.
-ValueId ViewedAs(const Graph& g, ValueId v, const TensorType& type) {
-  while (g.type(v) != type) {
-    const NodeId producer = g.value(v).producer;
-    if (producer < 0 || !IsViewNode(g.node(producer))) return kNoValue;
-    v = g.node(producer).inputs[0];
-  }
+// The value `v` is a view of through views, or `v`.
+ValueId Unviewed(const Graph& g, ValueId v) {
+  for (NodeId p = g.value(v).producer; p >= 0 && IsViewNode(g.node(p)); p = g.value(v).producer)
+    v = g.node(p).inputs[0];
   return v;
 }
 
-// The forward half: a ReLU or ReLU6 into the BatchNorm it reads.
+// The BatchNorm whose backward node `bnb` is (its x, gamma and saved
+// statistics), or -1.
+NodeId ForwardOf(const Graph& g, const Node& bnb) {
+  const NodeId id = g.value(bnb.inputs[3]).producer;
+  if (id < 0) return -1;
+  const Node& bn = g.node(id);
+  const bool same = bn.op == "BatchNorm" && bn.inputs.size() == 5 && bn.outputs.size() == 5 &&
+                    bn.inputs[0] == bnb.inputs[1] && bn.inputs[1] == bnb.inputs[2] &&
+                    bn.outputs[3] == bnb.inputs[3] && bn.outputs[4] == bnb.inputs[4];
+  return same ? id : -1;
+}
+
+// Whether `s`, the saved value of an activation's backward, gives the
+// gradient that BatchNorm `bn`'s pre-activation values z give, which
+// BatchNormBackward rebuilds: s is z (bn's y, through views), or for a mask
+// also z with this activation folded in or the activation of z (ReLU's y >
+// 0 and ReLU6's 0 < y < 6 hold exactly where z > 0 and 0 < z < 6).
+bool SavesBatchNormValues(const Graph& g, ValueId s, const Node& bn, const Foldable& activation) {
+  const std::string folded = bn.attrs.Str("activation", "none");
+  if (folded != "none" && (!activation.mask || folded != activation.activation)) return false;
+  const ValueId v = Unviewed(g, s);
+  if (v == bn.outputs[0]) return true;
+  if (!activation.mask) return false;
+  const NodeId producer = g.value(v).producer;
+  if (producer < 0) return false;
+  const Node& act = g.node(producer);
+  return act.op == activation.op && act.inputs.size() == 1 && Unviewed(g, act.inputs[0]) == bn.outputs[0];
+}
+
+// The forward half: a ReLU, ReLU6 or Hardswish into the BatchNorm it reads.
 int FoldForward(Graph* graph, const std::set<ValueId>& keep) {
   const std::map<ValueId, std::vector<NodeId>> readers = graph->Consumers();
   std::map<ValueId, ValueId> replaced;  // a folded ReLU's output -> its input
@@ -120,10 +151,11 @@ int FoldForward(Graph* graph, const std::set<ValueId>& keep) {
   return static_cast<int>(folded.size());
 }
 
-// The backward half: a ReLUBackward or ReLU6Backward (dy, s) -> dt that
-// only a BatchNormBackward reads (through views) is done by it: it reads dy
-// (the views now view dy) and s (or the value s views with its dy's type)
-// and masks dy itself.
+// The backward half: an activation's backward (dy, s) -> dt that only a
+// BatchNormBackward reads (through views), where s gives what the
+// BatchNorm's pre-activation values give, is done by it: it reads dy (the
+// views now view dy) and the BatchNorm's beta, and takes dy through the
+// activation's backward itself.
 int FoldBackward(Graph* graph, const std::set<ValueId>& keep) {
   const std::map<ValueId, std::vector<NodeId>> readers = graph->Consumers();
   std::vector<NodeId> folded;
@@ -133,15 +165,15 @@ int FoldBackward(Graph* graph, const std::set<ValueId>& keep) {
     const std::optional<BackwardFold> fold = FoldableBatchNormBackward(*graph, node.outputs[0], readers, keep);
     if (!fold) continue;
     Node& bnb = graph->mutable_node(fold->batch_norm_backward);
-    const ValueId y = ViewedAs(*graph, node.inputs[1], graph->type(bnb.inputs[0]));
-    if (y == kNoValue) continue;
+    const NodeId bn = ForwardOf(*graph, bnb);
+    if (bn < 0 || !SavesBatchNormValues(*graph, node.inputs[1], graph->node(bn), *f)) continue;
     const ValueId dy = node.inputs[0];
     if (fold->views.empty()) {
       bnb.inputs[0] = dy;
     } else {
       graph->mutable_node(fold->views[0]).inputs[0] = dy;  // dt and dy have one type
     }
-    bnb.inputs.push_back(y);
+    bnb.inputs.push_back(graph->node(bn).inputs[2]);  // beta
     bnb.attrs.Set("activation", f->activation);
     folded.push_back(node.id);
   }
@@ -151,13 +183,15 @@ int FoldBackward(Graph* graph, const std::set<ValueId>& keep) {
 
 }  // namespace
 
-int FoldReluIntoBatchNorm(Graph* graph) {
+int FoldActivationsIntoBatchNorm(Graph* graph) {
   std::set<ValueId> keep;
   for (const auto& [name, v] : graph->outputs()) keep.insert(v);
   for (const StateUpdate& u : graph->state_updates()) keep.insert(u.new_value);
   for (const auto& [parameter, gradient] : graph->gradients()) keep.insert(gradient);
-  const int forward = FoldForward(graph, keep);
-  return forward + FoldBackward(graph, keep);
+  // Backward first: a folded Hardswish overwrites the values its backward
+  // would read.
+  const int backward = FoldBackward(graph, keep);
+  return backward + FoldForward(graph, keep);
 }
 
 }  // namespace loom

@@ -9,23 +9,28 @@
 
 namespace loom {
 
-// Folds each ReLU (or ReLU6) whose input is a BatchNorm's y, directly or
-// through views, into that BatchNorm as its activation epilogue (attr
-// activation "relu" or "relu6"), where nothing else reads y or the views
-// between (but the activation's own backward, which then reads the
-// activated values: ReLU6's mask is the same from them) and none of them is
-// a value callers read (a graph output, a state update) or a gradient. The
+// Folds each ReLU, ReLU6 or Hardswish whose input is a BatchNorm's y,
+// directly or through views, into that BatchNorm as its activation
+// epilogue (attr activation "relu", "relu6" or "hardswish"), where nothing
+// else reads y or the views between (but ReLU's and ReLU6's own backward,
+// which then reads the activated values: their masks are the same from
+// them) and none of them is a value callers read (a graph output, a state
+// update) or a gradient. The
 // activation's readers then read the BatchNorm's y (or the last view),
 // which holds the same values, and its node is removed: a pass over the
 // activations saved. An activation whose own output is a graph output or
 // state update stays.
 //
-// Likewise backward: a ReLUBackward or ReLU6Backward (dy, s) whose output
-// only a BatchNormBackward reads as its dy (through views) is done by that
-// node, which reads dy and s and masks dy as it goes (attr activation, s
-// its sixth input): the backward op's pass and its output saved.
+// Likewise backward, first: a ReLUBackward, ReLU6Backward or
+// HardswishBackward (dy, s) whose output only a BatchNormBackward reads as
+// its dy (through views), where s is the BatchNorm's y (or, for the masks,
+// the activation of it), is done by that node, which reads dy and the
+// BatchNorm's beta (its sixth input) and takes dy through the activation's
+// backward as it goes, at the pre-activation values it rebuilds from x
+// (attr activation): the backward op's pass and its output saved, and s not
+// read.
 //
 // The same bits either way. Returns how many nodes were folded.
-int FoldReluIntoBatchNorm(Graph* graph);
+int FoldActivationsIntoBatchNorm(Graph* graph);
 
 }  // namespace loom

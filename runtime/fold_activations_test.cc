@@ -18,12 +18,12 @@ bool SameBits(const Tensor& a_any, const Tensor& b_any) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-// A convolution, a BatchNorm and a ReLU (ReLU6 with `relu6`), then a
-// second BatchNorm whose activation reads it through a view (as a fused
-// array's do), and a loss.
-Graph ConvNet(bool relu6 = false) {
+// A convolution, a BatchNorm and an activation (`op`: ReLU, ReLU6 or
+// Hardswish), then a second BatchNorm whose activation reads it through a
+// view (as a fused array's do), and a loss.
+Graph ConvNet(const std::string& op = "ReLU") {
   Model m;
-  auto act = [&](Sym v) { return relu6 ? m.relu6(v) : m.relu(v); };
+  auto act = [&](Sym v) { return op == "ReLU6" ? m.relu6(v) : op == "Hardswish" ? m.hardswish(v) : m.relu(v); };
   Sym x = m.input("x", {4, 3, 6, 6});
   Sym y = m.input("y", {4}, DType::kI64);
   Sym h = act(m.batch_norm(m.conv2d(x, 5, {3, 3}, {}, "conv1"), {}, "bn1"));
@@ -108,7 +108,7 @@ void CheckFoldedRunsAlike(const Graph& step, int folded_count, const std::string
   for (const Device& device : Devices()) CheckFoldedRunsAlike(step, folded_count, op, device);
 }
 
-TEST_CASE("a ReLU or ReLU6 that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {
+TEST_CASE("a ReLU, ReLU6 or Hardswish that alone reads a BatchNorm, and its backward, run inside the BatchNorm's ops, with the same bits") {
   FusionOptions three;
   three.replicas = 3;
   three.seeds = {1, 2, 3};
@@ -116,8 +116,14 @@ TEST_CASE("a ReLU or ReLU6 that alone reads a BatchNorm, and its backward, run i
   SECTION("a fused array of three") { CheckFoldedRunsAlike(TrainingStep(ConvNet(), three), 2); }
   // ReLU6's backward reads its input, which then holds the clamped values:
   // the same mask.
-  SECTION("ReLU6, one model") { CheckFoldedRunsAlike(TrainingStep(ConvNet(true)), 2, "ReLU6"); }
-  SECTION("ReLU6, a fused array of three") { CheckFoldedRunsAlike(TrainingStep(ConvNet(true), three), 2, "ReLU6"); }
+  SECTION("ReLU6, one model") { CheckFoldedRunsAlike(TrainingStep(ConvNet("ReLU6")), 2, "ReLU6"); }
+  SECTION("ReLU6, a fused array of three") { CheckFoldedRunsAlike(TrainingStep(ConvNet("ReLU6"), three), 2, "ReLU6"); }
+  // Hardswish's backward reads its input, which only the BatchNorm's
+  // backward can rebuild once the forward folds: both fold or neither.
+  SECTION("Hardswish, one model") { CheckFoldedRunsAlike(TrainingStep(ConvNet("Hardswish")), 2, "Hardswish"); }
+  SECTION("Hardswish, a fused array of three") {
+    CheckFoldedRunsAlike(TrainingStep(ConvNet("Hardswish"), three), 2, "Hardswish");
+  }
 }
 
 TEST_CASE("a BatchNorm whose output is read elsewhere, or is an output, keeps its ReLU apart") {
@@ -126,26 +132,38 @@ TEST_CASE("a BatchNorm whose output is read elsewhere, or is an output, keeps it
   Sym b = m.batch_norm(x, {}, "bn");
   m.set_output("loss", m.mse(m.add(m.relu(b), b), m.input("t", {4, 3})));  // b read twice
   Graph step = TrainingStep(m.graph());
-  CHECK(FoldReluIntoBatchNorm(&step) == 0);
+  CHECK(FoldActivationsIntoBatchNorm(&step) == 0);
 
   // Outputs are what callers read: a BatchNorm's y and a ReLU's output stay as computed.
   Model n;
   Sym bn = n.batch_norm(n.input("x", {4, 3}), {}, "bn");
   n.set_output("relu", n.relu(bn));
   Graph relu_out = n.graph();
-  CHECK(FoldReluIntoBatchNorm(&relu_out) == 0);
+  CHECK(FoldActivationsIntoBatchNorm(&relu_out) == 0);
   Model k;
   k.set_output("relu", k.scale(k.relu(k.batch_norm(k.input("x", {4, 3}), {}, "bn")), 2.0));
   Graph y_out = k.graph();
   y_out.outputs()["y"] = y_out.node(*y_out.FindNode("bn")).outputs[0];
-  CHECK(FoldReluIntoBatchNorm(&y_out) == 0);
+  CHECK(FoldActivationsIntoBatchNorm(&y_out) == 0);
   // Neither: folded, and the ReLU's reader reads the BatchNorm's y.
   Graph folded = k.graph();
   const NodeId bn_node = *folded.FindNode("bn");
-  REQUIRE(FoldReluIntoBatchNorm(&folded) == 1);  // (a forward graph: no ReLUBackward)
+  REQUIRE(FoldActivationsIntoBatchNorm(&folded) == 1);  // (a forward graph: no ReLUBackward)
   CHECK(folded.node(bn_node).attrs.Str("activation") == "relu");
   CHECK(Count(folded, "ReLU") == 0);
   CHECK(folded.node(folded.NodesWithOp("MulScalar").at(0)).inputs[0] == folded.node(bn_node).outputs[0]);
+}
+
+// Hardswish's backward reads the activation's input, which a folded
+// forward would overwrite with the activated values: where its backward
+// cannot fold (here its output is kept), the forward stays apart too.
+TEST_CASE("a Hardswish whose backward stays apart keeps its forward apart too") {
+  Graph step = TrainingStep(ConvNet("Hardswish"));
+  const std::vector<NodeId> backward = step.NodesWithOp("HardswishBackward");
+  REQUIRE(backward.size() == 2);
+  for (NodeId id : backward) step.outputs()["dt" + std::to_string(id)] = step.node(id).outputs[0];
+  CHECK(FoldActivationsIntoBatchNorm(&step) == 0);
+  CHECK(Count(step, "Hardswish") == 2);
 }
 
 }  // namespace

@@ -100,7 +100,8 @@ TEST_CASE("each zoo GAN's two steps train under dp, owt, model, parameter, attri
 }
 
 // A small convolutional step in f64 (batch 8): conv, BatchNorm (gamma 3,
-// so that ReLU6 clamps at 6 too), `activation` ("relu", "relu6") unless
+// so that ReLU6 clamps at 6 too, and Hardswish passes -3 and 3),
+// `activation` ("relu", "relu6", "hardswish") unless
 // `epilogue` makes it the BatchNorm's own, then a classifier.
 StepCase ConvBatchNormReluCase(bool epilogue, const std::string& activation = "relu") {
   Model m(DType::kF64);
@@ -108,7 +109,7 @@ StepCase ConvBatchNormReluCase(bool epilogue, const std::string& activation = "r
   BatchNormOptions bn;
   bn.weight_init = InitConstant(3);
   Sym h = m.batch_norm(m.conv2d(x, 4, {3, 3}, {}, "conv"), bn, "bn");
-  if (!epilogue) h = activation == "relu" ? m.relu(h) : m.relu6(h);
+  if (!epilogue) h = activation == "relu" ? m.relu(h) : activation == "relu6" ? m.relu6(h) : m.hardswish(h);
   m.set_output("loss", m.cross_entropy(m.linear(m.flatten(h), 4, {}, "fc"), m.input("target", {8}, DType::kI64)));
   REQUIRE(m.status().ok());
   Graph model = m.graph();
@@ -143,7 +144,7 @@ int DataParallelTasksOf(const StepCase& c, const std::string& op, const std::str
 // following ReLU into; a user's graph may hold it too) splits as the two
 // ops would; along the batch its expansion's BatchNormApply does the ReLU.
 TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on one device") {
-  for (const std::string activation : {"relu", "relu6"}) {
+  for (const std::string activation : {"relu", "relu6", "hardswish"}) {
     INFO(activation);
     const StepCase c = ConvBatchNormReluCase(true, activation);
     std::mt19937_64 rng(11);
@@ -158,10 +159,10 @@ TEST_CASE("a BatchNorm with the ReLU epilogue trains under the strategies as on 
 // devices runs it, lowered under the strategies: along the batch the
 // expansions' parts do the ReLU's work too.
 TEST_CASE("a step with its ReLUs folded into the BatchNorms trains under the strategies as on one device") {
-  for (const std::string activation : {"relu", "relu6"}) {
+  for (const std::string activation : {"relu", "relu6", "hardswish"}) {
     INFO(activation);
     StepCase c = ConvBatchNormReluCase(false, activation);
-    REQUIRE(FoldReluIntoBatchNorm(&c.step) == 2);
+    REQUIRE(FoldActivationsIntoBatchNorm(&c.step) == 2);
     std::mt19937_64 rng(13);
     CheckStandardAndRandom(c, rng);
     CHECK(DataParallelTasksOf(c, "BatchNormApply", activation) == 2);
@@ -171,6 +172,8 @@ TEST_CASE("a step with its ReLUs folded into the BatchNorms trains under the str
     CHECK(DataParallelTasksOf(c, "ReLUBackward") == 0);
     CHECK(DataParallelTasksOf(c, "ReLU6") == 0);
     CHECK(DataParallelTasksOf(c, "ReLU6Backward") == 0);
+    CHECK(DataParallelTasksOf(c, "Hardswish") == 0);
+    CHECK(DataParallelTasksOf(c, "HardswishBackward") == 0);
   }
 }
 

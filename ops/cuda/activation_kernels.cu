@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "ops/activation_formulas.h"
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/pack16.cuh"
 
@@ -30,8 +31,8 @@ __device__ inline T StableSigmoid(T x) {
 
 template <K kKind, typename T>
 __device__ inline T Forward(T x, const ActivationParams& p) {
-  if constexpr (kKind == K::kRelu) return x < T(0) ? T(0) : x;
-  if constexpr (kKind == K::kRelu6) return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+  if constexpr (kKind == K::kRelu) return activation::Relu(x);
+  if constexpr (kKind == K::kRelu6) return activation::Relu6(x);
   if constexpr (kKind == K::kLeakyRelu) return x < T(0) ? static_cast<T>(p.negative_slope) * x : x;
   if constexpr (kKind == K::kGelu) {
     if (p.gelu_tanh) {
@@ -42,7 +43,7 @@ __device__ inline T Forward(T x, const ActivationParams& p) {
   }
   if constexpr (kKind == K::kSigmoid) return StableSigmoid(x);
   if constexpr (kKind == K::kTanh) return Tanh(x);
-  if constexpr (kKind == K::kHardswish) return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+  if constexpr (kKind == K::kHardswish) return activation::Hardswish(x);
   if constexpr (kKind == K::kHardsigmoid) return x <= T(-3) ? T(0) : (x >= T(3) ? T(1) : x / T(6) + T(0.5));
   if constexpr (kKind == K::kSilu) return x * StableSigmoid(x);
   if constexpr (kKind == K::kExp) return Exp(x);
@@ -55,8 +56,8 @@ __device__ inline T Forward(T x, const ActivationParams& p) {
 // s is x or y, per the CPU table (ReLU, Sigmoid, Tanh, Exp, Sqrt, Rsqrt save y).
 template <K kKind, typename T>
 __device__ inline T Backward(T dy, T s, const ActivationParams& p) {
-  if constexpr (kKind == K::kRelu) return s > T(0) ? dy : T(0);
-  if constexpr (kKind == K::kRelu6) return (s > T(0) && s < T(6)) ? dy : T(0);
+  if constexpr (kKind == K::kRelu) return activation::ReluGrad(dy, s);
+  if constexpr (kKind == K::kRelu6) return activation::Relu6Grad(dy, s);
   if constexpr (kKind == K::kLeakyRelu) return s > T(0) ? dy : static_cast<T>(p.negative_slope) * dy;
   if constexpr (kKind == K::kGelu) {
     if (p.gelu_tanh) {
@@ -71,7 +72,7 @@ __device__ inline T Backward(T dy, T s, const ActivationParams& p) {
   }
   if constexpr (kKind == K::kSigmoid) return dy * s * (T(1) - s);
   if constexpr (kKind == K::kTanh) return dy * (T(1) - s * s);
-  if constexpr (kKind == K::kHardswish) return s < T(-3) ? T(0) : (s <= T(3) ? dy * (s / T(3) + T(0.5)) : dy);
+  if constexpr (kKind == K::kHardswish) return activation::HardswishGrad(dy, s);
   if constexpr (kKind == K::kHardsigmoid) return (s > T(-3) && s < T(3)) ? dy / T(6) : T(0);
   if constexpr (kKind == K::kSilu) {
     const T sig = StableSigmoid(s);

@@ -34,17 +34,18 @@ CODE_GENERATIONS = select({
     ]),
 })
 
-def cuda_object(name, src, hdrs = []):
+def cuda_object(name, src, hdrs = [], nvcc_flags = []):
     """nvcc -c src -> name.o; hdrs are the headers src includes."""
     native.genrule(
         name = name,
         srcs = [src] + hdrs,
         outs = [name + ".o"],
-        cmd = "/usr/local/cuda/bin/nvcc " + NVCC_FLAGS + " " + CODE_GENERATIONS + " $(location " + src + ") -o $@",
+        cmd = "/usr/local/cuda/bin/nvcc " + " ".join([NVCC_FLAGS] + nvcc_flags) + " " + CODE_GENERATIONS +
+              " $(location " + src + ") -o $@",
         target_compatible_with = CUDA_ONLY,
     )
 
-def cuda_kernel_family(name, cu = True, extra_hdrs = [], deps = [], linkopts = []):
+def cuda_kernel_family(name, cu = True, extra_hdrs = [], deps = [], linkopts = [], nvcc_flags = []):
     """Library `name`_kernels: `name`_kernels.cc (registrations, gcc) and,
     with cu, `name`_kernels.cu + `name`_kernels.h (device code, launchers)."""
     srcs = [name + "_kernels.cc"]
@@ -54,6 +55,7 @@ def cuda_kernel_family(name, cu = True, extra_hdrs = [], deps = [], linkopts = [
             name = name + "_kernels_o",
             src = name + "_kernels.cu",
             hdrs = [name + "_kernels.h", "device_util.cuh", "//core:counter_rng.h", "//core:host_device.h"] + extra_hdrs,
+            nvcc_flags = nvcc_flags,
         )
         srcs.append(":" + name + "_kernels_o")
         hdrs.append(name + "_kernels.h")

@@ -26,11 +26,12 @@ StatusOr<Tensor> Workspace(int64_t doubles, const Device& device) {
 }
 
 // Attr activation, done in the kernels' own passes (the executors fold a
-// ReLU or ReLU6 that alone reads a BatchNorm's y into it).
+// ReLU, ReLU6 or Hardswish that alone reads a BatchNorm's y into it).
 NormActivation ActivationOf(const KernelContext& ctx) {
   const std::string a = ctx.attrs->Str("activation");
   if (a == "relu") return NormActivation::kRelu;
   if (a == "relu6") return NormActivation::kRelu6;
+  if (a == "hardswish") return NormActivation::kHardswish;
   return NormActivation::kNone;
 }
 
@@ -43,19 +44,21 @@ BatchNormArgs ForwardArgs(const KernelContext& ctx) {
 }
 
 // A backward kernel's arguments: inputs 0..4 (dy, x, gamma, saved_mean,
-// saved_invstd), outputs 0..2 (dx, dgamma, dbeta), and with an activation
-// its output y (input `y`), which masks dy.
-BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, int y) {
+// saved_invstd), outputs 0..2 (dx, dgamma, dbeta; none for
+// BatchNormBackwardStats), and with an activation the BatchNorm's beta
+// (input `beta`), with which the mask is rebuilt.
+BatchNormBackwardArgs BackwardArgs(const KernelContext& ctx, int beta) {
   const NormActivation activation = ActivationOf(ctx);
+  const bool grads = ctx.outputs.size() == 3;
   return {ctx.in(0).raw_data(),
           ctx.in(1).raw_data(),
           ctx.in(2).raw_data(),
           ctx.in(3).raw_data(),
           ctx.in(4).raw_data(),
-          ctx.out(0).raw_data(),
-          ctx.out(1).raw_data(),
-          ctx.out(2).raw_data(),
-          activation == NormActivation::kNone ? nullptr : ctx.in(y).raw_data(),
+          grads ? ctx.out(0).raw_data() : nullptr,
+          grads ? ctx.out(1).raw_data() : nullptr,
+          grads ? ctx.out(2).raw_data() : nullptr,
+          activation == NormActivation::kNone ? nullptr : ctx.in(beta).raw_data(),
           activation};
 }
 
@@ -136,25 +139,23 @@ Status BatchNormApplyKernel(KernelContext& ctx) {
 }
 LOOM_REGISTER_KERNEL("BatchNormApply", DeviceType::kCuda, BatchNormApplyKernel);
 
-// (dy, x, saved_mean[, y]) -> sums [2, C] f64; attr activation.
+// (dy, x, gamma, saved_mean, saved_invstd[, beta]) -> sums [2, C] f64;
+// attr activation.
 Status BatchNormBackwardStatsKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const ChannelDims dims = ChannelDimsOf(ctx.in(1).shape());
   LOOM_ASSIGN_OR_RETURN(Tensor workspace, Workspace(BatchNormStatsWorkspaceSize(dims), ctx.device));
-  const NormActivation activation = ActivationOf(ctx);
-  const void* y = activation == NormActivation::kNone ? nullptr : ctx.in(3).raw_data();
+  const BatchNormBackwardArgs args = BackwardArgs(ctx, 5);
   return DispatchCudaFloat(ctx.in(0).dtype(), "BatchNormBackwardStats", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
-                                                              ctx.in(2).raw_data(), y, activation,
-                                                              ctx.out(0).data<double>(), workspace.data<double>(),
-                                                              stream));
+    LOOM_CUDA_RETURN_IF_ERROR(LaunchBatchNormBackwardStats<T>(dims, args, ctx.out(0).data<double>(),
+                                                              workspace.data<double>(), stream));
     return Status::Ok();
   });
 }
 LOOM_REGISTER_KERNEL("BatchNormBackwardStats", DeviceType::kCuda, BatchNormBackwardStatsKernel);
 
-// (dy, x, gamma, saved_mean, saved_invstd, sums[, y]) -> (dx, dgamma,
+// (dy, x, gamma, saved_mean, saved_invstd, sums[, beta]) -> (dx, dgamma,
 // dbeta); attrs count, activation.
 Status BatchNormBackwardApplyKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "ops/activation_formulas.h"
 #include "ops/cuda/device_util.cuh"
 #include "ops/cuda/tile_reduce.cuh"
 
@@ -52,7 +53,7 @@ __global__ void ChannelSumsKernel(int64_t a, int64_t c, int64_t b, Term term, Ti
     const int64_t ch = t * p.lanes + lane;
     Pair acc{0, 0};
     if (ch < c) {
-      const double channel = term.Channel(ch);
+      const auto channel = term.Channel(ch);
       if (b == 1) {
         for (int64_t i = i0 + part; i < i1; i += p.parts) acc = Add(acc, term(channel, i, i * c + ch));
       } else {
@@ -183,6 +184,25 @@ struct BatchNormStatsTerm {
   }
 };
 
+// y = x * scale + shift's coefficients of one channel, from its saved
+// statistics as stored (rounded to T), so that the backward rebuilds each
+// pre-activation value from the same numbers (MaskedGrad).
+template <typename T>
+struct Affine {
+  T scale, shift;
+};
+template <typename T>
+__device__ Affine<T> BatchNormAffine(T gamma, T beta, T saved_mean, T saved_invstd) {
+  const double g = static_cast<double>(gamma), is = static_cast<double>(saved_invstd);
+  return {static_cast<T>(g * is), static_cast<T>(static_cast<double>(beta) - static_cast<double>(saved_mean) * g * is)};
+}
+
+// The pre-activation value: what the forward's pass computes from x.
+template <typename T>
+__device__ T Normalized(T x, Affine<T> f) {
+  return x * f.scale + f.shift;
+}
+
 // The per-channel outputs, and y = x * scale + shift's coefficients.
 template <typename T>
 struct BatchNormChannel {
@@ -193,11 +213,12 @@ struct BatchNormChannel {
   T* scale;
   T* shift;
   __device__ void Store(int64_t ch, double mean, double invstd) const {
-    const double g = static_cast<double>(gamma[ch]);
-    saved_mean[ch] = static_cast<T>(mean);
-    saved_invstd[ch] = static_cast<T>(invstd);
-    scale[ch] = static_cast<T>(g * invstd);
-    shift[ch] = static_cast<T>(static_cast<double>(beta[ch]) - mean * g * invstd);
+    const T m = static_cast<T>(mean), is = static_cast<T>(invstd);
+    saved_mean[ch] = m;
+    saved_invstd[ch] = is;
+    const Affine<T> f = BatchNormAffine(gamma[ch], beta[ch], m, is);
+    scale[ch] = f.scale;
+    shift[ch] = f.shift;
   }
 };
 
@@ -239,12 +260,13 @@ __global__ void BatchNormEvalChannelsKernel(int64_t c, double eps, BatchNormChan
   }
 }
 
-// The activation's value, as ReLU's and ReLU6's kernels make it.
+// The activation's value, as its own kernel makes it.
 template <typename T>
 __device__ T Activate(NormActivation activation, T v) {
   switch (activation) {
-    case NormActivation::kRelu: return v < T(0) ? T(0) : v;
-    case NormActivation::kRelu6: return v < T(0) ? T(0) : (v > T(6) ? T(6) : v);
+    case NormActivation::kRelu: return activation::Relu(v);
+    case NormActivation::kRelu6: return activation::Relu6(v);
+    case NormActivation::kHardswish: return activation::Hardswish(v);
     default: return v;
   }
 }
@@ -257,24 +279,37 @@ struct BatchNormNormalize {
   T* y;
   NormActivation activation;
   __device__ void operator()(int64_t e, int64_t ch) const {
-    const T v = x[e] * scale[ch] + shift[ch];
+    const T v = Normalized(x[e], Affine<T>{scale[ch], shift[ch]});
     y[e] = Activate(activation, v);
   }
 };
 
-// dy as the backward ops read it: masked by the activation's output y (its
-// gradient 1 where y > 0, or 0 < y < 6; else +0), as ReLUBackward's and
-// ReLU6Backward's kernels select.
+// dy as the backward ops read it, for element `at` of a channel whose
+// forward coefficients were f: through the activation's backward at z, the
+// pre-activation value rebuilt from x (ReLU's and ReLU6's masks are the
+// same from z as from y, where their own kernels read it).
 template <typename T>
 struct MaskedGrad {
   const T* dy;
-  const T* y;
+  const T* x;
+  const T* gamma;
+  const T* beta;
+  const T* mean;
+  const T* invstd;
   NormActivation activation;
-  __device__ T operator()(int64_t at) const {
+  // The forward's coefficients of channel ch (unused without an activation).
+  __device__ Affine<T> Channel(int64_t ch) const {
+    if (activation == NormActivation::kNone) return {T(0), T(0)};
+    return BatchNormAffine(gamma[ch], beta[ch], mean[ch], invstd[ch]);
+  }
+  __device__ T operator()(int64_t at, Affine<T> f) const {
     if (activation == NormActivation::kNone) return dy[at];
-    const T v = y[at];
-    const bool pass = activation == NormActivation::kRelu6 ? (v > T(0) && v < T(6)) : v > T(0);
-    return pass ? dy[at] : T(0);
+    const T z = Normalized(x[at], f);
+    switch (activation) {
+      case NormActivation::kRelu: return activation::ReluGrad(dy[at], z);
+      case NormActivation::kRelu6: return activation::Relu6Grad(dy[at], z);
+      default: return activation::HardswishGrad(dy[at], z);
+    }
   }
 };
 
@@ -282,12 +317,14 @@ struct MaskedGrad {
 template <typename T>
 struct BatchNormGradTerm {
   MaskedGrad<T> dy;
-  const T* x;
-  const T* mean;
-  __device__ double Channel(int64_t ch) const { return static_cast<double>(mean[ch]); }
-  __device__ Pair operator()(double mu, int64_t, int64_t at) const {
-    const double g = static_cast<double>(dy(at));
-    return {g, g * (static_cast<double>(x[at]) - mu)};
+  struct Channel_ {
+    double mean;
+    Affine<T> affine;
+  };
+  __device__ Channel_ Channel(int64_t ch) const { return {static_cast<double>(dy.mean[ch]), dy.Channel(ch)}; }
+  __device__ Pair operator()(const Channel_& channel, int64_t, int64_t at) const {
+    const double g = static_cast<double>(dy(at, channel.affine));
+    return {g, g * (static_cast<double>(dy.x[at]) - channel.mean)};
   }
 };
 
@@ -316,16 +353,14 @@ struct BatchNormGradFinish {
 template <typename T, bool kTraining>
 struct BatchNormGradApply {
   MaskedGrad<T> dy;
-  const T* x;
-  const T* mean;
-  const T* invstd;
   const T* k;
   const T* a;
   const T* b;
   T* dx;
   __device__ void operator()(int64_t e, int64_t ch) const {
-    if constexpr (kTraining) dx[e] = k[ch] * (dy(e) - a[ch] - (x[e] - mean[ch]) * invstd[ch] * b[ch]);
-    else dx[e] = k[ch] * dy(e);
+    const T g = dy(e, dy.Channel(ch));
+    if constexpr (kTraining) dx[e] = k[ch] * (g - a[ch] - (dy.x[e] - dy.mean[ch]) * dy.invstd[ch] * b[ch]);
+    else dx[e] = k[ch] * g;
   }
 };
 
@@ -496,13 +531,11 @@ cudaError_t FinishBatchNormTraining(double momentum, double eps, double m, const
 }
 
 template <typename T>
-MaskedGrad<T> MaskedGradOf(const void* dy, const void* y, NormActivation activation) {
-  return {static_cast<const T*>(dy), static_cast<const T*>(y), activation};
-}
-
-template <typename T>
-BatchNormGradTerm<T> BatchNormGradTermOf(const MaskedGrad<T>& dy, const void* x, const void* mean) {
-  return {dy, static_cast<const T*>(x), static_cast<const T*>(mean)};
+MaskedGrad<T> MaskedGradOf(const BatchNormBackwardArgs& args) {
+  return {static_cast<const T*>(args.dy),         static_cast<const T*>(args.x),
+          static_cast<const T*>(args.gamma),      static_cast<const T*>(args.beta),
+          static_cast<const T*>(args.saved_mean), static_cast<const T*>(args.saved_invstd),
+          args.activation};
 }
 
 // BatchNormBackward once the sums over m values per channel are known, as
@@ -516,9 +549,7 @@ cudaError_t FinishBatchNormBackward(bool training, double m, const ChannelDims& 
   T* k = reinterpret_cast<T*>(coefficients);
   T* a = reinterpret_cast<T*>(coefficients + c);
   T* b = reinterpret_cast<T*>(coefficients + 2 * c);
-  const MaskedGrad<T> dy = MaskedGradOf<T>(args.dy, args.y, args.activation);
-  const T* x = static_cast<const T*>(args.x);
-  const T* mean = static_cast<const T*>(args.saved_mean);
+  const MaskedGrad<T> dy = MaskedGradOf<T>(args);
   const T* invstd = static_cast<const T*>(args.saved_invstd);
   T* dx = static_cast<T*>(args.dx);
   const BatchNormGradFinish<T> finish{static_cast<const T*>(args.gamma), invstd, static_cast<T*>(args.dgamma),
@@ -526,8 +557,8 @@ cudaError_t FinishBatchNormBackward(bool training, double m, const ChannelDims& 
                                       b,                                 m};
   const cudaError_t err = LaunchChannelFinish(partial, splits, c, finish, stream);
   if (err != cudaSuccess) return err;
-  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, x, mean, invstd, k, a, b, dx}, stream);
-  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, x, mean, invstd, k, a, b, dx}, stream);
+  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, k, a, b, dx}, stream);
+  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, k, a, b, dx}, stream);
 }
 
 }  // namespace
@@ -607,21 +638,19 @@ cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, cons
   const int64_t c = dims.c;
   if (c == 0) return cudaSuccess;
   const TilePlan plan = PlanChannels(dims.n, c, dims.s);
-  const MaskedGrad<T> dy = MaskedGradOf<T>(args.dy, args.y, args.activation);
   const cudaError_t err =
-      LaunchChannelSums(dims.n, c, dims.s, BatchNormGradTermOf<T>(dy, args.x, args.saved_mean), plan, workspace, stream);
+      LaunchChannelSums(dims.n, c, dims.s, BatchNormGradTerm<T>{MaskedGradOf<T>(args)}, plan, workspace, stream);
   if (err != cudaSuccess) return err;
   return FinishBatchNormBackward<T>(training, static_cast<double>(dims.n * dims.s), dims, args, workspace,
                                     plan.splits, workspace + PartialSize(dims.n, c, dims.s), stream);
 }
 
 template <typename T>
-cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
-                                         const void* y, NormActivation activation, double* sums, double* workspace,
-                                         cudaStream_t stream) {
+cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const BatchNormBackwardArgs& args, double* sums,
+                                         double* workspace, cudaStream_t stream) {
   if (dims.c == 0) return cudaSuccess;
-  return RunChannelTotals(dims.n, dims.c, dims.s, BatchNormGradTermOf<T>(MaskedGradOf<T>(dy, y, activation), x, mean),
-                          sums, workspace, stream);
+  return RunChannelTotals(dims.n, dims.c, dims.s, BatchNormGradTerm<T>{MaskedGradOf<T>(args)}, sums, workspace,
+                          stream);
 }
 
 template <typename T>
@@ -677,8 +706,8 @@ cudaError_t LaunchLayerNormBackward(const RowDims& dims, const T* dy, const T* x
                                                cudaStream_t);                                                      \
   template cudaError_t LaunchBatchNormApply<T>(double, double, int64_t, const ChannelDims&, const BatchNormArgs&,  \
                                                const void*, const double*, double*, cudaStream_t);                 \
-  template cudaError_t LaunchBatchNormBackwardStats<T>(const ChannelDims&, const void*, const void*, const void*,  \
-                                                       const void*, NormActivation, double*, double*, cudaStream_t); \
+  template cudaError_t LaunchBatchNormBackwardStats<T>(const ChannelDims&, const BatchNormBackwardArgs&, double*,  \
+                                                       double*, cudaStream_t);                                     \
   template cudaError_t LaunchBatchNormBackwardApply<T>(int64_t, const ChannelDims&, const BatchNormBackwardArgs&,  \
                                                        const double*, double*, cudaStream_t);                      \
   template cudaError_t LaunchLayerNorm<T>(const RowDims&, double, const T*, const T*, const T*, T*, T*, T*,        \

@@ -35,9 +35,11 @@ int64_t BatchNormStatsWorkspaceSize(const ChannelDims& dims);
 int64_t BatchNormApplyWorkspaceSize(const ChannelDims& dims);
 
 // Attr activation of the BatchNorm ops, applied in their own passes: y =
-// act(x * scale + shift); backward, dy masked by where the activation's
-// gradient is 1 (y > 0; 0 < y < 6), as ReLUBackward and ReLU6Backward.
-enum class NormActivation { kNone, kRelu, kRelu6 };
+// act(x * scale + shift), scale and shift made from the saved statistics as
+// stored; backward, dy taken through the activation's backward at z = x *
+// scale + shift, rebuilt from x, beta and the saved statistics by the same
+// arithmetic (ops/activation_formulas.h, as the activations' own kernels).
+enum class NormActivation { kNone, kRelu, kRelu6, kHardswish };
 
 struct BatchNormArgs {
   const void* x;
@@ -88,7 +90,7 @@ struct BatchNormBackwardArgs {
   void* dx;
   void* dgamma;
   void* dbeta;
-  const void* y = nullptr;  // the activation's output, with an activation
+  const void* beta = nullptr;  // the BatchNorm's, with an activation (the mask's z)
   NormActivation activation = NormActivation::kNone;
 };
 
@@ -97,11 +99,11 @@ cudaError_t LaunchBatchNormBackward(bool training, const ChannelDims& dims, cons
                                     double* workspace, cudaStream_t stream);
 
 // BatchNormBackwardStats: sums [2, c] = per channel, the sum of dy and of
-// dy * (x - mean[ch]), dy masked by y as `activation` says.
+// dy * (x - mean[ch]), dy masked as `args.activation` says; args' outputs
+// are not used.
 template <typename T>
-cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const void* dy, const void* x, const void* mean,
-                                         const void* y, NormActivation activation, double* sums, double* workspace,
-                                         cudaStream_t stream);
+cudaError_t LaunchBatchNormBackwardStats(const ChannelDims& dims, const BatchNormBackwardArgs& args, double* sums,
+                                         double* workspace, cudaStream_t stream);
 
 // BatchNormBackwardApply: LaunchBatchNormBackward's training outputs with
 // `sums` ([2, c], as BatchNormBackwardStats) over `count` values per channel.
