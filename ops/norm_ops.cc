@@ -15,11 +15,11 @@
 // activation "relu", "relu6" or "hardswish" (default "none") applies that
 // activation to y in the same pass: the executors fold such an activation
 // that alone reads y into it (runtime/fold_activations.h), which saves its
-// pass over the activations. y = x * scale + shift per channel, with scale and shift made
-// from the saved statistics (BatchNormAffine), so that BatchNormBackward
-// with the same activation rebuilds each pre-activation value, and so the
-// activation's gradient, from x and beta, bit for bit, instead of reading
-// y.
+// pass over the activations. y = x * scale + shift per channel, with scale
+// and shift made from the saved statistics (BatchNormAffine), so that
+// BatchNormBackward with the same activation rebuilds each pre-activation
+// value, and so the activation's gradient, from x and beta, bit for bit,
+// instead of reading y.
 //
 // LayerNorm: inputs (x[, gamma[, beta]]) with gamma and beta shaped like
 // attr normalized_shape (the last k dims of x); eps (1e-5). Outputs (y,
@@ -462,7 +462,7 @@ LOOM_REGISTER_OP(BatchNormOp);
 // y = x * scale + shift's coefficients of one channel, from its saved
 // statistics as stored (rounded to T), not the double values they were
 // rounded from: the backward ops rebuild y's pre-activation values from
-// the same four numbers by the same arithmetic (RebuiltMaskDy).
+// the same four numbers by the same arithmetic (ForwardAffine).
 template <typename T>
 void BatchNormAffine(T gamma, T beta, T saved_mean, T saved_invstd, T* scale, T* shift) {
   const double g = gamma, is = saved_invstd;
