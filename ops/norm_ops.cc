@@ -410,19 +410,16 @@ class BatchNormOp : public OpDef {
     return c;
   }
   Status Gradient(GradBuilder& g) const override {
-    ValueId dy = g.output_grad(0);
+    const ValueId dy = g.output_grad(0);
     if (dy == kNoValue) return Status::Ok();  // only the (non-differentiable) statistics are used
-    // The activation's gradient from its output: ReLU6's mask from y is its
-    // mask from the input (0 < x < 6 exactly where 0 < y < 6). Hardswish's
-    // needs its input, which only the backward op can rebuild.
-    const Epilogue epilogue = EpilogueOf(g.attrs());
-    if (epilogue == Epilogue::kRelu) dy = g.Emit1("ReLUBackward", {dy, g.output(0)});
-    if (epilogue == Epilogue::kRelu6) dy = g.Emit1("ReLU6Backward", {dy, g.output(0)});
+    // With an activation, the backward op takes dy through its gradient
+    // itself, at the pre-activation values it rebuilds with beta (y holds
+    // the activated ones).
     std::vector<ValueId> inputs{dy, g.input(0), g.input(1), g.output(3), g.output(4)};
     AttrMap attrs{{"training", g.attrs().Bool("training")}};
-    if (epilogue == Epilogue::kHardswish) {
+    if (HasEpilogue(g.attrs())) {
       inputs.push_back(g.input(2));
-      attrs.Set("activation", "hardswish");
+      attrs.Set("activation", g.attrs().Str("activation"));
     }
     std::vector<ValueId> grads = g.Emit("BatchNormBackward", inputs, attrs);
     for (int i = 0; i < 3; ++i) g.SetInputGrad(i, grads[i]);

@@ -317,34 +317,40 @@ struct MaskedGrad {
 template <typename T>
 struct BatchNormGradTerm {
   MaskedGrad<T> dy;
-  struct Channel_ {
+  struct PerChannel {
     double mean;
     Affine<T> affine;
   };
-  __device__ Channel_ Channel(int64_t ch) const { return {static_cast<double>(dy.mean[ch]), dy.Channel(ch)}; }
-  __device__ Pair operator()(const Channel_& channel, int64_t, int64_t at) const {
+  __device__ PerChannel Channel(int64_t ch) const { return {static_cast<double>(dy.mean[ch]), dy.Channel(ch)}; }
+  __device__ Pair operator()(const PerChannel& channel, int64_t, int64_t at) const {
     const double g = static_cast<double>(dy(at, channel.affine));
     return {g, g * (static_cast<double>(dy.x[at]) - channel.mean)};
   }
 };
 
 // dgamma, dbeta and dx's per-channel coefficients: dx = k * (dy - a - (x -
-// mean) * invstd * b) in training, k * dy in eval.
+// mean) * invstd * b) in training, k * dy in eval, dy taken through the
+// activation at z = x * scale + shift (dy.Channel's, stored once per
+// channel rather than rebuilt per element).
 template <typename T>
 struct BatchNormGradFinish {
-  const T* gamma;
-  const T* invstd;
+  MaskedGrad<T> dy;
   T* dgamma;
   T* dbeta;
   T* k;
   T* a;
   T* b;
+  T* scale;
+  T* shift;
   double m;
   __device__ void operator()(int64_t ch, Pair sums) const {
-    const double is = static_cast<double>(invstd[ch]), sum_dy = sums.s0, sum_dy_xhat = sums.s1 * is;
+    const Affine<T> f = dy.Channel(ch);
+    scale[ch] = f.scale;
+    shift[ch] = f.shift;
+    const double is = static_cast<double>(dy.invstd[ch]), sum_dy = sums.s0, sum_dy_xhat = sums.s1 * is;
     dbeta[ch] = static_cast<T>(sum_dy);
     dgamma[ch] = static_cast<T>(sum_dy_xhat);
-    k[ch] = static_cast<T>(static_cast<double>(gamma[ch]) * is);
+    k[ch] = static_cast<T>(static_cast<double>(dy.gamma[ch]) * is);
     a[ch] = static_cast<T>(sum_dy / m);
     b[ch] = static_cast<T>(sum_dy_xhat / m);
   }
@@ -356,9 +362,11 @@ struct BatchNormGradApply {
   const T* k;
   const T* a;
   const T* b;
+  const T* scale;
+  const T* shift;
   T* dx;
   __device__ void operator()(int64_t e, int64_t ch) const {
-    const T g = dy(e, dy.Channel(ch));
+    const T g = dy(e, Affine<T>{scale[ch], shift[ch]});
     if constexpr (kTraining) dx[e] = k[ch] * (g - a[ch] - (dy.x[e] - dy.mean[ch]) * dy.invstd[ch] * b[ch]);
     else dx[e] = k[ch] * g;
   }
@@ -487,9 +495,9 @@ struct LayerNormAffineGradFinish {
 
 // ------------------------------------------- BatchNorm launchers' pieces
 
-// The 2 (forward: scale, shift) or 3 (backward: k, a, b) per-channel
-// coefficient arrays, T in double-sized slots.
-int64_t CoefficientSize(int64_t c) { return 3 * c; }
+// The 2 (forward: scale, shift) or 5 (backward: k, a, b, scale, shift)
+// per-channel coefficient arrays, T in double-sized slots.
+int64_t CoefficientSize(int64_t c) { return 5 * c; }
 
 template <typename T>
 BatchNormChannel<T> BatchNormChannelOf(const BatchNormArgs& args, double* coefficients, int64_t c) {
@@ -549,16 +557,16 @@ cudaError_t FinishBatchNormBackward(bool training, double m, const ChannelDims& 
   T* k = reinterpret_cast<T*>(coefficients);
   T* a = reinterpret_cast<T*>(coefficients + c);
   T* b = reinterpret_cast<T*>(coefficients + 2 * c);
+  T* scale = reinterpret_cast<T*>(coefficients + 3 * c);
+  T* shift = reinterpret_cast<T*>(coefficients + 4 * c);
   const MaskedGrad<T> dy = MaskedGradOf<T>(args);
-  const T* invstd = static_cast<const T*>(args.saved_invstd);
   T* dx = static_cast<T*>(args.dx);
-  const BatchNormGradFinish<T> finish{static_cast<const T*>(args.gamma), invstd, static_cast<T*>(args.dgamma),
-                                      static_cast<T*>(args.dbeta),       k,      a,
-                                      b,                                 m};
+  const BatchNormGradFinish<T> finish{dy, static_cast<T*>(args.dgamma), static_cast<T*>(args.dbeta), k, a, b, scale,
+                                      shift, m};
   const cudaError_t err = LaunchChannelFinish(partial, splits, c, finish, stream);
   if (err != cudaSuccess) return err;
-  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, k, a, b, dx}, stream);
-  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, k, a, b, dx}, stream);
+  if (training) return RunChannelMap(dims, BatchNormGradApply<T, true>{dy, k, a, b, scale, shift, dx}, stream);
+  return RunChannelMap(dims, BatchNormGradApply<T, false>{dy, k, a, b, scale, shift, dx}, stream);
 }
 
 }  // namespace
