@@ -452,6 +452,33 @@ TEST_CASE("SquaredNorm and ClipScale compute clip_grad_norm_'s norm and factor")
     REQUIRE(varied.ok());
     CHECK(varied->ScalarAt(0) == Approx(static_cast<double>(want)).epsilon(dt == DType::kF64 ? 1e-14 : 1e-7));
 
+    // The documented order, exactly: blocks of 2^14 elements added in block
+    // order, each block's squares in 32 lanes (element i in lane i mod 32),
+    // then its tail, then its lanes in order. Values of many magnitudes, so
+    // another order rounds differently.
+    std::vector<double> spread(static_cast<size_t>(n));
+    uint64_t bits = 12345;
+    for (double& v : spread) {
+      bits = bits * 6364136223846793005ull + 1442695040888963407ull;
+      const double mantissa = 1 + static_cast<double>(bits >> 41) / (1 << 23);  // 23 bits: exact in f32
+      v = std::ldexp(mantissa, static_cast<int>((bits >> 33) % 40) - 20);
+    }
+    double ordered = 0;
+    for (int64_t block = 0; block < n; block += 1 << 14) {
+      const double* x = spread.data() + block;
+      const int64_t count = std::min<int64_t>(1 << 14, n - block);
+      double lanes[32] = {}, block_sum = 0;
+      int64_t i = 0;
+      for (; i + 32 <= count; i += 32)
+        for (int l = 0; l < 32; ++l) lanes[l] += x[i + l] * x[i + l];
+      for (; i < count; ++i) block_sum += x[i] * x[i];
+      for (double lane : lanes) block_sum += lane;
+      ordered += block_sum;
+    }
+    auto exact = RunOp("SquaredNorm", {MakeTensor(dt, {n}, spread)}, {});
+    REQUIRE(exact.ok());
+    CHECK(exact->ScalarAt(0) == (dt == DType::kF32 ? static_cast<double>(static_cast<float>(ordered)) : ordered));
+
     auto clip = RunOp("ClipScale", {MakeTensor(dt, {}, {13})}, {{"max_norm", 6.5}});
     REQUIRE(clip.ok());
     CHECK(clip->ScalarAt(0) == Approx(6.5 / (13 + 1e-6)).epsilon(dt == DType::kF64 ? 1e-15 : 1e-7));
