@@ -256,17 +256,24 @@ inline double Tanh(double x) { return std::tanh(x); }
 
 // The sum of p[0, n) in double, in kSumLanes lanes (lane l takes the
 // elements l mod kSumLanes), then the tail, then the lanes in order: a sum
-// of floats that rounds once per add in double and vectorises.
+// of floats that rounds once per add in double and vectorises. The lanes
+// are two vectors of four doubles: a 64-byte vector has no register on
+// AVX2, where GCC keeps it on the stack.
 inline double SumAsDouble(const float* p, int64_t n) {
-  typedef double Lanes __attribute__((vector_size(kSumLanes * sizeof(double))));
-  typedef float Loaded __attribute__((vector_size(kSumLanes * sizeof(float)), aligned(alignof(float)), may_alias));
-  Lanes part = {};
+  constexpr int kWidth = kSumLanes / 2;
+  typedef double Lanes __attribute__((vector_size(kWidth * sizeof(double))));
+  typedef float Loaded __attribute__((vector_size(kWidth * sizeof(float)), aligned(alignof(float)), may_alias));
+  auto load = [](const float* q) { return __builtin_convertvector(*reinterpret_cast<const Loaded*>(q), Lanes); };
+  Lanes low = {}, high = {};
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    part += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i), Lanes);
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    low += load(p + i);
+    high += load(p + i + kWidth);
+  }
   double sum = 0;
   for (; i < n; ++i) sum += p[i];
-  for (int l = 0; l < kSumLanes; ++l) sum += part[l];
+  for (int l = 0; l < kWidth; ++l) sum += low[l];
+  for (int l = 0; l < kWidth; ++l) sum += high[l];
   return sum;
 }
 

@@ -203,17 +203,19 @@ struct Lanes {
 // order as MaxTap. Scalar selects on unpredictable maxima compile to
 // mispredicted branches, and pooled rows are often too short (7 or 14) for
 // auto-vectorised loops, which leave them in scalar tails.
-// The even lanes of a vector twice as wide as the result.
-template <typename Wide, size_t... kLane>
-auto EvenLanes(const Wide& wide, std::index_sequence<kLane...>) {
-  return __builtin_shufflevector(wide, wide, (2 * kLane)...);
+// The even lanes of two vectors' elements side by side (low, then high).
+// Two vectors of the result's width, not one twice as wide: a 64-byte
+// vector has no register on AVX2, and GCC moves one through the stack.
+template <typename Vec, size_t... kLane>
+Vec EvenLanes(Vec low, Vec high, std::index_sequence<kLane...>) {
+  return __builtin_shufflevector(low, high, (2 * kLane)...);
 }
 
 template <int kBytes, typename T, typename Stride>
 void MaxPoolLanes(const T* plane, int64_t plane_size, int64_t w, const Window& r, int64_t row_step,
                   const AxisWindows& cols, int64_t ox0, Stride stride, T* y, int64_t* idx) {
   using L = Lanes<T, kBytes>;
-  typedef T Wide __attribute__((vector_size(2 * kBytes), aligned(alignof(T)), may_alias));
+  typedef T Unaligned __attribute__((vector_size(kBytes), aligned(alignof(T)), may_alias));
   typename L::Vec best{}, v{};
   typename L::IntVec arg{}, lane{};
   for (int64_t l = 0; l < L::kCount; ++l) lane[l] = static_cast<typename L::Int>(l * stride);
@@ -225,7 +227,10 @@ void MaxPoolLanes(const T* plane, int64_t plane_size, int64_t w, const Window& r
         // One load of the run and a shuffle, not a load per lane (where
         // the run's last, unused element is still inside the plane).
         if (line + 2 * L::kCount <= plane_size) {
-          v = EvenLanes(*reinterpret_cast<const Wide*>(plane + line), std::make_index_sequence<L::kCount>());
+          const T* run = plane + line;
+          v = EvenLanes<typename L::Vec>(*reinterpret_cast<const Unaligned*>(run),
+                                         *reinterpret_cast<const Unaligned*>(run + L::kCount),
+                                         std::make_index_sequence<L::kCount>());
           loaded = true;
         }
       }
