@@ -224,8 +224,8 @@ void MaxPoolLanes(const T* plane, int64_t plane_size, int64_t w, const Window& r
       const int64_t line = (r.first + a * row_step) * w + b * cols.step - cols.padding + ox0 * stride;
       bool loaded = false;
       if constexpr (std::is_same_v<Stride, std::integral_constant<int64_t, 2>>) {
-        // One load of the run and a shuffle, not a load per lane (where
-        // the run's last, unused element is still inside the plane).
+        // The run in two vector loads and a shuffle, not a load per lane
+        // (where the run's last, unused element is still inside the plane).
         if (line + 2 * L::kCount <= plane_size) {
           const T* run = plane + line;
           v = EvenLanes<typename L::Vec>(*reinterpret_cast<const Unaligned*>(run),
