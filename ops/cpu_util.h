@@ -263,12 +263,11 @@ inline double SumAsDouble(const float* p, int64_t n) {
   constexpr int kWidth = kSumLanes / 2;
   typedef double Lanes __attribute__((vector_size(kWidth * sizeof(double))));
   typedef float Loaded __attribute__((vector_size(kWidth * sizeof(float)), aligned(alignof(float)), may_alias));
-  auto load = [](const float* q) { return __builtin_convertvector(*reinterpret_cast<const Loaded*>(q), Lanes); };
   Lanes low = {}, high = {};
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    low += load(p + i);
-    high += load(p + i + kWidth);
+    low += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i), Lanes);
+    high += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i + kWidth), Lanes);
   }
   double sum = 0;
   for (; i < n; ++i) sum += p[i];

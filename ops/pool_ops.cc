@@ -33,6 +33,13 @@
 #include "ops/op.h"
 #include "ops/pool_geometry.h"
 
+// MaxPool2d's lanes are 32-byte vectors; on a build without AVX (the
+// portable x86-64-v2 one), GCC notes that returning one changes the
+// calling convention (-Wpsabi). The functions that return them are
+// internal to this file, so no call crosses between code built with
+// different flags.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace loom {
 namespace {
 
