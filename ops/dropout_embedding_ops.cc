@@ -177,26 +177,38 @@ inline void DropOne(uint64_t draw, uint64_t threshold, T scale, const T& x, T& y
 // of stream `key`: mask = scale where kept, else 0, and y = x * mask. Eight
 // draws at a time in vector lanes (SplitMix64's multiplies as vector
 // ones; the compiler kept the scalar loop scalar), the same bits as
-// CounterU64 and Dropped, then the rest one by one.
+// CounterU64 and Dropped, then the rest one by one. The eight are two
+// halves of four: a 64-bit vector of four fills 32 bytes, a register on
+// AVX2 as on AVX-512, and the counters they carry from block to block stay
+// in registers (a carried 64-byte vector went through the stack on AVX2).
 template <typename T>
 void DropoutRun(uint64_t key, uint64_t first, uint64_t threshold, T scale, const T* x, T* y, T* mask,
                 int64_t count) {
-  constexpr int kLanes = 8;
-  typedef uint64_t Draws __attribute__((vector_size(kLanes * sizeof(uint64_t))));
-  typedef int64_t Keeps __attribute__((vector_size(kLanes * sizeof(int64_t))));
-  typedef T Values __attribute__((vector_size(kLanes * sizeof(T))));
-  typedef T UnalignedValues __attribute__((vector_size(kLanes * sizeof(T)), aligned(alignof(T)), may_alias));
-  const Draws lane = {1, 2, 3, 4, 5, 6, 7, 8};  // CounterU64's n + 1
+  constexpr int kHalf = 4, kLanes = 2 * kHalf;
+  typedef uint64_t Draws __attribute__((vector_size(kHalf * sizeof(uint64_t))));
+  typedef int64_t Keeps __attribute__((vector_size(kHalf * sizeof(int64_t))));
+  typedef T Values __attribute__((vector_size(kHalf * sizeof(T))));
+  typedef T UnalignedValues __attribute__((vector_size(kHalf * sizeof(T)), aligned(alignof(T)), may_alias));
+  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+  // key + (first + k + lane) * kGamma (CounterU64's n + 1 is lane), carried
+  // from block to block by one add, all mod 2^64: a 64-bit multiply is
+  // three 32-bit ones on AVX2.
+  const Draws low_lanes = {1, 2, 3, 4}, high_lanes = {5, 6, 7, 8};
+  Draws counters[2] = {key + (first + low_lanes) * kGamma, key + (first + high_lanes) * kGamma};
   int64_t k = 0;
   for (; k + kLanes <= count; k += kLanes) {
-    Draws z = key + (first + static_cast<uint64_t>(k) + lane) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
-    const Keeps keep = -((z >> 11) >= threshold);  // 1 where kept: !Dropped
-    const Values m = scale * __builtin_convertvector(keep, Values);
-    *reinterpret_cast<UnalignedValues*>(mask + k) = m;
-    *reinterpret_cast<UnalignedValues*>(y + k) = *reinterpret_cast<const UnalignedValues*>(x + k) * m;
+    for (int h = 0; h < 2; ++h) {
+      Draws z = counters[h];
+      counters[h] += kLanes * kGamma;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z = z ^ (z >> 31);
+      const Keeps keep = -((z >> 11) >= threshold);  // 1 where kept: !Dropped
+      const Values m = scale * __builtin_convertvector(keep, Values);
+      const int64_t at = k + h * kHalf;
+      *reinterpret_cast<UnalignedValues*>(mask + at) = m;
+      *reinterpret_cast<UnalignedValues*>(y + at) = *reinterpret_cast<const UnalignedValues*>(x + at) * m;
+    }
   }
   for (; k < count; ++k)
     DropOne(CounterU64(key, first + static_cast<uint64_t>(k)), threshold, scale, x[k], y[k], mask[k]);
