@@ -1,6 +1,10 @@
 // Small helpers shared by CPU kernels.
 #pragma once
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -254,25 +258,46 @@ inline double Sigmoid(double x) {
 inline float Tanh(float x) { return TanhF(x); }
 inline double Tanh(double x) { return std::tanh(x); }
 
+// Four doubles: 32 bytes, a register on AVX2 as on AVX-512. Wider vector
+// types have no register on AVX2, where GCC keeps a loop-carried one on
+// the stack (docs/ops.md, "CPU kernels on every x86 machine").
+typedef double Double4 __attribute__((vector_size(4 * sizeof(double))));
+
+// *out = p[0, 4) in double. Floats widen by one vcvtps2pd from memory
+// where AVX has it: GCC made __builtin_convertvector of them two
+// half-width converts, two loads and an insert. An out-parameter, not a
+// return: returning a 32-byte vector is a -Wpsabi note without AVX.
+inline void WidenFour(const float* p, Double4* out) {
+#if defined(__AVX__)
+  *out = (Double4)_mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+  typedef float Loaded __attribute__((vector_size(4 * sizeof(float)), aligned(alignof(float)), may_alias));
+  *out = __builtin_convertvector(*reinterpret_cast<const Loaded*>(p), Double4);
+#endif
+}
+inline void WidenFour(const double* p, Double4* out) {
+  typedef double Loaded __attribute__((vector_size(4 * sizeof(double)), aligned(alignof(double)), may_alias));
+  *out = *reinterpret_cast<const Loaded*>(p);
+}
+
 // The sum of p[0, n) in double, in kSumLanes lanes (lane l takes the
 // elements l mod kSumLanes), then the tail, then the lanes in order: a sum
 // of floats that rounds once per add in double and vectorises. The lanes
-// are two vectors of four doubles: a 64-byte vector has no register on
-// AVX2, where GCC keeps it on the stack.
+// are two Double4s.
 inline double SumAsDouble(const float* p, int64_t n) {
-  constexpr int kWidth = kSumLanes / 2;
-  typedef double Lanes __attribute__((vector_size(kWidth * sizeof(double))));
-  typedef float Loaded __attribute__((vector_size(kWidth * sizeof(float)), aligned(alignof(float)), may_alias));
-  Lanes low = {}, high = {};
+  static_assert(kSumLanes == 8, "the lanes are two Double4s");
+  Double4 low = {}, high = {}, v;
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    low += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i), Lanes);
-    high += __builtin_convertvector(*reinterpret_cast<const Loaded*>(p + i + kWidth), Lanes);
+    WidenFour(p + i, &v);
+    low += v;
+    WidenFour(p + i + 4, &v);
+    high += v;
   }
   double sum = 0;
   for (; i < n; ++i) sum += p[i];
-  for (int l = 0; l < kWidth; ++l) sum += low[l];
-  for (int l = 0; l < kWidth; ++l) sum += high[l];
+  for (int l = 0; l < 4; ++l) sum += low[l];
+  for (int l = 0; l < 4; ++l) sum += high[l];
   return sum;
 }
 

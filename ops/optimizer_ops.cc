@@ -20,10 +20,6 @@
 // active[r] != 0, and copied unchanged (frozen) when active[r] == 0.
 // An unfused op may take a scalar `active` as a last input too (a
 // loss-scaled step skips its update after an overflow the same way).
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -750,38 +746,26 @@ LOOM_REGISTER_OP(SquaredNormOp);
 // The sum of squares of p[0, n) in double, in 32 lanes (lane l takes the
 // elements l mod 32), then the tail, then the lanes in order: a fixed
 // order, so the result is an exact function of the data. The lanes are
-// eight vectors of four doubles, 32 bytes, which every AVX2 and AVX-512
-// machine holds in a register: a 64-byte vector type has no register on
-// AVX2, and GCC kept such sums on the stack, moving each through general
-// registers every step (7 GB/s on one core). Eight chains keep up with
-// the loads (an FMA waits 4 cycles for the last). Floats widen by one
-// vcvtps2pd from memory each four: GCC made __builtin_convertvector of
-// them two half-width converts, two loads and an insert.
+// eight Double4s: as four 64-byte vectors they went through the stack on
+// AVX2 (7 GB/s on one core). Eight chains keep up with the loads (an FMA
+// waits 4 cycles for the last).
 template <typename T>
 double SquaresSum(const T* p, int64_t n) {
-  constexpr int kWidth = 4, kVectors = 8, kLanes = kVectors * kWidth;
-  typedef double Lanes __attribute__((vector_size(kWidth * sizeof(double))));
-  typedef T Loaded __attribute__((vector_size(kWidth * sizeof(T)), aligned(alignof(T)), may_alias));
-  Lanes part[kVectors] = {};
+  constexpr int kVectors = 8, kLanes = kVectors * 4;
+  Double4 part[kVectors] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC unroll 8
     for (int k = 0; k < kVectors; ++k) {
-      const T* q = p + i + k * kWidth;
-      Lanes v;  // no lambda returns it: without AVX that is a -Wpsabi warning
-#if defined(__AVX__)
-      if constexpr (std::is_same_v<T, float>)
-        v = (Lanes)_mm256_cvtps_pd(_mm_loadu_ps(q));
-      else
-#endif
-        v = __builtin_convertvector(*reinterpret_cast<const Loaded*>(q), Lanes);
+      Double4 v;
+      WidenFour(p + i + k * 4, &v);
       part[k] += v * v;
     }
   }
   double sum = 0;
   for (; i < n; ++i) sum += static_cast<double>(p[i]) * static_cast<double>(p[i]);
   for (int k = 0; k < kVectors; ++k)
-    for (int l = 0; l < kWidth; ++l) sum += part[k][l];
+    for (int l = 0; l < 4; ++l) sum += part[k][l];
   return sum;
 }
 
