@@ -150,16 +150,22 @@ TEST_CASE("the text form is readable and saving is deterministic") {
   CHECK(ReadBytes(dir / "a.pb") == ReadBytes(dir / "b.pb"));
 }
 
-// x [4, 3] -> Linear -> ReLU -> Linear -> sum, fused as 3 replicas, with
-// the gradients of the sum of the replicas' losses.
+// x [4, 3] + an embedding of ids [4] -> Linear -> ReLU -> Linear -> sum,
+// fused as 3 replicas, with the gradients of the sum of the replicas'
+// losses. The embedding of the shared ids is one lookup in the tables side
+// by side: [4, 3*3], replica layout R*3@1.
 Graph FusedMlpWithGradients() {
   Graph model;
   GraphBuilder b(&model);
   const DType dt = DType::kF32;
   ValueId x = b.Input("x", {Shape({4, 3}), dt});
+  ValueId ids = b.Input("ids", {Shape({4}), DType::kI64});
+  ValueId table = b.Parameter("embed/w", {Shape({6, 3}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
   ValueId w1 = b.Parameter("fc1/w", {Shape({5, 3}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
   ValueId w2 = b.Parameter("fc2/w", {Shape({2, 5}), dt}, AttrMap{{"init", "normal"}, {"std", 0.3}});
-  ValueId h = b.Add1("ReLU", {b.Add1("Linear", {x, w1}, {}, "fc1").value()}, {}, "relu").value();
+  ValueId e = b.Add1("Embedding", {ids, table}, {}, "embed").value();
+  ValueId in = b.Add1("Add", {x, e}, {}, "in").value();
+  ValueId h = b.Add1("ReLU", {b.Add1("Linear", {in, w1}, {}, "fc1").value()}, {}, "relu").value();
   ValueId y = b.Add1("Linear", {h, w2}, {}, "fc2").value();
   model.outputs()["y"] = y;
   model.outputs()["loss"] = b.Add1("ReduceSum", {y}, {}, "loss").value();
@@ -176,7 +182,8 @@ TEST_CASE("a fused graph keeps its replica count and value layouts through files
   auto text = GraphToText(g);
   REQUIRE(text.ok());
   CHECK_THAT(*text, Contains("replicas: 3"));
-  CHECK_THAT(*text, Contains("replica_layout {\n      dim: 1\n      per_replica: 5\n    }"));  // fc1 [4, 3*5]
+  CHECK_THAT(*text, Contains("replica_layout {\n      dim: 1\n      per_replica: 3\n    }"));  // embed [4, 3*3]
+  CHECK_THAT(*text, Contains("replica_layout {\n      dim: -1\n    }"));  // x, shared
   fs::path dir = TempDir("fused");
   for (const char* file : {"fused.pbtxt", "fused.pb"}) {
     DYNAMIC_SECTION(file) {
@@ -199,7 +206,7 @@ TEST_CASE("a loaded replica layout that does not fit its value is rejected") {
   auto loaded = GraphFromProto(*p);
   REQUIRE(!loaded.ok());
   CHECK_THAT(loaded.status().ToString(),
-             Contains("node 'fc1' (Linear): output 0 'fc1' ([4, 15] f32): its replica dim 7 is outside its shape"));
+             Contains("node 'fc1' (Linear): output 0 'fc1' ([3, 4, 5] f32): its replica dim 7 is outside its shape"));
 }
 
 // An op taking one attribute of every kind (the ops of the build have no

@@ -216,7 +216,8 @@ TEST_CASE("gradients must refer to existing values of the same type") {
 }
 
 // The small model fused as 2 replicas: x shared, w [2, 4, 3], the Linear
-// "fc" one GEMM into [2, 8] (the replicas' 4 features side by side).
+// "fc" a batched product into [2, 2, 4] (each replica's rows, replica axis
+// first).
 Graph FusedSmallModel() {
   auto fused = FuseReplicas(BuildSmallModel().graph, FusionOptions{2, {1, 2}, {}, {}});
   REQUIRE(fused.ok());
@@ -231,12 +232,12 @@ TEST_CASE("a fused graph records where each value holds its replicas, through co
   CHECK(fused.replicas() == 2);
   CHECK(fused.value(ValueOf(fused, "x")).replica_layout == ReplicaLayout::Shared());
   CHECK(fused.value(ValueOf(fused, "w")).replica_layout == ReplicaLayout::Axis(0));
-  CHECK(fused.value(ValueOf(fused, "fc")).replica_layout == ReplicaLayout::Merged(1, 4));
+  CHECK(fused.value(ValueOf(fused, "fc")).replica_layout == ReplicaLayout::Axis(0));
   CHECK(fused.value(fused.outputs().at("loss")).replica_layout == ReplicaLayout::Axis(0));
 
   Graph copy = fused;
   CHECK(copy.replicas() == 2);
-  CHECK(copy.value(ValueOf(copy, "fc")).replica_layout == ReplicaLayout::Merged(1, 4));
+  CHECK(copy.value(ValueOf(copy, "fc")).replica_layout == ReplicaLayout::Axis(0));
 
   GraphBuilder b(&copy);
   ValueId total = b.Add1("ReduceSum", {copy.outputs().at("loss")}, {}, "total").value();
@@ -255,12 +256,12 @@ TEST_CASE("a replica layout that does not fit its value is reported") {
   ReplicaLayout& fc = fused.mutable_value(ValueOf(fused, "fc")).replica_layout;
   SECTION("the replica dim's extent is not R x per_replica") {
     fc = ReplicaLayout::Merged(1, 3);
-    CHECK_THAT(Verify(fused), Contains("node 'fc' (Linear): output 0 'fc' ([2, 8] f32): its replica layout R*3@1 "
-                                       "needs dim 1 of extent 2 x 3, its shape is [2, 8]"));
+    CHECK_THAT(Verify(fused), Contains("node 'fc' (Linear): output 0 'fc' ([2, 2, 4] f32): its replica layout R*3@1 "
+                                       "needs dim 1 of extent 2 x 3, its shape is [2, 2, 4]"));
   }
   SECTION("the replica dim is outside the shape") {
-    fc = ReplicaLayout::Axis(2);
-    CHECK_THAT(Verify(fused), Contains("its replica dim 2 is outside its shape [2, 8]"));
+    fc = ReplicaLayout::Axis(3);
+    CHECK_THAT(Verify(fused), Contains("its replica dim 3 is outside its shape [2, 2, 4]"));
   }
   SECTION("an invalid dim") {
     fc = ReplicaLayout{-5, 1};

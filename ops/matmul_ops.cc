@@ -10,20 +10,29 @@
 namespace loom {
 namespace {
 
-// Shapes of op(A) x op(B) for the last two dims, with equal leading dims.
+// Whether a BatchMatMul operand of rank `rank` is one matrix that every batch
+// entry of the other operand (of rank `other`) reads.
+bool SharedOperand(int rank, int other) { return rank == 2 && other >= 3; }
+
+// Shapes of op(A) x op(B) for the last two dims, with equal leading dims; in
+// a BatchMatMul (min_rank 3) one operand may instead be 2-D, shared by every
+// batch entry (a fused Linear's weight gradient on its shared input).
 StatusOr<Shape> MatMulShape(const std::string& op, const Shape& a, const Shape& b, bool ta, bool tb, int min_rank) {
-  if (a.rank() < min_rank || b.rank() != a.rank())
-    return InvalidArgument(op, ": operands must both have rank ", min_rank == 2 ? "2" : ">= 3", ", got ", a.ToString(),
-                           " and ", b.ToString());
-  int r = a.rank();
-  for (int d = 0; d < r - 2; ++d)
+  const bool shared = min_rank > 2 && (SharedOperand(a.rank(), b.rank()) || SharedOperand(b.rank(), a.rank()));
+  if (!shared && (a.rank() < min_rank || b.rank() != a.rank()))
+    return InvalidArgument(op, ": operands must both have rank ",
+                           min_rank == 2 ? "2" : ">= 3 (or one of them rank 2, shared by every batch entry)",
+                           ", got ", a.ToString(), " and ", b.ToString());
+  const int ra = a.rank(), rb = b.rank();
+  for (int d = 0; !shared && d < ra - 2; ++d)
     if (a[d] != b[d]) return InvalidArgument(op, ": batch dims differ: ", a.ToString(), " vs ", b.ToString());
-  int64_t m = ta ? a[r - 1] : a[r - 2], ka = ta ? a[r - 2] : a[r - 1];
-  int64_t kb = tb ? b[r - 1] : b[r - 2], n = tb ? b[r - 2] : b[r - 1];
+  int64_t m = ta ? a[ra - 1] : a[ra - 2], ka = ta ? a[ra - 2] : a[ra - 1];
+  int64_t kb = tb ? b[rb - 1] : b[rb - 2], n = tb ? b[rb - 2] : b[rb - 1];
   if (ka != kb)
     return InvalidArgument(op, ": inner dims differ: ", a.ToString(), (ta ? "^T" : ""), " x ", b.ToString(),
                            (tb ? "^T" : ""), " (", ka, " vs ", kb, ")");
-  std::vector<int64_t> out(a.dims().begin(), a.dims().end() - 2);
+  const Shape& batched = ra >= rb ? a : b;
+  std::vector<int64_t> out(batched.dims().begin(), batched.dims().end() - 2);
   out.push_back(m);
   out.push_back(n);
   return Shape(out);
@@ -61,17 +70,21 @@ class MatMulOp : public OpDef {
     auto mm = [&](ValueId x, bool tx, ValueId y, bool ty) {
       return g.Emit1(name_, {x, y}, AttrMap{{"transpose_a", tx}, {"transpose_b", ty}});
     };
-    if (g.NeedsInputGrad(0)) g.SetInputGrad(0, ta ? mm(b, tb, dy, true) : mm(dy, false, b, !tb));
-    if (g.NeedsInputGrad(1)) g.SetInputGrad(1, tb ? mm(dy, true, a, ta) : mm(a, !ta, dy, false));
+    // A shared operand's gradient is the sum of every batch entry's.
+    auto summed = [&](ValueId grad, ValueId x) { return g.SumToShape(grad, g.type(x).shape); };
+    if (g.NeedsInputGrad(0)) g.SetInputGrad(0, summed(ta ? mm(b, tb, dy, true) : mm(dy, false, b, !tb), a));
+    if (g.NeedsInputGrad(1)) g.SetInputGrad(1, summed(tb ? mm(dy, true, a, ta) : mm(a, !ta, dy, false), b));
     return Status::Ok();
   }
   // y [..., M, N] = op(A) op(B). Sample: the leading batch dim (batched) or
   // the rows M; parameter: the columns N, or "reduction": K (partial sums);
-  // other: the rows, the further batch dims.
-  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& /*in*/,
+  // other: the rows, the further batch dims. A shared 2-D operand is read
+  // whole by every part of a batch split.
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     const bool ta = attrs.Bool("transpose_a"), tb = attrs.Bool("transpose_b");
-    const int r = out[0].shape.rank();
+    const int r = out[0].shape.rank(), ra = in[0].shape.rank(), rb = in[1].shape.rank();
+    auto batch_axis = [&](int rank, int d) { return rank == r ? d : -1; };
     auto split = [](int a, int b, int y) {
       DimSplit d = SplitAlong(-1, 2, 1);
       d.inputs[0].axis = a;
@@ -79,15 +92,15 @@ class MatMulOp : public OpDef {
       d.outputs[0].axis = y;
       return d;
     };
-    const DimSplit rows = split(ta ? r - 1 : r - 2, -1, r - 2);
-    DimSplit reduction = split(ta ? r - 2 : r - 1, tb ? r - 1 : r - 2, -1);
+    const DimSplit rows = split(ta ? ra - 1 : ra - 2, -1, r - 2);
+    DimSplit reduction = split(ta ? ra - 2 : ra - 1, tb ? rb - 1 : rb - 2, -1);
     reduction.partial_sums = true;
     SplitRules rules;
-    rules.parameter = split(-1, tb ? r - 2 : r - 1, r - 1);
+    rules.parameter = split(-1, tb ? rb - 2 : rb - 1, r - 1);
     rules.parameter_variants.emplace_back("reduction", reduction);
     if (r > 2) {
-      rules.sample = split(0, 0, 0);
-      for (int b = 1; b < r - 2; ++b) rules.other.push_back(split(b, b, b));
+      rules.sample = split(batch_axis(ra, 0), batch_axis(rb, 0), 0);
+      for (int b = 1; b < r - 2; ++b) rules.other.push_back(split(batch_axis(ra, b), batch_axis(rb, b), b));
       rules.other.push_back(rows);
     } else {
       rules.sample = rows;
@@ -122,15 +135,17 @@ Status MatMulKernel(KernelContext& ctx) {
   const Shape& sb = b.shape();
   int64_t m = y.shape().dim(-2), n = y.shape().dim(-1), k = ta ? sa.dim(-2) : sa.dim(-1);
   int64_t batch = y.numel() / std::max<int64_t>(1, m * n);
+  // A batch entry's matrix; a shared 2-D operand is every entry's (stride 0).
+  auto stride = [&](const Shape& s) { return s.rank() == y.shape().rank() ? s.dim(-1) * s.dim(-2) : 0; };
   if (a.dtype() == DType::kBF16) {  // the bf16 GEMM, into an f32 y (HalfGemm)
-    BatchedGemm(ta, tb, batch, m, n, k, 1.0f, a.data<BFloat16>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2),
-                b.data<BFloat16>(), sb.dim(-1), sb.dim(-1) * sb.dim(-2), 0.0f, y.data<float>(), n, m * n, ctx.pool);
+    BatchedGemm(ta, tb, batch, m, n, k, 1.0f, a.data<BFloat16>(), sa.dim(-1), stride(sa), b.data<BFloat16>(),
+                sb.dim(-1), stride(sb), 0.0f, y.data<float>(), n, m * n, ctx.pool);
     return Status::Ok();
   }
   return DispatchFloat(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    BatchedGemm<T>(ta, tb, batch, m, n, k, T(1), a.data<T>(), sa.dim(-1), sa.dim(-1) * sa.dim(-2), b.data<T>(),
-                   sb.dim(-1), sb.dim(-1) * sb.dim(-2), T(0), y.data<T>(), n, m * n, ctx.pool);
+    BatchedGemm<T>(ta, tb, batch, m, n, k, T(1), a.data<T>(), sa.dim(-1), stride(sa), b.data<T>(), sb.dim(-1),
+                   stride(sb), T(0), y.data<T>(), n, m * n, ctx.pool);
   });
 }
 // A GEMM op's kernel for half outputs: bf16 operands read by the bf16 GEMM
@@ -157,9 +172,10 @@ int64_t FeatureRows(const Shape& s) {
 }
 
 // Linear: x [..., in], weight [out, in], optional bias [out] -> [..., out].
-// Batched (a fused array's Linear on per-replica x): x [B, rows, in],
-// weight [B, out, in], optional bias [B, out] -> [B, rows, out], each batch
-// entry its own Linear, so that the bias is added in the product's pass.
+// Batched (a fused array's Linear): weight [B, out, in], optional bias
+// [B, out], and x [B, rows, in] (each entry its own rows) or [rows, in]
+// (rows every entry reads) -> [B, rows, out], each batch entry its own
+// Linear, so that the bias is added in the product's pass.
 class LinearOp : public OpDef {
  public:
   LinearOp() { DeclareAttrs(); }
@@ -172,10 +188,10 @@ class LinearOp : public OpDef {
     if (x.rank() < 1) return InvalidArgument("Linear input must have rank >= 1");
     if (w.rank() != 2 && w.rank() != 3)
       return InvalidArgument("Linear weight must be [out, in] or batched [B, out, in], got ", w.ToString());
-    const bool batched = w.rank() == 3;
-    if (batched && (x.rank() != 3 || x[0] != w[0]))
-      return InvalidArgument("Linear with batched weight ", w.ToString(), " takes x [", w[0], ", rows, in], got ",
-                             x.ToString());
+    const bool batched = w.rank() == 3, shared_x = batched && x.rank() == 2;
+    if (batched && !shared_x && (x.rank() != 3 || x[0] != w[0]))
+      return InvalidArgument("Linear with batched weight ", w.ToString(), " takes x [", w[0],
+                             ", rows, in] or a shared x [rows, in], got ", x.ToString());
     if (w.dim(-1) != x.dim(-1))
       return InvalidArgument("Linear: input features ", x.dim(-1), " (input ", x.ToString(), ") != weight in-features ",
                              w.dim(-1), " (weight ", w.ToString(), ")");
@@ -186,6 +202,7 @@ class LinearOp : public OpDef {
       return InvalidArgument("Linear bias must be ", bias.ToString(), ", got ", in[2].shape.ToString());
     std::vector<int64_t> out = x.dims();
     out.back() = w.dim(-2);
+    if (shared_x) out.insert(out.begin(), w[0]);
     return std::vector<TensorType>{{Shape(out), in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -200,7 +217,8 @@ class LinearOp : public OpDef {
     const Shape& ys = g.type(g.output(0)).shape;
     const bool bias = g.node().inputs.size() == 3 && g.NeedsInputGrad(2);
     if (g.type(w).shape.rank() == 3) {  // per batch entry: [rows, out] x [out, in], [out, rows] x [rows, in]
-      if (g.NeedsInputGrad(0)) g.SetInputGrad(0, g.Emit1("BatchMatMul", {dy, w}));
+      // A shared x's gradient sums every entry's; its weight gradients read it in place.
+      if (g.NeedsInputGrad(0)) g.SetInputGrad(0, g.SumToShape(g.Emit1("BatchMatMul", {dy, w}), xs));
       if (g.NeedsInputGrad(1)) g.SetInputGrad(1, g.Emit1("BatchMatMul", {dy, x}, AttrMap{{"transpose_a", true}}));
       if (bias) {
         const ValueId sums = g.SumToShape(dy, Shape({ys[0], 1, ys[2]}));
@@ -225,7 +243,8 @@ class LinearOp : public OpDef {
   }
   // Sample: the rows of x and y, every part with the whole weight. Parameter:
   // the output features, every part reading the whole x. Batched: the batch
-  // entries (sample), their rows (other) or their output features.
+  // entries (sample; a shared x read whole), their rows (other) or their
+  // output features.
   SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
@@ -238,8 +257,9 @@ class LinearOp : public OpDef {
       return d;
     };
     if (batched) {
-      rules.sample = split(0, 0, 0);
-      rules.other.push_back(split(1, -1, 1));
+      const bool shared_x = in[0].shape.rank() == 2;
+      rules.sample = split(shared_x ? -1 : 0, 0, 0);
+      rules.other.push_back(split(shared_x ? 0 : 1, -1, 1));
       rules.parameter = split(-1, 1, 2);
       return rules;
     }
@@ -248,54 +268,35 @@ class LinearOp : public OpDef {
     return rules;
   }
   FusionKind fusion_kind() const override { return FusionKind::kFused; }
-  // On a shared x, one Linear against all replicas' weights stacked,
-  // [R*out, in]; on a replicated x, a batched Linear [R, rows, in] x
-  // [R, out, in]^T + [R, out] (a batched GEMM and an Add pass of its own
-  // ran transformer_lm's fused step 0.97x of serial at R = 4).
+  // One batched Linear [R, rows, in] x [R, out, in]^T + [R, out] -> [R, rows,
+  // out]: on a replicated x each replica's rows, on a shared x (a first
+  // layer's data) the same rows, read in place by every replica. Each
+  // replica's product has one model's shape, and the replica axis comes out
+  // first, where the next fused Linear reads it. (One product against the
+  // weights stacked [R*out, in] put the replica axis beside the features,
+  // and the next layer moved it with a transpose each step, forward and
+  // backward.)
   Status Fuse(FusionBuilder& f) const override {
-    FusedValue x = f.input(0);
+    const FusedValue& x = f.input(0);
     const Shape ws = f.SingleShape(f.input(1));
     if (ws.rank() == 3)
       return InvalidArgument("Linear '", f.name(), "': a batched Linear (weight ", ws.ToString(),
                              ") has no fused form; fuse the model whose Linears it batches");
-    const int64_t r = f.replicas(), out_f = ws[0], in_f = ws[1];
-    // One replica's x is as good as shared: one Linear with its bias and
-    // MatMul gradients, not a batched GEMM of one plus an Add (fused at
-    // R = 1 ran 0.94x of serial on the MLP).
-    if (x.replicated() && r == 1) {
-      LOOM_ASSIGN_OR_RETURN(x, f.Reshape(x, f.SingleShape(x), ReplicaLayout::Shared(), f.name() + "/one_replica"));
+    const int64_t r = f.replicas(), in_f = ws[1], rows = FeatureRows(f.SingleShape(x));
+    std::vector<FusedValue> ins(1);
+    if (x.replicated()) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue x0, f.MoveAxis(x, 0, f.name() + "/x"));
+      LOOM_ASSIGN_OR_RETURN(ins[0], f.Reshape(x0, Shape({r, rows, in_f}), ReplicaLayout::Axis(0), f.name() + "/rows"));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(ins[0], f.Reshape(x, Shape({rows, in_f}), ReplicaLayout::Shared(), f.name() + "/rows"));
     }
-    std::vector<FusedValue> params;  // [R, out, in] and [R, out]
-    for (int i = 1; i < f.num_inputs(); ++i) {
+    for (int i = 1; i < f.num_inputs(); ++i) {  // [R, out, in] and [R, out]
       LOOM_ASSIGN_OR_RETURN(FusedValue p, f.Replicated(f.input(i), 0, f.name() + "/param" + std::to_string(i)));
-      params.push_back(p);
+      ins.push_back(p);
     }
-    const Shape& ys = f.output_shape(0);
-    const bool bias = params.size() == 2;
-    if (!x.replicated()) {
-      LOOM_ASSIGN_OR_RETURN(FusedValue w, f.Reshape(params[0], Shape({r * out_f, in_f}),
-                                                    ReplicaLayout::Merged(0, out_f), f.name() + "/stacked_weight"));
-      std::vector<FusedValue> ins = {x, w};
-      if (bias) {
-        LOOM_ASSIGN_OR_RETURN(FusedValue b, f.Reshape(params[1], Shape({r * out_f}), ReplicaLayout::Merged(0, out_f),
-                                                      f.name() + "/stacked_bias"));
-        ins.push_back(b);
-      }
-      const int axis = ys.rank() - 1;
-      LOOM_ASSIGN_OR_RETURN(FusedValue y,
-                            f.Emit1("Linear", ins, f.attrs(), f.name(), ReplicaLayout::Merged(axis, out_f)));
-      LOOM_ASSIGN_OR_RETURN(FusedValue out, f.Reshape(y, f.WithReplicaAxis(ys, axis), ReplicaLayout::Axis(axis),
-                                                      f.name() + "/split_replicas"));
-      return f.MapOutputs({out});
-    }
-    const int64_t rows = FeatureRows(f.SingleShape(x));
-    LOOM_ASSIGN_OR_RETURN(FusedValue x0, f.MoveAxis(x, 0, f.name() + "/x"));
-    LOOM_ASSIGN_OR_RETURN(x0, f.Reshape(x0, Shape({r, rows, in_f}), ReplicaLayout::Axis(0), f.name() + "/rows"));
-    std::vector<FusedValue> ins = {x0};
-    ins.insert(ins.end(), params.begin(), params.end());
     LOOM_ASSIGN_OR_RETURN(FusedValue y, f.Emit1("Linear", ins, f.attrs(), f.name(), ReplicaLayout::Axis(0)));
-    LOOM_ASSIGN_OR_RETURN(FusedValue out,
-                          f.Reshape(y, f.WithReplicaAxis(ys, 0), ReplicaLayout::Axis(0), f.name() + "/unrows"));
+    LOOM_ASSIGN_OR_RETURN(FusedValue out, f.Reshape(y, f.WithReplicaAxis(f.output_shape(0), 0), ReplicaLayout::Axis(0),
+                                                    f.name() + "/unrows"));
     return f.MapOutputs({out});
   }
 };
@@ -308,6 +309,7 @@ Status LinearKernel(KernelContext& ctx) {
   const int64_t batch = w.shape().rank() == 3 ? w.shape()[0] : 1;
   const int64_t in_f = w.shape().dim(-1), out_f = w.shape().dim(-2);
   const int64_t rows = FeatureRows(y.shape()) / batch;  // per batch entry (with no input features, y is the bias)
+  const int64_t x_stride = batch > 1 && x.shape().rank() == 2 ? 0 : rows * in_f;  // a shared x: every entry's
   return DispatchFloat(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* py = y.data<T>();
@@ -328,7 +330,7 @@ Status LinearKernel(KernelContext& ctx) {
     }
     if constexpr (std::is_same_v<T, float>) {
       if (bf16) {
-        BatchedGemm(false, true, batch, rows, out_f, in_f, 1.0f, x.data<BFloat16>(), in_f, rows * in_f,
+        BatchedGemm(false, true, batch, rows, out_f, in_f, 1.0f, x.data<BFloat16>(), in_f, x_stride,
                     w.data<BFloat16>(), in_f, out_f * in_f, beta, py, out_f, rows * out_f, ctx.pool);
         return;
       }
@@ -336,7 +338,7 @@ Status LinearKernel(KernelContext& ctx) {
     if (batch == 1) {
       Gemm<T>(false, true, rows, out_f, in_f, T(1), x.data<T>(), in_f, w.data<T>(), in_f, beta, py, out_f, ctx.pool);
     } else {
-      BatchedGemm<T>(false, true, batch, rows, out_f, in_f, T(1), x.data<T>(), in_f, rows * in_f, w.data<T>(), in_f,
+      BatchedGemm<T>(false, true, batch, rows, out_f, in_f, T(1), x.data<T>(), in_f, x_stride, w.data<T>(), in_f,
                      out_f * in_f, beta, py, out_f, rows * out_f, ctx.pool);
     }
   });

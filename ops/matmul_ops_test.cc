@@ -27,6 +27,13 @@ TEST_CASE("matmul ops pass the op harness") {
       {"batch matmul", "BatchMatMul", {}, {InputSpec::Uniform({3, 2, 4}), InputSpec::Uniform({3, 4, 5})}, MatMulRef},
       {"batch matmul B^T", "BatchMatMul", {{"transpose_b", true}},
        {InputSpec::Uniform({2, 3, 4}), InputSpec::Uniform({2, 5, 4})}, MatMulRef},
+      // One 2-D operand that every batch entry reads (its gradient sums theirs).
+      {"batch matmul shared B", "BatchMatMul", {}, {InputSpec::Uniform({3, 2, 4}), InputSpec::Uniform({4, 5})},
+       MatMulRef},
+      {"batch matmul A^T shared B", "BatchMatMul", {{"transpose_a", true}},
+       {InputSpec::Uniform({2, 2, 4, 3}), InputSpec::Uniform({4, 5})}, MatMulRef},
+      {"batch matmul shared A B^T", "BatchMatMul", {{"transpose_b", true}},
+       {InputSpec::Uniform({2, 4}), InputSpec::Uniform({3, 5, 4})}, MatMulRef},
       {"linear with bias", "Linear", {}, {InputSpec::Uniform({4, 6}), InputSpec::Uniform({3, 6}), InputSpec::Uniform({3})}, LinearRef},
       {"linear no bias rank 3", "Linear", {}, {InputSpec::Uniform({2, 3, 6}), InputSpec::Uniform({5, 6})}, LinearRef},
       // Batched, a fused array's: each batch entry's own weight and bias.
@@ -41,6 +48,13 @@ TEST_CASE("matmul ops pass the op harness") {
        {InputSpec::Uniform({2, 4, 0}), InputSpec::Uniform({2, 3, 0}), InputSpec::Uniform({2, 3})}, LinearRef},
       {"linear batched large (threaded panels)", "Linear", {},
        {InputSpec::Uniform({2, 40, 48}), InputSpec::Uniform({2, 70, 48}), InputSpec::Uniform({2, 70})}, LinearRef},
+      // Batched on a shared x [rows, in] (a fused first layer's data): y [B, rows, out].
+      {"linear batched shared x with bias", "Linear", {},
+       {InputSpec::Uniform({4, 6}), InputSpec::Uniform({3, 5, 6}), InputSpec::Uniform({3, 5})}, LinearRef},
+      {"linear batched shared x no bias", "Linear", {}, {InputSpec::Uniform({1, 6}), InputSpec::Uniform({2, 5, 6})},
+       LinearRef},
+      {"linear batched shared x large (threaded panels)", "Linear", {},
+       {InputSpec::Uniform({40, 48}), InputSpec::Uniform({3, 70, 48}), InputSpec::Uniform({3, 70})}, LinearRef},
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
@@ -166,7 +180,10 @@ TEST_CASE("a batched Linear names the shapes it needs") {
   REQUIRE(ok.status().ToString() == "OK");
   CHECK((*ok)[0].shape == Shape({3, 4, 5}));
   auto batches = InferOpTypes(*linear, {}, types({2, 4, 6}, {3, 5, 6}, {3, 5}));
-  CHECK_THAT(batches.status().message(), Catch::Contains("takes x [3, rows, in], got [2, 4, 6]"));
+  CHECK_THAT(batches.status().message(), Catch::Contains("takes x [3, rows, in] or a shared x [rows, in], got [2, 4, 6]"));
+  auto shared = InferOpTypes(*linear, {}, types({4, 6}, {3, 5, 6}, {3, 5}));
+  REQUIRE(shared.status().ToString() == "OK");
+  CHECK((*shared)[0].shape == Shape({3, 4, 5}));
   auto bias = InferOpTypes(*linear, {}, types({3, 4, 6}, {3, 5, 6}, {5}));
   CHECK_THAT(bias.status().message(), Catch::Contains("bias must be [3, 5], got [5]"));
   auto rank = InferOpTypes(*linear, {}, types({3, 4, 6}, {1, 3, 5, 6}, {5}));

@@ -345,8 +345,8 @@ std::vector<FuseCase> Cases() {
   add("Mul replicated", "Mul", {}, {Rep({4, 3, 5}), Rep({3, 1})}, same("Mul"));
   add("Div", "Div", {}, {Rep({2, 3}), Rep({3}, 0.5, 2)}, same("Div"));
   add("Add scalar param", "Add", {}, {Shr({2, 3}), Rep({})}, same("Add"));
-  // Products: one Linear against the stacked weights on shared x, one
-  // batched Linear (bias in its pass) on replicated x.
+  // Products: one batched Linear (bias in its pass), reading a shared x in
+  // place for every replica or a replicated x's own rows.
   add("Linear shared x", "Linear", {}, {Shr({4, 6}), Rep({5, 6}), Rep({5})},
       Fused({{"Linear", 1}, {"BatchMatMul", 0}}));
   add("Linear shared 3-D x, no bias", "Linear", {}, {Shr({2, 3, 6}), Rep({5, 6})},

@@ -90,9 +90,9 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
 }
 
 // One replica is the single model with a replica axis of one: every
-// Linear stays one Linear (with its bias and MatMul gradients), where a
-// replicated input would otherwise take a batched GEMM of one and an Add
-// (the fused MLP ran 0.94x of serial at R = 1 so), an op run once per
+// Linear stays one Linear (a batch of one, its bias in the product's pass;
+// a batched GEMM of one and an Add ran the fused MLP 0.94x of serial at
+// R = 1), an op run once per
 // replica (the losses, LSTMs) reads and writes views of its tensors, not a
 // Slice and a Concat copy of them, and the logits are the single model's.
 TEST_CASE("each zoo model fused as 1 replica keeps its Linears and LayerNorms and computes the single model's logits") {
@@ -246,6 +246,26 @@ std::set<std::string> CheckFusedStructure(const Graph& model, bool image_classif
     }
   }
   return per_replica;
+}
+
+// The MLP's first Linear reads the shared images in place for every
+// replica and puts the replica axis first, where the next Linear reads it:
+// its fused step moves no activation. (Its weights stacked [R*out, in] put
+// the replicas beside the features, and fc2 transposed its input, and its
+// input gradient back, every step.)
+TEST_CASE("the fused MLP's training step has no Transpose") {
+  for (const SmallModel& s : SmallModels()) {
+    if (s.name != "mlp") continue;
+    Model m;
+    REQUIRE(models::BuildSupervised(m, s.name, s.args, s.data, kBatch).ok());
+    auto fused = FuseReplicas(m.graph(), FusionOptions{3, {7, 8, 9}, {}, {}});
+    if (!fused.ok()) FAIL(fused.status().ToString());
+    auto step = BuildFusedTrainingGraph(*fused, "loss", std::vector<StepOptimizer>(3), true);
+    if (!step.ok()) FAIL(step.status().ToString());
+    for (NodeId id : step->NodesWithOp("Transpose")) FAIL_CHECK("fusion moved a value: " << step->node(id).name);
+    return;
+  }
+  FAIL("no mlp in the small zoo");
 }
 
 TEST_CASE("each zoo model's fused graph runs per replica only the ops that declare it") {
