@@ -8,7 +8,8 @@
 // buffers are [R, ...] (replica r's tensor is the contiguous chunk r);
 // activations keep the replica axis where the op that made them puts it, so
 // that each op maps onto one existing kernel:
-//   Linear on shared x      one GEMM against the [R*out, in] stacked weights
+//   Linear on shared x      a batched GEMM reading x [rows, in] in place for
+//                           every replica, into [R, rows, out]
 //   Linear on replicated x  a batched GEMM over [R, rows, in]
 //   Conv                    a grouped convolution with R times the groups
 //                           over [N, R*C, H, W] (one plain conv on shared x)
