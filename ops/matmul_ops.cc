@@ -277,7 +277,7 @@ class LinearOp : public OpDef {
   // and the next layer moved it with a transpose each step, forward and
   // backward.)
   Status Fuse(FusionBuilder& f) const override {
-    const FusedValue& x = f.input(0);
+    const FusedValue x = f.input(0);
     const Shape ws = f.SingleShape(f.input(1));
     if (ws.rank() == 3)
       return InvalidArgument("Linear '", f.name(), "': a batched Linear (weight ", ws.ToString(),
