@@ -104,9 +104,10 @@ OpCase SumToCase(const std::string& name, const Shape& x, const std::vector<int6
           }};
 }
 
-// SumToShape splits rows with outputs of their own among the threads; a
-// kept inner axis, or several rows into one output, stay on one thread.
-// The same bits on 1-4 threads, and the right sums.
+// SumToShape splits rows with outputs of their own, and the row groups of
+// kept leading axes, among the threads; rows into a kept inner axis alone,
+// or several rows into one output, stay on one thread. The same bits on 1-4
+// threads, and the right sums.
 TEST_CASE("SumToShape in parallel gives the same bits on any thread count") {
   const std::vector<OpCase> cases = {
       SumToCase("planes to [N, C, 1, 1]", {8, 32, 16, 16}, {8, 32, 1, 1}),
@@ -114,6 +115,8 @@ TEST_CASE("SumToShape in parallel gives the same bits on any thread count") {
       SumToCase("4x4 planes to [N, C, 1, 1]", {8, 32, 4, 4}, {8, 32, 1, 1}),
       SumToCase("rows to a kept inner axis", {4096, 24}, {24}),
       SumToCase("a kept inner axis with a summed middle one", {64, 40, 48}, {64, 1, 48}),
+      SumToCase("a fused bias gradient, [R, rows, out] to [R, 1, out]", {16, 128, 96}, {16, 1, 96}),
+      SumToCase("kept leading axes, summed middle ones", {6, 5, 30, 20, 7}, {6, 5, 1, 1, 7}),
       SumToCase("planes of several images to [1, C, 1, 1]", {8, 32, 16, 16}, {1, 32, 1, 1}),
   };
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) {
