@@ -180,7 +180,8 @@ TEST_CASE("a batched Linear names the shapes it needs") {
   REQUIRE(ok.status().ToString() == "OK");
   CHECK((*ok)[0].shape == Shape({3, 4, 5}));
   auto batches = InferOpTypes(*linear, {}, types({2, 4, 6}, {3, 5, 6}, {3, 5}));
-  CHECK_THAT(batches.status().message(), Catch::Contains("takes x [3, rows, in] or a shared x [rows, in], got [2, 4, 6]"));
+  CHECK_THAT(batches.status().message(),
+             Catch::Contains("takes x [3, rows, in] or a shared x [rows, in], got [2, 4, 6]"));
   auto shared = InferOpTypes(*linear, {}, types({4, 6}, {3, 5, 6}, {3, 5}));
   REQUIRE(shared.status().ToString() == "OK");
   CHECK((*shared)[0].shape == Shape({3, 4, 5}));
