@@ -92,9 +92,9 @@ TEST_CASE("each zoo model fused as 2 replicas computes 2 separate models' logits
 // One replica is the single model with a replica axis of one: every
 // Linear stays one Linear (a batch of one, its bias in the product's pass;
 // a batched GEMM of one and an Add ran the fused MLP 0.94x of serial at
-// R = 1), an op run once per
-// replica (the losses, LSTMs) reads and writes views of its tensors, not a
-// Slice and a Concat copy of them, and the logits are the single model's.
+// R = 1), an op run once per replica (the losses, LSTMs) reads and writes
+// views of its tensors, not a Slice and a Concat copy of them, and the
+// logits are the single model's.
 TEST_CASE("each zoo model fused as 1 replica keeps its Linears and LayerNorms and computes the single model's logits") {
   for (const SmallModel& s : SmallModels()) {
     if (IsGan(s)) continue;

@@ -56,10 +56,10 @@ LOOM_REGISTER_KERNEL_SUPPORT("BatchMatMul", DeviceType::kCuda, HalfFloatKernelSu
 // Linear: x [..., in] viewed as [rows, in], weight [out, in], optional bias
 // [out]: y = x W^T (one GEMM with B transposed); batched, x [B, rows, in]
 // (or a shared [rows, in], stride 0), weight [B, out, in], bias [B, out],
-// one strided-batched GEMM. f32 / f64
-// add an unbatched bias after; bf16 / f16, and every batched bias, start y
-// from the broadcast bias and accumulate onto it (beta = 1), so that half
-// types round once, as on the CPU.
+// one strided-batched GEMM. f32 / f64 add an unbatched bias after; bf16 /
+// f16, and every batched bias, start y from the broadcast bias and
+// accumulate onto it (beta = 1), so that half types round once, as on the
+// CPU.
 LOOM_REGISTER_KERNEL("Linear", DeviceType::kCuda, [](KernelContext& ctx) -> Status {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
