@@ -13,12 +13,22 @@
 
 namespace loom {
 
-// The n-th 64-bit number of the stream `key`.
-LOOM_HOST_DEVICE inline uint64_t CounterU64(uint64_t key, uint64_t n) {
-  uint64_t z = key + (n + 1) * 0x9E3779B97F4A7C15ull;
+// The step between a stream's counters: number n of stream `key` mixes
+// key + (n + 1) * kCounterGamma.
+constexpr uint64_t kCounterGamma = 0x9E3779B97F4A7C15ull;
+
+// SplitMix64's mix of a counter. A template so that CPU kernels can mix
+// vectors of counters (GCC vector extensions) with the same bits.
+template <typename U>
+LOOM_HOST_DEVICE inline U MixCounter(U z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// The n-th 64-bit number of the stream `key`.
+LOOM_HOST_DEVICE inline uint64_t CounterU64(uint64_t key, uint64_t n) {
+  return MixCounter(key + (n + 1) * kCounterGamma);
 }
 
 // The n-th number of the stream as a double in [0, 1), from its top 53 bits

@@ -175,12 +175,12 @@ inline void DropOne(uint64_t draw, uint64_t threshold, T scale, const T& x, T& y
 
 // Dropout over elements [0, count) whose draws are first, first + 1, ...
 // of stream `key`: mask = scale where kept, else 0, and y = x * mask. Eight
-// draws at a time in vector lanes (SplitMix64's multiplies as vector
-// ones; the compiler kept the scalar loop scalar), the same bits as
-// CounterU64 and Dropped, then the rest one by one. The eight are two
-// halves of four: a 64-bit vector of four fills 32 bytes, a register on
-// AVX2 as on AVX-512, and the counters they carry from block to block stay
-// in registers (a carried 64-byte vector went through the stack on AVX2).
+// draws at a time in vector lanes (CounterU64's MixCounter on vectors; the
+// compiler kept the scalar loop scalar), the same bits as CounterU64 and
+// Dropped, then the rest one by one. The eight are two halves of four: a
+// 64-bit vector of four fills 32 bytes, a register on AVX2 as on AVX-512,
+// and the counters they carry from block to block stay in registers (a
+// carried 64-byte vector went through the stack on AVX2).
 template <typename T>
 void DropoutRun(uint64_t key, uint64_t first, uint64_t threshold, T scale, const T* x, T* y, T* mask,
                 int64_t count) {
@@ -189,20 +189,16 @@ void DropoutRun(uint64_t key, uint64_t first, uint64_t threshold, T scale, const
   typedef int64_t Keeps __attribute__((vector_size(kHalf * sizeof(int64_t))));
   typedef T Values __attribute__((vector_size(kHalf * sizeof(T))));
   typedef T UnalignedValues __attribute__((vector_size(kHalf * sizeof(T)), aligned(alignof(T)), may_alias));
-  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-  // key + (first + k + lane) * kGamma (CounterU64's n + 1 is lane), carried
-  // from block to block by one add, all mod 2^64: a 64-bit multiply is
-  // three 32-bit ones on AVX2.
+  // key + (first + k + lane) * kCounterGamma (CounterU64's n + 1 is lane),
+  // carried from block to block by one add, all mod 2^64: a 64-bit multiply
+  // is three 32-bit ones on AVX2.
   const Draws low_lanes = {1, 2, 3, 4}, high_lanes = {5, 6, 7, 8};
-  Draws counters[2] = {key + (first + low_lanes) * kGamma, key + (first + high_lanes) * kGamma};
+  Draws counters[2] = {key + (first + low_lanes) * kCounterGamma, key + (first + high_lanes) * kCounterGamma};
   int64_t k = 0;
   for (; k + kLanes <= count; k += kLanes) {
     for (int h = 0; h < 2; ++h) {
-      Draws z = counters[h];
-      counters[h] += kLanes * kGamma;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      z = z ^ (z >> 31);
+      const Draws z = MixCounter(counters[h]);
+      counters[h] += kLanes * kCounterGamma;
       const Keeps keep = -((z >> 11) >= threshold);  // 1 where kept: !Dropped
       const Values m = scale * __builtin_convertvector(keep, Values);
       const int64_t at = k + h * kHalf;

@@ -309,7 +309,8 @@ Status LinearKernel(KernelContext& ctx) {
   const int64_t batch = w.shape().rank() == 3 ? w.shape()[0] : 1;
   const int64_t in_f = w.shape().dim(-1), out_f = w.shape().dim(-2);
   const int64_t rows = FeatureRows(y.shape()) / batch;  // per batch entry (with no input features, y is the bias)
-  const int64_t x_stride = batch > 1 && x.shape().rank() == 2 ? 0 : rows * in_f;  // a shared x: every entry's
+  const bool shared_x = w.shape().rank() == 3 && x.shape().rank() == 2;  // every batch entry reads it
+  const int64_t x_stride = shared_x ? 0 : rows * in_f;
   return DispatchFloat(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* py = y.data<T>();
