@@ -38,6 +38,39 @@ inline ClassLayout ClassLayoutOf(const Shape& scores) {
   return L;
 }
 
+// A fused loss (attribute replicas = R >= 1; absent or 0: unfused) reads R
+// replicas' scores stacked [R, ...] and their targets either shared (one
+// replica's shape) or stacked [R, ...]; its loss is [R], replica r's the
+// unfused loss of chunk r.
+struct LossReplicas {
+  int64_t count = 1;          // R (1 when unfused)
+  Shape scores, targets;      // one replica's
+  int64_t target_stride = 0;  // elements from one replica's targets to the next's (0: shared)
+};
+
+// Targets of `replicas` replicas stacked [R, ...] (replicas = 0: one set,
+// unfused); no scores.
+inline LossReplicas StackedTargets(int64_t replicas, const Shape& targets) {
+  LossReplicas r;
+  r.targets = targets;
+  if (replicas == 0 || targets.rank() < 1) return r;
+  r.count = targets[0];
+  r.targets = Shape(std::vector<int64_t>(targets.dims().begin() + 1, targets.dims().end()));
+  r.target_stride = r.targets.numel();
+  return r;
+}
+
+inline LossReplicas LossReplicasOf(const AttrMap& attrs, const Shape& scores, const Shape& targets) {
+  const int64_t replicas = scores.rank() < 1 ? 0 : attrs.Int("replicas", 0);
+  const bool stacked = targets.rank() == scores.rank() - 1;
+  LossReplicas r = StackedTargets(stacked ? replicas : 0, targets);
+  r.scores = scores;
+  if (replicas == 0) return r;
+  r.count = scores[0];
+  r.scores = Shape(std::vector<int64_t>(scores.dims().begin() + 1, scores.dims().end()));
+  return r;
+}
+
 // "op: target 7 at position [1, 2] is out of range for 5 classes (expected
 // 0..4 or ignore_index -100)": `flat` is the target's row-major position in
 // `targets`.
@@ -65,6 +98,19 @@ StatusOr<int64_t> CountClassTargets(const std::string& op, const I* targets, con
     ++count;
   }
   return count;
+}
+
+// CountClassTargets of each replica (R counts; shared targets are counted
+// once). An error names the position in the whole targets tensor.
+template <typename I>
+StatusOr<std::vector<int64_t>> CountReplicaTargets(const std::string& op, const I* targets, const Shape& shape,
+                                                   const LossReplicas& rep, int64_t classes, int64_t ignore_index) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t all, CountClassTargets(op, targets, shape, classes, ignore_index));
+  std::vector<int64_t> counts(static_cast<size_t>(rep.count), all);
+  if (rep.target_stride == 0) return counts;
+  for (int64_t r = 0; r < rep.count; ++r)
+    counts[r] = CountClassTargets(op, targets + r * rep.target_stride, rep.targets, classes, ignore_index).value();
+  return counts;
 }
 
 }  // namespace loom

@@ -13,6 +13,11 @@
 //     mean is NaN (0 / 0) and the gradient is zero. Other targets outside
 //     [0, C) fail the kernel with InvalidArgument naming the position.
 //   CrossEntropyBackward(logits, targets, dy), same attrs -> dlogits.
+//   Fused (horizontal fusion), attr replicas = R >= 1: logits [R, ...]
+//     (R replicas' scores stacked), targets shared (one replica's shape)
+//     or [R, ...]; the loss is [R], replica r's the unfused loss of its
+//     chunk; dy [R]. CountTargets takes the attribute too (targets [R, ...]
+//     -> [R] counts).
 //   NLL(log_probs, targets) attrs ignore_index, reduction: the same shapes
 //     as CrossEntropy; per sample -log_probs[target].
 //   NLLBackward(targets, dy) attrs num_classes, ignore_index, reduction ->
@@ -35,6 +40,7 @@
 #include <type_traits>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/loss_geometry.h"
 #include "ops/op.h"
 
@@ -51,8 +57,11 @@ AttrSchema& DeclareReduction(AttrSchema& s) {
 AttrSchema& DeclareIgnoreIndex(AttrSchema& s) {
   return s.Default("ignore_index", int64_t{-100}, "samples with this target add nothing (nor count for the mean)");
 }
+AttrSchema& DeclareLossReplicas(AttrSchema& s) {
+  return s.Default("replicas", int64_t{0}, "fused: R replicas' losses at once (0 = unfused)");
+}
 AttrSchema& DeclareCrossEntropyAttrs(AttrSchema& s) {
-  return DeclareIgnoreIndex(DeclareReduction(s))
+  return DeclareLossReplicas(DeclareIgnoreIndex(DeclareReduction(s)))
       .Default("label_smoothing", 0.0, "weight moved from the target class to a uniform distribution, in [0, 1]");
 }
 
@@ -71,20 +80,31 @@ Status ExpectScalarGrad(const std::string& op, const TensorType& dy, DType dtype
   return Status::Ok();
 }
 
-// Fixed-size blocks of [0, n) are summed in parallel (in double) and the
-// block sums added in order: the result does not depend on the thread count.
+// `groups` sums over [0, n) each (a fused loss's replicas): fixed-size
+// blocks of every group are summed in parallel (in double) by
+// sum_range(group, i0, i1) and each group's block sums added in order, so a
+// group's sum depends neither on the thread count nor on the other groups.
 template <typename Fn>
-double BlockedSum(ThreadPool* pool, int64_t n, int64_t block, Fn&& sum_range) {
-  if (n <= 0) return 0.0;
+std::vector<double> BlockedSums(ThreadPool* pool, int64_t groups, int64_t n, int64_t block, Fn&& sum_range) {
+  std::vector<double> totals(static_cast<size_t>(groups), 0.0);
+  if (n <= 0) return totals;
   block = std::max<int64_t>(1, block);
   const int64_t blocks = (n + block - 1) / block;
-  std::vector<double> partial(blocks);
-  ParallelRange(pool, blocks, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) partial[b] = sum_range(b * block, std::min(n, (b + 1) * block));
+  std::vector<double> partial(static_cast<size_t>(groups * blocks));
+  ParallelRange(pool, groups * blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t gb = b0; gb < b1; ++gb) {
+      const int64_t g = gb / blocks, b = gb % blocks;
+      partial[gb] = sum_range(g, b * block, std::min(n, (b + 1) * block));
+    }
   }, 1);
-  double total = 0;
-  for (double p : partial) total += p;
-  return total;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t b = 0; b < blocks; ++b) totals[g] += partial[g * blocks + b];
+  return totals;
+}
+
+template <typename Fn>
+double BlockedSum(ThreadPool* pool, int64_t n, int64_t block, Fn&& sum_range) {
+  return BlockedSums(pool, 1, n, block, [&](int64_t, int64_t i0, int64_t i1) { return sum_range(i0, i1); })[0];
 }
 
 // Items per block for BlockedSum and per chunk for ParallelRange when each
@@ -151,10 +171,48 @@ StatusOr<int64_t> CountTargets(const std::string& op, const Tensor& targets, int
   return CountClassTargets(op, targets.data<int64_t>(), targets.shape(), classes, ignore_index);
 }
 
-// The scale d loss / d (per-sample term): dy, divided by the mean's count.
+// The same for each replica of a fused loss.
+StatusOr<std::vector<int64_t>> CountTargets(const std::string& op, const Tensor& targets, const LossReplicas& rep,
+                                            int64_t classes, int64_t ignore_index) {
+  if (targets.dtype() == DType::kI32)
+    return CountReplicaTargets(op, targets.data<int32_t>(), targets.shape(), rep, classes, ignore_index);
+  return CountReplicaTargets(op, targets.data<int64_t>(), targets.shape(), rep, classes, ignore_index);
+}
+
+// The class-index inputs of a loss that may be fused (attribute replicas):
+// checked as one replica's, the loss's shape returned ([] or [R]).
+StatusOr<Shape> CheckReplicaClassInputs(const std::string& op, const char* scores_name, const AttrMap& attrs,
+                                        const TensorType& scores, const TensorType& targets) {
+  const int64_t r = attrs.Int("replicas");
+  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  if (r == 0) {
+    LOOM_RETURN_IF_ERROR(CheckClassInputs(op, scores_name, scores, targets));
+    return Shape{};
+  }
+  if (scores.shape.rank() < 2 || scores.shape[0] != r)
+    return InvalidArgument(op, ": replicas = ", r, " needs ", scores_name, " [", r, ", ...], got ",
+                           scores.shape.ToString());
+  const LossReplicas rep = LossReplicasOf(attrs, scores.shape, targets.shape);
+  if (rep.target_stride != 0 && targets.shape[0] != r)
+    return InvalidArgument(op, ": per-replica targets must be [", r, ", ...], got ", targets.shape.ToString());
+  LOOM_RETURN_IF_ERROR(CheckClassInputs(op, scores_name, {rep.scores, scores.dtype}, {rep.targets, targets.dtype}));
+  return Shape{r};
+}
+
+// A fused loss split into parts of replicas: each part's own count.
+StatusOr<AttrMap> ReplicaPartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in,
+                                   const std::vector<Region>& in_regions) {
+  if (attrs.Int("replicas") == 0 || in_regions[0].shape()[0] == in[0].shape[0]) return attrs;
+  AttrMap part = attrs;
+  part.Set("replicas", in_regions[0].shape()[0]);
+  return part;
+}
+
+// The scale d loss / d (per-sample term): dy (replica r's, fused), divided
+// by the mean's count.
 template <typename T>
-T LossScale(const Tensor& dy, bool mean, int64_t count) {
-  const double g = dy.data<T>()[0];
+T LossScale(const Tensor& dy, bool mean, int64_t count, int64_t r = 0) {
+  const double g = dy.data<T>()[r];
   return static_cast<T>(mean ? g / static_cast<double>(count) : g);
 }
 
@@ -190,21 +248,43 @@ SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, c
   return LossBatchSplit(attrs, in, out, 0, std::move(batched), -1, partial);
 }
 
-// The count of `targets` (of `classes` classes) a mean divides by, in
-// `dtype` (CountTargets, ignore_index from the node).
-ValueId EmitCount(ExpandBuilder& b, ValueId targets, int64_t classes, DType dtype) {
-  return b.Emit("CountTargets", {targets},
-                AttrMap{{"classes", classes},
-                        {"ignore_index", b.attrs().Int("ignore_index")},
-                        {"dtype", std::string(DTypeName(dtype))}},
-                "count")
-      .at(0);
+// CrossEntropy and its backward, fused or not: the batch of scores and
+// targets (axis 1 of a fused op's scores and per-replica targets), dy whole.
+// Replicas need no rule: parts of them follow the values' replica axis
+// (ReplicaPartAttrs).
+SplitRules ClassBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in,
+                           const std::vector<TensorType>& out, bool partial) {
+  if (attrs.Int("replicas") == 0) return BatchSplit(attrs, in, out, {0, 1}, partial);
+  const LossReplicas rep = LossReplicasOf(attrs, in[0].shape, in[1].shape);
+  SplitRules rules;
+  if (rep.scores.rank() < 2 || rep.scores[0] < 2) return rules;
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  d.inputs[0].axis = 1;
+  d.inputs[1].axis = rep.target_stride == 0 ? 0 : 1;
+  if (!partial) d.outputs[0].axis = 1;
+  d.partial_sums = partial;
+  d.expands = IsMeanReduction(attrs);
+  rules.sample = d;
+  return rules;
 }
 
-// The same for a mean over `scores` ([N, C, ...]), in their dtype.
+// The count of `targets` (of `classes` classes) a mean divides by, in
+// `dtype` (CountTargets, ignore_index from the node); per replica ([R])
+// when `replicas` > 0.
+ValueId EmitCount(ExpandBuilder& b, ValueId targets, int64_t classes, DType dtype, int64_t replicas = 0) {
+  AttrMap attrs{{"classes", classes},
+                {"ignore_index", b.attrs().Int("ignore_index")},
+                {"dtype", std::string(DTypeName(dtype))}};
+  if (replicas > 0) attrs.Set("replicas", replicas);
+  return b.Emit("CountTargets", {targets}, attrs, "count").at(0);
+}
+
+// The same for a mean over `scores` ([N, C, ...], or a fused loss's), in
+// their dtype: [] or, for a fused loss's per-replica targets, [R].
 ValueId EmitCount(ExpandBuilder& b, ValueId targets, ValueId scores) {
   const TensorType& s = b.type(scores);
-  return EmitCount(b, targets, ClassLayoutOf(s.shape).classes, s.dtype);
+  const LossReplicas rep = LossReplicasOf(b.attrs(), s.shape, b.type(targets).shape);
+  return EmitCount(b, targets, ClassLayoutOf(rep.scores).classes, s.dtype, rep.target_stride != 0 ? rep.count : 0);
 }
 
 // A loss node's mean reduction as its sum: the node re-emitted with
@@ -280,24 +360,38 @@ LogSumExp<T> ScoresLogSumExp(const T* row, const ClassLayout& L, std::vector<flo
   return RowLogSumExp(row, L.classes, L.inner);
 }
 
-// The forward losses have no fused form (yet): each reduces one replica's
-// batch to a scalar, which the kernels cannot do for R replicas at once, so
-// the fusion pass runs them once per replica (R small ops at the end of the
-// forward pass).
+// NLL, MSE and BCEWithLogits have no fused form (yet): the fusion pass
+// runs them once per replica (R small ops at the end of the forward pass).
 class LossOpDef : public OpDef {
  public:
   FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
 };
 
-class CrossEntropyOp : public LossOpDef {
+class CrossEntropyOp : public OpDef {
  public:
   CrossEntropyOp() { DeclareCrossEntropyAttrs(DeclareAttrs()); }
   std::string name() const override { return "CrossEntropy"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 2, "CrossEntropy (logits, targets)"));
     LOOM_RETURN_IF_ERROR(CheckCrossEntropyAttrs("CrossEntropy", attrs));
-    LOOM_RETURN_IF_ERROR(CheckClassInputs("CrossEntropy", "logits", in[0], in[1]));
-    return Scalar(in[0].dtype);
+    LOOM_ASSIGN_OR_RETURN(Shape loss, CheckReplicaClassInputs("CrossEntropy", "logits", attrs, in[0], in[1]));
+    return std::vector<TensorType>{{std::move(loss), in[0].dtype}};
+  }
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  // R replicas' losses in one node: the logits with their replica axis
+  // first, the targets shared or with theirs first too.
+  Status Fuse(FusionBuilder& f) const override {
+    if (f.attrs().Int("replicas") != 0) return InvalidArgument("CrossEntropy '", f.name(), "' is fused already");
+    LOOM_ASSIGN_OR_RETURN(const FusedValue logits, f.Replicated(f.input(0), 0, f.name() + "/logits"));
+    FusedValue targets = f.input(1);
+    if (targets.replicated()) {
+      LOOM_ASSIGN_OR_RETURN(targets, f.MoveAxis(targets, 0, f.name() + "/targets"));
+    }
+    AttrMap attrs = f.attrs();
+    attrs.Set("replicas", f.replicas());
+    LOOM_ASSIGN_OR_RETURN(FusedValue loss, f.Emit1("CrossEntropy", {logits, targets}, attrs, f.name(),
+                                                    ReplicaLayout::Axis(0)));
+    return f.MapOutputs({loss});
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -313,7 +407,11 @@ class CrossEntropyOp : public LossOpDef {
   // mean divides by the whole batch's count of targets: it expands.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return BatchSplit(attrs, in, out, {0, 1}, true);
+    return ClassBatchSplit(attrs, in, out, true);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return ReplicaPartAttrs(attrs, in, in_regions);
   }
   // Mean: the sum over the part's samples, divided by the count of
   // targets not ignored (CountTargets), both all-reduced.
@@ -329,16 +427,19 @@ LOOM_REGISTER_OP(CrossEntropyOp);
 LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
-  const ClassLayout L = ClassLayoutOf(x.shape());
+  const LossReplicas rep = LossReplicasOf(*ctx.attrs, x.shape(), t.shape());
+  const ClassLayout L = ClassLayoutOf(rep.scores);
   const int64_t ignore = ctx.attrs->Int("ignore_index");
   const double eps = ctx.attrs->Float("label_smoothing");
-  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropy", t, L.classes, ignore));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, CountTargets("CrossEntropy", t, rep, L.classes, ignore));
   return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
     using I = decltype(zi);
-    const T* px = x.data<T>();
-    const I* pt = t.data<I>();
-    const double total = BlockedSum(ctx.pool, L.samples(), ItemsFor(L.classes), [&](int64_t i0, int64_t i1) {
+    // One sum per replica, each over its own chunk of the logits.
+    const std::vector<double> totals =
+        BlockedSums(ctx.pool, rep.count, L.samples(), ItemsFor(L.classes), [&](int64_t r, int64_t i0, int64_t i1) {
+      const T* px = x.data<T>() + r * rep.scores.numel();
+      const I* pt = t.data<I>() + r * rep.target_stride;
       double sum = 0;
       std::vector<float> exps;
       for (int64_t i = i0; i < i1; ++i) {
@@ -357,7 +458,9 @@ LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCpu, [](KernelContext& ctx) {
       }
       return sum;
     });
-    ctx.out(0).data<T>()[0] = static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(count) : total);
+    const bool mean = IsMeanReduction(*ctx.attrs);
+    for (int64_t r = 0; r < rep.count; ++r)
+      ctx.out(0).data<T>()[r] = static_cast<T>(mean ? totals[r] / static_cast<double>(counts[r]) : totals[r]);
   });
 });
 
@@ -370,8 +473,11 @@ class CrossEntropyBackwardOp : public OpDef {
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 3, "CrossEntropyBackward (logits, targets, dy)"));
     LOOM_RETURN_IF_ERROR(CheckCrossEntropyAttrs("CrossEntropyBackward", attrs));
-    LOOM_RETURN_IF_ERROR(CheckClassInputs("CrossEntropyBackward", "logits", in[0], in[1]));
-    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("CrossEntropyBackward", in[2], in[0].dtype));
+    LOOM_ASSIGN_OR_RETURN(const Shape loss,
+                          CheckReplicaClassInputs("CrossEntropyBackward", "logits", attrs, in[0], in[1]));
+    if (in[2].shape != loss || in[2].dtype != in[0].dtype)
+      return InvalidArgument("CrossEntropyBackward: dy must be ", TensorType{loss, in[0].dtype}.ToString(),
+                             " (the loss's type), got ", in[2].ToString());
     return std::vector<TensorType>{in[0]};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
@@ -384,7 +490,11 @@ class CrossEntropyBackwardOp : public OpDef {
   // scales by the whole batch's count: it expands.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return BatchSplit(attrs, in, out, {0, 1}, false);
+    return ClassBatchSplit(attrs, in, out, false);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return ReplicaPartAttrs(attrs, in, in_regions);
   }
   // Mean: the sum's gradient of dy / count.
   Status Expand(ExpandBuilder& b) const override {
@@ -399,23 +509,31 @@ LOOM_REGISTER_OP(CrossEntropyBackwardOp);
 LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
-  const ClassLayout L = ClassLayoutOf(x.shape());
+  const LossReplicas rep = LossReplicasOf(*ctx.attrs, x.shape(), t.shape());
+  const ClassLayout L = ClassLayoutOf(rep.scores);
   const int64_t ignore = ctx.attrs->Int("ignore_index");
   const double eps = ctx.attrs->Float("label_smoothing");
-  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CrossEntropyBackward", t, L.classes, ignore));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                        CountTargets("CrossEntropyBackward", t, rep, L.classes, ignore));
   return DispatchFloatIndex(x.dtype(), t.dtype(), [&](auto zf, auto zi) {
     using T = decltype(zf);
     using I = decltype(zi);
     const T* px = x.data<T>();
     const I* pt = t.data<I>();
     T* pdx = ctx.out(0).data<T>();
-    const T scale = LossScale<T>(ctx.in(2), IsMeanReduction(*ctx.attrs), count);
+    std::vector<T> scales(static_cast<size_t>(rep.count));
+    for (int64_t r = 0; r < rep.count; ++r)
+      scales[r] = LossScale<T>(ctx.in(2), IsMeanReduction(*ctx.attrs), counts[r], r);
     const T smooth = static_cast<T>(eps / static_cast<double>(L.classes)), hit = static_cast<T>(1.0 - eps);
-    ParallelRange(ctx.pool, L.samples(), [&](int64_t i0, int64_t i1) {
+    // Item r * samples + i: replica r's sample i.
+    const int64_t samples = L.samples();
+    ParallelRange(ctx.pool, rep.count * samples, [&](int64_t i0, int64_t i1) {
       std::vector<float> exps;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t y = pt[i];
-        const int64_t at = L.ScoreOffset(i);
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t r = item / samples, i = item % samples;
+        const T scale = scales[r];
+        const int64_t y = pt[r * rep.target_stride + i];
+        const int64_t at = r * rep.scores.numel() + L.ScoreOffset(i);
         if (y == ignore) {
           for (int64_t c = 0; c < L.classes; ++c) pdx[at + c * L.inner] = T(0);
           continue;
@@ -444,19 +562,25 @@ LOOM_REGISTER_KERNEL("CrossEntropyBackward", DeviceType::kCpu, [](KernelContext&
 class CountTargetsOp : public OpDef {
  public:
   CountTargetsOp() {
-    DeclareIgnoreIndex(DeclareAttrs())
+    DeclareLossReplicas(DeclareIgnoreIndex(DeclareAttrs()))
         .Required("classes", AttrType::kInt, "the class count targets are checked against")
         .Default("dtype", "f32", "the count's float dtype");
   }
   std::string name() const override { return "CountTargets"; }
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  // Sample: the batch (axis 1 of a fused loss's [R, N, ...] targets).
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
-    if (in[0].shape.rank() < 1) return rules;
+    const int batch = attrs.Int("replicas") > 0 ? 1 : 0;
+    if (in[0].shape.rank() < batch + 1) return rules;
     rules.sample = SplitAlong(-1, in.size(), out.size());
-    rules.sample->inputs[0].axis = 0;
+    rules.sample->inputs[0].axis = batch;
     rules.sample->partial_sums = true;
     return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return ReplicaPartAttrs(attrs, in, in_regions);
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "CountTargets (targets)"));
@@ -464,17 +588,25 @@ class CountTargetsOp : public OpDef {
     LOOM_ASSIGN_OR_RETURN(const DType dtype, ParseDType(attrs.Str("dtype")));
     if (!IsFloating(dtype)) return InvalidArgument("CountTargets: dtype must be a float type, got ", DTypeName(dtype));
     if (attrs.Int("classes") < 1) return InvalidArgument("CountTargets: classes must be >= 1, got ", attrs.Int("classes"));
-    return Scalar(dtype);
+    const int64_t r = attrs.Int("replicas");
+    if (r < 0) return InvalidArgument("CountTargets: replicas must be >= 1 (absent or 0 = unfused), got ", r);
+    if (r == 0) return Scalar(dtype);
+    if (in[0].shape.rank() < 1 || in[0].shape[0] != r)
+      return InvalidArgument("CountTargets: replicas = ", r, " needs targets [", r, ", ...], got ",
+                             in[0].shape.ToString());
+    return std::vector<TensorType>{{Shape{r}, dtype}};
   }
 };
 LOOM_REGISTER_OP(CountTargetsOp);
 
 LOOM_REGISTER_KERNEL("CountTargets", DeviceType::kCpu, [](KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(const int64_t count, CountTargets("CountTargets", ctx.in(0), ctx.attrs->Int("classes"),
-                                                          ctx.attrs->Int("ignore_index")));
+  const Tensor& t = ctx.in(0);
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                        CountTargets("CountTargets", t, StackedTargets(ctx.attrs->Int("replicas"), t.shape()),
+                                     ctx.attrs->Int("classes"), ctx.attrs->Int("ignore_index")));
   return DispatchFloat(ctx.out(0).dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ctx.out(0).data<T>()[0] = static_cast<T>(count);
+    for (size_t r = 0; r < counts.size(); ++r) ctx.out(0).data<T>()[r] = static_cast<T>(counts[r]);
   });
 });
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/rng.h"
 #include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "runtime/executor.h"
@@ -44,10 +45,10 @@ void RequireSomeIgnored(const Tensor& targets, int64_t ignore) {
 }
 
 // -log_softmax written out per sample, then PyTorch's label smoothing.
-std::vector<Tensor> CrossEntropyRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+double CrossEntropyOf(const Tensor& logits, const Tensor& targets, const AttrMap& attrs) {
   const double eps = attrs.Float("label_smoothing");
   const int64_t ignore = attrs.Int("ignore_index");
-  if (ignore >= 0) RequireSomeIgnored(in[1], ignore);  // a class the case picked
+  const std::vector<Tensor> in = {logits, targets};
   double total = 0;
   int64_t count = 0;
   ForSamples(in[0], in[1], [&](int64_t base, int64_t stride, int64_t classes, int64_t y) {
@@ -62,7 +63,21 @@ std::vector<Tensor> CrossEntropyRef(const std::vector<Tensor>& in, const AttrMap
     total += (1 - eps) * neg_log_p(y) + eps / static_cast<double>(classes) * smooth;
     ++count;
   });
-  return {ScalarF64(Reduce(total, count, attrs))};
+  return Reduce(total, count, attrs);
+}
+
+// Unfused (a scalar) or fused (attribute replicas: replica r's loss over
+// logits row r and its targets, shared or row r).
+std::vector<Tensor> CrossEntropyRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const int64_t ignore = attrs.Int("ignore_index");
+  if (ignore >= 0) RequireSomeIgnored(in[1], ignore);  // a class the case picked
+  const int64_t replicas = attrs.Int("replicas", 0);
+  if (replicas == 0) return {ScalarF64(CrossEntropyOf(in[0], in[1], attrs))};
+  const bool shared = in[1].shape().rank() == in[0].shape().rank() - 2;
+  Tensor losses = ZerosF64({replicas});
+  for (int64_t r = 0; r < replicas; ++r)
+    At(losses, r) = CrossEntropyOf(in[0].Row(r).value(), shared ? in[1] : in[1].Row(r).value(), attrs);
+  return {losses};
 }
 
 std::vector<Tensor> NllRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
@@ -141,6 +156,21 @@ std::vector<OpCase> Cases() {
                CrossEntropyRef});
   c.push_back({"ce [N, C, H, W] many samples, ignore_index", "CrossEntropy", {{"ignore_index", 3}},
                {logits({4, 10, 30, 20}), idx({4, 30, 20}, 10)}, CrossEntropyRef});
+  // Fused (horizontal fusion): R replicas' losses [R], dy [R].
+  c.push_back({"ce fused, shared targets, label smoothing", "CrossEntropy",
+               {{"replicas", int64_t{3}}, {"label_smoothing", 0.1}}, {logits({3, 6, 5}), idx({6}, 5)}, CrossEntropyRef});
+  c.push_back({"ce fused, per-replica targets, sum, ignore_index hit", "CrossEntropy",
+               {{"replicas", int64_t{2}}, {"reduction", "sum"}, {"ignore_index", 0}},
+               {logits({2, 10, 3}), idx({2, 10}, 3)}, CrossEntropyRef});
+  c.push_back({"ce fused, per-replica targets, mean, ignore_index hit", "CrossEntropy",
+               {{"replicas", int64_t{2}}, {"ignore_index", 1}}, {logits({2, 12, 3}), idx({2, 12}, 3)},
+               CrossEntropyRef});
+  c.push_back({"ce fused [R, N, C, L], per-replica i32 targets", "CrossEntropy", {{"replicas", int64_t{2}}},
+               {logits({2, 2, 4, 3}), InputSpec::Index({2, 2, 3}, 4, DType::kI32)}, CrossEntropyRef});
+  c.push_back({"ce fused, one sample each [R, C]", "CrossEntropy", {{"replicas", int64_t{3}}},
+               {logits({3, 7}), idx({}, 7)}, CrossEntropyRef});
+  c.push_back({"ce fused large (threaded)", "CrossEntropy", {{"replicas", int64_t{4}}, {"label_smoothing", 0.05}},
+               {logits({4, 300, 50}), idx({300}, 50)}, CrossEntropyRef});
 
   c.push_back({"nll mean", "NLL", {}, {logits({5, 4}), idx({5}, 4)}, NllRef});
   c.push_back({"nll sum ignore_index hit", "NLL", {{"reduction", "sum"}, {"ignore_index", 0}},
@@ -201,7 +231,23 @@ TEST_CASE("losses reject mismatched inputs and bad attributes with clear message
   CHECK_THAT(InferError("BCEWithLogits", {}, {logits, TensorType{{4, 3}, DType::kF64}}),
              Contains("logits and targets differ"));
   CHECK_THAT(InferError("CrossEntropyBackward", {}, {logits, targets, TensorType{{1}, DType::kF32}}),
-             Contains("dy must be a scalar [] f32, got [1] f32"));
+             Contains("dy must be [] f32 (the loss's type), got [1] f32"));
+  // Fused: the scores' leading axis holds the replicas; targets are one
+  // replica's or stacked.
+  const AttrMap fused{{"replicas", int64_t{4}}};
+  CHECK_THAT(InferError("CrossEntropy", {{"replicas", int64_t{3}}}, {logits, targets}),
+             Contains("replicas = 3 needs logits [3, ...], got [4, 3]"));
+  CHECK_THAT(InferError("CrossEntropy", fused, {TensorType{{4, 2, 3}, DType::kF32}, TensorType{{3, 2}, DType::kI64}}),
+             Contains("per-replica targets must be [4, ...], got [3, 2]"));
+  CHECK_THAT(InferError("CrossEntropy", fused, {TensorType{{4, 2, 3}, DType::kF32}, TensorType{{3}, DType::kI64}}),
+             Contains("targets [3] do not match logits [2, 3]"));
+  CHECK_THAT(InferError("CrossEntropy", {{"replicas", int64_t{-1}}}, {logits, targets}),
+             Contains("replicas must be >= 1"));
+  CHECK_THAT(InferError("CrossEntropyBackward", fused,
+                        {TensorType{{4, 2, 3}, DType::kF32}, TensorType{{2}, DType::kI64}, TensorType{{}, DType::kF32}}),
+             Contains("dy must be [4] f32 (the loss's type), got [] f32"));
+  CHECK_THAT(InferError("CountTargets", {{"classes", int64_t{3}}, {"replicas", int64_t{2}}}, {targets}),
+             Contains("replicas = 2 needs targets [2, ...], got [4]"));
 }
 
 // Builds loss = op(inputs) and its gradient with respect to input 0.
@@ -249,6 +295,81 @@ TEST_CASE("CrossEntropy rejects out-of-range targets in the kernel, naming the p
   // ignore_index itself is fine even though it is not a class.
   r = RunLoss("CrossEntropy", {}, {x, Tensor::FromVector<int64_t>({3}, {0, -100, 1})});
   CHECK(r.status.ok());
+}
+
+// loss = sum_r w_r * CrossEntropy(...)_r over a fused op (dy = w), or
+// w * CrossEntropy(...) for one replica: the loss and d loss / d logits.
+struct WeightedLossRun {
+  Tensor loss, grad;
+};
+WeightedLossRun RunWeightedLoss(const std::string& op, const AttrMap& attrs, const Tensor& logits,
+                                const Tensor& targets, const Tensor& w) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  const ValueId x = b.Input("x", {logits.shape(), logits.dtype()});
+  const ValueId t = b.Input("t", {targets.shape(), targets.dtype()});
+  const ValueId wv = b.Input("w", {w.shape(), w.dtype()});
+  const ValueId loss = b.Add1(op, {x, t}, attrs, "loss").value();
+  const ValueId total = b.Add1("ReduceSum", {b.Add1("Mul", {loss, wv}, {}, "weighted").value()}, {}, "total").value();
+  auto grads = BuildGradients(&graph, total, {x});
+  REQUIRE(grads.ok());
+  graph.outputs()["loss"] = loss;
+  graph.outputs()["grad"] = grads->at(x);
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+  auto r = (*exec)->Run({{"x", logits}, {"t", targets}, {"w", w}});
+  REQUIRE(r.status().ToString() == "OK");
+  return {(*r)["loss"], (*r)["grad"]};
+}
+
+// Horizontal fusion claims each replica computes exactly what it would
+// alone: the fused op's loss and gradient rows are the unfused op's bits.
+TEST_CASE("a fused CrossEntropy gives each replica the unfused op's bits") {
+  const int64_t R = 3;
+  Rng rng(7);
+  auto uniform = [&](const Shape& s) {
+    std::vector<float> v(static_cast<size_t>(s.numel()));
+    for (float& x : v) x = static_cast<float>(rng.Uniform(-4, 4));
+    return Tensor::FromVector<float>(s, v);
+  };
+  auto classes = [&](const Shape& s, int64_t c) {
+    std::vector<int64_t> v(static_cast<size_t>(s.numel()));
+    for (int64_t& x : v) x = rng.UniformInt(c);
+    return Tensor::FromVector<int64_t>(s, v);
+  };
+  for (bool shared : {true, false}) {
+    for (const AttrMap& attrs : {AttrMap{}, AttrMap{{"label_smoothing", 0.1}, {"ignore_index", 2}}}) {
+      INFO((shared ? "shared" : "per-replica") << " targets, label_smoothing " << attrs.Float("label_smoothing", 0));
+      // 700 rows of 100 classes: the sums run in several blocks on the pool.
+      const Tensor logits = uniform({R, 700, 100});
+      const Tensor targets = shared ? classes({700}, 100) : classes({R, 700}, 100);
+      const Tensor w = uniform({R});
+      AttrMap fused_attrs = attrs;
+      fused_attrs.Set("replicas", R);
+      const WeightedLossRun fused = RunWeightedLoss("CrossEntropy", fused_attrs, logits, targets, w);
+      for (int64_t r = 0; r < R; ++r) {
+        const WeightedLossRun alone =
+            RunWeightedLoss("CrossEntropy", attrs, logits.Row(r).value(), shared ? targets : targets.Row(r).value(),
+                            Tensor::FromVector<float>({}, {w.data<float>()[r]}));
+        CheckBitwiseEqual("loss of replica " + std::to_string(r), alone.loss.Reshape({1}).value(),
+                          fused.loss.Reshape({R, 1}).value().Row(r).value());
+        CheckBitwiseEqual("gradient of replica " + std::to_string(r), alone.grad, fused.grad.Row(r).value());
+      }
+    }
+  }
+}
+
+TEST_CASE("a fused CrossEntropy names a bad target's position in the stacked targets") {
+  using Catch::Matchers::Contains;
+  Graph graph;
+  GraphBuilder b(&graph);
+  const ValueId x = b.Input("x", {{2, 3, 4}, DType::kF32});
+  const ValueId t = b.Input("t", {{2, 3}, DType::kI64});
+  graph.outputs()["loss"] = b.Add1("CrossEntropy", {x, t}, {{"replicas", int64_t{2}}}, "loss").value();
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.ok());
+  auto r = (*exec)->Run({{"x", Tensor::Zeros({2, 3, 4})}, {"t", Tensor::FromVector<int64_t>({2, 3}, {0, 1, 2, 3, 9, 0})}});
+  CHECK_THAT(r.status().ToString(), Contains("target 9 at position [1, 1] is out of range for 4 classes"));
 }
 
 TEST_CASE("CrossEntropy matches PyTorch on hand-worked values") {

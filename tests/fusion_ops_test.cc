@@ -461,11 +461,14 @@ std::vector<FuseCase> Cases() {
        Rep({12})},
       PerReplica());
   cases.back().loss_outputs = {0, 1, 2};  // y, h_T, c_T (gates and cells are saved for the backward op)
-  // Losses: the fused loss is the replicas' own losses, [R].
+  // Losses: the fused loss is the replicas' own losses, [R]. CrossEntropy
+  // makes them in one node (attribute replicas).
   add("CrossEntropy", "CrossEntropy", A({{"label_smoothing", 0.1}}), {Rep({4, 5}, -2, 2), SharedIndex({4}, 5)},
-      PerReplica());
+      Fused({{"CrossEntropy", 1}}, {{"replicas", kR}}));
   add("CrossEntropy per-replica targets", "CrossEntropy", A({{"reduction", "sum"}}),
-      {Rep({4, 3}), ReplicaIndex({4}, 3)}, PerReplica());
+      {Rep({4, 3}), ReplicaIndex({4}, 3)}, Fused({{"CrossEntropy", 1}}, {{"replicas", kR}}));
+  add("CrossEntropy shared logits, per-replica targets", "CrossEntropy", {}, {Shr({4, 3}), ReplicaIndex({4}, 3)},
+      Fused({{"CrossEntropy", 1}, {"BroadcastTo", 1}}, {{"replicas", kR}}));
   add("NLL", "NLL", {}, {Rep({4, 5}, -3, -0.1), SharedIndex({4}, 5)}, PerReplica());
   add("MSE shared target", "MSE", {}, {Rep({3, 4}), Shr({3, 4})}, PerReplica());
   add("BCEWithLogits", "BCEWithLogits", {}, {Rep({3, 4}), Shr({3, 4}, 0, 1), Rep({4}, 0.5, 2)}, PerReplica());
@@ -533,7 +536,6 @@ TEST_CASE("every forward op of the catalogue has a fusion case") {
 // rule lands here: list it only when per-replica is the intended choice.
 TEST_CASE("the forward ops without a fused form are the declared ones") {
   const std::map<std::string, FusionKind> not_fused = {
-      {"CrossEntropy", FusionKind::kPerReplica},
       {"NLL", FusionKind::kPerReplica},
       {"MSE", FusionKind::kPerReplica},
       {"BCEWithLogits", FusionKind::kPerReplica},

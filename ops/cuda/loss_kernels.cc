@@ -43,36 +43,48 @@ StatusOr<Tensor> Scratch(int64_t words, const KernelContext& ctx) {
   return Tensor::Empty(Shape{std::max<int64_t>(1, words)}, DType::kI64, ctx.device);
 }
 
-// Waits for the forward kernel's TargetCheck and turns a bad target into the
-// CPU's error.
-Status CheckTargets(const std::string& op, const Tensor& scratch, const Tensor& targets, int64_t classes,
-                    int64_t ignore, cudaStream_t stream) {
-  TargetCheck check;
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&check, scratch.raw_data(), sizeof(check), cudaMemcpyDeviceToHost, stream));
+// Waits for the forward kernels' TargetChecks (one per replica, `words`
+// apart in the scratch) and turns the first bad target into the CPU's error,
+// its position in the whole targets tensor.
+Status CheckTargets(const std::string& op, const Tensor& scratch, int64_t words, const LossReplicas& rep,
+                    const Tensor& targets, int64_t classes, int64_t ignore, cudaStream_t stream) {
+  std::vector<TargetCheck> checks(static_cast<size_t>(rep.count));
+  for (int64_t r = 0; r < rep.count; ++r)
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&checks[r], scratch.data<int64_t>() + r * words, sizeof(TargetCheck),
+                                              cudaMemcpyDeviceToHost, stream));
   LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  if (check.bad_position < 0) return Status::Ok();
-  return TargetOutOfRange(op, check.bad_value, check.bad_position, targets.shape(), classes, ignore);
+  for (int64_t r = 0; r < rep.count; ++r)
+    if (checks[r].bad_position >= 0)
+      return TargetOutOfRange(op, checks[r].bad_value, r * rep.target_stride + checks[r].bad_position,
+                              targets.shape(), classes, ignore);
+  return Status::Ok();
 }
 
 // ------------------------------------------------------------- CrossEntropy
 
+// A fused loss (attribute replicas) runs the unfused launches once per
+// replica on its chunks, each with its own scratch; one sync checks all.
 Status CrossEntropyKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
-  const ClassShape shape = ClassShapeOf(x.shape());
+  const LossReplicas rep = LossReplicasOf(*ctx.attrs, x.shape(), t.shape());
+  const ClassShape shape = ClassShapeOf(rep.scores);
   const int64_t ignore = ctx.attrs->Int("ignore_index");
   const double eps = ctx.attrs->Float("label_smoothing");
-  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(ClassLossScratchWords(shape.samples(), true), ctx));
+  const int64_t words = ClassLossScratchWords(shape.samples(), true);
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(rep.count * words, ctx));
   LOOM_RETURN_IF_ERROR(DispatchFloatIndex(x.dtype(), t.dtype(), "CrossEntropy", [&](auto zf, auto zi) -> Status {
     using T = decltype(zf);
     using I = decltype(zi);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropy(x.data<T>(), t.data<I>(), shape, ignore, eps,
-                                                 IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(), scratch.raw_data(),
-                                                 stream));
+    for (int64_t r = 0; r < rep.count; ++r)
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropy(x.data<T>() + r * rep.scores.numel(),
+                                                   t.data<I>() + r * rep.target_stride, shape, ignore, eps,
+                                                   IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>() + r,
+                                                   scratch.data<int64_t>() + r * words, stream));
     return Status::Ok();
   }));
-  return CheckTargets("CrossEntropy", scratch, t, shape.classes, ignore, stream);
+  return CheckTargets("CrossEntropy", scratch, words, rep, t, shape.classes, ignore, stream);
 }
 LOOM_REGISTER_KERNEL("CrossEntropy", DeviceType::kCuda, CrossEntropyKernel);
 
@@ -80,16 +92,19 @@ Status CrossEntropyBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   const Tensor& t = ctx.in(1);
-  const ClassShape shape = ClassShapeOf(x.shape());
+  const LossReplicas rep = LossReplicasOf(*ctx.attrs, x.shape(), t.shape());
+  const ClassShape shape = ClassShapeOf(rep.scores);
   const int64_t ignore = ctx.attrs->Int("ignore_index");
   const double eps = ctx.attrs->Float("label_smoothing");
-  LOOM_ASSIGN_OR_RETURN(Tensor count, Scratch(1, ctx));
+  LOOM_ASSIGN_OR_RETURN(Tensor count, Scratch(rep.count, ctx));  // a word per replica
   return DispatchFloatIndex(x.dtype(), t.dtype(), "CrossEntropyBackward", [&](auto zf, auto zi) -> Status {
     using T = decltype(zf);
     using I = decltype(zi);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropyBackward(x.data<T>(), t.data<I>(), ctx.in(2).data<T>(), shape, ignore,
-                                                         eps, IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(),
-                                                         count.raw_data(), stream));
+    const int64_t per = rep.scores.numel();
+    for (int64_t r = 0; r < rep.count; ++r)
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchCrossEntropyBackward(
+          x.data<T>() + r * per, t.data<I>() + r * rep.target_stride, ctx.in(2).data<T>() + r, shape, ignore, eps,
+          IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>() + r * per, count.data<int64_t>() + r, stream));
     return Status::Ok();
   });
 }
@@ -102,24 +117,25 @@ Status CountTargetsKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& t = ctx.in(0);
   const int64_t classes = ctx.attrs->Int("classes"), ignore = ctx.attrs->Int("ignore_index");
-  StatusOr<int64_t> count = Internal("CountTargets: index dtype ", DTypeName(t.dtype()));
+  const LossReplicas rep = StackedTargets(ctx.attrs->Int("replicas"), t.shape());  // [R] counts when fused
+  StatusOr<std::vector<int64_t>> counts = Internal("CountTargets: index dtype ", DTypeName(t.dtype()));
   auto count_as = [&](auto zero) -> Status {
     using I = decltype(zero);
     std::vector<I> host(static_cast<size_t>(t.numel()));
     LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), t.raw_data(), t.nbytes(), cudaMemcpyDeviceToHost, stream));
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    count = CountClassTargets("CountTargets", host.data(), t.shape(), classes, ignore);
+    counts = CountReplicaTargets("CountTargets", host.data(), t.shape(), rep, classes, ignore);
     return Status::Ok();
   };
   if (t.dtype() == DType::kI32) LOOM_RETURN_IF_ERROR(count_as(int32_t{}));
   else if (t.dtype() == DType::kI64) LOOM_RETURN_IF_ERROR(count_as(int64_t{}));
-  LOOM_RETURN_IF_ERROR(count.status());
+  LOOM_RETURN_IF_ERROR(counts.status());
   return DispatchCudaFloat(ctx.out(0).dtype(), "CountTargets", [&](auto zero) -> Status {
     using T = decltype(zero);
-    const T value = static_cast<T>(*count);
-    LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(ctx.out(0).raw_data(), &value, sizeof(T), cudaMemcpyHostToDevice, stream));
-    // `value` lives on this stack: wait for the copy before it goes.
+    const std::vector<T> values(counts->begin(), counts->end());
+    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ctx.out(0).raw_data(), values.data(), values.size() * sizeof(T),
+                                              cudaMemcpyHostToDevice, stream));
+    // `values` lives on this stack: wait for the copy before it goes.
     LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     return Status::Ok();
   });
@@ -142,7 +158,7 @@ Status NllKernel(KernelContext& ctx) {
                                         ctx.out(0).data<T>(), scratch.raw_data(), stream));
     return Status::Ok();
   }));
-  return CheckTargets("NLL", scratch, t, shape.classes, ignore, stream);
+  return CheckTargets("NLL", scratch, 0, LossReplicas{}, t, shape.classes, ignore, stream);
 }
 LOOM_REGISTER_KERNEL("NLL", DeviceType::kCuda, NllKernel);
 
