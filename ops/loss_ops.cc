@@ -250,13 +250,16 @@ SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, c
 
 // CrossEntropy and its backward, fused or not: the batch of scores and
 // targets (axis 1 of a fused op's scores and per-replica targets), dy whole.
-// Replicas need no rule: parts of them follow the values' replica axis
-// (ReplicaPartAttrs).
+// A fused op also splits along its replicas (axis 0 of everything but
+// shared targets; ReplicaPartAttrs gives each part its count).
 SplitRules ClassBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in,
                            const std::vector<TensorType>& out, bool partial) {
   if (attrs.Int("replicas") == 0) return BatchSplit(attrs, in, out, {0, 1}, partial);
   const LossReplicas rep = LossReplicasOf(attrs, in[0].shape, in[1].shape);
   SplitRules rules;
+  DimSplit replicas = SplitAlong(0, in.size(), out.size());
+  if (rep.target_stride == 0) replicas.inputs[1].axis = -1;
+  rules.other.push_back(replicas);
   if (rep.scores.rank() < 2 || rep.scores[0] < 2) return rules;
   DimSplit d = SplitAlong(-1, in.size(), out.size());
   d.inputs[0].axis = 1;
@@ -567,11 +570,13 @@ class CountTargetsOp : public OpDef {
         .Default("dtype", "f32", "the count's float dtype");
   }
   std::string name() const override { return "CountTargets"; }
-  // Sample: the batch (axis 1 of a fused loss's [R, N, ...] targets).
+  // Sample: the batch (axis 1 of a fused loss's [R, N, ...] targets); a
+  // fused one's replicas too.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
     SplitRules rules;
     const int batch = attrs.Int("replicas") > 0 ? 1 : 0;
+    if (batch == 1) rules.other.push_back(SplitAlong(0, in.size(), out.size()));
     if (in[0].shape.rank() < batch + 1) return rules;
     rules.sample = SplitAlong(-1, in.size(), out.size());
     rules.sample->inputs[0].axis = batch;

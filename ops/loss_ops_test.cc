@@ -323,37 +323,41 @@ WeightedLossRun RunWeightedLoss(const std::string& op, const AttrMap& attrs, con
 }
 
 // Horizontal fusion claims each replica computes exactly what it would
-// alone: the fused op's loss and gradient rows are the unfused op's bits.
+// alone: the fused op's loss and gradient rows are the unfused op's bits,
+// in f32 and in f64 (whose loss shows the order of the sums' last bits).
 TEST_CASE("a fused CrossEntropy gives each replica the unfused op's bits") {
   const int64_t R = 3;
   Rng rng(7);
-  auto uniform = [&](const Shape& s) {
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (float& x : v) x = static_cast<float>(rng.Uniform(-4, 4));
-    return Tensor::FromVector<float>(s, v);
+  auto uniform = [&](const Shape& s, DType dtype) {
+    std::vector<double> v(static_cast<size_t>(s.numel()));
+    for (double& x : v) x = rng.Uniform(-4, 4);
+    return Tensor::FromVector<double>(s, v).Cast(dtype).value();
   };
   auto classes = [&](const Shape& s, int64_t c) {
     std::vector<int64_t> v(static_cast<size_t>(s.numel()));
     for (int64_t& x : v) x = rng.UniformInt(c);
     return Tensor::FromVector<int64_t>(s, v);
   };
-  for (bool shared : {true, false}) {
-    for (const AttrMap& attrs : {AttrMap{}, AttrMap{{"label_smoothing", 0.1}, {"ignore_index", 2}}}) {
-      INFO((shared ? "shared" : "per-replica") << " targets, label_smoothing " << attrs.Float("label_smoothing", 0));
-      // 700 rows of 100 classes: the sums run in several blocks on the pool.
-      const Tensor logits = uniform({R, 700, 100});
-      const Tensor targets = shared ? classes({700}, 100) : classes({R, 700}, 100);
-      const Tensor w = uniform({R});
-      AttrMap fused_attrs = attrs;
-      fused_attrs.Set("replicas", R);
-      const WeightedLossRun fused = RunWeightedLoss("CrossEntropy", fused_attrs, logits, targets, w);
-      for (int64_t r = 0; r < R; ++r) {
-        const WeightedLossRun alone =
-            RunWeightedLoss("CrossEntropy", attrs, logits.Row(r).value(), shared ? targets : targets.Row(r).value(),
-                            Tensor::FromVector<float>({}, {w.data<float>()[r]}));
-        CheckBitwiseEqual("loss of replica " + std::to_string(r), alone.loss.Reshape({1}).value(),
-                          fused.loss.Reshape({R, 1}).value().Row(r).value());
-        CheckBitwiseEqual("gradient of replica " + std::to_string(r), alone.grad, fused.grad.Row(r).value());
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (bool shared : {true, false}) {
+      for (const AttrMap& attrs : {AttrMap{}, AttrMap{{"label_smoothing", 0.1}, {"ignore_index", 2}}}) {
+        INFO(DTypeName(dtype) << ", " << (shared ? "shared" : "per-replica") << " targets, label_smoothing "
+                              << attrs.Float("label_smoothing", 0));
+        // 700 rows of 100 classes: the sums run in several blocks on the pool.
+        const Tensor logits = uniform({R, 700, 100}, dtype);
+        const Tensor targets = shared ? classes({700}, 100) : classes({R, 700}, 100);
+        const Tensor w = uniform({R}, dtype);
+        AttrMap fused_attrs = attrs;
+        fused_attrs.Set("replicas", R);
+        const WeightedLossRun fused = RunWeightedLoss("CrossEntropy", fused_attrs, logits, targets, w);
+        for (int64_t r = 0; r < R; ++r) {
+          const WeightedLossRun alone =
+              RunWeightedLoss("CrossEntropy", attrs, logits.Row(r).value(), shared ? targets : targets.Row(r).value(),
+                              w.Reshape({R, 1}).value().Row(r).value().Reshape({}).value());
+          CheckBitwiseEqual("loss of replica " + std::to_string(r), alone.loss.Reshape({1}).value(),
+                            fused.loss.Reshape({R, 1}).value().Row(r).value());
+          CheckBitwiseEqual("gradient of replica " + std::to_string(r), alone.grad, fused.grad.Row(r).value());
+        }
       }
     }
   }
