@@ -179,12 +179,18 @@ StatusOr<std::vector<int64_t>> CountTargets(const std::string& op, const Tensor&
   return CountReplicaTargets(op, targets.data<int64_t>(), targets.shape(), rep, classes, ignore_index);
 }
 
+// The attribute replicas of a fused loss: R >= 1, or 0 (unfused).
+StatusOr<int64_t> LossReplicaCount(const std::string& op, const AttrMap& attrs) {
+  const int64_t r = attrs.Int("replicas");
+  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  return r;
+}
+
 // The class-index inputs of a loss that may be fused (attribute replicas):
 // checked as one replica's, the loss's shape returned ([] or [R]).
 StatusOr<Shape> CheckReplicaClassInputs(const std::string& op, const char* scores_name, const AttrMap& attrs,
                                         const TensorType& scores, const TensorType& targets) {
-  const int64_t r = attrs.Int("replicas");
-  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  LOOM_ASSIGN_OR_RETURN(const int64_t r, LossReplicaCount(op, attrs));
   if (r == 0) {
     LOOM_RETURN_IF_ERROR(CheckClassInputs(op, scores_name, scores, targets));
     return Shape{};
@@ -593,8 +599,7 @@ class CountTargetsOp : public OpDef {
     LOOM_ASSIGN_OR_RETURN(const DType dtype, ParseDType(attrs.Str("dtype")));
     if (!IsFloating(dtype)) return InvalidArgument("CountTargets: dtype must be a float type, got ", DTypeName(dtype));
     if (attrs.Int("classes") < 1) return InvalidArgument("CountTargets: classes must be >= 1, got ", attrs.Int("classes"));
-    const int64_t r = attrs.Int("replicas");
-    if (r < 0) return InvalidArgument("CountTargets: replicas must be >= 1 (absent or 0 = unfused), got ", r);
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, LossReplicaCount("CountTargets", attrs));
     if (r == 0) return Scalar(dtype);
     if (in[0].shape.rank() < 1 || in[0].shape[0] != r)
       return InvalidArgument("CountTargets: replicas = ", r, " needs targets [", r, ", ...], got ",
