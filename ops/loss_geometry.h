@@ -4,6 +4,7 @@
 // target out of range.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -85,32 +86,31 @@ inline Status TargetOutOfRange(const std::string& op, int64_t value, int64_t fla
                          classes, " classes (expected 0..", classes - 1, " or ignore_index ", ignore_index, ")");
 }
 
-// How many of the n targets are not ignore_index (the mean's denominator),
-// or the error for the first one out of [0, classes).
+// How many targets of each replica are not ignore_index (the mean's
+// denominators: R counts, shared targets counted once for all), or the
+// error for the first one out of [0, classes), named by its position in
+// the whole targets tensor. One pass.
 template <typename I>
-StatusOr<int64_t> CountClassTargets(const std::string& op, const I* targets, const Shape& shape, int64_t classes,
-                                    int64_t ignore_index) {
-  int64_t count = 0;
+StatusOr<std::vector<int64_t>> CountReplicaTargets(const std::string& op, const I* targets, const Shape& shape,
+                                                   const LossReplicas& rep, int64_t classes, int64_t ignore_index) {
+  std::vector<int64_t> counts(static_cast<size_t>(rep.count), 0);
   for (int64_t i = 0; i < shape.numel(); ++i) {
     const int64_t v = targets[i];
     if (v == ignore_index) continue;
     if (v < 0 || v >= classes) return TargetOutOfRange(op, v, i, shape, classes, ignore_index);
-    ++count;
+    ++counts[rep.target_stride == 0 ? 0 : i / rep.target_stride];
   }
-  return count;
+  if (rep.target_stride == 0) std::fill(counts.begin(), counts.end(), counts[0]);
+  return counts;
 }
 
-// CountClassTargets of each replica (R counts; shared targets are counted
-// once). An error names the position in the whole targets tensor.
+// The same for one set of targets (an unfused loss).
 template <typename I>
-StatusOr<std::vector<int64_t>> CountReplicaTargets(const std::string& op, const I* targets, const Shape& shape,
-                                                   const LossReplicas& rep, int64_t classes, int64_t ignore_index) {
-  LOOM_ASSIGN_OR_RETURN(const int64_t all, CountClassTargets(op, targets, shape, classes, ignore_index));
-  std::vector<int64_t> counts(static_cast<size_t>(rep.count), all);
-  if (rep.target_stride == 0) return counts;
-  for (int64_t r = 0; r < rep.count; ++r)
-    counts[r] = CountClassTargets(op, targets + r * rep.target_stride, rep.targets, classes, ignore_index).value();
-  return counts;
+StatusOr<int64_t> CountClassTargets(const std::string& op, const I* targets, const Shape& shape, int64_t classes,
+                                    int64_t ignore_index) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                        CountReplicaTargets(op, targets, shape, LossReplicas{}, classes, ignore_index));
+  return counts[0];
 }
 
 }  // namespace loom
