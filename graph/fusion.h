@@ -20,7 +20,7 @@
 // Each op's fused form is its own rule, OpDef::Fuse, beside the op in ops/
 // (ops/fusion_builder.h is what a rule sees); the pass handles sources,
 // active Dropout, nodes whose inputs are all shared (kept as they are) and
-// unfused_layers. Ops without a fused form (losses, LSTM, ...: FusionKind
+// unfused_layers. Ops without a fused form (NLL, MSE, ...: FusionKind
 // kPerReplica) and the layers named in `unfused_layers` run once per
 // replica on slices of the fused inputs, their results stacked again
 // ([R, ...]). Either way replica r computes exactly what the single model

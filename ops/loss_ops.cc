@@ -205,15 +205,6 @@ StatusOr<Shape> CheckReplicaClassInputs(const std::string& op, const char* score
   return Shape{r};
 }
 
-// A fused loss split into parts of replicas: each part's own count.
-StatusOr<AttrMap> ReplicaPartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in,
-                                   const std::vector<Region>& in_regions) {
-  if (attrs.Int("replicas") == 0 || in_regions[0].shape()[0] == in[0].shape[0]) return attrs;
-  AttrMap part = attrs;
-  part.Set("replicas", in_regions[0].shape()[0]);
-  return part;
-}
-
 // The scale d loss / d (per-sample term): dy (replica r's, fused), divided
 // by the mean's count.
 template <typename T>
@@ -257,7 +248,7 @@ SplitRules BatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in, c
 // CrossEntropy and its backward, fused or not: the batch of scores and
 // targets (axis 1 of a fused op's scores and per-replica targets), dy whole.
 // A fused op also splits along its replicas (axis 0 of everything but
-// shared targets; ReplicaPartAttrs gives each part its count).
+// shared targets; PartReplicaCount gives each part its count).
 SplitRules ClassBatchSplit(const AttrMap& attrs, const std::vector<TensorType>& in,
                            const std::vector<TensorType>& out, bool partial) {
   if (attrs.Int("replicas") == 0) return BatchSplit(attrs, in, out, {0, 1}, partial);
@@ -420,7 +411,7 @@ class CrossEntropyOp : public OpDef {
   }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
                               const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
-    return ReplicaPartAttrs(attrs, in, in_regions);
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
   // Mean: the sum over the part's samples, divided by the count of
   // targets not ignored (CountTargets), both all-reduced.
@@ -503,7 +494,7 @@ class CrossEntropyBackwardOp : public OpDef {
   }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
                               const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
-    return ReplicaPartAttrs(attrs, in, in_regions);
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
   // Mean: the sum's gradient of dy / count.
   Status Expand(ExpandBuilder& b) const override {
@@ -591,7 +582,7 @@ class CountTargetsOp : public OpDef {
   }
   StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
                               const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
-    return ReplicaPartAttrs(attrs, in, in_regions);
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     LOOM_RETURN_IF_ERROR(ExpectInputs(in, 1, "CountTargets (targets)"));

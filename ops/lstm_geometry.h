@@ -1,5 +1,11 @@
 // Host-side geometry of LSTM and LSTMBackward, shared by the CPU ops
 // (ops/rnn_ops.cc) and their CUDA kernels (ops/cuda/rnn_kernels.cc).
+//
+// A fused op (attribute replicas = R, horizontal fusion) holds R replicas'
+// LSTMs replica-major: every input and output gains a leading axis of R,
+// and replica r's slab of each is exactly the unfused op's tensor. The
+// kernels run the unfused op's products and passes on each slab (batched
+// over the replicas), so replica r gets the unfused op's bits.
 #pragma once
 
 #include <cstdint>
@@ -8,15 +14,26 @@
 
 namespace loom {
 
-// Extents: x [T, N, I], hidden size Hd (the gates are 4 * Hd wide).
+// Extents: R replicas (1 for an unfused op) of x [T, N, I] with hidden size
+// Hd (the gates are 4 * Hd wide); the strides, in elements, between one
+// replica's slab and the next.
 struct LstmDims {
-  int64_t t = 0, n = 0, in = 0, hd = 0;
+  int64_t r = 1, t = 0, n = 0, in = 0, hd = 0;
   int64_t gates() const { return 4 * hd; }
+  int64_t x_stride() const { return t * n * in; }        // x, dx
+  int64_t seq_stride() const { return t * n * hd; }      // y, cells, dy
+  int64_t gates_stride() const { return t * n * gates(); }
+  int64_t state_stride() const { return n * hd; }        // h0, c0, h_T, c_T, their gradients
+  int64_t w_ih_stride() const { return gates() * in; }
+  int64_t w_hh_stride() const { return gates() * hd; }
 };
 
-// From the kernel's x [T, N, I] and h0 [N, Hd].
+// From the kernel's x ([T, N, I], or [R, T, N, I] fused) and h0 ([N, Hd] or
+// [R, N, Hd]).
 inline LstmDims LstmDimsOf(const Tensor& x, const Tensor& h0) {
-  return {x.shape()[0], x.shape()[1], x.shape()[2], h0.shape()[1]};
+  const Shape& xs = x.shape();
+  if (xs.rank() == 4) return {xs[0], xs[1], xs[2], xs[3], h0.shape()[2]};
+  return {1, xs[0], xs[1], xs[2], h0.shape()[1]};
 }
 
 }  // namespace loom

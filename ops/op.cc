@@ -175,6 +175,14 @@ SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::ve
   return rules;
 }
 
+AttrMap PartReplicaCount(const AttrMap& attrs, const TensorType& input0, const Region& input0_region) {
+  const int64_t part = input0_region.shape()[0];
+  if (attrs.Int("replicas") == 0 || part == input0.shape[0]) return attrs;
+  AttrMap a = attrs;
+  a.Set("replicas", part);
+  return a;
+}
+
 std::optional<DimSplit> ImageRows(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs) {
   if (outputs.empty() || outputs[0].shape.rank() != 4) return std::nullopt;
   return ElementwiseAlong(2, inputs, outputs);

@@ -196,6 +196,11 @@ SplitRules AllAxesBut(const std::vector<TensorType>& inputs, const std::vector<T
 // pooling. Nothing otherwise.
 SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs);
 
+// The attributes of one part of a fused op whose attribute `replicas` (R >
+// 0; 0 = unfused) counts the replicas along axis 0 of input 0: a part that
+// holds fewer of them gets its own count (OpDef::PartAttrs).
+AttrMap PartReplicaCount(const AttrMap& attrs, const TensorType& input0, const Region& input0_region);
+
 class OpDef {
  public:
   virtual ~OpDef() = default;

@@ -1,6 +1,8 @@
 // LSTM (one layer, time-major, PyTorch's gate order and weight layout, so
 // torch.nn.LSTM weights load as they are) and LSTMBackward (backpropagation
 // through time). Stacked LSTMs chain these ops: layer l's y is layer l+1's x.
+// Fused (attribute replicas = R): R replicas' LSTMs replica-major, every
+// tensor [R, ...] (ops/lstm_geometry.h), each replica the unfused op's bits.
 //
 //   pre_t = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh     [N, 4Hd], blocks i|f|g|o
 //   i, f, o = sigmoid(.), g = tanh(.)
@@ -11,6 +13,7 @@
 #include <type_traits>
 
 #include "ops/cpu_util.h"
+#include "ops/fusion_builder.h"
 #include "ops/gemm.h"
 #include "ops/lstm_geometry.h"
 #include "ops/op.h"
@@ -34,28 +37,64 @@ Status ExpectShape(const std::string& op, const std::string& what, const TensorT
   return Status::Ok();
 }
 
-// Checks (x, h0, c0, w_ih, w_hh), the first five inputs of both ops.
-StatusOr<LstmDims> CheckLstmCore(const std::string& op, const std::vector<TensorType>& in) {
+// The attribute replicas: R >= 1 for a fused op, 0 (absent) unfused.
+StatusOr<int64_t> LstmReplicas(const std::string& op, const AttrMap& attrs) {
+  const int64_t r = attrs.Int("replicas");
+  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  return r;
+}
+
+// One replica's shapes and names as the op's: [R, ...] for a fused op
+// (replicas r > 0), as they are for an unfused one.
+struct ReplicaShapes {
+  int64_t r = 0;
+  int lead() const { return r > 0 ? 1 : 0; }
+  Shape Of(const Shape& one) const {
+    if (r == 0) return one;
+    std::vector<int64_t> dims = {r};
+    for (int i = 0; i < one.rank(); ++i) dims.push_back(one[i]);
+    return Shape(dims);
+  }
+  // "h0 [N, Hd]" -> "h0 [R, N, Hd]".
+  std::string Name(const std::string& s) const {
+    const size_t open = s.find('[');
+    return r == 0 || open == std::string::npos ? s : s.substr(0, open + 1) + "R, " + s.substr(open + 1);
+  }
+};
+
+// Checks (x, h0, c0, w_ih, w_hh), the first five inputs of both ops, against
+// each other and the replica count.
+StatusOr<LstmDims> CheckLstmCore(const std::string& op, const ReplicaShapes& rs, const std::vector<TensorType>& in) {
+  const int lead = rs.lead();
   LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " x"));
-  LOOM_RETURN_IF_ERROR(ExpectRank(in[0], 3, op + " x [T, N, I]"));
-  LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2, op + " h0 [N, Hd]"));
+  LOOM_RETURN_IF_ERROR(ExpectRank(in[0], 3 + lead, op + " " + rs.Name("x [T, N, I]")));
+  LOOM_RETURN_IF_ERROR(ExpectRank(in[1], 2 + lead, op + " " + rs.Name("h0 [N, Hd]")));
   const Shape& x = in[0].shape;
-  LstmDims n{x[0], x[1], x[2], in[1].shape[1]};
+  if (rs.r > 0 && x[0] != rs.r)
+    return InvalidArgument(op, ": replicas = ", rs.r, " needs x [", rs.r, ", T, N, I], got ", x.ToString());
+  const LstmDims n{std::max<int64_t>(rs.r, 1), x[lead], x[lead + 1], x[lead + 2], in[1].shape[lead + 1]};
   const DType dt = in[0].dtype;
-  if (in[1].shape[0] != n.n)
-    return InvalidArgument(op, ": h0 ", in[1].shape.ToString(), " must be [N, Hd] with N = ", n.n, " from x ",
-                           x.ToString());
-  LOOM_RETURN_IF_ERROR(ExpectShape(op, "h0 [N, Hd]", in[1], {n.n, n.hd}, dt));
-  LOOM_RETURN_IF_ERROR(ExpectShape(op, "c0 [N, Hd]", in[2], {n.n, n.hd}, dt));
-  LOOM_RETURN_IF_ERROR(ExpectShape(op, "w_ih [4*Hd, I]", in[3], {n.gates(), n.in}, dt));
-  LOOM_RETURN_IF_ERROR(ExpectShape(op, "w_hh [4*Hd, Hd]", in[4], {n.gates(), n.hd}, dt));
+  if (in[1].shape[lead] != n.n)
+    return InvalidArgument(op, ": h0 ", in[1].shape.ToString(), " must be ", rs.Name("[N, Hd]"), " with N = ", n.n,
+                           " from x ", x.ToString());
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, rs.Name("h0 [N, Hd]"), in[1], rs.Of({n.n, n.hd}), dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, rs.Name("c0 [N, Hd]"), in[2], rs.Of({n.n, n.hd}), dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, rs.Name("w_ih [4*Hd, I]"), in[3], rs.Of({n.gates(), n.in}), dt));
+  LOOM_RETURN_IF_ERROR(ExpectShape(op, rs.Name("w_hh [4*Hd, Hd]"), in[4], rs.Of({n.gates(), n.hd}), dt));
   return n;
+}
+
+// The dims of a node whose types are valid (Cost).
+LstmDims ValidLstmDims(const std::vector<TensorType>& in) {
+  const Shape& x = in[0].shape;
+  const int lead = x.rank() == 4 ? 1 : 0;
+  return {lead ? x[0] : 1, x[lead], x[lead + 1], x[lead + 2], in[1].shape[lead + 1]};
 }
 
 // FLOPs of the two GEMMs x W_ih^T and h W_hh^T over all steps (forward); the
 // backward runs each of them twice (data and weight gradients).
 double ProjectionFlops(const LstmDims& n) {
-  return 2.0 * static_cast<double>(n.t * n.n * n.gates()) * static_cast<double>(n.in + n.hd);
+  return 2.0 * static_cast<double>(n.r * n.t * n.n * n.gates()) * static_cast<double>(n.in + n.hd);
 }
 
 // Rows of N per ParallelRange chunk for the per-step element-wise passes
@@ -63,19 +102,19 @@ double ProjectionFlops(const LstmDims& n) {
 int64_t RowChunk(int64_t hd) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hd)); }
 
 // ---------------------------------------------------------------------------
-// LSTM
-//   inputs: x [T, N, I], h0 [N, Hd], c0 [N, Hd], w_ih [4*Hd, I],
-//           w_hh [4*Hd, Hd], b_ih [4*Hd], b_hh [4*Hd] (gate blocks i, f, g, o)
-//   outputs: 0 = y [T, N, Hd] (h_1 .. h_T), 1 = h_T [N, Hd], 2 = c_T [N, Hd],
-//            3 = gates [T, N, 4*Hd] (activated i, f, g, o), 4 = cells [T, N, Hd]
-//            (c_1 .. c_T); 3 and 4 are saved for LSTMBackward.
-// With T = 0, y is empty and (h_T, c_T) = (h0, c0).
-// Sample splits of the LSTM ops: the batch is axis 1 of the sequences
-// ([T, N, ...]) and axis 0 of the states ([N, Hd]); the weights are whole
-// and, in the backward op, their gradients partial sums.
-DimSplit LstmBatchSplit(const std::vector<TensorType>& in, const std::vector<TensorType>& out, bool partial) {
+// Splits of both ops. `lead` is 1 for a fused op (its replica axis first).
+
+int ReplicaLead(const AttrMap& attrs) { return attrs.Int("replicas") > 0 ? 1 : 0; }
+
+// The batch: axis 1 of the sequences ([T, N, ...]) and axis 0 of the states
+// ([N, Hd]), each one further for a fused op; the weights are whole and, in
+// the backward op, their gradients partial sums.
+DimSplit LstmBatchSplit(const std::vector<TensorType>& in, const std::vector<TensorType>& out, bool partial,
+                        int lead) {
   DimSplit d = SplitAlong(-1, in.size(), out.size());
-  auto batch_axis = [](const TensorType& t, bool weight) { return weight ? -1 : t.shape.rank() == 3 ? 1 : 0; };
+  auto batch_axis = [lead](const TensorType& t, bool weight) {
+    return weight ? -1 : t.shape.rank() == 3 + lead ? 1 + lead : lead;
+  };
   // Weights: inputs 3..6 of the forward op, 3 and 4 of the backward op.
   const size_t weights_end = partial ? 5 : 7;
   for (size_t i = 0; i < in.size(); ++i) d.inputs[i].axis = batch_axis(in[i], i >= 3 && i < weights_end);
@@ -84,55 +123,80 @@ DimSplit LstmBatchSplit(const std::vector<TensorType>& in, const std::vector<Ten
   return d;
 }
 
-// Attribute splits of the LSTM ops: the sequence (axis 0 of x, y, gates,
-// cells, dy, dx) in k chunks of equal length. The recurrence chains them, so
-// the split expands into one node per chunk, pinned to its part and handed
-// the state the chunk before it ends with (ExpandBuilder::Pin): on its own
-// one layer's chunks run one after another, but stacked layers overlap (a
-// wavefront: layer 2's chunk 0 runs beside layer 1's chunk 1).
+// The sequence (axis 0 of x, y, gates, cells, dy, dx; 1 fused) in k chunks
+// of equal length. The recurrence chains them, so the split expands into
+// one node per chunk, pinned to its part and handed the state the chunk
+// before it ends with (ExpandBuilder::Pin): on its own one layer's chunks
+// run one after another, but stacked layers overlap (a wavefront: layer 2's
+// chunk 0 runs beside layer 1's chunk 1).
 DimSplit LstmSequenceSplit(const std::vector<TensorType>& in, const std::vector<TensorType>& out,
-                           const std::vector<size_t>& sequence_inputs, const std::vector<size_t>& sequence_outputs) {
+                           const std::vector<size_t>& sequence_inputs, const std::vector<size_t>& sequence_outputs,
+                           int lead) {
   DimSplit d = SplitAlong(-1, in.size(), out.size());
-  for (size_t i : sequence_inputs) d.inputs[i].axis = 0;
-  for (size_t i : sequence_outputs) d.outputs[i].axis = 0;
+  for (size_t i : sequence_inputs) d.inputs[i].axis = lead;
+  for (size_t i : sequence_outputs) d.outputs[i].axis = lead;
   d.expands = true;
   d.alone = true;
   return d;
 }
 
-// Rows [first, end) of a sequence, on the current pin.
-ValueId SequenceRows(ExpandBuilder& b, ValueId v, int64_t first, int64_t end, const std::string& suffix) {
-  return b.Emit("Slice", {v}, AttrMap{{"axis", int64_t{0}}, {"start", first}, {"end", end}}, suffix).at(0);
+// The rules of either op; a fused op also splits along its replicas (axis
+// 0 of everything; PartReplicaCount gives each part its count).
+SplitRules LstmSplits(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                      bool backward) {
+  const int lead = ReplicaLead(attrs);
+  SplitRules rules;
+  rules.sample = LstmBatchSplit(in, out, backward, lead);
+  rules.attribute = backward ? LstmSequenceSplit(in, out, {0, 5, 6, 7, 8}, {0}, lead)
+                             : LstmSequenceSplit(in, out, {0}, {0, 3, 4}, lead);
+  if (lead) rules.other.push_back(SplitAlong(0, in.size(), out.size()));
+  return rules;
 }
 
-ValueId JoinSequence(ExpandBuilder& b, const std::vector<ValueId>& chunks, const std::string& suffix) {
-  return b.Emit("Concat", chunks, AttrMap{{"axis", int64_t{0}}}, suffix).at(0);
+// Steps [first, end) of a sequence (its axis `axis`), on the current pin.
+ValueId SequenceRows(ExpandBuilder& b, ValueId v, int axis, int64_t first, int64_t end, const std::string& suffix) {
+  return b.Emit("Slice", {v}, AttrMap{{"axis", int64_t{axis}}, {"start", first}, {"end", end}}, suffix).at(0);
 }
 
+ValueId JoinSequence(ExpandBuilder& b, const std::vector<ValueId>& chunks, int axis, const std::string& suffix) {
+  return b.Emit("Concat", chunks, AttrMap{{"axis", int64_t{axis}}}, suffix).at(0);
+}
+
+// ---------------------------------------------------------------------------
+// LSTM
+//   inputs: x [T, N, I], h0 [N, Hd], c0 [N, Hd], w_ih [4*Hd, I],
+//           w_hh [4*Hd, Hd], b_ih [4*Hd], b_hh [4*Hd] (gate blocks i, f, g, o)
+//   outputs: 0 = y [T, N, Hd] (h_1 .. h_T), 1 = h_T [N, Hd], 2 = c_T [N, Hd],
+//            3 = gates [T, N, 4*Hd] (activated i, f, g, o), 4 = cells [T, N, Hd]
+//            (c_1 .. c_T); 3 and 4 are saved for LSTMBackward.
+//   fused (replicas = R): every input and output [R, ...].
+// With T = 0, y is empty and (h_T, c_T) = (h0, c0).
 class LstmOp : public OpDef {
  public:
-  LstmOp() { DeclareAttrs(); }
+  LstmOp() { DeclareAttrs().Default("replicas", int64_t{0}, "fused: R replicas' LSTMs, replica-major (0 = unfused)"); }
   std::string name() const override { return kLstm; }
 
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    SplitRules rules;
-    rules.sample = LstmBatchSplit(in, out, false);
-    rules.attribute = LstmSequenceSplit(in, out, {0}, {0, 3, 4});
-    return rules;
+    return LstmSplits(attrs, in, out, false);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
 
   // k chunks: chunk j runs steps [j L, (j + 1) L) from chunk j - 1's (h, c).
   Status Expand(ExpandBuilder& b) const override {
-    const int64_t k = b.parts(), steps = b.type(b.input(0)).shape[0] / k;
+    const int axis = ReplicaLead(b.attrs());
+    const int64_t k = b.parts(), steps = b.type(b.input(0)).shape[axis] / k;
     ValueId h = b.input(1), c = b.input(2);
     std::vector<ValueId> ys, gates, cells;
     for (int64_t j = 0; j < k; ++j) {
       b.Pin(j);
       const std::string at = std::to_string(j);
-      const ValueId x = SequenceRows(b, b.input(0), j * steps, (j + 1) * steps, "x" + at);
+      const ValueId x = SequenceRows(b, b.input(0), axis, j * steps, (j + 1) * steps, "x" + at);
       const std::vector<ValueId> o =
-          b.Emit(kLstm, {x, h, c, b.input(3), b.input(4), b.input(5), b.input(6)}, {}, "chunk" + at);
+          b.Emit(kLstm, {x, h, c, b.input(3), b.input(4), b.input(5), b.input(6)}, b.attrs(), "chunk" + at);
       ys.push_back(o.at(0));
       h = o.at(1);
       c = o.at(2);
@@ -140,34 +204,37 @@ class LstmOp : public OpDef {
       cells.push_back(o.at(4));
     }
     b.Pin(-1);
-    b.SetOutput(0, JoinSequence(b, ys, "y"));
+    b.SetOutput(0, JoinSequence(b, ys, axis, "y"));
     b.SetOutput(1, h);
     b.SetOutput(2, c);
-    b.SetOutput(3, JoinSequence(b, gates, "gates"));
-    b.SetOutput(4, JoinSequence(b, cells, "cells"));
+    b.SetOutput(3, JoinSequence(b, gates, axis, "gates"));
+    b.SetOutput(4, JoinSequence(b, cells, axis, "cells"));
     return Status::Ok();
   }
 
-  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
+                                               const std::vector<TensorType>& in) const override {
     if (in.size() != 7)
       return InvalidArgument(kLstm, " takes (x, h0, c0, w_ih, w_hh, b_ih, b_hh), got ", in.size(), " inputs");
-    LOOM_ASSIGN_OR_RETURN(LstmDims n, CheckLstmCore(kLstm, in));
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, LstmReplicas(kLstm, attrs));
+    const ReplicaShapes rs{r};
+    LOOM_ASSIGN_OR_RETURN(const LstmDims n, CheckLstmCore(kLstm, rs, in));
     const DType dt = in[0].dtype;
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, "b_ih [4*Hd]", in[5], {n.gates()}, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, "b_hh [4*Hd]", in[6], {n.gates()}, dt));
-    return std::vector<TensorType>{{{n.t, n.n, n.hd}, dt},
-                                   {{n.n, n.hd}, dt},
-                                   {{n.n, n.hd}, dt},
-                                   {{n.t, n.n, n.gates()}, dt},
-                                   {{n.t, n.n, n.hd}, dt}};
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, rs.Name("b_ih [4*Hd]"), in[5], rs.Of({n.gates()}), dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstm, rs.Name("b_hh [4*Hd]"), in[6], rs.Of({n.gates()}), dt));
+    return std::vector<TensorType>{{rs.Of({n.t, n.n, n.hd}), dt},
+                                   {rs.Of({n.n, n.hd}), dt},
+                                   {rs.Of({n.n, n.hd}), dt},
+                                   {rs.Of({n.t, n.n, n.gates()}), dt},
+                                   {rs.Of({n.t, n.n, n.hd}), dt}};
   }
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    const LstmDims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[1]};
+    const LstmDims n = ValidLstmDims(in);
     // Per hidden unit and step: 4 bias adds, 5 activations (3 sigmoid, 2
     // tanh), 3 for c_t and 1 for h_t.
-    const double units = static_cast<double>(n.t * n.n * n.hd);
+    const double units = static_cast<double>(n.r * n.t * n.n * n.hd);
     c.flops = ProjectionFlops(n) + units * (4 + 5 * kActivationFlops + 3 + 1);
     return c;
   }
@@ -190,46 +257,73 @@ class LstmOp : public OpDef {
       }
       ins.push_back(d);
     }
-    std::vector<ValueId> grads = g.Emit(kLstmBackward, ins);
+    std::vector<ValueId> grads = g.Emit(kLstmBackward, ins, g.attrs());
     for (int i = 0; i < 5; ++i) g.SetInputGrad(i, grads[i]);
     g.SetInputGrad(5, grads[5]);  // both biases enter pre_t the same way
     g.SetInputGrad(6, grads[5]);
     return Status::Ok();
   }
 
-  // No fused form (yet): R replicas would be one LSTM with block-diagonal
-  // recurrent weights, which the kernel does not have. It runs once per
-  // replica.
-  FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
+  // R replicas in one node: every input with its replica axis first (a
+  // shared one, the zero initial state say, broadcast to R copies).
+  FusionKind fusion_kind() const override { return FusionKind::kFused; }
+  Status Fuse(FusionBuilder& f) const override {
+    if (f.attrs().Int("replicas") != 0) return InvalidArgument(kLstm, " '", f.name(), "' is fused already");
+    std::vector<FusedValue> inputs;
+    for (int i = 0; i < f.num_inputs(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(FusedValue v, f.Replicated(f.input(i), 0, f.name() + "/in" + std::to_string(i)));
+      inputs.push_back(v);
+    }
+    AttrMap attrs = f.attrs();
+    attrs.Set("replicas", f.replicas());
+    LOOM_ASSIGN_OR_RETURN(std::vector<FusedValue> outputs,
+                          f.Emit(kLstm, inputs, attrs, f.name(), {ReplicaLayout::Axis(0)}));
+    return f.MapOutputs(outputs);
+  }
 };
 LOOM_REGISTER_OP(LstmOp);
 
+// Each replica's slab (one for an unfused op) runs the unfused op's products
+// and passes: the products batched over the replicas, the per-step passes
+// over all replicas' rows at once.
 Status LstmKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
   const LstmDims n = LstmDimsOf(x, h0);
-  const int64_t G = n.gates(), Hd = n.hd;
+  const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* y = ctx.out(0).data<T>();      // [T, N, Hd]
+    T* y = ctx.out(0).data<T>();      // [T, N, Hd] per replica
     T* gates = ctx.out(3).data<T>();  // [T, N, 4Hd]
     T* cells = ctx.out(4).data<T>();  // [T, N, Hd]
     // Every step's input projection at once: gates = x W_ih^T + (b_ih + b_hh).
     const T *b_ih = ctx.in(5).data<T>(), *b_hh = ctx.in(6).data<T>();
     std::vector<T> bias(static_cast<size_t>(G));  // [4Hd]
-    for (int64_t j = 0; j < G; ++j) bias[j] = b_ih[j] + b_hh[j];
-    for (int64_t r = 0; r < n.t * n.n; ++r) std::copy(bias.begin(), bias.end(), gates + r * G);
-    Gemm<T>(false, true, n.t * n.n, G, n.in, T(1), x.data<T>(), n.in, w_ih.data<T>(), n.in, T(1), gates, G, ctx.pool);
+    for (int64_t r = 0; r < n.r; ++r) {
+      for (int64_t j = 0; j < G; ++j) bias[j] = b_ih[r * G + j] + b_hh[r * G + j];
+      T* g = gates + r * n.gates_stride();
+      for (int64_t row = 0; row < rows; ++row) std::copy(bias.begin(), bias.end(), g + row * G);
+    }
+    BatchedGemm<T>(false, true, n.r, rows, G, n.in, T(1), x.data<T>(), n.in, n.x_stride(), w_ih.data<T>(), n.in,
+                   n.w_ih_stride(), T(1), gates, G, n.gates_stride(), ctx.pool);
 
-    const T* h_prev = h0.data<T>();  // [N, Hd]
-    const T* c_prev = c0.data<T>();  // [N, Hd]
+    // The state entering step t: (h0, c0) at step 0, then the step before's
+    // rows of y and cells.
+    const T* h_prev = h0.data<T>();
+    const T* c_prev = c0.data<T>();
+    int64_t prev_stride = n.state_stride();
     for (int64_t t = 0; t < n.t; ++t) {
-      T* g = gates + t * n.n * G;  // [N, 4Hd]
-      T* h = y + t * n.n * Hd;     // [N, Hd]
+      T* g = gates + t * n.n * G;   // [N, 4Hd] of replica 0
+      T* h = y + t * n.n * Hd;      // [N, Hd]
       T* c = cells + t * n.n * Hd;  // [N, Hd]
-      Gemm<T>(false, true, n.n, G, Hd, T(1), h_prev, Hd, w_hh.data<T>(), Hd, T(1), g, G, ctx.pool);
-      ParallelRange(ctx.pool, n.n, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          T* gr = g + r * G;
+      BatchedGemm<T>(false, true, n.r, n.n, G, Hd, T(1), h_prev, Hd, prev_stride, w_hh.data<T>(), Hd,
+                     n.w_hh_stride(), T(1), g, G, n.gates_stride(), ctx.pool);
+      ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t rep = q / n.n, row = q % n.n;
+          T* gr = g + rep * n.gates_stride() + row * G;
+          T* cr = c + rep * n.seq_stride() + row * Hd;
+          T* hr = h + rep * n.seq_stride() + row * Hd;
+          const T* cp = c_prev + rep * prev_stride + row * Hd;
           LOOM_ELEMENTWISE_LOOP
           for (int64_t j = 0; j < Hd; ++j) {
             const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = Tanh(gr[2 * Hd + j]);
@@ -238,17 +332,20 @@ Status LstmKernel(KernelContext& ctx) {
             gr[Hd + j] = fg;
             gr[2 * Hd + j] = gg;
             gr[3 * Hd + j] = og;
-            const int64_t e = r * Hd + j;
-            c[e] = fg * c_prev[e] + ig * gg;
-            h[e] = og * Tanh(c[e]);
+            cr[j] = fg * cp[j] + ig * gg;
+            hr[j] = og * Tanh(cr[j]);
           }
         }
       }, RowChunk(Hd));
       h_prev = h;
       c_prev = c;
+      prev_stride = n.seq_stride();
     }
-    std::memcpy(ctx.out(1).data<T>(), h_prev, static_cast<size_t>(n.n * Hd) * sizeof(T));
-    std::memcpy(ctx.out(2).data<T>(), c_prev, static_cast<size_t>(n.n * Hd) * sizeof(T));
+    const size_t state_bytes = static_cast<size_t>(n.state_stride()) * sizeof(T);
+    for (int64_t r = 0; r < n.r; ++r) {
+      std::memcpy(ctx.out(1).data<T>() + r * n.state_stride(), h_prev + r * prev_stride, state_bytes);
+      std::memcpy(ctx.out(2).data<T>() + r * n.state_stride(), c_prev + r * prev_stride, state_bytes);
+    }
   });
 }
 LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCpu, LstmKernel);
@@ -259,22 +356,26 @@ LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCpu, LstmKernel);
 //           0, 3, 4), dy [T, N, Hd], dh_T [N, Hd], dc_T [N, Hd]
 //   outputs: dx, dh0, dc0, dw_ih, dw_hh, db [4*Hd] (the gradient of b_ih and
 //            of b_hh alike).
+//   fused (replicas = R): every input and output [R, ...].
 // Walks the steps backwards keeping (dh, dc) for the state entering step t;
 // the pre-activation gradients of all steps are kept so that dx, dw_ih,
 // dw_hh and db are each one GEMM (or sum) over all T * N rows at the end.
 class LstmBackwardOp : public OpDef {
  public:
-  LstmBackwardOp() { DeclareAttrs(); }
+  LstmBackwardOp() {
+    DeclareAttrs().Default("replicas", int64_t{0}, "fused: R replicas' LSTMs, replica-major (0 = unfused)");
+  }
   std::string name() const override { return kLstmBackward; }
 
   // The batch of every sequence and state; dw_ih, dw_hh and db partial sums.
   // The sequence: chunks from the last back (LstmSequenceSplit).
-  SplitRules Splits(const AttrMap&, const std::vector<TensorType>& in,
+  SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    SplitRules rules;
-    rules.sample = LstmBatchSplit(in, out, true);
-    rules.attribute = LstmSequenceSplit(in, out, {0, 5, 6, 7, 8}, {0});
-    return rules;
+    return LstmSplits(attrs, in, out, true);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
 
   // Chunk j (from the last): steps [j L, (j + 1) L), starting from the state
@@ -282,9 +383,9 @@ class LstmBackwardOp : public OpDef {
   // and the state gradient chunk j + 1 hands back; the weight gradients
   // summed chunk by chunk, from the last.
   Status Expand(ExpandBuilder& b) const override {
-    const Shape& xs = b.type(b.input(0)).shape;
+    const int axis = ReplicaLead(b.attrs());
     const Shape& hs = b.type(b.input(1)).shape;
-    const int64_t k = b.parts(), steps = xs[0] / k;
+    const int64_t k = b.parts(), steps = b.type(b.input(0)).shape[axis] / k;
     ValueId dh = b.input(9), dc = b.input(10);
     std::vector<ValueId> dxs(static_cast<size_t>(k));
     std::vector<ValueId> weights(3, kNoValue);  // dw_ih, dw_hh, db
@@ -293,10 +394,10 @@ class LstmBackwardOp : public OpDef {
       const std::string at = std::to_string(j);
       const int64_t first = j * steps, end = first + steps;
       auto rows = [&](int input, const std::string& name) {
-        return SequenceRows(b, b.input(input), first, end, name + at);
+        return SequenceRows(b, b.input(input), axis, first, end, name + at);
       };
       auto entering = [&](int input, const std::string& name) {
-        const ValueId row = SequenceRows(b, b.input(input), first - 1, first, name + at + "/row");
+        const ValueId row = SequenceRows(b, b.input(input), axis, first - 1, first, name + at + "/row");
         return b.Emit("Reshape", {row}, AttrMap{{"shape", hs.dims()}}, name + at).at(0);
       };
       const ValueId h0 = j == 0 ? b.input(1) : entering(5, "h");
@@ -304,7 +405,7 @@ class LstmBackwardOp : public OpDef {
       const std::vector<ValueId> o = b.Emit(kLstmBackward,
                                             {rows(0, "x"), h0, c0, b.input(3), b.input(4), rows(5, "y"),
                                              rows(6, "gates"), rows(7, "cells"), rows(8, "dy"), dh, dc},
-                                            {}, "chunk" + at);
+                                            b.attrs(), "chunk" + at);
       dxs[static_cast<size_t>(j)] = o.at(0);
       dh = o.at(1);
       dc = o.at(2);
@@ -314,40 +415,44 @@ class LstmBackwardOp : public OpDef {
                                             : b.Emit("Add", {weights[w], o.at(3 + w)}, {}, names[w] + at).at(0);
     }
     b.Pin(-1);
-    b.SetOutput(0, JoinSequence(b, dxs, "dx"));
+    b.SetOutput(0, JoinSequence(b, dxs, axis, "dx"));
     b.SetOutput(1, dh);
     b.SetOutput(2, dc);
     for (int w = 0; w < 3; ++w) b.SetOutput(3 + w, weights[static_cast<size_t>(w)]);
     return Status::Ok();
   }
 
-  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap&, const std::vector<TensorType>& in) const override {
+  StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs,
+                                               const std::vector<TensorType>& in) const override {
     if (in.size() != 11)
       return InvalidArgument(kLstmBackward,
                              " takes (x, h0, c0, w_ih, w_hh, y, gates, cells, dy, dh_T, dc_T), got ", in.size(),
                              " inputs");
-    LOOM_ASSIGN_OR_RETURN(LstmDims n, CheckLstmCore(kLstmBackward, in));
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, LstmReplicas(kLstmBackward, attrs));
+    const ReplicaShapes rs{r};
+    LOOM_ASSIGN_OR_RETURN(const LstmDims n, CheckLstmCore(kLstmBackward, rs, in));
     const DType dt = in[0].dtype;
-    const Shape seq{n.t, n.n, n.hd}, state{n.n, n.hd};
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "y [T, N, Hd]", in[5], seq, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "gates [T, N, 4*Hd]", in[6], {n.t, n.n, n.gates()}, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "cells [T, N, Hd]", in[7], seq, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dy [T, N, Hd]", in[8], seq, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dh_T [N, Hd]", in[9], state, dt));
-    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, "dc_T [N, Hd]", in[10], state, dt));
-    return std::vector<TensorType>{in[0], in[1], in[2], in[3], in[4], {{n.gates()}, dt}};
+    const Shape seq = rs.Of({n.t, n.n, n.hd}), state = rs.Of({n.n, n.hd});
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, rs.Name("y [T, N, Hd]"), in[5], seq, dt));
+    LOOM_RETURN_IF_ERROR(
+        ExpectShape(kLstmBackward, rs.Name("gates [T, N, 4*Hd]"), in[6], rs.Of({n.t, n.n, n.gates()}), dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, rs.Name("cells [T, N, Hd]"), in[7], seq, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, rs.Name("dy [T, N, Hd]"), in[8], seq, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, rs.Name("dh_T [N, Hd]"), in[9], state, dt));
+    LOOM_RETURN_IF_ERROR(ExpectShape(kLstmBackward, rs.Name("dc_T [N, Hd]"), in[10], state, dt));
+    return std::vector<TensorType>{in[0], in[1], in[2], in[3], in[4], {rs.Of({n.gates()}), dt}};
   }
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    const LstmDims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[1]};
+    const LstmDims n = ValidLstmDims(in);
     // Per hidden unit and step: tanh(c_t) again plus ~23 multiply/adds for
     // the gate and state gradients; per gate element one add for db.
-    const double units = static_cast<double>(n.t * n.n * n.hd);
+    const double units = static_cast<double>(n.r * n.t * n.n * n.hd);
     c.flops = 2 * ProjectionFlops(n) + units * (kActivationFlops + 23 + 4);
     // The [T, N, 4Hd] pre-activation gradient scratch: written once, read by
     // the recurrent GEMM, dx, dw_ih, dw_hh and db.
-    const double scratch = static_cast<double>(n.t * n.n * n.gates() * DTypeSize(in[0].dtype));
+    const double scratch = static_cast<double>(n.r * n.gates_stride() * DTypeSize(in[0].dtype));
     c.bytes_written += scratch;
     c.bytes_read += 5 * scratch;
     return c;
@@ -359,10 +464,10 @@ Status LstmBackwardKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
   const LstmDims n = LstmDimsOf(x, h0);
   const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
-  LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.t, n.n, G}, x.dtype(), ctx.device));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.r, n.t, n.n, G}, x.dtype(), ctx.device));
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* y = ctx.in(5).data<T>();      // [T, N, Hd]
+    const T* y = ctx.in(5).data<T>();      // [T, N, Hd] per replica
     const T* gates = ctx.in(6).data<T>();  // [T, N, 4Hd], activated
     const T* cells = ctx.in(7).data<T>();  // [T, N, Hd]
     const T* dy = ctx.in(8).data<T>();     // [T, N, Hd]
@@ -371,60 +476,79 @@ Status LstmBackwardKernel(KernelContext& ctx) {
     // loop they are dh0 and dc0.
     T* dh = ctx.out(1).data<T>();  // [N, Hd]
     T* dc = ctx.out(2).data<T>();  // [N, Hd]
-    const size_t state_bytes = static_cast<size_t>(n.n * Hd) * sizeof(T);
+    const size_t state_bytes = static_cast<size_t>(n.r * n.state_stride()) * sizeof(T);
     std::memcpy(dh, ctx.in(9).data<T>(), state_bytes);
     std::memcpy(dc, ctx.in(10).data<T>(), state_bytes);
 
     for (int64_t t = n.t - 1; t >= 0; --t) {
-      const T* g = gates + t * n.n * G;
-      const T* c = cells + t * n.n * Hd;
       const T* c_prev = t > 0 ? cells + (t - 1) * n.n * Hd : c0.data<T>();
-      const T* dy_t = dy + t * n.n * Hd;
-      T* dg = dpre + t * n.n * G;
-      ParallelRange(ctx.pool, n.n, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const T* gr = g + r * G;
-          T* dgr = dg + r * G;
+      const int64_t prev_stride = t > 0 ? n.seq_stride() : n.state_stride();
+      const int64_t step = t * n.n;  // the step's first row in each replica
+      ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t rep = q / n.n, row = q % n.n;
+          const T* gr = gates + rep * n.gates_stride() + (step + row) * G;
+          T* dgr = dpre + rep * n.gates_stride() + (step + row) * G;
+          const T* cr = cells + rep * n.seq_stride() + (step + row) * Hd;
+          const T* dyr = dy + rep * n.seq_stride() + (step + row) * Hd;
+          const T* cp = c_prev + rep * prev_stride + row * Hd;
+          const T* dhr = dh + rep * n.state_stride() + row * Hd;
+          T* dcr = dc + rep * n.state_stride() + row * Hd;
           LOOM_ELEMENTWISE_LOOP
           for (int64_t j = 0; j < Hd; ++j) {
-            const int64_t e = r * Hd + j;
             const T ig = gr[j], fg = gr[Hd + j], gg = gr[2 * Hd + j], og = gr[3 * Hd + j];
-            const T tanh_c = Tanh(c[e]);
-            const T dh_t = dh[e] + dy_t[e];
-            const T dc_t = dc[e] + dh_t * og * (T(1) - tanh_c * tanh_c);
-            dgr[j] = dc_t * gg * ig * (T(1) - ig);                 // d pre_i
-            dgr[Hd + j] = dc_t * c_prev[e] * fg * (T(1) - fg);     // d pre_f
-            dgr[2 * Hd + j] = dc_t * ig * (T(1) - gg * gg);        // d pre_g
-            dgr[3 * Hd + j] = dh_t * tanh_c * og * (T(1) - og);    // d pre_o
-            dc[e] = dc_t * fg;
+            const T tanh_c = Tanh(cr[j]);
+            const T dh_t = dhr[j] + dyr[j];
+            const T dc_t = dcr[j] + dh_t * og * (T(1) - tanh_c * tanh_c);
+            dgr[j] = dc_t * gg * ig * (T(1) - ig);               // d pre_i
+            dgr[Hd + j] = dc_t * cp[j] * fg * (T(1) - fg);       // d pre_f
+            dgr[2 * Hd + j] = dc_t * ig * (T(1) - gg * gg);      // d pre_g
+            dgr[3 * Hd + j] = dh_t * tanh_c * og * (T(1) - og);  // d pre_o
+            dcr[j] = dc_t * fg;
           }
         }
       }, RowChunk(Hd));
       // dh_{t-1} = d pre_t W_hh: [N, 4Hd] x [4Hd, Hd].
-      Gemm<T>(false, false, n.n, Hd, G, T(1), dg, G, w_hh.data<T>(), Hd, T(0), dh, Hd, ctx.pool);
+      BatchedGemm<T>(false, false, n.r, n.n, Hd, G, T(1), dpre + step * G, G, n.gates_stride(), w_hh.data<T>(), Hd,
+                     n.w_hh_stride(), T(0), dh, Hd, n.state_stride(), ctx.pool);
     }
 
     // dx = d pre W_ih: [T*N, 4Hd] x [4Hd, I].
-    Gemm<T>(false, false, rows, n.in, G, T(1), dpre, G, w_ih.data<T>(), n.in, T(0), ctx.out(0).data<T>(), n.in,
-            ctx.pool);
+    BatchedGemm<T>(false, false, n.r, rows, n.in, G, T(1), dpre, G, n.gates_stride(), w_ih.data<T>(), n.in,
+                   n.w_ih_stride(), T(0), ctx.out(0).data<T>(), n.in, n.x_stride(), ctx.pool);
     // dw_ih = d pre^T x: [4Hd, T*N] x [T*N, I].
-    Gemm<T>(true, false, G, n.in, rows, T(1), dpre, G, x.data<T>(), n.in, T(0), ctx.out(3).data<T>(), n.in,
-            ctx.pool);
+    BatchedGemm<T>(true, false, n.r, G, n.in, rows, T(1), dpre, G, n.gates_stride(), x.data<T>(), n.in,
+                   n.x_stride(), T(0), ctx.out(3).data<T>(), n.in, n.w_ih_stride(), ctx.pool);
     // dw_hh = sum_t d pre_t^T h_{t-1}: step 0 against h0, steps 1.. against
     // y[0 .. T-2] as one [4Hd, (T-1)N] x [(T-1)N, Hd] product.
     T* dw_hh = ctx.out(4).data<T>();
     if (n.t == 0) {
-      std::fill(dw_hh, dw_hh + G * Hd, T(0));
+      std::fill(dw_hh, dw_hh + n.r * n.w_hh_stride(), T(0));
     } else {
-      Gemm<T>(true, false, G, Hd, n.n, T(1), dpre, G, h0.data<T>(), Hd, T(0), dw_hh, Hd, ctx.pool);
+      BatchedGemm<T>(true, false, n.r, G, Hd, n.n, T(1), dpre, G, n.gates_stride(), h0.data<T>(), Hd,
+                     n.state_stride(), T(0), dw_hh, Hd, n.w_hh_stride(), ctx.pool);
       if (n.t > 1)
-        Gemm<T>(true, false, G, Hd, (n.t - 1) * n.n, T(1), dpre + n.n * G, G, y, Hd, T(1), dw_hh, Hd, ctx.pool);
+        BatchedGemm<T>(true, false, n.r, G, Hd, (n.t - 1) * n.n, T(1), dpre + n.n * G, G, n.gates_stride(), y, Hd,
+                       n.seq_stride(), T(1), dw_hh, Hd, n.w_hh_stride(), ctx.pool);
     }
-    // db = column sums of d pre.
+    // db = column sums of d pre, each in row order: blocks of columns of
+    // every replica in parallel.
     T* db = ctx.out(5).data<T>();
-    std::fill(db, db + G, T(0));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < G; ++j) db[j] += dpre[r * G + j];
+    constexpr int64_t kColumns = 256;
+    const int64_t blocks_per_replica = (G + kColumns - 1) / kColumns;
+    ParallelRange(ctx.pool, n.r * blocks_per_replica, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t rep = b / blocks_per_replica, j0 = b % blocks_per_replica * kColumns;
+        const int64_t j1 = std::min(G, j0 + kColumns);
+        T* out = db + rep * G;
+        const T* in = dpre + rep * n.gates_stride();
+        std::fill(out + j0, out + j1, T(0));
+        for (int64_t row = 0; row < rows; ++row) {
+          LOOM_ELEMENTWISE_LOOP
+          for (int64_t j = j0; j < j1; ++j) out[j] += in[row * G + j];
+        }
+      }
+    }, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * kColumns)));
   });
 }
 LOOM_REGISTER_KERNEL(kLstmBackward, DeviceType::kCpu, LstmBackwardKernel);

@@ -64,6 +64,42 @@ OpCase Lstm(std::string name, int64_t T, int64_t N, int64_t I, int64_t H, double
   return c;
 }
 
+// The fused op (attribute replicas = R): LstmRef on each replica's slab of
+// every input, the outputs stacked replica-major.
+std::vector<Tensor> FusedLstmRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const int64_t R = attrs.Int("replicas");
+  std::vector<Tensor> stacked;
+  for (int64_t r = 0; r < R; ++r) {
+    std::vector<Tensor> slabs;
+    for (const Tensor& t : in) slabs.push_back(t.Row(r).value());
+    const std::vector<Tensor> out = LstmRef(slabs, {}, {});
+    if (stacked.empty())
+      for (const Tensor& o : out) {
+        std::vector<int64_t> dims = {R};
+        for (int i = 0; i < o.shape().rank(); ++i) dims.push_back(o.shape()[i]);
+        stacked.push_back(ZerosF64(Shape(dims)));
+      }
+    for (size_t i = 0; i < out.size(); ++i)
+      std::copy(out[i].data<double>(), out[i].data<double>() + out[i].numel(),
+                stacked[i].data<double>() + r * out[i].numel());
+  }
+  return stacked;
+}
+
+// R replicas of Lstm(...) as one fused op: every input [R, ...].
+OpCase FusedLstm(std::string name, int64_t R, int64_t T, int64_t N, int64_t I, int64_t H, double state,
+                 std::vector<int> loss_outputs = {0, 1, 2}) {
+  OpCase c = Lstm(std::move(name), T, N, I, H, state, std::move(loss_outputs));
+  c.attrs.Set("replicas", R);
+  for (InputSpec& in : c.inputs) {
+    std::vector<int64_t> dims = {R};
+    for (int i = 0; i < in.shape.rank(); ++i) dims.push_back(in.shape[i]);
+    in.shape = Shape(dims);
+  }
+  c.reference = FusedLstmRef;
+  return c;
+}
+
 TEST_CASE("rnn ops pass the op harness") {
   std::vector<OpCase> cases = {
       Lstm("lstm zero initial state", 3, 2, 3, 4, 0.0),
@@ -74,7 +110,16 @@ TEST_CASE("rnn ops pass the op harness") {
       Lstm("lstm loss on y only", 3, 2, 3, 4, 1.0, {0}),
       Lstm("lstm larger (threaded GEMMs)", 4, 16, 24, 32, 1.0),
       Lstm("lstm one sequence, wide hidden state", 5, 1, 7, 80, 0.5),
+      FusedLstm("lstm fused, 2 replicas", 2, 3, 2, 3, 4, 1.0),
+      FusedLstm("lstm fused, 3 replicas, zero state, loss on h_T only", 3, 3, 2, 3, 4, 0.0, {1}),
+      FusedLstm("lstm fused, 1 replica, loss on y only", 1, 2, 3, 2, 3, 1.0, {0}),
   };
+  // Many rows: the per-step passes over all replicas' rows split over the
+  // pool (forward against the reference; the gradients are the unfused
+  // op's bits, checked below).
+  OpCase large = FusedLstm("lstm fused, 3 replicas, threaded passes", 3, 4, 48, 16, 64, 1.0);
+  large.check_gradient = false;
+  cases.push_back(large);
   for (const OpCase& c : cases) DYNAMIC_SECTION(c.name) { RunOpCase(c); }
 }
 
@@ -216,6 +261,76 @@ TEST_CASE("lstm with T = 0") {
   }
 }
 
+// y, h_T, c_T and the gradients of every input for loss = sum(y w_y) +
+// sum(h_T w_h) + sum(c_T w_c), of an LSTM with attributes `attrs`.
+std::map<std::string, Tensor> RunLstmStep(const AttrMap& attrs, const std::vector<Tensor>& inputs,
+                                          const std::vector<Tensor>& weights) {
+  Graph graph;
+  GraphBuilder b(&graph);
+  const char* names[] = {"x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"};
+  std::map<std::string, Tensor> feeds;
+  std::vector<ValueId> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ins.push_back(b.Input(names[i], {inputs[i].shape(), inputs[i].dtype()}));
+    feeds[names[i]] = inputs[i];
+  }
+  auto outs = b.Add("LSTM", ins, attrs, "lstm");
+  REQUIRE(outs.status().ToString() == "OK");
+  ValueId loss = kNoValue;
+  for (int o = 0; o < 3; ++o) {
+    const std::string w = "w" + std::to_string(o);
+    feeds[w] = weights[static_cast<size_t>(o)];
+    const ValueId term = b.Add1("ReduceSum", {b.Add1("Mul", {(*outs)[o], b.Input(w, graph.type((*outs)[o]))}, {}, "")
+                                                  .value()},
+                                {}, "")
+                             .value();
+    loss = loss == kNoValue ? term : b.Add1("Add", {loss, term}, {}, "").value();
+  }
+  auto grads = BuildGradients(&graph, loss, ins);
+  REQUIRE(grads.status().ToString() == "OK");
+  for (int o = 0; o < 3; ++o) graph.outputs()["out" + std::to_string(o)] = (*outs)[o];
+  for (size_t i = 0; i < ins.size(); ++i) graph.outputs()[std::string("d_") + names[i]] = grads->at(ins[i]);
+  auto exec = Executor::Create(graph);
+  REQUIRE(exec.status().ToString() == "OK");
+  auto r = (*exec)->Run(feeds);
+  REQUIRE(r.status().ToString() == "OK");
+  return *r;
+}
+
+// Horizontal fusion claims each replica computes exactly what it would
+// alone: the fused op's outputs and gradients, replica by replica, are the
+// unfused op's bits, in f32 and f64, with enough rows that the per-step
+// passes split over the pool, and with an empty sequence.
+TEST_CASE("a fused LSTM gives each replica the unfused op's bits") {
+  const int64_t R = 3, N = 40, I = 24, H = 64;
+  Rng rng(5);
+  auto uniform = [&](const Shape& s, DType dtype, double scale) {
+    std::vector<double> v(static_cast<size_t>(s.numel()));
+    for (double& x : v) x = rng.Uniform(-scale, scale);
+    return Tensor::FromVector<double>(s, v).Cast(dtype).value();
+  };
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (int64_t T : {int64_t{5}, int64_t{0}}) {
+      INFO(DTypeName(dtype) << ", T = " << T);
+      const std::vector<Shape> shapes = {{R, T, N, I}, {R, N, H},     {R, N, H}, {R, 4 * H, I},
+                                         {R, 4 * H, H}, {R, 4 * H}, {R, 4 * H}};
+      std::vector<Tensor> inputs;
+      for (const Shape& s : shapes) inputs.push_back(uniform(s, dtype, 0.5));
+      const std::vector<Tensor> weights = {uniform({R, T, N, H}, dtype, 1), uniform({R, N, H}, dtype, 1),
+                                           uniform({R, N, H}, dtype, 1)};
+      std::map<std::string, Tensor> fused = RunLstmStep({{"replicas", R}}, inputs, weights);
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<Tensor> in_r, w_r;
+        for (const Tensor& t : inputs) in_r.push_back(t.Row(r).value());
+        for (const Tensor& t : weights) w_r.push_back(t.Row(r).value());
+        const std::map<std::string, Tensor> alone = RunLstmStep({}, in_r, w_r);
+        for (const auto& [name, value] : alone)
+          CheckBitwiseEqual(name + " of replica " + std::to_string(r), value, fused.at(name).Row(r).value());
+      }
+    }
+  }
+}
+
 // Type inference rejects bad inputs with messages that name them.
 TEST_CASE("lstm type inference errors") {
   const OpDef* op = OpRegistry::Global().FindOp("LSTM");
@@ -249,6 +364,49 @@ TEST_CASE("lstm type inference errors") {
   auto r = op->InferTypes({}, in);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Catch::Contains("takes (x, h0, c0, w_ih, w_hh, b_ih, b_hh), got 6 inputs"));
+}
+
+// A fused LSTM: every input [R, ...], the replica count checked.
+TEST_CASE("fused lstm type inference and errors") {
+  const OpDef* op = OpRegistry::Global().FindOp("LSTM");
+  REQUIRE(op != nullptr);
+  const DType f = DType::kF32;
+  const AttrMap fused{{"replicas", int64_t{4}}};
+  std::vector<TensorType> in = {{{4, 5, 2, 3}, f}, {{4, 2, 4}, f}, {{4, 2, 4}, f}, {{4, 16, 3}, f},
+                                {{4, 16, 4}, f},   {{4, 16}, f},   {{4, 16}, f}};
+  auto ok = op->InferTypes(fused, in);
+  REQUIRE(ok.status().ToString() == "OK");
+  CHECK(ok->at(0).shape == Shape({4, 5, 2, 4}));
+  CHECK(ok->at(1).shape == Shape({4, 2, 4}));
+  CHECK(ok->at(3).shape == Shape({4, 5, 2, 16}));
+  auto error = [&](const AttrMap& attrs, int index, TensorType t) {
+    std::vector<TensorType> bad = in;
+    bad[index] = std::move(t);
+    return InferError("LSTM", attrs, bad);
+  };
+  CHECK_THAT(error(fused, 0, {{5, 2, 3}, f}), Catch::Contains("LSTM x [R, T, N, I] must have rank 4"));
+  CHECK_THAT(error(fused, 0, {{3, 5, 2, 3}, f}), Catch::Contains("replicas = 4 needs x [4, T, N, I], got [3, 5, 2, 3]"));
+  CHECK_THAT(error(fused, 2, {{3, 2, 4}, f}), Catch::Contains("c0 [R, N, Hd] must be [4, 2, 4], got [3, 2, 4]"));
+  CHECK_THAT(error(fused, 3, {{16, 3}, f}), Catch::Contains("w_ih [R, 4*Hd, I] must be [4, 16, 3], got [16, 3]"));
+  CHECK_THAT(error(fused, 6, {{16}, f}), Catch::Contains("b_hh [R, 4*Hd] must be [4, 16], got [16]"));
+  CHECK_THAT(error({{"replicas", int64_t{-1}}}, 0, in[0]), Catch::Contains("replicas must be >= 1"));
+  // The backward op checks the same.
+  const OpDef* backward = OpRegistry::Global().FindOp("LSTMBackward");
+  REQUIRE(backward != nullptr);
+  std::vector<TensorType> bin(in.begin(), in.begin() + 5);
+  for (const Shape& s : {Shape({4, 5, 2, 4}), Shape({4, 5, 2, 16}), Shape({4, 5, 2, 4}), Shape({4, 5, 2, 4}),
+                         Shape({4, 2, 4}), Shape({4, 2, 4})})
+    bin.push_back({s, f});
+  auto grads = backward->InferTypes(fused, bin);
+  REQUIRE(grads.status().ToString() == "OK");
+  CHECK(grads->at(5).shape == Shape({4, 16}));
+  bin[8] = {{5, 2, 4}, f};
+  CHECK_THAT(InferError("LSTMBackward", fused, bin),
+             Catch::Contains("dy [R, T, N, Hd] must be [4, 5, 2, 4], got [5, 2, 4]"));
+  // R replicas cost R times one.
+  const std::vector<TensorType> one = {{{5, 2, 3}, f}, {{2, 4}, f},  {{2, 4}, f}, {{16, 3}, f},
+                                       {{16, 4}, f},   {{16}, f},    {{16}, f}};
+  CHECK(op->Cost(fused, in, *ok).flops == Approx(4 * op->Cost({}, one, *op->InferTypes({}, one)).flops));
 }
 
 // FLOPs: the input and recurrent GEMMs dominate; the element-wise part is

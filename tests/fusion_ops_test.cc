@@ -456,11 +456,18 @@ std::vector<FuseCase> Cases() {
   add("ScaledDotProductAttention causal, shared q", "ScaledDotProductAttention", A({{"causal", true}}),
       {Shr({1, 2, 4, 3}), Rep({1, 2, 4, 3}), Rep({1, 2, 4, 3})},
       Fused({{"ScaledDotProductAttention", 1}, {"BroadcastTo", 1}}));
-  add("LSTM", "LSTM", {},
+  // LSTM: one node, replica-major (attribute replicas); shared inputs are
+  // broadcast to R copies, others move their replica axis first.
+  add("LSTM shared x and state", "LSTM", {},
       {Shr({3, 2, 4}), Shr({2, 3}), Shr({2, 3}), Rep({12, 4}, -0.5, 0.5), Rep({12, 3}, -0.5, 0.5), Rep({12}),
        Rep({12})},
-      PerReplica());
+      Fused({{"LSTM", 1}, {"BroadcastTo", 3}}, {{"replicas", kR}}));
   cases.back().loss_outputs = {0, 1, 2};  // y, h_T, c_T (gates and cells are saved for the backward op)
+  add("LSTM replicated x and state", "LSTM", {},
+      {Rep({3, 2, 4}), Rep({2, 3}, -0.5, 0.5), Rep({2, 3}, -0.5, 0.5), Rep({12, 4}, -0.5, 0.5),
+       Rep({12, 3}, -0.5, 0.5), Rep({12}), Rep({12})},
+      Fused({{"LSTM", 1}, {"BroadcastTo", 0}}, {{"replicas", kR}}));
+  cases.back().loss_outputs = {0, 1, 2};
   // Losses: the fused loss is the replicas' own losses, [R]. CrossEntropy
   // makes them in one node (attribute replicas).
   add("CrossEntropy", "CrossEntropy", A({{"label_smoothing", 0.1}}), {Rep({4, 5}, -2, 2), SharedIndex({4}, 5)},
@@ -539,7 +546,6 @@ TEST_CASE("the forward ops without a fused form are the declared ones") {
       {"NLL", FusionKind::kPerReplica},
       {"MSE", FusionKind::kPerReplica},
       {"BCEWithLogits", FusionKind::kPerReplica},
-      {"LSTM", FusionKind::kPerReplica},
       {"SumToShape", FusionKind::kPerReplica},
       {"Embedding", FusionKind::kFusedOrPerReplica},            // per-replica indices
       {"ScaledDotProductAttention", FusionKind::kFusedOrPerReplica},  // per-replica key padding mask

@@ -52,12 +52,15 @@ struct CublasCall {
 // no cuBLAS call is needed.
 StatusOr<std::optional<CublasCall>> PlanGemm(cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m,
                                              int64_t n, int64_t k, int64_t lda, int64_t ldb, double beta,
-                                             size_t element_bytes, void* c) {
+                                             size_t element_bytes, void* c, int64_t stride_c) {
   if (beta != 0 && beta != 1) return InvalidArgument("RowMajorGemm: beta must be 0 or 1, got ", beta);
+  if (stride_c < m * n) return InvalidArgument("RowMajorGemm: C's batch stride ", stride_c, " < m * n = ", m * n);
   if (batch == 0 || m == 0 || n == 0) return std::optional<CublasCall>();
   if (k == 0) {  // cuBLAS would reject the zero leading dims
     if (beta == 0)
-      LOOM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c, 0, static_cast<size_t>(batch * m * n) * element_bytes, stream));
+      LOOM_CUDA_RETURN_IF_ERROR(cudaMemset2DAsync(c, static_cast<size_t>(stride_c) * element_bytes, 0,
+                                                  static_cast<size_t>(m * n) * element_bytes,
+                                                  static_cast<size_t>(batch), stream));
     return std::optional<CublasCall>();
   }
   LOOM_RETURN_IF_ERROR(FitsInt("m", m));
@@ -78,18 +81,26 @@ StatusOr<std::optional<CublasCall>> PlanGemm(cudaStream_t stream, bool ta, bool 
 template <typename T>
 Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
-                    int64_t stride_b, T beta, T* c) {
+                    int64_t stride_b, T beta, T* c, int64_t stride_c) {
   LOOM_ASSIGN_OR_RETURN(const std::optional<CublasCall> call,
-                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, sizeof(T), c));
+                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, sizeof(T), c, stride_c));
   if (!call) return Status::Ok();
   const auto [op1, op2, gm, gn, gk, ld1, ld2, ldc] = *call;
   if (batch == 1) {
     LOOM_CUBLAS_RETURN_IF_ERROR(Gemm(handle, op1, op2, gm, gn, gk, &alpha, b, ld1, a, ld2, &beta, c, ldc));
   } else {
     LOOM_CUBLAS_RETURN_IF_ERROR(GemmStridedBatched(handle, op1, op2, gm, gn, gk, &alpha, b, ld1, stride_b, a, ld2,
-                                                   stride_a, &beta, c, ldc, m * n, static_cast<int>(batch)));
+                                                   stride_a, &beta, c, ldc, stride_c, static_cast<int>(batch)));
   }
   return Status::Ok();
+}
+
+template <typename T>
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                    int64_t stride_b, T beta, T* c) {
+  return RowMajorGemm<T>(handle, stream, ta, tb, batch, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                         m * n);
 }
 
 namespace {
@@ -99,7 +110,7 @@ Status HalfRowMajorGemm(cublasHandle_t handle, cudaStream_t stream, cudaDataType
                         int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
                         int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, float beta, void* c) {
   LOOM_ASSIGN_OR_RETURN(const std::optional<CublasCall> call,
-                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, 2, c));
+                        PlanGemm(stream, ta, tb, batch, m, n, k, lda, ldb, beta, 2, c, m * n));
   if (!call) return Status::Ok();
   const auto [op1, op2, gm, gn, gk, ld1, ld2, ldc] = *call;
   if (batch == 1) {
@@ -134,5 +145,11 @@ template Status RowMajorGemm<float>(cublasHandle_t, cudaStream_t, bool, bool, in
 template Status RowMajorGemm<double>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
                                      double, const double*, int64_t, int64_t, const double*, int64_t, int64_t, double,
                                      double*);
+template Status RowMajorGemm<float>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t, float,
+                                    const float*, int64_t, int64_t, const float*, int64_t, int64_t, float, float*,
+                                    int64_t);
+template Status RowMajorGemm<double>(cublasHandle_t, cudaStream_t, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                                     double, const double*, int64_t, int64_t, const double*, int64_t, int64_t, double,
+                                     double*, int64_t);
 
 }  // namespace loom::cuda

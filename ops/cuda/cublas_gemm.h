@@ -58,6 +58,12 @@ template <typename T>
 Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
                     int64_t stride_b, T beta, T* c);
+// The same with C[i] at stride `stride_c` (>= m * n): slabs of larger
+// tensors (a fused LSTM's step in each replica's sequence).
+template <typename T>
+Status RowMajorGemm(cublasHandle_t handle, cudaStream_t stream, bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
+                    int64_t k, T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                    int64_t stride_b, T beta, T* c, int64_t stride_c);
 
 // The same in bf16 / f16 (operands and C), through cublasGemmEx /
 // cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F: f32 accumulation,
