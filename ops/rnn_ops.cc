@@ -283,68 +283,89 @@ class LstmOp : public OpDef {
 };
 LOOM_REGISTER_OP(LstmOp);
 
+// How many replicas of a fused op run their steps together. Each step
+// reads its replicas' w_hh whole: together they stay in cache only while
+// small (one model's w_hh of 1 MiB, rnnlm's, split over 2 cores fits their
+// L2s; 4 of them, stepped together, ran 15-40% slower than one after
+// another on the AVX2 EPYC, even on one thread). Small models step all
+// their replicas at once: one product and one pass a step instead of R.
+int64_t ReplicasPerPass(const LstmDims& n, size_t element_bytes) {
+  constexpr double kStepBytes = 256 * 1024;
+  const double per_replica =
+      static_cast<double>((n.gates() * n.hd + n.n * n.gates() + 2 * n.n * n.hd) * element_bytes);
+  return std::clamp<int64_t>(static_cast<int64_t>(kStepBytes / std::max(1.0, per_replica)), 1, n.r);
+}
+
 // Each replica's slab (one for an unfused op) runs the unfused op's products
-// and passes: the products batched over the replicas, the per-step passes
-// over all replicas' rows at once.
+// and passes, so its bits are the unfused op's. Replicas run in groups
+// (ReplicasPerPass): a group's products batched, each step's pass over all
+// of its rows at once.
 Status LstmKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = LstmDimsOf(x, h0);
-  const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
+  const LstmDims all = LstmDimsOf(x, h0);
+  const int64_t G = all.gates(), Hd = all.hd, rows = all.t * all.n;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* y = ctx.out(0).data<T>();      // [T, N, Hd] per replica
-    T* gates = ctx.out(3).data<T>();  // [T, N, 4Hd]
-    T* cells = ctx.out(4).data<T>();  // [T, N, Hd]
-    // Every step's input projection at once: gates = x W_ih^T + (b_ih + b_hh).
-    const T *b_ih = ctx.in(5).data<T>(), *b_hh = ctx.in(6).data<T>();
+    const int64_t group = ReplicasPerPass(all, sizeof(T));
     std::vector<T> bias(static_cast<size_t>(G));  // [4Hd]
-    for (int64_t r = 0; r < n.r; ++r) {
-      for (int64_t j = 0; j < G; ++j) bias[j] = b_ih[r * G + j] + b_hh[r * G + j];
-      T* g = gates + r * n.gates_stride();
-      for (int64_t row = 0; row < rows; ++row) std::copy(bias.begin(), bias.end(), g + row * G);
-    }
-    BatchedGemm<T>(false, true, n.r, rows, G, n.in, T(1), x.data<T>(), n.in, n.x_stride(), w_ih.data<T>(), n.in,
-                   n.w_ih_stride(), T(1), gates, G, n.gates_stride(), ctx.pool);
+    for (int64_t first = 0; first < all.r; first += group) {
+      LstmDims n = all;  // this group's replicas
+      n.r = std::min(group, all.r - first);
+      T* y = ctx.out(0).data<T>() + first * n.seq_stride();        // [T, N, Hd] per replica
+      T* gates = ctx.out(3).data<T>() + first * n.gates_stride();  // [T, N, 4Hd]
+      T* cells = ctx.out(4).data<T>() + first * n.seq_stride();    // [T, N, Hd]
+      const T* w_hh_first = w_hh.data<T>() + first * n.w_hh_stride();
+      // Every step's input projection at once: gates = x W_ih^T + (b_ih + b_hh).
+      for (int64_t r = 0; r < n.r; ++r) {
+        const T *b_ih = ctx.in(5).data<T>() + (first + r) * G, *b_hh = ctx.in(6).data<T>() + (first + r) * G;
+        for (int64_t j = 0; j < G; ++j) bias[j] = b_ih[j] + b_hh[j];
+        T* g = gates + r * n.gates_stride();
+        for (int64_t row = 0; row < rows; ++row) std::copy(bias.begin(), bias.end(), g + row * G);
+      }
+      BatchedGemm<T>(false, true, n.r, rows, G, n.in, T(1), x.data<T>() + first * n.x_stride(), n.in, n.x_stride(),
+                     w_ih.data<T>() + first * n.w_ih_stride(), n.in, n.w_ih_stride(), T(1), gates, G,
+                     n.gates_stride(), ctx.pool);
 
-    // The state entering step t: (h0, c0) at step 0, then the step before's
-    // rows of y and cells.
-    const T* h_prev = h0.data<T>();
-    const T* c_prev = c0.data<T>();
-    int64_t prev_stride = n.state_stride();
-    for (int64_t t = 0; t < n.t; ++t) {
-      T* g = gates + t * n.n * G;   // [N, 4Hd] of replica 0
-      T* h = y + t * n.n * Hd;      // [N, Hd]
-      T* c = cells + t * n.n * Hd;  // [N, Hd]
-      BatchedGemm<T>(false, true, n.r, n.n, G, Hd, T(1), h_prev, Hd, prev_stride, w_hh.data<T>(), Hd,
-                     n.w_hh_stride(), T(1), g, G, n.gates_stride(), ctx.pool);
-      ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
-        for (int64_t q = q0; q < q1; ++q) {
-          const int64_t rep = q / n.n, row = q % n.n;
-          T* gr = g + rep * n.gates_stride() + row * G;
-          T* cr = c + rep * n.seq_stride() + row * Hd;
-          T* hr = h + rep * n.seq_stride() + row * Hd;
-          const T* cp = c_prev + rep * prev_stride + row * Hd;
-          LOOM_ELEMENTWISE_LOOP
-          for (int64_t j = 0; j < Hd; ++j) {
-            const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = Tanh(gr[2 * Hd + j]);
-            const T og = Sigmoid(gr[3 * Hd + j]);
-            gr[j] = ig;
-            gr[Hd + j] = fg;
-            gr[2 * Hd + j] = gg;
-            gr[3 * Hd + j] = og;
-            cr[j] = fg * cp[j] + ig * gg;
-            hr[j] = og * Tanh(cr[j]);
+      // The state entering step t: (h0, c0) at step 0, then the step
+      // before's rows of y and cells.
+      const T* h_prev = h0.data<T>() + first * n.state_stride();
+      const T* c_prev = c0.data<T>() + first * n.state_stride();
+      int64_t prev_stride = n.state_stride();
+      for (int64_t t = 0; t < n.t; ++t) {
+        T* g = gates + t * n.n * G;   // [N, 4Hd] of the group's first replica
+        T* h = y + t * n.n * Hd;      // [N, Hd]
+        T* c = cells + t * n.n * Hd;  // [N, Hd]
+        BatchedGemm<T>(false, true, n.r, n.n, G, Hd, T(1), h_prev, Hd, prev_stride, w_hh_first, Hd,
+                       n.w_hh_stride(), T(1), g, G, n.gates_stride(), ctx.pool);
+        ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t rep = q / n.n, row = q % n.n;
+            T* gr = g + rep * n.gates_stride() + row * G;
+            T* cr = c + rep * n.seq_stride() + row * Hd;
+            T* hr = h + rep * n.seq_stride() + row * Hd;
+            const T* cp = c_prev + rep * prev_stride + row * Hd;
+            LOOM_ELEMENTWISE_LOOP
+            for (int64_t j = 0; j < Hd; ++j) {
+              const T ig = Sigmoid(gr[j]), fg = Sigmoid(gr[Hd + j]), gg = Tanh(gr[2 * Hd + j]);
+              const T og = Sigmoid(gr[3 * Hd + j]);
+              gr[j] = ig;
+              gr[Hd + j] = fg;
+              gr[2 * Hd + j] = gg;
+              gr[3 * Hd + j] = og;
+              cr[j] = fg * cp[j] + ig * gg;
+              hr[j] = og * Tanh(cr[j]);
+            }
           }
-        }
-      }, RowChunk(Hd));
-      h_prev = h;
-      c_prev = c;
-      prev_stride = n.seq_stride();
-    }
-    const size_t state_bytes = static_cast<size_t>(n.state_stride()) * sizeof(T);
-    for (int64_t r = 0; r < n.r; ++r) {
-      std::memcpy(ctx.out(1).data<T>() + r * n.state_stride(), h_prev + r * prev_stride, state_bytes);
-      std::memcpy(ctx.out(2).data<T>() + r * n.state_stride(), c_prev + r * prev_stride, state_bytes);
+        }, RowChunk(Hd));
+        h_prev = h;
+        c_prev = c;
+        prev_stride = n.seq_stride();
+      }
+      const size_t state_bytes = static_cast<size_t>(n.state_stride()) * sizeof(T);
+      for (int64_t r = 0; r < n.r; ++r) {
+        std::memcpy(ctx.out(1).data<T>() + (first + r) * n.state_stride(), h_prev + r * prev_stride, state_bytes);
+        std::memcpy(ctx.out(2).data<T>() + (first + r) * n.state_stride(), c_prev + r * prev_stride, state_bytes);
+      }
     }
   });
 }
@@ -461,94 +482,107 @@ class LstmBackwardOp : public OpDef {
 LOOM_REGISTER_OP(LstmBackwardOp);
 
 Status LstmBackwardKernel(KernelContext& ctx) {
-  const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = LstmDimsOf(x, h0);
-  const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
-  LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.r, n.t, n.n, G}, x.dtype(), ctx.device));
-  return DispatchFloat(x.dtype(), [&](auto zero) {
+  const Tensor &x_all = ctx.in(0), &h0_all = ctx.in(1);
+  const LstmDims all = LstmDimsOf(x_all, h0_all);
+  const int64_t G = all.gates(), Hd = all.hd, rows = all.t * all.n;
+  const int64_t group = ReplicasPerPass(all, DTypeSize(x_all.dtype()));
+  // The pre-activation gradients of one group at a time.
+  LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({group, all.t, all.n, G}, x_all.dtype(), ctx.device));
+  return DispatchFloat(x_all.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* y = ctx.in(5).data<T>();      // [T, N, Hd] per replica
-    const T* gates = ctx.in(6).data<T>();  // [T, N, 4Hd], activated
-    const T* cells = ctx.in(7).data<T>();  // [T, N, Hd]
-    const T* dy = ctx.in(8).data<T>();     // [T, N, Hd]
-    T* dpre = d_pre.data<T>();             // [T, N, 4Hd]
-    // Running gradients of the state entering the current step; after the
-    // loop they are dh0 and dc0.
-    T* dh = ctx.out(1).data<T>();  // [N, Hd]
-    T* dc = ctx.out(2).data<T>();  // [N, Hd]
-    const size_t state_bytes = static_cast<size_t>(n.r * n.state_stride()) * sizeof(T);
-    std::memcpy(dh, ctx.in(9).data<T>(), state_bytes);
-    std::memcpy(dc, ctx.in(10).data<T>(), state_bytes);
+    T* dpre = d_pre.data<T>();  // [T, N, 4Hd] per replica of the group
+    for (int64_t first = 0; first < all.r; first += group) {
+      LstmDims n = all;  // this group's replicas
+      n.r = std::min(group, all.r - first);
+      auto in = [&](int i, int64_t stride) { return ctx.in(i).data<T>() + first * stride; };
+      auto out = [&](int i, int64_t stride) { return ctx.out(i).data<T>() + first * stride; };
+      const T* x = in(0, n.x_stride());
+      const T* h0 = in(1, n.state_stride());
+      const T* c0 = in(2, n.state_stride());
+      const T* w_ih = in(3, n.w_ih_stride());
+      const T* w_hh = in(4, n.w_hh_stride());
+      const T* y = in(5, n.seq_stride());         // [T, N, Hd] per replica
+      const T* gates = in(6, n.gates_stride());   // [T, N, 4Hd], activated
+      const T* cells = in(7, n.seq_stride());     // [T, N, Hd]
+      const T* dy = in(8, n.seq_stride());        // [T, N, Hd]
+      // Running gradients of the state entering the current step; after
+      // the loop they are dh0 and dc0.
+      T* dh = out(1, n.state_stride());  // [N, Hd]
+      T* dc = out(2, n.state_stride());  // [N, Hd]
+      const size_t state_bytes = static_cast<size_t>(n.r * n.state_stride()) * sizeof(T);
+      std::memcpy(dh, in(9, n.state_stride()), state_bytes);
+      std::memcpy(dc, in(10, n.state_stride()), state_bytes);
 
-    for (int64_t t = n.t - 1; t >= 0; --t) {
-      const T* c_prev = t > 0 ? cells + (t - 1) * n.n * Hd : c0.data<T>();
-      const int64_t prev_stride = t > 0 ? n.seq_stride() : n.state_stride();
-      const int64_t step = t * n.n;  // the step's first row in each replica
-      ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
-        for (int64_t q = q0; q < q1; ++q) {
-          const int64_t rep = q / n.n, row = q % n.n;
-          const T* gr = gates + rep * n.gates_stride() + (step + row) * G;
-          T* dgr = dpre + rep * n.gates_stride() + (step + row) * G;
-          const T* cr = cells + rep * n.seq_stride() + (step + row) * Hd;
-          const T* dyr = dy + rep * n.seq_stride() + (step + row) * Hd;
-          const T* cp = c_prev + rep * prev_stride + row * Hd;
-          const T* dhr = dh + rep * n.state_stride() + row * Hd;
-          T* dcr = dc + rep * n.state_stride() + row * Hd;
-          LOOM_ELEMENTWISE_LOOP
-          for (int64_t j = 0; j < Hd; ++j) {
-            const T ig = gr[j], fg = gr[Hd + j], gg = gr[2 * Hd + j], og = gr[3 * Hd + j];
-            const T tanh_c = Tanh(cr[j]);
-            const T dh_t = dhr[j] + dyr[j];
-            const T dc_t = dcr[j] + dh_t * og * (T(1) - tanh_c * tanh_c);
-            dgr[j] = dc_t * gg * ig * (T(1) - ig);               // d pre_i
-            dgr[Hd + j] = dc_t * cp[j] * fg * (T(1) - fg);       // d pre_f
-            dgr[2 * Hd + j] = dc_t * ig * (T(1) - gg * gg);      // d pre_g
-            dgr[3 * Hd + j] = dh_t * tanh_c * og * (T(1) - og);  // d pre_o
-            dcr[j] = dc_t * fg;
+      for (int64_t t = n.t - 1; t >= 0; --t) {
+        const T* c_prev = t > 0 ? cells + (t - 1) * n.n * Hd : c0;
+        const int64_t prev_stride = t > 0 ? n.seq_stride() : n.state_stride();
+        const int64_t step = t * n.n;  // the step's first row in each replica
+        ParallelRange(ctx.pool, n.r * n.n, [&](int64_t q0, int64_t q1) {
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t rep = q / n.n, row = q % n.n;
+            const T* gr = gates + rep * n.gates_stride() + (step + row) * G;
+            T* dgr = dpre + rep * n.gates_stride() + (step + row) * G;
+            const T* cr = cells + rep * n.seq_stride() + (step + row) * Hd;
+            const T* dyr = dy + rep * n.seq_stride() + (step + row) * Hd;
+            const T* cp = c_prev + rep * prev_stride + row * Hd;
+            const T* dhr = dh + rep * n.state_stride() + row * Hd;
+            T* dcr = dc + rep * n.state_stride() + row * Hd;
+            LOOM_ELEMENTWISE_LOOP
+            for (int64_t j = 0; j < Hd; ++j) {
+              const T ig = gr[j], fg = gr[Hd + j], gg = gr[2 * Hd + j], og = gr[3 * Hd + j];
+              const T tanh_c = Tanh(cr[j]);
+              const T dh_t = dhr[j] + dyr[j];
+              const T dc_t = dcr[j] + dh_t * og * (T(1) - tanh_c * tanh_c);
+              dgr[j] = dc_t * gg * ig * (T(1) - ig);               // d pre_i
+              dgr[Hd + j] = dc_t * cp[j] * fg * (T(1) - fg);       // d pre_f
+              dgr[2 * Hd + j] = dc_t * ig * (T(1) - gg * gg);      // d pre_g
+              dgr[3 * Hd + j] = dh_t * tanh_c * og * (T(1) - og);  // d pre_o
+              dcr[j] = dc_t * fg;
+            }
+          }
+        }, RowChunk(Hd));
+        // dh_{t-1} = d pre_t W_hh: [N, 4Hd] x [4Hd, Hd].
+        BatchedGemm<T>(false, false, n.r, n.n, Hd, G, T(1), dpre + step * G, G, n.gates_stride(), w_hh, Hd,
+                       n.w_hh_stride(), T(0), dh, Hd, n.state_stride(), ctx.pool);
+      }
+
+      // dx = d pre W_ih: [T*N, 4Hd] x [4Hd, I].
+      BatchedGemm<T>(false, false, n.r, rows, n.in, G, T(1), dpre, G, n.gates_stride(), w_ih, n.in,
+                     n.w_ih_stride(), T(0), out(0, n.x_stride()), n.in, n.x_stride(), ctx.pool);
+      // dw_ih = d pre^T x: [4Hd, T*N] x [T*N, I].
+      BatchedGemm<T>(true, false, n.r, G, n.in, rows, T(1), dpre, G, n.gates_stride(), x, n.in, n.x_stride(), T(0),
+                     out(3, n.w_ih_stride()), n.in, n.w_ih_stride(), ctx.pool);
+      // dw_hh = sum_t d pre_t^T h_{t-1}: step 0 against h0, steps 1..
+      // against y[0 .. T-2] as one [4Hd, (T-1)N] x [(T-1)N, Hd] product.
+      T* dw_hh = out(4, n.w_hh_stride());
+      if (n.t == 0) {
+        std::fill(dw_hh, dw_hh + n.r * n.w_hh_stride(), T(0));
+      } else {
+        BatchedGemm<T>(true, false, n.r, G, Hd, n.n, T(1), dpre, G, n.gates_stride(), h0, Hd, n.state_stride(), T(0),
+                       dw_hh, Hd, n.w_hh_stride(), ctx.pool);
+        if (n.t > 1)
+          BatchedGemm<T>(true, false, n.r, G, Hd, (n.t - 1) * n.n, T(1), dpre + n.n * G, G, n.gates_stride(), y, Hd,
+                         n.seq_stride(), T(1), dw_hh, Hd, n.w_hh_stride(), ctx.pool);
+      }
+      // db = column sums of d pre, each in row order: blocks of columns
+      // of every replica in parallel.
+      T* db = out(5, G);
+      constexpr int64_t kColumns = 256;
+      const int64_t blocks_per_replica = (G + kColumns - 1) / kColumns;
+      ParallelRange(ctx.pool, n.r * blocks_per_replica, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t rep = b / blocks_per_replica, j0 = b % blocks_per_replica * kColumns;
+          const int64_t j1 = std::min(G, j0 + kColumns);
+          T* sums = db + rep * G;
+          const T* d = dpre + rep * n.gates_stride();
+          std::fill(sums + j0, sums + j1, T(0));
+          for (int64_t row = 0; row < rows; ++row) {
+            LOOM_ELEMENTWISE_LOOP
+            for (int64_t j = j0; j < j1; ++j) sums[j] += d[row * G + j];
           }
         }
-      }, RowChunk(Hd));
-      // dh_{t-1} = d pre_t W_hh: [N, 4Hd] x [4Hd, Hd].
-      BatchedGemm<T>(false, false, n.r, n.n, Hd, G, T(1), dpre + step * G, G, n.gates_stride(), w_hh.data<T>(), Hd,
-                     n.w_hh_stride(), T(0), dh, Hd, n.state_stride(), ctx.pool);
+      }, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * kColumns)));
     }
-
-    // dx = d pre W_ih: [T*N, 4Hd] x [4Hd, I].
-    BatchedGemm<T>(false, false, n.r, rows, n.in, G, T(1), dpre, G, n.gates_stride(), w_ih.data<T>(), n.in,
-                   n.w_ih_stride(), T(0), ctx.out(0).data<T>(), n.in, n.x_stride(), ctx.pool);
-    // dw_ih = d pre^T x: [4Hd, T*N] x [T*N, I].
-    BatchedGemm<T>(true, false, n.r, G, n.in, rows, T(1), dpre, G, n.gates_stride(), x.data<T>(), n.in,
-                   n.x_stride(), T(0), ctx.out(3).data<T>(), n.in, n.w_ih_stride(), ctx.pool);
-    // dw_hh = sum_t d pre_t^T h_{t-1}: step 0 against h0, steps 1.. against
-    // y[0 .. T-2] as one [4Hd, (T-1)N] x [(T-1)N, Hd] product.
-    T* dw_hh = ctx.out(4).data<T>();
-    if (n.t == 0) {
-      std::fill(dw_hh, dw_hh + n.r * n.w_hh_stride(), T(0));
-    } else {
-      BatchedGemm<T>(true, false, n.r, G, Hd, n.n, T(1), dpre, G, n.gates_stride(), h0.data<T>(), Hd,
-                     n.state_stride(), T(0), dw_hh, Hd, n.w_hh_stride(), ctx.pool);
-      if (n.t > 1)
-        BatchedGemm<T>(true, false, n.r, G, Hd, (n.t - 1) * n.n, T(1), dpre + n.n * G, G, n.gates_stride(), y, Hd,
-                       n.seq_stride(), T(1), dw_hh, Hd, n.w_hh_stride(), ctx.pool);
-    }
-    // db = column sums of d pre, each in row order: blocks of columns of
-    // every replica in parallel.
-    T* db = ctx.out(5).data<T>();
-    constexpr int64_t kColumns = 256;
-    const int64_t blocks_per_replica = (G + kColumns - 1) / kColumns;
-    ParallelRange(ctx.pool, n.r * blocks_per_replica, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t rep = b / blocks_per_replica, j0 = b % blocks_per_replica * kColumns;
-        const int64_t j1 = std::min(G, j0 + kColumns);
-        T* out = db + rep * G;
-        const T* in = dpre + rep * n.gates_stride();
-        std::fill(out + j0, out + j1, T(0));
-        for (int64_t row = 0; row < rows; ++row) {
-          LOOM_ELEMENTWISE_LOOP
-          for (int64_t j = j0; j < j1; ++j) out[j] += in[row * G + j];
-        }
-      }
-    }, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * kColumns)));
   });
 }
 LOOM_REGISTER_KERNEL(kLstmBackward, DeviceType::kCpu, LstmBackwardKernel);

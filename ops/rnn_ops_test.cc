@@ -300,7 +300,9 @@ std::map<std::string, Tensor> RunLstmStep(const AttrMap& attrs, const std::vecto
 // Horizontal fusion claims each replica computes exactly what it would
 // alone: the fused op's outputs and gradients, replica by replica, are the
 // unfused op's bits, in f32 and f64, with enough rows that the per-step
-// passes split over the pool, and with an empty sequence.
+// passes split over the pool, and with an empty sequence. The kernel steps
+// its replicas in groups whose w_hh fit in cache together: here 2 and 1 in
+// f32, one at a time in f64 (the harness's small cases step all at once).
 TEST_CASE("a fused LSTM gives each replica the unfused op's bits") {
   const int64_t R = 3, N = 40, I = 24, H = 64;
   Rng rng(5);
