@@ -283,14 +283,16 @@ class LstmOp : public OpDef {
 };
 LOOM_REGISTER_OP(LstmOp);
 
-// How many replicas of a fused op run their steps together. Each step
-// reads its replicas' w_hh whole: together they stay in cache only while
-// small (one model's w_hh of 1 MiB, rnnlm's, split over 2 cores fits their
-// L2s; 4 of them, stepped together, ran 15-40% slower than one after
-// another on the AVX2 EPYC, even on one thread). Small models step all
-// their replicas at once: one product and one pass a step instead of R.
+// How many replicas of a fused op run their steps together: as many as
+// keep a step's operands (w_hh, the step's gates, h and c) within 2 MiB,
+// so that the threads' shares stay in their L2s from step to step. On the
+// AVX2 EPYC (2 cores, 512 KiB L2 each), 4 replicas of hidden size 128
+// (nmt's, rnntc's; 360-460 KiB each) stepped together ran their LSTMs
+// 5-35% faster than one after another, and 4 of rnnlm's (hidden 256, 1.2
+// MiB each) 15-40% slower, even on one thread. Stepping together saves a
+// product and a pass a step per replica, which pays most for small models.
 int64_t ReplicasPerPass(const LstmDims& n, size_t element_bytes) {
-  constexpr double kStepBytes = 256 * 1024;
+  constexpr double kStepBytes = 2 * 1024 * 1024;
   const double per_replica =
       static_cast<double>((n.gates() * n.hd + n.n * n.gates() + 2 * n.n * n.hd) * element_bytes);
   return std::clamp<int64_t>(static_cast<int64_t>(kStepBytes / std::max(1.0, per_replica)), 1, n.r);

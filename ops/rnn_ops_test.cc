@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 
 #include "core/allocator.h"
@@ -301,10 +302,11 @@ std::map<std::string, Tensor> RunLstmStep(const AttrMap& attrs, const std::vecto
 // alone: the fused op's outputs and gradients, replica by replica, are the
 // unfused op's bits, in f32 and f64, with enough rows that the per-step
 // passes split over the pool, and with an empty sequence. The kernel steps
-// its replicas in groups whose w_hh fit in cache together: here 2 and 1 in
-// f32, one at a time in f64 (the harness's small cases step all at once).
+// its replicas in groups whose step operands fit in 2 MiB together
+// (ReplicasPerPass): hidden size 64 steps all 3 replicas at once, 160 in
+// f64 two and then one, 256 one at a time.
 TEST_CASE("a fused LSTM gives each replica the unfused op's bits") {
-  const int64_t R = 3, N = 40, I = 24, H = 64;
+  const int64_t R = 3, I = 24;
   Rng rng(5);
   auto uniform = [&](const Shape& s, DType dtype, double scale) {
     std::vector<double> v(static_cast<size_t>(s.numel()));
@@ -312,8 +314,9 @@ TEST_CASE("a fused LSTM gives each replica the unfused op's bits") {
     return Tensor::FromVector<double>(s, v).Cast(dtype).value();
   };
   for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (int64_t T : {int64_t{5}, int64_t{0}}) {
-      INFO(DTypeName(dtype) << ", T = " << T);
+    for (const auto& [H, N, T] : std::vector<std::array<int64_t, 3>>{{64, 40, 5}, {64, 40, 0}, {160, 8, 4},
+                                                                     {256, 8, 3}}) {
+      INFO(DTypeName(dtype) << ", hidden size " << H << ", batch " << N << ", T = " << T);
       const std::vector<Shape> shapes = {{R, T, N, I}, {R, N, H},     {R, N, H}, {R, 4 * H, I},
                                          {R, 4 * H, H}, {R, 4 * H}, {R, 4 * H}};
       std::vector<Tensor> inputs;
