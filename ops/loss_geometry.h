@@ -72,6 +72,26 @@ inline LossReplicas LossReplicasOf(const AttrMap& attrs, const Shape& scores, co
   return r;
 }
 
+// A BCEWithLogits op's logits as R replicas' (attribute replicas = R >= 1;
+// one, unfused): one replica's shape, and where each replica's logits and
+// targets start (shared targets, one replica's shape, at stride 0).
+struct BceReplicas {
+  int64_t count = 1;
+  Shape logits;
+  int64_t logits_stride = 0, targets_stride = 0;
+};
+
+inline BceReplicas BceReplicasOf(const AttrMap& attrs, const Shape& logits, const Shape& targets) {
+  BceReplicas r;
+  r.logits = logits;
+  if (attrs.Int("replicas", 0) == 0 || logits.rank() < 1) return r;
+  r.count = logits[0];
+  r.logits = Shape(std::vector<int64_t>(logits.dims().begin() + 1, logits.dims().end()));
+  r.logits_stride = r.logits.numel();
+  r.targets_stride = targets == logits ? r.logits_stride : 0;
+  return r;
+}
+
 // "op: target 7 at position [1, 2] is out of range for 5 classes (expected
 // 0..4 or ignore_index -100)": `flat` is the target's row-major position in
 // `targets`.

@@ -35,6 +35,9 @@
 //     reduction, wrt = "logits" | "targets" | "pos_weight" -> the per-element
 //     gradient (shape of logits; for pos_weight still to be summed to its
 //     shape).
+//   Fused BCEWithLogits, attr replicas = R >= 1: logits [R, ...], targets
+//     shared (one replica's shape) or [R, ...], pos_weight shared
+//     (broadcasting to one replica's logits); the loss is [R], dy [R].
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -179,18 +182,11 @@ StatusOr<std::vector<int64_t>> CountTargets(const std::string& op, const Tensor&
   return CountReplicaTargets(op, targets.data<int64_t>(), targets.shape(), rep, classes, ignore_index);
 }
 
-// The attribute replicas of a fused loss: R >= 1, or 0 (unfused).
-StatusOr<int64_t> LossReplicaCount(const std::string& op, const AttrMap& attrs) {
-  const int64_t r = attrs.Int("replicas");
-  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
-  return r;
-}
-
 // The class-index inputs of a loss that may be fused (attribute replicas):
 // checked as one replica's, the loss's shape returned ([] or [R]).
 StatusOr<Shape> CheckReplicaClassInputs(const std::string& op, const char* scores_name, const AttrMap& attrs,
                                         const TensorType& scores, const TensorType& targets) {
-  LOOM_ASSIGN_OR_RETURN(const int64_t r, LossReplicaCount(op, attrs));
+  LOOM_ASSIGN_OR_RETURN(const int64_t r, ReplicaCountAttr(op, attrs));
   if (r == 0) {
     LOOM_RETURN_IF_ERROR(CheckClassInputs(op, scores_name, scores, targets));
     return Shape{};
@@ -360,8 +356,8 @@ LogSumExp<T> ScoresLogSumExp(const T* row, const ClassLayout& L, std::vector<flo
   return RowLogSumExp(row, L.classes, L.inner);
 }
 
-// NLL, MSE and BCEWithLogits have no fused form (yet): the fusion pass
-// runs them once per replica (R small ops at the end of the forward pass).
+// NLL and MSE have no fused form (yet): the fusion pass runs them once per
+// replica (R small ops at the end of the forward pass).
 class LossOpDef : public OpDef {
  public:
   FusionKind fusion_kind() const override { return FusionKind::kPerReplica; }
@@ -590,7 +586,7 @@ class CountTargetsOp : public OpDef {
     LOOM_ASSIGN_OR_RETURN(const DType dtype, ParseDType(attrs.Str("dtype")));
     if (!IsFloating(dtype)) return InvalidArgument("CountTargets: dtype must be a float type, got ", DTypeName(dtype));
     if (attrs.Int("classes") < 1) return InvalidArgument("CountTargets: classes must be >= 1, got ", attrs.Int("classes"));
-    LOOM_ASSIGN_OR_RETURN(const int64_t r, LossReplicaCount("CountTargets", attrs));
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, ReplicaCountAttr("CountTargets", attrs));
     if (r == 0) return Scalar(dtype);
     if (in[0].shape.rank() < 1 || in[0].shape[0] != r)
       return InvalidArgument("CountTargets: replicas = ", r, " needs targets [", r, ", ...], got ",
@@ -834,18 +830,32 @@ LOOM_REGISTER_KERNEL("MSEBackward", DeviceType::kCpu, [](KernelContext& ctx) {
 
 // ------------------------------------------------------------ BCEWithLogits
 
-Status CheckBceInputs(const std::string& op, const std::vector<TensorType>& in) {
+// (logits, targets[, pos_weight]) of a BCE op with attributes `attrs`,
+// checked; returns the loss's shape ([] or, fused, [R]).
+StatusOr<Shape> CheckBceInputs(const std::string& op, const AttrMap& attrs, const std::vector<TensorType>& in) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(in[0], op + " logits"));
-  LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], op + ": logits and targets differ"));
+  LOOM_ASSIGN_OR_RETURN(const int64_t r, ReplicaCountAttr(op, attrs));
+  Shape one = in[0].shape;  // one replica's logits
+  if (r > 0) {
+    if (in[0].shape.rank() < 1 || in[0].shape[0] != r)
+      return InvalidArgument(op, ": replicas = ", r, " needs logits [", r, ", ...], got ", in[0].shape.ToString());
+    one = Shape(std::vector<int64_t>(in[0].shape.dims().begin() + 1, in[0].shape.dims().end()));
+    if (in[1].dtype != in[0].dtype || (in[1].shape != one && in[1].shape != in[0].shape))
+      return InvalidArgument(op, ": targets ", in[1].ToString(), " must be ", DTypeName(in[0].dtype), " ",
+                             one.ToString(), " (shared) or ", in[0].shape.ToString(), " (per replica)");
+  } else {
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in[0], in[1], op + ": logits and targets differ"));
+  }
   if (in.size() == 3) {
     if (in[2].dtype != in[0].dtype)
       return InvalidArgument(op, ": pos_weight is ", DTypeName(in[2].dtype), " but logits are ", DTypeName(in[0].dtype));
-    auto b = BroadcastShapes(in[2].shape, in[0].shape);
-    if (!b.ok() || *b != in[0].shape)
-      return InvalidArgument(op, ": pos_weight ", in[2].shape.ToString(), " does not broadcast to logits ",
-                             in[0].shape.ToString(), " (use [C] for C classes on the last dim)");
+    auto b = BroadcastShapes(in[2].shape, one);
+    if (!b.ok() || *b != one)
+      return InvalidArgument(op, ": pos_weight ", in[2].shape.ToString(), " does not broadcast to ",
+                             r > 0 ? "one replica's logits " : "logits ", one.ToString(),
+                             " (use [C] for C classes on the last dim)");
   }
-  return Status::Ok();
+  return r > 0 ? Shape{r} : Shape{};
 }
 
 // softplus(-x) = log(1 + exp(-x)) without overflow.
@@ -876,32 +886,71 @@ void ForEachBceElement(const Shape& logits, const std::vector<int64_t>& pw_strid
                    });
 }
 
-// Rows (last-dim runs) of the logits and the pos_weight strides against them.
-struct BceLayout {
-  int64_t rows, row_len;
+// The replicas (BceReplicas), one replica's logits in rows (last-dim
+// runs), and the pos_weight strides against them.
+struct BceLayout : BceReplicas {
+  int64_t rows = 0, row_len = 1;
   std::vector<int64_t> pw_strides;
 };
 
 BceLayout BceLayoutOf(const KernelContext& ctx, int logits_input) {
-  const Shape& xs = ctx.in(logits_input).shape();
   BceLayout L;
-  L.row_len = xs.rank() == 0 ? 1 : xs.dim(-1);
-  L.rows = L.row_len == 0 ? 0 : xs.numel() / L.row_len;
+  static_cast<BceReplicas&>(L) =
+      BceReplicasOf(*ctx.attrs, ctx.in(logits_input).shape(), ctx.in(logits_input + 1).shape());
+  L.row_len = L.logits.rank() == 0 ? 1 : L.logits.dim(-1);
+  L.rows = L.row_len == 0 ? 0 : L.logits.numel() / L.row_len;
   const bool has_pw = static_cast<int>(ctx.inputs.size()) > logits_input + 2;
-  L.pw_strides = has_pw ? BroadcastStrides(ctx.in(logits_input + 2).shape(), xs) : std::vector<int64_t>(xs.rank(), 0);
+  L.pw_strides = has_pw ? BroadcastStrides(ctx.in(logits_input + 2).shape(), L.logits)
+                        : std::vector<int64_t>(L.logits.rank(), 0);
   return L;
 }
 
-class BceWithLogitsOp : public LossOpDef {
+// BCEWithLogits and its backward split along the batch: logits and targets
+// (per-replica ones; shared ones by their own axis 0) and pos_weight when
+// it has the batch's rows, by axis `lead` (1 fused); the loss a partial sum
+// (`partial`) or the gradient by the batch too. A fused op also splits
+// along its replicas (shared targets and pos_weight whole).
+SplitRules BceSplits(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                     int logits, bool partial) {
+  if (attrs.Int("replicas") == 0)
+    return LossBatchSplit(attrs, in, out, logits, {logits, logits + 1}, logits + 2, partial);
+  const TensorType& x = in[static_cast<size_t>(logits)];
+  const bool shared_targets = in[static_cast<size_t>(logits) + 1].shape != x.shape;
+  const size_t pw = static_cast<size_t>(logits) + 2;
+  SplitRules rules;
+  DimSplit replicas = SplitAlong(0, in.size(), out.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (i != static_cast<size_t>(logits) && !(i == pw - 1 && !shared_targets)) replicas.inputs[i].axis = -1;
+  rules.other.push_back(replicas);
+  if (x.shape.rank() < 2 || x.shape[1] < 2) return rules;
+  DimSplit d = SplitAlong(-1, in.size(), out.size());
+  d.inputs[static_cast<size_t>(logits)].axis = 1;
+  d.inputs[pw - 1].axis = shared_targets ? 0 : 1;
+  if (pw < in.size() && in[pw].shape.rank() == x.shape.rank() - 1 && in[pw].shape[0] == x.shape[1])
+    d.inputs[pw].axis = 0;
+  if (!partial) d.outputs[0].axis = 1;
+  d.partial_sums = partial;
+  d.expands = IsMeanReduction(attrs);
+  rules.sample = d;
+  return rules;
+}
+
+// The element count a mean divides each replica's sum by.
+double BceMeanCount(const AttrMap& attrs, const Shape& logits) {
+  const double n = static_cast<double>(logits.numel());
+  return attrs.Int("replicas") > 0 && logits.rank() > 0 ? n / static_cast<double>(logits[0]) : n;
+}
+
+class BceWithLogitsOp : public OpDef {
  public:
-  BceWithLogitsOp() { DeclareReduction(DeclareAttrs()); }
+  BceWithLogitsOp() { DeclareLossReplicas(DeclareReduction(DeclareAttrs())); }
   std::string name() const override { return "BCEWithLogits"; }
   StatusOr<std::vector<TensorType>> InferTypes(const AttrMap& attrs, const std::vector<TensorType>& in) const override {
     if (in.size() != 2 && in.size() != 3)
       return InvalidArgument("BCEWithLogits takes (logits, targets[, pos_weight]), got ", in.size(), " inputs");
     LOOM_RETURN_IF_ERROR(ParseMeanReduction("BCEWithLogits", attrs).status());
-    LOOM_RETURN_IF_ERROR(CheckBceInputs("BCEWithLogits", in));
-    return Scalar(in[0].dtype);
+    LOOM_ASSIGN_OR_RETURN(Shape loss, CheckBceInputs("BCEWithLogits", attrs, in));
+    return std::vector<TensorType>{{std::move(loss), in[0].dtype}};
   }
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
@@ -918,51 +967,78 @@ class BceWithLogitsOp : public LossOpDef {
       AttrMap attrs = g.attrs();
       attrs.Set("wrt", wrt[i]);
       ValueId d = g.Emit1("BCEWithLogitsBackward", ins, attrs);
-      g.SetInputGrad(i, g.SumToShape(d, g.type(g.input(i)).shape));  // pos_weight sums its broadcast
+      // pos_weight sums its broadcast, shared targets their replicas'.
+      g.SetInputGrad(i, g.SumToShape(d, g.type(g.input(i)).shape));
     }
     return Status::Ok();
+  }
+  // R replicas' losses in one node: the logits with their replica axis
+  // first, the targets shared or with theirs first too. A per-replica
+  // pos_weight runs per replica.
+  FusionKind fusion_kind() const override { return FusionKind::kFusedOrPerReplica; }
+  Status Fuse(FusionBuilder& f) const override {
+    if (f.attrs().Int("replicas") != 0) return InvalidArgument("BCEWithLogits '", f.name(), "' is fused already");
+    if (f.num_inputs() == 3 && f.input(2).replicated()) return f.PerReplica();
+    LOOM_ASSIGN_OR_RETURN(const FusedValue logits, f.Replicated(f.input(0), 0, f.name() + "/logits"));
+    std::vector<FusedValue> inputs = {logits, f.input(1)};
+    if (inputs[1].replicated()) {
+      LOOM_ASSIGN_OR_RETURN(inputs[1], f.MoveAxis(inputs[1], 0, f.name() + "/targets"));
+    }
+    if (f.num_inputs() == 3) inputs.push_back(f.input(2));
+    AttrMap attrs = f.attrs();
+    attrs.Set("replicas", f.replicas());
+    LOOM_ASSIGN_OR_RETURN(FusedValue loss, f.Emit1("BCEWithLogits", inputs, attrs, f.name(), ReplicaLayout::Axis(0)));
+    return f.MapOutputs({loss});
   }
   // Sample: logits and targets by the batch (pos_weight when it has the
   // batch's rows), a partial-sum loss; a mean expands as MSE's.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return LossBatchSplit(attrs, in, out, 0, {0, 1}, 2, true);
+    return BceSplits(attrs, in, out, 0, true);
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return PartReplicaCount(attrs, in[0], in_regions[0]);
   }
   Status Expand(ExpandBuilder& b) const override {
     const ValueId total = EmitSum(b, "BCEWithLogits", b.node().inputs);
-    const double n = static_cast<double>(b.type(b.input(0)).shape.numel());
+    const double n = BceMeanCount(b.attrs(), b.type(b.input(0)).shape);
     b.SetOutput(0, b.Emit("MulScalar", {total}, AttrMap{{"value", 1.0 / n}}, "mean").at(0));
     return Status::Ok();
   }
 };
 LOOM_REGISTER_OP(BceWithLogitsOp);
 
+// Each replica's sum in the unfused op's blocks and order (its bits).
 LOOM_REGISTER_KERNEL("BCEWithLogits", DeviceType::kCpu, [](KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const BceLayout L = BceLayoutOf(ctx, 0);
   const bool has_pw = ctx.inputs.size() == 3;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
-    const T* pt = ctx.in(1).data<T>();
     const T* pw = has_pw ? ctx.in(2).data<T>() : nullptr;
-    const double total = BlockedSum(ctx.pool, L.rows, ItemsFor(10 * L.row_len), [&](int64_t r0, int64_t r1) {
-      double sum = 0;
-      ForEachBceElement(x.shape(), L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
-        const T log_weight = has_pw ? 1 + (pw[w] - 1) * pt[i] : T(1);
-        sum += (1 - pt[i]) * px[i] + log_weight * SoftplusNeg(px[i]);
-      });
-      return sum;
-    });
-    ctx.out(0).data<T>()[0] =
-        static_cast<T>(IsMeanReduction(*ctx.attrs) ? total / static_cast<double>(x.numel()) : total);
+    const std::vector<double> totals =
+        BlockedSums(ctx.pool, L.count, L.rows, ItemsFor(10 * L.row_len), [&](int64_t r, int64_t r0, int64_t r1) {
+          const T* px = x.data<T>() + r * L.logits_stride;
+          const T* pt = ctx.in(1).data<T>() + r * L.targets_stride;
+          double sum = 0;
+          ForEachBceElement(L.logits, L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
+            const T log_weight = has_pw ? 1 + (pw[w] - 1) * pt[i] : T(1);
+            sum += (1 - pt[i]) * px[i] + log_weight * SoftplusNeg(px[i]);
+          });
+          return sum;
+        });
+    const bool mean = IsMeanReduction(*ctx.attrs);
+    for (int64_t r = 0; r < L.count; ++r)
+      ctx.out(0).data<T>()[r] =
+          static_cast<T>(mean ? totals[r] / static_cast<double>(L.logits.numel()) : totals[r]);
   });
 });
 
 class BceWithLogitsBackwardOp : public OpDef {
  public:
   BceWithLogitsBackwardOp() {
-    DeclareReduction(DeclareAttrs())
+    DeclareLossReplicas(DeclareReduction(DeclareAttrs()))
         .Default("wrt", "logits", "the input differentiated: \"logits\", \"targets\" or \"pos_weight\"");
   }
   std::string name() const override { return "BCEWithLogitsBackward"; }
@@ -972,8 +1048,10 @@ class BceWithLogitsBackwardOp : public OpDef {
                              " inputs");
     LOOM_RETURN_IF_ERROR(ParseMeanReduction("BCEWithLogitsBackward", attrs).status());
     const std::vector<TensorType> rest(in.begin() + 1, in.end());
-    LOOM_RETURN_IF_ERROR(CheckBceInputs("BCEWithLogitsBackward", rest));
-    LOOM_RETURN_IF_ERROR(ExpectScalarGrad("BCEWithLogitsBackward", in[0], in[1].dtype));
+    LOOM_ASSIGN_OR_RETURN(const Shape loss, CheckBceInputs("BCEWithLogitsBackward", attrs, rest));
+    if (in[0].shape != loss || in[0].dtype != in[1].dtype)
+      return InvalidArgument("BCEWithLogitsBackward: dy must be ", TensorType{loss, in[1].dtype}.ToString(),
+                             " (the loss's type), got ", in[0].ToString());
     const std::string wrt = attrs.Str("wrt");
     if (wrt != "logits" && wrt != "targets" && wrt != "pos_weight")
       return InvalidArgument("BCEWithLogitsBackward: attribute 'wrt' must be \"logits\", \"targets\" or \"pos_weight\", got \"",
@@ -991,10 +1069,16 @@ class BceWithLogitsBackwardOp : public OpDef {
   // gradient by the batch.
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
                     const std::vector<TensorType>& out) const override {
-    return LossBatchSplit(attrs, in, out, 1, {1, 2}, 3, false);
+    SplitRules rules = BceSplits(attrs, in, out, 1, false);
+    for (DimSplit& d : rules.other) d.inputs[0].axis = 0;  // dy [R] along the replicas
+    return rules;
+  }
+  StatusOr<AttrMap> PartAttrs(const AttrMap& attrs, const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                              const std::vector<Region>& in_regions, const std::vector<Region>&) const override {
+    return PartReplicaCount(attrs, in[1], in_regions[1]);
   }
   Status Expand(ExpandBuilder& b) const override {
-    const double n = static_cast<double>(b.type(b.input(1)).shape.numel());
+    const double n = BceMeanCount(b.attrs(), b.type(b.input(1)).shape);
     std::vector<ValueId> inputs = b.node().inputs;
     inputs[0] = b.Emit("MulScalar", {b.input(0)}, AttrMap{{"value", 1.0 / n}}, "scale").at(0);
     b.SetOutput(0, EmitSum(b, "BCEWithLogitsBackward", inputs));
@@ -1011,28 +1095,33 @@ LOOM_REGISTER_KERNEL("BCEWithLogitsBackward", DeviceType::kCpu, [](KernelContext
   const bool has_pw = ctx.inputs.size() == 4;
   const std::string wrt_name = ctx.attrs->Str("wrt");
   const BceWrt wrt = wrt_name == "targets" ? BceWrt::kTargets : wrt_name == "pos_weight" ? BceWrt::kPosWeight : BceWrt::kLogits;
+  const bool mean = IsMeanReduction(*ctx.attrs);
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
-    const T* pt = ctx.in(2).data<T>();
     const T* pw = has_pw ? ctx.in(3).data<T>() : nullptr;
-    T* pd = ctx.out(0).data<T>();
-    const T scale = LossScale<T>(ctx.in(0), IsMeanReduction(*ctx.attrs), x.numel());
-    ParallelRange(ctx.pool, L.rows, [&](int64_t r0, int64_t r1) {
-      ForEachBceElement(x.shape(), L.pw_strides, r0, r1, [&](int64_t i, int64_t w) {
-        const T weight = has_pw ? pw[w] : T(1);
-        switch (wrt) {
-          case BceWrt::kLogits:  // (1 - t) - log_weight * sigmoid(-x)
-            pd[i] = scale * ((1 - pt[i]) - (1 + (weight - 1) * pt[i]) * SigmoidNeg(px[i]));
-            break;
-          case BceWrt::kTargets:  // -x + (pos_weight - 1) * softplus(-x)
-            pd[i] = scale * (-px[i] + (has_pw ? (weight - 1) * SoftplusNeg(px[i]) : T(0)));
-            break;
-          case BceWrt::kPosWeight:  // t * softplus(-x)
-            pd[i] = scale * pt[i] * SoftplusNeg(px[i]);
-            break;
-        }
-      });
+    // Rows of every replica in one range: q = r * rows + row.
+    ParallelRange(ctx.pool, L.count * L.rows, [&](int64_t q0, int64_t q1) {
+      for (int64_t r = q0 / L.rows; r < L.count && r * L.rows < q1; ++r) {
+        const T* px = x.data<T>() + r * L.logits_stride;
+        const T* pt = ctx.in(2).data<T>() + r * L.targets_stride;
+        T* pd = ctx.out(0).data<T>() + r * L.logits_stride;
+        const T scale = LossScale<T>(ctx.in(0), mean, L.logits.numel(), r);
+        const int64_t first = std::max(q0, r * L.rows) - r * L.rows, end = std::min(q1, (r + 1) * L.rows) - r * L.rows;
+        ForEachBceElement(L.logits, L.pw_strides, first, end, [&](int64_t i, int64_t w) {
+          const T weight = has_pw ? pw[w] : T(1);
+          switch (wrt) {
+            case BceWrt::kLogits:  // (1 - t) - log_weight * sigmoid(-x)
+              pd[i] = scale * ((1 - pt[i]) - (1 + (weight - 1) * pt[i]) * SigmoidNeg(px[i]));
+              break;
+            case BceWrt::kTargets:  // -x + (pos_weight - 1) * softplus(-x)
+              pd[i] = scale * (-px[i] + (has_pw ? (weight - 1) * SoftplusNeg(px[i]) : T(0)));
+              break;
+            case BceWrt::kPosWeight:  // t * softplus(-x)
+              pd[i] = scale * pt[i] * SoftplusNeg(px[i]);
+              break;
+          }
+        });
+      }
     }, ItemsFor(8 * L.row_len));
   });
 });

@@ -102,7 +102,7 @@ std::vector<Tensor> MseRef(const std::vector<Tensor>& in, const AttrMap& attrs, 
 // The textbook form -[pw * t * log(sigmoid(x)) + (1 - t) * log(1 - sigmoid(x))]
 // (fine in f64 for the moderate logits used here). pos_weight broadcasts
 // against the trailing dims of the logits.
-std::vector<Tensor> BceRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+double BceOf(const std::vector<Tensor>& in, const AttrMap& attrs) {
   const Shape& xs = in[0].shape();
   double total = 0;
   for (int64_t i = 0; i < in[0].numel(); ++i) {
@@ -123,7 +123,22 @@ std::vector<Tensor> BceRef(const std::vector<Tensor>& in, const AttrMap& attrs, 
     const double x = At(in[0], i), t = At(in[1], i), sig = 1 / (1 + std::exp(-x));
     total -= pw * t * std::log(sig) + (1 - t) * std::log(1 - sig);
   }
-  return {ScalarF64(Reduce(total, in[0].numel(), attrs))};
+  return Reduce(total, in[0].numel(), attrs);
+}
+
+// Unfused (a scalar) or fused (attribute replicas: replica r's loss over
+// logits row r and its targets, shared or row r; pos_weight shared).
+std::vector<Tensor> BceRef(const std::vector<Tensor>& in, const AttrMap& attrs, const std::vector<Tensor>&) {
+  const int64_t replicas = attrs.Int("replicas", 0);
+  if (replicas == 0) return {ScalarF64(BceOf(in, attrs))};
+  const bool shared = in[1].shape() != in[0].shape();
+  Tensor losses = ZerosF64({replicas});
+  for (int64_t r = 0; r < replicas; ++r) {
+    std::vector<Tensor> one = {in[0].Row(r).value(), shared ? in[1] : in[1].Row(r).value()};
+    if (in.size() == 3) one.push_back(in[2]);
+    At(losses, r) = BceOf(one, attrs);
+  }
+  return {losses};
 }
 
 std::vector<OpCase> Cases() {
@@ -200,6 +215,16 @@ std::vector<OpCase> Cases() {
                {wide({300, 40}), prob({300, 40}), InputSpec::Uniform({40}, 0.5, 3.0)}, BceRef});
   c.push_back({"bce pos_weight [C, 1] many elements", "BCEWithLogits", {},
                {wide({8, 16, 33}), prob({8, 16, 33}), InputSpec::Uniform({16, 1}, 0.5, 3.0)}, BceRef});
+  // Fused: R replicas' losses [R], dy [R]; targets shared or per replica.
+  c.push_back({"bce fused, shared targets", "BCEWithLogits", {{"replicas", int64_t{3}}},
+               {wide({3, 4, 5}), prob({4, 5})}, BceRef});
+  c.push_back({"bce fused, per-replica targets, sum, pos_weight [C]", "BCEWithLogits",
+               {{"replicas", int64_t{2}}, {"reduction", "sum"}},
+               {wide({2, 4, 3}), prob({2, 4, 3}), InputSpec::Uniform({3}, 0.5, 3.0)}, BceRef});
+  c.push_back({"bce fused, one element each", "BCEWithLogits", {{"replicas", int64_t{3}}}, {wide({3}), prob({})},
+               BceRef});
+  c.push_back({"bce fused large (threaded), pos_weight [C, 1]", "BCEWithLogits", {{"replicas", int64_t{4}}},
+               {wide({4, 60, 16, 9}), prob({4, 60, 16, 9}), InputSpec::Uniform({16, 1}, 0.5, 3.0)}, BceRef});
   return c;
 }
 
@@ -248,6 +273,15 @@ TEST_CASE("losses reject mismatched inputs and bad attributes with clear message
              Contains("dy must be [4] f32 (the loss's type), got [] f32"));
   CHECK_THAT(InferError("CountTargets", {{"classes", int64_t{3}}, {"replicas", int64_t{2}}}, {targets}),
              Contains("replicas = 2 needs targets [2, ...], got [4]"));
+  const TensorType stacked{{4, 2, 3}, DType::kF32}, one{{2, 3}, DType::kF32};
+  CHECK_THAT(InferError("BCEWithLogits", {{"replicas", int64_t{3}}}, {stacked, stacked}),
+             Contains("replicas = 3 needs logits [3, ...], got [4, 2, 3]"));
+  CHECK_THAT(InferError("BCEWithLogits", fused, {stacked, TensorType{{4, 3}, DType::kF32}}),
+             Contains("targets [4, 3] f32 must be f32 [2, 3] (shared) or [4, 2, 3] (per replica)"));
+  CHECK_THAT(InferError("BCEWithLogits", fused, {stacked, one, TensorType{{2}, DType::kF32}}),
+             Contains("pos_weight [2] does not broadcast to one replica's logits [2, 3]"));
+  CHECK_THAT(InferError("BCEWithLogitsBackward", fused, {TensorType{{}, DType::kF32}, stacked, one}),
+             Contains("dy must be [4] f32 (the loss's type), got [] f32"));
 }
 
 // Builds loss = op(inputs) and its gradient with respect to input 0.
@@ -353,6 +387,41 @@ TEST_CASE("a fused CrossEntropy gives each replica the unfused op's bits") {
         for (int64_t r = 0; r < R; ++r) {
           const WeightedLossRun alone =
               RunWeightedLoss("CrossEntropy", attrs, logits.Row(r).value(), shared ? targets : targets.Row(r).value(),
+                              w.Reshape({R, 1}).value().Row(r).value().Reshape({}).value());
+          CheckBitwiseEqual("loss of replica " + std::to_string(r), alone.loss.Reshape({1}).value(),
+                            fused.loss.Reshape({R, 1}).value().Row(r).value());
+          CheckBitwiseEqual("gradient of replica " + std::to_string(r), alone.grad, fused.grad.Row(r).value());
+        }
+      }
+    }
+  }
+}
+
+// The same for BCEWithLogits: each replica's loss and logits gradient are
+// the unfused op's bits (its sum's blocks and their order).
+TEST_CASE("a fused BCEWithLogits gives each replica the unfused op's bits") {
+  const int64_t R = 3;
+  Rng rng(9);
+  auto uniform = [&](const Shape& s, DType dtype, double lo, double hi) {
+    std::vector<double> v(static_cast<size_t>(s.numel()));
+    for (double& x : v) x = rng.Uniform(lo, hi);
+    return Tensor::FromVector<double>(s, v).Cast(dtype).value();
+  };
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (bool shared : {true, false}) {
+      for (const AttrMap& attrs : {AttrMap{}, AttrMap{{"reduction", "sum"}}}) {
+        INFO(DTypeName(dtype) << ", " << (shared ? "shared" : "per-replica") << " targets, reduction "
+                              << attrs.Str("reduction", "mean"));
+        // 900 rows of 40: the sums run in several blocks on the pool.
+        const Tensor logits = uniform({R, 900, 40}, dtype, -6, 6);
+        const Tensor targets = shared ? uniform({900, 40}, dtype, 0, 1) : uniform({R, 900, 40}, dtype, 0, 1);
+        const Tensor w = uniform({R}, dtype, -1, 1);
+        AttrMap fused_attrs = attrs;
+        fused_attrs.Set("replicas", R);
+        const WeightedLossRun fused = RunWeightedLoss("BCEWithLogits", fused_attrs, logits, targets, w);
+        for (int64_t r = 0; r < R; ++r) {
+          const WeightedLossRun alone =
+              RunWeightedLoss("BCEWithLogits", attrs, logits.Row(r).value(), shared ? targets : targets.Row(r).value(),
                               w.Reshape({R, 1}).value().Row(r).value().Reshape({}).value());
           CheckBitwiseEqual("loss of replica " + std::to_string(r), alone.loss.Reshape({1}).value(),
                             fused.loss.Reshape({R, 1}).value().Row(r).value());

@@ -175,6 +175,12 @@ SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::ve
   return rules;
 }
 
+StatusOr<int64_t> ReplicaCountAttr(const std::string& op, const AttrMap& attrs) {
+  const int64_t r = attrs.Int("replicas");
+  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
+  return r;
+}
+
 AttrMap PartReplicaCount(const AttrMap& attrs, const TensorType& input0, const Region& input0_region) {
   const int64_t part = input0_region.shape()[0];
   if (attrs.Int("replicas") == 0 || part == input0.shape[0]) return attrs;

@@ -196,6 +196,9 @@ SplitRules AllAxesBut(const std::vector<TensorType>& inputs, const std::vector<T
 // pooling. Nothing otherwise.
 SplitRules SampleAlongBatch(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs);
 
+// The attribute `replicas` of an op with a fused form: R >= 1 replicas, or
+// 0 (absent) for the unfused op; an error naming `op` when negative.
+StatusOr<int64_t> ReplicaCountAttr(const std::string& op, const AttrMap& attrs);
 // The attributes of one part of a fused op whose attribute `replicas` (R >
 // 0; 0 = unfused) counts the replicas along axis 0 of input 0: a part that
 // holds fewer of them gets its own count (OpDef::PartAttrs).

@@ -37,13 +37,6 @@ Status ExpectShape(const std::string& op, const std::string& what, const TensorT
   return Status::Ok();
 }
 
-// The attribute replicas: R >= 1 for a fused op, 0 (absent) unfused.
-StatusOr<int64_t> LstmReplicas(const std::string& op, const AttrMap& attrs) {
-  const int64_t r = attrs.Int("replicas");
-  if (r < 0) return InvalidArgument(op, ": replicas must be >= 1 (absent or 0 = unfused), got ", r);
-  return r;
-}
-
 // One replica's shapes and names as the op's: [R, ...] for a fused op
 // (replicas r > 0), as they are for an unfused one.
 struct ReplicaShapes {
@@ -105,6 +98,10 @@ int64_t RowChunk(int64_t hd) { return std::max<int64_t>(1, 4096 / std::max<int64
 // Splits of both ops. `lead` is 1 for a fused op (its replica axis first).
 
 int ReplicaLead(const AttrMap& attrs) { return attrs.Int("replicas") > 0 ? 1 : 0; }
+
+AttrSchema& DeclareLstmReplicas(AttrSchema& s) {
+  return s.Default("replicas", int64_t{0}, "fused: R replicas' LSTMs, replica-major (0 = unfused)");
+}
 
 // The batch: axis 1 of the sequences ([T, N, ...]) and axis 0 of the states
 // ([N, Hd]), each one further for a fused op; the weights are whole and, in
@@ -173,7 +170,7 @@ ValueId JoinSequence(ExpandBuilder& b, const std::vector<ValueId>& chunks, int a
 // With T = 0, y is empty and (h_T, c_T) = (h0, c0).
 class LstmOp : public OpDef {
  public:
-  LstmOp() { DeclareAttrs().Default("replicas", int64_t{0}, "fused: R replicas' LSTMs, replica-major (0 = unfused)"); }
+  LstmOp() { DeclareLstmReplicas(DeclareAttrs()); }
   std::string name() const override { return kLstm; }
 
   SplitRules Splits(const AttrMap& attrs, const std::vector<TensorType>& in,
@@ -216,7 +213,7 @@ class LstmOp : public OpDef {
                                                const std::vector<TensorType>& in) const override {
     if (in.size() != 7)
       return InvalidArgument(kLstm, " takes (x, h0, c0, w_ih, w_hh, b_ih, b_hh), got ", in.size(), " inputs");
-    LOOM_ASSIGN_OR_RETURN(const int64_t r, LstmReplicas(kLstm, attrs));
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, ReplicaCountAttr(kLstm, attrs));
     const ReplicaShapes rs{r};
     LOOM_ASSIGN_OR_RETURN(const LstmDims n, CheckLstmCore(kLstm, rs, in));
     const DType dt = in[0].dtype;
@@ -385,9 +382,7 @@ LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCpu, LstmKernel);
 // dw_hh and db are each one GEMM (or sum) over all T * N rows at the end.
 class LstmBackwardOp : public OpDef {
  public:
-  LstmBackwardOp() {
-    DeclareAttrs().Default("replicas", int64_t{0}, "fused: R replicas' LSTMs, replica-major (0 = unfused)");
-  }
+  LstmBackwardOp() { DeclareLstmReplicas(DeclareAttrs()); }
   std::string name() const override { return kLstmBackward; }
 
   // The batch of every sequence and state; dw_ih, dw_hh and db partial sums.
@@ -451,7 +446,7 @@ class LstmBackwardOp : public OpDef {
       return InvalidArgument(kLstmBackward,
                              " takes (x, h0, c0, w_ih, w_hh, y, gates, cells, dy, dh_T, dc_T), got ", in.size(),
                              " inputs");
-    LOOM_ASSIGN_OR_RETURN(const int64_t r, LstmReplicas(kLstmBackward, attrs));
+    LOOM_ASSIGN_OR_RETURN(const int64_t r, ReplicaCountAttr(kLstmBackward, attrs));
     const ReplicaShapes rs{r};
     LOOM_ASSIGN_OR_RETURN(const LstmDims n, CheckLstmCore(kLstmBackward, rs, in));
     const DType dt = in[0].dtype;

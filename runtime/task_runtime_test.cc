@@ -40,12 +40,13 @@ StatusOr<TaskGraph> Lower(const StepCase& c, const std::string& strategy) { retu
 
 // A sequence model's step (its graph reads "input" [steps, kBatch, 6], time
 // major, and "target" [kBatch] of 4 classes), fed from `seed`.
-StepCase SequenceCase(const Graph& graph, int64_t steps, uint64_t seed) {
+StepCase SequenceCase(const Graph& graph, int64_t steps, uint64_t seed,
+                      const std::optional<FusionOptions>& fusion = std::nullopt) {
   std::mt19937_64 rng(seed);
   Tensor xs = Tensor::Zeros({steps, kBatch, 6}, DType::kF64), y = Tensor::Zeros({kBatch}, DType::kI64);
   for (int64_t i = 0; i < xs.numel(); ++i) xs.data<double>()[i] = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
   for (int64_t i = 0; i < y.numel(); ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
-  auto c = testing::MakeStepCase(graph, std::nullopt, {{"input", xs}, {"target", y}});
+  auto c = testing::MakeStepCase(graph, fusion, {{"input", xs}, {"target", y}});
   if (!c.ok()) FAIL(c.status().ToString());
   return *c;
 }
@@ -656,6 +657,51 @@ TEST_CASE("stacked LSTMs split along the sequence match one device") {
   CHECK_THAT(both.status().message(),
              Catch::Matchers::Contains("layer 'lstm/l0' (LSTM): sample 2 x attribute 2 on devices 0,1,2,3: its split "
                                        "along attribute chains its parts and combines with no other dimension"));
+}
+
+// The same stacked LSTMs fused as 3 replicas (one LSTM node a layer, every
+// tensor [R, ...]): split along the sequence (axis 1 of x), the batch and
+// the replicas (each part its own replica count), as on one device.
+TEST_CASE("fused stacked LSTMs split along the sequence, the batch and the replicas match one device") {
+  constexpr int64_t kSteps = 6;
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {kSteps, kBatch, 6});
+  LstmOptions options;
+  options.num_layers = 2;
+  const Sym h = m.transpose(m.lstm(x, 5, options, "lstm"), {1, 0, 2});
+  const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  REQUIRE(m.status().ok());
+  FusionOptions fusion;
+  fusion.replicas = 3;
+  fusion.seeds = {7, 8, 9};
+  const StepCase c = SequenceCase(m.graph(), kSteps, 9, fusion);
+  REQUIRE(c.forward.NodesWithOp("LSTM").size() == 2);
+  const StepResults want = OneDevice(c);
+  for (const std::string& s :
+       {std::string("devices: 2\nlayer { layer: \"lstm/l?\" attribute: 2 }\n"),
+        std::string("devices: 3\nlayer { layer: \"lstm/l?\" attribute: 3 devices: [2, 0, 1] }\n"),
+        std::string("devices: 2\ndefault_split { sample: 2 }\n"),
+        std::string("devices: 3\ndefault_split { replica: 3 }\n"),
+        std::string("devices: 4\nlayer { layer: \"lstm/l0\" sample: 2 }\nlayer { layer: \"lstm/l1\" attribute: 2 }\n")}) {
+    ExpectSame(c, want, s);
+    auto tg = Lower(c, s);
+    REQUIRE(tg.ok());
+    INFO(s << tg->ToString());
+    std::map<std::string, std::set<int64_t>> devices;
+    for (const Task& t : tg->tasks) {
+      if (t.kind != TaskKind::kCompute) continue;
+      const Node& n = tg->graph.node(t.node);
+      if (n.op != "LSTM" && n.op != "LSTMBackward") continue;
+      devices[n.name.substr(0, 7) + " " + n.op].insert(t.device);
+      if (s.find("attribute") != std::string::npos && s.find("lstm/l?") != std::string::npos)
+        CHECK(t.inputs[0].region.shape()[1] < kSteps);  // x [R, T, N, I]: a chunk of the steps
+    }
+    for (const auto& [layer, on] : devices) {
+      INFO(layer);
+      CHECK(on.size() >= 2);
+    }
+  }
 }
 
 // Random per-layer splits (tests/parallel_check.h) over 4 devices.

@@ -478,7 +478,14 @@ std::vector<FuseCase> Cases() {
       Fused({{"CrossEntropy", 1}, {"BroadcastTo", 1}}, {{"replicas", kR}}));
   add("NLL", "NLL", {}, {Rep({4, 5}, -3, -0.1), SharedIndex({4}, 5)}, PerReplica());
   add("MSE shared target", "MSE", {}, {Rep({3, 4}), Shr({3, 4})}, PerReplica());
-  add("BCEWithLogits", "BCEWithLogits", {}, {Rep({3, 4}), Shr({3, 4}, 0, 1), Rep({4}, 0.5, 2)}, PerReplica());
+  // BCEWithLogits: one node (attribute replicas) unless pos_weight is per
+  // replica.
+  add("BCEWithLogits shared targets", "BCEWithLogits", {}, {Rep({3, 4}), Shr({3, 4}, 0, 1)},
+      Fused({{"BCEWithLogits", 1}}, {{"replicas", kR}}));
+  add("BCEWithLogits per-replica targets, shared pos_weight", "BCEWithLogits", A({{"reduction", "sum"}}),
+      {Rep({3, 4}), Rep({3, 4}, 0, 1), Shr({4}, 0.5, 2)}, Fused({{"BCEWithLogits", 1}}, {{"replicas", kR}}));
+  add("BCEWithLogits per-replica pos_weight", "BCEWithLogits", {}, {Rep({3, 4}), Shr({3, 4}, 0, 1), Rep({4}, 0.5, 2)},
+      PerReplica());
   return cases;
 }
 
@@ -545,7 +552,7 @@ TEST_CASE("the forward ops without a fused form are the declared ones") {
   const std::map<std::string, FusionKind> not_fused = {
       {"NLL", FusionKind::kPerReplica},
       {"MSE", FusionKind::kPerReplica},
-      {"BCEWithLogits", FusionKind::kPerReplica},
+      {"BCEWithLogits", FusionKind::kFusedOrPerReplica},     // per-replica pos_weight
       {"SumToShape", FusionKind::kPerReplica},
       {"Embedding", FusionKind::kFusedOrPerReplica},            // per-replica indices
       {"ScaledDotProductAttention", FusionKind::kFusedOrPerReplica},  // per-replica key padding mask

@@ -279,7 +279,7 @@ TEST_CASE("each zoo model's fused graph runs per replica only the ops that decla
       for (models::GanStep step : {models::GanStep::kDiscriminator, models::GanStep::kGenerator}) {
         Model m;
         REQUIRE(models::BuildGanStep(m, s.name, s.args, s.data.input, kBatch, step).ok());
-        CHECK(CheckFusedStructure(m.graph(), false) == std::set<std::string>{"BCEWithLogits"});
+        CHECK(CheckFusedStructure(m.graph(), false).empty());
       }
       continue;
     }

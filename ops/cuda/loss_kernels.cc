@@ -1,6 +1,7 @@
 // CUDA kernels of ops/loss_ops.cc: CrossEntropy, NLL, MSE, BCEWithLogits and
-// their backward ops, f32 and f64, class targets i32 or i64. Attributes,
-// layouts, reductions and mean denominators are the CPU kernels'.
+// their backward ops, f32 and f64, class targets i32 or i64, fused
+// CrossEntropy and BCEWithLogits too. Attributes, layouts, reductions and
+// mean denominators are the CPU kernels'.
 //
 // Out-of-range class targets: the CPU fails the forward op with
 // InvalidArgument naming the first bad position. The forward kernels find
@@ -222,17 +223,23 @@ StatusOr<PosWeightIndex> PosWeightIndexOf(const Shape& logits, const Tensor* pos
   return index;
 }
 
+// A fused op (attribute replicas) launches the unfused kernels once per
+// replica, on its slabs.
 Status BceWithLogitsKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor& x = ctx.in(0);
   const Tensor* pw = ctx.inputs.size() == 3 ? &ctx.in(2) : nullptr;
-  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(x.shape(), pw));
-  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(SumLossScratchWords(x.numel()), ctx));
+  const BceReplicas rep = BceReplicasOf(*ctx.attrs, x.shape(), ctx.in(1).shape());
+  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(rep.logits, pw));
+  // Stream-ordered launches: each replica's reduction reuses the scratch.
+  LOOM_ASSIGN_OR_RETURN(Tensor scratch, Scratch(SumLossScratchWords(rep.logits.numel()), ctx));
   return DispatchCudaFloat(x.dtype(), "BCEWithLogits", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogits(x.data<T>(), ctx.in(1).data<T>(), pw ? pw->data<T>() : nullptr,
-                                                  index, x.numel(), IsMeanReduction(*ctx.attrs), ctx.out(0).data<T>(),
-                                                  scratch.raw_data(), stream));
+    for (int64_t r = 0; r < rep.count; ++r)
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogits(
+          x.data<T>() + r * rep.logits_stride, ctx.in(1).data<T>() + r * rep.targets_stride,
+          pw ? pw->data<T>() : nullptr, index, rep.logits.numel(), IsMeanReduction(*ctx.attrs),
+          ctx.out(0).data<T>() + r, scratch.raw_data(), stream));
     return Status::Ok();
   });
 }
@@ -246,13 +253,15 @@ Status BceWithLogitsBackwardKernel(KernelContext& ctx) {
   const BceWrt wrt = wrt_name == "targets"      ? BceWrt::kTargets
                      : wrt_name == "pos_weight" ? BceWrt::kPosWeight
                                                 : BceWrt::kLogits;
-  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(x.shape(), pw));
+  const BceReplicas rep = BceReplicasOf(*ctx.attrs, x.shape(), ctx.in(2).shape());
+  LOOM_ASSIGN_OR_RETURN(const PosWeightIndex index, PosWeightIndexOf(rep.logits, pw));
   return DispatchCudaFloat(x.dtype(), "BCEWithLogitsBackward", [&](auto zero) -> Status {
     using T = decltype(zero);
-    LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogitsBackward(ctx.in(0).data<T>(), x.data<T>(), ctx.in(2).data<T>(),
-                                                          pw ? pw->data<T>() : nullptr, index, x.numel(),
-                                                          IsMeanReduction(*ctx.attrs), wrt, ctx.out(0).data<T>(),
-                                                          stream));
+    for (int64_t r = 0; r < rep.count; ++r)
+      LOOM_CUDA_RETURN_IF_ERROR(LaunchBceWithLogitsBackward(
+          ctx.in(0).data<T>() + r, x.data<T>() + r * rep.logits_stride, ctx.in(2).data<T>() + r * rep.targets_stride,
+          pw ? pw->data<T>() : nullptr, index, rep.logits.numel(), IsMeanReduction(*ctx.attrs), wrt,
+          ctx.out(0).data<T>() + r * rep.logits_stride, stream));
     return Status::Ok();
   });
 }
