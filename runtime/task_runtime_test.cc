@@ -607,21 +607,28 @@ TEST_CASE("LSTM and attention split along the batch, the heads and the sequence 
   }
 }
 
+// Two stacked LSTM layers "lstm/l0", "lstm/l1" (hidden 5) over a
+// time-major input [steps, kBatch, 6], their mean over time classified into
+// 4 classes; fused as `fusion` says.
+StepCase StackedLstmCase(int64_t steps, const std::optional<FusionOptions>& fusion = std::nullopt) {
+  Model m(DType::kF64);
+  const Sym x = m.input("input", {steps, kBatch, 6});
+  LstmOptions options;
+  options.num_layers = 2;
+  const Sym h = m.transpose(m.lstm(x, 5, options, "lstm"), {1, 0, 2});
+  const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
+  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
+  if (!m.status().ok()) FAIL(m.status().ToString());
+  return SequenceCase(m.graph(), steps, 9, fusion);
+}
+
 // Two stacked LSTMs split along the sequence: each layer's chunks chain on
 // their devices (chunk j on part j's device, from chunk j - 1's state), the
 // backward from the last chunk; a split along the sequence and the batch at
 // once is refused by name.
 TEST_CASE("stacked LSTMs split along the sequence match one device") {
   constexpr int64_t kSteps = 8;
-  Model m(DType::kF64);
-  const Sym x = m.input("input", {kSteps, kBatch, 6});
-  LstmOptions options;
-  options.num_layers = 2;
-  const Sym h = m.transpose(m.lstm(x, 5, options, "lstm"), {1, 0, 2});
-  const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
-  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
-  REQUIRE(m.status().ok());
-  const StepCase c = SequenceCase(m.graph(), kSteps, 9);
+  const StepCase c = StackedLstmCase(kSteps);
   const StepResults want = OneDevice(c);
   for (const std::string& s :
        {std::string("devices: 2\nlayer { layer: \"lstm/l?\" attribute: 2 }\n"),
@@ -664,18 +671,10 @@ TEST_CASE("stacked LSTMs split along the sequence match one device") {
 // the replicas (each part its own replica count), as on one device.
 TEST_CASE("fused stacked LSTMs split along the sequence, the batch and the replicas match one device") {
   constexpr int64_t kSteps = 6;
-  Model m(DType::kF64);
-  const Sym x = m.input("input", {kSteps, kBatch, 6});
-  LstmOptions options;
-  options.num_layers = 2;
-  const Sym h = m.transpose(m.lstm(x, 5, options, "lstm"), {1, 0, 2});
-  const Sym logits = m.linear(m.mean(h, {1}), 4, {}, "fc");
-  m.set_output("loss", m.cross_entropy(logits, m.input("target", {kBatch}, DType::kI64)));
-  REQUIRE(m.status().ok());
   FusionOptions fusion;
   fusion.replicas = 3;
   fusion.seeds = {7, 8, 9};
-  const StepCase c = SequenceCase(m.graph(), kSteps, 9, fusion);
+  const StepCase c = StackedLstmCase(kSteps, fusion);
   REQUIRE(c.forward.NodesWithOp("LSTM").size() == 2);
   const StepResults want = OneDevice(c);
   for (const std::string& s :
