@@ -935,10 +935,11 @@ SplitRules BceSplits(const AttrMap& attrs, const std::vector<TensorType>& in, co
   return rules;
 }
 
-// The element count a mean divides each replica's sum by.
-double BceMeanCount(const AttrMap& attrs, const Shape& logits) {
-  const double n = static_cast<double>(logits.numel());
-  return attrs.Int("replicas") > 0 && logits.rank() > 0 ? n / static_cast<double>(logits[0]) : n;
+// The element count a mean divides each replica's sum by: one replica's
+// logits, those of input `logits` (its targets next).
+double BceMeanCount(const ExpandBuilder& b, int logits) {
+  const Shape& x = b.type(b.input(logits)).shape;
+  return static_cast<double>(BceReplicasOf(b.attrs(), x, b.type(b.input(logits + 1)).shape).logits.numel());
 }
 
 class BceWithLogitsOp : public OpDef {
@@ -1002,7 +1003,7 @@ class BceWithLogitsOp : public OpDef {
   }
   Status Expand(ExpandBuilder& b) const override {
     const ValueId total = EmitSum(b, "BCEWithLogits", b.node().inputs);
-    const double n = BceMeanCount(b.attrs(), b.type(b.input(0)).shape);
+    const double n = BceMeanCount(b, 0);
     b.SetOutput(0, b.Emit("MulScalar", {total}, AttrMap{{"value", 1.0 / n}}, "mean").at(0));
     return Status::Ok();
   }
@@ -1078,7 +1079,7 @@ class BceWithLogitsBackwardOp : public OpDef {
     return PartReplicaCount(attrs, in[1], in_regions[1]);
   }
   Status Expand(ExpandBuilder& b) const override {
-    const double n = BceMeanCount(b.attrs(), b.type(b.input(1)).shape);
+    const double n = BceMeanCount(b, 1);
     std::vector<ValueId> inputs = b.node().inputs;
     inputs[0] = b.Emit("MulScalar", {b.input(0)}, AttrMap{{"value", 1.0 / n}}, "scale").at(0);
     b.SetOutput(0, EmitSum(b, "BCEWithLogitsBackward", inputs));

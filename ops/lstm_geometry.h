@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "core/shape.h"
 
 namespace loom {
 
@@ -28,12 +28,11 @@ struct LstmDims {
   int64_t w_hh_stride() const { return gates() * hd; }
 };
 
-// From the kernel's x ([T, N, I], or [R, T, N, I] fused) and h0 ([N, Hd] or
-// [R, N, Hd]).
-inline LstmDims LstmDimsOf(const Tensor& x, const Tensor& h0) {
-  const Shape& xs = x.shape();
-  if (xs.rank() == 4) return {xs[0], xs[1], xs[2], xs[3], h0.shape()[2]};
-  return {1, xs[0], xs[1], xs[2], h0.shape()[1]};
+// From valid shapes of x ([T, N, I], or [R, T, N, I] fused) and h0 ([N, Hd]
+// or [R, N, Hd]): a kernel's inputs, a node's types.
+inline LstmDims LstmDimsOf(const Shape& x, const Shape& h0) {
+  if (x.rank() == 4) return {x[0], x[1], x[2], x[3], h0[2]};
+  return {1, x[0], x[1], x[2], h0[1]};
 }
 
 }  // namespace loom

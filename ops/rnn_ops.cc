@@ -77,13 +77,6 @@ StatusOr<LstmDims> CheckLstmCore(const std::string& op, const ReplicaShapes& rs,
   return n;
 }
 
-// The dims of a node whose types are valid (Cost).
-LstmDims ValidLstmDims(const std::vector<TensorType>& in) {
-  const Shape& x = in[0].shape;
-  const int lead = x.rank() == 4 ? 1 : 0;
-  return {lead ? x[0] : 1, x[lead], x[lead + 1], x[lead + 2], in[1].shape[lead + 1]};
-}
-
 // FLOPs of the two GEMMs x W_ih^T and h W_hh^T over all steps (forward); the
 // backward runs each of them twice (data and weight gradients).
 double ProjectionFlops(const LstmDims& n) {
@@ -228,7 +221,7 @@ class LstmOp : public OpDef {
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    const LstmDims n = ValidLstmDims(in);
+    const LstmDims n = LstmDimsOf(in[0].shape, in[1].shape);
     // Per hidden unit and step: 4 bias adds, 5 activations (3 sigmoid, 2
     // tanh), 3 for c_t and 1 for h_t.
     const double units = static_cast<double>(n.r * n.t * n.n * n.hd);
@@ -301,7 +294,7 @@ int64_t ReplicasPerPass(const LstmDims& n, size_t element_bytes) {
 // of its rows at once.
 Status LstmKernel(KernelContext& ctx) {
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims all = LstmDimsOf(x, h0);
+  const LstmDims all = LstmDimsOf(x.shape(), h0.shape());
   const int64_t G = all.gates(), Hd = all.hd, rows = all.t * all.n;
   return DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -463,7 +456,7 @@ class LstmBackwardOp : public OpDef {
 
   OpCost Cost(const AttrMap& a, const std::vector<TensorType>& in, const std::vector<TensorType>& out) const override {
     OpCost c = OpDef::Cost(a, in, out);
-    const LstmDims n = ValidLstmDims(in);
+    const LstmDims n = LstmDimsOf(in[0].shape, in[1].shape);
     // Per hidden unit and step: tanh(c_t) again plus ~23 multiply/adds for
     // the gate and state gradients; per gate element one add for db.
     const double units = static_cast<double>(n.r * n.t * n.n * n.hd);
@@ -480,7 +473,7 @@ LOOM_REGISTER_OP(LstmBackwardOp);
 
 Status LstmBackwardKernel(KernelContext& ctx) {
   const Tensor &x_all = ctx.in(0), &h0_all = ctx.in(1);
-  const LstmDims all = LstmDimsOf(x_all, h0_all);
+  const LstmDims all = LstmDimsOf(x_all.shape(), h0_all.shape());
   const int64_t G = all.gates(), Hd = all.hd, rows = all.t * all.n;
   const int64_t group = ReplicasPerPass(all, DTypeSize(x_all.dtype()));
   // The pre-activation gradients of one group at a time.

@@ -48,7 +48,7 @@ Status CopySlabs(T* dst, int64_t dst_stride, const T* src, int64_t src_stride, i
 Status LstmKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = LstmDimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x.shape(), h0.shape());
   const int64_t G = n.gates(), Hd = n.hd;
   return DispatchCudaFloat(x.dtype(), kLstm, [&](auto zero) -> Status {
     using T = decltype(zero);
@@ -90,7 +90,7 @@ LOOM_REGISTER_KERNEL(kLstm, DeviceType::kCuda, LstmKernel);
 Status LstmBackwardKernel(KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(cudaStream_t stream, KernelStream(ctx));
   const Tensor &x = ctx.in(0), &h0 = ctx.in(1), &c0 = ctx.in(2), &w_ih = ctx.in(3), &w_hh = ctx.in(4);
-  const LstmDims n = LstmDimsOf(x, h0);
+  const LstmDims n = LstmDimsOf(x.shape(), h0.shape());
   const int64_t G = n.gates(), Hd = n.hd, rows = n.t * n.n;
   LOOM_ASSIGN_OR_RETURN(Tensor d_pre, Tensor::Empty({n.r, n.t, n.n, G}, x.dtype(), ctx.device));
   LOOM_ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty({rows}, x.dtype(), ctx.device));  // db as a GEMM
